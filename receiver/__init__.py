@@ -1,0 +1,1 @@
+"""Everything that serves HTTP: the receiver, the gateway API and the console."""

@@ -1,0 +1,120 @@
+"""Every Redis key name the service uses, in one place.
+
+RQ's own keys (``rq:queue:<name>``, ``rq:job:<id>``, ``rq:failed:<name>``,
+``rq:scheduled:<name>``) are named by RQ; the functions at the bottom spell
+them out only because the ingest and delivery scripts touch them directly,
+and they must agree with RQ to the letter.
+"""
+
+from __future__ import annotations
+
+PREFIX = "svcgw:"
+
+# --- accounts and API keys -------------------------------------------------
+ACCOUNTS = PREFIX + "accounts"  # set of account ids
+
+
+def account(account_id: str) -> str:
+    """Hash: name, devices (quota), valid_until, created_at."""
+    return f"{PREFIX}account:{account_id}"
+
+
+def account_instances(account_id: str) -> str:
+    """Set of appids owned by the account."""
+    return f"{PREFIX}account:{account_id}:instances"
+
+
+def account_keys(account_id: str) -> str:
+    """Set of API key ids of the account."""
+    return f"{PREFIX}account:{account_id}:keys"
+
+
+def account_denied(account_id: str) -> str:
+    """Set of controlled operations (``module/action``) the account may not call."""
+    return f"{PREFIX}account:{account_id}:denied"
+
+
+def api_key(key_id: str) -> str:
+    """Hash: account, hash (sha256 of the key), created_at, revoked_at."""
+    return f"{PREFIX}apikey:{key_id}"
+
+
+def api_key_lookup(key_hash: str) -> str:
+    """String: key id, addressed by the sha256 of the presented key."""
+    return f"{PREFIX}apikey-hash:{key_hash}"
+
+
+# --- instances and callback configuration ----------------------------------
+INSTANCES = PREFIX + "instances"  # set of every registered appid
+
+
+def instance(appid: str) -> str:
+    """Hash: account, created_at, receiver_hash, status fields (see liveness)."""
+    return f"{PREFIX}instance:{appid}"
+
+
+def receiver_lookup(token_hash: str) -> str:
+    """String: appid, addressed by the sha256 of the receiver URL's token."""
+    return f"{PREFIX}receiver:{token_hash}"
+
+
+def callback_account(account_id: str) -> str:
+    """Hash: url, secret, token (encrypted), updated_at: the account default."""
+    return f"{PREFIX}callback:account:{account_id}"
+
+
+def callback_instance(appid: str) -> str:
+    """Hash: url, secret, token (encrypted), updated_at: the instance's own."""
+    return f"{PREFIX}callback:instance:{appid}"
+
+
+# --- ingest: callback log and de-duplication --------------------------------
+def callback_log(appid: str) -> str:
+    """Stream of raw posts as received: body, delivery, accepted, duplicates."""
+    return f"{PREFIX}log:{appid}"
+
+
+def dedup(appid: str, event_key: str) -> str:
+    """String with a TTL: present while an event with this key was seen."""
+    return f"{PREFIX}dedup:{appid}:{event_key}"
+
+
+# --- deliveries --------------------------------------------------------------
+def delivery(delivery_id: str) -> str:
+    """Hash: appid, account, event_type, body, state, attempts, received_at, ..."""
+    return f"{PREFIX}delivery:{delivery_id}"
+
+
+def delivery_attempts(delivery_id: str) -> str:
+    """List of JSON attempt records, oldest first."""
+    return f"{PREFIX}delivery:{delivery_id}:attempts"
+
+
+def inflight(queue_name: str) -> str:
+    """Sorted set of job ids claimed by a worker, scored by lease expiry."""
+    return f"{PREFIX}inflight:{queue_name}"
+
+
+def dead_letters_by_appid(appid: str) -> str:
+    """Set of dead-letter delivery ids of one instance."""
+    return f"{PREFIX}dead:{appid}"
+
+
+# --- RQ's keys (owned by RQ; spelled here for our scripts) ------------------
+RQ_QUEUES = "rq:queues"
+
+
+def rq_queue(queue_name: str) -> str:
+    return f"rq:queue:{queue_name}"
+
+
+def rq_job(job_id: str) -> str:
+    return f"rq:job:{job_id}"
+
+
+def rq_failed(queue_name: str) -> str:
+    return f"rq:failed:{queue_name}"
+
+
+def rq_scheduled(queue_name: str) -> str:
+    return f"rq:scheduled:{queue_name}"

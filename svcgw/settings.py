@@ -1,0 +1,183 @@
+"""Settings: read once from the environment into one typed object.
+
+Nothing else in the code base reads ``os.environ``; every role receives a
+``Settings`` instance and passes it down. A bad value stops start-up with a
+``SettingsError`` that names the variable.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from urllib.parse import urlsplit
+
+__all__ = ["Settings", "SettingsError"]
+
+
+class SettingsError(ValueError):
+    """A configuration variable has a value the service cannot use."""
+
+
+Network = ipaddress.IPv4Network | ipaddress.IPv6Network
+
+DEFAULT_RETRY_SCHEDULE = (30.0, 120.0, 600.0, 1800.0, 7200.0, 21600.0)
+
+
+@dataclass(frozen=True)
+class Settings:
+    redis_url: str | None = None
+    upstream_url: str | None = None
+    public_url: str = "http://127.0.0.1:8080"
+    host: str = "127.0.0.1"
+    port: int = 8080
+    state_dir: Path = Path(".svcgw")
+    retry_schedule: tuple[float, ...] = DEFAULT_RETRY_SCHEDULE
+    delivery_timeout: float = 10.0
+    probe_interval: float = 60.0
+    rate_limit: str = "300/minute"
+    allow_private_destinations: tuple[Network, ...] = ()
+    # Kept out of repr so a settings dump never shows key material.
+    encryption_keys: tuple[str, ...] = field(default=(), repr=False)
+    log_retention: int = 86400
+    dead_letter_retention: int = 30 * 86400
+    max_body_bytes: int = 1024 * 1024
+    delivery_concurrency: int = 64
+    destination_concurrency: int = 16
+    queue_name: str = "svcgw"
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str] | None = None) -> Settings:
+        env = os.environ if environ is None else environ
+        reader = _Reader(env)
+        return cls(
+            redis_url=reader.url("SVCGW_REDIS_URL", schemes=("redis", "rediss", "unix")),
+            upstream_url=reader.url("SVCGW_UPSTREAM_URL", schemes=("http", "https")),
+            public_url=reader.url("SVCGW_PUBLIC_URL", schemes=("http", "https"))
+            or "http://127.0.0.1:8080",
+            host=env.get("SVCGW_HOST", "127.0.0.1") or "127.0.0.1",
+            port=reader.integer("SVCGW_PORT", 8080, minimum=0, maximum=65535),
+            state_dir=Path(env.get("SVCGW_STATE_DIR", ".svcgw") or ".svcgw"),
+            retry_schedule=reader.schedule("SVCGW_RETRY_SCHEDULE"),
+            delivery_timeout=reader.number("SVCGW_DELIVERY_TIMEOUT", 10.0, minimum=0.01),
+            probe_interval=reader.number("SVCGW_PROBE_INTERVAL", 60.0, minimum=0.05),
+            rate_limit=reader.rate("SVCGW_RATE_LIMIT", "300/minute"),
+            allow_private_destinations=reader.networks("SVCGW_ALLOW_PRIVATE_DESTINATIONS"),
+            encryption_keys=reader.words("SVCGW_ENCRYPTION_KEYS"),
+            log_retention=reader.integer("SVCGW_LOG_RETENTION", 86400, minimum=1),
+            dead_letter_retention=reader.integer("SVCGW_DEAD_LETTER_RETENTION", 30 * 86400, minimum=60),
+            max_body_bytes=reader.integer("SVCGW_MAX_BODY_BYTES", 1024 * 1024, minimum=1024),
+            delivery_concurrency=reader.integer("SVCGW_DELIVERY_CONCURRENCY", 64, minimum=1, maximum=1024),
+            destination_concurrency=reader.integer(
+                "SVCGW_DESTINATION_CONCURRENCY", 16, minimum=1, maximum=1024
+            ),
+            queue_name=env.get("SVCGW_QUEUE", "svcgw") or "svcgw",
+        )
+
+    @property
+    def public_origin(self) -> tuple[str, str, int]:
+        """(scheme, host, port) of ``public_url``: the address that is our own."""
+        parts = urlsplit(self.public_url)
+        scheme = parts.scheme.lower()
+        port = parts.port or (443 if scheme == "https" else 80)
+        return scheme, (parts.hostname or "").lower(), port
+
+    def require_upstream(self) -> str:
+        if not self.upstream_url:
+            raise SettingsError("SVCGW_UPSTREAM_URL is required to serve the gateway API")
+        return self.upstream_url.rstrip("/")
+
+
+class _Reader:
+    def __init__(self, env: Mapping[str, str]) -> None:
+        self.env = env
+
+    def _get(self, name: str) -> str | None:
+        value = self.env.get(name)
+        if value is None or value.strip() == "":
+            return None
+        return value.strip()
+
+    def url(self, name: str, *, schemes: tuple[str, ...]) -> str | None:
+        value = self._get(name)
+        if value is None:
+            return None
+        parts = urlsplit(value)
+        if parts.scheme.lower() not in schemes:
+            raise SettingsError(f"{name} must be a {' / '.join(s + '://' for s in schemes)} URL")
+        if parts.scheme.lower() != "unix" and not parts.hostname:
+            raise SettingsError(f"{name} has no host")
+        return value
+
+    def integer(self, name: str, default: int, *, minimum: int, maximum: int | None = None) -> int:
+        value = self._get(name)
+        if value is None:
+            return default
+        try:
+            number = int(value)
+        except ValueError:
+            raise SettingsError(f"{name} must be a whole number, got {value!r}") from None
+        if number < minimum or (maximum is not None and number > maximum):
+            bound = f"from {minimum} to {maximum}" if maximum is not None else f"at least {minimum}"
+            raise SettingsError(f"{name} must be {bound}, got {number}")
+        return number
+
+    def number(self, name: str, default: float, *, minimum: float) -> float:
+        value = self._get(name)
+        if value is None:
+            return default
+        try:
+            number = float(value)
+        except ValueError:
+            raise SettingsError(f"{name} must be a number of seconds, got {value!r}") from None
+        if not number >= minimum or number == float("inf"):
+            raise SettingsError(f"{name} must be at least {minimum}, got {value!r}")
+        return number
+
+    def schedule(self, name: str) -> tuple[float, ...]:
+        value = self._get(name)
+        if value is None:
+            return DEFAULT_RETRY_SCHEDULE
+        delays: list[float] = []
+        for part in value.split(","):
+            try:
+                delay = float(part)
+            except ValueError:
+                raise SettingsError(f"{name} must be comma-separated seconds, got {part!r}") from None
+            if not 0 <= delay < float("inf"):
+                raise SettingsError(f"{name} delays must be 0 or more seconds, got {part!r}")
+            delays.append(delay)
+        return tuple(delays)
+
+    def rate(self, name: str, default: str) -> str:
+        from limits import parse_many
+
+        value = self._get(name) or default
+        try:
+            parse_many(value)
+        except ValueError:
+            raise SettingsError(f"{name} must look like '300/minute', got {value!r}") from None
+        return value
+
+    def networks(self, name: str) -> tuple[Network, ...]:
+        value = self._get(name)
+        if value is None:
+            return ()
+        networks: list[Network] = []
+        for part in value.split(","):
+            part = part.strip()
+            if not part:
+                continue
+            try:
+                networks.append(ipaddress.ip_network(part, strict=False))
+            except ValueError:
+                raise SettingsError(f"{name} must be comma-separated CIDRs, got {part!r}") from None
+        return tuple(networks)
+
+    def words(self, name: str) -> tuple[str, ...]:
+        value = self._get(name)
+        if value is None:
+            return ()
+        return tuple(word.strip() for word in value.split(",") if word.strip())

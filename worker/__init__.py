@@ -1,0 +1,1 @@
+"""Everything that runs in the background: delivery, retry scheduling, liveness."""
