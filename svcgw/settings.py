@@ -43,6 +43,8 @@ class Settings:
     encryption_keys: tuple[str, ...] = field(default=(), repr=False)
     log_retention: int = 86400
     dead_letter_retention: int = 30 * 86400
+    unkeyed_dedup_window: int = 600
+    lease_seconds: float = 30.0
     max_body_bytes: int = 1024 * 1024
     delivery_concurrency: int = 64
     destination_concurrency: int = 16
@@ -68,6 +70,8 @@ class Settings:
             encryption_keys=reader.words("SVCGW_ENCRYPTION_KEYS"),
             log_retention=reader.integer("SVCGW_LOG_RETENTION", 86400, minimum=1),
             dead_letter_retention=reader.integer("SVCGW_DEAD_LETTER_RETENTION", 30 * 86400, minimum=60),
+            unkeyed_dedup_window=reader.integer("SVCGW_UNKEYED_DEDUP_WINDOW", 600, minimum=1),
+            lease_seconds=reader.number("SVCGW_LEASE_SECONDS", 30.0, minimum=0.5),
             max_body_bytes=reader.integer("SVCGW_MAX_BODY_BYTES", 1024 * 1024, minimum=1024),
             delivery_concurrency=reader.integer("SVCGW_DELIVERY_CONCURRENCY", 64, minimum=1, maximum=1024),
             destination_concurrency=reader.integer(

@@ -1,0 +1,218 @@
+"""The per-instance receiver: where the capability layer posts events.
+
+``POST /svc/receiver/{appid}/{token}``: the token is the instance's secret
+part of the URL; a wrong token or an unknown appid answers 404 and stores
+nothing. An accepted post is, in one Lua script (one round trip):
+
+1. checked against the receiver token's digest;
+2. de-duplicated event by event (``svcgw.envelope`` defines the keys);
+3. turned into one delivery, an RQ job queued for the workers, if any
+   event is new;
+4. appended raw, as received, to the instance's callback log.
+
+Only then is it answered 200, so every acknowledged event is in Redis.
+"""
+
+from __future__ import annotations
+
+import secrets
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import cast
+
+import orjson
+from redis.asyncio import Redis
+from redis.exceptions import RedisError
+from starlette.requests import Request
+from starlette.responses import Response
+
+from svcgw import keys
+from svcgw.envelope import EnvelopeError, Post, build_envelope, parse_post
+from svcgw.settings import Settings
+from svcgw.store import digest
+from worker.jobs import job_fields
+
+__all__ = ["Ingest", "IngestResult", "receiver_path"]
+
+RECEIVER_PREFIX = "/svc/receiver/"
+
+# KEYS: receiver lookup, instance, log, delivery, job, queue, rq:queues, dedup...
+# ARGV: appid, now, log retention, raw body, event_type, envelope head,
+#       keyed ttl, unkeyed ttl, delivery id, queue key, job field count,
+#       job fields..., then per event: raw, keyed flag
+_INGEST = """
+local appid = ARGV[1]
+if redis.call('GET', KEYS[1]) ~= appid then return {-1, 0, 0} end
+local account = redis.call('HGET', KEYS[2], 'account')
+if not account then return {-1, 0, 0} end
+local nfields = tonumber(ARGV[11])
+local first_event = 12 + nfields * 2
+local kept = {}
+local total = 0
+local i = first_event
+local k = 8
+while i <= #ARGV do
+  local ttl = ARGV[8]
+  if ARGV[i + 1] == '1' then ttl = ARGV[7] end
+  if redis.call('SET', KEYS[k], ARGV[9], 'NX', 'EX', ttl) then
+    kept[#kept + 1] = ARGV[i]
+  end
+  total = total + 1
+  i = i + 2
+  k = k + 1
+end
+local delivery = ''
+if #kept > 0 then
+  delivery = ARGV[9]
+  local body = ARGV[6] .. table.concat(kept, ',') .. ']}'
+  redis.call('HSET', KEYS[4], 'appid', appid, 'account', account, 'event_type', ARGV[5],
+    'body', body, 'state', 'queued', 'received_at', ARGV[2], 'attempts', 0, 'failures', 0,
+    'events', #kept)
+  local fields = {}
+  for f = 12, 11 + nfields * 2 do fields[#fields + 1] = ARGV[f] end
+  redis.call('HSET', KEYS[5], unpack(fields))
+  redis.call('RPUSH', KEYS[6], ARGV[9])
+  redis.call('SADD', KEYS[7], ARGV[10])
+end
+local now_ms = math.floor(tonumber(ARGV[2]) * 1000)
+local oldest = now_ms - tonumber(ARGV[3]) * 1000
+redis.call('XADD', KEYS[3], 'MINID', '~', oldest, '*', 'body', ARGV[4], 'received_at', ARGV[2],
+  'delivery', delivery, 'accepted', #kept, 'duplicates', total - #kept)
+redis.call('EXPIRE', KEYS[3], ARGV[3])
+return {1, #kept, total - #kept}
+"""
+
+
+def receiver_path(appid: str, token: str) -> str:
+    return f"{RECEIVER_PREFIX}{appid}/{token}"
+
+
+@dataclass(frozen=True)
+class IngestResult:
+    accepted: int
+    duplicates: int
+    delivery_id: str | None
+
+
+class UnknownReceiver(LookupError):
+    """No instance has this receiver URL."""
+
+
+class Ingest:
+    def __init__(self, redis: Redis, settings: Settings) -> None:
+        self.redis = redis
+        self.settings = settings
+        self._script = redis.register_script(_INGEST)
+        self._keyed_ttl = max(settings.log_retention, 86400)
+        self._unkeyed_ttl = settings.unkeyed_dedup_window
+        self._queue_key = keys.rq_queue(settings.queue_name)
+
+    async def accept(self, appid: str, token: str, body: bytes) -> IngestResult:
+        post = parse_post(body, max_bytes=self.settings.max_body_bytes)
+        if post.appid is not None and post.appid != appid:
+            raise EnvelopeError("appid in the body does not match this receiver", status=422)
+        return await self._store(appid, token, body, post)
+
+    async def _store(self, appid: str, token: str, body: bytes, post: Post) -> IngestResult:
+        delivery_id = "dlv_" + secrets.token_hex(12)
+        now = time.time()
+        fields = job_fields(
+            delivery_id,
+            queue_name=self.settings.queue_name,
+            description=f"{post.event_type} for {appid}",
+            failure_ttl=self.settings.dead_letter_retention,
+        )
+        flat: list[object] = []
+        for name, value in fields.items():
+            flat.extend((name, value))
+        events: list[object] = []
+        dedup_keys = []
+        for event in post.events:
+            events.extend((event.raw, "1" if event.keyed else "0"))
+            dedup_keys.append(keys.dedup(appid, event.key))
+        head = build_envelope(appid, post.event_type, [])[:-2]  # up to and including '['
+        result = cast(
+            list[int],
+            await self._script(
+                keys=[
+                    keys.receiver_lookup(digest(token)),
+                    keys.instance(appid),
+                    keys.callback_log(appid),
+                    keys.delivery(delivery_id),
+                    keys.rq_job(delivery_id),
+                    self._queue_key,
+                    keys.RQ_QUEUES,
+                    *dedup_keys,
+                ],
+                args=[
+                    appid,
+                    repr(now),
+                    self.settings.log_retention,
+                    body,
+                    post.event_type,
+                    head,
+                    self._keyed_ttl,
+                    self._unkeyed_ttl,
+                    delivery_id,
+                    self._queue_key,
+                    len(fields),
+                    *flat,
+                    *events,
+                ],
+            ),
+        )
+        status, accepted, duplicates = (int(x) for x in result)
+        if status < 0:
+            raise UnknownReceiver(appid)
+        return IngestResult(accepted, duplicates, delivery_id if accepted else None)
+
+
+async def read_body(request: Request, limit: int) -> bytes:
+    """The body, refusing (413) before reading more than ``limit`` bytes."""
+    declared = request.headers.get("content-length")
+    if declared is not None:
+        try:
+            if int(declared) > limit:
+                raise EnvelopeError(f"the body is larger than {limit} bytes", status=413)
+        except ValueError:
+            raise EnvelopeError("invalid Content-Length") from None
+    chunks: list[bytes] = []
+    size = 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > limit:
+            raise EnvelopeError(f"the body is larger than {limit} bytes", status=413)
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+def json_response(status: int, code: int, message: str, data: object = None) -> Response:
+    return Response(
+        orjson.dumps({"code": code, "message": message, "data": data}),
+        status_code=status,
+        media_type="application/json",
+    )
+
+
+def make_endpoint(ingest: Ingest) -> Callable[[Request], Awaitable[Response]]:
+    async def receive(request: Request) -> Response:
+        appid = request.path_params["appid"]
+        token = request.path_params["token"]
+        try:
+            body = await read_body(request, ingest.settings.max_body_bytes)
+            result = await ingest.accept(appid, token, body)
+        except EnvelopeError as exc:
+            return json_response(exc.status, -exc.status, str(exc))
+        except UnknownReceiver:
+            return json_response(404, -404, "no such receiver")
+        except RedisError:
+            # Not stored, so not acknowledged: the sender must try again.
+            response = json_response(503, -50002, "storage temporarily unavailable, retry later")
+            response.headers["Retry-After"] = "1"
+            return response
+        return json_response(
+            200, 0, "ok", {"accepted": result.accepted, "duplicates": result.duplicates}
+        )
+
+    return receive

@@ -1,0 +1,202 @@
+"""Callback envelopes: reading a receiver post and building the forward body.
+
+A post is ``{"event_type": ..., "events": [...]}`` with an optional ``appid``.
+The bytes of every event are kept exactly as received: the forward body is
+assembled from the original byte spans, never re-serialized, so a 19-digit
+integer or ``1e2`` reaches the customer as it arrived.
+
+De-duplication keys:
+
+* an event with an ``id`` (string or integer) is keyed by that id, taken from
+  its raw text so that integers above 2**53 stay exact;
+* an event without one (``GapClosed``, for example) is keyed by its
+  ``event_type`` and the SHA-256 of its raw bytes, with the payload's
+  JSON whitespace as sent. Such keys are kept for a short window only
+  (``SVCGW_UNKEYED_DEDUP_WINDOW``), so a genuine repeat later on, such as a
+  second ``GapClosed`` after another stop, is still delivered.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+
+__all__ = ["EnvelopeError", "Post", "RawEvent", "build_envelope", "parse_post"]
+
+
+class EnvelopeError(ValueError):
+    """A receiver post that cannot be accepted; ``status`` is the HTTP answer."""
+
+    def __init__(self, message: str, status: int = 400) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+@dataclass(frozen=True)
+class RawEvent:
+    raw: bytes
+    key: str
+    keyed: bool
+
+
+@dataclass(frozen=True)
+class Post:
+    appid: str | None
+    event_type: str
+    events: tuple[RawEvent, ...]
+
+
+_WS = b" \t\r\n"
+_STRING = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"', re.DOTALL)
+_STRUCTURE = re.compile(rb'[\[\]{}"]')
+_SCALAR_END = re.compile(rb"[,}\]\s]")
+
+
+def _reject_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not JSON")
+
+
+def _loads(body: bytes) -> Any:
+    try:
+        return orjson.loads(body)
+    except orjson.JSONDecodeError:
+        pass
+    # orjson refuses numbers beyond a double's range (1e400), which JSON allows;
+    # the raw bytes are forwarded, so the parsed value only has to exist.
+    try:
+        return json.loads(body, parse_constant=_reject_constant)
+    except (ValueError, UnicodeDecodeError, RecursionError):
+        raise EnvelopeError("the body is not valid JSON") from None
+
+
+def parse_post(body: bytes, *, max_bytes: int) -> Post:
+    if len(body) > max_bytes:
+        raise EnvelopeError(f"the body is larger than {max_bytes} bytes", status=413)
+    document = _loads(body)
+    if not isinstance(document, dict):
+        raise EnvelopeError("the body must be a JSON object")
+    event_type = document.get("event_type")
+    if not isinstance(event_type, str) or not event_type:
+        raise EnvelopeError("event_type must be a non-empty string", status=422)
+    events = document.get("events")
+    if not isinstance(events, list):
+        raise EnvelopeError("events must be an array", status=422)
+    if not all(isinstance(event, dict) for event in events):
+        raise EnvelopeError("every item of events must be an object", status=422)
+    appid = document.get("appid")
+    if appid is not None and not isinstance(appid, str):
+        raise EnvelopeError("appid must be a string", status=422)
+
+    members = _object_members(body, _skip_ws(body, 0))
+    start, end = members[b"events"]
+    raws = _array_items(body, start, end)
+    parsed = tuple(_raw_event(event_type, raw) for raw in raws)
+    return Post(appid=appid, event_type=event_type, events=parsed)
+
+
+def build_envelope(appid: str, event_type: str, raw_events: list[bytes] | tuple[bytes, ...]) -> bytes:
+    return b"".join(
+        (
+            b'{"appid":',
+            orjson.dumps(appid),
+            b',"event_type":',
+            orjson.dumps(event_type),
+            b',"events":[',
+            b",".join(raw_events),
+            b"]}",
+        )
+    )
+
+
+def _raw_event(event_type: str, raw: bytes) -> RawEvent:
+    members = _object_members(raw, 0)
+    span = members.get(b"id")
+    if span is not None:
+        text = raw[span[0] : span[1]]
+        if text[:1] == b'"':
+            value = orjson.loads(text)
+            if value:
+                return RawEvent(raw, "id:" + hashlib.sha256(value.encode()).hexdigest()[:40], True)
+        elif text[:1] in b"-0123456789":
+            return RawEvent(raw, "id:" + hashlib.sha256(text).hexdigest()[:40], True)
+    fingerprint = hashlib.sha256(event_type.encode() + b"\x00" + raw).hexdigest()[:40]
+    return RawEvent(raw, "h:" + fingerprint, False)
+
+
+# --- a scanner over JSON that orjson has already validated ------------------
+def _skip_ws(data: bytes, i: int) -> int:
+    n = len(data)
+    while i < n and data[i] in _WS:
+        i += 1
+    return i
+
+
+def _skip_value(data: bytes, i: int) -> int:
+    """Index just past the JSON value starting at ``i``."""
+    first = data[i : i + 1]
+    if first == b'"':
+        match = _STRING.match(data, i)
+        assert match is not None
+        return match.end()
+    if first in (b"{", b"["):
+        depth = 0
+        pos = i
+        while True:
+            match = _STRUCTURE.search(data, pos)
+            assert match is not None
+            char = match.group()
+            if char == b'"':
+                string = _STRING.match(data, match.start())
+                assert string is not None
+                pos = string.end()
+                continue
+            pos = match.end()
+            if char in (b"{", b"["):
+                depth += 1
+            else:
+                depth -= 1
+                if depth == 0:
+                    return pos
+    match = _SCALAR_END.search(data, i)
+    return match.start() if match else len(data)
+
+
+def _object_members(data: bytes, i: int) -> dict[bytes, tuple[int, int]]:
+    """Raw value spans of an object's members, by decoded key (last one wins, as in parsing)."""
+    assert data[i : i + 1] == b"{"
+    members: dict[bytes, tuple[int, int]] = {}
+    i = _skip_ws(data, i + 1)
+    if data[i : i + 1] == b"}":
+        return members
+    while True:
+        key_end = _skip_value(data, i)
+        key_text = data[i:key_end]
+        key = orjson.loads(key_text).encode() if b"\\" in key_text else key_text[1:-1]
+        i = _skip_ws(data, key_end)
+        i = _skip_ws(data, i + 1)  # past ':'
+        end = _skip_value(data, i)
+        members[key] = (i, end)
+        i = _skip_ws(data, end)
+        if data[i : i + 1] == b"}":
+            return members
+        i = _skip_ws(data, i + 1)  # past ','
+
+
+def _array_items(data: bytes, start: int, end: int) -> list[bytes]:
+    items: list[bytes] = []
+    i = _skip_ws(data, start + 1)
+    if data[i : i + 1] == b"]":
+        return items
+    while i < end:
+        item_end = _skip_value(data, i)
+        items.append(data[i:item_end])
+        i = _skip_ws(data, item_end)
+        if data[i : i + 1] == b"]":
+            break
+        i = _skip_ws(data, i + 1)
+    return items

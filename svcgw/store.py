@@ -1,0 +1,400 @@
+"""Accounts, API keys, instances and callback configuration in Redis.
+
+The gateway, the console and the CLI all manage these through ``Store``; the
+key names live in ``svcgw.keys``. API keys and receiver tokens are kept only
+as SHA-256 digests for look-up (a high-entropy secret needs no slow hash),
+Bearer tokens are sealed by the ``TokenVault``, and nothing here returns a
+token in clear.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import secrets
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from datetime import date
+
+from redis.asyncio import Redis
+
+from . import keys
+from .callbacks import Destination, choose_destination, new_signing_secret
+from .vault import TokenVault
+
+__all__ = [
+    "Account",
+    "ApiKey",
+    "CallbackConfig",
+    "Instance",
+    "NotFound",
+    "Scope",
+    "Store",
+    "digest",
+]
+
+
+class NotFound(LookupError):
+    """The account, key or instance does not exist."""
+
+
+def digest(secret: str) -> str:
+    return hashlib.sha256(secret.encode("utf-8")).hexdigest()
+
+
+def _new_id(prefix: str) -> str:
+    return prefix + secrets.token_hex(8)
+
+
+@dataclass(frozen=True)
+class Account:
+    id: str
+    name: str
+    devices: int | None
+    valid_until: str | None
+    created_at: float
+
+    def expired(self, today: date | None = None) -> bool:
+        if not self.valid_until:
+            return False
+        return (today or date.today()) > date.fromisoformat(self.valid_until)
+
+    def as_dict(self) -> dict[str, object]:
+        return {
+            "id": self.id,
+            "name": self.name,
+            "devices": self.devices,
+            "valid_until": self.valid_until,
+            "created_at": self.created_at,
+        }
+
+
+@dataclass(frozen=True)
+class ApiKey:
+    id: str
+    account: str
+    created_at: float
+    revoked_at: float | None
+    prefix: str
+
+    def as_dict(self) -> dict[str, object]:
+        return {
+            "id": self.id,
+            "account": self.account,
+            "prefix": self.prefix,
+            "created_at": self.created_at,
+            "revoked": self.revoked_at is not None,
+            "revoked_at": self.revoked_at,
+        }
+
+
+@dataclass(frozen=True)
+class Instance:
+    appid: str
+    account: str
+    created_at: float
+    fields: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Scope:
+    """Where a callback configuration lives: an account default or one instance."""
+
+    account: str | None = None
+    appid: str | None = None
+
+    def __post_init__(self) -> None:
+        if (self.account is None) == (self.appid is None):
+            raise ValueError("a scope is either an account or an instance")
+
+    @property
+    def key(self) -> str:
+        if self.appid is not None:
+            return keys.callback_instance(self.appid)
+        assert self.account is not None
+        return keys.callback_account(self.account)
+
+
+@dataclass(frozen=True)
+class CallbackConfig:
+    url: str | None
+    secret: str | None = field(repr=False)
+    bearer: bool
+
+    def as_dict(self) -> dict[str, object]:
+        # The signing secret is the owner's to see (spec: visible in the console);
+        # the Bearer token never leaves the vault.
+        return {"url": self.url, "secret": self.secret, "bearer": self.bearer}
+
+
+def _f(value: str | None) -> float | None:
+    return float(value) if value not in (None, "") else None
+
+
+class Store:
+    def __init__(self, redis: Redis, vault: TokenVault) -> None:
+        # ``redis`` must be created with decode_responses=True.
+        self.redis = redis
+        self.vault = vault
+
+    # --- accounts -----------------------------------------------------------
+    async def create_account(
+        self, name: str, devices: int | None = None, valid_until: str | None = None
+    ) -> Account:
+        if not name.strip():
+            raise ValueError("an account needs a name")
+        if devices is not None and devices < 0:
+            raise ValueError("the device quota cannot be negative")
+        if valid_until:
+            date.fromisoformat(valid_until)  # raises ValueError with the bad value
+        account_id = _new_id("acc_")
+        now = time.time()
+        mapping = {"name": name, "created_at": repr(now)}
+        if devices is not None:
+            mapping["devices"] = str(devices)
+        if valid_until:
+            mapping["valid_until"] = valid_until
+        async with self.redis.pipeline(transaction=True) as pipe:
+            pipe.hset(keys.account(account_id), mapping=mapping)
+            pipe.sadd(keys.ACCOUNTS, account_id)
+            await pipe.execute()
+        return Account(account_id, name, devices, valid_until or None, now)
+
+    async def get_account(self, account_id: str) -> Account:
+        data = await self.redis.hgetall(keys.account(account_id))
+        if not data:
+            raise NotFound(f"no account {account_id!r}")
+        devices = data.get("devices")
+        return Account(
+            id=account_id,
+            name=data.get("name", ""),
+            devices=int(devices) if devices not in (None, "") else None,
+            valid_until=data.get("valid_until") or None,
+            created_at=float(data.get("created_at", "0")),
+        )
+
+    async def list_accounts(self) -> list[Account]:
+        ids = sorted(await self.redis.smembers(keys.ACCOUNTS))
+        return [await self.get_account(account_id) for account_id in ids]
+
+    async def deny(self, account_id: str, operations: Iterable[str]) -> set[str]:
+        await self.get_account(account_id)
+        ops = [normalise_operation(op) for op in operations]
+        if ops:
+            await self.redis.sadd(keys.account_denied(account_id), *ops)
+        return await self.denied(account_id)
+
+    async def allow(self, account_id: str, operations: Iterable[str]) -> set[str]:
+        await self.get_account(account_id)
+        ops = [normalise_operation(op) for op in operations]
+        if ops:
+            await self.redis.srem(keys.account_denied(account_id), *ops)
+        return await self.denied(account_id)
+
+    async def denied(self, account_id: str) -> set[str]:
+        return set(await self.redis.smembers(keys.account_denied(account_id)))
+
+    # --- API keys -----------------------------------------------------------
+    async def create_key(self, account_id: str) -> tuple[ApiKey, str]:
+        """A new key for the account; the clear key is returned only here."""
+        await self.get_account(account_id)
+        key_id = _new_id("key_")
+        clear = "sk_" + secrets.token_urlsafe(32)
+        now = time.time()
+        async with self.redis.pipeline(transaction=True) as pipe:
+            pipe.hset(
+                keys.api_key(key_id),
+                mapping={
+                    "account": account_id,
+                    "hash": digest(clear),
+                    "prefix": clear[:7],
+                    "created_at": repr(now),
+                },
+            )
+            pipe.set(keys.api_key_lookup(digest(clear)), key_id)
+            pipe.sadd(keys.account_keys(account_id), key_id)
+            await pipe.execute()
+        return ApiKey(key_id, account_id, now, None, clear[:7]), clear
+
+    async def get_key(self, key_id: str) -> ApiKey:
+        data = await self.redis.hgetall(keys.api_key(key_id))
+        if not data:
+            raise NotFound(f"no key {key_id!r}")
+        return ApiKey(
+            id=key_id,
+            account=data["account"],
+            created_at=float(data.get("created_at", "0")),
+            revoked_at=_f(data.get("revoked_at")),
+            prefix=data.get("prefix", ""),
+        )
+
+    async def list_keys(self, account_id: str) -> list[ApiKey]:
+        await self.get_account(account_id)
+        ids = sorted(await self.redis.smembers(keys.account_keys(account_id)))
+        return [await self.get_key(key_id) for key_id in ids]
+
+    async def revoke_key(self, key_id: str) -> ApiKey:
+        data = await self.redis.hgetall(keys.api_key(key_id))
+        if not data:
+            raise NotFound(f"no key {key_id!r}")
+        async with self.redis.pipeline(transaction=True) as pipe:
+            pipe.hsetnx(keys.api_key(key_id), "revoked_at", repr(time.time()))
+            # Dropping the look-up entry makes the very next call fail.
+            pipe.delete(keys.api_key_lookup(data["hash"]))
+            await pipe.execute()
+        return await self.get_key(key_id)
+
+    async def authenticate(self, presented: str) -> str | None:
+        """The account id of a valid, unrevoked key, else None."""
+        if not presented or len(presented) > 512:
+            return None
+        presented_hash = digest(presented)
+        key_id = await self.redis.get(keys.api_key_lookup(presented_hash))
+        if key_id is None:
+            return None
+        account, stored_hash, revoked = await self.redis.hmget(
+            keys.api_key(key_id), ["account", "hash", "revoked_at"]
+        )
+        if not account or not stored_hash or revoked:
+            return None
+        if not hmac.compare_digest(stored_hash, presented_hash):
+            return None
+        return str(account)
+
+    # --- instances ----------------------------------------------------------
+    async def register_instance(self, appid: str, account_id: str) -> str:
+        """Register ``appid`` under the account; returns the receiver token (clear)."""
+        token = secrets.token_urlsafe(24)
+        now = time.time()
+        async with self.redis.pipeline(transaction=True) as pipe:
+            pipe.hset(
+                keys.instance(appid),
+                mapping={
+                    "account": account_id,
+                    "created_at": repr(now),
+                    "receiver_token": self.vault.seal(token),
+                },
+            )
+            pipe.set(keys.receiver_lookup(digest(token)), appid)
+            pipe.sadd(keys.account_instances(account_id), appid)
+            pipe.sadd(keys.INSTANCES, appid)
+            await pipe.execute()
+        return token
+
+    async def get_instance(self, appid: str) -> Instance:
+        data = await self.redis.hgetall(keys.instance(appid))
+        if not data or "account" not in data:
+            raise NotFound(f"no instance {appid!r}")
+        public = {k: v for k, v in data.items() if k != "receiver_token"}
+        return Instance(appid, data["account"], float(data.get("created_at", "0")), public)
+
+    async def owner(self, appid: str) -> str | None:
+        owner = await self.redis.hget(keys.instance(appid), "account")
+        return str(owner) if owner else None
+
+    async def instances_of(self, account_id: str) -> list[str]:
+        return sorted(await self.redis.smembers(keys.account_instances(account_id)))
+
+    async def all_instances(self) -> list[str]:
+        return sorted(await self.redis.smembers(keys.INSTANCES))
+
+    async def receiver_token(self, appid: str) -> str:
+        sealed = await self.redis.hget(keys.instance(appid), "receiver_token")
+        if not sealed:
+            raise NotFound(f"no instance {appid!r}")
+        return self.vault.open(sealed)
+
+    # --- callback configuration --------------------------------------------
+    async def get_callback(self, scope: Scope) -> CallbackConfig:
+        await self._check_scope(scope)
+        data = await self.redis.hgetall(scope.key)
+        return CallbackConfig(
+            url=data.get("url") or None,
+            secret=data.get("secret") or None,
+            bearer=bool(data.get("token")),
+        )
+
+    async def set_callback(
+        self,
+        scope: Scope,
+        url: str,
+        *,
+        bearer_token: str | None = None,
+        no_bearer: bool = False,
+    ) -> CallbackConfig:
+        """Set the address. A blank ``bearer_token`` keeps the old token; ``no_bearer`` deletes it.
+
+        The URL must already have passed ``svcgw.addresses.check_callback_url``.
+        A signing secret is generated the first time an address is set.
+        """
+        await self._check_scope(scope)
+        if not url:
+            return await self.clear_callback(scope)
+        mapping = {"url": url, "updated_at": repr(time.time())}
+        if bearer_token:
+            mapping["token"] = self.vault.seal(bearer_token)
+        async with self.redis.pipeline(transaction=True) as pipe:
+            pipe.hset(scope.key, mapping=mapping)
+            pipe.hsetnx(scope.key, "secret", new_signing_secret())
+            if no_bearer:
+                pipe.hdel(scope.key, "token")
+            await pipe.execute()
+        return await self.get_callback(scope)
+
+    async def rotate_secret(self, scope: Scope) -> CallbackConfig:
+        """A new signing secret; the old one is not kept, so pending retries use the new one."""
+        await self._check_scope(scope)
+        await self.redis.hset(scope.key, mapping={"secret": new_signing_secret()})
+        return await self.get_callback(scope)
+
+    async def clear_callback(self, scope: Scope) -> CallbackConfig:
+        """Remove the address and its token; the secret stays paired with the scope."""
+        await self._check_scope(scope)
+        await self.redis.hdel(scope.key, "url", "token")
+        return await self.get_callback(scope)
+
+    async def destination(self, appid: str) -> Destination | None:
+        account = await self.owner(appid)
+        if account is None:
+            raise NotFound(f"no instance {appid!r}")
+        async with self.redis.pipeline(transaction=False) as pipe:
+            pipe.hgetall(keys.callback_instance(appid))
+            pipe.hgetall(keys.callback_account(account))
+            own, default = await pipe.execute()
+        return choose_destination(own, default)
+
+    async def reseal_tokens(self) -> int:
+        """Re-encrypt every stored Bearer and receiver token under the first key."""
+        count = 0
+        for account_id in await self.redis.smembers(keys.ACCOUNTS):
+            count += await self._reseal(keys.callback_account(account_id), "token")
+        for appid in await self.redis.smembers(keys.INSTANCES):
+            count += await self._reseal(keys.callback_instance(appid), "token")
+            count += await self._reseal(keys.instance(appid), "receiver_token")
+        return count
+
+    async def _reseal(self, key: str, name: str) -> int:
+        sealed = await self.redis.hget(key, name)
+        if not sealed:
+            return 0
+        await self.redis.hset(key, name, self.vault.reseal(sealed))
+        return 1
+
+    async def _check_scope(self, scope: Scope) -> None:
+        if scope.appid is not None:
+            await self.get_instance(scope.appid)
+        elif scope.account is not None:
+            await self.get_account(scope.account)
+
+
+def normalise_operation(operation: str) -> str:
+    """``/svc/api/message/sendText`` and ``message/sendText`` name the same operation."""
+    op = operation.strip().strip("/")
+    for prefix in ("svc/api/", "api/", "svc/"):
+        if op.startswith(prefix):
+            op = op[len(prefix) :]
+            break
+    if op.count("/") != 1 or not all(op.split("/")):
+        raise ValueError(f"an operation looks like 'module/action', got {operation!r}")
+    return op

@@ -1,0 +1,220 @@
+"""One delivery attempt, in three stages: prepare, send, decide.
+
+* ``prepare`` reads the delivery and resolves its destination *now*, so a
+  changed address, a rotated secret or a new token applies to every retry;
+* ``send`` signs and POSTs the exact body bytes and never raises: every
+  failure (no address, blocked address, timeout, connection error, 3xx,
+  4xx, 5xx) becomes an ``Attempt`` with ``ok=False``;
+* ``decide`` maps an attempt to the queue's next step with the retry policy.
+
+Only a 2xx counts as delivered; redirects are not followed.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Literal
+from urllib.parse import urlsplit, urlunsplit
+
+import httpx
+import orjson
+from redis import Redis
+
+from svcgw import keys
+from svcgw.callbacks import Destination, choose_destination
+from svcgw.retry import next_delay
+from svcgw.signing import sign
+from svcgw.vault import TokenVault, VaultError
+
+from .transport import DestinationBlocked
+
+__all__ = ["Attempt", "Prepared", "decide", "prepare", "send"]
+
+RESPONSE_SNIPPET_BYTES = 2048
+USER_AGENT = "svcgw-callback/0.1"
+
+_DELIVERY_FIELDS = ("appid", "account", "event_type", "body", "failures", "state", "attempts", "received_at")
+
+
+@dataclass(frozen=True)
+class Prepared:
+    delivery_id: str
+    appid: str
+    account: str
+    event_type: str
+    body: bytes
+    failures: int
+    attempts: int
+    received_at: float
+    replay: bool
+    destination: Destination | None
+    token: str | None = field(default=None, repr=False)
+
+
+@dataclass(frozen=True)
+class Attempt:
+    ok: bool
+    at: float
+    duration: float
+    status: int | None = None
+    error: str | None = None
+    response: str = ""
+    destination: str | None = None
+
+    def record(self, number: int) -> bytes:
+        return orjson.dumps(
+            {
+                "attempt": number,
+                "at": round(self.at, 3),
+                "ok": self.ok,
+                "status": self.status,
+                "error": self.error,
+                "duration_ms": round(self.duration * 1000, 1),
+                "destination": self.destination,
+                "response": self.response,
+            }
+        )
+
+
+def _text(value: bytes | None) -> str:
+    return value.decode("utf-8") if value else ""
+
+
+def prepare(redis: Redis, vault: TokenVault, delivery_id: str) -> Prepared | None:
+    """The delivery and its current destination; None if the delivery no longer exists."""
+    values = redis.hmget(keys.delivery(delivery_id), list(_DELIVERY_FIELDS))
+    data = dict(zip(_DELIVERY_FIELDS, values, strict=True))
+    if not data["appid"] or data["body"] is None:
+        return None
+    appid = _text(data["appid"])
+    account = _text(data["account"])
+    with redis.pipeline(transaction=False) as pipe:
+        pipe.hgetall(keys.callback_instance(appid))
+        pipe.hgetall(keys.callback_account(account))
+        own_raw, default_raw = pipe.execute()
+    own = {k.decode(): v.decode() for k, v in own_raw.items()}
+    default = {k.decode(): v.decode() for k, v in default_raw.items()}
+    destination = choose_destination(own, default)
+    token = None
+    if destination is not None and destination.sealed_token:
+        try:
+            token = vault.open(destination.sealed_token)
+        except VaultError:
+            # Sending without the configured token would be refused anyway;
+            # fail the attempt loudly instead (see send()).
+            token = ""
+    return Prepared(
+        delivery_id=delivery_id,
+        appid=appid,
+        account=account,
+        event_type=_text(data["event_type"]),
+        body=data["body"],
+        failures=int(data["failures"] or 0),
+        attempts=int(data["attempts"] or 0),
+        received_at=float(data["received_at"] or 0),
+        # A dead letter taken up again (``svcgw dlq replay`` or ``rq requeue``)
+        # gets one fresh attempt.
+        replay=_text(data["state"]) == "dead",
+        destination=destination,
+        token=token,
+    )
+
+
+def redacted(url: str) -> str:
+    """The address without credentials or query string, for records and logs."""
+    parts = urlsplit(url)
+    host = parts.hostname or ""
+    if ":" in host:
+        host = f"[{host}]"
+    netloc = f"{host}:{parts.port}" if parts.port else host
+    return urlunsplit((parts.scheme, netloc, parts.path, "", ""))
+
+
+def build_headers(prepared: Prepared, secret: str, timestamp: int) -> dict[str, str]:
+    headers = {
+        "Content-Type": "application/json",
+        "User-Agent": USER_AGENT,
+        "X-Svc-Timestamp": str(timestamp),
+        "X-Svc-Signature": sign(secret, timestamp, prepared.body),
+        "X-Svc-Delivery-Id": prepared.delivery_id,
+        "X-Svc-Attempt": str(prepared.attempts + 1),
+        "X-Svc-Event-Type": prepared.event_type,
+    }
+    if prepared.token:
+        headers["Authorization"] = f"Bearer {prepared.token}"
+    return headers
+
+
+def send(client: httpx.Client, prepared: Prepared) -> Attempt:
+    started = time.time()
+    clock = time.perf_counter()
+
+    def failed(error: str, status: int | None = None, response: str = "") -> Attempt:
+        return Attempt(
+            ok=False,
+            at=started,
+            duration=time.perf_counter() - clock,
+            status=status,
+            error=error,
+            response=response,
+            destination=redacted(prepared.destination.url) if prepared.destination else None,
+        )
+
+    if prepared.destination is None:
+        return failed("no callback address configured")
+    if prepared.token == "":
+        return failed("the Bearer token cannot be decrypted with the configured keys")
+    headers = build_headers(prepared, prepared.destination.secret, int(started))
+    try:
+        with client.stream("POST", prepared.destination.url, content=prepared.body, headers=headers) as resp:
+            snippet = _read_snippet(resp)
+            status = resp.status_code
+    except DestinationBlocked as exc:
+        return failed(f"destination refused: {exc}")
+    except httpx.TimeoutException:
+        return failed(f"timed out after {client.timeout.read}s")
+    except httpx.HTTPError as exc:
+        return failed(f"{type(exc).__name__}: {_first_line(exc)}")
+    if 200 <= status < 300:
+        return Attempt(
+            ok=True,
+            at=started,
+            duration=time.perf_counter() - clock,
+            status=status,
+            response=snippet,
+            destination=redacted(prepared.destination.url),
+        )
+    reason = f"HTTP {status}"
+    if 300 <= status < 400:
+        reason += " (redirects are not followed)"
+    return failed(reason, status, snippet)
+
+
+def _read_snippet(resp: httpx.Response) -> str:
+    collected = b""
+    for chunk in resp.iter_raw():
+        collected += chunk
+        if len(collected) >= RESPONSE_SNIPPET_BYTES:
+            break
+    return collected[:RESPONSE_SNIPPET_BYTES].decode("utf-8", "replace")
+
+
+def _first_line(exc: Exception) -> str:
+    text = str(exc) or exc.__class__.__name__
+    return text.splitlines()[0][:300]
+
+
+Step = Literal["delivered", "retry", "dead"]
+
+
+def decide(prepared: Prepared, attempt: Attempt, schedule: tuple[float, ...]) -> tuple[Step, float | None]:
+    """The next step and, for a retry, its delay in seconds."""
+    if attempt.ok:
+        return "delivered", None
+    if prepared.replay:
+        return "dead", None
+    delay = next_delay(schedule, prepared.failures + 1)
+    if delay is None:
+        return "dead", None
+    return "retry", delay
