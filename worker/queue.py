@@ -237,7 +237,9 @@ class DeliveryQueue:
                 keys.dead_letters_by_appid(appid),
                 self.queue_key,
             ],
-            args=[outcome, delivery_id, attempt, now, due if due is not None else "", retention, error, _rq_now()],
+            args=[
+                outcome, delivery_id, attempt, now, "" if due is None else due, retention, error, _rq_now()
+            ],
         )
         return bool(result)
 

@@ -1,0 +1,97 @@
+"""The HTTP application: receiver, gateway API, console and health checks.
+
+``create_app(settings)`` builds the Starlette app; Redis clients and the
+shared outbound HTTP client are opened in the lifespan and kept on
+``app.state.services``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+
+from redis.asyncio import Redis
+from redis.exceptions import RedisError
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import BaseRoute, Route
+
+from svcgw.settings import Settings, SettingsError
+from svcgw.store import Store
+from svcgw.vault import TokenVault
+
+from .ingest import RECEIVER_PREFIX, Ingest, make_endpoint
+
+__all__ = ["Services", "create_app"]
+
+
+@dataclass
+class Services:
+    settings: Settings
+    redis: Redis  # bytes in, bytes out: raw bodies
+    text_redis: Redis  # decode_responses=True: configuration
+    store: Store
+    ingest: Ingest
+    vault: TokenVault
+
+
+def redis_clients(settings: Settings) -> tuple[Redis, Redis]:
+    if not settings.redis_url:
+        raise SettingsError("SVCGW_REDIS_URL is required here; `svcgw up` starts an embedded Redis")
+    raw = Redis.from_url(settings.redis_url, health_check_interval=30)
+    text = Redis.from_url(settings.redis_url, decode_responses=True, health_check_interval=30)
+    return raw, text
+
+
+def build_services(settings: Settings) -> Services:
+    raw, text = redis_clients(settings)
+    vault = TokenVault.from_settings(settings)
+    return Services(
+        settings=settings,
+        redis=raw,
+        text_redis=text,
+        store=Store(text, vault),
+        ingest=Ingest(raw, settings),
+        vault=vault,
+    )
+
+
+async def healthz(request: Request) -> Response:
+    return JSONResponse({"status": "ok"})
+
+
+async def readyz(request: Request) -> Response:
+    services: Services = request.app.state.services
+    try:
+        await services.redis.ping()
+    except (RedisError, OSError):
+        return JSONResponse({"status": "unavailable", "redis": "unreachable"}, status_code=503)
+    return JSONResponse({"status": "ok", "redis": "ok"})
+
+
+def create_app(settings: Settings, *, services: Services | None = None) -> Starlette:
+    services = services or build_services(settings)
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        try:
+            yield
+        finally:
+            await services.redis.aclose()
+            await services.text_redis.aclose()
+
+    routes: list[BaseRoute] = [
+        Route("/healthz", healthz, methods=["GET"]),
+        Route("/readyz", readyz, methods=["GET"]),
+        Route(
+            RECEIVER_PREFIX + "{appid}/{token}",
+            make_endpoint(services.ingest),
+            methods=["POST"],
+            name="receiver",
+        ),
+    ]
+    app = Starlette(routes=routes, lifespan=lifespan)
+    app.state.services = services
+    return app

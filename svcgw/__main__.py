@@ -1,0 +1,3 @@
+from svcgw.cli import main
+
+main()

@@ -1,0 +1,98 @@
+"""The ``svcgw`` command line.
+
+Roles (``up``, ``serve``, ``worker``, ``sim``) live here; administration
+commands (accounts, keys, callback, instances, dlq, log, secrets) live in
+``svcgw.admin`` and are attached to the same group.
+"""
+
+from __future__ import annotations
+
+import sys
+
+import click
+
+from .settings import Settings, SettingsError
+
+__all__ = ["main"]
+
+
+def load_settings() -> Settings:
+    try:
+        return Settings.from_env()
+    except SettingsError as exc:
+        raise click.ClickException(str(exc)) from None
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.option("--log-level", default="INFO", show_default=True, help="DEBUG, INFO, WARNING or ERROR.")
+@click.pass_context
+def cli(ctx: click.Context, log_level: str) -> None:
+    """svcgw: the callback gateway."""
+    from .logs import configure
+
+    configure(log_level)
+    ctx.ensure_object(dict)
+
+
+@cli.command()
+@click.option("--demo", is_flag=True, help="Also start the capability-layer simulator and a demo account.")
+@click.option("--workers", default=1, show_default=True, type=click.IntRange(1, 64))
+def up(demo: bool, workers: int) -> None:
+    """Run the whole service: HTTP server, workers (and Redis, if SVCGW_REDIS_URL is unset)."""
+    from .runner import run_up
+
+    settings = load_settings()
+    if not demo and not settings.upstream_url:
+        raise click.ClickException("SVCGW_UPSTREAM_URL is required (or use --demo for the simulator)")
+    try:
+        sys.exit(run_up(settings, demo=demo, workers=workers))
+    except SettingsError as exc:
+        raise click.ClickException(str(exc)) from None
+
+
+@cli.command()
+def serve() -> None:
+    """Run the HTTP server: gateway API, receiver and console."""
+    from .runner import run_server
+
+    try:
+        run_server(load_settings())
+    except SettingsError as exc:
+        raise click.ClickException(str(exc)) from None
+
+
+@cli.command()
+@click.option("--burst", is_flag=True, help="Exit once nothing is queued, in flight or scheduled.")
+def worker(burst: bool) -> None:
+    """Run deliveries, retry scheduling and the liveness prober."""
+    from .runner import run_worker
+
+    try:
+        run_worker(load_settings(), burst=burst)
+    except SettingsError as exc:
+        raise click.ClickException(str(exc)) from None
+
+
+@cli.command()
+@click.option("--host", default="127.0.0.1", show_default=True)
+@click.option("--port", default=8090, show_default=True, type=click.IntRange(0, 65535))
+def sim(host: str, port: int) -> None:
+    """Run the capability-layer simulator."""
+    from .sim.app import run
+
+    run(host, port)
+
+
+def _attach_admin() -> None:
+    try:
+        from . import admin
+    except ImportError:
+        return
+    admin.register(cli)
+
+
+_attach_admin()
+
+
+def main() -> None:
+    cli(obj={})

@@ -1,0 +1,60 @@
+"""Logging: one JSON object per line, or readable lines on a terminal.
+
+Records carry structured fields through ``extra=`` (appid, delivery_id,
+attempt, outcome, status, error, duration_ms). Secrets are never passed to a
+logger; the formatter has no way to know them, so the rule is kept at the
+call sites.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+import time
+
+import orjson
+
+__all__ = ["configure"]
+
+FIELDS = ("appid", "delivery_id", "attempt", "outcome", "status", "error", "duration_ms", "role")
+
+
+class JsonFormatter(logging.Formatter):
+    def format(self, record: logging.LogRecord) -> str:
+        line: dict[str, object] = {
+            "time": time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(record.created))
+            + f".{int(record.msecs):03d}Z",
+            "level": record.levelname.lower(),
+            "logger": record.name,
+            "message": record.getMessage(),
+        }
+        for name in FIELDS:
+            value = record.__dict__.get(name)
+            if value is not None:
+                line[name] = value
+        if record.exc_info:
+            line["exception"] = self.formatException(record.exc_info)
+        return orjson.dumps(line).decode()
+
+
+class TextFormatter(logging.Formatter):
+    def format(self, record: logging.LogRecord) -> str:
+        base = super().format(record)
+        extras = " ".join(
+            f"{name}={record.__dict__[name]}" for name in FIELDS if record.__dict__.get(name) is not None
+        )
+        return f"{base} {extras}" if extras else base
+
+
+def configure(level: str = "INFO", *, json: bool | None = None) -> None:
+    use_json = (not sys.stderr.isatty()) if json is None else json
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(
+        JsonFormatter() if use_json else TextFormatter("%(asctime)s %(levelname)s %(name)s: %(message)s")
+    )
+    root = logging.getLogger()
+    root.handlers[:] = [handler]
+    root.setLevel(level.upper())
+    # One access line per request would drown the delivery records.
+    logging.getLogger("uvicorn.access").setLevel(logging.WARNING)
+    logging.getLogger("httpx").setLevel(logging.WARNING)

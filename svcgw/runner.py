@@ -1,0 +1,152 @@
+"""Running the roles: the HTTP server, the worker, and ``up`` (everything at once).
+
+``up`` owns the process tree: it starts the embedded Redis (when no
+``SVCGW_REDIS_URL`` is given) before every other role and stops it after
+all of them, so no worker ever outlives the Redis it writes to. On SIGINT
+or SIGTERM the HTTP server stops first (no new acknowledgements), then the
+workers finish or hand back what they hold, then Redis flushes and exits.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Sequence
+from types import FrameType
+
+from .settings import Settings
+
+__all__ = ["run_server", "run_up", "run_worker"]
+
+log = logging.getLogger("svcgw")
+
+
+def run_server(settings: Settings) -> None:
+    import uvicorn
+
+    from receiver.app import create_app
+
+    settings.require_upstream()
+    app = create_app(settings)
+    config = uvicorn.Config(
+        app,
+        host=settings.host,
+        port=settings.port,
+        log_config=None,
+        access_log=False,
+        timeout_graceful_shutdown=10,
+        server_header=False,
+    )
+    server = uvicorn.Server(config)
+    server.run()
+
+
+def run_worker(settings: Settings, *, burst: bool = False) -> None:
+    from redis import Redis
+
+    from svcgw.vault import TokenVault
+    from worker.engine import Engine
+
+    if not settings.redis_url:
+        from .settings import SettingsError
+
+        raise SettingsError("SVCGW_REDIS_URL is required for `svcgw worker`; `svcgw up` starts its own Redis")
+    redis = Redis.from_url(settings.redis_url, health_check_interval=30)
+    engine = Engine(settings, redis, TokenVault.from_settings(settings))
+    stop = threading.Event()
+
+    def on_signal(signum: int, frame: FrameType | None) -> None:
+        log.info("worker stopping (signal %d)", signum)
+        stop.set()
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    extra = _start_background_roles(settings, stop)
+    try:
+        engine.run(stop, burst=burst)
+    finally:
+        stop.set()
+        for thread in extra:
+            thread.join(timeout=5)
+        redis.close()
+
+
+def _start_background_roles(settings: Settings, stop: threading.Event) -> list[threading.Thread]:
+    """Roles that share the worker process besides delivery (the liveness prober)."""
+    threads: list[threading.Thread] = []
+    try:
+        from worker.prober import start_prober
+    except ImportError:
+        return threads
+    threads.append(start_prober(settings, stop))
+    return threads
+
+
+def _spawn(role: Sequence[str], env: dict[str, str]) -> subprocess.Popen[bytes]:
+    return subprocess.Popen([sys.executable, "-m", "svcgw", *role], env=env, stdin=subprocess.DEVNULL)
+
+
+def run_up(settings: Settings, *, demo: bool = False, workers: int = 1) -> int:
+    from .embedded import EmbeddedRedis
+
+    env = dict(os.environ)
+    embedded: EmbeddedRedis | None = None
+    children: list[tuple[str, subprocess.Popen[bytes]]] = []
+    stopping = threading.Event()
+
+    def on_signal(signum: int, frame: FrameType | None) -> None:
+        stopping.set()
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    try:
+        if not settings.redis_url:
+            embedded = EmbeddedRedis(settings.state_dir)
+            embedded.start()
+            env["SVCGW_REDIS_URL"] = embedded.url
+            log.info("embedded Redis at %s, data in %s", embedded.url, embedded.dir)
+        if demo:
+            from .demo import prepare_demo
+
+            sim_port = int(env.get("SVCGW_SIM_PORT", "8090"))
+            children.append(("sim", _spawn(["sim", "--port", str(sim_port)], env)))
+            env.setdefault("SVCGW_UPSTREAM_URL", f"http://127.0.0.1:{sim_port}")
+            env.setdefault("SVCGW_ALLOW_PRIVATE_DESTINATIONS", "127.0.0.0/8,::1/128")
+        children.append(("serve", _spawn(["serve"], env)))
+        for _ in range(workers):
+            children.append(("worker", _spawn(["worker"], env)))
+        if demo:
+            prepare_demo(Settings.from_env(env))
+        print(f"svcgw is up: {settings.public_url}  (Ctrl-C stops it)", flush=True)
+        while not stopping.is_set():
+            for name, child in children:
+                if child.poll() is not None:
+                    log.error("%s exited with %s; stopping everything", name, child.returncode)
+                    stopping.set()
+            stopping.wait(0.5)
+    finally:
+        # HTTP first (no new acknowledgements), workers next, Redis last.
+        for role in ("serve", "sim", "worker"):
+            for name, child in children:
+                if name == role and child.poll() is None:
+                    child.terminate()
+            for name, child in children:
+                if name == role:
+                    _wait(child, settings.delivery_timeout + 10)
+        if embedded is not None:
+            embedded.stop()
+    return 0
+
+
+def _wait(child: subprocess.Popen[bytes], timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while child.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.05)
+    if child.poll() is None:
+        child.kill()
+        child.wait()

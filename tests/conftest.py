@@ -1,0 +1,123 @@
+"""Fixtures: a clean Redis database, settings for every role, a sink, real processes."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+from cryptography.fernet import Fernet
+from redis import Redis
+from redis.asyncio import Redis as AsyncRedis
+
+from svcgw.settings import Settings
+from svcgw.store import Scope, Store
+from svcgw.vault import TokenVault
+from tests.support import Process, Sink, start_server
+
+REDIS_HOST = os.environ.get("SVCGW_TEST_REDIS_HOST", "127.0.0.1")
+REDIS_PORT = int(os.environ.get("SVCGW_TEST_REDIS_PORT", "6379"))
+REDIS_DB = int(os.environ.get("SVCGW_TEST_REDIS_DB", "9"))
+
+
+@pytest.fixture
+def redis_url() -> Iterator[str]:
+    url = f"redis://{REDIS_HOST}:{REDIS_PORT}/{REDIS_DB}"
+    client = Redis.from_url(url)
+    client.flushdb()
+    yield url
+    client.flushdb()
+    client.close()
+
+
+@pytest.fixture
+def redis(redis_url: str) -> Iterator[Redis]:
+    client = Redis.from_url(redis_url)
+    yield client
+    client.close()
+
+
+@pytest.fixture
+def env(redis_url: str, tmp_path: Path) -> dict[str, str]:
+    """Environment for ``svcgw`` child processes: short retries, loopback allowed."""
+    base = {k: v for k, v in os.environ.items() if not k.startswith("SVCGW_")}
+    base.update(
+        SVCGW_REDIS_URL=redis_url,
+        SVCGW_UPSTREAM_URL="http://127.0.0.1:9/",
+        SVCGW_STATE_DIR=str(tmp_path),
+        SVCGW_RETRY_SCHEDULE="0.2,0.2,0.2,0.2,0.2,0.2",
+        SVCGW_DELIVERY_TIMEOUT="2",
+        SVCGW_ALLOW_PRIVATE_DESTINATIONS="127.0.0.0/8,::1/128",
+        SVCGW_ENCRYPTION_KEYS=Fernet.generate_key().decode(),
+        SVCGW_LEASE_SECONDS="3",
+        PYTHONUNBUFFERED="1",
+    )
+    return base
+
+
+@pytest.fixture
+def settings(env: dict[str, str]) -> Settings:
+    return Settings.from_env(env)
+
+
+def run(coro):  # type: ignore[no-untyped-def]
+    return asyncio.run(coro)
+
+
+@dataclass
+class Tenant:
+    account: str
+    appid: str
+    receiver_token: str
+
+    def receiver_url(self, base: str) -> str:
+        return f"{base}/svc/receiver/{self.appid}/{self.receiver_token}"
+
+
+async def _with_store(settings: Settings, action):  # type: ignore[no-untyped-def]
+    client = AsyncRedis.from_url(settings.redis_url or "", decode_responses=True)
+    try:
+        return await action(Store(client, TokenVault.from_settings(settings)))
+    finally:
+        await client.aclose()
+
+
+def with_store(settings: Settings, action):  # type: ignore[no-untyped-def]
+    """Run ``action(store)`` (a coroutine function) against the test database."""
+    return asyncio.run(_with_store(settings, action))
+
+
+def provision(settings: Settings, url: str | None = None, bearer: str | None = None, appid: str = "") -> Tenant:
+    async def action(store: Store) -> Tenant:
+        account = await store.create_account("test account", devices=10)
+        instance = appid or "we_" + os.urandom(8).hex()[:15]
+        token = await store.register_instance(instance, account.id)
+        if url:
+            await store.set_callback(Scope(appid=instance), url, bearer_token=bearer)
+        return Tenant(account.id, instance, token)
+
+    return with_store(settings, action)  # type: ignore[no-any-return]
+
+
+@pytest.fixture
+def sink() -> Iterator[Sink]:
+    server = Sink().start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def server(env: dict[str, str]) -> Iterator[str]:
+    process, base = start_server(env)
+    yield base
+    process.stop()
+
+
+@pytest.fixture
+def worker(env: dict[str, str]) -> Iterator[Process]:
+    process = Process(["worker"], env, "worker").start()
+    yield process
+    process.stop()

@@ -1,0 +1,180 @@
+"""Test support: a real HTTP sink, real service processes, and polling with a deadline."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any, TypeVar
+
+import httpx
+
+T = TypeVar("T")
+
+
+def wait_for(predicate: Callable[[], T], timeout: float = 10.0, interval: float = 0.02, what: str = "") -> T:
+    """Poll until ``predicate()`` is truthy; fail the test with ``what`` at the deadline."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout}s waiting for {what or predicate}")
+        time.sleep(interval)
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@dataclass
+class Received:
+    path: str
+    headers: dict[str, str]
+    body: bytes
+    at: float
+
+
+@dataclass
+class Sink:
+    """An HTTP server on loopback that records every POST and answers as told."""
+
+    status: int = 200
+    delay: float = 0.0
+    location: str | None = None
+    received: list[Received] = field(default_factory=list)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+    server: ThreadingHTTPServer | None = None
+
+    def start(self) -> Sink:
+        sink = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def do_POST(self) -> None:
+                length = int(self.headers.get("Content-Length", "0"))
+                body = self.rfile.read(length)
+                with sink.lock:
+                    sink.received.append(
+                        Received(self.path, {k.lower(): v for k, v in self.headers.items()}, body, time.time())
+                    )
+                    status, delay, location = sink.status, sink.delay, sink.location
+                if delay:
+                    time.sleep(delay)
+                payload = b'{"ok":true}'
+                try:
+                    self.send_response(status)
+                    if location:
+                        self.send_header("Location", location)
+                    self.send_header("Content-Type", "application/json")
+                    self.send_header("Content-Length", str(len(payload)))
+                    self.end_headers()
+                    self.wfile.write(payload)
+                except (BrokenPipeError, ConnectionResetError):
+                    pass
+
+            def log_message(self, format: str, *args: Any) -> None:
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server.daemon_threads = True
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+        return self
+
+    @property
+    def url(self) -> str:
+        assert self.server is not None
+        return f"http://127.0.0.1:{self.server.server_address[1]}/hook"
+
+    def set(self, *, status: int | None = None, delay: float | None = None, location: str | None = None) -> None:
+        with self.lock:
+            if status is not None:
+                self.status = status
+            if delay is not None:
+                self.delay = delay
+            self.location = location
+
+    def posts(self) -> list[Received]:
+        with self.lock:
+            return list(self.received)
+
+    def stop(self) -> None:
+        if self.server is not None:
+            self.server.shutdown()
+            self.server.server_close()
+
+
+class Process:
+    """A ``svcgw`` role run as a real child process."""
+
+    def __init__(self, args: list[str], env: dict[str, str], name: str) -> None:
+        self.args = args
+        self.env = env
+        self.name = name
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.log_path = os.path.join(env.get("SVCGW_STATE_DIR", "."), f"{name}.log")
+
+    def start(self) -> Process:
+        log = open(self.log_path, "ab")  # noqa: SIM115 - handed to the child
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "svcgw", *self.args],
+            env=self.env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+        )
+        log.close()
+        return self
+
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def output(self) -> str:
+        try:
+            with open(self.log_path, encoding="utf-8", errors="replace") as handle:
+                return handle.read()
+        except FileNotFoundError:
+            return ""
+
+    def kill(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+
+    def stop(self, timeout: float = 20.0) -> None:
+        if self.proc is None or self.proc.poll() is not None:
+            return
+        self.proc.terminate()
+        try:
+            self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+
+
+def start_server(env: dict[str, str]) -> tuple[Process, str]:
+    port = free_port()
+    server_env = dict(env, SVCGW_PORT=str(port))
+    process = Process(["serve"], server_env, f"serve-{port}").start()
+    base = f"http://127.0.0.1:{port}"
+
+    def ready() -> bool:
+        if not process.alive():
+            raise AssertionError(f"server exited:\n{process.output()}")
+        try:
+            return httpx.get(base + "/readyz", timeout=1).status_code == 200
+        except httpx.HTTPError:
+            return False
+
+    wait_for(ready, timeout=20, interval=0.05, what="the HTTP server to be ready")
+    return process, base
