@@ -83,15 +83,9 @@ def sim(host: str, port: int) -> None:
     run(host, port)
 
 
-def _attach_admin() -> None:
-    try:
-        from . import admin
-    except ImportError:
-        return
-    admin.register(cli)
+from . import admin  # noqa: E402
 
-
-_attach_admin()
+admin.register(cli)
 
 
 def main() -> None:

@@ -118,3 +118,7 @@ def rq_failed(queue_name: str) -> str:
 
 def rq_scheduled(queue_name: str) -> str:
     return f"rq:scheduled:{queue_name}"
+
+
+# --- demo (``svcgw up --demo``) ----------------------------------------------
+DEMO = PREFIX + "demo"  # hash: account, key_id, key (sealed), appid

@@ -1,0 +1,126 @@
+"""Reading the callback log: every post the receiver accepted, as it was received.
+
+The receiver appends each post to the stream ``svcgw:log:<appid>`` (fields
+``body``, ``received_at``, ``delivery``, ``accepted``, ``duplicates``) and
+trims it to ``SVCGW_LOG_RETENTION``. Bodies come back as the exact bytes
+received, so the Redis client must not decode responses.
+"""
+
+from __future__ import annotations
+
+import base64
+import re
+import time
+from dataclasses import dataclass
+from typing import cast
+
+from redis import Redis
+
+from . import keys
+from .settings import Settings
+
+__all__ = ["LogEntry", "parse_since", "read_log"]
+
+_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+_SINCE = re.compile(r"(\d+)([smhd])")
+
+
+@dataclass(frozen=True)
+class LogEntry:
+    id: str  # the stream entry id, usable as ``before`` for the next page
+    received_at: float
+    body: bytes
+    accepted: int
+    duplicates: int
+    delivery_id: str | None  # None when every event of the post was a duplicate
+    state: str | None  # queued, retrying, delivered, dead; 'unknown' once expired; None without delivery
+
+    def as_dict(self) -> dict[str, object]:
+        try:
+            body: dict[str, object] = {"body": self.body.decode("utf-8")}
+        except UnicodeDecodeError:
+            body = {"body": None, "body_base64": base64.b64encode(self.body).decode("ascii")}
+        return {
+            "id": self.id,
+            "received_at": self.received_at,
+            "accepted": self.accepted,
+            "duplicates": self.duplicates,
+            "delivery_id": self.delivery_id,
+            "state": self.state,
+            **body,
+        }
+
+
+def parse_since(text: str) -> int:
+    """Seconds in ``45s``, ``30m``, ``1h`` or ``2d``; ``ValueError`` with a readable message otherwise."""
+    match = _SINCE.fullmatch(text.strip().lower())
+    if match is None:
+        raise ValueError(f"a duration looks like 45s, 30m, 1h or 2d, got {text!r}")
+    seconds = int(match.group(1)) * _UNITS[match.group(2)]
+    if seconds <= 0:
+        raise ValueError(f"a duration must be longer than zero, got {text!r}")
+    return seconds
+
+
+def read_log(
+    redis: Redis,
+    settings: Settings,
+    appid: str,
+    *,
+    since_seconds: float | None = None,
+    limit: int = 100,
+    before: str | None = None,
+) -> list[LogEntry]:
+    """Posts to one instance's receiver, newest first.
+
+    ``since_seconds`` keeps only the posts of that last stretch of time;
+    ``before`` (an entry id, exclusive) pages further back. ``settings`` is
+    taken for symmetry with the other readers; the stream key depends only
+    on the appid.
+    """
+    if limit <= 0:
+        return []
+    newest = f"({before}" if before else "+"
+    oldest = "-"
+    if since_seconds is not None:
+        oldest = str(max(int((time.time() - since_seconds) * 1000), 0))
+    rows = cast(
+        list[tuple[bytes | str, dict[bytes | str, bytes | str]]],
+        redis.xrevrange(keys.callback_log(appid), newest, oldest, count=limit),
+    )
+    entries: list[tuple[str, dict[str, bytes]]] = []
+    for entry_id, raw_fields in rows:
+        entries.append((_text(entry_id), {_text(k): _bytes(v) for k, v in raw_fields.items()}))
+    deliveries = [fields.get("delivery", b"").decode() for _, fields in entries]
+    states: list[bytes | str | None] = []
+    if any(deliveries):
+        with redis.pipeline(transaction=False) as pipe:
+            for delivery_id in deliveries:
+                if delivery_id:
+                    pipe.hget(keys.delivery(delivery_id), "state")
+            found = iter(pipe.execute())
+        states = [next(found) if delivery_id else None for delivery_id in deliveries]
+    else:
+        states = [None] * len(entries)
+    result: list[LogEntry] = []
+    for (entry_id, fields), delivery_id, state in zip(entries, deliveries, states, strict=True):
+        result.append(
+            LogEntry(
+                id=entry_id,
+                received_at=float(fields.get("received_at", b"0") or 0),
+                body=fields.get("body", b""),
+                accepted=int(fields.get("accepted", b"0") or 0),
+                duplicates=int(fields.get("duplicates", b"0") or 0),
+                delivery_id=delivery_id or None,
+                state=(_text(state) if state else "unknown") if delivery_id else None,
+            )
+        )
+    return result
+
+
+def _text(value: bytes | str) -> str:
+    return value.decode("utf-8", "replace") if isinstance(value, bytes) else value
+
+
+def _bytes(value: bytes | str) -> bytes:
+    return value if isinstance(value, bytes) else value.encode("utf-8")

@@ -1,0 +1,90 @@
+"""The callback log: raw bodies, newest first, paging, time windows and delivery states."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import pytest
+from redis import Redis
+from redis.asyncio import Redis as AsyncRedis
+
+from receiver.ingest import Ingest
+from svcgw import keys
+from svcgw.calllog import parse_since, read_log
+from svcgw.settings import Settings
+from tests.conftest import provision
+from tests.worker.test_deadletters import ingest
+
+
+@pytest.mark.parametrize(
+    ("text", "seconds"),
+    [("45s", 45), ("30m", 1800), ("1h", 3600), ("2d", 172800), (" 1H ", 3600), ("90m", 5400)],
+)
+def test_parse_since(text: str, seconds: int) -> None:
+    assert parse_since(text) == seconds
+
+
+@pytest.mark.parametrize("text", ["", "1", "h", "1x", "1.5h", "-1h", "0s", "1h30m", "one hour"])
+def test_parse_since_refuses_with_a_readable_message(text: str) -> None:
+    with pytest.raises(ValueError, match=r"45s, 30m, 1h or 2d|longer than zero"):
+        parse_since(text)
+
+
+def test_entries_are_raw_and_newest_first(settings: Settings, redis: Redis) -> None:
+    tenant = provision(settings)
+    bodies = [
+        b'{"event_type":"Msg","events":[{"id":1688850000000000001,"roomId":12345678901234567890}]}',
+        b'{ "event_type" : "Msg", "events" : [ {"id":"b", "v": 1e2} ] }',
+        b'{"event_type":"Msg","events":[{"id":"b"}]}',
+    ]
+    delivery_ids = [ingest(settings, tenant, body) for body in bodies[:2]]
+
+    async def post_duplicate() -> None:
+        client = AsyncRedis.from_url(settings.redis_url or "")
+        try:
+            result = await Ingest(client, settings).accept(tenant.appid, tenant.receiver_token, bodies[2])
+        finally:
+            await client.aclose()
+        assert result.delivery_id is None and result.duplicates == 1
+
+    asyncio.run(post_duplicate())
+
+    entries = read_log(redis, settings, tenant.appid)
+    assert [e.body for e in entries] == bodies[::-1]
+    newest, middle, oldest = entries
+    assert (newest.accepted, newest.duplicates, newest.delivery_id, newest.state) == (0, 1, None, None)
+    assert (middle.delivery_id, middle.state, middle.accepted) == (delivery_ids[1], "queued", 1)
+    assert oldest.delivery_id == delivery_ids[0]
+    assert oldest.received_at <= middle.received_at <= newest.received_at
+
+    # Paging back from an entry, exclusive.
+    assert [e.id for e in read_log(redis, settings, tenant.appid, limit=1)] == [newest.id]
+    assert [e.id for e in read_log(redis, settings, tenant.appid, before=newest.id)] == [middle.id, oldest.id]
+
+    # A delivery whose record expired is 'unknown'; a changed one shows its current state.
+    redis.delete(keys.delivery(delivery_ids[0]))
+    redis.hset(keys.delivery(delivery_ids[1]), "state", "delivered")
+    states = [e.state for e in read_log(redis, settings, tenant.appid)]
+    assert states == [None, "delivered", "unknown"]
+
+    as_json = middle.as_dict()
+    assert as_json["body"] == bodies[1].decode() and as_json["delivery_id"] == delivery_ids[1]
+
+
+def test_since_keeps_only_the_recent_stretch(settings: Settings, redis: Redis) -> None:
+    tenant = provision(settings)
+    stream = keys.callback_log(tenant.appid)
+    two_hours_ago = int((time.time() - 7200) * 1000)
+    redis.xadd(
+        stream,
+        {"body": b"{}", "received_at": two_hours_ago / 1000, "delivery": "", "accepted": 0, "duplicates": 0},
+        id=f"{two_hours_ago}-0",
+    )
+    ingest(settings, tenant, b'{"event_type":"Msg","events":[{"id":"recent"}]}')
+
+    assert len(read_log(redis, settings, tenant.appid)) == 2
+    recent = read_log(redis, settings, tenant.appid, since_seconds=parse_since("1h"))
+    assert [e.body for e in recent] == [b'{"event_type":"Msg","events":[{"id":"recent"}]}']
+    assert len(read_log(redis, settings, tenant.appid, since_seconds=parse_since("3h"))) == 2
+    assert read_log(redis, settings, "we_nobody") == []
