@@ -173,10 +173,11 @@ async def read_body(request: Request, limit: int) -> bytes:
     declared = request.headers.get("content-length")
     if declared is not None:
         try:
-            if int(declared) > limit:
-                raise EnvelopeError(f"the body is larger than {limit} bytes", status=413)
+            size = int(declared)
         except ValueError:
             raise EnvelopeError("invalid Content-Length") from None
+        if size > limit:
+            raise EnvelopeError(f"the body is larger than {limit} bytes", status=413)
     chunks: list[bytes] = []
     size = 0
     async for chunk in request.stream():

@@ -60,6 +60,7 @@ class Sink:
 
         class Handler(BaseHTTPRequestHandler):
             protocol_version = "HTTP/1.1"
+            disable_nagle_algorithm = True
 
             def do_POST(self) -> None:
                 length = int(self.headers.get("Content-Length", "0"))
@@ -125,7 +126,7 @@ class Process:
         self.log_path = os.path.join(env.get("SVCGW_STATE_DIR", "."), f"{name}.log")
 
     def start(self) -> Process:
-        log = open(self.log_path, "ab")  # noqa: SIM115 - handed to the child
+        log = open(self.log_path, "ab")
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "svcgw", *self.args],
             env=self.env,

@@ -1,0 +1,84 @@
+from __future__ import annotations
+
+import orjson
+import pytest
+
+from svcgw.envelope import EnvelopeError, build_envelope, parse_post
+
+LIMIT = 1 << 20
+
+
+def test_events_keep_their_bytes() -> None:
+    body = (
+        b'{ "event_type" : "Msg", "events" : [ {"id":"a","roomId":12345678901234567890123,"x":1e2} ,'
+        b'\n {"id": 7, "s": "br\\"ace]}", "n": [1, {"k": []}]} ] , "appid": "we_1" }'
+    )
+    post = parse_post(body, max_bytes=LIMIT)
+    assert post.appid == "we_1"
+    assert [e.raw for e in post.events] == [
+        b'{"id":"a","roomId":12345678901234567890123,"x":1e2}',
+        b'{"id": 7, "s": "br\\"ace]}", "n": [1, {"k": []}]}',
+    ]
+    envelope = build_envelope("we_1", post.event_type, [e.raw for e in post.events])
+    assert b"12345678901234567890123" in envelope and b"1e2" in envelope
+    assert orjson.loads(envelope)["events"][1]["s"] == 'br"ace]}'
+
+
+def test_ids_key_events_exactly_even_beyond_double_precision() -> None:
+    body = b'{"event_type":"Msg","events":[{"id":9007199254740993},{"id":9007199254740992},{"id":"9007199254740993"}]}'
+    keys = [e.key for e in parse_post(body, max_bytes=LIMIT).events]
+    assert keys[0] != keys[1]
+    # The same digits as a string name the same event.
+    assert keys[0] == keys[2]
+    assert all(e.keyed for e in parse_post(body, max_bytes=LIMIT).events)
+
+
+def test_events_without_id_are_keyed_by_content() -> None:
+    body = b'{"event_type":"GapClosed","events":[{"code":0},{"code":0},{"code":-1}]}'
+    events = parse_post(body, max_bytes=LIMIT).events
+    assert not any(e.keyed for e in events)
+    assert events[0].key == events[1].key != events[2].key
+    other = parse_post(b'{"event_type":"Error","events":[{"code":0}]}', max_bytes=LIMIT).events[0]
+    assert other.key != events[0].key
+
+
+def test_escaped_keys_are_understood() -> None:
+    body = b'{"event_type":"Msg","\\u0065vents":[{"\\u0069d":"x"}]}'
+    post = parse_post(body, max_bytes=LIMIT)
+    assert post.events[0].keyed
+
+
+@pytest.mark.parametrize(
+    ("body", "status"),
+    [
+        (b"not json", 400),
+        (b"[1,2]", 400),
+        (b'"text"', 400),
+        (b'{"events":[]}', 422),
+        (b'{"event_type":"","events":[]}', 422),
+        (b'{"event_type":"Msg","events":{}}', 422),
+        (b'{"event_type":"Msg","events":[1]}', 422),
+        (b'{"event_type":"Msg","events":[],"appid":5}', 422),
+        (b'{"event_type":"Msg","events":[NaN]}', 400),
+    ],
+)
+def test_bad_posts_are_refused(body: bytes, status: int) -> None:
+    with pytest.raises(EnvelopeError) as info:
+        parse_post(body, max_bytes=LIMIT)
+    assert info.value.status == status
+
+
+def test_oversized_post_is_413() -> None:
+    with pytest.raises(EnvelopeError) as info:
+        parse_post(b'{"event_type":"Msg","events":[]}' + b" " * 100, max_bytes=50)
+    assert info.value.status == 413
+
+
+def test_numbers_beyond_double_range_are_still_valid_json() -> None:
+    post = parse_post(b'{"event_type":"Msg","events":[{"id":"a","v":1e400}]}', max_bytes=LIMIT)
+    assert post.events[0].raw == b'{"id":"a","v":1e400}'
+
+
+def test_last_duplicate_member_wins_like_the_parser() -> None:
+    post = parse_post(b'{"event_type":"Msg","events":[{"id":"a"}],"events":[{"id":"b"}]}', max_bytes=LIMIT)
+    assert [e.raw for e in post.events] == [b'{"id":"b"}']

@@ -1,0 +1,42 @@
+from __future__ import annotations
+
+import pytest
+
+from svcgw.signing import sign, verify
+
+# Vectors computed with `openssl dgst -sha256 -hmac <secret>` over "<timestamp>.<body>".
+VECTORS = [
+    ("whsec_test", 1700000000, b'{"appid":"we_abc","events":[]}',
+     "47e526ab5540a3c6f323435fa715c572aa58e63bf8f65e2da8186a36172db3e1"),
+    ("ключ", 1, b"", "93331b89525570b595d81c04fc45d03585611fa62dd2deced1840a983fd5f4a5"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("secret", "timestamp", "body", "expected"), VECTORS)
+def test_sign_matches_fixed_vectors(secret: str, timestamp: int, body: bytes, expected: str) -> None:
+    assert sign(secret, timestamp, body) == expected
+    assert sign(secret, str(timestamp), body) == expected
+
+
+def test_verify_accepts_the_signature_and_uppercase_hex() -> None:
+    secret, timestamp, body, expected = VECTORS[0]
+    assert verify(secret, timestamp, body, expected)
+    assert verify(secret, timestamp, body, expected.upper())
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        lambda s, t, b: (s + "x", t, b),
+        lambda s, t, b: (s, t + 1, b),
+        lambda s, t, b: (s, t, b + b" "),
+    ],
+)
+def test_verify_rejects_any_change(change) -> None:  # type: ignore[no-untyped-def]
+    secret, timestamp, body, expected = VECTORS[0]
+    assert not verify(*change(secret, timestamp, body), expected)
+
+
+def test_secret_is_used_as_utf8_bytes_not_decoded() -> None:
+    # A secret that looks like hex or base64 is still used as its literal bytes.
+    assert sign("deadbeef", 1, b"x") != sign(bytes.fromhex("deadbeef").decode("latin-1"), 1, b"x")
