@@ -122,3 +122,7 @@ def rq_scheduled(queue_name: str) -> str:
 
 # --- demo (``svcgw up --demo``) ----------------------------------------------
 DEMO = PREFIX + "demo"  # hash: account, key_id, key (sealed), appid
+
+
+# --- liveness -----------------------------------------------------------------
+PROBE_SCHEDULE = PREFIX + "probe:schedule"  # sorted set: appid scored by next probe time
