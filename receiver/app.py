@@ -18,7 +18,8 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Route
 
-from svcgw.settings import Settings, SettingsError
+from svcgw.connections import async_client
+from svcgw.settings import Settings
 from svcgw.store import Store
 from svcgw.vault import TokenVault
 
@@ -37,16 +38,8 @@ class Services:
     vault: TokenVault
 
 
-def redis_clients(settings: Settings) -> tuple[Redis, Redis]:
-    if not settings.redis_url:
-        raise SettingsError("SVCGW_REDIS_URL is required here; `svcgw up` starts an embedded Redis")
-    raw = Redis.from_url(settings.redis_url, health_check_interval=30)
-    text = Redis.from_url(settings.redis_url, decode_responses=True, health_check_interval=30)
-    return raw, text
-
-
 def build_services(settings: Settings) -> Services:
-    raw, text = redis_clients(settings)
+    raw, text = async_client(settings), async_client(settings, decode=True)
     vault = TokenVault.from_settings(settings)
     return Services(
         settings=settings,

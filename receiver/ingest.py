@@ -19,7 +19,7 @@ import secrets
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import cast
+from typing import Any, cast
 
 import orjson
 from redis.asyncio import Redis
@@ -123,10 +123,10 @@ class Ingest:
             description=f"{post.event_type} for {appid}",
             failure_ttl=self.settings.dead_letter_retention,
         )
-        flat: list[object] = []
+        flat: list[Any] = []
         for name, value in fields.items():
             flat.extend((name, value))
-        events: list[object] = []
+        events: list[Any] = []
         dedup_keys = []
         for event in post.events:
             events.extend((event.raw, "1" if event.keyed else "0"))

@@ -47,16 +47,11 @@ def run_server(settings: Settings) -> None:
 
 
 def run_worker(settings: Settings, *, burst: bool = False) -> None:
-    from redis import Redis
-
+    from svcgw.connections import sync_client
     from svcgw.vault import TokenVault
     from worker.engine import Engine
 
-    if not settings.redis_url:
-        from .settings import SettingsError
-
-        raise SettingsError("SVCGW_REDIS_URL is required for `svcgw worker`; `svcgw up` starts its own Redis")
-    redis = Redis.from_url(settings.redis_url, health_check_interval=30)
+    redis = sync_client(settings)
     engine = Engine(settings, redis, TokenVault.from_settings(settings))
     stop = threading.Event()
 

@@ -15,6 +15,7 @@ import secrets
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from typing import Any
 from datetime import date
 
 from redis.asyncio import Redis
@@ -134,8 +135,10 @@ def _f(value: str | None) -> float | None:
 
 class Store:
     def __init__(self, redis: Redis, vault: TokenVault) -> None:
-        # ``redis`` must be created with decode_responses=True.
-        self.redis = redis
+        # ``redis`` must be created with decode_responses=True. redis-py types
+        # every answer as ``bytes | str`` whatever that flag says; with it set,
+        # answers are ``str``, so the client is handled untyped here.
+        self.redis: Any = redis
         self.vault = vault
 
     # --- accounts -----------------------------------------------------------

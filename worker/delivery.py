@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Literal, cast
 from urllib.parse import urlsplit, urlunsplit
 
 import httpx
@@ -83,7 +83,7 @@ def _text(value: bytes | None) -> str:
 
 def prepare(redis: Redis, vault: TokenVault, delivery_id: str) -> Prepared | None:
     """The delivery and its current destination; None if the delivery no longer exists."""
-    values = redis.hmget(keys.delivery(delivery_id), list(_DELIVERY_FIELDS))
+    values = cast(list[bytes | None], redis.hmget(keys.delivery(delivery_id), list(_DELIVERY_FIELDS)))
     data = dict(zip(_DELIVERY_FIELDS, values, strict=True))
     if not data["appid"] or data["body"] is None:
         return None
@@ -109,7 +109,7 @@ def prepare(redis: Redis, vault: TokenVault, delivery_id: str) -> Prepared | Non
         appid=appid,
         account=account,
         event_type=_text(data["event_type"]),
-        body=data["body"],
+        body=data["body"] or b"",
         failures=int(data["failures"] or 0),
         attempts=int(data["attempts"] or 0),
         received_at=float(data["received_at"] or 0),

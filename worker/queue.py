@@ -176,7 +176,10 @@ class DeliveryQueue:
         BLMOVE from the queue's head to its own head changes nothing but wakes
         up as soon as a job arrives.
         """
-        result = self.redis.blmove(self.queue_key, self.queue_key, max(timeout, 0.01), "LEFT", "LEFT")
+        # Redis takes fractional timeouts for blocking commands; the stub says int.
+        result = self.redis.blmove(
+            self.queue_key, self.queue_key, max(timeout, 0.01), "LEFT", "LEFT"  # type: ignore[arg-type]
+        )
         return result is not None
 
     def claim(self, count: int, worker_name: str) -> list[str]:
