@@ -6,7 +6,7 @@ Two flavours: raw (bytes, for bodies that must stay byte-exact) and text
 
 from __future__ import annotations
 
-from redis import Redis
+from redis import BlockingConnectionPool, Redis
 from redis.asyncio import Redis as AsyncRedis
 
 from .settings import Settings, SettingsError
@@ -20,8 +20,18 @@ def _url(settings: Settings) -> str:
     return settings.redis_url
 
 
-def sync_client(settings: Settings, *, decode: bool = False) -> Redis:
-    return Redis.from_url(_url(settings), decode_responses=decode, health_check_interval=30)
+def sync_client(settings: Settings, *, decode: bool = False, threads: int | None = None) -> Redis:
+    """A client for ``threads`` threads at once: they wait for a free connection, never fail for lack of one."""
+    if threads is None:
+        return Redis.from_url(_url(settings), decode_responses=decode, health_check_interval=30)
+    pool = BlockingConnectionPool.from_url(
+        _url(settings),
+        decode_responses=decode,
+        health_check_interval=30,
+        max_connections=threads + 4,
+        timeout=30,
+    )
+    return Redis(connection_pool=pool)
 
 
 def async_client(settings: Settings, *, decode: bool = False) -> AsyncRedis:

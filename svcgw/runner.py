@@ -51,7 +51,8 @@ def run_worker(settings: Settings, *, burst: bool = False) -> None:
     from svcgw.vault import TokenVault
     from worker.engine import Engine
 
-    redis = sync_client(settings)
+    # The delivery threads and the main loop share one pool.
+    redis = sync_client(settings, threads=settings.delivery_concurrency + 2)
     engine = Engine(settings, redis, TokenVault.from_settings(settings))
     stop = threading.Event()
 
