@@ -15,8 +15,8 @@ import secrets
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any
 from datetime import date
+from typing import Any
 
 from redis.asyncio import Redis
 
