@@ -55,7 +55,9 @@ class EmbeddedRedis:
             "--protected-mode", "yes",
             "--logfile", str(self.dir / "server.log"),
         ]  # fmt: skip
-        self.process = subprocess.Popen(command, stdin=subprocess.DEVNULL)
+        # Its own session: a Ctrl-C meant for ``svcgw up`` must not stop Redis
+        # before the workers that write to it.
+        self.process = subprocess.Popen(command, stdin=subprocess.DEVNULL, start_new_session=True)
         deadline = time.monotonic() + timeout
         client = Redis(host="127.0.0.1", port=self.port, socket_connect_timeout=0.5)
         try:

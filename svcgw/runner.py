@@ -84,7 +84,11 @@ def _start_background_roles(settings: Settings, stop: threading.Event) -> list[t
 
 
 def _spawn(role: Sequence[str], env: dict[str, str]) -> subprocess.Popen[bytes]:
-    return subprocess.Popen([sys.executable, "-m", "svcgw", *role], env=env, stdin=subprocess.DEVNULL)
+    # A session of its own: Ctrl-C in a terminal reaches only ``up``, which
+    # then stops the children in order instead of all at once.
+    return subprocess.Popen(
+        [sys.executable, "-m", "svcgw", *role], env=env, stdin=subprocess.DEVNULL, start_new_session=True
+    )
 
 
 def run_up(settings: Settings, *, demo: bool = False, workers: int = 1) -> int:

@@ -20,12 +20,37 @@ from tests.support import Process, Sink, start_server
 
 REDIS_HOST = os.environ.get("SVCGW_TEST_REDIS_HOST", "127.0.0.1")
 REDIS_PORT = int(os.environ.get("SVCGW_TEST_REDIS_PORT", "6379"))
-REDIS_DB = int(os.environ.get("SVCGW_TEST_REDIS_DB", "9"))
+
+
+@pytest.fixture(scope="session")
+def redis_db() -> Iterator[int]:
+    """A database number of the test Redis that no other test run uses meanwhile.
+
+    Test runs may overlap on one machine (several checkouts, a benchmark);
+    each one holds a lease on its database in database 0 while it runs.
+    """
+    fixed = os.environ.get("SVCGW_TEST_REDIS_DB")
+    if fixed:
+        yield int(fixed)
+        return
+    lessor = Redis(host=REDIS_HOST, port=REDIS_PORT, db=0)
+    owner = f"{os.getpid()}"
+    for db in range(1, 16):
+        if lessor.set(f"svcgw-test:db:{db}", owner, nx=True, ex=6 * 3600):
+            break
+    else:
+        raise RuntimeError("every test database of the Redis at 127.0.0.1:6379 is leased")
+    try:
+        yield db
+    finally:
+        if lessor.get(f"svcgw-test:db:{db}") == owner.encode():
+            lessor.delete(f"svcgw-test:db:{db}")
+        lessor.close()
 
 
 @pytest.fixture
-def redis_url() -> Iterator[str]:
-    url = f"redis://{REDIS_HOST}:{REDIS_PORT}/{REDIS_DB}"
+def redis_url(redis_db: int) -> Iterator[str]:
+    url = f"redis://{REDIS_HOST}:{REDIS_PORT}/{redis_db}"
     client = Redis.from_url(url)
     client.flushdb()
     yield url
