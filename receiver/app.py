@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from redis.asyncio import Redis
 from redis.exceptions import RedisError
 from starlette.applications import Starlette
+from starlette.middleware import Middleware
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Route
@@ -23,7 +24,10 @@ from svcgw.settings import Settings
 from svcgw.store import Store
 from svcgw.vault import TokenVault
 
+from .gateway import Gateway, PathGuard
 from .ingest import RECEIVER_PREFIX, Ingest, make_endpoint
+from .openapi import openapi_endpoint
+from .upstream import Upstream
 
 __all__ = ["Services", "create_app"]
 
@@ -36,6 +40,7 @@ class Services:
     store: Store
     ingest: Ingest
     vault: TokenVault
+    upstream: Upstream | None = None  # the shared keep-alive client, open while the lifespan runs
 
 
 def build_services(settings: Settings) -> Services:
@@ -69,9 +74,14 @@ def create_app(settings: Settings, *, services: Services | None = None) -> Starl
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        if settings.upstream_url and services.upstream is None:
+            services.upstream = Upstream(settings.require_upstream())
         try:
             yield
         finally:
+            if services.upstream is not None:
+                await services.upstream.aclose()
+                services.upstream = None
             await services.redis.aclose()
             await services.text_redis.aclose()
 
@@ -84,7 +94,9 @@ def create_app(settings: Settings, *, services: Services | None = None) -> Starl
             methods=["POST"],
             name="receiver",
         ),
+        *Gateway(services).routes(),
+        Route("/openapi.json", openapi_endpoint, methods=["GET"], name="openapi"),
     ]
-    app = Starlette(routes=routes, lifespan=lifespan)
+    app = Starlette(routes=routes, lifespan=lifespan, middleware=[Middleware(PathGuard)])
     app.state.services = services
     return app

@@ -1,0 +1,137 @@
+"""Errors the gateway answers itself.
+
+Every one is ``{"code": ..., "message": ..., "data": null}`` with the HTTP
+status the spec pairs with the code, so a client may check either. An
+:class:`ErrorKind` names one row of that table; :class:`GatewayError`
+carries a kind, a message for this occurrence and any extra headers
+(``Retry-After``), and turns itself into the response.
+
+The hierarchy is flat on purpose: one exception class, and the kind says
+which branch it is. ``kind.status`` groups them the way HTTP does:
+
+* 4xx: the caller has to change something (key, path, body, address) or
+  wait (429);
+* 502: the capability layer, or the service's own storage, could not be
+  used; retrying later may work.
+
+Codes the spec leaves to the service: ``-40300`` (403) for an operation the
+console denied to the account, and ``-41300`` (413) for a body larger than
+the gateway accepts.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+import orjson
+from starlette.responses import Response
+
+__all__ = [
+    "ALL_KINDS",
+    "AMBIGUOUS_PATH",
+    "APPID_MISSING",
+    "BODY_TOO_LARGE",
+    "CALLBACK_APPID_MISSING",
+    "CALLBACK_FIELD_UNSUPPORTED",
+    "CALLBACK_URL_INVALID",
+    "CALLBACK_URL_OWN",
+    "CALLBACK_URL_UNUSABLE",
+    "ENTITLEMENT_EXPIRED",
+    "INSTANCE_FIELD",
+    "NOT_FOUND",
+    "OPERATION_DENIED",
+    "QUOTA_FULL",
+    "RATE_LIMITED",
+    "REGISTRATION_FAILED",
+    "UNAUTHORIZED",
+    "UNAVAILABLE",
+    "ErrorKind",
+    "GatewayError",
+    "error_body",
+]
+
+
+@dataclass(frozen=True)
+class ErrorKind:
+    code: int
+    status: int
+    message: str
+
+
+UNAUTHORIZED = ErrorKind(401, 401, "API key missing, invalid or revoked")
+APPID_MISSING = ErrorKind(-40001, 400, "appid missing, or the body is not a JSON object")
+INSTANCE_FIELD = ErrorKind(-40002, 400, "wrong instance field name; send appid")
+AMBIGUOUS_PATH = ErrorKind(-40004, 400, "ambiguous request path; use /svc/api/{module}/{action}")
+CALLBACK_APPID_MISSING = ErrorKind(-40010, 400, "appid missing when configuring a callback")
+CALLBACK_URL_INVALID = ErrorKind(-40011, 400, "callbackUrl is not an http(s) address")
+CALLBACK_URL_OWN = ErrorKind(-40012, 400, "callback address is the service's own receiver address")
+CALLBACK_URL_UNUSABLE = ErrorKind(-40013, 400, "callback address does not resolve or is internal")
+OPERATION_DENIED = ErrorKind(-40300, 403, "this operation is not enabled for the account")
+QUOTA_FULL = ErrorKind(-40402, 402, "the account's device quota is full")
+ENTITLEMENT_EXPIRED = ErrorKind(-40402, 403, "the account's entitlement has expired")
+CALLBACK_FIELD_UNSUPPORTED = ErrorKind(
+    -40403,
+    403,
+    "callbackUrl and pushHistory are valid only on api/long/start, api/long/updateCallbackURL and set-callback",
+)
+NOT_FOUND = ErrorKind(-40404, 404, "appid does not exist or no access")
+BODY_TOO_LARGE = ErrorKind(-41300, 413, "the request body is too large")
+RATE_LIMITED = ErrorKind(-42900, 429, "rate limit exceeded; retry after the time in Retry-After")
+REGISTRATION_FAILED = ErrorKind(-50000, 502, "callback registration failed; retry later")
+UNAVAILABLE = ErrorKind(-50002, 502, "service temporarily unavailable; back off and retry")
+
+ALL_KINDS: tuple[ErrorKind, ...] = (
+    UNAUTHORIZED,
+    APPID_MISSING,
+    INSTANCE_FIELD,
+    AMBIGUOUS_PATH,
+    CALLBACK_APPID_MISSING,
+    CALLBACK_URL_INVALID,
+    CALLBACK_URL_OWN,
+    CALLBACK_URL_UNUSABLE,
+    OPERATION_DENIED,
+    QUOTA_FULL,
+    ENTITLEMENT_EXPIRED,
+    CALLBACK_FIELD_UNSUPPORTED,
+    NOT_FOUND,
+    BODY_TOO_LARGE,
+    RATE_LIMITED,
+    REGISTRATION_FAILED,
+    UNAVAILABLE,
+)
+
+
+def error_body(code: int, message: str) -> bytes:
+    return orjson.dumps({"code": code, "message": message, "data": None})
+
+
+class GatewayError(Exception):
+    """An error answer of the gateway itself; ``response()`` renders it."""
+
+    def __init__(
+        self, kind: ErrorKind, message: str | None = None, *, headers: Mapping[str, str] | None = None
+    ) -> None:
+        self.kind = kind
+        self.message = message or kind.message
+        self.headers = dict(headers or {})
+        super().__init__(self.message)
+
+    @property
+    def code(self) -> int:
+        return self.kind.code
+
+    @property
+    def status(self) -> int:
+        return self.kind.status
+
+    def response(self) -> Response:
+        return Response(
+            error_body(self.kind.code, self.message),
+            status_code=self.kind.status,
+            headers=self.headers,
+            media_type="application/json",
+        )
+
+    def __repr__(self) -> str:
+        return f"GatewayError({self.kind.code}, {self.message!r})"

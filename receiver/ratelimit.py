@@ -1,0 +1,106 @@
+"""Call rate per developer account: a moving window in Redis.
+
+``SVCGW_RATE_LIMIT`` is read with ``limits`` (``300/minute``, or several
+limits such as ``10/second;300/minute``, each enforced). The limit is per
+account, shared by all its keys and by every server process, since the
+window lives in Redis.
+
+Each limit is one Redis list per account holding the timestamps of the
+account's latest calls, newest first, trimmed to the limit's amount: the
+same layout as the moving window of ``limits``. One Lua script checks and
+records every limit at once, with the Redis server's clock, so concurrent
+calls on several processes cannot slip past each other.
+
+What counts: every call made with a valid key, whatever its outcome. That
+includes a call refused here with 429, because the spec says an immediate
+retry keeps consuming quota; this is the one point where the window differs
+from ``limits``' own strategy, which records only accepted hits.
+
+``Retry-After`` is honest: a refused call is told the whole seconds until
+the oldest call still in a full window leaves it, and a caller that waits
+that long, calling nothing meanwhile, gets through. Since the refused call
+itself is in the window, that is the oldest of the latest ``amount`` calls
+counting it.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any, cast
+
+from limits import RateLimitItem, parse_many
+from redis.asyncio import Redis
+
+from svcgw import keys
+
+__all__ = ["RateLimiter", "Verdict", "window_key"]
+
+
+def window_key(account_id: str, item: RateLimitItem) -> str:
+    """List of call timestamps of one account under one limit, newest first."""
+    return f"{keys.PREFIX}rate:{account_id}:{item.amount}/{item.get_expiry()}"
+
+
+# KEYS: one list per limit. ARGV: per limit, its amount then its window in ms.
+# Returns {allowed (1/0), milliseconds until the next call passes (0 when allowed)}.
+_MOVING_WINDOW = """
+local now_parts = redis.call('TIME')
+local now = tonumber(now_parts[1]) * 1000 + math.floor(tonumber(now_parts[2]) / 1000)
+local allowed = 1
+local wait = 0
+for i = 1, #KEYS do
+  local amount = tonumber(ARGV[i * 2 - 1])
+  local window = tonumber(ARGV[i * 2])
+  local nth = redis.call('LINDEX', KEYS[i], amount - 1)
+  if nth and tonumber(nth) > now - window then allowed = 0 end
+end
+for i = 1, #KEYS do
+  local amount = tonumber(ARGV[i * 2 - 1])
+  local window = tonumber(ARGV[i * 2])
+  redis.call('LPUSH', KEYS[i], now)
+  redis.call('LTRIM', KEYS[i], 0, amount - 1)
+  redis.call('PEXPIRE', KEYS[i], window)
+  if allowed == 0 then
+    local oldest = redis.call('LINDEX', KEYS[i], amount - 1)
+    if oldest then
+      local left = tonumber(oldest) + window - now
+      if left > wait then wait = left end
+    end
+  end
+end
+return {allowed, wait}
+"""
+
+
+@dataclass(frozen=True)
+class Verdict:
+    allowed: bool
+    retry_after: int  # whole seconds; 0 when allowed
+
+    @staticmethod
+    def seconds(milliseconds: int) -> int:
+        """Whole seconds after which ``milliseconds`` have certainly passed (at least 1)."""
+        return max(1, math.ceil(milliseconds / 1000))
+
+
+class RateLimiter:
+    def __init__(self, redis: Redis, rate: str) -> None:
+        self.items: list[RateLimitItem] = parse_many(rate)
+        if not self.items or any(item.amount < 1 for item in self.items):
+            raise ValueError(f"a rate limit needs at least one call per window, got {rate!r}")
+        self._script = redis.register_script(_MOVING_WINDOW)
+        self._args: list[int] = []
+        for item in self.items:
+            self._args.extend((item.amount, item.get_expiry() * 1000))
+
+    async def hit(self, account_id: str) -> Verdict:
+        """Record one call of the account and say whether it may go ahead."""
+        result = cast(
+            list[Any],
+            await self._script(keys=[window_key(account_id, item) for item in self.items], args=self._args),
+        )
+        allowed, wait = int(result[0]), int(result[1])
+        if allowed:
+            return Verdict(True, 0)
+        return Verdict(False, Verdict.seconds(wait))

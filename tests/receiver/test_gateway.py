@@ -1,0 +1,707 @@
+"""The gateway API against a real server process, the simulator as a real server, and a real Redis."""
+
+from __future__ import annotations
+
+import http.client
+import json
+import os
+import re
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import httpx
+import pytest
+from redis import Redis
+
+from svcgw import keys
+from svcgw.settings import Settings
+from svcgw.signing import verify
+from svcgw.store import Scope, Store
+from tests.conftest import with_store
+from tests.support import Process, Sink, free_port, wait_for
+
+JSON_HEADERS = {"Content-Type": "application/json"}
+BIG = 1688850000000001234  # 19 digits, beyond a double's exact range
+
+
+# --- servers -------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def sim(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """The capability-layer simulator as a real server, shared by the module."""
+    port = free_port()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SVCGW_")}
+    env.update(SVCGW_STATE_DIR=str(tmp_path_factory.mktemp("sim")), PYTHONUNBUFFERED="1")
+    process = Process(["sim", "--port", str(port)], env, "sim").start()
+    base = f"http://127.0.0.1:{port}"
+
+    def ready() -> bool:
+        if not process.alive():
+            raise AssertionError(f"simulator exited:\n{process.output()}")
+        try:
+            return httpx.get(base + "/_sim/instances", timeout=1).status_code == 200
+        except httpx.HTTPError:
+            return False
+
+    wait_for(ready, timeout=20, interval=0.05, what="the simulator")
+    yield base
+    process.stop()
+
+
+@dataclass
+class Stack:
+    base: str
+    sim: str
+    settings: Settings
+    process: Process
+    client: httpx.Client
+
+    # --- accounts ---------------------------------------------------------
+    def account(self, devices: int | None = 10, valid_until: str | None = None) -> tuple[str, str]:
+        """A new account and one API key for it."""
+
+        async def action(store: Store) -> tuple[str, str]:
+            account = await store.create_account("gateway test", devices=devices, valid_until=valid_until)
+            _, key = await store.create_key(account.id)
+            return account.id, key
+
+        return with_store(self.settings, action)  # type: ignore[no-any-return]
+
+    def store(self, action: Any) -> Any:
+        return with_store(self.settings, action)
+
+    # --- calls ------------------------------------------------------------
+    def post(
+        self, path: str, body: bytes | dict[str, Any] | list[Any], key: str | None = None, **headers: str
+    ) -> httpx.Response:
+        content = body if isinstance(body, bytes) else json.dumps(body).encode()
+        sent = dict(JSON_HEADERS)
+        if key is not None:
+            sent["Svc-Key"] = key
+        sent.update({name.replace("_", "-"): value for name, value in headers.items()})
+        return self.client.post(self.base + path, content=content, headers=sent)
+
+    def api(self, key: str, operation: str, body: dict[str, Any] | bytes) -> httpx.Response:
+        return self.post(f"/svc/api/{operation}", body, key)
+
+    def create_device(self, key: str) -> str:
+        answer = self.api(key, "device/create", {"appid": "", "type": "iPad", "name": "t", "version": 0})
+        assert answer.status_code == 200, answer.text
+        assert answer.json()["code"] == 0, answer.text
+        return str(answer.json()["data"]["appid"])
+
+    def login(self, key: str, appid: str, proxy: str = "") -> None:
+        """QR login through the gateway: the simulator confirms on the third poll."""
+        qr = self.api(key, "login/getQr", {"appid": appid, "proxy": proxy}).json()
+        assert qr["code"] == 0, qr
+        for _ in range(5):
+            answer = self.api(key, "login/checkQr", {"appid": appid, "proxy": proxy, "uuid": qr["data"]["uuid"]})
+            if answer.json()["data"]["status"] == 2:
+                return
+        raise AssertionError("login did not complete")
+
+    # --- the simulator ----------------------------------------------------
+    def sim_instance(self, appid: str) -> dict[str, Any]:
+        answer = self.client.get(f"{self.sim}/_sim/instances/{appid}")
+        assert answer.status_code == 200, answer.text
+        return answer.json()  # type: ignore[no-any-return]
+
+    def sim_faults(self, **faults: Any) -> None:
+        answer = self.client.post(f"{self.sim}/_sim/faults", json=faults)
+        assert answer.status_code == 200, answer.text
+
+    def sim_seed(self, appid: str, *, connected: bool = True) -> None:
+        answer = self.client.post(f"{self.sim}/_sim/instances", json={"appid": appid, "connected": connected})
+        assert answer.status_code == 201, answer.text
+
+    def own(self, account: str, appid: str) -> None:
+        """Register an appid under the account directly, as device/create would."""
+
+        async def action(store: Store) -> None:
+            await store.register_instance(appid, account)
+
+        self.store(action)
+
+    def forward_address(self, appid: str) -> str | None:
+        async def action(store: Store) -> str | None:
+            return (await store.get_callback(Scope(appid=appid))).url
+
+        return self.store(action)  # type: ignore[no-any-return]
+
+    def receiver_url(self, appid: str) -> str:
+        async def action(store: Store) -> str:
+            return await store.receiver_token(appid)
+
+        return f"{self.base}/svc/receiver/{appid}/{self.store(action)}"
+
+
+def start_stack(env: dict[str, str], sim: str, **extra: str) -> Stack:
+    port = free_port()
+    base = f"http://127.0.0.1:{port}"
+    server_env = dict(env, SVCGW_PORT=str(port), SVCGW_PUBLIC_URL=base, SVCGW_UPSTREAM_URL=sim, **extra)
+    process = Process(["serve"], server_env, f"gateway-{port}").start()
+
+    def ready() -> bool:
+        if not process.alive():
+            raise AssertionError(f"server exited:\n{process.output()}")
+        try:
+            return httpx.get(base + "/readyz", timeout=1).status_code == 200
+        except httpx.HTTPError:
+            return False
+
+    wait_for(ready, timeout=20, interval=0.05, what="the gateway")
+    client = httpx.Client(timeout=15, trust_env=False)
+    return Stack(base, sim, Settings.from_env(server_env), process, client)
+
+
+@pytest.fixture
+def stack(env: dict[str, str], sim: str) -> Iterator[Stack]:
+    running = start_stack(env, sim)
+    yield running
+    running.client.close()
+    running.process.stop()
+
+
+def error(answer: httpx.Response) -> tuple[int, int]:
+    body = answer.json()
+    assert set(body) == {"code", "message", "data"} and body["data"] is None, answer.text
+    assert answer.headers["content-type"] == "application/json"
+    return answer.status_code, body["code"]
+
+
+def raw_post(base: str, target: str, key: str, body: bytes = b'{"appid":"x"}') -> tuple[int, dict[str, Any]]:
+    """POST with the request target exactly as written (no client-side normalisation)."""
+    host, port = base.removeprefix("http://").split(":")
+    connection = http.client.HTTPConnection(host, int(port), timeout=10)
+    try:
+        connection.request("POST", target, body=body, headers={"Svc-Key": key, **JSON_HEADERS})
+        response = connection.getresponse()
+        return response.status, json.loads(response.read())
+    finally:
+        connection.close()
+
+
+def without_time(raw: bytes) -> bytes:
+    return re.sub(rb'"time":"[^"]*"', b'"time":""', raw)
+
+
+# --- pass-through ----------------------------------------------------------------
+
+
+def test_device_create_registers_the_new_appid_under_the_account(stack: Stack) -> None:
+    account, key = stack.account()
+    appid = stack.create_device(key)
+
+    async def owned(store: Store) -> list[str]:
+        return await store.instances_of(account)
+
+    assert stack.store(owned) == [appid]
+    assert stack.sim_instance(appid)["appid"] == appid
+    # The new appid now passes the ownership check.
+    answer = stack.api(key, "long/check", {"appid": appid})
+    assert answer.status_code == 200 and answer.json()["code"] == -1
+
+
+def test_answers_are_passed_on_byte_for_byte(stack: Stack) -> None:
+    _, key = stack.account()
+    appid = stack.create_device(key)
+    body = (
+        b'{ "appid" : "' + appid.encode() + b'",  "big": 12345678901234567890123,'
+        b' "n": 1e2, "s": "\\u00e9\xc3\xa9", "nested": {"roomId": 1688850000000001234} }'
+    )
+    through = stack.post("/svc/api/contact/listTags", body, key)
+    direct = httpx.post(stack.sim + "/svc/api/contact/listTags", content=body, headers=JSON_HEADERS)
+    assert through.status_code == direct.status_code == 200
+    assert through.headers["content-type"] == "application/json"
+    # The simulator echoes the body as it received it: the request went upstream unchanged too.
+    assert without_time(through.content) == without_time(direct.content)
+    assert b'"big": 12345678901234567890123' in through.content
+
+
+def test_send_text_keeps_19_digit_integers_exact(stack: Stack) -> None:
+    account, key = stack.account()
+    appid = "we_" + os.urandom(8).hex()[:15]
+    stack.sim_seed(appid)
+    stack.own(account, appid)
+
+    sent = stack.api(key, "message/sendText", {"appid": appid, "conversationId": BIG, "content": "hi"})
+    assert sent.status_code == 200
+    assert f'"roomId":{BIG}'.encode() in sent.content
+    assert json.loads(sent.content)["data"]["roomId"] == BIG
+
+    # The record in the send answer is byte for byte the one the simulator serves to sync.
+    data = re.search(rb'"data":(\{.*\}),"detail"', sent.content)
+    assert data is not None
+    synced = httpx.post(stack.sim + "/svc/api/message/sync", json={"appid": appid, "limit": 10, "syncKey": 0})
+    assert data.group(1) in synced.content
+
+
+def test_unlisted_operation_is_forwarded(stack: Stack) -> None:
+    _, key = stack.account()
+    appid = stack.create_device(key)
+    answer = stack.api(key, "future/brandNewThing", {"appid": appid, "x": 1})
+    assert answer.status_code == 200
+    assert answer.json()["data"] == {"module": "future", "action": "brandNewThing", "echo": {"appid": appid, "x": 1}}
+    assert stack.sim_instance(appid)["calls"]["future/brandNewThing"] == 1
+
+
+# --- authentication ------------------------------------------------------------------
+
+
+def test_api_key_headers_rotation_and_revocation(stack: Stack) -> None:
+    account, key = stack.account()
+    appid = stack.create_device(key)
+    body = {"appid": appid}
+
+    def status(**headers: str) -> int:
+        return stack.post("/svc/api/long/check", body, **headers).status_code
+
+    assert status(Svc_Key=key) == 200
+    assert status(X_Svc_Key=key) == 200
+    assert status(Authorization=f"Bearer {key}") == 200
+    assert status(Authorization=f"bearer {key}") == 200
+
+    async def rotate(store: Store) -> tuple[str, str]:
+        new_key, clear = await store.create_key(account)
+        return new_key.id, clear
+
+    new_id, new_key = stack.store(rotate)
+    assert status(Svc_Key=new_key) == 200
+    assert status(Svc_Key=key) == 200  # both keys work until one is revoked
+
+    async def key_id_of_first(store: Store) -> str:
+        ids = {k.id for k in await store.list_keys(account)} - {new_id}
+        return ids.pop()
+
+    old_id = stack.store(key_id_of_first)
+
+    async def revoke(store: Store) -> None:
+        await store.revoke_key(old_id)
+
+    stack.store(revoke)
+    assert error(stack.post("/svc/api/long/check", body, Svc_Key=key)) == (401, 401)
+    assert status(Svc_Key=new_key) == 200
+
+
+def test_missing_invalid_or_conflicting_keys_are_401(stack: Stack) -> None:
+    _, key = stack.account()
+    cases: list[dict[str, str]] = [
+        {},
+        {"Svc_Key": "sk_wrong"},
+        {"Svc_Key": ""},
+        {"Authorization": f"Basic {key}"},
+        {"Svc_Key": key, "X_Svc_Key": "sk_other"},
+    ]
+    for headers in cases:
+        answer = stack.post("/svc/api/long/check", {"appid": "x"}, **headers)
+        assert error(answer) == (401, 401), headers
+        assert answer.json()["message"] == "API key missing, invalid or revoked"
+
+
+# --- request errors --------------------------------------------------------------------
+
+
+AMBIGUOUS = [
+    "/svc/api/long/check/",
+    "/svc/api//long/check",
+    "//svc/api/long/check",
+    "/svc/api/long/./check",
+    "/svc/api/long/../long/check",
+    "/svc/api/long%2Fcheck/x",
+    "/svc/api/long%2fcheck",
+    "/svc/api/long/%2e%2E",
+    "/svc/api/long/ch%2Eck",
+    "/svc/api/long",
+    "/svc/api/long/check/more",
+    "/svc/instances/set-callback/",
+    "/svc/instances//set-callback",
+]
+
+
+def test_ambiguous_paths_are_40004(stack: Stack) -> None:
+    _, key = stack.account()
+    appid = stack.create_device(key)
+    for target in AMBIGUOUS:
+        status, body = raw_post(stack.base, target, key, b'{"appid":"' + appid.encode() + b'"}')
+        assert (status, body["code"], body["data"]) == (400, -40004, None), target
+    # Checked before the key: an ambiguous path is refused whoever asks.
+    assert raw_post(stack.base, "/svc/api/long/check/", "sk_wrong")[1]["code"] == -40004
+    assert stack.sim_instance(appid)["calls"] == {}
+    # The canonical path, and other percent-encodings, are fine.
+    assert raw_post(stack.base, "/svc/api/long/check", key, b'{"appid":"' + appid.encode() + b'"}')[0] == 200
+    assert raw_post(stack.base, "/svc/api/long/ch%65ck", key, b'{"appid":"' + appid.encode() + b'"}')[0] == 200
+
+
+def test_body_errors_are_40001(stack: Stack) -> None:
+    _, key = stack.account()
+    for body in (b"", b"not json", b"[1,2]", b'"appid"', b'{"appid":"x"} trailing', b"\xff\xfe", b'{"a":NaN}'):
+        assert error(stack.post("/svc/api/long/check", body, key)) == (400, -40001), body
+    for document in ({}, {"appid": None}, {"appid": 7}, {"ql_appid": ["x"]}):
+        assert error(stack.api(key, "long/check", document)) == (400, -40001), document
+
+
+def test_instance_field_rules(stack: Stack) -> None:
+    _, key = stack.account()
+    appid = stack.create_device(key)
+    for document in (
+        {"appId": appid},
+        {"app_id": appid},
+        {"APPID": appid},
+        {"appid": appid, "AppId": appid},
+        {"qlAppid": appid},
+        {"appid": appid, "ql_appid": "we_someoneelse00000"},
+    ):
+        assert error(stack.api(key, "long/check", document)) == (400, -40002), document
+    duplicated = b'{"appid":"' + appid.encode() + b'","appid":"we_other"}'
+    assert error(stack.post("/svc/api/long/check", duplicated, key)) == (400, -40002)
+
+    # ql_appid alone, or with the same value as appid, is one field.
+    for document in ({"ql_appid": appid}, {"appid": appid, "ql_appid": appid}):
+        sent = {**document, "sid": 1, "commentId": 2}
+        answer = stack.api(key, "friend/deleteSnsComment", sent)
+        assert answer.status_code == 200, answer.text
+        last = stack.client.get(stack.sim + "/_sim/calls").json()[-1]
+        assert last == {"path": "/svc/api/friend/deleteSnsComment", "body": sent}
+
+
+def test_foreign_and_unknown_appid_get_the_same_answer(stack: Stack) -> None:
+    _, mine = stack.account()
+    _, theirs = stack.account()
+    their_appid = stack.create_device(theirs)
+    foreign = stack.api(mine, "message/sendText", {"appid": their_appid, "conversationId": 1, "content": "x"})
+    unknown = stack.api(mine, "message/sendText", {"appid": "we_doesnotexist000", "conversationId": 1, "content": "x"})
+    empty = stack.api(mine, "message/sendText", {"appid": "", "conversationId": 1, "content": "x"})
+    assert error(foreign) == (404, -40404)
+    assert foreign.content == unknown.content == empty.content
+    assert stack.sim_instance(their_appid)["calls"] == {}
+
+
+def test_denied_operation_is_403(stack: Stack) -> None:
+    account, key = stack.account()
+    appid = stack.create_device(key)
+
+    async def deny(store: Store) -> None:
+        await store.deny(account, ["message/sendText", "instances/set-callback"])
+
+    stack.store(deny)
+    answer = stack.api(key, "message/sendText", {"appid": appid, "conversationId": 1, "content": "x"})
+    assert error(answer) == (403, -40300)
+    assert error(stack.api(key, "message/SENDTEXT", {"appid": appid})) == (403, -40300)
+    answer = stack.post("/svc/instances/set-callback", {"appid": appid, "callbackUrl": "http://127.0.0.1:1/x"}, key)
+    assert error(answer) == (403, -40300)
+    assert stack.api(key, "message/sendRichText", {"appid": appid, "content": []}).status_code == 200
+    assert "message/sendText" not in stack.sim_instance(appid)["calls"]
+
+
+def test_callback_fields_on_other_operations_are_40403(stack: Stack) -> None:
+    _, key = stack.account()
+    appid = stack.create_device(key)
+    for operation, extra in (
+        ("message/sendText", {"callbackUrl": "http://127.0.0.1:1/x"}),
+        ("long/stop", {"pushHistory": True}),
+        ("device/create", {"callbackUrl": "http://127.0.0.1:1/x", "type": "iPad", "version": 0}),
+        ("long/start", {"callbackURL": "http://127.0.0.1:1/x"}),
+    ):
+        answer = stack.api(key, operation, {"appid": appid, **extra})
+        assert error(answer) == (403, -40403), operation
+    assert stack.sim_instance(appid)["calls"] == {}
+
+
+def test_callback_address_errors(stack: Stack) -> None:
+    _, key = stack.account()
+    appid = stack.create_device(key)
+    own_receiver = stack.receiver_url(appid)
+    cases = [
+        ({"callbackUrl": "http://127.0.0.1:1/x"}, -40010),
+        ({"appid": appid}, -40011),
+        ({"appid": appid, "callbackUrl": "ftp://example.com/x"}, -40011),
+        ({"appid": appid, "callbackUrl": 42}, -40011),
+        ({"appid": appid, "callbackUrl": stack.base + "/hook"}, -40012),
+        ({"appid": appid, "callbackUrl": own_receiver}, -40012),
+        ({"appid": appid, "callbackUrl": "http://10.1.2.3/hook"}, -40013),
+        ({"appid": appid, "callbackUrl": "http://no-such-host.invalid/hook"}, -40013),
+    ]
+    for path in ("/svc/api/long/start", "/svc/api/long/updateCallbackURL", "/svc/instances/set-callback"):
+        for body, code in cases:
+            assert error(stack.post(path, body, key)) == (400, code), (path, body)
+    assert error(stack.post("/svc/api/long/start", b"[]", key)) == (400, -40001)
+    assert stack.sim_instance(appid)["calls"] == {}
+    assert stack.forward_address(appid) is None
+
+
+# --- device quota ------------------------------------------------------------------------
+
+
+def test_quota_full_is_402_and_expired_entitlement_is_403(stack: Stack) -> None:
+    _, key = stack.account(devices=1)
+    stack.create_device(key)
+    body = {"appid": "", "type": "iPad", "version": 0}
+    assert error(stack.api(key, "device/create", body)) == (402, -40402)
+
+    _, expired = stack.account(devices=5, valid_until="2020-01-01")
+    assert error(stack.api(expired, "device/create", body)) == (403, -40402)
+
+    _, unlimited = stack.account(devices=None)
+    for _ in range(3):
+        stack.create_device(unlimited)
+
+
+def test_concurrent_creates_never_exceed_the_quota(stack: Stack) -> None:
+    account, key = stack.account(devices=3)
+    stack.sim_faults(slow={"device/create": 0.3})  # every create is in flight at once
+    try:
+        answers: list[httpx.Response] = []
+        lock = threading.Lock()
+
+        def create() -> None:
+            with httpx.Client(timeout=15, trust_env=False) as client:
+                answer = client.post(
+                    stack.base + "/svc/api/device/create",
+                    json={"appid": "", "type": "iPad", "version": 0},
+                    headers={"Svc-Key": key},
+                )
+            with lock:
+                answers.append(answer)
+
+        threads = [threading.Thread(target=create) for _ in range(10)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(timeout=20)
+    finally:
+        stack.sim_faults(slow=None)
+
+    statuses = sorted(answer.status_code for answer in answers)
+    assert statuses == [200] * 3 + [402] * 7
+    created = {answer.json()["data"]["appid"] for answer in answers if answer.status_code == 200}
+
+    async def owned(store: Store) -> set[str]:
+        return set(await store.instances_of(account))
+
+    assert stack.store(owned) == created and len(created) == 3
+
+
+def test_failed_create_registers_nothing_and_frees_the_slot(stack: Stack, redis: Redis) -> None:
+    account, key = stack.account(devices=1)
+    body = {"appid": "", "type": "iPad", "version": 0}
+
+    # The capability layer refuses: its answer is passed on, nothing is registered.
+    refused = stack.api(key, "device/create", {"appid": "", "type": "", "version": 0})
+    assert refused.status_code == 200 and refused.json()["code"] == -1
+    assert refused.json()["message"] == "type cannot be empty"
+
+    # The capability layer fails: -50002, nothing registered.
+    stack.sim_faults(http_error={"device/create": 500})
+    try:
+        assert error(stack.api(key, "device/create", body)) == (502, -50002)
+    finally:
+        stack.sim_faults(http_error=None)
+    assert redis.scard(keys.account_instances(account)) == 0
+    assert redis.zcard(f"svcgw:account:{account}:reservations") == 0
+
+    # The one slot is still free.
+    stack.create_device(key)
+    assert redis.scard(keys.account_instances(account)) == 1
+
+
+# --- upstream failures -----------------------------------------------------------------------
+
+
+def test_upstream_down_is_50002(settings: Settings, server: str) -> None:
+    """The ``server`` fixture's upstream is a closed port."""
+
+    async def tenant(store: Store) -> tuple[str, str]:
+        account = await store.create_account("down", devices=5)
+        await store.register_instance("we_down0000000000", account.id)
+        _, key = await store.create_key(account.id)
+        return account.id, key
+
+    _, key = with_store(settings, tenant)
+    headers = {"Svc-Key": key}
+    for operation, body in (
+        ("message/sendText", {"appid": "we_down0000000000", "conversationId": 1, "content": "x"}),
+        ("device/create", {"appid": "", "type": "iPad", "version": 0}),
+    ):
+        answer = httpx.post(f"{server}/svc/api/{operation}", json=body, headers=headers, timeout=10)
+        assert error(answer) == (502, -50002)
+        assert answer.json()["message"] == "service temporarily unavailable; back off and retry"
+    answer = httpx.post(
+        f"{server}/svc/api/long/start",
+        json={"appid": "we_down0000000000", "callbackUrl": "http://127.0.0.1:1/x", "pushHistory": False},
+        headers=headers,
+        timeout=10,
+    )
+    assert error(answer) == (502, -50000)
+
+
+@pytest.mark.parametrize("fault", [500, 404, "close"])
+def test_unusable_upstream_answer_is_50002(stack: Stack, fault: int | str) -> None:
+    _, key = stack.account()
+    appid = stack.create_device(key)
+    stack.sim_faults(appid=appid, http_error={"long/check": fault})
+    assert error(stack.api(key, "long/check", {"appid": appid})) == (502, -50002)
+
+
+# --- callbacks ----------------------------------------------------------------------------------
+
+
+def test_long_start_gives_upstream_the_receiver_and_events_reach_the_caller_signed(
+    env: dict[str, str], sim: str, sink: Sink, worker: Process, redis: Redis
+) -> None:
+    stack = start_stack(env, sim)
+    try:
+        _, key = stack.account()
+        appid = stack.create_device(key)
+        stack.login(key, appid, proxy="socks5://10.0.0.9:1080")
+        assert redis.hget(keys.instance(appid), "proxy") == b"socks5://10.0.0.9:1080"
+
+        body = {"appid": appid, "callbackUrl": sink.url, "pushHistory": False}
+        answer = stack.api(key, "long/start", body)
+        assert answer.status_code == 200 and answer.json()["code"] == 0, answer.text
+        assert b"/svc/receiver/" not in answer.content
+
+        instance = stack.sim_instance(appid)
+        assert instance["callbackUrl"] == stack.receiver_url(appid)
+        assert instance["connected"] is True
+        assert stack.forward_address(appid) == sink.url
+        fields = redis.hgetall(keys.instance(appid))
+        assert fields[b"status"] == b"online" and fields[b"maintained"] == b"1"
+
+        posts = wait_for(lambda: len(sink.posts()) >= 2 and sink.posts(), timeout=15, what="GapConnected + GapSucceed")
+        # Two posts, two deliveries: the worker may hand them over in either order.
+        assert sorted(json.loads(p.body)["event_type"] for p in posts[:2]) == ["GapConnected", "GapSucceed"]
+
+        async def secret(store: Store) -> str:
+            config = await store.get_callback(Scope(appid=appid))
+            assert config.secret
+            return config.secret
+
+        signing_secret = stack.store(secret)
+        for post in posts[:2]:
+            assert json.loads(post.body)["appid"] == appid
+            assert verify(signing_secret, post.headers["x-svc-timestamp"], post.body, post.headers["x-svc-signature"])
+
+        # Already running: -1 "started" is passed on, and the new address is recorded all the same.
+        second = Sink().start()
+        try:
+            again = stack.api(key, "long/start", {**body, "callbackUrl": second.url})
+            assert again.status_code == 200 and again.json()["code"] == -1 and again.json()["message"] == "started"
+            assert stack.forward_address(appid) == second.url
+        finally:
+            second.stop()
+    finally:
+        stack.client.close()
+        stack.process.stop()
+
+
+def test_long_start_refused_or_failed_leaves_the_address_unchanged(stack: Stack) -> None:
+    _, key = stack.account()
+    appid = stack.create_device(key)  # not logged in: the simulator refuses long/start
+    body = {"appid": appid, "callbackUrl": "http://127.0.0.1:1/first", "pushHistory": True}
+    refused = stack.api(key, "long/start", body)
+    assert refused.status_code == 200
+    assert (refused.json()["code"], refused.json()["message"]) == (-1, "not logged in")
+    assert stack.forward_address(appid) is None
+
+    stack.sim_faults(appid=appid, http_error={"long/updateCallbackURL": 503})
+    failed = stack.api(key, "long/updateCallbackURL", {"appid": appid, "callbackUrl": "http://127.0.0.1:1/x"})
+    assert error(failed) == (502, -50000)
+    assert stack.forward_address(appid) is None
+    stack.sim_faults(appid=appid, http_error=None)
+
+
+def test_update_callback_url_echo_shows_the_callers_address(stack: Stack) -> None:
+    _, key = stack.account()
+    appid = stack.create_device(key)
+    url = "http://127.0.0.1:7/hook/é?x=1&y=\u00e9"
+    answer = stack.api(key, "long/updateCallbackURL", {"appid": appid, "callbackUrl": url})
+    assert answer.status_code == 200
+    assert answer.json()["code"] == 0 and answer.json()["data"] == {"appid": appid, "callbackUrl": url}
+    assert b"/svc/receiver/" not in answer.content
+    assert stack.sim_instance(appid)["callbackUrl"] == stack.receiver_url(appid)
+    assert stack.forward_address(appid) == url
+
+
+def test_set_callback_stores_the_address_without_calling_upstream(stack: Stack) -> None:
+    _, key = stack.account()
+    appid = stack.create_device(key)
+    url = "http://127.0.0.1:7/mine"
+    answer = stack.post("/svc/instances/set-callback", {"appid": appid, "callbackUrl": url}, key)
+    assert answer.status_code == 200
+    document = answer.json()
+    assert document["code"] == 0 and document["message"] == "ok"
+    assert re.fullmatch(r"\d{4}-\d{2}-\d{2} \d{2}:\d{2}:\d{2}", document["time"])
+    assert document["data"] == {"appid": appid, "callbackUrl": url}
+    assert stack.forward_address(appid) == url
+    assert stack.sim_instance(appid)["calls"] == {}
+
+    _, other = stack.account()
+    assert error(stack.post("/svc/instances/set-callback", {"appid": appid, "callbackUrl": url}, other)) == (
+        404,
+        -40404,
+    )
+
+
+def test_stop_and_logout_update_liveness(stack: Stack, redis: Redis) -> None:
+    _, key = stack.account()
+    appid = stack.create_device(key)
+    stack.login(key, appid)
+    assert stack.api(key, "long/start", {"appid": appid, "callbackUrl": "http://127.0.0.1:1/x"}).json()["code"] == 0
+    assert redis.zscore(keys.PROBE_SCHEDULE, appid) is not None
+
+    assert stack.api(key, "long/stop", {"appid": appid}).json()["code"] == 0
+    fields = redis.hgetall(keys.instance(appid))
+    assert fields[b"status"] == b"stopped" and fields[b"maintained"] == b"0"
+    assert redis.zscore(keys.PROBE_SCHEDULE, appid) is None
+
+    assert stack.api(key, "login/logout", {"appid": appid}).json()["code"] == 0
+    assert redis.hget(keys.instance(appid), "status") == b"logged_out"
+
+
+# --- rate limit ------------------------------------------------------------------------------------
+
+
+def test_rate_limit_per_account_with_honest_retry_after(env: dict[str, str], sim: str) -> None:
+    stack = start_stack(env, sim, SVCGW_RATE_LIMIT="5/2second")
+    try:
+        _, key = stack.account()
+        account_b, other_key = stack.account()
+
+        async def second_key(store: Store) -> str:
+            return (await store.create_key(account_b))[1]
+
+        other_second_key = stack.store(second_key)
+        body = {"appid": "we_nothere00000000"}
+        # Calls without a valid key do not count.
+        for _ in range(8):
+            assert stack.api("sk_invalid", "long/check", body).status_code == 401
+        # Every call with a valid key counts, whatever its outcome (here -40404).
+        start = time.monotonic()
+        for _ in range(5):
+            assert error(stack.api(key, "long/check", body)) == (404, -40404)
+        limited = stack.api(key, "long/check", body)
+        assert error(limited) == (429, -42900)
+        retry_after = int(limited.headers["Retry-After"])
+        assert 1 <= retry_after <= 2
+        assert time.monotonic() - start < 2, "the test machine is too slow for a 2-second window"
+
+        # Another account is unaffected; its keys share one budget.
+        for _ in range(3):
+            assert stack.api(other_key, "long/check", body).status_code == 404
+        for _ in range(2):
+            assert stack.api(other_second_key, "long/check", body).status_code == 404
+        assert stack.api(other_second_key, "long/check", body).status_code == 429
+
+        # A refused call counts too: the immediate retry is refused again.
+        retry = stack.api(key, "long/check", body)
+        assert retry.status_code == 429
+        # Waiting as told lets the next call through.
+        time.sleep(int(retry.headers["Retry-After"]))
+        assert error(stack.api(key, "long/check", body)) == (404, -40404)
+    finally:
+        stack.client.close()
+        stack.process.stop()
