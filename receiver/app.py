@@ -17,15 +17,18 @@ from starlette.applications import Starlette
 from starlette.middleware import Middleware
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
-from starlette.routing import BaseRoute, Route
+from starlette.routing import BaseRoute, Mount, Route
 
 from svcgw.connections import async_client
 from svcgw.settings import Settings
 from svcgw.store import Store
 from svcgw.vault import TokenVault
 
+from .console import console_routes
+from .dashboard import make_dashboard
 from .gateway import Gateway, PathGuard
 from .ingest import RECEIVER_PREFIX, Ingest, make_endpoint
+from .metrics import metrics_endpoint
 from .openapi import openapi_endpoint
 from .upstream import Upstream
 
@@ -88,6 +91,7 @@ def create_app(settings: Settings, *, services: Services | None = None) -> Starl
     routes: list[BaseRoute] = [
         Route("/healthz", healthz, methods=["GET"]),
         Route("/readyz", readyz, methods=["GET"]),
+        Route("/metrics", metrics_endpoint, methods=["GET"], name="metrics"),
         Route(
             RECEIVER_PREFIX + "{appid}/{token}",
             make_endpoint(services.ingest),
@@ -96,7 +100,10 @@ def create_app(settings: Settings, *, services: Services | None = None) -> Starl
         ),
         *Gateway(services).routes(),
         Route("/openapi.json", openapi_endpoint, methods=["GET"], name="openapi"),
+        *console_routes(services),
     ]
+    if (dashboard := make_dashboard(settings)) is not None:
+        routes.append(Mount("/rq", app=dashboard, name="rq-dashboard"))
     app = Starlette(routes=routes, lifespan=lifespan, middleware=[Middleware(PathGuard)])
     app.state.services = services
     return app

@@ -15,6 +15,7 @@ Only then is it answered 200, so every acknowledged event is in Redis.
 
 from __future__ import annotations
 
+import logging
 import secrets
 import time
 from collections.abc import Awaitable, Callable
@@ -27,7 +28,7 @@ from redis.exceptions import RedisError
 from starlette.requests import Request
 from starlette.responses import Response
 
-from svcgw import keys
+from svcgw import keys, liveness
 from svcgw.envelope import EnvelopeError, Post, build_envelope, parse_post
 from svcgw.settings import Settings
 from svcgw.store import digest
@@ -36,6 +37,8 @@ from worker.jobs import job_fields
 __all__ = ["Ingest", "IngestResult", "receiver_path"]
 
 RECEIVER_PREFIX = "/svc/receiver/"
+
+log = logging.getLogger("svcgw.receiver")
 
 # KEYS: receiver lookup, instance, log, delivery, job, queue, rq:queues, dedup...
 # ARGV: appid, now, log retention, raw body, event_type, envelope head,
@@ -112,7 +115,24 @@ class Ingest:
         post = parse_post(body, max_bytes=self.settings.max_body_bytes)
         if post.appid is not None and post.appid != appid:
             raise EnvelopeError("appid in the body does not match this receiver", status=422)
-        return await self._store(appid, token, body, post)
+        result = await self._store(appid, token, body, post)
+        if post.event_type == "GapClosed":
+            await self._gap_closed(appid, post)
+        return result
+
+    async def _gap_closed(self, appid: str, post: Post) -> None:
+        """Liveness hook: a GapClosed changes what the prober does next (``svcgw.liveness.on_gap_closed``).
+
+        Runs after the post is stored, for repeats too (acting twice on a close
+        is harmless). It must never turn a stored post into an error answer, or
+        the sender would post it again: failures are logged, and the next
+        regular probe finds the loss anyway.
+        """
+        try:
+            closes = liveness.parse_gap_closed([event.raw for event in post.events])
+            await liveness.on_gap_closed(self.redis, appid, closes)
+        except Exception:
+            log.exception("GapClosed not handed to the prober", extra={"appid": appid})
 
     async def _store(self, appid: str, token: str, body: bytes, post: Post) -> IngestResult:
         delivery_id = "dlv_" + secrets.token_hex(12)

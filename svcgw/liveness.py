@@ -1,47 +1,141 @@
 """Instance liveness state, kept in the instance hash.
 
 Fields: ``maintained`` ("1" while the service keeps the long connection up:
-from ``long/start`` until ``long/stop`` or ``logout``), ``status`` (online,
-offline, stopped, logged_out), ``reason``, ``action_required``, ``since``,
-``proxy`` (the last one the caller used, for reconnecting without a scan),
-``last_probe``, ``next_probe``, ``last_seen``. The probe schedule is the
-sorted set ``svcgw:probe:schedule`` (appid scored by next probe time).
+from ``long/start`` until ``long/stop``, ``logout`` or an offline that needs a
+QR scan), ``status`` (online, offline, stopped, logged_out), ``reason``,
+``action_required`` (relogin, manual), ``since`` (when ``status`` last
+changed), ``proxy`` (the last one the caller used, for reconnecting without
+a scan), ``last_probe``, ``next_probe``, ``last_seen`` (the last time a
+business read answered), ``probe_error`` (why the last probe could not
+decide). Times are Unix seconds.
+
+Bookkeeping fields, not for display: ``offline_since`` (set when
+``InstanceOffline`` is queued, removed when ``InstanceRecovered`` is: while
+it exists, a recovery is owed to the caller), ``gap_code``, ``gap_message``
+and ``gap_at`` (a ``GapClosed`` waiting for the prober), and ``probing``
+(the lease of the probe running now; see ``worker.prober``). The probe
+schedule is the sorted set ``svcgw:probe:schedule`` (appid scored by next
+probe time).
 
 The gateway calls the ``mark_*`` and ``record_proxy`` functions after the
-capability layer accepted the matching operation.
+capability layer accepted the matching operation; the receiver calls
+``on_gap_closed``. State flips, and the events they owe, are made only by the
+prober through ``go_offline`` and ``go_online``: each is one optimistic
+transaction (WATCH on the instance hash), which changes the status and queues
+the event together, so however many workers run, one flip queues one event.
 """
 
 from __future__ import annotations
 
+import logging
 import random
 import time
+from collections.abc import Mapping, Sequence
+from typing import Any
 
+import orjson
 from redis.asyncio import Redis
+from redis.exceptions import WatchError
 
 from . import keys
+from .events import (
+    INSTANCE_OFFLINE,
+    INSTANCE_RECOVERED,
+    MANUAL,
+    instance_offline,
+    instance_recovered,
+    iso8601,
+    new_delivery_id,
+    queue_delivery,
+)
+from .settings import Settings
 
-__all__ = ["mark_logged_out", "mark_started", "mark_stopped", "record_proxy"]
+__all__ = [
+    "GAP_NORMAL_STOP",
+    "LOGGED_OUT",
+    "MANUAL_GAP_CODES",
+    "OFFLINE",
+    "ONLINE",
+    "STOPPED",
+    "GapClose",
+    "describe",
+    "gap_reason",
+    "go_offline",
+    "go_online",
+    "mark_logged_out",
+    "mark_started",
+    "mark_stopped",
+    "on_gap_closed",
+    "parse_gap_closed",
+    "record_proxy",
+]
+
+log = logging.getLogger("svcgw.liveness")
+
+ONLINE, OFFLINE, STOPPED, LOGGED_OUT = "online", "offline", "stopped", "logged_out"
+
+# GapClosed codes (spec: Events, "GapClosed code").
+GAP_NORMAL_STOP = 0
+MANUAL_GAP_CODES: Mapping[int, str] = {
+    -11002: "logged in on another device",
+    -1008: "logged out on the mobile side",
+}
+GAP_MEANINGS: Mapping[int, str] = {
+    -11001: "connection must be re-established",
+    -1: "long connection error",
+    **MANUAL_GAP_CODES,
+}
+
+GapClose = tuple[int, str]  # (code, message) of one GapClosed event
+
+# A long/start after an offline owes the caller an InstanceRecovered: the
+# first probe then comes at once, and the prober queues the event.
+_MARK_STARTED = """
+local owed = redis.call('HEXISTS', KEYS[1], 'offline_since') == 1
+local due = ARGV[2]
+if owed then due = ARGV[1] end
+redis.call('HSET', KEYS[1], 'maintained', '1', 'status', 'online', 'since', ARGV[1], 'next_probe', due)
+redis.call('HDEL', KEYS[1], 'reason', 'action_required', 'probe_error',
+  'gap_code', 'gap_message', 'gap_at', 'gap_manual')
+redis.call('ZADD', KEYS[2], due, ARGV[3])
+if owed then return 1 end
+return 0
+"""
+
+# KEYS: instance, schedule. ARGV: code, message, now, appid, manual ('1'/'0').
+# A pending close that needs a QR scan is not overwritten by a later one that
+# only asks for a probe.
+_GAP_CLOSED = """
+if redis.call('HGET', KEYS[1], 'maintained') ~= '1' then return 0 end
+local pending = redis.call('HGET', KEYS[1], 'gap_manual')
+if ARGV[5] == '1' or pending ~= '1' then
+  redis.call('HSET', KEYS[1], 'gap_code', ARGV[1], 'gap_message', ARGV[2], 'gap_at', ARGV[3], 'gap_manual', ARGV[5])
+end
+redis.call('ZADD', KEYS[2], ARGV[3], ARGV[4])
+return 1
+"""
+
+GAP_FIELDS = ("gap_code", "gap_message", "gap_at", "gap_manual")
 
 
+# --- called by the gateway ----------------------------------------------------
 async def mark_started(redis: Redis, appid: str, probe_interval: float) -> None:
-    """After ``long/start``: maintained again; first probe within one interval, spread at random."""
+    """After ``long/start``: maintained again; first probe within one interval, spread at random.
+
+    If the instance was reported offline, the first probe is due at once and
+    the prober sends ``InstanceRecovered`` (``auto_reconnected`` false).
+    """
     now = time.time()
     due = now + random.uniform(0.5, 1.0) * probe_interval
-    async with redis.pipeline(transaction=True) as pipe:
-        pipe.hset(
-            keys.instance(appid),
-            mapping={"maintained": "1", "status": "online", "since": repr(now), "next_probe": repr(due)},
-        )
-        pipe.hdel(keys.instance(appid), "reason", "action_required")
-        pipe.zadd(keys.PROBE_SCHEDULE, {appid: due})
-        await pipe.execute()
+    script = redis.register_script(_MARK_STARTED)
+    await script(keys=[keys.instance(appid), keys.PROBE_SCHEDULE], args=[repr(now), repr(due), appid])
 
 
 async def mark_stopped(redis: Redis, appid: str) -> None:
     """After ``long/stop``: not probed, not restarted, until the next ``long/start``."""
     async with redis.pipeline(transaction=True) as pipe:
         pipe.hset(keys.instance(appid), mapping={"maintained": "0", "status": "stopped", "since": repr(time.time())})
-        pipe.hdel(keys.instance(appid), "next_probe", "reason", "action_required")
+        pipe.hdel(keys.instance(appid), "next_probe", "reason", "action_required", *GAP_FIELDS)
         pipe.zrem(keys.PROBE_SCHEDULE, appid)
         await pipe.execute()
 
@@ -49,10 +143,8 @@ async def mark_stopped(redis: Redis, appid: str) -> None:
 async def mark_logged_out(redis: Redis, appid: str) -> None:
     """After ``login/logout``: the session key is gone; nothing to probe until a new login."""
     async with redis.pipeline(transaction=True) as pipe:
-        pipe.hset(
-            keys.instance(appid), mapping={"maintained": "0", "status": "logged_out", "since": repr(time.time())}
-        )
-        pipe.hdel(keys.instance(appid), "next_probe", "reason", "action_required")
+        pipe.hset(keys.instance(appid), mapping={"maintained": "0", "status": "logged_out", "since": repr(time.time())})
+        pipe.hdel(keys.instance(appid), "next_probe", "reason", "action_required", *GAP_FIELDS)
         pipe.zrem(keys.PROBE_SCHEDULE, appid)
         await pipe.execute()
 
@@ -60,3 +152,234 @@ async def mark_logged_out(redis: Redis, appid: str) -> None:
 async def record_proxy(redis: Redis, appid: str, proxy: str) -> None:
     """The proxy of the caller's last login call, reused to reconnect with the same egress."""
     await redis.hset(keys.instance(appid), "proxy", proxy)
+
+
+# --- called by the receiver -----------------------------------------------------
+def parse_gap_closed(raw_events: Sequence[bytes]) -> list[GapClose]:
+    """(code, message) of each ``GapClosed`` event; events without an integer code are skipped."""
+    closes: list[GapClose] = []
+    for raw in raw_events:
+        try:
+            event = orjson.loads(raw)
+        except orjson.JSONDecodeError:
+            continue
+        code = event.get("code") if isinstance(event, dict) else None
+        if isinstance(code, int) and not isinstance(code, bool):
+            message = event.get("message")
+            closes.append((code, message if isinstance(message, str) else ""))
+    return closes
+
+
+async def on_gap_closed(redis: Redis, appid: str, closes: Sequence[GapClose]) -> str:
+    """Hand a ``GapClosed`` of a maintained instance to the prober; returns what was asked of it.
+
+    * ``-11002``, ``-1008``: the login is gone. The prober reports the instance
+      offline with ``action_required`` manual and stops maintaining it,
+      without a reconnect attempt ("manual").
+    * ``-11001``, ``-1`` and any other non-zero code: a probe at once, which
+      reconnects and then judges; ``InstanceOffline`` (relogin) only if the
+      reconnect fails ("probe").
+    * ``0``: the close that follows ``long/stop``. Maintenance is switched off
+      by the gateway's ``mark_stopped``, not here: a late ``0`` from an earlier
+      stop must not switch off a connection started again since ("none").
+
+    Instances that are not maintained (stopped, logged out, already offline
+    with manual) are left alone.
+    """
+    manual = [c for c in closes if c[0] in MANUAL_GAP_CODES]
+    other = [c for c in closes if c[0] != GAP_NORMAL_STOP and c[0] not in MANUAL_GAP_CODES]
+    if not (manual or other):
+        return "none"
+    code, message = (manual or other)[0]
+    script = redis.register_script(_GAP_CLOSED)
+    applied = await script(
+        keys=[keys.instance(appid), keys.PROBE_SCHEDULE],
+        args=[code, message, repr(time.time()), appid, "1" if manual else "0"],
+    )
+    if not int(applied):
+        return "none"
+    return "manual" if manual else "probe"
+
+
+def gap_reason(code: int, message: str) -> str:
+    meaning = GAP_MEANINGS.get(code, "long connection closed")
+    detail = f": {message}" if message and message != meaning else ""
+    return f"{meaning} (GapClosed {code}{detail})"
+
+
+# --- state flips, made by the prober --------------------------------------------
+def _text(value: Any) -> str | None:
+    if value is None:
+        return None
+    return value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value)
+
+
+def _seconds(value: str | None, default: float) -> float:
+    try:
+        return float(value) if value else default
+    except ValueError:
+        return default
+
+
+def go_offline(
+    redis: Any, settings: Settings, appid: str, *, reason: str, action_required: str, detected_at: float
+) -> str | None:
+    """Flip a maintained, online instance to offline and queue its ``InstanceOffline``.
+
+    Returns the delivery id when this call made the flip, None otherwise
+    (already offline, stopped, logged out: nothing to say). With
+    ``action_required`` manual, maintenance stops as well (no probes, no
+    reconnects until the next ``long/start``); an instance already offline
+    with relogin is moved to manual without a second event.
+    """
+    key = keys.instance(appid)
+    manual = action_required == MANUAL
+    with redis.pipeline(transaction=True) as pipe:
+        while True:
+            try:
+                pipe.watch(key)
+                status, maintained, action, account, last_seen, since = (
+                    _text(v)
+                    for v in pipe.hmget(
+                        key, ["status", "maintained", "action_required", "account", "last_seen", "since"]
+                    )
+                )
+                flip = status == ONLINE and maintained == "1" and account is not None
+                upgrade = manual and status == OFFLINE and action != MANUAL
+                if not (flip or upgrade):
+                    pipe.reset()
+                    return None
+                pipe.multi()
+                if flip:
+                    pipe.hset(
+                        key,
+                        mapping={
+                            "status": OFFLINE,
+                            "reason": reason,
+                            "action_required": action_required,
+                            "since": repr(detected_at),
+                            "offline_since": repr(detected_at),
+                        },
+                    )
+                else:
+                    pipe.hset(key, mapping={"reason": reason, "action_required": action_required})
+                if manual:
+                    pipe.hset(key, "maintained", "0")
+                    pipe.hdel(key, "next_probe")
+                    pipe.zrem(keys.PROBE_SCHEDULE, appid)
+                delivery_id = None
+                if flip:
+                    assert account is not None
+                    delivery_id = new_delivery_id()
+                    event = instance_offline(
+                        appid,
+                        reason=reason,
+                        action_required=action_required,
+                        detected_at=detected_at,
+                        last_seen_at=_seconds(last_seen, _seconds(since, detected_at)),
+                    )
+                    queue_delivery(
+                        pipe,
+                        settings,
+                        appid=appid,
+                        account=account,
+                        event_type=INSTANCE_OFFLINE,
+                        events=[event],
+                        delivery_id=delivery_id,
+                        now=time.time(),
+                    )
+                pipe.execute()
+            except WatchError:
+                continue
+            log.info(
+                "instance offline: %s" if flip else "offline instance now needs a scan: %s",
+                reason,
+                extra={"appid": appid, "delivery_id": delivery_id, "outcome": action_required},
+            )
+            return delivery_id
+
+
+def go_online(redis: Any, settings: Settings, appid: str, *, auto_reconnected: bool, at: float) -> str | None:
+    """Record that the instance is usable again and queue the ``InstanceRecovered`` it is owed.
+
+    Two ways back: an offline instance the prober found usable (healed by its
+    own reconnect when ``auto_reconnected``, else by something else), or a
+    ``long/start`` made after an ``InstanceOffline`` (status already online;
+    recovered at that start, never auto-reconnected). Returns the delivery id
+    when this call queued the event, None otherwise.
+    """
+    key = keys.instance(appid)
+    with redis.pipeline(transaction=True) as pipe:
+        while True:
+            try:
+                pipe.watch(key)
+                status, maintained, offline_since, account, since = (
+                    _text(v) for v in pipe.hmget(key, ["status", "maintained", "offline_since", "account", "since"])
+                )
+                flip = status == OFFLINE and maintained == "1"
+                restarted = status == ONLINE and offline_since is not None
+                if not (flip or restarted):
+                    pipe.reset()
+                    return None
+                pipe.multi()
+                if flip:
+                    pipe.hset(key, mapping={"status": ONLINE, "since": repr(at)})
+                    pipe.hdel(key, "reason", "action_required")
+                    recovered_at, auto = at, auto_reconnected
+                else:
+                    recovered_at, auto = _seconds(since, at), False
+                pipe.hdel(key, "offline_since")
+                delivery_id = None
+                if offline_since is not None and account is not None:
+                    delivery_id = new_delivery_id()
+                    event = instance_recovered(
+                        appid,
+                        recovered_at=recovered_at,
+                        offline_since=_seconds(offline_since, recovered_at),
+                        auto_reconnected=auto,
+                    )
+                    queue_delivery(
+                        pipe,
+                        settings,
+                        appid=appid,
+                        account=account,
+                        event_type=INSTANCE_RECOVERED,
+                        events=[event],
+                        delivery_id=delivery_id,
+                        now=time.time(),
+                    )
+                pipe.execute()
+            except WatchError:
+                continue
+            log.info(
+                "instance recovered",
+                extra={"appid": appid, "delivery_id": delivery_id, "outcome": "auto" if auto else "other"},
+            )
+            return delivery_id
+
+
+# --- display -----------------------------------------------------------------------
+_TIMES = ("since", "last_probe", "next_probe", "last_seen", "offline_since")
+
+
+def describe(instance_fields: Mapping[Any, Any]) -> dict[str, Any]:
+    """The liveness part of an instance hash, for people and scripts.
+
+    ``status`` is online, offline, stopped, logged_out, or not_started before
+    the first ``long/start``; times are ISO 8601 with an offset, or None.
+    """
+    fields = {_text(k): _text(v) for k, v in instance_fields.items()}
+    status = fields.get("status") or "not_started"
+    data: dict[str, Any] = {
+        "status": status,
+        "maintained": fields.get("maintained") == "1",
+        "reason": fields.get("reason") if status == OFFLINE else None,
+        "action_required": fields.get("action_required") if status == OFFLINE else None,
+    }
+    for name in _TIMES:
+        value = fields.get(name)
+        data[name] = iso8601(_seconds(value, 0.0)) if value else None
+    if not data["maintained"]:
+        data["next_probe"] = None
+    data["probe_error"] = fields.get("probe_error") or None
+    return data

@@ -49,6 +49,9 @@ class Settings:
     delivery_concurrency: int = 64
     destination_concurrency: int = 16
     queue_name: str = "svcgw"
+    # Operators' credentials for rq-dashboard at /rq; without both, /rq is not mounted.
+    dashboard_user: str | None = None
+    dashboard_password: str | None = field(default=None, repr=False)
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> Settings:
@@ -78,6 +81,7 @@ class Settings:
                 "SVCGW_DESTINATION_CONCURRENCY", 16, minimum=1, maximum=1024
             ),
             queue_name=env.get("SVCGW_QUEUE", "svcgw") or "svcgw",
+            **reader.credentials("SVCGW_DASHBOARD_USER", "SVCGW_DASHBOARD_PASSWORD"),
         )
 
     @property
@@ -179,6 +183,16 @@ class _Reader:
             except ValueError:
                 raise SettingsError(f"{name} must be comma-separated CIDRs, got {part!r}") from None
         return tuple(networks)
+
+    def credentials(self, user_name: str, password_name: str) -> dict[str, str | None]:
+        """Both set, or neither: half a pair of credentials is a mistake worth stopping for."""
+        user, password = self._get(user_name), self._get(password_name)
+        if (user is None) != (password is None):
+            missing = password_name if password is None else user_name
+            raise SettingsError(f"{missing} must be set too: {user_name} and {password_name} go together")
+        if user is not None and ":" in user:
+            raise SettingsError(f"{user_name} cannot contain ':' (HTTP Basic credentials)")
+        return {"dashboard_user": user, "dashboard_password": password}
 
     def words(self, name: str) -> tuple[str, ...]:
         value = self._get(name)

@@ -33,6 +33,7 @@ import httpx
 from redis import Redis
 from redis.exceptions import RedisError
 
+from receiver.metrics import AttemptRecorder
 from svcgw import keys
 from svcgw.settings import Settings
 from svcgw.vault import TokenVault
@@ -102,7 +103,7 @@ class Engine:
             max_connections=max(self.capacity, 10),
         )
         self.slots = DestinationSlots(settings.destination_concurrency)
-        self.on_attempt = on_attempt
+        self.on_attempt = on_attempt if on_attempt is not None else AttemptRecorder(settings)
         self._held: set[str] = set()
         self._held_lock = threading.Lock()
         self._slot_freed = threading.Event()

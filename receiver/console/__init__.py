@@ -1,0 +1,38 @@
+"""The web console for developer accounts, served under ``/console``.
+
+Pages (``receiver.console.pages``) and a JSON API under ``/console/api``
+(``receiver.console.api``) on top of one account-scoped service
+(``receiver.console.service``); sessions and CSRF are in
+``receiver.console.session``. ``console_routes(services)`` returns the mount.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from starlette.routing import BaseRoute, Mount
+
+from .api import Api
+from .openapi import register as register_openapi
+from .pages import Pages
+from .service import ConsoleService
+from .session import PATH, Sessions
+from .web import Context
+
+if TYPE_CHECKING:
+    from receiver.app import Services
+
+__all__ = ["console_routes"]
+
+
+def console_routes(services: Services) -> list[BaseRoute]:
+    register_openapi()
+    service = ConsoleService(services)
+    context = Context(service, Sessions(services.settings, services.text_redis, services.store))
+    return [
+        Mount(
+            PATH,
+            routes=[Mount("/api", routes=Api(context).routes()), *Pages(context).routes()],
+            name="console",
+        )
+    ]

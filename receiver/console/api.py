@@ -1,0 +1,213 @@
+"""The console's JSON API under ``/console/api``: everything the pages show and do.
+
+Every answer is ``{code, message, data}`` (``code`` 0 on success; errors in
+``receiver.console.web``). Requests are made by the signed-in account: a
+session cookie (changes then need the ``X-CSRF-Token`` header) or the API
+key itself in ``Svc-Key`` / ``Authorization: Bearer``.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from redis.exceptions import RedisError
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import BaseRoute, Route
+
+from svcgw.addresses import AddressError
+
+from .service import Invalid, NotFound
+from .session import Session
+from .web import (
+    BAD_REQUEST,
+    NOT_FOUND,
+    UNAVAILABLE,
+    ConsoleHTTPError,
+    Context,
+    int_param,
+    json_body,
+    json_error,
+    json_ok,
+)
+
+__all__ = ["Api"]
+
+log = logging.getLogger("svcgw.console")
+
+Handler = Callable[[Request, Session], Awaitable[Response]]
+
+
+def _text(document: dict[str, Any], name: str, *, required: bool = False, limit: int = 4096) -> str:
+    value = document.get(name)
+    if value is None and not required:
+        return ""
+    if not isinstance(value, str):
+        raise ConsoleHTTPError(BAD_REQUEST, f"{name} must be a string")
+    if len(value) > limit:
+        raise ConsoleHTTPError(BAD_REQUEST, f"{name} is longer than {limit} characters")
+    return value
+
+
+def _strings(document: dict[str, Any], name: str) -> list[str]:
+    value = document.get(name)
+    if not isinstance(value, list) or not all(isinstance(item, str) for item in value):
+        raise ConsoleHTTPError(BAD_REQUEST, f"{name} must be a list of strings")
+    return value
+
+
+class Api:
+    def __init__(self, context: Context) -> None:
+        self.context = context
+        self.service = context.service
+        self.sessions = context.sessions
+
+    def routes(self) -> list[BaseRoute]:
+        read, change = self._read, self._change
+        return [
+            Route("/session", self.sign_in, methods=["POST"], name="api-sign-in"),
+            Route("/session", read(self.whoami), methods=["GET"], name="api-session"),
+            Route("/session", change(self.sign_out), methods=["DELETE"], name="api-sign-out"),
+            Route("/instances", read(self.instances), methods=["GET"], name="api-instances"),
+            Route("/instances/{appid}", read(self.instance), methods=["GET"], name="api-instance"),
+            Route("/callback", read(self.get_callback), methods=["GET"], name="api-callback"),
+            Route("/callback", change(self.put_callback), methods=["PUT"], name="api-callback-set"),
+            Route("/callback/rotate-secret", change(self.rotate), methods=["POST"], name="api-callback-rotate"),
+            Route("/instances/{appid}/callback", read(self.get_callback), methods=["GET"]),
+            Route("/instances/{appid}/callback", change(self.put_callback), methods=["PUT"]),
+            Route("/instances/{appid}/callback/rotate-secret", change(self.rotate), methods=["POST"]),
+            Route("/instances/{appid}/log", read(self.log), methods=["GET"], name="api-log"),
+            Route("/dead-letters", read(self.dead_letters), methods=["GET"], name="api-dead-letters"),
+            Route("/dead-letters/replay", change(self.replay), methods=["POST"], name="api-replay"),
+            Route("/dead-letters/{delivery_id}", read(self.dead_letter), methods=["GET"], name="api-dead-letter"),
+            Route("/operations", read(self.operations), methods=["GET"], name="api-operations"),
+            Route("/operations/deny", change(self.deny), methods=["POST"], name="api-deny"),
+            Route("/operations/allow", change(self.allow), methods=["POST"], name="api-allow"),
+        ]
+
+    # --- wrappers: who is calling, and errors as JSON ------------------------------
+    def _read(self, handler: Handler) -> Callable[[Request], Awaitable[Response]]:
+        return self._wrap(handler, change=False)
+
+    def _change(self, handler: Handler) -> Callable[[Request], Awaitable[Response]]:
+        return self._wrap(handler, change=True)
+
+    def _wrap(self, handler: Handler, *, change: bool) -> Callable[[Request], Awaitable[Response]]:
+        async def endpoint(request: Request) -> Response:
+            return await self._guarded(request, handler, change)
+
+        return endpoint
+
+    async def _guarded(self, request: Request, handler: Handler | None, change: bool) -> Response:
+        try:
+            if handler is None:
+                return await self._sign_in(request)
+            session = await self.context.api_session(request, change=change)
+            return await handler(request, session)
+        except ConsoleHTTPError as exc:
+            headers = {"WWW-Authenticate": "Bearer"} if exc.status == 401 else None
+            return json_error(exc.status, exc.code, exc.message, headers)
+        except NotFound as exc:
+            message = "no such dead letter" if "dead letter" in str(exc) else NOT_FOUND[2]
+            return json_error(NOT_FOUND[0], NOT_FOUND[1], message)
+        except Invalid as exc:
+            return json_error(BAD_REQUEST[0], BAD_REQUEST[1], str(exc))
+        except AddressError as exc:
+            return json_error(400, exc.code, exc.message)
+        except RedisError as exc:
+            log.warning("console storage error: %s", type(exc).__name__)
+            return json_error(*UNAVAILABLE)
+
+    # --- session ---------------------------------------------------------------------
+    async def sign_in(self, request: Request) -> Response:
+        return await self._guarded(request, None, change=False)
+
+    async def _sign_in(self, request: Request) -> Response:
+        document = await json_body(request)
+        key = _text(document, "api_key", required=True, limit=512)
+        found = await self.sessions.key_account(key)
+        if found is None:
+            raise ConsoleHTTPError((401, 401, "API key invalid or revoked"))
+        cookie, session = await self.sessions.create(*found)
+        response = json_ok({"account": session.account, "csrf_token": session.csrf})
+        self.sessions.set_cookie(request, response, cookie)
+        return response
+
+    async def whoami(self, request: Request, session: Session) -> Response:
+        return json_ok({"account": session.account, "csrf_token": None if session.direct else session.csrf})
+
+    async def sign_out(self, request: Request, session: Session) -> Response:
+        await self.sessions.end(session)
+        response = json_ok({"signed_out": True})
+        self.sessions.clear_cookie(request, response)
+        return response
+
+    # --- instances ---------------------------------------------------------------------
+    async def instances(self, request: Request, session: Session) -> Response:
+        return json_ok(await self.service.instances(session.account))
+
+    async def instance(self, request: Request, session: Session) -> Response:
+        return json_ok(await self.service.instance(session.account, request.path_params["appid"]))
+
+    # --- callback settings ---------------------------------------------------------------
+    async def get_callback(self, request: Request, session: Session) -> Response:
+        return json_ok(await self.service.callback(session.account, request.path_params.get("appid")))
+
+    async def put_callback(self, request: Request, session: Session) -> Response:
+        appid = request.path_params.get("appid")
+        if appid is not None:
+            # Ownership before the body: another account's appid answers 404 whatever is sent.
+            await self.service.check_owner(session.account, appid)
+        document = await json_body(request)
+        url = _text(document, "url", required=True)
+        token = _text(document, "bearer_token", limit=1024)
+        bearer = document.get("bearer")
+        if bearer is not None and not isinstance(bearer, bool):
+            raise ConsoleHTTPError(BAD_REQUEST, "bearer must be true or false")
+        result = await self.service.save_callback(session.account, appid, url, bearer_token=token, bearer=bearer)
+        return json_ok(result.as_dict())
+
+    async def rotate(self, request: Request, session: Session) -> Response:
+        return json_ok(await self.service.rotate_secret(session.account, request.path_params.get("appid")))
+
+    # --- callback log ----------------------------------------------------------------------
+    async def log(self, request: Request, session: Session) -> Response:
+        limit = int_param(request, "limit", 20, minimum=1, maximum=200)
+        before = request.query_params.get("before") or None
+        entries, following = await self.service.log(
+            session.account, request.path_params["appid"], limit=limit, before=before
+        )
+        return json_ok({"entries": [entry.as_dict() for entry in entries], "next_before": following})
+
+    # --- dead letters ------------------------------------------------------------------------
+    async def dead_letters(self, request: Request, session: Session) -> Response:
+        limit = int_param(request, "limit", 20, minimum=1, maximum=200)
+        offset = int_param(request, "offset", 0, minimum=0, maximum=1_000_000)
+        appid = request.query_params.get("appid") or None
+        rows, total = await self.service.dead_letters(session.account, appid, limit=limit, offset=offset)
+        return json_ok({"dead_letters": rows, "total": total, "limit": limit, "offset": offset})
+
+    async def dead_letter(self, request: Request, session: Session) -> Response:
+        return json_ok(await self.service.dead_letter(session.account, request.path_params["delivery_id"]))
+
+    async def replay(self, request: Request, session: Session) -> Response:
+        document = await json_body(request)
+        ids = _strings(document, "ids") if "ids" in document else None
+        appid = _text(document, "appid", limit=200) or None
+        results = await self.service.replay(session.account, ids=ids, appid=appid)
+        replayed = sum(1 for result in results if result["status"] == "replayed")
+        return json_ok({"results": results, "replayed": replayed})
+
+    # --- controlled operations ------------------------------------------------------------------
+    async def operations(self, request: Request, session: Session) -> Response:
+        return json_ok({"denied": await self.service.denied(session.account)})
+
+    async def deny(self, request: Request, session: Session) -> Response:
+        operations = _strings(await json_body(request), "operations")
+        return json_ok({"denied": await self.service.deny(session.account, operations)})
+
+    async def allow(self, request: Request, session: Session) -> Response:
+        operations = _strings(await json_body(request), "operations")
+        return json_ok({"denied": await self.service.allow(session.account, operations)})

@@ -1,0 +1,360 @@
+"""The console's JSON API, ``/metrics`` and ``/rq`` in ``/openapi.json``.
+
+``register()`` adds them to ``receiver.openapi``'s tables; ``console_routes``
+calls it when the app is built. It may be called any number of times.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from receiver.openapi import PATHS, SCHEMAS, SECURITY_SCHEMES
+
+__all__ = ["CONSOLE_PATHS", "OPERATOR_PATHS", "register"]
+
+JSON = "application/json"
+SECURITY: list[dict[str, list[str]]] = [{"ConsoleSession": []}, {"ConsoleApiKey": []}]
+CHANGE_NOTE = " A change made with the session cookie needs the X-CSRF-Token header (the token from GET /session)."
+
+
+def _ref(name: str) -> dict[str, str]:
+    return {"$ref": f"#/components/schemas/{name}"}
+
+
+def _ok(data: dict[str, Any] | None = None, description: str = "success") -> dict[str, Any]:
+    schema: dict[str, Any] = {
+        "type": "object",
+        "required": ["code", "message", "data"],
+        "properties": {"code": {"const": 0}, "message": {"const": "ok"}, "data": data or {}},
+    }
+    return {"description": description, "content": {JSON: {"schema": schema}}}
+
+
+def _err(description: str) -> dict[str, Any]:
+    return {"description": description, "content": {JSON: {"schema": _ref("Error")}}}
+
+
+def _responses(ok: dict[str, Any], *, change: bool = False, found: bool = False, bad: bool = False) -> dict[str, Any]:
+    responses: dict[str, Any] = {"200": ok, "401": _err("code 401: not signed in")}
+    if change:
+        responses["403"] = _err("code -40310: CSRF token missing or wrong")
+    if found:
+        responses["404"] = _err("code -40404: no such appid or dead letter, or another account's (the same answer)")
+    if bad:
+        responses["400"] = _err("code -40000 bad value; -40011/-40012/-40013 callback address refused")
+    if change or bad:
+        responses["415"] = _err("code -41500: a JSON body was expected")
+    responses["503"] = _err("code -50002: storage temporarily unavailable")
+    return responses
+
+
+def _body(schema: dict[str, Any]) -> dict[str, Any]:
+    return {"required": True, "content": {JSON: {"schema": schema}}}
+
+
+APPID = {"name": "appid", "in": "path", "required": True, "schema": {"type": "string"}}
+STRINGS = {"type": "array", "items": {"type": "string"}}
+OPERATIONS_BODY = _body({"type": "object", "required": ["operations"], "properties": {"operations": STRINGS}})
+DENIED = _ok({"type": "object", "properties": {"denied": STRINGS}})
+
+
+def _op(op_id: str, summary: str, ok: dict[str, Any], *, change: bool = False, **extra: Any) -> dict[str, Any]:
+    found = bool(extra.pop("found", False))
+    bad = bool(extra.pop("bad", False))
+    item: dict[str, Any] = {
+        "operationId": op_id,
+        "tags": ["console"],
+        "summary": summary,
+        "security": SECURITY,
+        "responses": _responses(ok, change=change, found=found, bad=bad),
+    }
+    if change:
+        item["description"] = (extra.pop("description", "") + CHANGE_NOTE).strip()
+    item.update(extra)
+    return item
+
+
+def _callback_item(scope: str, params: list[dict[str, Any]]) -> dict[str, Any]:
+    found = bool(params)
+    return {
+        "get": _op(
+            f"consoleGet{scope}Callback",
+            f"The {scope.lower()} callback settings",
+            _ok(_ref("ConsoleCallback")),
+            parameters=params,
+            found=found,
+        ),
+        "put": _op(
+            f"consoleSet{scope}Callback",
+            f"Save the {scope.lower()} callback address; a non-empty one gets one SvcCallbackTest POST",
+            _ok({"type": "object", "properties": {"callback": _ref("ConsoleCallback"), "test": _ref("ConsoleTest")}}),
+            change=True,
+            found=found,
+            bad=True,
+            parameters=params,
+            requestBody=_body(_ref("ConsoleCallbackRequest")),
+            description=(
+                "An empty url removes the address and its Bearer token. A blank bearer_token keeps the stored "
+                "token; bearer false deletes it. The address is saved even when the test fails; test is null "
+                "when no test was sent."
+            ),
+        ),
+    }
+
+
+CONSOLE_PATHS: dict[str, dict[str, Any]] = {
+    "/console/api/session": {
+        "post": {
+            "operationId": "consoleSignIn",
+            "tags": ["console"],
+            "summary": "Sign in with an API key; sets the session cookie",
+            "security": [],
+            "requestBody": _body(
+                {"type": "object", "required": ["api_key"], "properties": {"api_key": {"type": "string"}}}
+            ),
+            "responses": {
+                "200": _ok(
+                    {"type": "object", "properties": {"account": {"type": "string"}, "csrf_token": {"type": "string"}}}
+                ),
+                "401": _err("code 401: API key invalid or revoked"),
+                "415": _err("code -41500: a JSON body was expected"),
+            },
+        },
+        "get": _op(
+            "consoleSession",
+            "Who is signed in, and the CSRF token",
+            _ok(
+                {
+                    "type": "object",
+                    "properties": {"account": {"type": "string"}, "csrf_token": {"type": ["string", "null"]}},
+                }
+            ),
+        ),
+        "delete": _op("consoleSignOut", "Sign out (ends the session)", _ok(), change=True),
+    },
+    "/console/api/instances": {
+        "get": _op(
+            "consoleInstances", "The account's instances", _ok({"type": "array", "items": _ref("ConsoleInstance")})
+        ),
+    },
+    "/console/api/instances/{appid}": {
+        "get": _op("consoleInstance", "One instance", _ok(_ref("ConsoleInstance")), parameters=[APPID], found=True),
+    },
+    "/console/api/callback": _callback_item("Account", []),
+    "/console/api/callback/rotate-secret": {
+        "post": _op(
+            "consoleRotateAccountSecret",
+            "New signing secret for the account default",
+            _ok(_ref("ConsoleCallback")),
+            change=True,
+        ),
+    },
+    "/console/api/instances/{appid}/callback": _callback_item("Instance", [APPID]),
+    "/console/api/instances/{appid}/callback/rotate-secret": {
+        "post": _op(
+            "consoleRotateInstanceSecret",
+            "New signing secret for the instance's own address",
+            _ok(_ref("ConsoleCallback")),
+            change=True,
+            parameters=[APPID],
+            found=True,
+        ),
+    },
+    "/console/api/instances/{appid}/log": {
+        "get": _op(
+            "consoleCallbackLog",
+            "The callback log: last 24 h, raw bodies as received, newest first",
+            _ok(
+                {
+                    "type": "object",
+                    "properties": {
+                        "entries": {"type": "array", "items": _ref("ConsoleLogEntry")},
+                        "next_before": {"type": ["string", "null"], "description": "pass as before for the next page"},
+                    },
+                }
+            ),
+            found=True,
+            bad=True,
+            parameters=[
+                APPID,
+                {"name": "limit", "in": "query", "schema": {"type": "integer", "minimum": 1, "maximum": 200}},
+                {"name": "before", "in": "query", "schema": {"type": "string"}},
+            ],
+        ),
+    },
+    "/console/api/dead-letters": {
+        "get": _op(
+            "consoleDeadLetters",
+            "Dead letters, newest first",
+            _ok(
+                {
+                    "type": "object",
+                    "properties": {
+                        "dead_letters": {"type": "array", "items": {"type": "object"}},
+                        "total": {"type": "integer"},
+                        "limit": {"type": "integer"},
+                        "offset": {"type": "integer"},
+                    },
+                }
+            ),
+            found=True,
+            bad=True,
+            parameters=[
+                {"name": "appid", "in": "query", "schema": {"type": "string"}},
+                {"name": "limit", "in": "query", "schema": {"type": "integer", "minimum": 1, "maximum": 200}},
+                {"name": "offset", "in": "query", "schema": {"type": "integer", "minimum": 0}},
+            ],
+        ),
+    },
+    "/console/api/dead-letters/{delivery_id}": {
+        "get": _op(
+            "consoleDeadLetter",
+            "One dead letter with its attempts (time, status, error) and body",
+            _ok({"type": "object"}),
+            found=True,
+            parameters=[{"name": "delivery_id", "in": "path", "required": True, "schema": {"type": "string"}}],
+        ),
+    },
+    "/console/api/dead-letters/replay": {
+        "post": _op(
+            "consoleReplay",
+            "Replay dead letters: the ones named, or all of one instance",
+            _ok(
+                {
+                    "type": "object",
+                    "properties": {
+                        "results": {"type": "array", "items": {"type": "object"}},
+                        "replayed": {"type": "integer"},
+                    },
+                }
+            ),
+            change=True,
+            found=True,
+            bad=True,
+            requestBody=_body(
+                {
+                    "type": "object",
+                    "properties": {"ids": STRINGS, "appid": {"type": "string"}},
+                    "description": "exactly one of ids and appid",
+                }
+            ),
+        ),
+    },
+    "/console/api/operations": {
+        "get": _op("consoleDenied", "Controlled operations the account may not call", DENIED),
+    },
+    "/console/api/operations/deny": {
+        "post": _op(
+            "consoleDeny",
+            "Deny operations (the gateway then answers 403)",
+            DENIED,
+            change=True,
+            bad=True,
+            requestBody=OPERATIONS_BODY,
+        ),
+    },
+    "/console/api/operations/allow": {
+        "post": _op(
+            "consoleAllow", "Allow operations again", DENIED, change=True, bad=True, requestBody=OPERATIONS_BODY
+        ),
+    },
+}
+
+OPERATOR_PATHS: dict[str, dict[str, Any]] = {
+    "/metrics": {
+        "get": {
+            "operationId": "metrics",
+            "summary": "Prometheus metrics (text exposition format)",
+            "security": [],
+            "responses": {
+                "200": {"description": "metrics", "content": {"text/plain": {"schema": {"type": "string"}}}},
+                "503": {"description": "storage unavailable"},
+            },
+        }
+    },
+    "/rq/": {
+        "get": {
+            "operationId": "rqDashboard",
+            "summary": "rq-dashboard, read-only (only when SVCGW_DASHBOARD_USER and _PASSWORD are set)",
+            "security": [{"DashboardBasic": []}],
+            "responses": {
+                "200": {"description": "the dashboard", "content": {"text/html": {"schema": {"type": "string"}}}},
+                "401": {"description": "credentials missing or wrong"},
+                "403": {"description": "a mutating dashboard endpoint; refused"},
+                "404": {"description": "the dashboard is not configured"},
+            },
+        }
+    },
+}
+
+CONSOLE_SCHEMAS: dict[str, Any] = {
+    "ConsoleCallback": {
+        "type": "object",
+        "description": "A callback configuration. The Bearer token itself is never returned.",
+        "properties": {
+            "scope": {"enum": ["account", "instance"]},
+            "appid": {"type": ["string", "null"]},
+            "url": {"type": ["string", "null"]},
+            "secret": {"type": ["string", "null"], "description": "signing secret for X-Svc-Signature"},
+            "bearer": {"type": "boolean", "description": "whether a Bearer token is set"},
+        },
+    },
+    "ConsoleCallbackRequest": {
+        "type": "object",
+        "required": ["url"],
+        "properties": {
+            "url": {"type": "string", "description": "empty removes the address and its token"},
+            "bearer_token": {"type": "string", "description": "blank keeps the stored token"},
+            "bearer": {"type": "boolean", "description": "false deletes the token"},
+        },
+    },
+    "ConsoleTest": {
+        "type": ["object", "null"],
+        "description": "The SvcCallbackTest POST's outcome; ok means only that the address answered 2xx.",
+        "properties": {
+            "ok": {"type": "boolean"},
+            "event_id": {"type": "string"},
+            "status": {"type": ["integer", "null"]},
+            "error": {"type": ["string", "null"]},
+            "duration_ms": {"type": "number"},
+            "response": {"type": "string"},
+        },
+    },
+    "ConsoleInstance": {
+        "type": "object",
+        "properties": {
+            "appid": {"type": "string"},
+            "status": {"type": "string", "description": "online, offline, stopped, logged_out or not_started"},
+            "reason": {"type": ["string", "null"]},
+            "action_required": {"type": ["string", "null"]},
+            "forward_url": {"type": ["string", "null"]},
+            "forward_source": {"enum": ["instance", "account", None]},
+            "last_event_at": {"type": ["number", "null"], "description": "Unix seconds of the last post received"},
+        },
+    },
+    "ConsoleLogEntry": {
+        "type": "object",
+        "properties": {
+            "id": {"type": "string"},
+            "received_at": {"type": "number"},
+            "body": {"type": ["string", "null"], "description": "exactly as received"},
+            "accepted": {"type": "integer"},
+            "duplicates": {"type": "integer"},
+            "delivery_id": {"type": ["string", "null"]},
+            "state": {"type": ["string", "null"], "description": "queued, retrying, delivered, dead"},
+        },
+    },
+}
+
+CONSOLE_SECURITY_SCHEMES: dict[str, Any] = {
+    "ConsoleSession": {"type": "apiKey", "in": "cookie", "name": "svcgw_console"},
+    "ConsoleApiKey": {"type": "apiKey", "in": "header", "name": "Svc-Key"},
+    "DashboardBasic": {"type": "http", "scheme": "basic"},
+}
+
+
+def register() -> None:
+    PATHS.update(CONSOLE_PATHS)
+    PATHS.update(OPERATOR_PATHS)
+    SCHEMAS.update(CONSOLE_SCHEMAS)
+    SECURITY_SCHEMES.update(CONSOLE_SECURITY_SCHEMES)

@@ -1,0 +1,342 @@
+"""What the console does, for one signed-in account; the pages and the JSON API both call this.
+
+Every method takes the account and checks ownership first: an ``appid`` or
+a dead letter of another account raises :class:`NotFound` exactly like one
+that does not exist, after the same kind of look-up. Nothing returned here
+contains a Bearer token: a callback configuration says only whether one is
+set.
+
+Errors::
+
+    ConsoleError
+    ├── NotFound        (also a LookupError) unknown, or another account's
+    └── Invalid         (also a ValueError) a value the console cannot use
+    svcgw.addresses.AddressError   a callback address breaks the address rules
+"""
+
+from __future__ import annotations
+
+import functools
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any, TypeVar
+
+import anyio.to_thread
+from redis import Redis as SyncRedis
+
+from receiver.ingest import RECEIVER_PREFIX
+from svcgw import keys
+from svcgw.addresses import check_callback_url
+from svcgw.callbacktest import CallbackTestResult, send_test
+from svcgw.calllog import LogEntry, read_log
+from svcgw.connections import sync_client
+from svcgw.store import CallbackConfig, Scope, normalise_operation
+from svcgw.store import NotFound as StoreNotFound
+from svcgw.vault import VaultError
+from worker import deadletters
+from worker.transport import make_async_client
+
+if TYPE_CHECKING:
+    from receiver.app import Services
+
+__all__ = ["ConsoleError", "ConsoleService", "Invalid", "NotFound", "SaveResult"]
+
+T = TypeVar("T")
+
+MAX_OPERATION_LENGTH = 128
+
+
+class ConsoleError(Exception):
+    """Base class of this module's errors."""
+
+
+class NotFound(ConsoleError, LookupError):
+    """No such instance or dead letter, or it belongs to another account."""
+
+
+class Invalid(ConsoleError, ValueError):
+    """A value the console cannot use; the message says which and why."""
+
+
+@dataclass(frozen=True)
+class SaveResult:
+    callback: dict[str, object]
+    test: CallbackTestResult | None
+
+    def as_dict(self) -> dict[str, object]:
+        return {"callback": self.callback, "test": self.test.as_dict() if self.test else None}
+
+
+def _callback_dict(scope: Scope, config: CallbackConfig) -> dict[str, object]:
+    return {"scope": "instance" if scope.appid else "account", "appid": scope.appid, **config.as_dict()}
+
+
+class ConsoleService:
+    def __init__(self, services: Services) -> None:
+        self.settings = services.settings
+        self.store = services.store
+        self.raw: Any = services.redis  # bytes: log bodies
+        self.text: Any = services.text_redis
+        self.vault = services.vault
+        self._sync: SyncRedis | None = None
+        public = self.settings.public_url.rstrip("/")
+        self._own_origins = [self.settings.public_origin]
+        self._own_prefixes = [public + RECEIVER_PREFIX]
+
+    # The callback log and dead-letter readers are synchronous; they run in threads.
+    @property
+    def sync(self) -> SyncRedis:
+        if self._sync is None:
+            self._sync = sync_client(self.settings, threads=8)
+        return self._sync
+
+    async def _in_thread(self, func: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+        return await anyio.to_thread.run_sync(functools.partial(func, *args, **kwargs))
+
+    def close(self) -> None:
+        if self._sync is not None:
+            self._sync.close()
+            self._sync = None
+
+    # --- ownership -------------------------------------------------------------
+    async def check_owner(self, account: str, appid: str) -> None:
+        if not appid or len(appid) > 200 or await self.store.owner(appid) != account:
+            raise NotFound(f"no instance {appid[:200]!r}")
+
+    async def _scope(self, account: str, appid: str | None) -> Scope:
+        if appid is None:
+            return Scope(account=account)
+        await self.check_owner(account, appid)
+        return Scope(appid=appid)
+
+    # --- instances -------------------------------------------------------------
+    async def instances(self, account: str) -> list[dict[str, Any]]:
+        rows = []
+        for appid in await self.store.instances_of(account):
+            try:
+                rows.append(await self._instance(appid))
+            except StoreNotFound:
+                continue  # listed in the account's index but its record is gone
+        return rows
+
+    async def instance(self, account: str, appid: str) -> dict[str, Any]:
+        await self.check_owner(account, appid)
+        try:
+            return await self._instance(appid)
+        except StoreNotFound:
+            raise NotFound(f"no instance {appid!r}") from None
+
+    async def _instance(self, appid: str) -> dict[str, Any]:
+        instance = await self.store.get_instance(appid)
+        destination = await self.store.destination(appid)
+        last = await self.raw.xrevrange(keys.callback_log(appid), count=1)
+        last_event = None
+        if last:
+            received = last[0][1].get(b"received_at")
+            last_event = float(received) if received else None
+        status = liveness_fields(instance.fields)
+        return {
+            "appid": appid,
+            "created_at": instance.created_at,
+            **status,
+            "forward_url": destination.url if destination else None,
+            "forward_source": destination.source if destination else None,
+            "last_event_at": last_event,
+        }
+
+    # --- callback settings ---------------------------------------------------------
+    async def callback(self, account: str, appid: str | None) -> dict[str, object]:
+        scope = await self._scope(account, appid)
+        return _callback_dict(scope, await self.store.get_callback(scope))
+
+    async def save_callback(
+        self,
+        account: str,
+        appid: str | None,
+        url: str,
+        *,
+        bearer_token: str = "",
+        bearer: bool | None = None,
+    ) -> SaveResult:
+        """Save the address and, for a non-empty one, send one ``SvcCallbackTest`` POST to it.
+
+        A blank ``bearer_token`` keeps the stored token; ``bearer`` False
+        deletes it; a blank ``url`` clears the address and its token. The
+        address is checked against the address rules first (``AddressError``,
+        nothing saved); once saved it stays saved whatever the test answers.
+        """
+        scope = await self._scope(account, appid)
+        url = url.strip()
+        if not url:
+            config = await self.store.clear_callback(scope)
+            return SaveResult(_callback_dict(scope, config), None)
+        checked = await anyio.to_thread.run_sync(
+            functools.partial(
+                check_callback_url,
+                url,
+                own_origins=self._own_origins,
+                own_prefixes=self._own_prefixes,
+                allow=self.settings.allow_private_destinations,
+            )
+        )
+        token = bearer_token if bearer is not False else ""
+        config = await self.store.set_callback(
+            scope, checked.url, bearer_token=token or None, no_bearer=bearer is False
+        )
+        test = await self._test(scope, checked.url, config)
+        return SaveResult(_callback_dict(scope, config), test)
+
+    async def _test(self, scope: Scope, url: str, config: CallbackConfig) -> CallbackTestResult:
+        token: str | None = None
+        if config.bearer:
+            sealed = await self.text.hget(scope.key, "token")
+            try:
+                token = self.vault.open(sealed) if sealed else None
+            except VaultError:
+                return CallbackTestResult(
+                    ok=False, event_id="", error="the Bearer token cannot be decrypted with the configured keys"
+                )
+        async with make_async_client(
+            allow=self.settings.allow_private_destinations, timeout=self.settings.delivery_timeout, max_connections=1
+        ) as client:
+            return await send_test(client, url, secret=config.secret or "", token=token, appid=scope.appid)
+
+    async def rotate_secret(self, account: str, appid: str | None) -> dict[str, object]:
+        scope = await self._scope(account, appid)
+        return _callback_dict(scope, await self.store.rotate_secret(scope))
+
+    # --- callback log ------------------------------------------------------------------
+    async def log(
+        self, account: str, appid: str, *, limit: int = 20, before: str | None = None
+    ) -> tuple[list[LogEntry], str | None]:
+        """One page of the last 24 h of posts, newest first, and the ``before`` of the next page."""
+        await self.check_owner(account, appid)
+        if before is not None and not _stream_id(before):
+            raise Invalid("before must be a callback log entry id such as 1700000000000-0")
+        window = min(self.settings.log_retention, 86400)
+        entries = await self._in_thread(
+            read_log, self.sync, self.settings, appid, since_seconds=window, limit=limit + 1, before=before
+        )
+        more = len(entries) > limit
+        entries = entries[:limit]
+        return entries, (entries[-1].id if more and entries else None)
+
+    # --- dead letters --------------------------------------------------------------------
+    async def dead_letters(
+        self, account: str, appid: str | None, *, limit: int = 20, offset: int = 0, detailed: bool = False
+    ) -> tuple[list[dict[str, Any]], int]:
+        if appid is not None:
+            await self.check_owner(account, appid)
+        letters = await self._in_thread(
+            deadletters.list_dead, self.sync, self.settings, appid=appid, account=account, limit=limit, offset=offset
+        )
+        total = await self._in_thread(deadletters.count_dead, self.sync, self.settings, appid=appid, account=account)
+        rows: list[dict[str, Any]] = []
+        for letter in letters:
+            if detailed:
+                try:
+                    rows.append(await self.dead_letter(account, letter.id))
+                except NotFound:
+                    continue  # replayed or expired since it was listed
+            else:
+                rows.append(letter.as_dict())
+        return rows, total
+
+    async def dead_letter(self, account: str, delivery_id: str) -> dict[str, Any]:
+        if not delivery_id or len(delivery_id) > 200:
+            raise NotFound("no such dead letter")
+        try:
+            detail = await self._in_thread(deadletters.show, self.sync, self.settings, delivery_id, account=account)
+        except deadletters.NotFound:
+            raise NotFound(f"no dead letter {delivery_id!r}") from None
+        return detail.as_dict()
+
+    async def replay(
+        self, account: str, *, ids: Sequence[str] | None = None, appid: str | None = None
+    ) -> list[dict[str, object]]:
+        """Replay the dead letters named, or every one of ``appid``; other accounts' ids come back not_found."""
+        if bool(ids) == (appid is not None):
+            raise Invalid("name dead letters by id, or give an appid for all of its dead letters (exactly one)")
+        if appid is not None:
+            await self.check_owner(account, appid)
+        if ids is not None and (len(ids) > 1000 or any(not isinstance(i, str) or len(i) > 200 for i in ids)):
+            raise Invalid("ids must be at most 1000 dead letter ids")
+        results = await self._in_thread(
+            deadletters.replay, self.sync, self.settings, ids=list(ids) if ids else None, appid=appid, account=account
+        )
+        return [result.as_dict() for result in results]
+
+    # --- controlled operations ----------------------------------------------------------
+    async def denied(self, account: str) -> list[str]:
+        return sorted(await self.store.denied(account))
+
+    async def deny(self, account: str, operations: Sequence[str]) -> list[str]:
+        return sorted(await self.store.deny(account, _operations(operations)))
+
+    async def allow(self, account: str, operations: Sequence[str]) -> list[str]:
+        return sorted(await self.store.allow(account, _operations(operations)))
+
+
+def liveness_fields(fields: Mapping[str, str]) -> dict[str, Any]:
+    """The liveness part of an instance hash (see ``svcgw.liveness``), for display.
+
+    ``status`` is online, offline, stopped, logged_out, or not_started before
+    the first ``long/start``; ``reason`` and ``action_required`` only while
+    offline; times are ISO 8601 (UTC) or None.
+    """
+    status = fields.get("status") or "not_started"
+    offline = status == "offline"
+    data: dict[str, Any] = {
+        "status": status,
+        "reason": (fields.get("reason") or None) if offline else None,
+        "action_required": (fields.get("action_required") or None) if offline else None,
+    }
+    for name in ("since", "last_probe", "last_seen"):
+        data[name] = _iso(fields.get(name))
+    return data
+
+
+def _iso(value: str | None) -> str | None:
+    try:
+        moment = float(value) if value else None
+    except ValueError:
+        return None
+    if moment is None:
+        return None
+    return datetime.fromtimestamp(int(moment), UTC).isoformat()
+
+
+def _operations(operations: Sequence[str]) -> list[str]:
+    cleaned: list[str] = []
+    for operation in operations:
+        if not isinstance(operation, str):
+            raise Invalid("operations are strings such as message/sendText")
+        try:
+            name = normalise_operation(operation)
+        except ValueError:
+            name = ""
+        parts = name.split("/")
+        if (
+            not name
+            or len(name) > MAX_OPERATION_LENGTH
+            or len(parts) != 2
+            or not all(part and all(ch.isalnum() or ch in "_-" for ch in part) for part in parts)
+        ):
+            raise Invalid(f"{operation[:MAX_OPERATION_LENGTH]!r} is not an operation such as message/sendText")
+        cleaned.append(name)
+    if not cleaned:
+        raise Invalid("name at least one operation, such as message/sendText")
+    return cleaned
+
+
+def _stream_id(value: str) -> bool:
+    first, _, second = value.partition("-")
+    return first.isdigit() and (second == "" or second.isdigit()) and len(value) < 48
+
+
+def when(timestamp: float | None) -> str | None:
+    if timestamp is None:
+        return None
+    return time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(timestamp))

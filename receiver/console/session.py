@@ -1,0 +1,223 @@
+"""Console sessions and CSRF protection.
+
+Signing in with an API key creates a session: a random id whose SHA-256
+names a Redis hash (``svcgw:console:session:<digest>``: account, the id of
+the key used, the CSRF token, a pending flash message) with a TTL of
+:data:`SESSION_SECONDS`. The browser holds only the id, in a cookie signed
+with itsdangerous (``HttpOnly``, ``SameSite=Strict``, ``Path=/console``,
+``Secure`` whenever the console is reached over https), so a cookie can be
+neither forged nor replayed after sign-out: signing out deletes the hash,
+and revoking the key ends its sessions at their next request.
+
+CSRF: every session has its own random token. A change made from a page
+carries it as the form field ``csrf_token``; a change made through the JSON
+API carries it in the ``X-CSRF-Token`` header. Both are compared in constant
+time. The sign-in form, used before any session exists, is protected the
+same way by a short-lived signed cookie of its own (double submit); the
+JSON sign-in accepts only ``application/json``, which a cross-site form
+cannot send. Requests to the JSON API may instead carry the API key itself
+(``Svc-Key`` or ``Authorization: Bearer``): such a request has no ambient
+credential to abuse, so it needs no CSRF token.
+
+The signing key is derived from the first encryption key
+(``SVCGW_ENCRYPTION_KEYS``, or the generated one in the state directory),
+so every server process of one deployment accepts the same cookies.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import secrets
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+from itsdangerous import BadSignature, URLSafeTimedSerializer
+from redis.asyncio import Redis
+from starlette.requests import Request
+from starlette.responses import Response
+
+from svcgw import keys
+from svcgw.settings import Settings
+from svcgw.store import Store, digest
+from svcgw.vault import load_or_create_key
+
+__all__ = [
+    "COOKIE",
+    "CSRF_FIELD",
+    "CSRF_HEADER",
+    "LOGIN_COOKIE",
+    "PATH",
+    "Session",
+    "Sessions",
+]
+
+PATH = "/console"
+COOKIE = "svcgw_console"
+LOGIN_COOKIE = "svcgw_console_login"
+CSRF_FIELD = "csrf_token"
+CSRF_HEADER = "x-csrf-token"
+SESSION_SECONDS = 12 * 3600
+LOGIN_SECONDS = 3600
+
+
+@dataclass(frozen=True)
+class Session:
+    id_digest: str
+    account: str
+    key_id: str
+    csrf: str = ""
+    # Signed in with the API key on this very request (JSON API): no cookie, no CSRF needed.
+    direct: bool = False
+
+    def csrf_ok(self, presented: str | None) -> bool:
+        if self.direct:
+            return True
+        return bool(presented) and hmac.compare_digest(self.csrf.encode(), (presented or "").encode())
+
+
+def signing_key(settings: Settings) -> bytes:
+    base = settings.encryption_keys[0] if settings.encryption_keys else load_or_create_key(settings.state_dir)
+    return hmac.new(base.encode("utf-8"), b"svcgw console session cookie v1", hashlib.sha256).digest()
+
+
+class Sessions:
+    def __init__(self, settings: Settings, redis: Redis, store: Store) -> None:
+        # ``redis`` decodes responses (text); the store's client is the same kind.
+        self.redis: Any = redis
+        self.store = store
+        self.https = settings.public_url.lower().startswith("https://")
+        key = signing_key(settings)
+        self._cookie = URLSafeTimedSerializer(key, salt="svcgw-console-session")
+        self._login = URLSafeTimedSerializer(key, salt="svcgw-console-login")
+
+    # --- signing in and out --------------------------------------------------
+    async def key_account(self, presented: str) -> tuple[str, str] | None:
+        """(account, key id) of a valid API key, else None."""
+        account = await self.store.authenticate(presented.strip())
+        if account is None:
+            return None
+        key_id = await self.redis.get(keys.api_key_lookup(digest(presented.strip())))
+        if not key_id:
+            return None
+        return account, str(key_id)
+
+    async def create(self, account: str, key_id: str) -> tuple[str, Session]:
+        """A new session; returns the signed cookie value and the session."""
+        session_id = secrets.token_urlsafe(32)
+        csrf = secrets.token_urlsafe(32)
+        id_digest = digest(session_id)
+        key = keys.console_session(id_digest)
+        async with self.redis.pipeline(transaction=True) as pipe:
+            pipe.hset(
+                key, mapping={"account": account, "key_id": key_id, "csrf": csrf, "created_at": repr(time.time())}
+            )
+            pipe.expire(key, SESSION_SECONDS)
+            await pipe.execute()
+        return self._cookie.dumps(session_id), Session(id_digest, account, key_id, csrf)
+
+    async def end(self, session: Session) -> None:
+        if not session.direct:
+            await self.redis.delete(keys.console_session(session.id_digest))
+
+    # --- reading a request -----------------------------------------------------
+    async def from_cookie(self, request: Request) -> Session | None:
+        raw = request.cookies.get(COOKIE)
+        if not raw:
+            return None
+        try:
+            session_id = self._cookie.loads(raw, max_age=SESSION_SECONDS)
+        except BadSignature:
+            return None
+        if not isinstance(session_id, str):
+            return None
+        id_digest = digest(session_id)
+        account, key_id, csrf = await self.redis.hmget(keys.console_session(id_digest), ["account", "key_id", "csrf"])
+        if not account or not key_id or not csrf:
+            return None
+        if not await self._key_valid(key_id, account):
+            await self.redis.delete(keys.console_session(id_digest))
+            return None
+        return Session(id_digest, account, key_id, csrf)
+
+    async def from_key(self, presented: str) -> Session | None:
+        found = await self.key_account(presented)
+        if found is None:
+            return None
+        return Session("", found[0], found[1], direct=True)
+
+    async def _key_valid(self, key_id: str, account: str) -> bool:
+        owner, revoked = await self.redis.hmget(keys.api_key(key_id), ["account", "revoked_at"])
+        return owner == account and not revoked
+
+    # --- flash messages ------------------------------------------------------------
+    async def flash(self, session: Session, message: dict[str, object]) -> None:
+        if not session.direct:
+            await self.redis.hset(keys.console_session(session.id_digest), "flash", orjson.dumps(message))
+
+    async def take_flash(self, session: Session) -> dict[str, Any] | None:
+        if session.direct:
+            return None
+        key = keys.console_session(session.id_digest)
+        async with self.redis.pipeline(transaction=True) as pipe:
+            pipe.hget(key, "flash")
+            pipe.hdel(key, "flash")
+            raw, _ = await pipe.execute()
+        if not raw:
+            return None
+        value = orjson.loads(raw)
+        return value if isinstance(value, dict) else None
+
+    # --- cookies ---------------------------------------------------------------------
+    def secure(self, request: Request) -> bool:
+        return self.https or request.url.scheme == "https"
+
+    def set_cookie(self, request: Request, response: Response, value: str) -> None:
+        response.set_cookie(
+            COOKIE,
+            value,
+            max_age=SESSION_SECONDS,
+            path=PATH,
+            secure=self.secure(request),
+            httponly=True,
+            samesite="strict",
+        )
+
+    def clear_cookie(self, request: Request, response: Response) -> None:
+        response.delete_cookie(COOKIE, path=PATH, secure=self.secure(request), httponly=True, samesite="strict")
+
+    # --- the sign-in form's own CSRF token -------------------------------------------
+    def login_token(self, request: Request) -> tuple[str, bool]:
+        """The token for the sign-in form, and whether the cookie that pairs with it must be (re)set."""
+        raw = request.cookies.get(LOGIN_COOKIE)
+        if raw:
+            try:
+                token = self._login.loads(raw, max_age=LOGIN_SECONDS // 2)
+                if isinstance(token, str):
+                    return token, False
+            except BadSignature:
+                pass
+        return secrets.token_urlsafe(32), True
+
+    def set_login_cookie(self, request: Request, response: Response, token: str) -> None:
+        response.set_cookie(
+            LOGIN_COOKIE,
+            self._login.dumps(token),
+            max_age=LOGIN_SECONDS,
+            path=PATH,
+            secure=self.secure(request),
+            httponly=True,
+            samesite="strict",
+        )
+
+    def login_csrf_ok(self, request: Request, presented: str | None) -> bool:
+        raw = request.cookies.get(LOGIN_COOKIE)
+        if not raw or not presented:
+            return False
+        try:
+            token = self._login.loads(raw, max_age=LOGIN_SECONDS)
+        except BadSignature:
+            return False
+        return isinstance(token, str) and hmac.compare_digest(token.encode(), presented.encode())

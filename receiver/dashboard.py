@@ -1,0 +1,124 @@
+"""rq-dashboard for operators, mounted at ``/rq`` behind its own credentials.
+
+The dashboard is a Flask app (``rq_dashboard.cli.make_flask_app``) run
+through a2wsgi's ``WSGIMiddleware``, configured with the service's Redis and
+RQ's JSON serializer (the deliveries are JSON-serialized jobs). It is
+mounted only when both ``SVCGW_DASHBOARD_USER`` and
+``SVCGW_DASHBOARD_PASSWORD`` are set; otherwise ``/rq`` answers 404.
+
+:class:`DashboardGuard` stands in front of Flask, so no request reaches it
+unchecked:
+
+1. HTTP Basic credentials, compared in constant time; anything else gets 401
+   with ``WWW-Authenticate``;
+2. read-only: only ``GET`` / ``HEAD`` of the pages, their JSON data and
+   static files. The dashboard's mutating endpoints (requeue, delete, empty,
+   compact; ``/requeue/<queue>`` even answers GET) are refused with 403:
+   dead letters are replayed with ``svcgw dlq replay`` or the console, which
+   keep the service's own bookkeeping right.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import hmac
+import re
+from typing import Any
+
+from starlette.responses import PlainTextResponse
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+from svcgw.settings import Settings
+
+__all__ = ["DashboardGuard", "make_dashboard"]
+
+REALM = "svcgw operations"
+
+# Paths (below the mount) that only read: the pages, their JSON data, static files.
+_READ_ONLY = re.compile(
+    r"^/(?:"
+    r"|favicon\.ico"
+    r"|static/[A-Za-z0-9._/-]+"
+    r"|[0-9]+/(?:view(?:/[A-Za-z0-9._:/-]*)?)?"
+    r"|[0-9]+/data/[A-Za-z0-9._:/-]+\.json"
+    r")$"
+)
+
+
+def _credentials(scope: Scope) -> tuple[bytes, bytes] | None:
+    for name, value in scope.get("headers", []):
+        if name == b"authorization":
+            scheme, _, encoded = value.partition(b" ")
+            if scheme.lower() != b"basic":
+                return None
+            try:
+                decoded = base64.b64decode(encoded.strip(), validate=True)
+            except (binascii.Error, ValueError):
+                return None
+            user, sep, password = decoded.partition(b":")
+            return (user, password) if sep else None
+    return None
+
+
+class DashboardGuard:
+    """Basic auth, then a read-only allow-list, then the wrapped app."""
+
+    def __init__(self, app: ASGIApp, user: str, password: str) -> None:
+        self.app = app
+        self._user = user.encode("utf-8")
+        self._password = password.encode("utf-8")
+
+    def _authorized(self, scope: Scope) -> bool:
+        presented = _credentials(scope)
+        if presented is None:
+            return False
+        # Both compared, always, so the answer time does not tell which one was wrong.
+        user_ok = hmac.compare_digest(presented[0], self._user)
+        password_ok = hmac.compare_digest(presented[1], self._password)
+        return user_ok and password_ok
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "websocket":
+            await send({"type": "websocket.close", "code": 1008})
+            return
+        if scope["type"] != "http":
+            return
+        if not self._authorized(scope):
+            response = PlainTextResponse(
+                "authentication required\n", status_code=401, headers={"WWW-Authenticate": f'Basic realm="{REALM}"'}
+            )
+            await response(scope, receive, send)
+            return
+        root, path = scope.get("root_path", ""), scope["path"]
+        if root and path.startswith(root):
+            path = path[len(root) :]
+        if scope["method"] not in ("GET", "HEAD") or not _READ_ONLY.match(path or "/"):
+            response = PlainTextResponse(
+                "the dashboard is read-only here; replay dead letters with `svcgw dlq replay` or the console\n",
+                status_code=403,
+            )
+            await response(scope, receive, send)
+            return
+        await self.app(scope, receive, send)
+
+
+def make_dashboard(settings: Settings) -> ASGIApp | None:
+    """The guarded dashboard, or None when its credentials are not configured."""
+    if not (settings.dashboard_user and settings.dashboard_password and settings.redis_url):
+        return None
+    from a2wsgi import WSGIMiddleware
+    from rq.serializers import JSONSerializer
+    from rq_dashboard import web as dashboard_web
+    from rq_dashboard.cli import make_flask_app
+
+    # Credentials are checked by DashboardGuard, not by Flask.
+    flask_app: Any = make_flask_app(None, None, None, "")
+    flask_app.config["RQ_DASHBOARD_REDIS_URL"] = settings.redis_url
+    flask_app.config["RQ_DASHBOARD_DISABLE_DELETE"] = True
+    flask_app.config["RQ_DASHBOARD_POLL_INTERVAL"] = 5000
+    # The dashboard keeps its serializer in a module-level setting.
+    dashboard_web.config.serializer = JSONSerializer
+    dashboard_web.setup_rq_connection(flask_app)
+    wsgi: Any = WSGIMiddleware(flask_app, workers=4)
+    return DashboardGuard(wsgi, settings.dashboard_user, settings.dashboard_password)

@@ -1,0 +1,150 @@
+"""The ``SvcCallbackTest`` POST sent when a callback address is saved in the console.
+
+Building is kept apart from sending. ``build_test_body`` is pure: the spec's
+body (Events, Delivery item 5) with ``appid`` only for an instance address,
+``event_type`` ``SvcCallbackTest``, ``test`` true and one event
+``{id: "cbtest_" + unique, content, created_at}``. ``signed_headers`` adds the
+same HMAC headers as a delivery (and the Bearer header when a token is set).
+
+``send_test`` makes exactly one POST through the guarded client: it is not
+queued, not retried, and not written to the callback log. Its error policy:
+it never raises; a refused destination, a timeout, a connection error and
+any non-2xx answer all come back as a ``CallbackTestResult`` with ``ok`` false and a
+readable ``error``. A displayed success means only that the target answered
+2xx. Nothing in a result, an error or a log line carries the token.
+"""
+
+from __future__ import annotations
+
+import secrets
+import time
+from dataclasses import dataclass
+from datetime import UTC, datetime
+
+import httpx
+import orjson
+
+from .signing import sign
+
+__all__ = [
+    "TEST_CONTENT",
+    "TEST_EVENT_TYPE",
+    "CallbackTestResult",
+    "build_test_body",
+    "new_test_event_id",
+    "send_test",
+    "signed_headers",
+]
+
+TEST_EVENT_TYPE = "SvcCallbackTest"
+TEST_CONTENT = "This is a test callback from svcgw. Your callback address is reachable."
+USER_AGENT = "svcgw-callback/0.1"
+RESPONSE_SNIPPET_BYTES = 512
+
+
+def new_test_event_id() -> str:
+    return "cbtest_" + secrets.token_hex(12)
+
+
+def utc_iso8601(moment: datetime) -> str:
+    """``2026-11-22T03:44:45Z``: UTC, to the second."""
+    return moment.astimezone(UTC).replace(microsecond=0).isoformat().replace("+00:00", "Z")
+
+
+def build_test_body(appid: str | None, *, event_id: str | None = None, now: datetime | None = None) -> bytes:
+    """The raw body of one test POST; ``appid`` is None for the account default address."""
+    body: dict[str, object] = {}
+    if appid is not None:
+        body["appid"] = appid
+    body["event_type"] = TEST_EVENT_TYPE
+    body["test"] = True
+    body["events"] = [
+        {
+            "id": event_id or new_test_event_id(),
+            "content": TEST_CONTENT,
+            "created_at": utc_iso8601(now or datetime.now(UTC)),
+        }
+    ]
+    return orjson.dumps(body)
+
+
+def signed_headers(secret: str, token: str | None, body: bytes, timestamp: int) -> dict[str, str]:
+    headers = {
+        "Content-Type": "application/json",
+        "User-Agent": USER_AGENT,
+        "X-Svc-Timestamp": str(timestamp),
+        "X-Svc-Signature": sign(secret, timestamp, body),
+        "X-Svc-Event-Type": TEST_EVENT_TYPE,
+    }
+    if token:
+        headers["Authorization"] = f"Bearer {token}"
+    return headers
+
+
+@dataclass(frozen=True)
+class CallbackTestResult:
+    ok: bool
+    event_id: str
+    status: int | None = None
+    error: str | None = None
+    duration_ms: float = 0.0
+    response: str = ""
+
+    def as_dict(self) -> dict[str, object]:
+        return {
+            "ok": self.ok,
+            "event_id": self.event_id,
+            "status": self.status,
+            "error": self.error,
+            "duration_ms": self.duration_ms,
+            "response": self.response,
+        }
+
+
+async def send_test(
+    client: httpx.AsyncClient,
+    url: str,
+    *,
+    secret: str,
+    token: str | None,
+    appid: str | None,
+) -> CallbackTestResult:
+    """POST one ``SvcCallbackTest`` to ``url``; never raises (see the module docstring).
+
+    ``client`` must be the guarded client (``worker.transport.make_async_client``):
+    it re-checks the destination at connect time and does not follow redirects.
+    """
+    event_id = new_test_event_id()
+    body = build_test_body(appid, event_id=event_id)
+    started = time.perf_counter()
+    headers = signed_headers(secret, token, body, int(time.time()))
+
+    def result(ok: bool, status: int | None = None, error: str | None = None, response: str = "") -> CallbackTestResult:
+        elapsed = round((time.perf_counter() - started) * 1000, 1)
+        return CallbackTestResult(ok, event_id, status, error, elapsed, response)
+
+    # Imported here so that this module stays importable without the worker package.
+    from worker.transport import DestinationBlocked
+
+    try:
+        async with client.stream("POST", url, content=body, headers=headers) as answer:
+            status = answer.status_code
+            collected = b""
+            async for chunk in answer.aiter_raw():
+                collected += chunk
+                if len(collected) >= RESPONSE_SNIPPET_BYTES:
+                    break
+    except DestinationBlocked as exc:
+        return result(False, error=f"destination refused: {exc}")
+    except httpx.TimeoutException:
+        return result(False, error="timed out")
+    except httpx.HTTPError as exc:
+        first = (str(exc) or type(exc).__name__).splitlines()[0][:300]
+        return result(False, error=f"{type(exc).__name__}: {first}")
+    snippet = collected[:RESPONSE_SNIPPET_BYTES].decode("utf-8", "replace")
+    if 200 <= status < 300:
+        return result(True, status, response=snippet)
+    reason = f"HTTP {status}"
+    if 300 <= status < 400:
+        reason += " (redirects are not followed)"
+    return result(False, status, reason, snippet)

@@ -1,0 +1,84 @@
+"""Console fixtures: accounts with API keys, and a signed-in HTTP client of a real server."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import httpx
+import pytest
+
+from svcgw.settings import Settings
+from svcgw.store import Store
+from tests.conftest import with_store
+
+
+@dataclass
+class Developer:
+    account: str
+    key: str
+    key_id: str
+    appids: list[str]
+    receiver_tokens: dict[str, str]
+
+    def receiver_url(self, base: str, appid: str | None = None) -> str:
+        appid = appid or self.appids[0]
+        return f"{base}/svc/receiver/{appid}/{self.receiver_tokens[appid]}"
+
+
+def new_appid() -> str:
+    return "we_" + os.urandom(8).hex()[:15]
+
+
+def make_developer(settings: Settings, instances: int = 1) -> Developer:
+    async def action(store: Store) -> Developer:
+        account = await store.create_account("console test", devices=10)
+        key, clear = await store.create_key(account.id)
+        appids, tokens = [], {}
+        for _ in range(instances):
+            appid = new_appid()
+            tokens[appid] = await store.register_instance(appid, account.id)
+            appids.append(appid)
+        return Developer(account.id, clear, key.id, appids, tokens)
+
+    return with_store(settings, action)  # type: ignore[no-any-return]
+
+
+class ConsoleClient:
+    """An httpx client signed in to the console's JSON API, sending the CSRF header on changes."""
+
+    def __init__(self, base: str, key: str) -> None:
+        self.base = base
+        self.http = httpx.Client(base_url=base, timeout=15)
+        answer = self.http.post("/console/api/session", json={"api_key": key})
+        assert answer.status_code == 200, answer.text
+        self.csrf: str = answer.json()["data"]["csrf_token"]
+        self.account: str = answer.json()["data"]["account"]
+
+    def get(self, path: str, **kwargs: object) -> httpx.Response:
+        return self.http.get("/console/api" + path, **kwargs)  # type: ignore[arg-type]
+
+    def change(self, method: str, path: str, json: object | None = None, csrf: bool = True) -> httpx.Response:
+        headers = {"X-CSRF-Token": self.csrf} if csrf else {}
+        return self.http.request(method, "/console/api" + path, json=json, headers=headers)
+
+    def close(self) -> None:
+        self.http.close()
+
+
+@pytest.fixture
+def developer(settings: Settings) -> Developer:
+    return make_developer(settings, instances=2)
+
+
+@pytest.fixture
+def stranger(settings: Settings) -> Developer:
+    return make_developer(settings, instances=1)
+
+
+@pytest.fixture
+def console(server: str, developer: Developer) -> Iterator[ConsoleClient]:
+    client = ConsoleClient(server, developer.key)
+    yield client
+    client.close()

@@ -1,0 +1,135 @@
+"""The console's HTML pages over plain HTTP: sign-in, CSRF on forms, scoping, no token on any page."""
+
+from __future__ import annotations
+
+import re
+
+import httpx
+from redis import Redis
+
+from svcgw import keys
+from tests.receiver.console.conftest import Developer
+from tests.support import Sink
+
+TOKEN = "tok_never_shown_" + "x" * 16
+
+
+def csrf_of(html: str) -> str:
+    match = re.search(r'name="csrf_token" value="([^"]+)"', html)
+    assert match, html[:500]
+    return match.group(1)
+
+
+def signed_in(server: str, key: str) -> tuple[httpx.Client, str]:
+    http = httpx.Client(base_url=server, timeout=15)
+    login = http.get("/console/login")
+    assert login.status_code == 200 and "svcgw_console_login" in login.headers["set-cookie"]
+    answer = http.post("/console/login", data={"api_key": key, "csrf_token": csrf_of(login.text)})
+    assert answer.status_code == 303 and answer.headers["location"] == "/console/instances"
+    page = http.get("/console/instances")
+    assert page.status_code == 200
+    return http, csrf_of(page.text)
+
+
+def test_sign_in_form_and_its_csrf(server: str, developer: Developer) -> None:
+    with httpx.Client(base_url=server, timeout=15) as http:
+        first = http.get("/console/instances")
+        assert first.status_code == 303 and first.headers["location"].startswith("/console/login")
+        login = http.get("/console/login")
+        token = csrf_of(login.text)
+        assert http.post("/console/login", data={"api_key": developer.key}).status_code == 403
+        assert (
+            http.post("/console/login", data={"api_key": developer.key, "csrf_token": "x" + token}).status_code == 403
+        )
+        wrong = http.post("/console/login", data={"api_key": "sk_wrong", "csrf_token": token})
+        assert wrong.status_code == 401 and "not valid" in wrong.text
+        # Where to go after signing in: only a path inside the console.
+        evil = http.post(
+            "/console/login", data={"api_key": developer.key, "csrf_token": token, "next": "//evil.example/"}
+        )
+        assert evil.status_code == 303 and evil.headers["location"] == "/console/instances"
+        cookie = evil.headers["set-cookie"]
+        assert "svcgw_console=" in cookie and "HttpOnly" in cookie and "SameSite=strict" in cookie
+        assert "Path=/console" in cookie
+        page = http.get("/console/instances")
+        assert page.status_code == 200 and developer.appids[0] in page.text
+        assert page.headers["cache-control"] == "no-store" and page.headers["x-frame-options"] == "DENY"
+
+        out_token = csrf_of(page.text)
+        assert http.post("/console/logout", data={}).status_code == 403
+        assert http.post("/console/logout", data={"csrf_token": out_token}).status_code == 303
+        assert http.get("/console/instances").status_code == 303
+
+
+def test_every_page_renders_and_forms_need_the_token(
+    server: str, developer: Developer, stranger: Developer, sink: Sink, redis: Redis
+) -> None:
+    http, csrf = signed_in(server, developer.key)
+    appid = developer.appids[0]
+    httpx.post(developer.receiver_url(server), content=b'{"event_type":"Msg","events":[{"id":"p1"}]}', timeout=10)
+
+    refused = http.post(f"/console/instances/{appid}/callback", data={"url": sink.url, "bearer": "on"})
+    assert refused.status_code == 403 and sink.posts() == []
+    saved = http.post(
+        f"/console/instances/{appid}/callback",
+        data={"url": sink.url, "bearer": "on", "bearer_token": TOKEN, "csrf_token": csrf},
+    )
+    assert saved.status_code == 303 and saved.headers["location"] == f"/console/instances/{appid}"
+    shown = http.get(saved.headers["location"])
+    assert "Test POST succeeded" in shown.text and "HTTP 200" in shown.text
+    assert f'value="{sink.url}"' in shown.text
+    assert len(sink.posts()) == 1 and sink.posts()[0].headers["authorization"] == f"Bearer {TOKEN}"
+    # The message is shown once.
+    assert "Test POST succeeded" not in http.get(f"/console/instances/{appid}").text
+
+    bad = http.post(f"/console/instances/{appid}/callback", data={"url": "http://10.0.0.1/x", "csrf_token": csrf})
+    assert bad.status_code == 400 and "-40013" in bad.text and "Nothing was saved" in bad.text
+
+    for path in (
+        "/console/instances",
+        f"/console/instances/{appid}",
+        f"/console/instances/{appid}/log",
+        "/console/settings",
+        "/console/dead-letters",
+        f"/console/dead-letters?appid={appid}",
+        "/console/operations",
+    ):
+        page = http.get(path)
+        assert page.status_code == 200, path
+        assert TOKEN not in page.text, path
+        assert "<html" in page.text and "console.css" in page.text
+    log = http.get(f"/console/instances/{appid}/log").text
+    assert "{&#34;id&#34;:&#34;p1&#34;}" in log or '{"id":"p1"}' in log
+
+    for path in (
+        f"/console/instances/{stranger.appids[0]}",
+        f"/console/instances/{stranger.appids[0]}/log",
+        "/console/instances/we_unknown",
+        "/console/dead-letters/dlv_unknown",
+    ):
+        assert http.get(path).status_code == 404, path
+    other = http.post(f"/console/instances/{stranger.appids[0]}/callback", data={"url": sink.url, "csrf_token": csrf})
+    assert other.status_code == 404 and not redis.exists(keys.callback_instance(stranger.appids[0]))
+
+    assert http.post("/console/operations/deny", data={"operations": "message/sendText"}).status_code == 403
+    assert (
+        http.post(
+            "/console/operations/deny", data={"operations": "message/sendText\nlogin/getQr", "csrf_token": csrf}
+        ).status_code
+        == 303
+    )
+    assert redis.smembers(keys.account_denied(developer.account)) == {b"message/sendText", b"login/getQr"}
+    assert (
+        http.post("/console/operations/allow", data={"operation": "login/getQr", "csrf_token": csrf}).status_code == 303
+    )
+    assert redis.smembers(keys.account_denied(developer.account)) == {b"message/sendText"}
+    invalid = http.post("/console/operations/deny", data={"operations": "bogus", "csrf_token": csrf})
+    assert invalid.status_code == 400
+
+    before = redis.hget(keys.callback_instance(appid), "secret")
+    assert http.post(f"/console/instances/{appid}/rotate-secret", data={}).status_code == 403
+    assert redis.hget(keys.callback_instance(appid), "secret") == before
+    assert http.post(f"/console/instances/{appid}/rotate-secret", data={"csrf_token": csrf}).status_code == 303
+    assert redis.hget(keys.callback_instance(appid), "secret") != before
+    assert http.post("/console/dead-letters/replay", data={"scope": "all", "appid": appid}).status_code == 403
+    http.close()

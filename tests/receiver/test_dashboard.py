@@ -1,0 +1,76 @@
+"""rq-dashboard at /rq: behind its own credentials, read-only, absent when not configured."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import httpx
+import pytest
+
+from svcgw.settings import Settings, SettingsError
+from tests.conftest import provision
+from tests.support import start_server
+
+USER, PASSWORD = "operator", "dashboard-pass-123"
+
+
+@pytest.fixture
+def dashboard_server(env: dict[str, str]) -> Iterator[str]:
+    process, base = start_server(dict(env, SVCGW_DASHBOARD_USER=USER, SVCGW_DASHBOARD_PASSWORD=PASSWORD))
+    yield base
+    process.stop()
+
+
+def test_dashboard_needs_credentials_and_is_read_only(
+    dashboard_server: str, settings: Settings
+) -> None:
+    tenant = provision(settings)
+    httpx.post(
+        tenant.receiver_url(dashboard_server), content=b'{"event_type":"Msg","events":[{"id":"q1"}]}', timeout=10
+    ).raise_for_status()
+    base = dashboard_server + "/rq"
+    with httpx.Client(timeout=15) as http:
+        anonymous = http.get(base + "/")
+        assert anonymous.status_code == 401 and anonymous.headers["www-authenticate"].startswith("Basic")
+        assert http.get(base + "/", auth=(USER, "wrong")).status_code == 401
+        assert http.get(base + "/", auth=("someone", PASSWORD)).status_code == 401
+        assert http.get(base + "/", headers={"Authorization": "Basic !!notbase64"}).status_code == 401
+        # Unauthenticated changes are refused before anything else looks at them.
+        assert http.post(base + "/queue/svcgw/queued/empty").status_code == 401
+
+        page = http.get(base + "/", auth=(USER, PASSWORD))
+        assert page.status_code == 200 and "/rq/static/" in page.text and "<title>" in page.text
+        assert PASSWORD not in page.text
+        queues = http.get(base + "/0/data/queues.json", auth=(USER, PASSWORD))
+        assert queues.status_code == 200
+        (queue,) = [q for q in queues.json()["queues"] if q["name"] == "svcgw"]
+        assert queue["count"] == 1
+        jobs = http.get(base + "/0/data/jobs/svcgw/queued/10/asc/1.json", auth=(USER, PASSWORD))
+        assert jobs.status_code == 200 and len(jobs.json()["jobs"]) == 1
+        assert http.get(base + "/static/css/main.css", auth=(USER, PASSWORD)).status_code in (200, 404)
+
+        for method, path in (
+            ("POST", "/queue/svcgw/queued/empty"),
+            ("POST", "/queue/svcgw/compact"),
+            ("POST", "/job/x/delete"),
+            ("POST", "/job/x/requeue"),
+            ("POST", "/requeue/svcgw"),
+            ("GET", "/requeue/svcgw"),
+        ):
+            refused = http.request(method, base + path, auth=(USER, PASSWORD))
+            assert refused.status_code == 403, (method, path)
+        assert http.get(base + "/0/data/queues.json", auth=(USER, PASSWORD)).json()["queues"][0]["count"] == 1
+
+
+def test_no_dashboard_without_credentials(server: str) -> None:
+    assert httpx.get(server + "/rq/", timeout=10).status_code == 404
+    assert httpx.get(server + "/rq/", auth=(USER, PASSWORD), timeout=10).status_code == 404
+
+
+def test_credentials_come_in_pairs() -> None:
+    with pytest.raises(SettingsError, match="SVCGW_DASHBOARD_PASSWORD"):
+        Settings.from_env({"SVCGW_DASHBOARD_USER": USER})
+    with pytest.raises(SettingsError, match="SVCGW_DASHBOARD_USER"):
+        Settings.from_env({"SVCGW_DASHBOARD_PASSWORD": PASSWORD})
+    settings = Settings.from_env({"SVCGW_DASHBOARD_USER": USER, "SVCGW_DASHBOARD_PASSWORD": PASSWORD})
+    assert PASSWORD not in repr(settings)

@@ -1,0 +1,103 @@
+"""/metrics: Prometheus text whose counters move when events flow, shared by every process."""
+
+from __future__ import annotations
+
+import httpx
+from prometheus_client.parser import text_string_to_metric_families
+from redis import Redis
+
+from receiver.metrics import LATENCY_BUCKETS, attempt_commands, ingest_commands, render
+from svcgw import keys
+from svcgw.settings import Settings
+from tests.conftest import provision
+from tests.support import Process, Sink, wait_for
+
+
+def scrape(server: str) -> dict[str, float]:
+    answer = httpx.get(server + "/metrics", timeout=10)
+    assert answer.status_code == 200
+    assert answer.headers["content-type"].startswith("text/plain")
+    values: dict[str, float] = {}
+    for family in text_string_to_metric_families(answer.text):
+        for sample in family.samples:
+            labels = ",".join(f"{k}={v}" for k, v in sorted(sample.labels.items()))
+            values[f"{sample.name}{{{labels}}}" if labels else sample.name] = sample.value
+    return values
+
+
+def test_counters_move_when_events_flow(
+    settings: Settings, server: str, worker: Process, sink: Sink, redis: Redis
+) -> None:
+    tenant = provision(settings, url=sink.url)
+    before = scrape(server)
+    assert before["svcgw_events_received_total"] == 0
+    assert before["svcgw_queue_depth{state=queued}"] == 0
+    assert before["svcgw_instances{status=not_started}"] == 1
+
+    url = tenant.receiver_url(server)
+    httpx.post(url, content=b'{"event_type":"Msg","events":[{"id":"m1"},{"id":"m2"}]}', timeout=10).raise_for_status()
+    httpx.post(url, content=b'{"event_type":"Msg","events":[{"id":"m2"},{"id":"m3"}]}', timeout=10).raise_for_status()
+    wait_for(lambda: len(sink.posts()) == 2, timeout=20, what="two deliveries")
+
+    def settled() -> dict[str, float] | None:
+        values = scrape(server)
+        return values if values.get("svcgw_deliveries_total{outcome=delivered}") == 2 else None
+
+    after = wait_for(settled, timeout=10, interval=0.1, what="the delivery counters")
+    assert after["svcgw_posts_received_total"] == 2
+    assert after["svcgw_events_received_total"] == 4
+    assert after["svcgw_duplicates_dropped_total"] == 1
+    assert after["svcgw_delivery_attempts_total{outcome=delivered}"] == 2
+    assert after["svcgw_delivery_latency_seconds_count"] == 2
+    assert after["svcgw_delivery_latency_seconds_bucket{le=+Inf}"] == 2
+    assert 0 < after["svcgw_delivery_latency_seconds_sum"] < 60
+    assert after["svcgw_queue_depth{state=queued}"] == 0
+    assert after["svcgw_dead_letters"] == 0
+
+    # A failing destination: attempts counted as retries, then one dead letter.
+    sink.set(status=500)
+    httpx.post(url, content=b'{"event_type":"Msg","events":[{"id":"m4"}]}', timeout=10).raise_for_status()
+    final = wait_for(
+        lambda: (v := scrape(server)).get("svcgw_deliveries_total{outcome=dead}") == 1 and v,
+        timeout=30,
+        interval=0.1,
+        what="a dead letter counted",
+    )
+    assert final["svcgw_dead_letters"] == 1
+    assert final["svcgw_delivery_attempts_total{outcome=retry}"] == len(settings.retry_schedule)
+    assert final["svcgw_delivery_attempts_total{outcome=dead}"] == 1
+    assert final["svcgw_deliveries_total{outcome=dead}"] == 1
+    assert final["svcgw_dead_letters_total"] == 1
+    assert redis.hlen(keys.METRICS_COUNTERS) > 0
+
+
+def test_rendering_is_cumulative_and_labelled() -> None:
+    counters: dict[str, float] = {}
+    latency: dict[str, float] = {}
+    for command, key, field, amount in [
+        *ingest_commands(3, 1),
+        *attempt_commands("delivered", received_at=100.0, now=100.07),
+        *attempt_commands("delivered", received_at=100.0, now=400.0),
+        *attempt_commands("retry", received_at=100.0),
+    ]:
+        target = counters if key == keys.METRICS_COUNTERS else latency
+        target[field] = target.get(field, 0) + amount
+        assert command in ("HINCRBY", "HINCRBYFLOAT")
+    text = render(
+        {
+            "counters": counters,
+            "latency": latency,
+            "queue": {"queued": 4, "inflight": 1, "scheduled": 2},
+            "dead": 0,
+            "instances": {"online": 2, "offline": 1},
+            "probe_errors": 1,
+        }
+    ).decode()
+    assert "svcgw_events_received_total 4.0" in text
+    assert 'svcgw_delivery_attempts_total{outcome="retry"} 1.0' in text
+    assert 'svcgw_delivery_latency_seconds_bucket{le="0.1"} 1.0' in text
+    assert 'svcgw_delivery_latency_seconds_bucket{le="600.0"} 2.0' in text
+    assert 'svcgw_delivery_latency_seconds_bucket{le="+Inf"} 2.0' in text
+    assert 'svcgw_queue_depth{state="scheduled"} 2.0' in text
+    assert 'svcgw_instances{status="offline"} 1.0' in text
+    assert len(LATENCY_BUCKETS) == len(set(LATENCY_BUCKETS))

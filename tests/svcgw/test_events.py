@@ -1,0 +1,122 @@
+"""Service events: the spec's event objects, queued into the same pipeline as received posts."""
+
+from __future__ import annotations
+
+import threading
+
+import orjson
+import pytest
+from redis import Redis
+from rq.job import Job
+from rq.serializers import JSONSerializer
+
+from svcgw import keys
+from svcgw.calllog import read_log
+from svcgw.events import (
+    enqueue_service_event,
+    instance_offline,
+    instance_recovered,
+    iso8601,
+)
+from svcgw.settings import Settings
+from svcgw.signing import sign
+from svcgw.vault import TokenVault
+from tests.conftest import provision
+from tests.support import Sink
+from worker.delivery import prepare
+from worker.engine import Engine
+from worker.jobs import FUNC_NAME
+from worker.transport import make_client
+
+APPID = "we_0123456789abcde"
+
+
+def test_times_are_iso8601_with_an_offset_to_the_second() -> None:
+    assert iso8601(1795319097.9) == "2026-11-22T03:44:57+00:00"
+
+
+def test_instance_offline_has_the_spec_fields() -> None:
+    event = instance_offline(
+        APPID, reason="connection lost", action_required="relogin", detected_at=1795319097.4, last_seen_at=1795319037
+    )
+    assert event == {
+        "id": f"InstanceOffline:{APPID}:1795319097",
+        "reason": "connection lost",
+        "action_required": "relogin",
+        "detected_at": "2026-11-22T03:44:57+00:00",
+        "last_seen_at": "2026-11-22T03:43:57+00:00",
+    }
+    with pytest.raises(ValueError, match="action_required"):
+        instance_offline(APPID, reason="x", action_required="scan", detected_at=0, last_seen_at=0)
+
+
+def test_instance_recovered_has_the_spec_fields() -> None:
+    event = instance_recovered(APPID, recovered_at=1795319160.7, offline_since=1795319097.4, auto_reconnected=True)
+    assert event == {
+        "id": f"InstanceRecovered:{APPID}:1795319160",
+        "recovered_at": "2026-11-22T03:46:00+00:00",
+        "offline_seconds": 63,
+        "auto_reconnected": True,
+    }
+    assert isinstance(event["offline_seconds"], int)
+    clock_skew = instance_recovered(APPID, recovered_at=10, offline_since=12, auto_reconnected=False)
+    assert clock_skew["offline_seconds"] == 0
+
+
+def test_a_service_event_is_queued_like_a_received_post(settings: Settings, redis: Redis, sink: Sink) -> None:
+    tenant = provision(settings, url=sink.url)
+    event = instance_offline(
+        tenant.appid, reason="connection lost", action_required="relogin", detected_at=1795319097, last_seen_at=0
+    )
+    delivery_id = enqueue_service_event(redis, settings, tenant.appid, "InstanceOffline", [event])
+
+    delivery = {k.decode(): v for k, v in redis.hgetall(keys.delivery(delivery_id)).items()}
+    body = delivery["body"]
+    assert orjson.loads(body) == {"appid": tenant.appid, "event_type": "InstanceOffline", "events": [event]}
+    assert delivery["appid"] == tenant.appid.encode()
+    assert delivery["account"] == tenant.account.encode()
+    assert delivery["state"] == b"queued"
+    assert delivery["attempts"] == delivery["failures"] == b"0"
+    assert delivery["events"] == b"1"
+    job = Job.fetch(delivery_id, connection=redis, serializer=JSONSerializer)
+    assert job.func_name == FUNC_NAME
+    assert job.args == [delivery_id]
+    assert job.get_status() == "queued"
+    assert job.origin == settings.queue_name
+    assert redis.lrange(keys.rq_queue(settings.queue_name), 0, -1) == [delivery_id.encode()]
+    assert keys.rq_queue(settings.queue_name).encode() in redis.smembers(keys.RQ_QUEUES)
+
+    (entry,) = read_log(redis, settings, tenant.appid)
+    assert entry.body == body
+    assert entry.delivery_id == delivery_id
+    assert (entry.accepted, entry.duplicates) == (1, 0)
+    assert redis.ttl(keys.callback_log(tenant.appid)) > 0
+
+    prepared = prepare(redis, TokenVault.from_settings(settings), delivery_id)
+    assert prepared is not None
+    assert prepared.destination is not None and prepared.destination.url == sink.url
+
+
+def test_a_service_event_is_signed_and_delivered_by_the_engine(settings: Settings, redis: Redis, sink: Sink) -> None:
+    tenant = provision(settings, url=sink.url)
+    event = instance_recovered(tenant.appid, recovered_at=1795319160, offline_since=1795319097, auto_reconnected=False)
+    delivery_id = enqueue_service_event(redis, settings, tenant.appid, "InstanceRecovered", [event])
+
+    with make_client(allow=settings.allow_private_destinations, timeout=settings.delivery_timeout) as client:
+        Engine(settings, redis, TokenVault.from_settings(settings), client=client).run(threading.Event(), burst=True)
+
+    (received,) = sink.posts()
+    assert orjson.loads(received.body)["events"] == [event]
+    assert received.headers["x-svc-event-type"] == "InstanceRecovered"
+    assert received.headers["x-svc-delivery-id"] == delivery_id
+    secret = redis.hget(keys.callback_instance(tenant.appid), "secret")
+    assert secret is not None
+    timestamp = int(received.headers["x-svc-timestamp"])
+    assert received.headers["x-svc-signature"] == sign(secret.decode(), timestamp, received.body)
+    assert redis.hget(keys.delivery(delivery_id), "state") == b"delivered"
+
+
+def test_an_unknown_instance_gets_no_delivery(settings: Settings, redis: Redis) -> None:
+    with pytest.raises(LookupError):
+        enqueue_service_event(redis, settings, APPID, "InstanceOffline", [{"id": "x"}])
+    assert redis.llen(keys.rq_queue(settings.queue_name)) == 0
