@@ -399,11 +399,6 @@ def _is_started(answer: Answer) -> bool:
 # --- device quota --------------------------------------------------------------
 
 
-def device_reservations(account_id: str) -> str:
-    """Sorted set: quota slots held by device creations in flight, scored by expiry."""
-    return f"{keys.PREFIX}account:{account_id}:reservations"
-
-
 # KEYS: account instances, reservations. ARGV: quota, reservation id, seconds.
 # A reservation already renamed to an appid that is registered is not counted twice.
 _RESERVE = """
@@ -456,18 +451,18 @@ class DeviceQuota:
     async def reserve(self, account_id: str, quota: int) -> Reservation | None:
         reservation = Reservation(account_id, "rsv_" + secrets.token_hex(8))
         taken = await self._reserve(
-            keys=[keys.account_instances(account_id), device_reservations(account_id)],
+            keys=[keys.account_instances(account_id), keys.device_reservations(account_id)],
             args=[quota, reservation.id, RESERVATION_SECONDS],
         )
         return reservation if int(taken) else None
 
     async def hold(self, reservation: Reservation, appid: str) -> None:
-        await self._hold(keys=[device_reservations(reservation.account)], args=[reservation.id, appid])
+        await self._hold(keys=[keys.device_reservations(reservation.account)], args=[reservation.id, appid])
         reservation.appid = appid
 
     async def release(self, reservation: Reservation) -> None:
         names = [reservation.id] + ([reservation.appid] if reservation.appid else [])
-        await self.redis.zrem(device_reservations(reservation.account), *names)
+        await self.redis.zrem(keys.device_reservations(reservation.account), *names)
 
 
 # --- the gateway -----------------------------------------------------------------

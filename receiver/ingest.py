@@ -34,8 +34,6 @@ from svcgw.settings import Settings
 from svcgw.store import digest
 from worker.jobs import job_fields
 
-from .metrics import record_ingest
-
 __all__ = ["Ingest", "IngestResult", "receiver_path"]
 
 RECEIVER_PREFIX = "/svc/receiver/"
@@ -104,11 +102,22 @@ class UnknownReceiver(LookupError):
     """No instance has this receiver URL."""
 
 
+class ReplicaNotConfirmed(RedisError):
+    """Durable mode: fewer replicas than ``SVCGW_REDIS_WAIT_REPLICAS`` confirmed a post in time.
+
+    A ``RedisError``, so the post is answered 503 like any storage failure:
+    the sender posts it again, and de-duplication keeps the repeat from
+    being forwarded twice.
+    """
+
+
 class Ingest:
     def __init__(self, redis: Redis, settings: Settings) -> None:
         self.redis = redis
         self.settings = settings
         self._script = redis.register_script(_INGEST)
+        self._wait_replicas = settings.redis_wait_replicas
+        self._wait_ms = max(1, round(settings.redis_wait_timeout * 1000))
         self._keyed_ttl = max(settings.log_retention, 86400)
         self._unkeyed_ttl = settings.unkeyed_dedup_window
         self._queue_key = keys.rq_queue(settings.queue_name)
@@ -136,6 +145,25 @@ class Ingest:
         except Exception:
             log.exception("GapClosed not handed to the prober", extra={"appid": appid})
 
+    async def _run_script(self, *, keys: list[Any], args: list[Any]) -> Any:
+        """The ingest script; in the durable mode, followed by ``WAIT`` for the replicas.
+
+        WAIT counts the writes of the connection it is sent on, so it travels
+        with the script in one pipeline: both go on one connection, and a
+        pipeline retried after a broken connection retries both.
+        """
+        if not self._wait_replicas:
+            return await self._script(keys=keys, args=args)
+        async with self.redis.pipeline(transaction=False) as pipe:
+            await self._script(keys=keys, args=args, client=pipe)
+            pipe.execute_command("WAIT", self._wait_replicas, self._wait_ms)
+            result, confirmed = await pipe.execute()
+        if int(result[0]) >= 0 and int(confirmed) < self._wait_replicas:
+            raise ReplicaNotConfirmed(
+                f"{confirmed} of {self._wait_replicas} replicas confirmed the write within {self._wait_ms} ms"
+            )
+        return result
+
     async def _store(self, appid: str, token: str, body: bytes, post: Post) -> IngestResult:
         delivery_id = "dlv_" + secrets.token_hex(12)
         now = time.time()
@@ -156,7 +184,7 @@ class Ingest:
         head = build_envelope(appid, post.event_type, [])[:-2]  # up to and including '['
         result = cast(
             list[int],
-            await self._script(
+            await self._run_script(
                 keys=[
                     keys.receiver_lookup(digest(token)),
                     keys.instance(appid),
@@ -234,7 +262,6 @@ def make_endpoint(ingest: Ingest) -> Callable[[Request], Awaitable[Response]]:
             response = json_response(503, -50002, "storage temporarily unavailable, retry later")
             response.headers["Retry-After"] = "1"
             return response
-        await record_ingest(ingest.redis, result.accepted, result.duplicates)
         return json_response(
             200, 0, "ok", {"accepted": result.accepted, "duplicates": result.duplicates}
         )

@@ -39,7 +39,7 @@ __all__ = ["RateLimiter", "Verdict", "window_key"]
 
 def window_key(account_id: str, item: RateLimitItem) -> str:
     """List of call timestamps of one account under one limit, newest first."""
-    return f"{keys.PREFIX}rate:{account_id}:{item.amount}/{item.get_expiry()}"
+    return keys.rate_window(account_id, f"{item.amount}/{item.get_expiry()}")
 
 
 # KEYS: one list per limit. ARGV: per limit, its amount then its window in ms.

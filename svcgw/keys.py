@@ -34,6 +34,16 @@ def account_denied(account_id: str) -> str:
     return f"{PREFIX}account:{account_id}:denied"
 
 
+def device_reservations(account_id: str) -> str:
+    """Sorted set: quota slots held by device creations in flight, scored by expiry."""
+    return f"{PREFIX}account:{account_id}:reservations"
+
+
+def rate_window(account_id: str, limit: str) -> str:
+    """List of call timestamps of one account under one limit (``amount/seconds``), newest first."""
+    return f"{PREFIX}rate:{account_id}:{limit}"
+
+
 def api_key(key_id: str) -> str:
     """Hash: account, hash (sha256 of the key), created_at, revoked_at."""
     return f"{PREFIX}apikey:{key_id}"

@@ -52,13 +52,33 @@ class Settings:
     # Operators' credentials for rq-dashboard at /rq; without both, /rq is not mounted.
     dashboard_user: str | None = None
     dashboard_password: str | None = field(default=None, repr=False)
+    # Redis found through Sentinel instead of SVCGW_REDIS_URL.
+    redis_sentinels: tuple[tuple[str, int], ...] = ()
+    redis_sentinel_master: str = "mymaster"
+    redis_sentinel_password: str | None = field(default=None, repr=False)
+    redis_password: str | None = field(default=None, repr=False)
+    redis_db: int = 0
+    # Durable mode: an acknowledgement waits for this many replicas to hold the write.
+    redis_wait_replicas: int = 0
+    redis_wait_timeout: float = 1.0
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> Settings:
         env = os.environ if environ is None else environ
         reader = _Reader(env)
+        redis_url = reader.url("SVCGW_REDIS_URL", schemes=("redis", "rediss", "unix"))
+        sentinels = reader.addresses("SVCGW_REDIS_SENTINELS")
+        if redis_url and sentinels:
+            raise SettingsError("set SVCGW_REDIS_URL or SVCGW_REDIS_SENTINELS, not both")
+        if not sentinels:
+            for name in ("SVCGW_REDIS_PASSWORD", "SVCGW_REDIS_DB", "SVCGW_REDIS_SENTINEL_PASSWORD"):
+                if reader.present(name):
+                    raise SettingsError(
+                        f"{name} applies only with SVCGW_REDIS_SENTINELS; "
+                        "with SVCGW_REDIS_URL, put the password and database in the URL"
+                    )
         return cls(
-            redis_url=reader.url("SVCGW_REDIS_URL", schemes=("redis", "rediss", "unix")),
+            redis_url=redis_url,
             upstream_url=reader.url("SVCGW_UPSTREAM_URL", schemes=("http", "https")),
             public_url=reader.url("SVCGW_PUBLIC_URL", schemes=("http", "https"))
             or "http://127.0.0.1:8080",
@@ -82,7 +102,19 @@ class Settings:
             ),
             queue_name=env.get("SVCGW_QUEUE", "svcgw") or "svcgw",
             **reader.credentials("SVCGW_DASHBOARD_USER", "SVCGW_DASHBOARD_PASSWORD"),
+            redis_sentinels=sentinels,
+            redis_sentinel_master=env.get("SVCGW_REDIS_SENTINEL_MASTER", "").strip() or "mymaster",
+            redis_sentinel_password=env.get("SVCGW_REDIS_SENTINEL_PASSWORD") or None,
+            redis_password=env.get("SVCGW_REDIS_PASSWORD") or None,
+            redis_db=reader.integer("SVCGW_REDIS_DB", 0, minimum=0),
+            redis_wait_replicas=reader.integer("SVCGW_REDIS_WAIT_REPLICAS", 0, minimum=0, maximum=64),
+            redis_wait_timeout=reader.number("SVCGW_REDIS_WAIT_TIMEOUT", 1.0, minimum=0.001),
         )
+
+    @property
+    def redis_configured(self) -> bool:
+        """An external Redis is named, by URL or through Sentinel (otherwise ``up`` embeds one)."""
+        return bool(self.redis_url or self.redis_sentinels)
 
     @property
     def public_origin(self) -> tuple[str, str, int]:
@@ -118,6 +150,27 @@ class _Reader:
         if parts.scheme.lower() != "unix" and not parts.hostname:
             raise SettingsError(f"{name} has no host")
         return value
+
+    def present(self, name: str) -> bool:
+        return self._get(name) is not None
+
+    def addresses(self, name: str) -> tuple[tuple[str, int], ...]:
+        """``host:port,host:port``; an IPv6 host in brackets, ``[::1]:26379``."""
+        value = self._get(name)
+        if value is None:
+            return ()
+        found: list[tuple[str, int]] = []
+        for part in value.split(","):
+            part = part.strip()
+            if not part:
+                continue
+            host, sep, port = part.rpartition(":")
+            if host.startswith("[") and host.endswith("]"):
+                host = host[1:-1]
+            if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+                raise SettingsError(f"{name} must be comma-separated host:port pairs, got {part!r}")
+            found.append((host, int(port)))
+        return tuple(found)
 
     def integer(self, name: str, default: int, *, minimum: int, maximum: int | None = None) -> int:
         value = self._get(name)
