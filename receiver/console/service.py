@@ -18,16 +18,15 @@ from __future__ import annotations
 
 import functools
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import anyio.to_thread
 from redis import Redis as SyncRedis
 
 from receiver.ingest import RECEIVER_PREFIX
-from svcgw import keys
+from svcgw import keys, liveness
 from svcgw.addresses import check_callback_url
 from svcgw.callbacktest import CallbackTestResult, send_test
 from svcgw.calllog import LogEntry, read_log
@@ -136,7 +135,7 @@ class ConsoleService:
         if last:
             received = last[0][1].get(b"received_at")
             last_event = float(received) if received else None
-        status = liveness_fields(instance.fields)
+        status = liveness.describe(instance.fields)
         return {
             "appid": appid,
             "created_at": instance.created_at,
@@ -277,35 +276,6 @@ class ConsoleService:
 
     async def allow(self, account: str, operations: Sequence[str]) -> list[str]:
         return sorted(await self.store.allow(account, _operations(operations)))
-
-
-def liveness_fields(fields: Mapping[str, str]) -> dict[str, Any]:
-    """The liveness part of an instance hash (see ``svcgw.liveness``), for display.
-
-    ``status`` is online, offline, stopped, logged_out, or not_started before
-    the first ``long/start``; ``reason`` and ``action_required`` only while
-    offline; times are ISO 8601 (UTC) or None.
-    """
-    status = fields.get("status") or "not_started"
-    offline = status == "offline"
-    data: dict[str, Any] = {
-        "status": status,
-        "reason": (fields.get("reason") or None) if offline else None,
-        "action_required": (fields.get("action_required") or None) if offline else None,
-    }
-    for name in ("since", "last_probe", "last_seen"):
-        data[name] = _iso(fields.get(name))
-    return data
-
-
-def _iso(value: str | None) -> str | None:
-    try:
-        moment = float(value) if value else None
-    except ValueError:
-        return None
-    if moment is None:
-        return None
-    return datetime.fromtimestamp(int(moment), UTC).isoformat()
 
 
 def _operations(operations: Sequence[str]) -> list[str]:

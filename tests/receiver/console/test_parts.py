@@ -8,7 +8,7 @@ import orjson
 import pytest
 
 from receiver.console.pages import _safe_next
-from receiver.console.service import Invalid, _operations, liveness_fields
+from receiver.console.service import Invalid, _operations
 from svcgw.callbacktest import TEST_CONTENT, TEST_EVENT_TYPE, build_test_body, signed_headers
 from svcgw.signing import sign
 
@@ -33,17 +33,6 @@ def test_signed_headers() -> None:
     assert headers["X-Svc-Signature"] == sign("whsec_k", 1700000000, body)
     assert headers["Authorization"] == "Bearer tok"
     assert "Authorization" not in signed_headers("whsec_k", None, body, 1)
-
-
-def test_liveness_fields() -> None:
-    assert liveness_fields({})["status"] == "not_started"
-    offline = liveness_fields({"status": "offline", "reason": "r", "action_required": "manual", "since": "0"})
-    assert (offline["reason"], offline["action_required"], offline["since"]) == (
-        "r",
-        "manual",
-        "1970-01-01T00:00:00+00:00",
-    )
-    assert liveness_fields({"status": "online", "reason": "stale"})["reason"] is None
 
 
 def test_next_after_sign_in_stays_inside_the_console() -> None:
