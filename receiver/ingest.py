@@ -34,6 +34,8 @@ from svcgw.settings import Settings
 from svcgw.store import digest
 from worker.jobs import job_fields
 
+from .metrics import record_ingest
+
 __all__ = ["Ingest", "IngestResult", "receiver_path"]
 
 RECEIVER_PREFIX = "/svc/receiver/"
@@ -262,6 +264,7 @@ def make_endpoint(ingest: Ingest) -> Callable[[Request], Awaitable[Response]]:
             response = json_response(503, -50002, "storage temporarily unavailable, retry later")
             response.headers["Retry-After"] = "1"
             return response
+        await record_ingest(ingest.redis, result.accepted, result.duplicates)
         return json_response(
             200, 0, "ok", {"accepted": result.accepted, "duplicates": result.duplicates}
         )
