@@ -25,8 +25,8 @@ from tests.deploy.load import Load
 from tests.support import wait_for
 
 NAMES = ["redis", "api1", "api2", "worker1", "worker2"]
-FAST = 1200  # deliveries per throughput run to a sink that answers at once
-SLOW = 480  # ... and to one that takes 100 ms
+FAST = 2000  # deliveries per throughput run to a sink that answers at once
+SLOW = 600  # ... and to one that takes 100 ms
 
 
 @pytest.fixture
