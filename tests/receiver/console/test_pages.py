@@ -99,7 +99,14 @@ def test_every_page_renders_and_forms_need_the_token(
         assert TOKEN not in page.text, path
         assert "<html" in page.text and "console.css" in page.text
     log = http.get(f"/console/instances/{appid}/log").text
-    assert "{&#34;id&#34;:&#34;p1&#34;}" in log or '{"id":"p1"}' in log
+    assert "{&#34;id&#34;:&#34;p1&#34;}" in log
+    httpx.post(
+        developer.receiver_url(server),
+        content=b'{"event_type":"Msg","events":[{"id":"<script>alert(1)</script>"}]}',
+        timeout=10,
+    ).raise_for_status()
+    log = http.get(f"/console/instances/{appid}/log").text
+    assert "<script>alert" not in log and "&lt;script&gt;alert(1)&lt;/script&gt;" in log
 
     for path in (
         f"/console/instances/{stranger.appids[0]}",
