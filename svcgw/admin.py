@@ -24,7 +24,6 @@ import click
 import orjson
 from cryptography.fernet import Fernet
 from redis import Redis
-from redis.asyncio import Redis as AsyncRedis
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import RedisError
 from redis.exceptions import TimeoutError as RedisTimeoutError
@@ -35,6 +34,7 @@ from rich.text import Text
 from . import keys
 from .addresses import AddressError, check_callback_url
 from .calllog import parse_since, read_log
+from .connections import async_client, sync_client
 from .settings import Settings, SettingsError
 from .store import CallbackConfig, Scope, Store
 from .store import NotFound as StoreNotFound
@@ -63,24 +63,26 @@ class Admin:
     """What one command works with: settings, and Redis clients opened on demand."""
 
     def __init__(self, settings: Settings) -> None:
-        if not settings.redis_url:
+        if not settings.redis_configured:
             raise click.ClickException(
-                "SVCGW_REDIS_URL is required for administration commands "
-                "(the Redis of the running service: redis://, rediss:// or unix://)"
+                "SVCGW_REDIS_URL (or SVCGW_REDIS_SENTINELS) is required for administration commands: "
+                "the Redis of the running service"
             )
         self.settings = settings
-        self.redis_url: str = settings.redis_url
         self._redis: Redis | None = None
 
     @property
     def safe_url(self) -> str:
-        return safe_redis_url(self.redis_url)
+        if self.settings.redis_sentinels:
+            hosts = ",".join(f"{host}:{port}" for host, port in self.settings.redis_sentinels)
+            return f"sentinels {hosts} (primary {self.settings.redis_sentinel_master})"
+        return safe_redis_url(self.settings.redis_url or "")
 
     @property
     def redis(self) -> Redis:
         """Synchronous client returning bytes (raw bodies stay raw)."""
         if self._redis is None:
-            self._redis = Redis.from_url(self.redis_url, socket_connect_timeout=5, socket_timeout=30)
+            self._redis = sync_client(self.settings, connect_timeout=5)
         return self._redis
 
     def store(self, action: Callable[[Store], Awaitable[T]], *, sealing: bool = False) -> T:
@@ -88,9 +90,7 @@ class Admin:
         vault = self._vault(sealing)
 
         async def run() -> T:
-            client = AsyncRedis.from_url(
-                self.redis_url, decode_responses=True, socket_connect_timeout=5, socket_timeout=30
-            )
+            client = async_client(self.settings, decode=True, connect_timeout=5)
             try:
                 return await action(Store(client, vault))
             finally:

@@ -75,22 +75,29 @@ def _sentinel_kwargs(settings: Settings) -> dict[str, Any]:
     return kwargs
 
 
-def _primary_kwargs(settings: Settings, decode: bool) -> dict[str, Any]:
+def _primary_kwargs(settings: Settings, decode: bool, connect_timeout: float | None = None) -> dict[str, Any]:
     return {
         "decode_responses": decode,
         "health_check_interval": 30,
         "password": settings.redis_password,
         "db": settings.redis_db,
+        "socket_connect_timeout": connect_timeout,
     }
 
 
-def sync_client(settings: Settings, *, decode: bool = False, threads: int | None = None) -> Redis:
-    """A client for ``threads`` threads at once: they wait for a free connection, never fail for lack of one."""
+def sync_client(
+    settings: Settings, *, decode: bool = False, threads: int | None = None, connect_timeout: float | None = None
+) -> Redis:
+    """A client for ``threads`` threads at once: they wait for a free connection, never fail for lack of one.
+
+    ``connect_timeout`` bounds how long an unreachable Redis can hold up a
+    command-line call; the long-running roles keep redis-py's default.
+    """
     if settings.redis_sentinels:
         sentinel = Sentinel(  # type: ignore[no-untyped-call]
             list(settings.redis_sentinels), sentinel_kwargs=_sentinel_kwargs(settings)
         )
-        kwargs = _primary_kwargs(settings, decode)
+        kwargs = _primary_kwargs(settings, decode, connect_timeout)
         if threads is not None:
             kwargs.update(
                 connection_pool_class=BlockingSentinelConnectionPool, max_connections=threads + 4, timeout=30
@@ -101,7 +108,9 @@ def sync_client(settings: Settings, *, decode: bool = False, threads: int | None
         client.sentinels = sentinel
         return client
     if threads is None:
-        return Redis.from_url(_url(settings), decode_responses=decode, health_check_interval=30)
+        return Redis.from_url(
+            _url(settings), decode_responses=decode, health_check_interval=30, socket_connect_timeout=connect_timeout
+        )
     pool = BlockingConnectionPool.from_url(
         _url(settings),
         decode_responses=decode,
@@ -112,14 +121,18 @@ def sync_client(settings: Settings, *, decode: bool = False, threads: int | None
     return Redis(connection_pool=pool)
 
 
-def async_client(settings: Settings, *, decode: bool = False) -> AsyncRedis:
+def async_client(settings: Settings, *, decode: bool = False, connect_timeout: float | None = None) -> AsyncRedis:
     if settings.redis_sentinels:
         sentinel = AsyncSentinel(  # type: ignore[no-untyped-call]
             list(settings.redis_sentinels), sentinel_kwargs=_sentinel_kwargs(settings)
         )
         client: AsyncSentinelRedis = sentinel.master_for(
-            settings.redis_sentinel_master, redis_class=AsyncSentinelRedis, **_primary_kwargs(settings, decode)
+            settings.redis_sentinel_master,
+            redis_class=AsyncSentinelRedis,
+            **_primary_kwargs(settings, decode, connect_timeout),
         )
         client.sentinels = sentinel
         return client
-    return AsyncRedis.from_url(_url(settings), decode_responses=decode, health_check_interval=30)
+    return AsyncRedis.from_url(
+        _url(settings), decode_responses=decode, health_check_interval=30, socket_connect_timeout=connect_timeout
+    )
