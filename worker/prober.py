@@ -49,6 +49,7 @@ import httpx
 import orjson
 from redis.exceptions import RedisError
 
+from receiver.metrics import record_probe
 from svcgw import keys, liveness
 from svcgw.connections import sync_client
 from svcgw.events import MANUAL, RELOGIN
@@ -369,6 +370,7 @@ class Prober:
         try:
             outcome = self.probe(claim)
             log.debug("probe %s", outcome, extra={"appid": claim.appid, "outcome": outcome})
+            record_probe(self.redis, outcome)
         except Abandoned:
             self._give_back(claim)
         except RedisError as exc:
