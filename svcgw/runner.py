@@ -18,6 +18,7 @@ import threading
 import time
 from collections.abc import Sequence
 from types import FrameType
+from typing import Any
 
 from .settings import Settings
 
@@ -27,33 +28,46 @@ log = logging.getLogger("svcgw")
 
 
 def run_server(settings: Settings) -> None:
+    """The HTTP server; with ``SVCGW_HTTP_WORKERS`` > 1, that many processes share the port."""
     import uvicorn
 
+    settings.require_upstream()
+    options: dict[str, object] = {
+        "host": settings.host,
+        "port": settings.port,
+        "log_config": None,
+        "access_log": False,
+        "timeout_graceful_shutdown": 10,
+        "server_header": False,
+        "loop": "auto",  # uvloop when installed
+        "http": "auto",  # httptools when installed
+    }
+    if settings.http_workers > 1:
+        # Each worker process builds its app from the same environment.
+        uvicorn.run("svcgw.runner:app_from_env", factory=True, workers=settings.http_workers, **options)  # type: ignore[arg-type]
+        return
     from receiver.app import create_app
 
-    settings.require_upstream()
-    app = create_app(settings)
-    config = uvicorn.Config(
-        app,
-        host=settings.host,
-        port=settings.port,
-        log_config=None,
-        access_log=False,
-        timeout_graceful_shutdown=10,
-        server_header=False,
-    )
-    server = uvicorn.Server(config)
-    server.run()
+    config = uvicorn.Config(create_app(settings), **options)  # type: ignore[arg-type]
+    uvicorn.Server(config).run()
+
+
+def app_from_env() -> Any:
+    """The HTTP app of one of several server processes (``SVCGW_HTTP_WORKERS``)."""
+    from receiver.app import create_app
+
+    from .logs import configure
+
+    configure()
+    return create_app(Settings.from_env())
 
 
 def run_worker(settings: Settings, *, burst: bool = False) -> None:
-    from svcgw.connections import sync_client
     from svcgw.vault import TokenVault
     from worker.engine import Engine
 
-    # The delivery threads and the main loop share one pool.
-    redis = sync_client(settings, threads=settings.delivery_concurrency + 2)
-    engine = Engine(settings, redis, TokenVault.from_settings(settings))
+    # The engine opens its own asyncio Redis client from the settings.
+    engine = Engine(settings, None, TokenVault.from_settings(settings))
     stop = threading.Event()
 
     def on_signal(signum: int, frame: FrameType | None) -> None:
@@ -69,7 +83,6 @@ def run_worker(settings: Settings, *, burst: bool = False) -> None:
         stop.set()
         for thread in extra:
             thread.join(timeout=5)
-        redis.close()
 
 
 def _start_background_roles(settings: Settings, stop: threading.Event) -> list[threading.Thread]:

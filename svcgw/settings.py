@@ -46,9 +46,10 @@ class Settings:
     unkeyed_dedup_window: int = 600
     lease_seconds: float = 30.0
     max_body_bytes: int = 1024 * 1024
-    delivery_concurrency: int = 64
+    delivery_concurrency: int = 256
     destination_concurrency: int = 16
     queue_name: str = "svcgw"
+    http_workers: int = 1
     # Operators' credentials for rq-dashboard at /rq; without both, /rq is not mounted.
     dashboard_user: str | None = None
     dashboard_password: str | None = field(default=None, repr=False)
@@ -96,11 +97,12 @@ class Settings:
             unkeyed_dedup_window=reader.integer("SVCGW_UNKEYED_DEDUP_WINDOW", 600, minimum=1),
             lease_seconds=reader.number("SVCGW_LEASE_SECONDS", 30.0, minimum=0.5),
             max_body_bytes=reader.integer("SVCGW_MAX_BODY_BYTES", 1024 * 1024, minimum=1024),
-            delivery_concurrency=reader.integer("SVCGW_DELIVERY_CONCURRENCY", 64, minimum=1, maximum=1024),
+            delivery_concurrency=reader.integer("SVCGW_DELIVERY_CONCURRENCY", 256, minimum=1, maximum=4096),
             destination_concurrency=reader.integer(
                 "SVCGW_DESTINATION_CONCURRENCY", 16, minimum=1, maximum=1024
             ),
             queue_name=env.get("SVCGW_QUEUE", "svcgw") or "svcgw",
+            http_workers=reader.integer("SVCGW_HTTP_WORKERS", 1, minimum=1, maximum=64),
             **reader.credentials("SVCGW_DASHBOARD_USER", "SVCGW_DASHBOARD_PASSWORD"),
             redis_sentinels=sentinels,
             redis_sentinel_master=env.get("SVCGW_REDIS_SENTINEL_MASTER", "").strip() or "mymaster",

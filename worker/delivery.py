@@ -1,11 +1,15 @@
 """One delivery attempt, in three stages: prepare, send, decide.
 
-* ``prepare`` reads the delivery and resolves its destination *now*, so a
-  changed address, a rotated secret or a new token applies to every retry;
+* ``prepare`` turns the delivery and its destination, as read *now*, into a
+  :class:`Prepared` attempt, so a changed address, a rotated secret or a new
+  token applies to every retry. The engine reads both in its claim script
+  (:meth:`worker.queue.AsyncDeliveryQueue.claim_batch`) and calls
+  :func:`prepare_claimed`; :func:`prepare` reads them for one delivery;
 * ``send`` signs and POSTs the exact body bytes and never raises: every
   failure (no address, blocked address, timeout, connection error, 3xx,
   4xx, 5xx) becomes an ``Attempt`` with ``ok=False``;
 * ``decide`` maps an attempt to the queue's next step with the retry policy.
+  It is pure.
 
 Only a 2xx counts as delivered; redirects are not followed.
 """
@@ -13,11 +17,11 @@ Only a 2xx counts as delivered; redirects are not followed.
 from __future__ import annotations
 
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Literal, cast
 from urllib.parse import urlsplit, urlunsplit
 
-import httpx
 import orjson
 from redis import Redis
 
@@ -27,14 +31,20 @@ from svcgw.retry import next_delay
 from svcgw.signing import sign
 from svcgw.vault import TokenVault, VaultError
 
-from .transport import DestinationBlocked
+from .queue import DELIVERY_FIELDS, Claimed
+from .sender import RESPONSE_SNIPPET_BYTES, Refused, Sender, SendError, TimedOut
 
-__all__ = ["Attempt", "Prepared", "decide", "prepare", "send"]
+__all__ = [
+    "RESPONSE_SNIPPET_BYTES",
+    "Attempt",
+    "Prepared",
+    "decide",
+    "prepare",
+    "prepare_claimed",
+    "send",
+]
 
-RESPONSE_SNIPPET_BYTES = 2048
 USER_AGENT = "svcgw-callback/0.1"
-
-_DELIVERY_FIELDS = ("appid", "account", "event_type", "body", "failures", "state", "attempts", "received_at")
 
 
 @dataclass(frozen=True)
@@ -83,18 +93,34 @@ def _text(value: bytes | None) -> str:
 
 def prepare(redis: Redis, vault: TokenVault, delivery_id: str) -> Prepared | None:
     """The delivery and its current destination; None if the delivery no longer exists."""
-    values = cast(list[bytes | None], redis.hmget(keys.delivery(delivery_id), list(_DELIVERY_FIELDS)))
-    data = dict(zip(_DELIVERY_FIELDS, values, strict=True))
+    values = cast(list[bytes | None], redis.hmget(keys.delivery(delivery_id), list(DELIVERY_FIELDS)))
+    data = dict(zip(DELIVERY_FIELDS, values, strict=True))
     if not data["appid"] or data["body"] is None:
         return None
     appid = _text(data["appid"])
-    account = _text(data["account"])
     with redis.pipeline(transaction=False) as pipe:
         pipe.hgetall(keys.callback_instance(appid))
-        pipe.hgetall(keys.callback_account(account))
+        pipe.hgetall(keys.callback_account(_text(data["account"])))
         own_raw, default_raw = pipe.execute()
     own = {k.decode(): v.decode() for k, v in own_raw.items()}
     default = {k.decode(): v.decode() for k, v in default_raw.items()}
+    return _prepared(delivery_id, data, own, default, vault)
+
+
+def prepare_claimed(claimed: Claimed, vault: TokenVault) -> Prepared | None:
+    """The attempt for a job claimed with its data; None if the delivery no longer exists."""
+    return _prepared(claimed.delivery_id, claimed.fields, claimed.own, claimed.default, vault)
+
+
+def _prepared(
+    delivery_id: str,
+    data: Mapping[str, bytes | None],
+    own: Mapping[str, str],
+    default: Mapping[str, str],
+    vault: TokenVault,
+) -> Prepared | None:
+    if not data["appid"] or data["body"] is None:
+        return None
     destination = choose_destination(own, default)
     token = None
     if destination is not None and destination.sealed_token:
@@ -106,8 +132,8 @@ def prepare(redis: Redis, vault: TokenVault, delivery_id: str) -> Prepared | Non
             token = ""
     return Prepared(
         delivery_id=delivery_id,
-        appid=appid,
-        account=account,
+        appid=_text(data["appid"]),
+        account=_text(data["account"]),
         event_type=_text(data["event_type"]),
         body=data["body"] or b"",
         failures=int(data["failures"] or 0),
@@ -146,7 +172,8 @@ def build_headers(prepared: Prepared, secret: str, timestamp: int) -> dict[str, 
     return headers
 
 
-def send(client: httpx.Client, prepared: Prepared) -> Attempt:
+async def send(client: Sender, prepared: Prepared) -> Attempt:
+    """Sign and POST the delivery; never raises (a failure is an ``Attempt`` with ``ok=False``)."""
     started = time.time()
     clock = time.perf_counter()
 
@@ -167,42 +194,27 @@ def send(client: httpx.Client, prepared: Prepared) -> Attempt:
         return failed("the Bearer token cannot be decrypted with the configured keys")
     headers = build_headers(prepared, prepared.destination.secret, int(started))
     try:
-        with client.stream("POST", prepared.destination.url, content=prepared.body, headers=headers) as resp:
-            snippet = _read_snippet(resp)
-            status = resp.status_code
-    except DestinationBlocked as exc:
+        answer = await client.post(prepared.destination.url, prepared.body, headers)
+    except Refused as exc:
         return failed(f"destination refused: {exc}")
-    except httpx.TimeoutException:
-        return failed(f"timed out after {client.timeout.read}s")
-    except httpx.HTTPError as exc:
-        return failed(f"{type(exc).__name__}: {_first_line(exc)}")
+    except TimedOut:
+        return failed(f"timed out after {client.timeout}s")
+    except SendError as exc:
+        return failed(str(exc))
+    status = answer.status
     if 200 <= status < 300:
         return Attempt(
             ok=True,
             at=started,
             duration=time.perf_counter() - clock,
             status=status,
-            response=snippet,
+            response=answer.snippet,
             destination=redacted(prepared.destination.url),
         )
     reason = f"HTTP {status}"
     if 300 <= status < 400:
         reason += " (redirects are not followed)"
-    return failed(reason, status, snippet)
-
-
-def _read_snippet(resp: httpx.Response) -> str:
-    collected = b""
-    for chunk in resp.iter_raw():
-        collected += chunk
-        if len(collected) >= RESPONSE_SNIPPET_BYTES:
-            break
-    return collected[:RESPONSE_SNIPPET_BYTES].decode("utf-8", "replace")
-
-
-def _first_line(exc: Exception) -> str:
-    text = str(exc) or exc.__class__.__name__
-    return text.splitlines()[0][:300]
+    return failed(reason, status, answer.snippet)
 
 
 Step = Literal["delivered", "retry", "dead"]

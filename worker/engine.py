@@ -2,8 +2,17 @@
 
 A stock RQ worker runs one job at a time (and forks per job), which leaves a
 process idle for as long as a slow endpoint takes to answer. The engine
-instead claims jobs in batches and runs each attempt on a thread pool; the
-synchronous httpx client is shared by the threads. The main loop:
+instead runs every attempt as a task on one asyncio event loop (uvloop when
+installed), sends with aiohttp (:mod:`worker.sender`) and talks to Redis in
+batches:
+
+* one script claims up to ``CLAIM_BATCH`` jobs and returns, with each, the
+  delivery's fields and its callback configuration (the prepare stage reads
+  nothing more);
+* finished attempts are collected and recorded by one script call for all
+  of them, whatever their outcome.
+
+The main loop:
 
 * promotes retries that are due (RQ's scheduled registry) to the queue;
 * hands back jobs whose lease ran out (their worker died);
@@ -12,203 +21,305 @@ synchronous httpx client is shared by the threads. The main loop:
 
 One failing destination cannot take every slot: at most
 ``SVCGW_DESTINATION_CONCURRENCY`` attempts run against one host at once; a
-job over that cap goes back to the scheduled registry for a moment without
-counting an attempt.
+job over that cap goes back to the scheduled registry without counting an
+attempt, for longer the slower that host has been answering.
+
+Ordering rules: an attempt's slot is freed, its claim forgotten, and the
+``on_attempt`` hook called only after its outcome is stored in Redis. Until
+then the lease is extended, so a worker that dies meanwhile loses nothing:
+the job is handed back and tried again.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import os
+import random
 import secrets
 import socket
 import threading
 import time
 from collections import Counter
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from urllib.parse import urlsplit
 
 import httpx
-from redis import Redis
+from redis.asyncio import Redis as AsyncRedis
 from redis.exceptions import RedisError
 
 from receiver.metrics import AttemptRecorder
-from svcgw import keys
+from svcgw.connections import async_client
 from svcgw.settings import Settings
 from svcgw.vault import TokenVault
 
-from .delivery import Attempt, Prepared, decide, prepare, send
+from .delivery import Attempt, Prepared, decide, prepare_claimed, send
 from .jobs import exc_info_field
-from .queue import DeliveryQueue
-from .transport import make_client
+from .queue import AsyncDeliveryQueue, Claimed, Finish
+from .sender import CallbackSender, Sender
+from .transport import HttpxSender
 
-__all__ = ["Engine"]
+__all__ = ["DestinationSlots", "Engine"]
 
 log = logging.getLogger("svcgw.delivery")
 
 PROMOTE_EVERY = 0.1
+PROMOTE_LIMIT = 1000
 RECLAIM_EVERY = 1.0
 DEFER_SECONDS = 0.25
 CLAIM_BATCH = 100
+FINISH_BATCH = 500
+IDLE_WAIT = 0.25
+
+Client = httpx.Client | httpx.AsyncClient | Sender
+AttemptHook = Callable[[Prepared, Attempt, str], None]
 
 
 class DestinationSlots:
-    """Counts attempts in flight per destination host."""
+    """Counts attempts in flight per destination host, and how long that host takes to answer."""
 
-    def __init__(self, cap: int) -> None:
+    def __init__(self, cap: int, timeout: float) -> None:
         self.cap = cap
+        self.timeout = timeout
         self._counts: Counter[str] = Counter()
-        self._lock = threading.Lock()
+        self._started: dict[str, dict[int, float]] = {}
+        self._typical: dict[str, float] = {}  # moving average of attempt durations
+        self._tokens = 0
 
-    def acquire(self, host: str) -> bool:
-        with self._lock:
-            if self._counts[host] >= self.cap:
-                return False
-            self._counts[host] += 1
-            return True
+    def acquire(self, host: str) -> int | None:
+        """A token for a slot on ``host``, or None when its cap is reached."""
+        if self._counts[host] >= self.cap:
+            return None
+        self._counts[host] += 1
+        self._tokens += 1
+        self._started.setdefault(host, {})[self._tokens] = time.monotonic()
+        return self._tokens
 
-    def release(self, host: str) -> None:
-        with self._lock:
-            self._counts[host] -= 1
-            if self._counts[host] <= 0:
-                del self._counts[host]
+    def release(self, host: str, token: int) -> None:
+        started = self._started.get(host, {}).pop(token, None)
+        if started is not None:
+            took = time.monotonic() - started
+            before = self._typical.get(host)
+            self._typical[host] = took if before is None else 0.8 * before + 0.2 * took
+        self._counts[host] -= 1
+        if self._counts[host] <= 0:
+            del self._counts[host]
+            self._started.pop(host, None)
+
+    def defer_delay(self, host: str) -> float:
+        """How long a job over the cap waits: about as long as the host takes to free a slot.
+
+        A host that hangs would otherwise have its waiting jobs claimed and
+        handed back a few times a second each.
+        """
+        now = time.monotonic()
+        oldest = min(self._started.get(host, {}).values(), default=now)
+        estimate = max(self._typical.get(host, 0.0), now - oldest)
+        return min(max(estimate, DEFER_SECONDS), max(self.timeout, DEFER_SECONDS)) * random.uniform(0.8, 1.2)
 
 
 def worker_name() -> str:
     return f"svcgw.{socket.gethostname()}.{os.getpid()}.{secrets.token_hex(3)}"
 
 
+def _loop_factory() -> Callable[[], asyncio.AbstractEventLoop]:
+    try:
+        import uvloop
+    except ImportError:
+        return asyncio.new_event_loop
+    return uvloop.new_event_loop
+
+
+@dataclass
+class _Pending:
+    item: Finish
+    done: asyncio.Future[bool]
+
+
 class Engine:
+    """Runs deliveries until stopped.
+
+    ``redis`` may be a ``redis.asyncio`` client (bytes, not decoded), which
+    the engine uses as it is. Any other value (a synchronous client, or
+    None) makes the engine open its own asyncio client from ``settings``
+    (``svcgw.connections.async_client``), which reaches the same Redis.
+
+    ``client`` replaces the aiohttp sender: an ``httpx.Client`` (called from
+    a worker thread), an ``httpx.AsyncClient``, or any
+    :class:`worker.sender.Sender`. It is not closed by the engine.
+    """
+
     def __init__(
         self,
         settings: Settings,
-        redis: Redis,
+        redis: object | None,
         vault: TokenVault,
         *,
-        client: httpx.Client | None = None,
+        client: Client | None = None,
         name: str | None = None,
-        on_attempt: Callable[[Prepared, Attempt, str], None] | None = None,
+        on_attempt: AttemptHook | None = None,
     ) -> None:
-        # ``redis`` must return bytes (decode_responses=False): bodies are raw.
         self.settings = settings
-        self.redis = redis
         self.vault = vault
         self.name = name or worker_name()
-        self.queue = DeliveryQueue(redis, settings.queue_name, lease_seconds=settings.lease_seconds)
         self.capacity = settings.delivery_concurrency
-        self.client = client or make_client(
-            allow=settings.allow_private_destinations,
-            timeout=settings.delivery_timeout,
-            max_connections=max(self.capacity, 10),
-        )
-        self.slots = DestinationSlots(settings.destination_concurrency)
         self.on_attempt = on_attempt if on_attempt is not None else AttemptRecorder(settings)
+        self.slots = DestinationSlots(settings.destination_concurrency, settings.delivery_timeout)
+        self._given_redis = redis if isinstance(redis, AsyncRedis) else None
+        self._given_client = client
         self._held: set[str] = set()
-        self._held_lock = threading.Lock()
-        self._slot_freed = threading.Event()
-        self._pool = ThreadPoolExecutor(max_workers=self.capacity, thread_name_prefix="delivery")
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._pending: list[_Pending] = []
+        self._low_water = max(1, min(CLAIM_BATCH, self.capacity // 8))
 
-    # --- main loop ------------------------------------------------------------
+    # --- entry points --------------------------------------------------------------
     def run(self, stop: threading.Event, *, burst: bool = False) -> None:
         """Deliver until ``stop`` is set (or, with ``burst``, until nothing is left to do)."""
+        with asyncio.Runner(loop_factory=_loop_factory()) as runner:
+            runner.run(self.serve(stop, burst=burst))
+
+    async def serve(self, stop: threading.Event, *, burst: bool = False) -> None:
+        """The engine on the running event loop; ``run`` starts a loop of its own for it."""
+        redis = self._given_redis or async_client(self.settings)
+        sender = self._sender()
+        self.queue = AsyncDeliveryQueue(redis, self.settings.queue_name, lease_seconds=self.settings.lease_seconds)
+        self.sender = sender
+        self._slot_freed = asyncio.Event()
+        self._flush_wanted = asyncio.Event()
+        flusher = asyncio.create_task(self._flush_finished(), name="finish-flusher")
         log.info("delivery engine %s started with %d slots", self.name, self.capacity)
+        try:
+            await self._main(stop, burst)
+        finally:
+            try:
+                await self._shutdown()
+            finally:
+                flusher.cancel()
+                await asyncio.gather(flusher, return_exceptions=True)
+                if self._given_client is None:
+                    await sender.aclose()
+                if self._given_redis is None:
+                    await redis.aclose()
+                log.info("delivery engine %s stopped", self.name)
+
+    def held(self) -> list[str]:
+        return list(self._held)
+
+    def _sender(self) -> Sender:
+        client = self._given_client
+        if client is None:
+            return CallbackSender(
+                allow=self.settings.allow_private_destinations, timeout=self.settings.delivery_timeout
+            )
+        if isinstance(client, httpx.Client | httpx.AsyncClient):
+            return HttpxSender(client)
+        return client
+
+    # --- main loop -----------------------------------------------------------------
+    async def _main(self, stop: threading.Event, burst: bool) -> None:
         next_promote = next_reclaim = next_extend = 0.0
         failures = 0
         while not stop.is_set():
             try:
                 now = time.time()
                 if now >= next_promote:
-                    promotion = self.queue.promote_due()
+                    promotion = await self.queue.promote_due(PROMOTE_LIMIT)
+                    while promotion.moved >= PROMOTE_LIMIT:
+                        promotion = await self.queue.promote_due(PROMOTE_LIMIT)
                     next_promote = now + PROMOTE_EVERY
                     if promotion.next_due is not None:
                         next_promote = max(min(next_promote, promotion.next_due), now + 0.005)
                 if now >= next_reclaim:
-                    self.queue.reclaim_expired()
+                    await self.queue.reclaim_expired()
                     next_reclaim = now + RECLAIM_EVERY
                 if now >= next_extend:
-                    self.queue.extend(self.held())
+                    await self.queue.extend(self.held())
                     next_extend = now + self.settings.lease_seconds / 3
-                free = self.capacity - len(self.held())
-                claimed: list[str] = []
-                if free > 0:
-                    claimed = self.queue.claim(min(free, CLAIM_BATCH), self.name)
-                    for delivery_id in claimed:
-                        with self._held_lock:
-                            self._held.add(delivery_id)
-                        self._pool.submit(self._run_one, delivery_id)
+                free = self.capacity - len(self._held)
+                # Claim in batches: a slot or two freed under full load waits
+                # for a few more rather than costing a round trip each.
+                if free >= self._low_water or (free > 0 and not self._held):
+                    claimed = await self.queue.claim_batch(min(free, CLAIM_BATCH), self.name)
+                    failures = 0
+                    for job in claimed:
+                        self._start(job)
+                    if claimed:
+                        continue
                 failures = 0
-                if claimed:
-                    continue
-                if burst and not self.held() and self._nothing_pending():
+                if burst and not self._held and not self._pending and not await self.queue.pending():
                     break
                 wait = min(next_promote, next_reclaim, next_extend) - time.time()
-                wait = min(max(wait, 0.005), 0.5)
-                if free > 0:
-                    self.queue.wait(wait)
+                wait = min(max(wait, 0.005), IDLE_WAIT)
+                if free >= self._low_water:
+                    await self.queue.wait(wait)
                 else:
-                    self._slot_freed.wait(wait)
                     self._slot_freed.clear()
+                    try:
+                        await asyncio.wait_for(self._slot_freed.wait(), wait)
+                    except TimeoutError:
+                        pass
             except RedisError as exc:
                 failures += 1
                 delay = min(0.1 * 2**failures, 5.0)
                 log.warning("redis unavailable (%s); retrying in %.1fs", type(exc).__name__, delay)
-                stop.wait(delay)
-        self._shutdown()
+                await _sleep_unless(stop, delay)
 
-    def held(self) -> list[str]:
-        with self._held_lock:
-            return list(self._held)
+    def _start(self, job: Claimed) -> None:
+        self._held.add(job.delivery_id)
+        task = asyncio.create_task(self._attempt(job))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
 
-    def _nothing_pending(self) -> bool:
-        depth = self.queue.depth()
-        return depth["queued"] == 0 and depth["inflight"] == 0 and depth["scheduled"] == 0
-
-    def _shutdown(self) -> None:
+    async def _shutdown(self) -> None:
         """Let attempts in flight finish within the delivery timeout; hand back the rest."""
         deadline = time.monotonic() + self.settings.delivery_timeout + 2
-        while self.held() and time.monotonic() < deadline:
-            self._slot_freed.wait(0.05)
-            self._slot_freed.clear()
+        while self._tasks and time.monotonic() < deadline:
+            await asyncio.wait(set(self._tasks), timeout=max(deadline - time.monotonic(), 0.01))
         leftover = self.held()
+        for task in list(self._tasks):
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
         if leftover:
             try:
-                released = self.queue.release(leftover)
+                released = await self.queue.release(leftover)
                 log.info("handed back %d deliveries on shutdown", released)
             except RedisError:
                 log.warning("could not hand back %d deliveries; their leases will expire", len(leftover))
-        self._pool.shutdown(wait=False, cancel_futures=True)
-        log.info("delivery engine %s stopped", self.name)
 
-    # --- one attempt ----------------------------------------------------------
-    def _run_one(self, delivery_id: str) -> None:
+    # --- one attempt ---------------------------------------------------------------
+    async def _attempt(self, job: Claimed) -> None:
+        delivery_id = job.delivery_id
         try:
-            self._attempt(delivery_id)
+            await self._run_attempt(job)
+        except asyncio.CancelledError:
+            raise
         except Exception:
             # The claim stays in Redis and its lease is no longer extended, so
             # the job is handed back and tried again: nothing is lost.
             log.exception("delivery %s: attempt aborted", delivery_id)
         finally:
-            with self._held_lock:
-                self._held.discard(delivery_id)
+            self._held.discard(delivery_id)
             self._slot_freed.set()
 
-    def _attempt(self, delivery_id: str) -> None:
-        prepared = prepare(self.redis, self.vault, delivery_id)
+    async def _run_attempt(self, job: Claimed) -> None:
+        delivery_id = job.delivery_id
+        prepared = prepare_claimed(job, self.vault)
         if prepared is None:
             log.warning("delivery %s: its data expired; dropping the job", delivery_id)
-            self.redis.zrem(self.queue.inflight_key, delivery_id)
-            self.redis.delete(keys.rq_job(delivery_id))
+            await self._finish(Finish(delivery_id, "", "drop"))
             return
         host = urlsplit(prepared.destination.url).netloc.lower() if prepared.destination else ""
-        if host and not self.slots.acquire(host):
-            self.queue.defer(delivery_id, DEFER_SECONDS)
+        token = self.slots.acquire(host) if host else None
+        if host and token is None:
+            later = time.time() + self.slots.defer_delay(host)
+            await self._finish(Finish(delivery_id, prepared.appid, "defer", due=later))
             return
         try:
-            attempt = send(self.client, prepared)
+            attempt = await send(self.sender, prepared)
         finally:
-            if host:
-                self.slots.release(host)
+            if token is not None:
+                self.slots.release(host, token)
         step, delay = decide(prepared, attempt, self.settings.retry_schedule)
         number = prepared.attempts + 1
         if step == "dead":
@@ -217,14 +328,16 @@ class Engine:
         else:
             due = time.time() + delay if delay is not None else None
             retention = max(self.settings.log_retention, 86400)
-        self.queue.finish(
-            delivery_id,
-            prepared.appid,
-            step,
-            attempt.record(number),
-            due=due,
-            retention=retention,
-            error=exc_info_field(attempt.error or "") if step == "dead" else b"",
+        await self._finish(
+            Finish(
+                delivery_id,
+                prepared.appid,
+                step,
+                attempt.record(number),
+                due=due,
+                retention=retention,
+                error=exc_info_field(attempt.error or "") if step == "dead" else b"",
+            )
         )
         log.info(
             "delivery attempt",
@@ -239,4 +352,45 @@ class Engine:
             },
         )
         if self.on_attempt is not None:
-            self.on_attempt(prepared, attempt, step)
+            try:
+                self.on_attempt(prepared, attempt, step)
+            except Exception:
+                log.exception("delivery %s: the on_attempt hook failed", delivery_id)
+
+    # --- recording outcomes in batches ---------------------------------------------------
+    async def _finish(self, item: Finish) -> bool:
+        """Queue ``item`` for the next batch and wait until it is stored; False if the claim was lost."""
+        done: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
+        self._pending.append(_Pending(item, done))
+        self._flush_wanted.set()
+        return await done
+
+    async def _flush_finished(self) -> None:
+        """Store finished attempts, all that are waiting in one script call."""
+        failures = 0
+        while True:
+            await self._flush_wanted.wait()
+            self._flush_wanted.clear()
+            while self._pending:
+                batch = self._pending[:FINISH_BATCH]
+                del self._pending[:FINISH_BATCH]
+                try:
+                    results = await self.queue.finish_many([p.item for p in batch])
+                except RedisError as exc:
+                    # Still claimed and still extended: try again until Redis is back.
+                    self._pending[:0] = batch
+                    failures += 1
+                    delay = min(0.05 * 2**failures, 2.0)
+                    log.warning("could not record %d attempts (%s); retrying", len(batch), type(exc).__name__)
+                    await asyncio.sleep(delay)
+                    continue
+                failures = 0
+                for pending, held in zip(batch, results, strict=True):
+                    if not pending.done.done():
+                        pending.done.set_result(held)
+
+
+async def _sleep_unless(stop: threading.Event, seconds: float) -> None:
+    deadline = time.monotonic() + seconds
+    while not stop.is_set() and time.monotonic() < deadline:
+        await asyncio.sleep(min(0.05, max(deadline - time.monotonic(), 0)))

@@ -18,13 +18,18 @@ Errors::
 
 Callers never follow redirects (``follow_redirects=False``); a redirect
 would be a new destination that skipped the configuration-time check.
+
+The delivery engine sends with aiohttp (:mod:`worker.sender`), which applies
+the same rules; :class:`HttpxSender` lets it use an httpx client instead
+(tests that inject ``httpx.MockTransport``, or an in-process run).
 """
 
 from __future__ import annotations
 
+import asyncio
 import ssl
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 
 import anyio.to_thread
 import httpcore
@@ -32,10 +37,13 @@ import httpx
 
 from svcgw.addresses import UNUSABLE_ADDRESS, AddressError, Network, Resolver, filter_addresses
 
+from .sender import RESPONSE_SNIPPET_BYTES, Refused, Response, SendFailed, TimedOut
+
 __all__ = [
     "AsyncGuardedTransport",
     "DestinationBlocked",
     "GuardedTransport",
+    "HttpxSender",
     "make_async_client",
     "make_client",
 ]
@@ -254,3 +262,63 @@ def make_async_client(
         allow=allow, resolve=resolve, verify=verify, limits=_limits(max_connections)
     )
     return httpx.AsyncClient(transport=transport, timeout=timeout, follow_redirects=False, trust_env=False)
+
+
+class HttpxSender:
+    """A :class:`worker.sender.Sender` on an httpx client.
+
+    A synchronous ``httpx.Client`` is called from a worker thread, so the
+    engine's event loop never blocks on it. Errors are converted as the
+    aiohttp sender converts its own.
+    """
+
+    def __init__(self, client: httpx.Client | httpx.AsyncClient) -> None:
+        self.client = client
+
+    @property
+    def timeout(self) -> float:
+        return self.client.timeout.read or 0.0
+
+    async def post(self, url: str, body: bytes, headers: Mapping[str, str]) -> Response:
+        try:
+            if isinstance(self.client, httpx.AsyncClient):
+                return await self._post_async(self.client, url, body, headers)
+            return await asyncio.to_thread(self._post_sync, self.client, url, body, headers)
+        except DestinationBlocked as exc:
+            raise Refused(str(exc), code=exc.code) from exc
+        except httpx.TimeoutException as exc:
+            raise TimedOut(f"timed out after {self.timeout}s") from exc
+        except httpx.HTTPError as exc:
+            raise SendFailed(type(exc).__name__, _first_line(exc)) from exc
+
+    @staticmethod
+    def _post_sync(client: httpx.Client, url: str, body: bytes, headers: Mapping[str, str]) -> Response:
+        with client.stream("POST", url, content=body, headers=headers) as resp:
+            collected = b""
+            for chunk in resp.iter_raw():
+                collected += chunk
+                if len(collected) >= RESPONSE_SNIPPET_BYTES:
+                    break
+            return Response(resp.status_code, _snippet(collected))
+
+    @staticmethod
+    async def _post_async(client: httpx.AsyncClient, url: str, body: bytes, headers: Mapping[str, str]) -> Response:
+        async with client.stream("POST", url, content=body, headers=headers) as resp:
+            collected = b""
+            async for chunk in resp.aiter_raw():
+                collected += chunk
+                if len(collected) >= RESPONSE_SNIPPET_BYTES:
+                    break
+            return Response(resp.status_code, _snippet(collected))
+
+    async def aclose(self) -> None:
+        """The client belongs to whoever passed it in; it is not closed here."""
+
+
+def _snippet(collected: bytes) -> str:
+    return collected[:RESPONSE_SNIPPET_BYTES].decode("utf-8", "replace")
+
+
+def _first_line(exc: Exception) -> str:
+    text = str(exc) or exc.__class__.__name__
+    return text.splitlines()[0][:300]

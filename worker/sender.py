@@ -1,0 +1,274 @@
+"""Sending callbacks: an aiohttp client that can only reach addresses the rules allow.
+
+The delivery engine runs on one asyncio event loop per process, and aiohttp
+is the client that keeps up with it: its connection pool does not slow down
+as the number of requests in flight grows, which httpx's async pool does
+(see ``docs/performance.md``).
+
+Connect-time rules, as in :mod:`worker.transport` for httpx:
+
+* :class:`GuardedResolver` resolves the host once,
+  :func:`svcgw.addresses.filter_addresses` drops internal addresses, and only
+  the kept ones are handed to the connector, so nothing resolves the name a
+  second time (DNS rebinding);
+* every socket the connector opens is made by :func:`guarded_socket`, which
+  checks the address it is about to dial once more. That covers hosts written
+  as IP literals, which aiohttp never hands to a resolver;
+* TLS SNI, certificate checks and the ``Host`` header keep the name from
+  the URL: only the TCP connect uses the resolved address.
+
+Redirects are never followed, no proxy or ``.netrc`` is read
+(``trust_env=False``), cookies are not kept, and bodies are not decompressed.
+
+Errors raised by :meth:`Sender.post`::
+
+    SendError
+    ├── Refused      the address rules forbid every address of the host; nothing was sent
+    ├── TimedOut     no complete answer within the delivery timeout
+    └── SendFailed   connection refused or reset, protocol error, ...
+
+Nothing above the sender sees an aiohttp or socket exception.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ipaddress
+import socket
+import ssl
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+import aiohttp
+from aiohttp.abc import AbstractResolver, ResolveResult
+
+from svcgw.addresses import UNUSABLE_ADDRESS, AddressError, Network, Resolver, filter_addresses, forbidden_reason
+
+__all__ = [
+    "RESPONSE_SNIPPET_BYTES",
+    "CallbackSender",
+    "GuardedResolver",
+    "Refused",
+    "Response",
+    "SendError",
+    "SendFailed",
+    "Sender",
+    "TimedOut",
+    "guarded_connector",
+]
+
+RESPONSE_SNIPPET_BYTES = 2048
+
+
+# --- errors -------------------------------------------------------------------
+class SendError(Exception):
+    """A callback request that got no HTTP answer."""
+
+
+class Refused(SendError):
+    """The destination has no address the rules allow (``code`` is the gateway's -40013)."""
+
+    def __init__(self, message: str, *, code: int = UNUSABLE_ADDRESS) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+class TimedOut(SendError):
+    """No complete answer within the timeout."""
+
+
+class SendFailed(SendError):
+    """The connection failed or broke; ``kind`` names the failure (``ConnectError``, ...)."""
+
+    def __init__(self, kind: str, detail: str) -> None:
+        super().__init__(f"{kind}: {detail}")
+        self.kind = kind
+        self.detail = detail
+
+
+@dataclass(frozen=True)
+class Response:
+    status: int
+    snippet: str  # at most RESPONSE_SNIPPET_BYTES of the body, as sent (not decompressed)
+
+
+class Sender(Protocol):
+    """What the engine needs from an HTTP client."""
+
+    @property
+    def timeout(self) -> float: ...
+
+    async def post(self, url: str, body: bytes, headers: Mapping[str, str]) -> Response:
+        """POST ``body`` to ``url``; raises only :class:`SendError`."""
+        ...
+
+    async def aclose(self) -> None: ...
+
+
+# --- connect-time rules -----------------------------------------------------------
+class _ForbiddenAddress(OSError):
+    """Raised by :func:`guarded_socket`; the connector reports it as a failed connect."""
+
+
+class DestinationRefused(aiohttp.ClientConnectionError):
+    """Raised by :class:`GuardedResolver` when no address of the host may be dialled."""
+
+    def __init__(self, error: AddressError) -> None:
+        super().__init__(error.message)
+        self.code = error.code
+
+
+def _is_literal(host: str) -> bool:
+    try:
+        ipaddress.ip_address(host)
+    except ValueError:
+        return False
+    return True
+
+
+class GuardedResolver(AbstractResolver):
+    """Resolves with :func:`filter_addresses` and returns only the addresses it kept.
+
+    ``resolve`` replaces ``getaddrinfo`` (tests). A lookup that may block runs
+    in the loop's default executor.
+    """
+
+    def __init__(self, allow: Sequence[Network] = (), resolve: Resolver | None = None) -> None:
+        self._allow = tuple(allow)
+        self._resolve = resolve
+
+    async def resolve(
+        self, host: str, port: int = 0, family: socket.AddressFamily = socket.AF_INET
+    ) -> list[ResolveResult]:
+        try:
+            if _is_literal(host):
+                kept = filter_addresses(host, port, self._allow, self._resolve)
+            else:
+                loop = asyncio.get_running_loop()
+                kept = await loop.run_in_executor(None, filter_addresses, host, port, self._allow, self._resolve)
+        except AddressError as exc:
+            raise DestinationRefused(exc) from exc
+        return [
+            ResolveResult(
+                hostname=host,
+                host=address,
+                port=port,
+                family=socket.AF_INET6 if ":" in address else socket.AF_INET,
+                proto=0,
+                flags=socket.AI_NUMERICHOST,
+            )
+            for address in kept
+        ]
+
+    async def close(self) -> None:
+        return None
+
+
+def guarded_socket(allow: Sequence[Network]) -> aiohttp.connector.SocketFactoryType:
+    """A socket factory that refuses to make a socket for a forbidden address."""
+    allowed = tuple(allow)
+
+    def factory(addr_info: tuple[int, int, int, str, tuple[object, ...]]) -> socket.socket:
+        family, type_, proto, _canonname, sockaddr = addr_info
+        text = str(sockaddr[0])
+        try:
+            reason = forbidden_reason(ipaddress.ip_address(text), allowed)
+        except ValueError:
+            reason = "not a plain IP address"
+        if reason is not None:
+            raise _ForbiddenAddress(f"address {text} is internal ({reason})")
+        return socket.socket(family=family, type=type_, proto=proto)
+
+    return factory
+
+
+def guarded_connector(
+    *,
+    allow: Sequence[Network] = (),
+    resolve: Resolver | None = None,
+    verify: ssl.SSLContext | bool = True,
+    limit: int = 0,
+) -> aiohttp.TCPConnector:
+    """A connector that dials only addresses the rules allow (``limit`` 0: no pool limit)."""
+    return aiohttp.TCPConnector(
+        resolver=GuardedResolver(allow, resolve),
+        socket_factory=guarded_socket(allow),
+        ssl=verify,
+        limit=limit,
+        limit_per_host=0,
+        # Cached answers are the filtered ones; they age out like aiohttp's own.
+        ttl_dns_cache=10,
+    )
+
+
+# --- the client -------------------------------------------------------------------
+class CallbackSender:
+    """POSTs callbacks through a :func:`guarded_connector`. Create it inside the running loop."""
+
+    def __init__(
+        self,
+        *,
+        allow: Sequence[Network] = (),
+        timeout: float,
+        resolve: Resolver | None = None,
+        verify: ssl.SSLContext | bool = True,
+        limit: int = 0,
+    ) -> None:
+        if timeout <= 0:
+            raise ValueError("timeout must be positive")
+        self._timeout = timeout
+        self._session = aiohttp.ClientSession(
+            connector=guarded_connector(allow=allow, resolve=resolve, verify=verify, limit=limit),
+            timeout=aiohttp.ClientTimeout(total=timeout),
+            auto_decompress=False,
+            trust_env=False,
+            cookie_jar=aiohttp.DummyCookieJar(),
+            raise_for_status=False,
+        )
+
+    @property
+    def timeout(self) -> float:
+        return self._timeout
+
+    async def post(self, url: str, body: bytes, headers: Mapping[str, str]) -> Response:
+        """POST and read at most :data:`RESPONSE_SNIPPET_BYTES` of the answer; never follows a redirect."""
+        try:
+            async with self._session.post(url, data=body, headers=dict(headers), allow_redirects=False) as resp:
+                snippet = await _read_snippet(resp.content)
+                return Response(resp.status, snippet)
+        except DestinationRefused as exc:
+            raise Refused(str(exc), code=exc.code) from exc
+        except TimeoutError as exc:
+            # aiohttp's own timeouts are TimeoutError subclasses too.
+            raise TimedOut(f"timed out after {self._timeout}s") from exc
+        except aiohttp.ClientConnectorError as exc:
+            if isinstance(exc.os_error, _ForbiddenAddress):
+                raise Refused(str(exc.os_error)) from exc
+            raise SendFailed("ConnectError", _first_line(exc)) from exc
+        except aiohttp.InvalidURL as exc:
+            raise SendFailed("InvalidURL", _first_line(exc)) from exc
+        except (aiohttp.ServerDisconnectedError, aiohttp.ClientPayloadError) as exc:
+            raise SendFailed("RemoteProtocolError", _first_line(exc)) from exc
+        except aiohttp.ClientResponseError as exc:
+            raise SendFailed("RemoteProtocolError", _first_line(exc)) from exc
+        except (aiohttp.ClientError, OSError) as exc:
+            raise SendFailed(type(exc).__name__, _first_line(exc)) from exc
+
+    async def aclose(self) -> None:
+        await self._session.close()
+
+
+async def _read_snippet(content: aiohttp.StreamReader) -> str:
+    collected = b""
+    while len(collected) < RESPONSE_SNIPPET_BYTES:
+        chunk = await content.read(RESPONSE_SNIPPET_BYTES - len(collected))
+        if not chunk:
+            break
+        collected += chunk
+    return collected.decode("utf-8", "replace")
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc) or exc.__class__.__name__
+    return text.splitlines()[0][:300]
