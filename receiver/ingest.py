@@ -32,7 +32,7 @@ from svcgw import keys, liveness
 from svcgw.envelope import EnvelopeError, Post, build_envelope, parse_post
 from svcgw.settings import Settings
 from svcgw.store import digest
-from worker.jobs import job_fields
+from worker.jobs import template
 
 from .metrics import record_ingest
 
@@ -123,6 +123,7 @@ class Ingest:
         self._keyed_ttl = max(settings.log_retention, 86400)
         self._unkeyed_ttl = settings.unkeyed_dedup_window
         self._queue_key = keys.rq_queue(settings.queue_name)
+        self._job = template(settings.queue_name, settings.dead_letter_retention)
 
     async def accept(self, appid: str, token: str, body: bytes) -> IngestResult:
         post = parse_post(body, max_bytes=self.settings.max_body_bytes)
@@ -169,15 +170,7 @@ class Ingest:
     async def _store(self, appid: str, token: str, body: bytes, post: Post) -> IngestResult:
         delivery_id = "dlv_" + secrets.token_hex(12)
         now = time.time()
-        fields = job_fields(
-            delivery_id,
-            queue_name=self.settings.queue_name,
-            description=f"{post.event_type} for {appid}",
-            failure_ttl=self.settings.dead_letter_retention,
-        )
-        flat: list[Any] = []
-        for name, value in fields.items():
-            flat.extend((name, value))
+        flat = self._job.flat(delivery_id, f"{post.event_type} for {appid}")
         events: list[Any] = []
         dedup_keys = []
         for event in post.events:
@@ -208,7 +201,7 @@ class Ingest:
                     self._unkeyed_ttl,
                     delivery_id,
                     self._queue_key,
-                    len(fields),
+                    len(flat) // 2,
                     *flat,
                     *events,
                 ],
