@@ -46,7 +46,7 @@ class Settings:
     unkeyed_dedup_window: int = 600
     lease_seconds: float = 30.0
     max_body_bytes: int = 1024 * 1024
-    delivery_concurrency: int = 256
+    delivery_concurrency: int = 1024
     destination_concurrency: int = 16
     queue_name: str = "svcgw"
     http_workers: int = 1
@@ -97,7 +97,7 @@ class Settings:
             unkeyed_dedup_window=reader.integer("SVCGW_UNKEYED_DEDUP_WINDOW", 600, minimum=1),
             lease_seconds=reader.number("SVCGW_LEASE_SECONDS", 30.0, minimum=0.5),
             max_body_bytes=reader.integer("SVCGW_MAX_BODY_BYTES", 1024 * 1024, minimum=1024),
-            delivery_concurrency=reader.integer("SVCGW_DELIVERY_CONCURRENCY", 256, minimum=1, maximum=4096),
+            delivery_concurrency=reader.integer("SVCGW_DELIVERY_CONCURRENCY", 1024, minimum=1, maximum=4096),
             destination_concurrency=reader.integer(
                 "SVCGW_DESTINATION_CONCURRENCY", 16, minimum=1, maximum=1024
             ),

@@ -20,9 +20,11 @@ The main loop:
 * claims as many jobs as it has free slots, or blocks until one arrives.
 
 One failing destination cannot take every slot: at most
-``SVCGW_DESTINATION_CONCURRENCY`` attempts run against one host at once; a
-job over that cap goes back to the scheduled registry without counting an
-attempt, for longer the slower that host has been answering.
+``SVCGW_DESTINATION_CONCURRENCY`` attempts run against one host at once. A
+job for a host at that cap goes back to the scheduled registry without
+counting an attempt, for longer the slower that host has been answering;
+the claim script does that itself for the hosts the engine names, so such a
+job costs no round trip of its own.
 
 Ordering rules: an attempt's slot is freed, its claim forgotten, and the
 ``on_attempt`` hook called only after its outcome is stored in Redis. Until
@@ -85,6 +87,7 @@ class DestinationSlots:
         self._counts: Counter[str] = Counter()
         self._started: dict[str, dict[int, float]] = {}
         self._typical: dict[str, float] = {}  # moving average of attempt durations
+        self._deferred: Counter[str] = Counter()  # jobs deferred since a slot last freed
         self._tokens = 0
 
     def acquire(self, host: str) -> int | None:
@@ -102,21 +105,33 @@ class DestinationSlots:
             took = time.monotonic() - started
             before = self._typical.get(host)
             self._typical[host] = took if before is None else 0.8 * before + 0.2 * took
+        self._deferred.pop(host, None)
         self._counts[host] -= 1
         if self._counts[host] <= 0:
             del self._counts[host]
             self._started.pop(host, None)
 
-    def defer_delay(self, host: str) -> float:
-        """How long a job over the cap waits: about as long as the host takes to free a slot.
+    def saturated(self) -> dict[str, float]:
+        """Hosts with no free slot, each with when its jobs should be claimed again."""
+        now = time.time()
+        return {host: now + self.defer_delay(host) for host, count in self._counts.items() if count >= self.cap}
 
-        A host that hangs would otherwise have its waiting jobs claimed and
-        handed back a few times a second each.
+    def defer_delay(self, host: str) -> float:
+        """How long a job over the cap waits before it is claimed again.
+
+        About as long as the host takes to free a slot: its usual answer time,
+        or how long its oldest attempt has been waiting. Each job deferred
+        while none of the host's slots frees doubles the wait (up to the
+        delivery timeout), so the jobs of a host that hangs are not claimed
+        and handed back a few times a second each, at the expense of every
+        other destination.
         """
+        streak = self._deferred[host]
+        self._deferred[host] += 1
         now = time.monotonic()
         oldest = min(self._started.get(host, {}).values(), default=now)
-        estimate = max(self._typical.get(host, 0.0), now - oldest)
-        return min(max(estimate, DEFER_SECONDS), max(self.timeout, DEFER_SECONDS)) * random.uniform(0.8, 1.2)
+        estimate = max(self._typical.get(host, 0.0), now - oldest, DEFER_SECONDS * 2 ** min(streak, 16))
+        return float(min(estimate, max(self.timeout, DEFER_SECONDS)) * random.uniform(0.8, 1.2))
 
 
 def worker_name() -> str:
@@ -240,7 +255,7 @@ class Engine:
                 # Claim in batches: a slot or two freed under full load waits
                 # for a few more rather than costing a round trip each.
                 if free >= self._low_water or (free > 0 and not self._held):
-                    claimed = await self.queue.claim_batch(min(free, CLAIM_BATCH), self.name)
+                    claimed = await self.queue.claim_batch(min(free, CLAIM_BATCH), self.name, self.slots.saturated())
                     failures = 0
                     for job in claimed:
                         self._start(job)

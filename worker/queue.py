@@ -31,7 +31,7 @@ Redis Cluster.
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Literal, cast
@@ -60,45 +60,70 @@ FinishKind = Literal["delivered", "retry", "dead", "defer", "drop"]
 # The delivery hash fields an attempt reads.
 DELIVERY_FIELDS = ("appid", "account", "event_type", "body", "failures", "state", "attempts", "received_at")
 
-# KEYS: queue, inflight
+# KEYS: queue, inflight, scheduled
 # ARGV: count, lease until, worker name, rq now, job prefix, delivery prefix,
-#       instance callback prefix, account callback prefix, delivery fields...
+#       instance callback prefix, account callback prefix, number of
+#       delivery fields, delivery fields..., then pairs of a saturated
+#       destination host and the time its jobs are due again
 _CLAIM = """
 local ids = redis.call('LPOP', KEYS[1], tonumber(ARGV[1]))
 if not ids then return {} end
+local nfields = tonumber(ARGV[9])
 local fields = {}
-for f = 9, #ARGV do fields[#fields + 1] = ARGV[f] end
+for f = 10, 9 + nfields do fields[#fields + 1] = ARGV[f] end
+local saturated = {}
+for s = 10 + nfields, #ARGV, 2 do saturated[ARGV[s]] = ARGV[s + 1] end
+-- The host part of a URL, as Python's urlsplit(url).netloc.lower() has it.
+local function netloc(url)
+  local rest = string.match(url, '^[%a][%w+.-]*://(.*)$')
+  if not rest then return '' end
+  return string.lower(string.match(rest, '^([^/?#]*)'))
+end
+local function url_of(flat)
+  for i = 1, #flat, 2 do
+    if flat[i] == 'url' and flat[i + 1] ~= '' then return flat[i + 1] end
+  end
+  return nil
+end
 local configs = {}
 local leases = {}
 local claimed = {}
 for _, id in ipairs(ids) do
   local job = ARGV[5] .. id
+  local data = redis.call('HMGET', ARGV[6] .. id, unpack(fields))
+  local config = {{}, {}, ''}
+  local appid = data[1]
+  if appid then
+    config = configs[appid]
+    if not config then
+      local own = redis.call('HGETALL', ARGV[7] .. appid)
+      local default = {}
+      local url = url_of(own)
+      if not url and data[2] then
+        default = redis.call('HGETALL', ARGV[8] .. data[2])
+        url = url_of(default)
+      end
+      config = {own, default, url and netloc(url) or ''}
+      configs[appid] = config
+    end
+  end
+  local later = saturated[config[3]]
+  if later then
+    -- Its destination has no free slot in this worker: back to the
+    -- scheduled registry without an attempt. A new status field means
+    -- the job hash was deleted while queued (rq's tools can do that).
+    if redis.call('HSET', job, 'status', 'scheduled') == 1 then
+      redis.call('DEL', job)
+    else
+      redis.call('ZADD', KEYS[3], later, id)
+    end
   -- Every job hash has a status, so HSET creating all three fields means
-  -- the job was deleted while queued (rq's tools can do that): skip it.
-  if redis.call('HSET', job, 'status', 'started', 'started_at', ARGV[4], 'worker_name', ARGV[3]) == 3 then
+  -- the job was deleted while queued: skip it.
+  elseif redis.call('HSET', job, 'status', 'started', 'started_at', ARGV[4], 'worker_name', ARGV[3]) == 3 then
     redis.call('DEL', job)
   else
     leases[#leases + 1] = ARGV[2]
     leases[#leases + 1] = id
-    local data = redis.call('HMGET', ARGV[6] .. id, unpack(fields))
-    local config = {{}, {}}
-    local appid = data[1]
-    if appid then
-      config = configs[appid]
-      if not config then
-        local own = redis.call('HGETALL', ARGV[7] .. appid)
-        local default = {}
-        local has_url = false
-        for i = 1, #own, 2 do
-          if own[i] == 'url' and own[i + 1] ~= '' then has_url = true end
-        end
-        if not has_url and data[2] then
-          default = redis.call('HGETALL', ARGV[8] .. data[2])
-        end
-        config = {own, default}
-        configs[appid] = config
-      end
-    end
     claimed[#claimed + 1] = {id, data, config[1], config[2]}
   end
 end
@@ -285,21 +310,24 @@ class _Scripts:
         self.scheduled_key = keys.rq_scheduled(queue_name)
         self.failed_key = keys.rq_failed(queue_name)
 
-    def claim_args(self, count: int, worker_name: str) -> tuple[list[str], list[Any]]:
-        return (
-            [self.queue_key, self.inflight_key],
-            [
-                count,
-                time.time() + self.lease_seconds,
-                worker_name,
-                rq_now(),
-                keys.rq_job(""),
-                keys.delivery(""),
-                keys.callback_instance(""),
-                keys.callback_account(""),
-                *DELIVERY_FIELDS,
-            ],
-        )
+    def claim_args(
+        self, count: int, worker_name: str, saturated: Mapping[str, float]
+    ) -> tuple[list[str], list[Any]]:
+        args: list[Any] = [
+            count,
+            time.time() + self.lease_seconds,
+            worker_name,
+            rq_now(),
+            keys.rq_job(""),
+            keys.delivery(""),
+            keys.callback_instance(""),
+            keys.callback_account(""),
+            len(DELIVERY_FIELDS),
+            *DELIVERY_FIELDS,
+        ]
+        for host, due in saturated.items():
+            args.extend((host, repr(due)))
+        return [self.queue_key, self.inflight_key, self.scheduled_key], args
 
     def move_args(self, source: str, limit: int, *, front: bool) -> tuple[list[str], list[Any]]:
         return [source, self.queue_key], [time.time(), limit, keys.rq_job(""), "front" if front else "back"]
@@ -362,10 +390,16 @@ class DeliveryQueue(_Scripts):
         )
         return result is not None
 
-    def claim_batch(self, count: int, worker_name: str) -> list[Claimed]:
+    def claim_batch(self, count: int, worker_name: str, saturated: Mapping[str, float] | None = None) -> list[Claimed]:
+        """Claim up to ``count`` jobs with their data.
+
+        ``saturated`` maps destination hosts (``urlsplit(url).netloc``,
+        lower case) that have no free slot to when their jobs are due again:
+        those go back to the scheduled registry instead of being claimed.
+        """
         if count <= 0:
             return []
-        script_keys, args = self.claim_args(count, worker_name)
+        script_keys, args = self.claim_args(count, worker_name, saturated or {})
         return _claimed(self._claim(keys=script_keys, args=args))
 
     def claim(self, count: int, worker_name: str) -> list[str]:
@@ -455,10 +489,13 @@ class AsyncDeliveryQueue(_Scripts):
         )
         return result is not None
 
-    async def claim_batch(self, count: int, worker_name: str) -> list[Claimed]:
+    async def claim_batch(
+        self, count: int, worker_name: str, saturated: Mapping[str, float] | None = None
+    ) -> list[Claimed]:
+        """See :meth:`DeliveryQueue.claim_batch`."""
         if count <= 0:
             return []
-        script_keys, args = self.claim_args(count, worker_name)
+        script_keys, args = self.claim_args(count, worker_name, saturated or {})
         return _claimed(await self._claim(keys=script_keys, args=args))
 
     async def extend(self, ids: Sequence[str]) -> None:
