@@ -1,0 +1,57 @@
+"""References measured in the same run as the service, against the same sink.
+
+* :func:`post` is the job that stock RQ workers run: a plain synchronous
+  httpx POST, one per job, as a naive webhook forwarder on RQ would do it;
+* ``python -m tests.bench.reference URL CONCURRENCY SECONDS`` is a raw
+  aiohttp POST loop: the most this machine delivers from one Python process
+  with nothing but HTTP in it. It prints ``{"requests": N, "per_s": R}``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+import time
+
+import httpx
+import orjson
+
+
+def post(url: str, body: str) -> int:
+    """The stock RQ job."""
+    answer = httpx.post(url, content=body.encode(), headers={"Content-Type": "application/json"}, timeout=10)
+    answer.raise_for_status()
+    return answer.status_code
+
+
+async def aiohttp_loop(urls: list[str], concurrency: int, seconds: float) -> dict[str, float]:
+    import aiohttp
+
+    done = 0
+    stop_at = time.monotonic() + seconds
+    connector = aiohttp.TCPConnector(limit=0)
+    async with aiohttp.ClientSession(connector=connector) as session:
+
+        async def client(n: int) -> None:
+            nonlocal done
+            i = 0
+            while time.monotonic() < stop_at:
+                body = b'{"event_type":"Msg","events":[{"id":"ref-%d-%d"}]}' % (n, i)
+                async with session.post(urls[(n + i) % len(urls)], data=body) as resp:
+                    await resp.read()
+                    if resp.status == 200:
+                        done += 1
+                i += 1
+
+        started = time.monotonic()
+        await asyncio.gather(*(client(n) for n in range(concurrency)))
+        elapsed = time.monotonic() - started
+    return {"requests": done, "per_s": round(done / elapsed, 1)}
+
+
+if __name__ == "__main__":
+    import uvloop
+
+    urls = sys.argv[1].split(",")
+    result = uvloop.run(aiohttp_loop(urls, int(sys.argv[2]), float(sys.argv[3])))
+    print(orjson.dumps(result).decode())

@@ -1,0 +1,546 @@
+"""The benchmark's scenarios, each a function of a running :class:`Bench`.
+
+Every figure is measured against processes this run started on loopback:
+its own redis-server, ``svcgw serve`` and ``svcgw worker`` as child
+processes, the sink of ``tests/bench/sink.py`` and the load generators of
+``tests/bench/loadgen.py`` (or wrk). Rates of delivery are taken from the
+sink's arrival times (first to last), so process start-up is not counted.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import orjson
+from cryptography.fernet import Fernet
+from redis.asyncio import Redis as AsyncRedis
+
+from receiver.ingest import Ingest, receiver_path
+from svcgw import keys
+from svcgw.settings import Settings
+from svcgw.store import Scope, Store
+from svcgw.vault import TokenVault
+
+from .services import REPO, RedisServer, Role, Sink, start_server, wait_until, wrk_path
+
+
+@dataclass(frozen=True)
+class Plan:
+    """How much work each scenario does: ``short`` is the smoke test of the harness itself."""
+
+    short: bool
+    workers: int = 2
+    http_workers: int = 2
+    fast_ports: int = 100
+    fixed_rate: float = 1000.0
+    delivery_timeout: float = 5.0
+
+    @property
+    def fixed_seconds(self) -> float:
+        return 0.5 if self.short else 5.0
+
+    @property
+    def saturation_seconds(self) -> float:
+        return 1.0 if self.short else 8.0
+
+    @property
+    def latency_seconds(self) -> float:
+        return 0.5 if self.short else 5.0
+
+    @property
+    def slow_deliveries(self) -> int:
+        return 200 if self.short else 8000
+
+    @property
+    def isolation_deliveries(self) -> int:
+        return 300 if self.short else 30000
+
+    @property
+    def retry_due(self) -> int:
+        return 300 if self.short else 10000
+
+    @property
+    def simple_jobs(self) -> int:
+        return 40 if self.short else 1500
+
+    @property
+    def fork_jobs(self) -> int:
+        return 3 if self.short else 30
+
+    @property
+    def aiohttp_seconds(self) -> float:
+        return 0.5 if self.short else 4.0
+
+
+@dataclass(frozen=True)
+class Tenant:
+    appid: str
+    token: str
+    port: int
+
+    @property
+    def path(self) -> str:
+        return receiver_path(self.appid, self.token)
+
+
+def percentile(values: list[float], p: float) -> float | None:
+    if not values:
+        return None
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(p / 100 * len(ordered)))]
+
+
+def rate_of(times: list[float]) -> float:
+    """Deliveries per second in the steady state: over the middle 80% of the arrivals.
+
+    The first tenth includes workers warming up (connections opening) and the
+    last tenth the tail of a draining queue; neither says what a process
+    sustains.
+    """
+    if len(times) < 10:
+        if len(times) < 2:
+            return 0.0
+        span = max(times) - min(times)
+        return (len(times) - 1) / span if span > 0 else 0.0
+    ordered = sorted(times)
+    first, last = len(ordered) // 10, len(ordered) - 1 - len(ordered) // 10
+    span = ordered[last] - ordered[first]
+    return (last - first) / span if span > 0 else 0.0
+
+
+@dataclass
+class Bench:
+    plan: Plan
+    workdir: Path
+    appendfsync: str
+    log: list[str] = field(default_factory=list)
+
+    # --- set-up and tear-down -----------------------------------------------------
+    def start(self) -> None:
+        self.redis = RedisServer(self.workdir, self.appendfsync).start()
+        env = {k: v for k, v in os.environ.items() if not k.startswith("SVCGW_")}
+        env.update(
+            SVCGW_REDIS_URL=self.redis.url,
+            SVCGW_UPSTREAM_URL="http://127.0.0.1:9/",
+            SVCGW_STATE_DIR=str(self.workdir),
+            SVCGW_ALLOW_PRIVATE_DESTINATIONS="127.0.0.0/8",
+            SVCGW_ENCRYPTION_KEYS=Fernet.generate_key().decode(),
+            SVCGW_HTTP_WORKERS=str(self.plan.http_workers),
+            SVCGW_DELIVERY_TIMEOUT=str(self.plan.delivery_timeout),
+            PYTHONUNBUFFERED="1",
+        )
+        self.env = env
+        self.settings = Settings.from_env(env)
+        self.sink = Sink()
+        self.server, self.base = start_server(env, self.workdir / "serve.log")
+        self.workers: list[Role] = []
+        self.fast = self.provision(self.sink.listen("fast", self.plan.fast_ports))
+
+    def stop(self) -> None:
+        self.stop_workers()
+        for closer in (self.server.stop, self.sink.stop, self.redis.stop):
+            try:
+                closer()
+            except Exception as exc:  # tear-down goes on whatever failed
+                self.log.append(f"tear-down: {exc!r}")
+
+    def start_workers(self) -> None:
+        self.workers = [
+            Role(["worker"], self.env, self.workdir / f"worker-{n}.log").start() for n in range(self.plan.workers)
+        ]
+
+    def stop_workers(self) -> None:
+        for worker in self.workers:
+            worker.terminate()
+        for worker in self.workers:
+            worker.stop(timeout=self.plan.delivery_timeout + 5)
+        self.workers = []
+
+    def provision(self, ports: list[int]) -> list[Tenant]:
+        async def run() -> list[Tenant]:
+            client = AsyncRedis.from_url(self.redis.url, decode_responses=True)
+            store = Store(client, TokenVault.from_settings(self.settings))
+            account = await store.create_account("bench", devices=100000)
+            tenants = []
+            for port in ports:
+                appid = "we_" + os.urandom(8).hex()[:15]
+                token = await store.register_instance(appid, account.id)
+                await store.set_callback(Scope(appid=appid), f"http://127.0.0.1:{port}/hook")
+                tenants.append(Tenant(appid, token, port))
+            await client.aclose()
+            return tenants
+
+        return asyncio.run(run())
+
+    def fill(self, tenants: list[Tenant], count: int, prefix: str) -> None:
+        """Queue ``count`` deliveries through the receiver's own code, without HTTP (workers stopped)."""
+
+        async def run() -> None:
+            client = AsyncRedis.from_url(self.redis.url)
+            ingest = Ingest(client, self.settings)
+            limit = asyncio.Semaphore(64)
+
+            async def one(n: int) -> None:
+                tenant = tenants[n % len(tenants)]
+                body = b'{"event_type":"Msg","events":[{"id":"%s%d"}]}' % (prefix.encode(), n)
+                async with limit:
+                    await ingest.accept(tenant.appid, tenant.token, body)
+
+            await asyncio.gather(*(one(n) for n in range(count)))
+            await client.aclose()
+
+        asyncio.run(run())
+
+    def clear_queue(self) -> None:
+        name = self.settings.queue_name
+        self.redis.client.delete(keys.rq_queue(name), keys.rq_scheduled(name), keys.inflight(name))
+
+    def service_rss(self) -> int:
+        return self.server.rss_bytes() + sum(w.rss_bytes() for w in self.workers)
+
+    def drain(self, expected: int, timeout: float, sample: list[int] | None = None) -> list[tuple[str, float]]:
+        """Wait until the sink has ``expected`` requests (or no progress for a while); its arrivals."""
+        deadline = time.monotonic() + timeout
+        last, last_change = -1, time.monotonic()
+        while time.monotonic() < deadline:
+            count = self.sink.count()
+            if sample is not None:
+                sample.append(self.service_rss())
+            if count >= expected:
+                break
+            if count != last:
+                last, last_change = count, time.monotonic()
+            elif time.monotonic() - last_change > 15:
+                self.log.append(f"drain stalled at {count} of {expected}")
+                break
+            time.sleep(0.1)
+        return self.sink.arrivals()
+
+    def loadgen(self, spec: dict[str, Any]) -> dict[str, Any]:
+        with tempfile.TemporaryDirectory(dir=self.workdir) as tmp:
+            spec_path, out = Path(tmp) / "spec.json", Path(tmp) / "out.json"
+            host, port = self.base.removeprefix("http://").split(":")
+            spec = dict(spec, host=host, port=int(port), out=str(out))
+            spec_path.write_bytes(orjson.dumps(spec))
+            subprocess.run([sys.executable, "-m", "tests.bench.loadgen", str(spec_path)], cwd=REPO, check=True,
+                           timeout=spec["duration"] + 60)  # fmt: skip
+            return dict(orjson.loads(out.read_bytes()))
+
+
+# --- 1. ingest ------------------------------------------------------------------------
+WRK_SCRIPT = """
+local paths = {%s}
+local counter = 0
+request = function()
+  counter = counter + 1
+  local body = '{"event_type":"Msg","events":[{"id":"%s' .. counter .. '","roomId":1688850000000000123}]}'
+  return wrk.format("POST", paths[(counter %% #paths) + 1], {["Content-Type"] = "application/json"}, body)
+end
+done = function(summary, latency, requests)
+  io.write(string.format('{"requests":%%d,"duration_us":%%d,"status":%%d,"connect":%%d,"read":%%d,' ..
+    '"write":%%d,"timeout":%%d,"p50_us":%%d,"p99_us":%%d,"max_us":%%d}\\n',
+    summary.requests, summary.duration, summary.errors.status, summary.errors.connect, summary.errors.read,
+    summary.errors.write, summary.errors.timeout, latency:percentile(50), latency:percentile(99), latency.max))
+end
+"""
+
+
+def saturate_with_wrk(bench: Bench, seconds: float, connections: int, prefix: str = "wrk-") -> dict[str, Any]:
+    wrk = wrk_path()
+    assert wrk is not None
+    paths = ", ".join(f'"{t.path}"' for t in bench.fast)
+    script = bench.workdir / "ingest.lua"
+    script.write_text(WRK_SCRIPT % (paths, prefix))
+    answer = subprocess.run(
+        [wrk, "-t1", f"-c{connections}", f"-d{max(seconds, 1):.0f}s", "--timeout", "5s", "-s", str(script),
+         bench.base],
+        capture_output=True, text=True, timeout=seconds + 60, check=True,
+    )  # fmt: skip
+    stats = orjson.loads(answer.stdout.strip().splitlines()[-1])
+    failed = stats["status"] + stats["connect"] + stats["read"] + stats["write"] + stats["timeout"]
+    ok = max(stats["requests"] - stats["status"] - stats["timeout"], 0)
+    elapsed = stats["duration_us"] / 1e6
+    return {
+        "ok": ok,
+        "failed": failed,
+        "ok_per_s": round(ok / elapsed, 1),
+        "p50_ms": round(stats["p50_us"] / 1000, 2),
+        "p99_ms": round(stats["p99_us"] / 1000, 2),
+        "generator": "wrk",
+    }
+
+
+def ingest(bench: Bench) -> dict[str, Any]:
+    """Posts acknowledged (stored in Redis) per second, with no worker running."""
+    plan = bench.plan
+    paths = [t.path for t in bench.fast]
+    used_before, commands_before = bench.redis.used_memory(), bench.redis.commands()
+    fixed = bench.loadgen(
+        {"mode": "rate", "rate": plan.fixed_rate, "duration": plan.fixed_seconds, "paths": paths,
+         "prefix": "fixed-", "connections": 256}
+    )  # fmt: skip
+    if wrk_path() is not None:
+        saturated = saturate_with_wrk(bench, plan.saturation_seconds, 64)
+    else:
+        saturated = bench.loadgen(
+            {"mode": "closed", "duration": plan.saturation_seconds, "paths": paths, "prefix": "sat-",
+             "connections": 64}
+        )  # fmt: skip
+        saturated["generator"] = "python"
+    posts = fixed["ok"] + saturated["ok"]
+    time.sleep(0.5)  # posts cut off when the generator stopped may still be stored
+    stored = int(bench.redis.client.llen(keys.rq_queue(bench.settings.queue_name)))
+    used_after, commands_after = bench.redis.used_memory(), bench.redis.commands()
+    return {
+        "fixed_rate": plan.fixed_rate,
+        "fixed_ok_per_s": round(fixed["ok"] / plan.fixed_seconds, 1),
+        "fixed_failed": fixed["failed"],
+        "fixed_p50_ms": fixed["p50_ms"],
+        "fixed_p99_ms": fixed["p99_ms"],
+        "saturation_per_s": saturated["ok_per_s"],
+        "saturation_p50_ms": saturated["p50_ms"],
+        "saturation_p99_ms": saturated["p99_ms"],
+        "saturation_failed": saturated["failed"],
+        "generator": saturated["generator"],
+        "acknowledged": posts,
+        "stored": stored,
+        "commands_per_post": round((commands_after - commands_before) / max(stored, 1), 2),
+        "bytes_per_event_logged": round((used_after - used_before) / max(stored, 1)),
+    }
+
+
+# --- 2. end to end ---------------------------------------------------------------------
+def end_to_end(bench: Bench, queued: int) -> dict[str, Any]:
+    """Drain what scenario 1 acknowledged, then ingest-to-sink latency at half that rate."""
+    bench.sink.reset()
+    used_before, commands_before = bench.redis.used_memory(), bench.redis.commands()
+    bench.start_workers()
+    arrivals = bench.drain(queued, timeout=120)
+    commands_after = bench.redis.commands()
+    delivered = len({event_id for event_id, _ in arrivals})
+    rate = rate_of([t for _, t in arrivals])
+    used_after = bench.redis.used_memory()
+    return {
+        "queued": queued,
+        "delivered": delivered,
+        "duplicates": len(arrivals) - delivered,
+        "deliveries_per_s": round(rate, 1),
+        "commands_per_delivery": round((commands_after - commands_before) / max(delivered, 1), 2),
+        "bytes_per_event_delivered_change": round((used_after - used_before) / max(delivered, 1)),
+    }
+
+
+def sustained(bench: Bench) -> dict[str, Any]:
+    """Posting at saturation while the workers deliver: what the whole pipeline keeps up with."""
+    bench.sink.reset()
+    seconds = bench.plan.saturation_seconds
+    started = time.time()
+    if wrk_path() is not None:
+        posted = saturate_with_wrk(bench, seconds, 64, prefix="sus-")
+    else:
+        posted = bench.loadgen(
+            {"mode": "closed", "duration": seconds, "paths": [t.path for t in bench.fast], "prefix": "sus-",
+             "connections": 64}
+        )  # fmt: skip
+    ended = time.time()
+    arrivals = bench.sink.arrivals()
+    within = [t for _, t in arrivals if started <= t <= ended]
+    name, client = bench.settings.queue_name, bench.redis.client
+    wait_until(
+        lambda: client.llen(keys.rq_queue(name)) == 0 and client.zcard(keys.inflight(name)) == 0,
+        120, "the queue to drain",
+    )  # fmt: skip
+    return {
+        "posted_per_s": posted["ok_per_s"],
+        "delivered_per_s": round(len(within) / (ended - started), 1),
+    }
+
+
+def latency(bench: Bench, rate: float) -> dict[str, Any]:
+    bench.sink.reset()
+    plan = bench.plan
+    result = bench.loadgen(
+        {"mode": "rate", "rate": rate, "duration": plan.latency_seconds, "paths": [t.path for t in bench.fast],
+         "prefix": "lat-", "connections": 256, "record": True}
+    )  # fmt: skip
+    sent: dict[str, float] = result["sent"]
+    arrivals = bench.drain(len(sent), timeout=30)
+    first: dict[str, float] = {}
+    for event_id, at in arrivals:
+        first.setdefault(event_id, at)
+    delays = [first[i] - due for i, due in sent.items() if i in first]
+    return {
+        "rate": round(rate, 1),
+        "posted": len(sent),
+        "delivered": len(delays),
+        "p50_ms": round((percentile(delays, 50) or 0) * 1000, 2),
+        "p99_ms": round((percentile(delays, 99) or 0) * 1000, 2),
+        "max_ms": round((percentile(delays, 100) or 0) * 1000, 2),
+        "ingest_p99_ms": result["p99_ms"],
+    }
+
+
+# --- 3. slow endpoints -----------------------------------------------------------------
+def slow(bench: Bench) -> dict[str, Any]:
+    bench.stop_workers()
+    bench.sink.reset()
+    tenants = bench.provision(bench.sink.listen("slow", 64, 0.2))
+    count = bench.plan.slow_deliveries
+    bench.fill(tenants, count, "slow-")
+    bench.start_workers()
+    rss: list[int] = []
+    arrivals = bench.drain(count, timeout=120, sample=rss)
+    times = [t for _, t in arrivals]
+    return {
+        "endpoint_delay_ms": 200,
+        "delivered": len(arrivals),
+        "deliveries_per_s": round(rate_of(times), 1),
+        "rss_mb": round(max(rss, default=0) / 2**20, 1),
+    }
+
+
+# --- 4. isolation ----------------------------------------------------------------------
+def isolation(bench: Bench) -> dict[str, Any]:
+    bench.stop_workers()
+    bench.clear_queue()
+    bench.sink.reset()
+    # The same destinations as scenario 2, but one in ten never answers.
+    healthy = bench.fast[:90]
+    hanging = bench.provision(bench.sink.listen("hang", 10))
+    tenants = healthy[:45] + hanging[:5] + healthy[45:] + hanging[5:]  # 1 in 10 never answers
+    count = bench.plan.isolation_deliveries
+    bench.fill(tenants, count, "iso-")
+    expected = sum(1 for n in range(count) if tenants[n % len(tenants)] in healthy)
+    hanging_ports = {t.port for t in hanging}
+    bench.start_workers()
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and bench.sink.count("fast") < expected:
+        time.sleep(0.1)
+    arrivals = bench.sink.arrivals()
+    ids = {f"iso-{n}": tenants[n % len(tenants)].port for n in range(count)}
+    good = [t for i, t in arrivals if ids.get(i) not in hanging_ports]
+    bench.stop_workers()
+    bench.clear_queue()
+    return {
+        "destinations": len(tenants),
+        "never_answering": len(hanging),
+        "healthy_delivered": len(good),
+        "healthy_expected": expected,
+        "healthy_per_s": round(rate_of(good), 1),
+    }
+
+
+# --- 6. retry timing -------------------------------------------------------------------
+_MAKE_DUE = """
+local ids = redis.call('LRANGE', KEYS[1], 0, -1)
+for i = 1, #ids, 1000 do
+  local args = {}
+  for j = i, math.min(i + 999, #ids) do
+    args[#args + 1] = ARGV[1]
+    args[#args + 1] = ids[j]
+  end
+  redis.call('ZADD', KEYS[2], unpack(args))
+end
+redis.call('DEL', KEYS[1])
+for _, id in ipairs(ids) do redis.call('HSET', ARGV[2] .. id, 'status', 'scheduled') end
+return #ids
+"""
+
+
+def retry_timing(bench: Bench) -> dict[str, Any]:
+    bench.stop_workers()
+    bench.clear_queue()
+    bench.sink.reset()
+    count = bench.plan.retry_due
+    bench.fill(bench.fast, count, "due-")
+    name = bench.settings.queue_name
+    ids = [i.decode() for i in bench.redis.client.lrange(keys.rq_queue(name), 0, -1)]
+    due = time.time() + 4.0
+    make_due = bench.redis.client.register_script(_MAKE_DUE)
+    make_due(keys=[keys.rq_queue(name), keys.rq_scheduled(name)], args=[due, keys.rq_job("")])
+    bench.start_workers()
+    scheduled = keys.rq_scheduled(name)
+    wait_until(lambda: time.time() >= due, 30, "the due time", interval=0.005)
+    promoted_at = wait_until(
+        lambda: time.time() if bench.redis.client.zcard(scheduled) == 0 else None, 60, "promotion", interval=0.005
+    )
+    bench.drain(count, timeout=120)
+    started: list[float] = []
+    for chunk in range(0, len(ids), 1000):
+        with bench.redis.client.pipeline(transaction=False) as pipe:
+            for delivery_id in ids[chunk : chunk + 1000]:
+                pipe.lindex(keys.delivery_attempts(delivery_id), 0)
+            for record in pipe.execute():
+                if record:
+                    started.append(float(orjson.loads(record)["at"]))
+    late = [max(at - due, 0.0) for at in started]
+    return {
+        "due_at_once": count,
+        "attempted": len(started),
+        "promoted_within_s": round(promoted_at - due, 3),
+        "lateness_p50_s": round(percentile(late, 50) or 0, 3),
+        "lateness_p99_s": round(percentile(late, 99) or 0, 3),
+        "lateness_max_s": round(max(late, default=0), 3),
+    }
+
+
+# --- references ------------------------------------------------------------------------
+def aiohttp_reference(bench: Bench) -> dict[str, Any]:
+    urls = ",".join(f"http://127.0.0.1:{t.port}/hook" for t in bench.fast[:8])
+    answer = subprocess.run(
+        [sys.executable, "-m", "tests.bench.reference", urls, "50", str(bench.plan.aiohttp_seconds)],
+        cwd=REPO, capture_output=True, text=True, check=True, timeout=120,
+    )  # fmt: skip
+    return dict(orjson.loads(answer.stdout.strip().splitlines()[-1]))
+
+
+def rq_reference(bench: Bench, *, forking: bool) -> dict[str, Any]:
+    """Stock RQ: enqueue plain httpx POST jobs, run ``rq worker`` (forking) or two SimpleWorkers."""
+    from rq import Queue
+
+    from .reference import post
+
+    bench.sink.reset()
+    queue_name = "bench-fork" if forking else "bench-simple"
+    count = bench.plan.fork_jobs if forking else bench.plan.simple_jobs
+    queue = Queue(queue_name, connection=bench.redis.client)
+    before = bench.redis.commands()
+    for n in range(count):
+        port = bench.fast[n % len(bench.fast)].port
+        body = '{"event_type":"Msg","events":[{"id":"rq-' + str(n) + '"}]}'
+        queue.enqueue(post, f"http://127.0.0.1:{port}/hook", body)
+    enqueued = bench.redis.commands()
+    args = [sys.executable, "-m", "rq.cli", "worker", "--burst", "-u", bench.redis.url, "--logging_level", "WARNING"]
+    if not forking:
+        args += ["-w", "rq.worker.SimpleWorker"]
+    log = open(bench.workdir / f"{queue_name}.log", "ab")
+    processes = [
+        subprocess.Popen([*args, queue_name], cwd=REPO, stdout=log, stderr=subprocess.STDOUT,
+                         stdin=subprocess.DEVNULL, start_new_session=True)
+        for _ in range(1 if forking else 2)
+    ]  # fmt: skip
+    try:
+        arrivals = bench.drain(count, timeout=60 if forking else 120)
+    finally:
+        for proc in processes:
+            if proc.poll() is None:
+                proc.kill()
+            proc.wait()
+        log.close()
+    after = bench.redis.commands()
+    done = len(arrivals)
+    return {
+        "jobs": count,
+        "delivered": done,
+        "per_s": round(rate_of([t for _, t in arrivals]), 1),
+        "commands_per_enqueue": round((enqueued - before) / max(count, 1), 1),
+        "commands_per_job": round((after - enqueued) / max(done, 1), 1),
+    }

@@ -1,0 +1,227 @@
+"""The processes a benchmark run starts: its own Redis, the service roles, the sink, and their costs."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import httpx
+import orjson
+from redis import Redis
+
+from tests.support import free_port
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def wait_until(predicate: Callable[[], Any], timeout: float, what: str, interval: float = 0.05) -> Any:
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"timed out after {timeout}s waiting for {what}")
+        time.sleep(interval)
+
+
+class RedisServer:
+    """A redis-server of the run's own on a free port, with an append-only file."""
+
+    def __init__(self, directory: Path, appendfsync: str) -> None:
+        self.dir = directory
+        self.appendfsync = appendfsync
+        self.port = free_port()
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    @property
+    def url(self) -> str:
+        return f"redis://127.0.0.1:{self.port}/0"
+
+    def start(self) -> RedisServer:
+        self.proc = subprocess.Popen(
+            ["redis-server", "--bind", "127.0.0.1", "--port", str(self.port), "--dir", str(self.dir),
+             "--appendonly", "yes", "--appendfsync", self.appendfsync, "--save", "",
+             "--maxclients", "10000", "--loglevel", "warning"],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, stdin=subprocess.DEVNULL,
+        )  # fmt: skip
+        self.client = Redis.from_url(self.url, socket_connect_timeout=0.5)
+
+        def up() -> bool:
+            try:
+                return bool(self.client.ping())
+            except Exception:
+                return False
+
+        wait_until(up, 10, "redis-server to start")
+        return self
+
+    def version(self) -> str:
+        return str(self.client.info("server")["redis_version"])
+
+    def commands(self) -> int:
+        """Commands executed so far, those run by scripts included."""
+        stats = self.client.info("commandstats")
+        return sum(int(v["calls"]) for v in stats.values())
+
+    def command_counts(self) -> dict[str, int]:
+        return {k.removeprefix("cmdstat_"): int(v["calls"]) for k, v in self.client.info("commandstats").items()}
+
+    def used_memory(self) -> int:
+        return int(self.client.info("memory")["used_memory"])
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+
+
+class Role:
+    """``svcgw serve`` or ``svcgw worker`` as a child process, in a session of its own."""
+
+    def __init__(self, args: list[str], env: dict[str, str], log: Path) -> None:
+        self.args = args
+        self.env = env
+        self.log = log
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> Role:
+        with open(self.log, "ab") as out:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "svcgw", *self.args],
+                env=self.env, cwd=REPO, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                start_new_session=True,
+            )  # fmt: skip
+        return self
+
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def terminate(self) -> None:
+        """Ask the process to stop (SIGTERM) without waiting for it."""
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.terminate()
+
+    def stop(self, timeout: float = 15.0, *, kill: bool = False) -> None:
+        if self.proc is None or self.proc.poll() is not None:
+            return
+        if kill:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        else:
+            self.proc.terminate()
+        try:
+            self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait()
+
+    def rss_bytes(self) -> int:
+        """Resident memory of the process and all its descendants (uvicorn's workers)."""
+        if self.proc is None or self.proc.poll() is not None:
+            return 0
+        return sum(_rss(pid) for pid in _tree(self.proc.pid))
+
+
+def _tree(root: int) -> list[int]:
+    children: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat", "rb") as handle:
+                fields = handle.read().rsplit(b")", 1)[1].split()
+        except OSError:
+            continue
+        children.setdefault(int(fields[1]), []).append(int(entry))
+    found, todo = [], [root]
+    while todo:
+        pid = todo.pop()
+        found.append(pid)
+        todo.extend(children.get(pid, []))
+    return found
+
+
+def _rss(pid: int) -> int:
+    try:
+        with open(f"/proc/{pid}/status", "rb") as handle:
+            for line in handle:
+                if line.startswith(b"VmRSS:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return 0
+
+
+def start_server(env: dict[str, str], log: Path) -> tuple[Role, str]:
+    port = free_port()
+    role = Role(["serve"], dict(env, SVCGW_PORT=str(port)), log).start()
+    base = f"http://127.0.0.1:{port}"
+
+    def ready() -> bool:
+        if not role.alive():
+            raise RuntimeError(f"svcgw serve exited; see {log}")
+        try:
+            return httpx.get(base + "/readyz", timeout=1).status_code == 200
+        except httpx.HTTPError:
+            return False
+
+    wait_until(ready, 30, "the HTTP server")
+    return role, base
+
+
+class Sink:
+    """The sink process (``tests/bench/sink.py``), driven over its stdin."""
+
+    def __init__(self) -> None:
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "tests.bench.sink"], cwd=REPO,
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, start_new_session=True,
+        )  # fmt: skip
+        self._read()
+
+    def _read(self) -> Any:
+        assert self.proc.stdout is not None
+        line = self.proc.stdout.readline()
+        if not line:
+            raise RuntimeError("the sink exited")
+        return orjson.loads(line)
+
+    def command(self, text: str) -> Any:
+        assert self.proc.stdin is not None
+        self.proc.stdin.write(text.encode() + b"\n")
+        self.proc.stdin.flush()
+        return self._read()
+
+    def listen(self, mode: str, count: int, delay: float = 0.0) -> list[int]:
+        return list(self.command(f"listen {mode} {count} {delay}")["ports"])
+
+    def count(self, mode: str | None = None) -> int:
+        """Requests received so far (of the ports in ``mode`` only, if given)."""
+        stats = self.command("stats")
+        return int(stats["count"] if mode is None else stats["by_mode"].get(mode, 0))
+
+    def arrivals(self) -> list[tuple[str, float]]:
+        return [(str(i), float(t)) for i, t in self.command("arrivals")["arrivals"]]
+
+    def reset(self) -> None:
+        self.command("reset")
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            self.proc.wait(10)
+
+
+def wrk_path() -> str | None:
+    return shutil.which("wrk")

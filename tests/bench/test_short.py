@@ -1,0 +1,45 @@
+"""The benchmark's short mode runs to the end and prints its JSON line; no figure is judged here."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import orjson
+import pytest
+
+from tests.bench.services import REPO
+
+EXPECTED = {
+    "ingest": {"fixed_p99_ms", "saturation_per_s", "commands_per_post", "bytes_per_event_logged"},
+    "e2e": {"deliveries_per_s", "commands_per_delivery"},
+    "sustained": {"posted_per_s", "delivered_per_s"},
+    "latency": {"p50_ms", "p99_ms"},
+    "slow": {"deliveries_per_s", "rss_mb"},
+    "isolation": {"healthy_per_s"},
+    "retry": {"lateness_p50_s", "lateness_p99_s", "lateness_max_s", "promoted_within_s"},
+    "reference": {"aiohttp_loop_c50", "rq_simpleworker_x2", "rq_forking_worker"},
+    "redis": {"commands_per_delivery", "commands_per_post", "bytes_per_event_logged"},
+    "ratios": {"e2e_vs_simpleworker", "e2e_vs_aiohttp", "isolation"},
+    "setup": {"appendfsync", "load_generator", "machine"},
+}
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(150)
+def test_short_benchmark_prints_every_figure() -> None:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SVCGW_")}
+    done = subprocess.run(
+        [sys.executable, "-m", "tests.bench", "--short"], cwd=REPO, env=env, capture_output=True, text=True,
+        timeout=140,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    figures = orjson.loads(done.stdout.strip().splitlines()[-1])
+    for section, names in EXPECTED.items():
+        assert names <= set(figures[section]), section
+    assert {"ingest_per_s", "e2e_per_s", "latency_p99_ms", "commands_per_delivery", "retry_lateness_max_s"} <= set(
+        figures["targets"]
+    )
+    assert all({"value", "target", "met"} <= set(v) for v in figures["targets"].values())
+    assert figures["setup"]["mode"] == "short"
