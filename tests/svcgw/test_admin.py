@@ -202,7 +202,8 @@ def test_unreachable_redis_names_the_url_without_its_password(env: dict[str, str
 
 
 def test_redis_url_is_required(env: dict[str, str]) -> None:
-    assert "SVCGW_REDIS_URL (or SVCGW_REDIS_SENTINELS) is required" in fails(dict(env, SVCGW_REDIS_URL=""), "dlq", "list")
+    message = fails(dict(env, SVCGW_REDIS_URL=""), "dlq", "list")
+    assert "SVCGW_REDIS_URL (or SVCGW_REDIS_SENTINELS) is required" in message
 
 
 # --- instances -----------------------------------------------------------------------
