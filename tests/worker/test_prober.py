@@ -433,7 +433,9 @@ def test_logged_in_elsewhere_is_offline_manual_until_the_next_start(
     calls = sim_control.calls(appid)
     wait_rounds(sim_control, witness, 4)
     assert sim_control.calls(appid) == calls
-    assert calls["login/reconnect"] == 0
+    # A probe that ran between the drop and the GapClosed's arrival may have
+    # tried one reconnect; after the InstanceOffline nothing is tried again.
+    assert calls["login/reconnect"] <= 1
     text = Redis.from_url(settings.redis_url or "", decode_responses=True)
     assert text.zscore(keys.PROBE_SCHEDULE, appid) is None
     described = liveness.describe(text.hgetall(keys.instance(appid)))
