@@ -118,7 +118,7 @@ def run_up(settings: Settings, *, demo: bool = False, workers: int = 1) -> int:
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
     try:
-        if not settings.redis_url:
+        if not settings.redis_configured:
             embedded = EmbeddedRedis(settings.state_dir)
             embedded.start()
             env["SVCGW_REDIS_URL"] = embedded.url
