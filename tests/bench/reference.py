@@ -1,7 +1,9 @@
 """References measured in the same run as the service, against the same sink.
 
 * :func:`post` is the job that stock RQ workers run: a plain synchronous
-  httpx POST, one per job, as a naive webhook forwarder on RQ would do it;
+  httpx POST, one per job, as a webhook forwarder on RQ would do it. The
+  client is made once per process and kept (a SimpleWorker reuses it; a
+  forking worker's work horse starts afresh for every job);
 * ``python -m tests.bench.reference URL CONCURRENCY SECONDS`` is a raw
   aiohttp POST loop: the most this machine delivers from one Python process
   with nothing but HTTP in it. It prints ``{"requests": N, "per_s": R}``.
@@ -16,10 +18,15 @@ import time
 import httpx
 import orjson
 
+_client: httpx.Client | None = None
+
 
 def post(url: str, body: str) -> int:
     """The stock RQ job."""
-    answer = httpx.post(url, content=body.encode(), headers={"Content-Type": "application/json"}, timeout=10)
+    global _client
+    if _client is None:
+        _client = httpx.Client(timeout=10)
+    answer = _client.post(url, content=body.encode(), headers={"Content-Type": "application/json"})
     answer.raise_for_status()
     return answer.status_code
 
