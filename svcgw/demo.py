@@ -5,21 +5,29 @@ the demo account, its key (sealed by the token vault, like every other
 token at rest) and its instance, so every start prints the same ones. A
 piece that is gone or unusable (a revoked key, a key sealed under another
 encryption key) is made anew.
+
+With the simulator as upstream, the instance is created through the
+gateway (``device/create``), logged in on the simulator, started with
+``long/start`` towards the simulator's demo sink (``/_sim/sink``), and
+given a little traffic, so the signed callbacks can be watched arriving.
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
 import secrets
 import shlex
 import string
 import time
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import cast
+from typing import Any, cast
 
 import click
 import httpx
 from redis.asyncio import Redis as AsyncRedis
+from redis.exceptions import RedisError
 
 from . import keys
 from .admin import safe_redis_url
@@ -27,7 +35,16 @@ from .settings import Settings
 from .store import NotFound, Store
 from .vault import TokenVault, VaultError
 
-__all__ = ["Demo", "DemoError", "ensure_demo", "prepare_demo", "render_demo", "wait_ready"]
+__all__ = [
+    "Demo",
+    "DemoError",
+    "ensure_demo",
+    "prepare_demo",
+    "render_demo",
+    "render_flow",
+    "start_flow",
+    "wait_ready",
+]
 
 DEMO_ACCOUNT_NAME = "demo"
 DEMO_DEVICES = 10
@@ -47,18 +64,116 @@ class Demo:
     receiver_token: str = field(repr=False)
 
 
+CreateInstance = Callable[[str], Awaitable[str]]
+
+
 def prepare_demo(settings: Settings) -> None:
-    """Wait for the HTTP server, make sure the demo data exists, and print how to use it."""
-    wait_ready(settings)
-    demo = ensure_demo(settings)
+    """Wait for the HTTP server, make sure the demo data exists, and print how to use it.
+
+    A failing step is reported and the service keeps running.
+    """
+    try:
+        wait_ready(settings)
+        demo = ensure_demo(settings, create_instance=lambda key: _device_create(settings, key))
+    except (DemoError, httpx.HTTPError, RedisError, OSError, ValueError) as exc:
+        print(f"svcgw demo: could not prepare the demo data: {_reason(exc)}", flush=True)
+        return
     print(render_demo(demo, settings), flush=True)
+    try:
+        start_flow(settings, demo)
+    except (DemoError, httpx.HTTPError, ValueError) as exc:
+        print(f"svcgw demo: the simulator flow did not start: {_reason(exc)}", flush=True)
+        return
+    print(render_flow(demo, settings), flush=True)
 
 
-def wait_ready(settings: Settings, timeout: float = 60.0) -> None:
+def _reason(exc: Exception) -> str:
+    return exc.format_message() if isinstance(exc, click.ClickException) else f"{type(exc).__name__}: {exc}"
+
+
+def _api_base(settings: Settings) -> str:
+    """The HTTP server as reached from this machine."""
     host = settings.host if settings.host not in ("", "0.0.0.0", "::") else "127.0.0.1"
     if ":" in host:
         host = f"[{host}]"
-    url = f"http://{host}:{settings.port}/readyz"
+    return f"http://{host}:{settings.port}"
+
+
+def _sim_base(settings: Settings) -> str:
+    return (settings.upstream_url or "").rstrip("/")
+
+
+def _checked(response: httpx.Response, what: str, *, started_ok: bool = False) -> dict[str, Any]:
+    """The JSON answer of an operation through the gateway; a DemoError unless it succeeded."""
+    try:
+        answer = response.json()
+    except ValueError:
+        answer = None
+    if not isinstance(answer, dict):
+        raise DemoError(f"{what} answered HTTP {response.status_code} without a JSON object")
+    message = str(answer.get("message", ""))
+    if answer.get("code") == 0 or (started_ok and message.endswith("started")):
+        return answer
+    raise DemoError(f"{what} failed: code {answer.get('code')} {message!r} (HTTP {response.status_code})")
+
+
+async def _device_create(settings: Settings, key: str) -> str:
+    """A new instance, created through the gateway and so registered under the key's account."""
+    async with httpx.AsyncClient(timeout=30, trust_env=False) as client:
+        response = await client.post(
+            f"{_api_base(settings)}/svc/api/device/create",
+            headers={"Svc-Key": key},
+            json={"appid": "", "type": "iPad", "name": "demo", "version": 0},
+        )
+    data = _checked(response, "device/create").get("data")
+    appid = data.get("appid") if isinstance(data, dict) else None
+    if not isinstance(appid, str) or not appid:
+        raise DemoError("device/create answered without an appid")
+    return appid
+
+
+def start_flow(settings: Settings, demo: Demo) -> None:
+    """Log the instance in on the simulator, long/start it towards the sink, start some traffic."""
+    sim = _sim_base(settings)
+    if not sim:
+        raise DemoError("SVCGW_UPSTREAM_URL is not set")
+    with httpx.Client(timeout=30, trust_env=False) as client:
+        state = client.get(f"{sim}/_sim/instances/{demo.appid}")
+        if state.status_code == 404 or not state.json().get("loggedIn"):
+            # Logged in, long connection closed: what long/start expects.
+            seeded = client.post(f"{sim}/_sim/instances", json={"appid": demo.appid, "connected": False})
+            if seeded.status_code != 201:
+                raise DemoError(f"the simulator did not take the instance: HTTP {seeded.status_code} {seeded.text}")
+        started = client.post(
+            f"{_api_base(settings)}/svc/api/long/start",
+            headers={"Svc-Key": demo.key},
+            json={"appid": demo.appid, "callbackUrl": f"{sim}/_sim/sink", "pushHistory": False},
+        )
+        _checked(started, "long/start", started_ok=True)
+        run = client.post(f"{sim}/_sim/traffic", json={"appid": demo.appid, "rate": 1, "count": 3})
+        if run.status_code != 202:
+            raise DemoError(f"the simulator did not start traffic: HTTP {run.status_code} {run.text}")
+
+
+def render_flow(demo: Demo, settings: Settings) -> str:
+    sim = _sim_base(settings)
+    more = json.dumps({"appid": demo.appid, "rate": 2, "count": 10}, separators=(",", ":"))
+    lines = [
+        f"Simulator flow for {demo.appid}:",
+        f"  long/start registered {sim}/_sim/sink as the forward address;",
+        "  the simulator is sending a few Msg events. Watch the signed callbacks arrive:",
+        f"  curl -s {sim}/_sim/sink",
+        "Signing secret (X-Svc-Signature is HMAC-SHA256 over timestamp + '.' + body):",
+        f"  svcgw callback show --appid {demo.appid}",
+        "Make the simulator send more:",
+        f"  curl -s -X POST {sim}/_sim/traffic -d {shlex.quote(more)}",
+        "",
+    ]
+    return "\n".join(lines)
+
+
+def wait_ready(settings: Settings, timeout: float = 60.0) -> None:
+    url = f"{_api_base(settings)}/readyz"
     deadline = time.monotonic() + timeout
     while True:
         try:
@@ -71,8 +186,12 @@ def wait_ready(settings: Settings, timeout: float = 60.0) -> None:
         time.sleep(0.2)
 
 
-def ensure_demo(settings: Settings) -> Demo:
-    """The demo account, key and instance, created the first time and reused afterwards."""
+def ensure_demo(settings: Settings, create_instance: CreateInstance | None = None) -> Demo:
+    """The demo account, key and instance, created the first time and reused afterwards.
+
+    ``create_instance(key)`` makes a new instance (through the gateway) and answers its
+    appid; without it the instance is registered in the store directly.
+    """
     if not settings.redis_url:
         raise DemoError("SVCGW_REDIS_URL is not set")
     redis_url = settings.redis_url
@@ -81,14 +200,16 @@ def ensure_demo(settings: Settings) -> Demo:
     async def run() -> Demo:
         client = AsyncRedis.from_url(redis_url, decode_responses=True)
         try:
-            return await _ensure(client, Store(client, vault), vault)
+            return await _ensure(client, Store(client, vault), vault, create_instance)
         finally:
             await client.aclose()
 
     return asyncio.run(run())
 
 
-async def _ensure(redis: AsyncRedis, store: Store, vault: TokenVault) -> Demo:
+async def _ensure(
+    redis: AsyncRedis, store: Store, vault: TokenVault, create_instance: CreateInstance | None = None
+) -> Demo:
     saved = cast(dict[str, str], await redis.hgetall(keys.DEMO))
 
     account_id = saved.get("account")
@@ -120,7 +241,10 @@ async def _ensure(redis: AsyncRedis, store: Store, vault: TokenVault) -> Demo:
             token = await store.receiver_token(appid)
         except (NotFound, VaultError):
             token = None
-    if not appid or token is None:
+    if token is None and create_instance is not None:
+        appid = await create_instance(clear)
+        token = await store.receiver_token(appid)
+    elif not appid or token is None:
         appid = appid if appid and await store.owner(appid) in (None, account_id) else None
         appid = appid or "we_" + "".join(secrets.choice(_APPID_ALPHABET) for _ in range(15))
         token = await store.register_instance(appid, account_id)

@@ -42,6 +42,9 @@ Control API (plain JSON, no envelope; errors are ``{"error": text}`` with 400, 4
   seconds?: 60, seed?}`` starts posting Msg events to the instance's callbackUrl and
   answers the run's progress with its ``id``; ``GET /_sim/traffic[/{id}]`` shows progress.
 - ``GET /_sim/config``, ``POST /_sim/config`` ``{check_warmup}``.
+- ``POST /_sim/sink``: a demo callback endpoint; it keeps the last 100 callbacks (the
+  ``X-Svc-Timestamp``, ``X-Svc-Signature`` and ``X-Svc-Delivery-Id`` headers and the raw
+  body) and logs one line for each; ``GET /_sim/sink`` lists them, oldest first.
 """
 
 from __future__ import annotations
@@ -82,6 +85,8 @@ SYNC_KEY_BASE = 1_000_000_000
 CLOSED = "long connection closed"
 SESSION_ENDING_CODES = frozenset({-11002, -1008})
 CALL_LOG_LIMIT = 10_000
+SINK_LIMIT = 100
+SINK_HEADERS = ("X-Svc-Timestamp", "X-Svc-Signature", "X-Svc-Delivery-Id")
 QR_IMAGE = "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNkYPhfDwAChwGA60e6kgAAAABJRU5ErkJggg=="
 
 
@@ -185,6 +190,7 @@ class SimState:
     # Bounded so that a long benchmark does not grow without end.
     calls: deque[dict[str, Any]] = field(default_factory=lambda: deque(maxlen=CALL_LOG_LIMIT))
     runs: dict[str, traffic.TrafficRun] = field(default_factory=dict)
+    sink: deque[dict[str, Any]] = field(default_factory=lambda: deque(maxlen=SINK_LIMIT))
     tasks: set[asyncio.Task[None]] = field(default_factory=set)
     client: httpx.AsyncClient | None = None
     message_ids: Iterator[int] = field(default_factory=lambda: itertools.count(MSG_ID_BASE + 1))
@@ -802,6 +808,28 @@ async def show_traffic(request: Request) -> Response:
     return _json(run.snapshot())
 
 
+async def sink_receive(request: Request) -> Response:
+    raw = await request.body()
+    try:
+        doc = json.loads(raw)
+    except ValueError:
+        doc = None
+    doc = doc if isinstance(doc, dict) else {}
+    events = doc.get("events")
+    entry = {name: request.headers.get(name) for name in SINK_HEADERS}
+    _sim(request).sink.append({**entry, "body": raw.decode("utf-8", "replace")})
+    print(
+        f"sink: {doc.get('event_type')} events={len(events) if isinstance(events, list) else 0} "
+        f"delivery={entry['X-Svc-Delivery-Id']} body={raw[:200].decode('utf-8', 'replace')}",
+        flush=True,
+    )
+    return _json({"ok": True})
+
+
+async def sink_list(request: Request) -> Response:
+    return _json(list(_sim(request).sink))
+
+
 async def config(request: Request) -> Response:
     sim = _sim(request)
     if request.method == "POST":
@@ -850,6 +878,8 @@ def create_app(*, check_warmup: float = 3.0) -> Starlette:
         Route("/_sim/traffic", list_traffic, methods=["GET"]),
         Route("/_sim/traffic/{run_id}", show_traffic, methods=["GET"]),
         Route("/_sim/config", config, methods=["GET", "POST"]),
+        Route("/_sim/sink", sink_receive, methods=["POST"]),
+        Route("/_sim/sink", sink_list, methods=["GET"]),
     ]
     app = Starlette(routes=routes, lifespan=_lifespan(sim), exception_handlers={ControlError: _control_error})
     app.state.sim = sim

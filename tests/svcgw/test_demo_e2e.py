@@ -1,0 +1,77 @@
+"""``svcgw up --demo`` end to end: simulator traffic arrives signed at the address given in long/start."""
+
+from __future__ import annotations
+
+import json
+import re
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import httpx
+
+from svcgw.signing import verify
+from tests.support import Process, free_port, wait_for
+
+
+def _answers(port: int) -> bool:
+    with socket.socket() as sock:
+        sock.settimeout(0.5)
+        return sock.connect_ex(("127.0.0.1", port)) == 0
+
+
+def test_up_demo_delivers_simulator_traffic_signed(env: dict[str, str], tmp_path: Path) -> None:
+    port, sim_port = free_port(), free_port()
+    up_env = {k: v for k, v in env.items() if k not in ("SVCGW_REDIS_URL", "SVCGW_UPSTREAM_URL")}
+    up_env.update(
+        SVCGW_PORT=str(port),
+        SVCGW_SIM_PORT=str(sim_port),
+        SVCGW_PUBLIC_URL=f"http://127.0.0.1:{port}",
+    )
+    sim = f"http://127.0.0.1:{sim_port}"
+    up = Process(["up", "--demo"], up_env, "up").start()
+    try:
+
+        def msg_callbacks() -> list[dict[str, str]]:
+            if not up.alive():
+                raise AssertionError(f"up exited:\n{up.output()}")
+            try:
+                entries = httpx.get(f"{sim}/_sim/sink", timeout=2).json()
+            except (httpx.HTTPError, ValueError):
+                return []
+            return [e for e in entries if json.loads(e["body"]).get("event_type") == "Msg"]
+
+        received = wait_for(msg_callbacks, timeout=60, interval=0.2, what="a signed Msg callback at the sink")
+        output = up.output()
+        appid = re.search(r"appid\s+(we_\w+)", output)
+        redis_url = re.search(r"export SVCGW_REDIS_URL=(redis://127\.0\.0\.1:(\d+)/0)", output)
+        assert appid and redis_url, output
+        assert f"long/start registered {sim}/_sim/sink" in output
+        assert f"svcgw callback show --appid {appid[1]}" in output
+
+        shown = subprocess.run(
+            [sys.executable, "-m", "svcgw", "callback", "show", "--appid", appid[1], "--json"],
+            env=dict(up_env, SVCGW_REDIS_URL=redis_url[1]),
+            capture_output=True,
+            check=True,
+        )
+        config = json.loads(shown.stdout)
+        assert config["url"] == f"{sim}/_sim/sink"
+        first = received[0]
+        assert re.fullmatch(r"[0-9a-f]{64}", first["X-Svc-Signature"])
+        assert first["X-Svc-Delivery-Id"]
+        assert verify(
+            config["secret"], first["X-Svc-Timestamp"], first["body"].encode("utf-8"), first["X-Svc-Signature"]
+        )
+    finally:
+        assert up.proc is not None
+        up.proc.terminate()
+        try:
+            up.proc.wait(30)
+        except subprocess.TimeoutExpired:
+            up.kill()
+            raise AssertionError(f"up did not exit within 30s:\n{up.output()}") from None
+    redis_port = int(redis_url[2])
+    assert not _answers(redis_port), "the embedded Redis is still running"
+    assert not _answers(sim_port) and not _answers(port)
