@@ -17,7 +17,7 @@ EXPECTED = {
     "sustained": {"posted_per_s", "delivered_per_s"},
     "latency": {"p50_ms", "p99_ms"},
     "slow": {"deliveries_per_s", "rss_mb"},
-    "isolation": {"healthy_per_s"},
+    "isolation": {"healthy_per_s", "control_per_s", "vs_control"},
     "retry": {"lateness_p50_s", "lateness_p99_s", "lateness_max_s", "promoted_within_s"},
     "reference": {"aiohttp_loop_c50", "rq_simpleworker_x2", "rq_forking_worker"},
     "redis": {"commands_per_delivery", "commands_per_post", "bytes_per_event_logged"},
