@@ -108,8 +108,10 @@ class DestinationSlots:
         self._deferred.pop(host, None)
         self._counts[host] -= 1
         if self._counts[host] <= 0:
+            # Forget idle hosts, or a long-running worker would remember every host it ever saw.
             del self._counts[host]
             self._started.pop(host, None)
+            self._typical.pop(host, None)
 
     def saturated(self) -> dict[str, float]:
         """Hosts with no free slot, each with when its jobs should be claimed again."""
@@ -120,11 +122,11 @@ class DestinationSlots:
         """How long a job over the cap waits before it is claimed again.
 
         About as long as the host takes to free a slot: its usual answer time,
-        or how long its oldest attempt has been waiting. Each job deferred
-        while none of the host's slots frees doubles the wait (up to the
-        delivery timeout), so the jobs of a host that hangs are not claimed
-        and handed back a few times a second each, at the expense of every
-        other destination.
+        or how long its oldest attempt has been waiting. Each time the host is
+        found at its cap again before any of its slots freed, the wait doubles
+        (up to the delivery timeout), so the jobs of a host that hangs are not
+        claimed and handed back a few times a second each, at the expense of
+        every other destination.
         """
         streak = self._deferred[host]
         self._deferred[host] += 1
