@@ -9,10 +9,11 @@ memory:
 * counters are fields of the hash ``svcgw:metrics:counters``, bumped with
   ``HINCRBY``; the latency histogram is the hash ``svcgw:metrics:latency``
   (one field per bucket, plus ``count`` and ``sum``);
-* the receiver sends what one post changes as one pipeline (one round
-  trip per post); a worker counts its attempts in memory and a background
-  thread writes them every half second, all in one pipeline, so the
-  delivery path itself does no metrics I/O (:class:`AttemptRecorder`);
+* the receiver's ingest script bumps a post's counters itself, in the
+  round trip that stores the post (``ingest_commands`` says which); a
+  worker counts its attempts in memory and a background thread writes
+  them every half second, all in one pipeline, so the delivery path
+  itself does no metrics I/O (:class:`AttemptRecorder`);
 * a scrape reads the two hashes and, live, the queue depth, the number of
   dead letters and the instances' liveness states, and renders them with
   ``prometheus_client``.
