@@ -59,9 +59,6 @@ __all__ = [
     "AttemptRecorder",
     "attempt_commands",
     "metrics_endpoint",
-    "record_attempt",
-    "record_attempt_async",
-    "record_ingest",
     "record_probe",
     "render",
 ]
@@ -170,30 +167,6 @@ def _apply(redis: Redis, commands: Sequence[Command]) -> None:
             pipe.execute()
     except RedisError as exc:
         log.warning("metrics not recorded: %s", type(exc).__name__)
-
-
-async def _apply_async(redis: AsyncRedis, commands: Sequence[Command]) -> None:
-    try:
-        async with redis.pipeline(transaction=False) as pipe:
-            _queue(pipe, commands)
-            await pipe.execute()
-    except RedisError as exc:
-        log.warning("metrics not recorded: %s", type(exc).__name__)
-
-
-async def record_ingest(redis: AsyncRedis, accepted: int, duplicates: int) -> None:
-    """After the receiver stored a post (``accepted`` new events, ``duplicates`` dropped)."""
-    await _apply_async(redis, ingest_commands(accepted, duplicates))
-
-
-def record_attempt(redis: Redis, prepared: Prepared, attempt: Attempt, step: str) -> None:
-    """The engine's ``on_attempt`` hook (synchronous engine)."""
-    _apply(redis, attempt_commands(step, received_at=prepared.received_at))
-
-
-async def record_attempt_async(redis: AsyncRedis, prepared: Prepared, attempt: Attempt, step: str) -> None:
-    """The engine's ``on_attempt`` hook (asyncio engine)."""
-    await _apply_async(redis, attempt_commands(step, received_at=prepared.received_at))
 
 
 class AttemptRecorder:
