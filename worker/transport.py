@@ -30,6 +30,7 @@ import asyncio
 import ssl
 import time
 from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
 
 import anyio.to_thread
 import httpcore
@@ -180,15 +181,7 @@ class GuardedTransport(httpx.HTTPTransport):
         ssl_context = httpx.create_ssl_context(verify=verify, trust_env=trust_env)
         super().__init__(verify=ssl_context, http1=http1, http2=http2, limits=limits)
         self._pool = httpcore.ConnectionPool(
-            ssl_context=ssl_context,
-            max_connections=limits.max_connections,
-            max_keepalive_connections=limits.max_keepalive_connections,
-            keepalive_expiry=limits.keepalive_expiry,
-            http1=http1,
-            http2=http2,
-            local_address=local_address,
-            retries=retries,
-            socket_options=socket_options,
+            **_pool_options(ssl_context, limits, http1, http2, local_address, retries, socket_options),
             network_backend=_GuardedBackend(allow, resolve),
         )
 
@@ -213,17 +206,32 @@ class AsyncGuardedTransport(httpx.AsyncHTTPTransport):
         ssl_context = httpx.create_ssl_context(verify=verify, trust_env=trust_env)
         super().__init__(verify=ssl_context, http1=http1, http2=http2, limits=limits)
         self._pool = httpcore.AsyncConnectionPool(
-            ssl_context=ssl_context,
-            max_connections=limits.max_connections,
-            max_keepalive_connections=limits.max_keepalive_connections,
-            keepalive_expiry=limits.keepalive_expiry,
-            http1=http1,
-            http2=http2,
-            local_address=local_address,
-            retries=retries,
-            socket_options=socket_options,
+            **_pool_options(ssl_context, limits, http1, http2, local_address, retries, socket_options),
             network_backend=_AsyncGuardedBackend(allow, resolve),
         )
+
+
+def _pool_options(
+    ssl_context: ssl.SSLContext,
+    limits: httpx.Limits,
+    http1: bool,
+    http2: bool,
+    local_address: str | None,
+    retries: int,
+    socket_options: Iterable[SocketOption] | None,
+) -> dict[str, Any]:
+    """What httpx's own transports give their httpcore pool, for both guarded pools."""
+    return {
+        "ssl_context": ssl_context,
+        "max_connections": limits.max_connections,
+        "max_keepalive_connections": limits.max_keepalive_connections,
+        "keepalive_expiry": limits.keepalive_expiry,
+        "http1": http1,
+        "http2": http2,
+        "local_address": local_address,
+        "retries": retries,
+        "socket_options": socket_options,
+    }
 
 
 def _limits(max_connections: int) -> httpx.Limits:
