@@ -163,19 +163,36 @@ class Process:
             self.proc.wait()
 
 
-def start_server(env: dict[str, str]) -> tuple[Process, str]:
-    port = free_port()
-    server_env = dict(env, SVCGW_PORT=str(port))
-    process = Process(["serve"], server_env, f"serve-{port}").start()
-    base = f"http://127.0.0.1:{port}"
+def wait_answering(process: Process, url: str, what: str) -> None:
+    """Wait until ``url`` answers 200; fail with the process's output if it exits first."""
 
     def ready() -> bool:
         if not process.alive():
-            raise AssertionError(f"server exited:\n{process.output()}")
+            raise AssertionError(f"{what} exited:\n{process.output()}")
         try:
-            return httpx.get(base + "/readyz", timeout=1).status_code == 200
+            return httpx.get(url, timeout=1, trust_env=False).status_code == 200
         except httpx.HTTPError:
             return False
 
-    wait_for(ready, timeout=20, interval=0.05, what="the HTTP server to be ready")
+    wait_for(ready, timeout=20, interval=0.05, what=what)
+
+
+def start_server(env: dict[str, str], name: str = "serve") -> tuple[Process, str]:
+    """``svcgw serve`` on a free port (``SVCGW_PORT`` is set for it), once it is ready."""
+    port = free_port()
+    server_env = dict(env, SVCGW_PORT=str(port))
+    process = Process(["serve"], server_env, f"{name}-{port}").start()
+    base = f"http://127.0.0.1:{port}"
+    wait_answering(process, base + "/readyz", "the HTTP server")
+    return process, base
+
+
+def start_sim(state_dir: str) -> tuple[Process, str]:
+    """The capability-layer simulator (``svcgw sim``) on a free port, once it answers."""
+    port = free_port()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SVCGW_")}
+    env.update(SVCGW_STATE_DIR=state_dir, PYTHONUNBUFFERED="1")
+    process = Process(["sim", "--port", str(port)], env, "sim").start()
+    base = f"http://127.0.0.1:{port}"
+    wait_answering(process, base + "/_sim/instances", "the simulator")
     return process, base

@@ -21,7 +21,7 @@ from svcgw.settings import Settings
 from svcgw.signing import verify
 from svcgw.store import Scope, Store
 from tests.conftest import with_store
-from tests.support import Process, Sink, free_port, wait_for
+from tests.support import Process, Sink, free_port, start_sim, wait_answering, wait_for
 
 JSON_HEADERS = {"Content-Type": "application/json"}
 BIG = 1688850000000001234  # 19 digits, beyond a double's exact range
@@ -33,21 +33,7 @@ BIG = 1688850000000001234  # 19 digits, beyond a double's exact range
 @pytest.fixture(scope="module")
 def sim(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """The capability-layer simulator as a real server, shared by the module."""
-    port = free_port()
-    env = {k: v for k, v in os.environ.items() if not k.startswith("SVCGW_")}
-    env.update(SVCGW_STATE_DIR=str(tmp_path_factory.mktemp("sim")), PYTHONUNBUFFERED="1")
-    process = Process(["sim", "--port", str(port)], env, "sim").start()
-    base = f"http://127.0.0.1:{port}"
-
-    def ready() -> bool:
-        if not process.alive():
-            raise AssertionError(f"simulator exited:\n{process.output()}")
-        try:
-            return httpx.get(base + "/_sim/instances", timeout=1).status_code == 200
-        except httpx.HTTPError:
-            return False
-
-    wait_for(ready, timeout=20, interval=0.05, what="the simulator")
+    process, base = start_sim(str(tmp_path_factory.mktemp("sim")))
     yield base
     process.stop()
 
@@ -144,16 +130,7 @@ def start_stack(env: dict[str, str], sim: str, **extra: str) -> Stack:
     base = f"http://127.0.0.1:{port}"
     server_env = dict(env, SVCGW_PORT=str(port), SVCGW_PUBLIC_URL=base, SVCGW_UPSTREAM_URL=sim, **extra)
     process = Process(["serve"], server_env, f"gateway-{port}").start()
-
-    def ready() -> bool:
-        if not process.alive():
-            raise AssertionError(f"server exited:\n{process.output()}")
-        try:
-            return httpx.get(base + "/readyz", timeout=1).status_code == 200
-        except httpx.HTTPError:
-            return False
-
-    wait_for(ready, timeout=20, interval=0.05, what="the gateway")
+    wait_answering(process, base + "/readyz", "the gateway")
     client = httpx.Client(timeout=15, trust_env=False)
     return Stack(base, sim, Settings.from_env(server_env), process, client)
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import threading
 import time
 from collections import Counter
@@ -19,7 +18,7 @@ from redis.asyncio import Redis as AsyncRedis
 from svcgw import keys, liveness
 from svcgw.settings import Settings
 from tests.conftest import Tenant, provision, run
-from tests.support import Process, Sink, free_port, wait_for
+from tests.support import Process, Sink, start_sim, wait_for
 from worker import prober as prober_module
 from worker.prober import Claim, Prober, Upstream
 
@@ -294,21 +293,7 @@ def test_a_manual_gap_closed_goes_offline_without_calling_the_layer(
 # --- whole workers against the simulator ----------------------------------------------------
 @pytest.fixture(scope="module")
 def sim(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    port = free_port()
-    sim_env = {k: v for k, v in os.environ.items() if not k.startswith("SVCGW_")}
-    sim_env["SVCGW_STATE_DIR"] = str(tmp_path_factory.mktemp("sim"))
-    process = Process(["sim", "--port", str(port)], sim_env, "sim").start()
-    base = f"http://127.0.0.1:{port}"
-
-    def ready() -> bool:
-        if not process.alive():
-            raise AssertionError(f"simulator exited:\n{process.output()}")
-        try:
-            return httpx.get(base + "/_sim/instances", timeout=1, trust_env=False).status_code == 200
-        except httpx.HTTPError:
-            return False
-
-    wait_for(ready, timeout=20, interval=0.05, what="the simulator")
+    process, base = start_sim(str(tmp_path_factory.mktemp("sim")))
     yield base
     process.stop()
 
