@@ -20,17 +20,18 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Mount, Route
 
 from svcgw.connections import async_client
+from svcgw.receivers import RECEIVER_PREFIX
 from svcgw.settings import Settings
 from svcgw.store import Store
+from svcgw.upstream import Upstream
 from svcgw.vault import TokenVault
 
 from .console import console_routes
 from .dashboard import make_dashboard
 from .gateway import Gateway, PathGuard
-from .ingest import RECEIVER_PREFIX, Ingest, make_endpoint
+from .ingest import Ingest, make_endpoint
 from .metrics import metrics_endpoint
 from .openapi import openapi_endpoint
-from .upstream import Upstream
 
 __all__ = ["Services", "create_app"]
 

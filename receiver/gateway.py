@@ -100,16 +100,15 @@ from starlette.responses import Response
 from starlette.routing import BaseRoute, Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from svcgw import keys, liveness
+from svcgw import errors, keys, liveness
 from svcgw.addresses import AddressError, check_callback_url
+from svcgw.errors import GatewayError
+from svcgw.receivers import RECEIVER_PREFIX, receiver_path
 from svcgw.store import NotFound
 from svcgw.store import Scope as CallbackScope
+from svcgw.upstream import Answer, Upstream, UpstreamError
 
-from . import errors
-from .errors import GatewayError
-from .ingest import RECEIVER_PREFIX, receiver_path
 from .ratelimit import RateLimiter
-from .upstream import Answer, Upstream, UpstreamError
 
 if TYPE_CHECKING:
     from .app import Services

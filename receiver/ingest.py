@@ -29,16 +29,13 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from svcgw import keys, liveness
+from svcgw.deliveries import template
 from svcgw.envelope import EnvelopeError, Post, build_envelope, parse_post
+from svcgw.metrics import DUPLICATES, EVENTS, POSTS
 from svcgw.settings import Settings
 from svcgw.store import digest
-from worker.jobs import template
 
-from .metrics import DUPLICATES, EVENTS, POSTS
-
-__all__ = ["Ingest", "IngestResult", "receiver_path"]
-
-RECEIVER_PREFIX = "/svc/receiver/"
+__all__ = ["Ingest", "IngestResult"]
 
 log = logging.getLogger("svcgw.receiver")
 
@@ -48,7 +45,7 @@ log = logging.getLogger("svcgw.receiver")
 #       keyed ttl, unkeyed ttl, delivery id, queue key, job field count,
 #       job fields..., the posts, events and duplicates counter fields,
 #       then per event: raw, keyed flag
-# The /metrics counters of a post (receiver.metrics.ingest_commands) are
+# The /metrics counters of a post (svcgw.metrics.ingest_commands) are
 # bumped here too: a second round trip per post cost a quarter of the
 # receiver's throughput.
 _INGEST = """
@@ -99,10 +96,6 @@ return {1, #kept, total - #kept}
 
 
 _COUNTER_FIELDS = (POSTS, EVENTS, DUPLICATES)
-
-
-def receiver_path(appid: str, token: str) -> str:
-    return f"{RECEIVER_PREFIX}{appid}/{token}"
 
 
 @dataclass(frozen=True)

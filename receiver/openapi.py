@@ -25,7 +25,7 @@ import orjson
 from starlette.requests import Request
 from starlette.responses import Response
 
-from . import errors
+from svcgw import errors
 
 __all__ = ["API_VERSION", "PATHS", "RESPONSES", "SCHEMAS", "SECURITY_SCHEMES", "document", "openapi_endpoint"]
 

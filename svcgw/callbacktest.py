@@ -111,7 +111,7 @@ async def send_test(
 ) -> CallbackTestResult:
     """POST one ``SvcCallbackTest`` to ``url``; never raises (see the module docstring).
 
-    ``client`` must be the guarded client (``worker.transport.make_async_client``):
+    ``client`` must be the guarded client (``svcgw.transport.make_async_client``):
     it re-checks the destination at connect time and does not follow redirects.
     """
     event_id = new_test_event_id()
@@ -124,7 +124,7 @@ async def send_test(
         return CallbackTestResult(ok, event_id, status, error, elapsed, response)
 
     # Imported here so that this module stays importable without the worker package.
-    from worker.transport import DestinationBlocked
+    from .transport import DestinationBlocked
 
     try:
         async with client.stream("POST", url, content=body, headers=headers) as answer:

@@ -15,18 +15,13 @@ other delivery, to the instance's forward address at the time of each attempt.
 
 from __future__ import annotations
 
-import secrets
 import time
 from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any
 
-import orjson
-
-from worker.jobs import job_fields
-
 from . import keys
-from .envelope import build_envelope
+from .deliveries import new_delivery_id, queue_delivery
 from .settings import Settings
 
 __all__ = [
@@ -38,8 +33,6 @@ __all__ = [
     "instance_offline",
     "instance_recovered",
     "iso8601",
-    "new_delivery_id",
-    "queue_delivery",
 ]
 
 INSTANCE_OFFLINE = "InstanceOffline"
@@ -79,65 +72,6 @@ def instance_recovered(
         "offline_seconds": max(int(recovered_at - offline_since), 0),
         "auto_reconnected": auto_reconnected,
     }
-
-
-def new_delivery_id() -> str:
-    return "dlv_" + secrets.token_hex(12)
-
-
-def queue_delivery(
-    pipe: Any,
-    settings: Settings,
-    *,
-    appid: str,
-    account: str,
-    event_type: str,
-    events: Sequence[dict[str, Any]],
-    delivery_id: str,
-    now: float,
-) -> None:
-    """Add to ``pipe`` (sync or asyncio, in MULTI mode) the commands that queue one delivery.
-
-    The same records as the receiver's ingest script writes for an accepted
-    post: the delivery hash, RQ's job hash, the job id at the queue's tail,
-    the queue in ``rq:queues``, and the envelope in the callback log.
-    """
-    body = build_envelope(appid, event_type, [orjson.dumps(event) for event in events])
-    queue_key = keys.rq_queue(settings.queue_name)
-    pipe.hset(
-        keys.delivery(delivery_id),
-        mapping={
-            "appid": appid,
-            "account": account,
-            "event_type": event_type,
-            "body": body,
-            "state": "queued",
-            "received_at": repr(now),
-            "attempts": 0,
-            "failures": 0,
-            "events": len(events),
-        },
-    )
-    pipe.hset(
-        keys.rq_job(delivery_id),
-        mapping=job_fields(
-            delivery_id,
-            queue_name=settings.queue_name,
-            description=f"{event_type} for {appid}",
-            failure_ttl=settings.dead_letter_retention,
-        ),
-    )
-    pipe.rpush(queue_key, delivery_id)
-    pipe.sadd(keys.RQ_QUEUES, queue_key)
-    log_key = keys.callback_log(appid)
-    oldest_ms = int((now - settings.log_retention) * 1000)
-    pipe.xadd(
-        log_key,
-        {"body": body, "received_at": repr(now), "delivery": delivery_id, "accepted": len(events), "duplicates": 0},
-        minid=max(oldest_ms, 0),
-        approximate=True,
-    )
-    pipe.expire(log_key, settings.log_retention)
 
 
 def enqueue_service_event(

@@ -138,14 +138,14 @@ DEMO = PREFIX + "demo"  # hash: account, key_id, key (sealed), appid
 PROBE_SCHEDULE = PREFIX + "probe:schedule"  # sorted set: appid scored by next probe time
 
 
-# --- console and metrics (receiver.console, receiver.metrics) ----------------
+# --- console and metrics (receiver.console, svcgw.metrics) ----------------
 def console_session(id_digest: str) -> str:
     """Hash with a TTL: account, key_id, csrf, created_at, flash; named by the sha256 of the session id."""
     return f"{PREFIX}console:session:{id_digest}"
 
 
 # Hash of counters shared by every process: field ``<metric>``, or
-# ``<metric>|<label value>`` for a metric with one label (receiver.metrics).
+# ``<metric>|<label value>`` for a metric with one label (svcgw.metrics).
 METRICS_COUNTERS = PREFIX + "metrics:counters"
 # Hash of the ingest-to-delivery latency histogram: field ``<upper bound>``
 # per bucket (not cumulative), plus ``count`` and ``sum``.

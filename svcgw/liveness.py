@@ -38,6 +38,7 @@ from redis.asyncio import Redis
 from redis.exceptions import WatchError
 
 from . import keys
+from .deliveries import new_delivery_id, queue_delivery
 from .events import (
     INSTANCE_OFFLINE,
     INSTANCE_RECOVERED,
@@ -45,8 +46,6 @@ from .events import (
     instance_offline,
     instance_recovered,
     iso8601,
-    new_delivery_id,
-    queue_delivery,
 )
 from .settings import Settings
 

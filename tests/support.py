@@ -128,7 +128,7 @@ class Process:
     def start(self) -> Process:
         log = open(self.log_path, "ab")
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "svcgw", *self.args],
+            [sys.executable, "-m", "cli", *self.args],
             env=self.env,
             stdout=log,
             stderr=subprocess.STDOUT,

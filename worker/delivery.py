@@ -27,12 +27,12 @@ from redis import Redis
 
 from svcgw import keys
 from svcgw.callbacks import Destination, choose_destination
+from svcgw.outbound import RESPONSE_SNIPPET_BYTES, Refused, Sender, SendError, TimedOut
 from svcgw.retry import next_delay
 from svcgw.signing import sign
 from svcgw.vault import TokenVault, VaultError
 
 from .queue import DELIVERY_FIELDS, Claimed
-from .sender import RESPONSE_SNIPPET_BYTES, Refused, Sender, SendError, TimedOut
 
 __all__ = [
     "RESPONSE_SNIPPET_BYTES",

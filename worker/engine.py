@@ -3,7 +3,7 @@
 A stock RQ worker runs one job at a time (and forks per job), which leaves a
 process idle for as long as a slow endpoint takes to answer. The engine
 instead runs every attempt as a task on one asyncio event loop (uvloop when
-installed), sends with aiohttp (:mod:`worker.sender`) and talks to Redis in
+installed), sends with aiohttp (:mod:`svcgw.outbound`) and talks to Redis in
 batches:
 
 * one script claims up to ``CLAIM_BATCH`` jobs and returns, with each, the
@@ -51,16 +51,16 @@ import httpx
 from redis.asyncio import Redis as AsyncRedis
 from redis.exceptions import RedisError
 
-from receiver.metrics import AttemptRecorder
 from svcgw.connections import async_client
+from svcgw.deliveries import exc_info_field
+from svcgw.metrics import AttemptRecorder
+from svcgw.outbound import CallbackSender, Sender
 from svcgw.settings import Settings
+from svcgw.transport import HttpxSender
 from svcgw.vault import TokenVault
 
 from .delivery import Attempt, Prepared, decide, prepare_claimed, send
-from .jobs import exc_info_field
 from .queue import AsyncDeliveryQueue, Claimed, Finish
-from .sender import CallbackSender, Sender
-from .transport import HttpxSender
 
 __all__ = ["DestinationSlots", "Engine"]
 
@@ -164,7 +164,7 @@ class Engine:
 
     ``client`` replaces the aiohttp sender: an ``httpx.Client`` (called from
     a worker thread), an ``httpx.AsyncClient``, or any
-    :class:`worker.sender.Sender`. It is not closed by the engine.
+    :class:`svcgw.outbound.Sender`. It is not closed by the engine.
     """
 
     def __init__(

@@ -49,10 +49,10 @@ import httpx
 import orjson
 from redis.exceptions import RedisError
 
-from receiver.metrics import record_probe
 from svcgw import keys, liveness
 from svcgw.connections import sync_client
 from svcgw.events import MANUAL, RELOGIN
+from svcgw.metrics import record_probe
 from svcgw.settings import Settings
 
 __all__ = [

@@ -231,24 +231,6 @@ end
 return released
 """
 
-# KEYS: failed, queue, delivery, attempts, job, dead index, rq:queues
-# ARGV: id, failures that exhaust the schedule, queue key
-_REPLAY = """
-if redis.call('ZREM', KEYS[1], ARGV[1]) == 0 then return 0 end
-if redis.call('EXISTS', KEYS[5]) == 0 or redis.call('EXISTS', KEYS[3]) == 0 then return -1 end
-redis.call('HSET', KEYS[3], 'state', 'queued', 'failures', ARGV[2])
-redis.call('PERSIST', KEYS[3])
-redis.call('PERSIST', KEYS[4])
-redis.call('PERSIST', KEYS[5])
-redis.call('HSET', KEYS[5], 'status', 'queued')
-redis.call('HDEL', KEYS[5], 'exc_info', 'ended_at')
-redis.call('SREM', KEYS[6], ARGV[1])
-redis.call('SADD', KEYS[7], ARGV[3])
-redis.call('RPUSH', KEYS[2], ARGV[1])
-return 1
-"""
-
-
 @dataclass(frozen=True)
 class Promotion:
     moved: int
@@ -351,20 +333,6 @@ class _Scripts:
             )
         return [self.inflight_key, self.scheduled_key, self.failed_key, self.queue_key], args
 
-    def replay_args(self, delivery_id: str, appid: str, exhausted_failures: int) -> tuple[list[str], list[Any]]:
-        return (
-            [
-                self.failed_key,
-                self.queue_key,
-                keys.delivery(delivery_id),
-                keys.delivery_attempts(delivery_id),
-                keys.rq_job(delivery_id),
-                keys.dead_letters_by_appid(appid),
-                keys.RQ_QUEUES,
-            ],
-            [delivery_id, exhausted_failures, self.queue_key],
-        )
-
 
 class DeliveryQueue(_Scripts):
     """The queue through a synchronous client."""
@@ -376,7 +344,6 @@ class DeliveryQueue(_Scripts):
         self._promote = redis.register_script(_PROMOTE)
         self._finish = redis.register_script(_FINISH)
         self._release = redis.register_script(_RELEASE)
-        self._replay = redis.register_script(_REPLAY)
 
     def wait(self, timeout: float) -> bool:
         """Block until the queue is non-empty or ``timeout`` passes, without taking anything.
@@ -452,14 +419,6 @@ class DeliveryQueue(_Scripts):
             return 0
         answer = self._release(keys=[self.inflight_key, self.queue_key], args=[keys.rq_job(""), *ids])
         return int(cast(int, answer))
-
-    def replay(self, delivery_id: str, appid: str, exhausted_failures: int) -> int:
-        """Move a dead letter back to the queue for one fresh attempt.
-
-        Returns 1 if replayed, 0 if it is not a dead letter, -1 if its data expired.
-        """
-        script_keys, args = self.replay_args(delivery_id, appid, exhausted_failures)
-        return int(cast(int, self._replay(keys=script_keys, args=args)))
 
     def depth(self) -> dict[str, int]:
         with self.redis.pipeline(transaction=False) as pipe:

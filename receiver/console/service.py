@@ -25,17 +25,16 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import anyio.to_thread
 from redis import Redis as SyncRedis
 
-from receiver.ingest import RECEIVER_PREFIX
-from svcgw import keys, liveness
+from svcgw import deadletters, keys, liveness
 from svcgw.addresses import check_callback_url
 from svcgw.callbacktest import CallbackTestResult, send_test
 from svcgw.calllog import LogEntry, read_log
 from svcgw.connections import sync_client
+from svcgw.receivers import receiver_prefix
 from svcgw.store import CallbackConfig, Scope, normalise_operation
 from svcgw.store import NotFound as StoreNotFound
+from svcgw.transport import make_async_client
 from svcgw.vault import VaultError
-from worker import deadletters
-from worker.transport import make_async_client
 
 if TYPE_CHECKING:
     from receiver.app import Services
@@ -80,9 +79,8 @@ class ConsoleService:
         self.text: Any = services.text_redis
         self.vault = services.vault
         self._sync: SyncRedis | None = None
-        public = self.settings.public_url.rstrip("/")
         self._own_origins = [self.settings.public_origin]
-        self._own_prefixes = [public + RECEIVER_PREFIX]
+        self._own_prefixes = [receiver_prefix(self.settings)]
 
     # The callback log and dead-letter readers are synchronous; they run in threads.
     @property

@@ -23,8 +23,9 @@ import orjson
 from cryptography.fernet import Fernet
 from redis.asyncio import Redis as AsyncRedis
 
-from receiver.ingest import Ingest, receiver_path
+from receiver.ingest import Ingest
 from svcgw import keys
+from svcgw.receivers import receiver_path
 from svcgw.settings import Settings
 from svcgw.store import Scope, Store
 from svcgw.vault import TokenVault

@@ -99,7 +99,7 @@ class Role:
     def start(self) -> Role:
         with open(self.log, "ab") as out:
             self.proc = subprocess.Popen(
-                [sys.executable, "-m", "svcgw", *self.args],
+                [sys.executable, "-m", "cli", *self.args],
                 env=self.env, cwd=REPO, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                 start_new_session=True,
             )  # fmt: skip

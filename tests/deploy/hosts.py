@@ -140,7 +140,7 @@ class HostProcess(Process):
     def start(self) -> HostProcess:
         # ``ip netns exec`` execs the command: the child's pid is the role's own, so signals reach it.
         with open(self.log_path, "ab") as log:
-            self.proc = subprocess.Popen([*self.prefix, sys.executable, "-m", "svcgw", *self.args], env=self.env,
+            self.proc = subprocess.Popen([*self.prefix, sys.executable, "-m", "cli", *self.args], env=self.env,
                                          stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)  # fmt: skip
         return self
 

@@ -134,9 +134,9 @@ def test_the_image_runs_the_same_command_as_the_tests() -> None:
     assert parsed.baseimage == "python:3.11-slim"
     assert image_command(["serve"]) == ["svcgw", "serve"] and parsed.cmd == '["serve"]'
     scripts = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["scripts"]
-    # `svcgw` is this function, and `python -m svcgw` (how the tests start roles) calls the same one.
-    assert scripts["svcgw"] == "svcgw.cli:main"
-    assert "from svcgw.cli import main" in (ROOT / "svcgw" / "__main__.py").read_text()
+    # `svcgw` is this function, and `python -m cli` (how the tests start roles) calls the same one.
+    assert scripts["svcgw"] == "cli.main:main"
+    assert "from cli.main import main" in (ROOT / "cli" / "__main__.py").read_text()
     users = [i["value"] for i in parsed.structure if i["instruction"] == "USER"]
     assert users and users[-1].split(":")[0] not in ("0", "root")
     assert "--uid 10001" in parsed.content and "svcgw" in parsed.content.split("--uid 10001")[1].split("\n")[0]

@@ -124,7 +124,7 @@ def test_receivers_and_workers_on_several_hosts_share_the_work(
         members = redis.smembers(keys.dead_letters_by_appid(appid))
         expected = {m.decode() if isinstance(m, bytes) else m for m in members}
         for name in NAMES:
-            command = [sys.executable, "-m", "svcgw", "dlq", "list", "--appid", appid, "--json"]
+            command = [sys.executable, "-m", "cli", "dlq", "list", "--appid", appid, "--json"]
             listed = orjson.loads(hosts.run(name, command, envs[name]))
             assert {letter["id"] for letter in listed} == expected, f"dead letters as seen from {name}"
         for process in running:

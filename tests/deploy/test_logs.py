@@ -63,7 +63,7 @@ def test_worker_logs_are_json_records_without_tokens_or_secrets(
 
 def test_logs_are_readable_lines_on_a_terminal(env: dict[str, str]) -> None:
     leader, follower = pty.openpty()
-    process = subprocess.Popen([sys.executable, "-m", "svcgw", "worker"], env=env, stdin=subprocess.DEVNULL,
+    process = subprocess.Popen([sys.executable, "-m", "cli", "worker"], env=env, stdin=subprocess.DEVNULL,
                                stdout=follower, stderr=follower)  # fmt: skip
     os.close(follower)
     output = b""

@@ -11,11 +11,11 @@ import pytest
 from redis import Redis
 from redis.asyncio import Redis as AsyncRedis
 
-from receiver.errors import GatewayError
 from receiver.gateway import DeviceQuota, instance_id, path_problem, replace_member, scan_object, scrub
 from receiver.ratelimit import RateLimiter
-from receiver.upstream import Answer, Upstream, UpstreamUnreachable, UpstreamUnusable, parse_envelope
 from svcgw import keys
+from svcgw.errors import GatewayError
+from svcgw.upstream import Answer, Upstream, UpstreamUnreachable, UpstreamUnusable, parse_envelope
 from tests.support import Sink
 
 # --- path --------------------------------------------------------------------------

@@ -6,8 +6,9 @@ import httpx
 from prometheus_client.parser import text_string_to_metric_families
 from redis import Redis
 
-from receiver.metrics import LATENCY_BUCKETS, attempt_commands, ingest_commands, render
+from receiver.metrics import render
 from svcgw import keys
+from svcgw.metrics import LATENCY_BUCKETS, attempt_commands, ingest_commands
 from svcgw.settings import Settings
 from tests.conftest import provision
 from tests.support import Process, Sink, wait_for

@@ -12,15 +12,15 @@ import pytest
 from click.testing import CliRunner, Result
 from redis import Redis
 
+from cli.main import cli
 from svcgw import keys
-from svcgw.cli import cli
 from svcgw.settings import Settings
+from svcgw.transport import make_client
 from svcgw.vault import TokenVault
 from tests.conftest import Tenant, provision
 from tests.support import Sink
 from tests.worker.test_deadletters import ingest
 from worker.engine import Engine
-from worker.transport import make_client
 
 
 @pytest.fixture(autouse=True)
@@ -337,7 +337,7 @@ def test_secrets_reencrypt(env: dict[str, str], settings: Settings) -> None:
 
 # --- the demo data that `svcgw up --demo` creates ----------------------------------------
 def test_demo_data_is_created_once_and_usable(env: dict[str, str], settings: Settings) -> None:
-    from svcgw.demo import ensure_demo, render_demo
+    from cli.demo import ensure_demo, render_demo
 
     first = ensure_demo(settings)
     again = ensure_demo(settings)

@@ -51,7 +51,7 @@ def test_up_demo_delivers_simulator_traffic_signed(env: dict[str, str], tmp_path
         assert f"svcgw callback show --appid {appid[1]}" in output
 
         shown = subprocess.run(
-            [sys.executable, "-m", "svcgw", "callback", "show", "--appid", appid[1], "--json"],
+            [sys.executable, "-m", "cli", "callback", "show", "--appid", appid[1], "--json"],
             env=dict(up_env, SVCGW_REDIS_URL=redis_url[1]),
             capture_output=True,
             check=True,

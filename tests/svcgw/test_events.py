@@ -12,6 +12,7 @@ from rq.serializers import JSONSerializer
 
 from svcgw import keys
 from svcgw.calllog import read_log
+from svcgw.deliveries import FUNC_NAME
 from svcgw.events import (
     enqueue_service_event,
     instance_offline,
@@ -20,13 +21,12 @@ from svcgw.events import (
 )
 from svcgw.settings import Settings
 from svcgw.signing import sign
+from svcgw.transport import make_client
 from svcgw.vault import TokenVault
 from tests.conftest import provision
 from tests.support import Sink
 from worker.delivery import prepare
 from worker.engine import Engine
-from worker.jobs import FUNC_NAME
-from worker.transport import make_client
 
 APPID = "we_0123456789abcde"
 

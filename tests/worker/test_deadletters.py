@@ -12,11 +12,11 @@ from redis.asyncio import Redis as AsyncRedis
 
 from receiver.ingest import Ingest
 from svcgw import keys
+from svcgw.deadletters import NotFound, count_dead, list_dead, replay, show
+from svcgw.deliveries import exc_info_field
 from svcgw.settings import Settings
 from tests.conftest import Tenant, provision
-from worker.deadletters import NotFound, count_dead, list_dead, replay, show
 from worker.delivery import Attempt
-from worker.jobs import exc_info_field
 from worker.queue import DeliveryQueue
 
 

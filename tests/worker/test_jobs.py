@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from worker.jobs import job_fields, job_fields_by_rq
+from svcgw.deliveries import job_fields, job_fields_by_rq
 
 
 def test_job_fields_equal_what_rq_writes() -> None:
@@ -28,7 +28,7 @@ def test_flat_fields_load_in_rq_as_the_full_ones(redis) -> None:  # type: ignore
     from rq.job import Job
     from rq.serializers import JSONSerializer
 
-    from worker.jobs import template
+    from svcgw.deliveries import template
 
     flat = template("svcgw", 60).flat("dlv_flat", "Msg for we_y")
     assert b"" not in flat[1::2]

@@ -11,8 +11,8 @@ from typing import Any, TypeVar
 import pytest
 
 from svcgw.addresses import check_callback_url
+from svcgw.outbound import CallbackSender, Refused, Response, SendFailed, TimedOut
 from tests.worker.test_transport import Certificate, Server, _serve, certificate, fake_resolver  # noqa: F401
-from worker.sender import CallbackSender, Refused, Response, SendFailed, TimedOut
 
 LOOPBACK = (ipaddress.ip_network("127.0.0.0/8"),)
 T = TypeVar("T")

@@ -19,7 +19,7 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
 from svcgw.addresses import check_callback_url
-from worker.transport import DestinationBlocked, GuardedTransport, make_async_client, make_client
+from svcgw.transport import DestinationBlocked, GuardedTransport, make_async_client, make_client
 
 LOOPBACK = (ipaddress.ip_network("127.0.0.0/8"),)
 

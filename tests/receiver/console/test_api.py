@@ -11,6 +11,7 @@ import orjson
 from redis import Redis
 
 from svcgw import keys
+from svcgw.deliveries import exc_info_field
 from svcgw.settings import Settings
 from svcgw.signing import verify
 from svcgw.store import Store
@@ -18,7 +19,6 @@ from tests.conftest import with_store
 from tests.receiver.console.conftest import ConsoleClient, Developer
 from tests.support import Sink, wait_for
 from worker.delivery import Attempt
-from worker.jobs import exc_info_field
 from worker.queue import DeliveryQueue
 
 NOT_FOUND = {"code": -40404, "message": "appid does not exist or is not the caller's", "data": None}

@@ -15,8 +15,8 @@ import pytest
 import uvicorn
 from starlette.exceptions import StarletteDeprecationWarning
 
-from svcgw.sim import traffic
-from svcgw.sim.app import create_app
+from simulator import traffic
+from simulator.app import create_app
 from tests.support import Sink, wait_for
 
 with warnings.catch_warnings():

@@ -2,7 +2,7 @@
 
 Roles (``up``, ``serve``, ``worker``, ``sim``) live here; administration
 commands (accounts, keys, callback, instances, dlq, log, secrets) live in
-``svcgw.admin`` and are attached to the same group.
+``cli.admin`` and are attached to the same group.
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import sys
 
 import click
 
-from .settings import Settings, SettingsError
+from svcgw.settings import Settings, SettingsError
 
 __all__ = ["main"]
 
@@ -28,7 +28,7 @@ def load_settings() -> Settings:
 @click.pass_context
 def cli(ctx: click.Context, log_level: str) -> None:
     """svcgw: the callback gateway."""
-    from .logs import configure
+    from svcgw.logs import configure
 
     configure(log_level)
     ctx.ensure_object(dict)
@@ -78,7 +78,7 @@ def worker(burst: bool) -> None:
 @click.option("--port", default=8090, show_default=True, type=click.IntRange(0, 65535))
 def sim(host: str, port: int) -> None:
     """Run the capability-layer simulator."""
-    from .sim.app import run
+    from simulator.app import run
 
     run(host, port)
 

@@ -32,7 +32,7 @@ from redis import Redis
 from svcgw import keys
 from svcgw.settings import Settings
 
-from .queue import DeliveryQueue
+from .scripts import source
 
 __all__ = [
     "DeadLetter",
@@ -227,7 +227,8 @@ def replay(
         chosen = _live_ids(redis, settings, _candidates(redis, account=account))
     else:
         chosen = _newest(redis, keys.rq_failed(settings.queue_name))
-    queue = DeliveryQueue(redis, settings.queue_name, lease_seconds=settings.lease_seconds)
+    script = redis.register_script(source("replay"))
+    failed_key, queue_key = keys.rq_failed(settings.queue_name), keys.rq_queue(settings.queue_name)
     exhausted = len(settings.retry_schedule)
     results: list[ReplayResult] = []
     for chunk in _chunks(chosen, _CHUNK):
@@ -243,7 +244,20 @@ def replay(
             if appid is not None and owner_appid != appid:
                 results.append(ReplayResult(delivery_id, None, "not_found"))
                 continue
-            outcome = queue.replay(delivery_id, owner_appid or "", exhausted_failures=exhausted)
+            outcome = int(
+                script(
+                    keys=[
+                        failed_key,
+                        queue_key,
+                        keys.delivery(delivery_id),
+                        keys.delivery_attempts(delivery_id),
+                        keys.rq_job(delivery_id),
+                        keys.dead_letters_by_appid(owner_appid or ""),
+                        keys.RQ_QUEUES,
+                    ],
+                    args=[delivery_id, exhausted, queue_key],
+                )
+            )
             if outcome == 1:
                 results.append(ReplayResult(delivery_id, owner_appid, "replayed"))
             elif outcome == -1:

@@ -29,11 +29,12 @@ import httpx
 from redis.asyncio import Redis as AsyncRedis
 from redis.exceptions import RedisError
 
-from . import keys
+from svcgw import keys
+from svcgw.settings import Settings
+from svcgw.store import NotFound, Store
+from svcgw.vault import TokenVault, VaultError
+
 from .admin import safe_redis_url
-from .settings import Settings
-from .store import NotFound, Store
-from .vault import TokenVault, VaultError
 
 __all__ = [
     "Demo",

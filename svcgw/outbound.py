@@ -5,7 +5,7 @@ is the client that keeps up with it: its connection pool does not slow down
 as the number of requests in flight grows, which httpx's async pool does
 (see ``docs/performance.md``).
 
-Connect-time rules, as in :mod:`worker.transport` for httpx:
+Connect-time rules, as in :mod:`svcgw.transport` for httpx:
 
 * :class:`GuardedResolver` resolves the host once,
   :func:`svcgw.addresses.filter_addresses` drops internal addresses, and only

@@ -31,20 +31,20 @@ from rich.console import Console, RenderableType
 from rich.table import Table
 from rich.text import Text
 
-from . import keys
-from .addresses import AddressError, check_callback_url
-from .calllog import parse_since, read_log
-from .connections import async_client, sync_client
-from .settings import Settings, SettingsError
-from .store import CallbackConfig, Scope, Store
-from .store import NotFound as StoreNotFound
-from .vault import KEY_FILE, TokenVault, VaultError
+from svcgw import keys
+from svcgw.addresses import AddressError, check_callback_url
+from svcgw.calllog import parse_since, read_log
+from svcgw.connections import async_client, sync_client
+from svcgw.receivers import receiver_prefix
+from svcgw.settings import Settings, SettingsError
+from svcgw.store import CallbackConfig, Scope, Store
+from svcgw.store import NotFound as StoreNotFound
+from svcgw.vault import KEY_FILE, TokenVault, VaultError
 
 __all__ = ["register", "safe_redis_url"]
 
 T = TypeVar("T")
 
-RECEIVER_PATH = "/svc/receiver/"
 _INSTANCE_STATUS_FIELDS = ("status", "reason", "since", "last_probe", "next_probe")
 _INSTANCE_HIDDEN_FIELDS = ("account", "created_at")
 
@@ -115,7 +115,7 @@ def admin_command(func: Callable[..., None]) -> Callable[..., None]:
 
     @functools.wraps(func)
     def wrapper(**kwargs: Any) -> None:
-        from .cli import load_settings
+        from .main import load_settings
 
         admin = Admin(load_settings())
         try:
@@ -420,7 +420,7 @@ def callback_set(
     checked = check_callback_url(
         url,
         own_origins=[settings.public_origin],
-        own_prefixes=[settings.public_url.rstrip("/") + RECEIVER_PATH],
+        own_prefixes=[receiver_prefix(settings)],
         allow=settings.allow_private_destinations,
     )
     config = admin.store(
@@ -478,7 +478,7 @@ async def _instance_data(store: Store, appid: str) -> dict[str, object]:
 
 
 def _add_dead_counts(admin: Admin, rows: list[dict[str, object]]) -> None:
-    from worker.deadletters import count_dead
+    from svcgw.deadletters import count_dead
 
     for row in rows:
         row["dead_letters"] = count_dead(admin.redis, admin.settings, appid=str(row["appid"]))
@@ -564,7 +564,7 @@ def dlq_list(
     admin: Admin, appid: str | None, account: str | None, limit: int, offset: int, as_json: bool
 ) -> None:
     """List dead letters, newest first."""
-    from worker.deadletters import list_dead
+    from svcgw.deadletters import list_dead
 
     letters = list_dead(admin.redis, admin.settings, appid=appid, account=account, limit=limit, offset=offset)
     emit(
@@ -583,7 +583,7 @@ def dlq_list(
 @admin_command
 def dlq_show(admin: Admin, delivery_id: str, as_json: bool) -> None:
     """Show one dead letter: its attempts and its body."""
-    from worker.deadletters import show
+    from svcgw.deadletters import show
 
     detail = show(admin.redis, admin.settings, delivery_id)
     if as_json:
@@ -635,7 +635,7 @@ def dlq_replay(
     admin: Admin, ids: tuple[str, ...], appid: str | None, replay_all: bool, as_json: bool
 ) -> None:
     """Give dead letters one fresh attempt each (a failure returns them here, history kept)."""
-    from worker.deadletters import replay
+    from svcgw.deadletters import replay
 
     if sum((bool(ids), appid is not None, replay_all)) != 1:
         raise click.UsageError("give dead letter IDs, or --appid APPID, or --all (exactly one)")

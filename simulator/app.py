@@ -72,8 +72,8 @@ from starlette.responses import Response
 from starlette.routing import Route
 from starlette.types import Receive, Scope, Send
 
-from svcgw.sim import traffic
-from svcgw.sim.traffic import dumps
+from simulator import traffic
+from simulator.traffic import dumps
 
 __all__ = ["Instance", "SimState", "create_app", "run"]
 

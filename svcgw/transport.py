@@ -19,7 +19,7 @@ Errors::
 Callers never follow redirects (``follow_redirects=False``); a redirect
 would be a new destination that skipped the configuration-time check.
 
-The delivery engine sends with aiohttp (:mod:`worker.sender`), which applies
+The delivery engine sends with aiohttp (:mod:`svcgw.outbound`), which applies
 the same rules; :class:`HttpxSender` lets it use an httpx client instead
 (tests that inject ``httpx.MockTransport``, or an in-process run).
 """
@@ -38,7 +38,7 @@ import httpx
 
 from svcgw.addresses import UNUSABLE_ADDRESS, AddressError, Network, Resolver, filter_addresses
 
-from .sender import RESPONSE_SNIPPET_BYTES, Refused, Response, SendFailed, TimedOut
+from .outbound import RESPONSE_SNIPPET_BYTES, Refused, Response, SendFailed, TimedOut
 
 __all__ = [
     "AsyncGuardedTransport",
@@ -273,7 +273,7 @@ def make_async_client(
 
 
 class HttpxSender:
-    """A :class:`worker.sender.Sender` on an httpx client.
+    """A :class:`svcgw.outbound.Sender` on an httpx client.
 
     A synchronous ``httpx.Client`` is called from a worker thread, so the
     engine's event loop never blocks on it. Errors are converted as the

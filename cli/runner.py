@@ -20,7 +20,7 @@ from collections.abc import Sequence
 from types import FrameType
 from typing import Any
 
-from .settings import Settings
+from svcgw.settings import Settings
 
 __all__ = ["run_server", "run_up", "run_worker"]
 
@@ -44,7 +44,7 @@ def run_server(settings: Settings) -> None:
     }
     if settings.http_workers > 1:
         # Each worker process builds its app from the same environment.
-        uvicorn.run("svcgw.runner:app_from_env", factory=True, workers=settings.http_workers, **options)  # type: ignore[arg-type]
+        uvicorn.run("cli.runner:app_from_env", factory=True, workers=settings.http_workers, **options)  # type: ignore[arg-type]
         return
     from receiver.app import create_app
 
@@ -55,8 +55,7 @@ def run_server(settings: Settings) -> None:
 def app_from_env() -> Any:
     """The HTTP app of one of several server processes (``SVCGW_HTTP_WORKERS``)."""
     from receiver.app import create_app
-
-    from .logs import configure
+    from svcgw.logs import configure
 
     configure()
     return create_app(Settings.from_env())
@@ -100,7 +99,7 @@ def _spawn(role: Sequence[str], env: dict[str, str]) -> subprocess.Popen[bytes]:
     # A session of its own: Ctrl-C in a terminal reaches only ``up``, which
     # then stops the children in order instead of all at once.
     return subprocess.Popen(
-        [sys.executable, "-m", "svcgw", *role], env=env, stdin=subprocess.DEVNULL, start_new_session=True
+        [sys.executable, "-m", "cli", *role], env=env, stdin=subprocess.DEVNULL, start_new_session=True
     )
 
 

@@ -1,3 +1,0 @@
-from svcgw.cli import main
-
-main()

@@ -1,0 +1,213 @@
+"""Deliveries: their ids, their records, and the RQ jobs that carry them.
+
+This module is the only writer of a new delivery. Every delivery is an RQ
+job (JSON serializer, id = delivery id, function ``worker.jobs.deliver``) in
+the queue ``SVCGW_QUEUE`` so that rq-dashboard lists it and RQ's registries hold it: retries wait in RQ's scheduled
+registry and dead letters in its failed registry, from which ``rq requeue``
+replays them. The jobs are run by ``svcgw worker``, whose engine executes
+many at once in one process; a stock ``rq worker`` must not consume the queue.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import secrets
+import zlib
+from collections.abc import Sequence
+from datetime import UTC, datetime
+from typing import Any
+
+import orjson
+from redis import Redis
+from rq.job import Job, JobStatus
+from rq.serializers import JSONSerializer
+from rq.utils import utcformat
+
+from . import keys
+from .envelope import build_envelope
+from .settings import Settings
+
+__all__ = [
+    "FUNC_NAME",
+    "JobTemplate",
+    "exc_info_field",
+    "job_fields",
+    "job_fields_by_rq",
+    "new_delivery_id",
+    "queue_delivery",
+    "template",
+]
+
+FUNC_NAME = "worker.jobs.deliver"
+
+# Job.create wants a connection but only builds the object here; a client
+# opens no socket until it sends a command, and this one never does.
+_UNUSED_CONNECTION = Redis()
+
+
+
+class JobTemplate:
+    """RQ's job hash for the deliveries of one queue, built once by RQ's own ``Job.create``.
+
+    Only four fields differ between deliveries (the id inside ``data``, the
+    description and the two times); the rest is copied from the template.
+    ``tests/worker/test_jobs.py`` holds the result equal to what
+    ``Job.create`` writes.
+    """
+
+    def __init__(self, queue_name: str, failure_ttl: int) -> None:
+        self.fields = job_fields_by_rq("dlv_template", queue_name=queue_name, description="", failure_ttl=failure_ttl)
+        # RQ reads a missing field as an empty one, so a job hash written in
+        # a hurry (the receiver's) leaves the empty ones out.
+        self._constant = [
+            _bytes(part)
+            for name, value in self.fields.items()
+            if value != "" and name not in _VARYING
+            for part in (name, value)
+        ]
+
+    def fields_for(self, delivery_id: str, description: str, now: datetime | None = None) -> dict[str, Any]:
+        fields = dict(self.fields)
+        fields.update(self._varying(delivery_id, description, now))
+        return fields
+
+    def flat(self, delivery_id: str, description: str, now: datetime | None = None) -> list[bytes]:
+        """Field, value, field, value, ... of the non-empty fields, ready for HSET."""
+        flat = list(self._constant)
+        for name, value in self._varying(delivery_id, description, now).items():
+            flat.append(name.encode())
+            flat.append(_bytes(value))
+        return flat
+
+    @staticmethod
+    def _varying(delivery_id: str, description: str, now: datetime | None) -> dict[str, Any]:
+        stamp = utcformat(now or datetime.now(UTC).replace(tzinfo=None))
+        # What Job.data holds for deliver(delivery_id) (JSONSerializer.dumps),
+        # compressed as Job.to_dict does.
+        data = zlib.compress(json.dumps((FUNC_NAME, None, [delivery_id], {})).encode("utf-8"))
+        return {"created_at": stamp, "enqueued_at": stamp, "description": description, "data": data}
+
+
+_VARYING = frozenset(("created_at", "enqueued_at", "description", "data"))
+
+
+def _bytes(value: object) -> bytes:
+    if isinstance(value, bytes):
+        return value
+    return str(value).encode("utf-8")
+
+
+def job_fields(
+    delivery_id: str,
+    *,
+    queue_name: str,
+    description: str,
+    failure_ttl: int,
+    now: datetime | None = None,
+) -> dict[str, Any]:
+    """The fields of RQ's job hash for a freshly queued delivery, as RQ itself writes them."""
+    return template(queue_name, failure_ttl).fields_for(delivery_id, description, now)
+
+
+@functools.lru_cache(maxsize=16)
+def template(queue_name: str, failure_ttl: int) -> JobTemplate:
+    return JobTemplate(queue_name, failure_ttl)
+
+
+def job_fields_by_rq(
+    delivery_id: str,
+    *,
+    queue_name: str,
+    description: str,
+    failure_ttl: int,
+    now: datetime | None = None,
+) -> dict[str, Any]:
+    """:func:`job_fields` computed by ``rq.job.Job.create`` for every delivery (the reference)."""
+    job = Job.create(
+        FUNC_NAME,
+        args=[delivery_id],
+        id=delivery_id,
+        connection=_UNUSED_CONNECTION,
+        serializer=JSONSerializer,
+        result_ttl=0,
+        failure_ttl=failure_ttl,
+        description=description,
+        origin=queue_name,
+        status=JobStatus.QUEUED,
+    )
+    stamp = now or datetime.now(UTC).replace(tzinfo=None)
+    job.created_at = stamp
+    job.enqueued_at = stamp
+    fields: dict[str, Any] = {}
+    for name, value in job.to_dict().items():
+        fields[name] = value.value if isinstance(value, JobStatus) else value
+    return fields
+
+
+def exc_info_field(text: str) -> bytes:
+    """RQ keeps a failed job's error text zlib-compressed in the job hash."""
+    return zlib.compress(text.encode("utf-8"))
+
+
+def rq_time(moment: datetime) -> str:
+    return utcformat(moment)
+
+
+def new_delivery_id() -> str:
+    return "dlv_" + secrets.token_hex(12)
+
+
+def queue_delivery(
+    pipe: Any,
+    settings: Settings,
+    *,
+    appid: str,
+    account: str,
+    event_type: str,
+    events: Sequence[dict[str, Any]],
+    delivery_id: str,
+    now: float,
+) -> None:
+    """Add to ``pipe`` (sync or asyncio, in MULTI mode) the commands that queue one delivery.
+
+    The same records as the receiver's ingest script writes for an accepted
+    post: the delivery hash, RQ's job hash, the job id at the queue's tail,
+    the queue in ``rq:queues``, and the envelope in the callback log.
+    """
+    body = build_envelope(appid, event_type, [orjson.dumps(event) for event in events])
+    queue_key = keys.rq_queue(settings.queue_name)
+    pipe.hset(
+        keys.delivery(delivery_id),
+        mapping={
+            "appid": appid,
+            "account": account,
+            "event_type": event_type,
+            "body": body,
+            "state": "queued",
+            "received_at": repr(now),
+            "attempts": 0,
+            "failures": 0,
+            "events": len(events),
+        },
+    )
+    pipe.hset(
+        keys.rq_job(delivery_id),
+        mapping=job_fields(
+            delivery_id,
+            queue_name=settings.queue_name,
+            description=f"{event_type} for {appid}",
+            failure_ttl=settings.dead_letter_retention,
+        ),
+    )
+    pipe.rpush(queue_key, delivery_id)
+    pipe.sadd(keys.RQ_QUEUES, queue_key)
+    log_key = keys.callback_log(appid)
+    oldest_ms = int((now - settings.log_retention) * 1000)
+    pipe.xadd(
+        log_key,
+        {"body": body, "received_at": repr(now), "delivery": delivery_id, "accepted": len(events), "duplicates": 0},
+        minid=max(oldest_ms, 0),
+        approximate=True,
+    )
+    pipe.expire(log_key, settings.log_retention)

@@ -1,0 +1,267 @@
+"""Metrics: counters recorded in Redis, and the snapshot a scrape reads.
+
+``receiver.metrics`` renders the snapshot for ``GET /metrics``.
+
+Several processes produce the numbers: the HTTP server (posts received),
+any number of ``svcgw worker`` processes (attempts, deliveries, dead
+letters, probes), possibly on different hosts. The counters therefore live
+in Redis, which every role already shares, rather than in per-process
+memory:
+
+* counters are fields of the hash ``svcgw:metrics:counters``, bumped with
+  ``HINCRBY``; the latency histogram is the hash ``svcgw:metrics:latency``
+  (one field per bucket, plus ``count`` and ``sum``);
+* the receiver's ingest script bumps a post's counters itself, in the
+  round trip that stores the post (``ingest_commands`` says which); a
+  worker counts its attempts in memory and a background thread writes
+  them every half second, all in one pipeline, so the delivery path
+  itself does no metrics I/O (:class:`AttemptRecorder`);
+* a scrape reads the two hashes and, live, the queue depth, the number of
+  dead letters and the instances' liveness states, and renders them with
+  ``prometheus_client``.
+
+prometheus-client's multiprocess mode was the alternative. It was not
+chosen because it needs one directory shared by every process (so one
+host), wiped at each start, and a server process that can read the
+workers' files; Redis-backed counters work however the roles are spread,
+survive restarts, and every server process answers the same totals.
+Counters are never reset by the service; Prometheus handles a reset (a new
+Redis) as it does any counter reset.
+
+Recording never fails the caller: a Redis error while counting is logged
+and the count is lost, never the post or the delivery.
+"""
+
+from __future__ import annotations
+
+import atexit
+import logging
+import threading
+import time
+from collections.abc import Iterable, Sequence
+from typing import Any, Protocol
+
+from redis import Redis
+from redis.asyncio import Redis as AsyncRedis
+from redis.exceptions import RedisError
+
+from . import keys
+from .settings import Settings
+
+
+class Received(Protocol):
+    """What the recorder reads of a delivery: when its post was received (Unix seconds)."""
+
+    @property
+    def received_at(self) -> float: ...
+
+__all__ = [
+    "COUNTERS",
+    "LATENCY_BUCKETS",
+    "AttemptRecorder",
+    "attempt_commands",
+    "record_probe",
+    "snapshot",
+]
+
+log = logging.getLogger("svcgw.metrics")
+
+# Seconds from receipt to a 2xx: first attempts land in the low buckets,
+# retries (30 s ... 6 h later) in the high ones.
+LATENCY_BUCKETS: tuple[float, ...] = (
+    0.05,
+    0.1,
+    0.25,
+    0.5,
+    1.0,
+    2.5,
+    5.0,
+    10.0,
+    30.0,
+    60.0,
+    150.0,
+    300.0,
+    600.0,
+    1800.0,
+    3600.0,
+    7200.0,
+    21600.0,
+    43200.0,
+    86400.0,
+)
+
+# Counter fields of ``svcgw:metrics:counters``: (metric, label name or None).
+POSTS = "posts_received"
+EVENTS = "events_received"
+DUPLICATES = "duplicates_dropped"
+ATTEMPTS = "delivery_attempts"
+DELIVERIES = "deliveries"
+DEAD = "dead_letters"
+PROBES = "probes"
+
+COUNTERS: dict[str, tuple[str, str | None]] = {
+    POSTS: ("Posts accepted by the receiver (stored, answered 2xx).", None),
+    EVENTS: ("Events in accepted posts, new and duplicate.", None),
+    DUPLICATES: ("Events dropped from forwarding as duplicates.", None),
+    ATTEMPTS: ("Delivery attempts, by what came next (delivered, retry, dead).", "outcome"),
+    DELIVERIES: ("Deliveries finished, by outcome (delivered, dead).", "outcome"),
+    DEAD: ("Deliveries that became dead letters (retries exhausted, or a replay failed).", None),
+    PROBES: ("Liveness probes, by result.", "result"),
+}
+
+Command = tuple[str, str, str, float]  # (HINCRBY | HINCRBYFLOAT, key, field, amount)
+
+
+def _field(metric: str, label: str | None = None) -> str:
+    return metric if label is None else f"{metric}|{label}"
+
+
+def _bucket(seconds: float) -> str:
+    for bound in LATENCY_BUCKETS:
+        if seconds <= bound:
+            return repr(bound)
+    return "+Inf"
+
+
+# --- recording ------------------------------------------------------------------
+def ingest_commands(accepted: int, duplicates: int) -> list[Command]:
+    counters = keys.METRICS_COUNTERS
+    commands: list[Command] = [("HINCRBY", counters, POSTS, 1)]
+    if accepted + duplicates:
+        commands.append(("HINCRBY", counters, EVENTS, accepted + duplicates))
+    if duplicates:
+        commands.append(("HINCRBY", counters, DUPLICATES, duplicates))
+    return commands
+
+
+def attempt_commands(step: str, *, received_at: float, now: float | None = None) -> list[Command]:
+    """What one finished attempt adds: ``step`` is the engine's delivered / retry / dead."""
+    counters = keys.METRICS_COUNTERS
+    commands: list[Command] = [("HINCRBY", counters, _field(ATTEMPTS, step), 1)]
+    if step == "delivered":
+        commands.append(("HINCRBY", counters, _field(DELIVERIES, "delivered"), 1))
+        if received_at > 0:
+            latency = max((now if now is not None else time.time()) - received_at, 0.0)
+            commands += [
+                ("HINCRBY", keys.METRICS_LATENCY, _bucket(latency), 1),
+                ("HINCRBY", keys.METRICS_LATENCY, "count", 1),
+                ("HINCRBYFLOAT", keys.METRICS_LATENCY, "sum", latency),
+            ]
+    elif step == "dead":
+        commands.append(("HINCRBY", counters, _field(DELIVERIES, "dead"), 1))
+        commands.append(("HINCRBY", counters, DEAD, 1))
+    return commands
+
+
+def _queue(pipe: Any, commands: Iterable[Command]) -> None:
+    for command, key, name, amount in commands:
+        if command == "HINCRBYFLOAT":
+            pipe.hincrbyfloat(key, name, amount)
+        else:
+            pipe.hincrby(key, name, int(amount))
+
+
+def _apply(redis: Redis, commands: Sequence[Command]) -> None:
+    try:
+        with redis.pipeline(transaction=False) as pipe:
+            _queue(pipe, commands)
+            pipe.execute()
+    except RedisError as exc:
+        log.warning("metrics not recorded: %s", type(exc).__name__)
+
+
+class AttemptRecorder:
+    """The delivery engine's ``on_attempt`` hook, for any engine (threads or asyncio).
+
+    The hook runs on the engine's hot path, so it does no I/O: it adds to
+    counts held in memory, and a background thread writes them to Redis
+    every :attr:`flush_every` seconds, all of them in one pipeline (and once
+    more at exit). A flush that fails keeps its counts for the next one.
+    """
+
+    flush_every = 0.5
+
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        self._pending: dict[tuple[str, str, str], float] = {}
+        self._lock = threading.Lock()
+        self._thread: threading.Thread | None = None
+        self._redis: Redis | None = None
+
+    def __call__(self, prepared: Received, attempt: object, step: str) -> None:
+        commands = attempt_commands(step, received_at=prepared.received_at)
+        with self._lock:
+            for command, key, name, amount in commands:
+                slot = (command, key, name)
+                self._pending[slot] = self._pending.get(slot, 0) + amount
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._run, name="metrics-flush", daemon=True)
+                self._thread.start()
+                atexit.register(self.flush)
+
+    def _run(self) -> None:
+        while True:
+            time.sleep(self.flush_every)
+            self.flush()
+
+    def flush(self) -> None:
+        with self._lock:
+            pending, self._pending = self._pending, {}
+        if not pending:
+            return
+        try:
+            if self._redis is None:
+                from svcgw.connections import sync_client
+
+                self._redis = sync_client(self.settings)
+            with self._redis.pipeline(transaction=False) as pipe:
+                _queue(pipe, [(command, key, name, amount) for (command, key, name), amount in pending.items()])
+                pipe.execute()
+        except RedisError as exc:
+            log.warning("metrics not recorded yet: %s", type(exc).__name__)
+            with self._lock:
+                for slot, amount in pending.items():
+                    self._pending[slot] = self._pending.get(slot, 0) + amount
+
+
+def record_probe(redis: Redis, result: str) -> None:
+    """One liveness probe's result (e.g. ok, reconnected, offline, undecided)."""
+    _apply(redis, [("HINCRBY", keys.METRICS_COUNTERS, _field(PROBES, result), 1)])
+
+
+# --- scraping ---------------------------------------------------------------------
+def _text(value: bytes | str) -> str:
+    return value.decode("utf-8", "replace") if isinstance(value, bytes) else value
+
+
+async def snapshot(redis: AsyncRedis, queue_name: str) -> dict[str, Any]:
+    """Everything a scrape shows, read from Redis in two round trips."""
+    now = time.time()
+    async with redis.pipeline(transaction=False) as pipe:
+        pipe.hgetall(keys.METRICS_COUNTERS)
+        pipe.hgetall(keys.METRICS_LATENCY)
+        pipe.llen(keys.rq_queue(queue_name))
+        pipe.zcard(keys.inflight(queue_name))
+        pipe.zcard(keys.rq_scheduled(queue_name))
+        pipe.zcount(keys.rq_failed(queue_name), f"({now}", "+inf")
+        pipe.smembers(keys.INSTANCES)
+        counters, latency, queued, inflight, scheduled, dead, appids = await pipe.execute()
+    statuses: dict[str, int] = {}
+    probe_errors = 0
+    appid_list = sorted(_text(a) for a in appids)
+    if appid_list:
+        async with redis.pipeline(transaction=False) as pipe:
+            for appid in appid_list:
+                pipe.hmget(keys.instance(appid), ["status", "probe_error"])
+            for status, probe_error in await pipe.execute():
+                name = _text(status) if status else "not_started"
+                statuses[name] = statuses.get(name, 0) + 1
+                probe_errors += 1 if probe_error else 0
+    return {
+        "counters": {_text(k): float(v) for k, v in counters.items()},
+        "latency": {_text(k): float(v) for k, v in latency.items()},
+        "queue": {"queued": int(queued), "inflight": int(inflight), "scheduled": int(scheduled)},
+        "dead": int(dead),
+        "instances": statuses,
+        "probe_errors": probe_errors,
+    }
