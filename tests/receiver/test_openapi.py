@@ -10,7 +10,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from receiver import errors
+from svcgw import errors
 from receiver.openapi import PATHS, document
 from tests.receiver.test_gateway import Stack, start_stack
 from tests.receiver.test_gateway import sim as sim  # the simulator fixture, shared with this module
