@@ -38,6 +38,10 @@ def run_server(settings: Settings) -> None:
         "log_config": None,
         "access_log": False,
         "timeout_graceful_shutdown": 10,
+        # Past this many connections and tasks, new requests get 503 at once instead of
+        # queueing without bound; idle keep-alive connections close after the timeout.
+        "limit_concurrency": settings.http_limit_concurrency,
+        "timeout_keep_alive": settings.http_keepalive_timeout,
         "server_header": False,
         "loop": "auto",  # uvloop when installed
         "http": "auto",  # httptools when installed

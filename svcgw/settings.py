@@ -62,6 +62,9 @@ class Settings:
     # Durable mode: an acknowledgement waits for this many replicas to hold the write.
     redis_wait_replicas: int = 0
     redis_wait_timeout: float = 1.0
+    # The HTTP server's own limits (uvicorn): connections and tasks at once, idle keep-alive.
+    http_limit_concurrency: int = 2048
+    http_keepalive_timeout: float = 5.0
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> Settings:
@@ -111,6 +114,8 @@ class Settings:
             redis_db=reader.integer("SVCGW_REDIS_DB", 0, minimum=0),
             redis_wait_replicas=reader.integer("SVCGW_REDIS_WAIT_REPLICAS", 0, minimum=0, maximum=64),
             redis_wait_timeout=reader.number("SVCGW_REDIS_WAIT_TIMEOUT", 1.0, minimum=0.001),
+            http_limit_concurrency=reader.integer("SVCGW_HTTP_LIMIT_CONCURRENCY", 2048, minimum=1),
+            http_keepalive_timeout=reader.number("SVCGW_HTTP_KEEPALIVE_TIMEOUT", 5.0, minimum=0.1),
         )
 
     @property

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 
 import httpx
 import pytest
 
+from receiver.dashboard import add_nonce
 from svcgw.settings import Settings, SettingsError
 from tests.conftest import provision
 from tests.support import start_server
@@ -41,6 +43,17 @@ def test_dashboard_needs_credentials_and_is_read_only(
         page = http.get(base + "/", auth=(USER, PASSWORD))
         assert page.status_code == 200 and "/rq/static/" in page.text and "<title>" in page.text
         assert PASSWORD not in page.text
+        # The page's inline script runs under a per-page nonce, and nothing else inline does.
+        assert_hardened(page)
+        policy = page.headers["content-security-policy"]
+        nonce = re.search(r"'nonce-([^']+)'", policy)
+        assert nonce is not None and "'unsafe-inline'" not in policy.split("style-src")[0]
+        inline = re.findall(r"<script(?![^>]*\bsrc=)[^>]*>", page.text)
+        assert inline and all(f'nonce="{nonce.group(1)}"' in tag for tag in inline)
+        assert int(page.headers["content-length"]) == len(page.content)
+        again = http.get(base + "/", auth=(USER, PASSWORD))
+        assert again.headers["content-security-policy"] != page.headers["content-security-policy"]
+        assert_hardened(anonymous)
         queues = http.get(base + "/0/data/queues.json", auth=(USER, PASSWORD))
         assert queues.status_code == 200
         (queue,) = [q for q in queues.json()["queues"] if q["name"] == "svcgw"]
@@ -60,6 +73,21 @@ def test_dashboard_needs_credentials_and_is_read_only(
             refused = http.request(method, base + path, auth=(USER, PASSWORD))
             assert refused.status_code == 403, (method, path)
         assert http.get(base + "/0/data/queues.json", auth=(USER, PASSWORD)).json()["queues"][0]["count"] == 1
+
+
+def assert_hardened(answer: httpx.Response) -> None:
+    policy = answer.headers["content-security-policy"]
+    assert "script-src 'self' 'nonce-" in policy and "frame-ancestors 'none'" in policy
+    assert answer.headers["x-frame-options"] == "DENY"
+    assert answer.headers["x-content-type-options"] == "nosniff"
+
+
+def test_nonce_goes_on_inline_scripts_only() -> None:
+    html = b'<script src="/rq/static/a.js"></script><script type="text/javascript">go()</script><SCRIPT>x</SCRIPT>'
+    assert add_nonce(html, "n0") == (
+        b'<script src="/rq/static/a.js"></script><script nonce="n0" type="text/javascript">go()</script>'
+        b'<script nonce="n0">x</SCRIPT>'
+    )
 
 
 def test_no_dashboard_without_credentials(server: str) -> None:

@@ -1,0 +1,67 @@
+"""The HTTP server's own limits: concurrency beyond SVCGW_HTTP_LIMIT_CONCURRENCY, idle keep-alive."""
+
+from __future__ import annotations
+
+import socket
+import time
+
+import httpx
+import pytest
+
+from svcgw.settings import Settings, SettingsError
+from tests.support import start_server, wait_for
+
+
+def _port(base: str) -> int:
+    return int(base.rsplit(":", 1)[1])
+
+
+def test_requests_beyond_the_concurrency_limit_are_refused_at_once(env: dict[str, str]) -> None:
+    process, base = start_server(dict(env, SVCGW_HTTP_LIMIT_CONCURRENCY="2"))
+    drips: list[socket.socket] = []
+    try:
+        # Connections that send half a request and stop hold their places...
+        for _ in range(2):
+            drip = socket.create_connection(("127.0.0.1", _port(base)), timeout=5)
+            drip.sendall(b"POST /svc/receiver/we_x/y HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n{")
+            drips.append(drip)
+
+        # ...so the next request is answered 503 straight away, not queued behind them.
+        def refused() -> bool:
+            return httpx.get(base + "/healthz", timeout=5).status_code == 503
+
+        wait_for(refused, timeout=10, what="a 503 beyond the concurrency limit")
+    finally:
+        for drip in drips:
+            drip.close()
+        process.stop()
+
+
+def test_idle_keep_alive_connections_are_closed(env: dict[str, str]) -> None:
+    process, base = start_server(dict(env, SVCGW_HTTP_KEEPALIVE_TIMEOUT="0.5"))
+    try:
+        with socket.create_connection(("127.0.0.1", _port(base)), timeout=10) as conn:
+            conn.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+            answer = conn.recv(65536)
+            assert answer.startswith(b"HTTP/1.1 200")
+            started = time.monotonic()
+            # The server closes the idle connection: recv returns b"" (EOF) well before the socket timeout.
+            while conn.recv(65536):
+                pass
+            assert time.monotonic() - started < 8
+    finally:
+        process.stop()
+
+
+@pytest.mark.parametrize(
+    ("name", "value"),
+    [("SVCGW_HTTP_LIMIT_CONCURRENCY", "0"), ("SVCGW_HTTP_LIMIT_CONCURRENCY", "many"), ("SVCGW_HTTP_KEEPALIVE_TIMEOUT", "0")],
+)
+def test_bad_limits_stop_start_up(name: str, value: str) -> None:
+    with pytest.raises(SettingsError, match=name):
+        Settings.from_env({name: value})
+
+
+def test_limits_have_defaults() -> None:
+    settings = Settings.from_env({})
+    assert settings.http_limit_concurrency == 2048 and settings.http_keepalive_timeout == 5.0
