@@ -55,7 +55,11 @@ def test_idle_keep_alive_connections_are_closed(env: dict[str, str]) -> None:
 
 @pytest.mark.parametrize(
     ("name", "value"),
-    [("SVCGW_HTTP_LIMIT_CONCURRENCY", "0"), ("SVCGW_HTTP_LIMIT_CONCURRENCY", "many"), ("SVCGW_HTTP_KEEPALIVE_TIMEOUT", "0")],
+    [
+        ("SVCGW_HTTP_LIMIT_CONCURRENCY", "0"),
+        ("SVCGW_HTTP_LIMIT_CONCURRENCY", "many"),
+        ("SVCGW_HTTP_KEEPALIVE_TIMEOUT", "0"),
+    ],
 )
 def test_bad_limits_stop_start_up(name: str, value: str) -> None:
     with pytest.raises(SettingsError, match=name):
