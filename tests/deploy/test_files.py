@@ -146,7 +146,7 @@ def test_the_image_runs_the_same_command_as_the_tests() -> None:
 
 def test_compose_roles_health_checks_and_durability() -> None:
     services = compose()["services"]
-    assert set(services) == {"redis", "api", "worker"}
+    assert set(services) == {"redis", "api", "worker", "proxy"}
     assert services["api"]["command"] == ["serve"] and services["worker"]["command"] == ["worker"]
     assert services["worker"]["deploy"]["replicas"] == 2
     for role in ("api", "worker"):
@@ -160,6 +160,22 @@ def test_compose_roles_health_checks_and_durability() -> None:
     redis_command = services["redis"]["command"]
     assert redis_command[redis_command.index("--appendonly") + 1] == "yes"
     assert services["redis"]["healthcheck"]["test"] == ["CMD", "redis-cli", "ping"]
+    # Only the proxy is published; the API sits behind it.
+    assert "ports" not in services["api"] and services["proxy"]["ports"] == ["8080:8080"]
+    assert "./nginx.conf:/etc/nginx/nginx.conf:ro" in services["proxy"]["volumes"]
+
+
+def test_proxy_times_out_slow_clients_and_buffers_bodies() -> None:
+    conf = (DEPLOY / "nginx.conf").read_text()
+    directives = dict(re.findall(r"^\s*([a-z_]+) ([^;]+);", conf, re.MULTILINE))
+    for name in ("client_header_timeout", "client_body_timeout", "send_timeout", "proxy_read_timeout"):
+        assert _seconds(directives[name]) <= 60, name
+    assert directives["proxy_request_buffering"] == "on"
+    assert "server api:8080" in conf
+    ingress = find("Ingress", "svcgw")
+    annotations = ingress["metadata"]["annotations"]
+    assert annotations["nginx.ingress.kubernetes.io/proxy-request-buffering"] == "on"
+    assert _seconds(annotations["nginx.ingress.kubernetes.io/proxy-read-timeout"] + "s") <= 60
 
 
 def test_compose_environment_is_accepted_by_the_settings() -> None:
