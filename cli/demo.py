@@ -22,7 +22,9 @@ import string
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, cast
+from urllib.parse import unquote, urlsplit
 
 import click
 import httpx
@@ -268,12 +270,27 @@ def sample_event_body() -> str:
     )
 
 
+def _embedded_password(redis_url: str, password_file: Path) -> bool:
+    """Whether ``redis_url`` carries the password ``svcgw up`` generated into ``password_file``."""
+    try:
+        stored = password_file.read_text(encoding="utf-8").strip()
+    except OSError:
+        return False
+    return bool(stored) and unquote(urlsplit(redis_url).password or "") == stored
+
+
 def render_demo(demo: Demo, settings: Settings) -> str:
     base = settings.public_url.rstrip("/")
     receiver = f"{base}/svc/receiver/{demo.appid}/{demo.receiver_token}"
     exports: list[str] = []
+    password_file = (settings.state_dir / "redis" / "password").resolve()
     if settings.redis_url and safe_redis_url(settings.redis_url) == settings.redis_url.split("?")[0]:
         exports.append(f"export SVCGW_REDIS_URL={shlex.quote(settings.redis_url)}")
+    elif settings.redis_url and _embedded_password(settings.redis_url, password_file):
+        # The embedded Redis's password stays in its file: the line reads it rather than showing it.
+        parts = urlsplit(settings.redis_url)
+        read_password = f"$(cat {shlex.quote(str(password_file))})"
+        exports.append(f'export SVCGW_REDIS_URL="redis://:{read_password}@{parts.hostname}:{parts.port}/0"')
     else:
         exports.append("export SVCGW_REDIS_URL=...   # the Redis URL the service uses")
     if not settings.encryption_keys:

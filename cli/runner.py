@@ -125,7 +125,7 @@ def run_up(settings: Settings, *, demo: bool = False, workers: int = 1) -> int:
             embedded = EmbeddedRedis(settings.state_dir)
             embedded.start()
             env["SVCGW_REDIS_URL"] = embedded.url
-            log.info("embedded Redis at %s, data in %s", embedded.url, embedded.dir)
+            log.info("embedded Redis at 127.0.0.1:%d, data in %s", embedded.port, embedded.dir)
         if demo:
             from .demo import prepare_demo
 

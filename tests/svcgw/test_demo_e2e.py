@@ -10,6 +10,9 @@ import sys
 from pathlib import Path
 
 import httpx
+import pytest
+import redis
+import redis.exceptions
 
 from svcgw.signing import verify
 from tests.support import Process, free_port, wait_for
@@ -45,14 +48,23 @@ def test_up_demo_delivers_simulator_traffic_signed(env: dict[str, str], tmp_path
         received = wait_for(msg_callbacks, timeout=60, interval=0.2, what="a signed Msg callback at the sink")
         output = up.output()
         appid = re.search(r"appid\s+(we_\w+)", output)
-        redis_url = re.search(r"export SVCGW_REDIS_URL=(redis://127\.0\.0\.1:(\d+)/0)", output)
-        assert appid and redis_url, output
+        exported = re.search(r'export SVCGW_REDIS_URL="redis://:\$\(cat (\S+)\)@127\.0\.0\.1:(\d+)/0"', output)
+        assert appid and exported, output
+        # The embedded Redis asks for a password, kept in a file of the state dir and never printed.
+        password_file = Path(exported[1])
+        password = password_file.read_text().strip()
+        assert len(password) >= 32 and password not in output
+        assert password_file.stat().st_mode & 0o077 == 0
+        redis_port = int(exported[2])
+        with pytest.raises(redis.exceptions.AuthenticationError):
+            redis.Redis(port=redis_port).ping()
+        redis_url = f"redis://:{password}@127.0.0.1:{redis_port}/0"
         assert f"long/start registered {sim}/_sim/sink" in output
         assert f"svcgw callback show --appid {appid[1]}" in output
 
         shown = subprocess.run(
             [sys.executable, "-m", "cli", "callback", "show", "--appid", appid[1], "--json"],
-            env=dict(up_env, SVCGW_REDIS_URL=redis_url[1]),
+            env=dict(up_env, SVCGW_REDIS_URL=redis_url),
             capture_output=True,
             check=True,
         )
@@ -72,6 +84,5 @@ def test_up_demo_delivers_simulator_traffic_signed(env: dict[str, str], tmp_path
         except subprocess.TimeoutExpired:
             up.kill()
             raise AssertionError(f"up did not exit within 30s:\n{up.output()}") from None
-    redis_port = int(redis_url[2])
     assert not _answers(redis_port), "the embedded Redis is still running"
     assert not _answers(sim_port) and not _answers(port)

@@ -1,0 +1,53 @@
+"""The embedded Redis of ``svcgw up``: loopback, a generated password, kept across restarts."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import redis
+import redis.exceptions
+
+from cli.embedded import EmbeddedRedis
+
+
+@pytest.fixture
+def embedded(tmp_path: Path) -> Iterator[EmbeddedRedis]:
+    server = EmbeddedRedis(tmp_path)
+    server.start()
+    yield server
+    server.stop()
+
+
+def test_asks_for_a_password_kept_in_a_private_file(embedded: EmbeddedRedis, tmp_path: Path) -> None:
+    password_file = tmp_path / "redis" / "password"
+    assert password_file.read_text().strip() == embedded.password and len(embedded.password) >= 32
+    assert password_file.stat().st_mode & 0o077 == 0
+    assert (tmp_path / "redis" / "redis.conf").stat().st_mode & 0o077 == 0
+    with pytest.raises(redis.exceptions.AuthenticationError):
+        redis.Redis(port=embedded.port).ping()
+    with redis.Redis.from_url(embedded.url) as client:
+        assert client.ping()
+    # Not on the command line, where any local user could read it.
+    assert embedded.process is not None
+    argv = Path(f"/proc/{embedded.process.pid}/cmdline").read_bytes()
+    assert embedded.password.encode() not in argv
+
+
+def test_the_password_survives_a_restart(tmp_path: Path) -> None:
+    first = EmbeddedRedis(tmp_path)
+    first.start()
+    try:
+        with redis.Redis.from_url(first.url) as client:
+            client.set("kept", "yes")
+    finally:
+        first.stop()
+    second = EmbeddedRedis(tmp_path)
+    second.start()
+    try:
+        assert second.password == first.password
+        with redis.Redis.from_url(second.url) as client:
+            assert client.get("kept") == b"yes"
+    finally:
+        second.stop()
