@@ -2,10 +2,17 @@
 
 The numbers live in Redis (``svcgw.metrics`` records them and reads the
 snapshot); this module renders that snapshot with ``prometheus_client``.
+
+Who may scrape: with ``SVCGW_METRICS_TOKEN`` set, a request carrying
+``Authorization: Bearer <token>`` (compared in constant time; anything else
+is 401); without it, only clients on a loopback address (403 for the rest).
+Queue depths and tenant counts are not for the public internet.
 """
 
 from __future__ import annotations
 
+import hmac
+import ipaddress
 import logging
 from collections.abc import Iterator
 from typing import Any
@@ -78,8 +85,32 @@ def render(data: dict[str, Any]) -> bytes:
     return generate_latest(registry)
 
 
+def _refusal(request: Request, token: str | None) -> Response | None:
+    """Why this request may not scrape (an answer to send), or None when it may."""
+    if token is not None:
+        scheme, _, presented = request.headers.get("authorization", "").partition(" ")
+        if scheme.lower() == "bearer" and hmac.compare_digest(presented.strip().encode(), token.encode()):
+            return None
+        return Response(
+            "a bearer token is required\n",
+            status_code=401,
+            media_type="text/plain",
+            headers={"WWW-Authenticate": 'Bearer realm="metrics"'},
+        )
+    host = request.client.host if request.client else ""
+    try:
+        if ipaddress.ip_address(host).is_loopback:
+            return None
+    except ValueError:
+        pass
+    return Response("set SVCGW_METRICS_TOKEN to scrape from another host\n", status_code=403, media_type="text/plain")
+
+
 async def metrics_endpoint(request: Request) -> Response:
     services = request.app.state.services
+    refusal = _refusal(request, services.settings.metrics_token)
+    if refusal is not None:
+        return refusal
     try:
         data = await snapshot(services.redis, services.settings.queue_name)
     except RedisError as exc:

@@ -65,6 +65,8 @@ class Settings:
     # The HTTP server's own limits (uvicorn): connections and tasks at once, idle keep-alive.
     http_limit_concurrency: int = 2048
     http_keepalive_timeout: float = 5.0
+    # Bearer token of GET /metrics; without it, only loopback clients may scrape.
+    metrics_token: str | None = field(default=None, repr=False)
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> Settings:
@@ -116,6 +118,7 @@ class Settings:
             redis_wait_timeout=reader.number("SVCGW_REDIS_WAIT_TIMEOUT", 1.0, minimum=0.001),
             http_limit_concurrency=reader.integer("SVCGW_HTTP_LIMIT_CONCURRENCY", 2048, minimum=1),
             http_keepalive_timeout=reader.number("SVCGW_HTTP_KEEPALIVE_TIMEOUT", 5.0, minimum=0.1),
+            metrics_token=reader.secret("SVCGW_METRICS_TOKEN", minimum_length=16),
         )
 
     @property
@@ -253,6 +256,13 @@ class _Reader:
         if user is not None and ":" in user:
             raise SettingsError(f"{user_name} cannot contain ':' (HTTP Basic credentials)")
         return {"dashboard_user": user, "dashboard_password": password}
+
+    def secret(self, name: str, *, minimum_length: int) -> str | None:
+        value = self._get(name)
+        if value is not None and len(value) < minimum_length:
+            # The message names the variable, never the value.
+            raise SettingsError(f"{name} must be at least {minimum_length} characters long")
+        return value
 
     def words(self, name: str) -> tuple[str, ...]:
         value = self._get(name)

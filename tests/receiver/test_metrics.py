@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import httpx
+import pytest
 from prometheus_client.parser import text_string_to_metric_families
 from redis import Redis
 
 from receiver.metrics import render
 from svcgw import keys
 from svcgw.metrics import LATENCY_BUCKETS, attempt_commands, ingest_commands
-from svcgw.settings import Settings
+from svcgw.settings import Settings, SettingsError
 from tests.conftest import provision
 from tests.support import Process, Sink, wait_for
 
@@ -102,3 +103,30 @@ def test_rendering_is_cumulative_and_labelled() -> None:
     assert 'svcgw_queue_depth{state="scheduled"} 2.0' in text
     assert 'svcgw_instances{status="offline"} 1.0' in text
     assert len(LATENCY_BUCKETS) == len(set(LATENCY_BUCKETS))
+
+
+def test_scraping_needs_the_token_or_a_loopback_client(settings: Settings) -> None:
+    from dataclasses import replace
+
+    from starlette.testclient import TestClient
+
+    from receiver.app import create_app
+
+    # TestClient's peer is "testclient", not a loopback address.
+    with TestClient(create_app(settings)) as client:
+        refused = client.get("/metrics")
+        assert refused.status_code == 403 and "SVCGW_METRICS_TOKEN" in refused.text
+    token = "m" * 32
+    with TestClient(create_app(replace(settings, metrics_token=token))) as client:
+        assert client.get("/metrics").status_code == 401
+        assert client.get("/metrics", headers={"Authorization": "Bearer " + "x" * 32}).status_code == 401
+        answer = client.get("/metrics", headers={"Authorization": f"Bearer {token}"})
+        assert answer.status_code == 200 and "svcgw_posts_received_total" in answer.text
+        assert token not in answer.text
+
+
+def test_the_metrics_token_is_a_secret_setting() -> None:
+    with pytest.raises(SettingsError, match="SVCGW_METRICS_TOKEN must be at least 16"):
+        Settings.from_env({"SVCGW_METRICS_TOKEN": "short"})
+    settings = Settings.from_env({"SVCGW_METRICS_TOKEN": "t" * 20})
+    assert settings.metrics_token == "t" * 20 and "t" * 20 not in repr(settings)
