@@ -26,8 +26,10 @@ The rules, checked in this order:
   addresses they resolve to, so ``localhost:8080`` is recognised as
   ``127.0.0.1:8080``.
 
-``-40013`` (``UNUSABLE_ADDRESS``): the host does not resolve, or any address
-  it resolves to is internal (see :func:`forbidden_reason`). IP literals,
+``-40013`` (``UNUSABLE_ADDRESS``): the port is not one of ``ports``
+  (``SVCGW_DESTINATION_PORTS``: 80, 443 and 1024 to 65535 unless set
+  otherwise), the host does not resolve, or any address it resolves to is
+  internal (see :func:`forbidden_reason`). IP literals,
   including the odd IPv4 spellings ``2130706433``, ``0x7f.1`` and ``127.1``
   that resolvers accept, are checked without a lookup.
 
@@ -50,7 +52,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from urllib.parse import unquote, urlsplit
 
-from svcgw.settings import Network
+from svcgw.settings import DEFAULT_DESTINATION_PORTS, Network, PortRanges
 
 __all__ = [
     "INVALID_URL",
@@ -65,6 +67,7 @@ __all__ = [
     "check_callback_url",
     "filter_addresses",
     "forbidden_reason",
+    "port_allowed",
     "system_resolve",
 ]
 
@@ -297,19 +300,30 @@ def _unmapped(ip: IPAddress) -> IPAddress:
     return ip
 
 
+def port_allowed(port: int, ports: PortRanges = DEFAULT_DESTINATION_PORTS) -> bool:
+    return any(low <= port <= high for low, high in ports)
+
+
+def _port_refused(port: int) -> AddressError:
+    return AddressError(UNUSABLE_ADDRESS, f"port {port} is not an allowed destination port (SVCGW_DESTINATION_PORTS)")
+
+
 def filter_addresses(
     host: str,
     port: int,
     allow: Sequence[Network] = (),
     resolve: Resolver | None = None,
+    ports: PortRanges = DEFAULT_DESTINATION_PORTS,
 ) -> list[str]:
     """Resolve ``host`` and return the addresses that may be dialled.
 
     This is the connect-time check: forbidden addresses are dropped and the
     rest returned in the resolver's order. Raises :class:`AddressError`
-    (-40013) when the host does not resolve or resolves only to internal
-    addresses.
+    (-40013) when the port is not allowed, or when the host does not resolve
+    or resolves only to internal addresses.
     """
+    if not port_allowed(port, ports):
+        raise _port_refused(port)
     found = _lookup(host, port, resolve)
     if not found:
         raise AddressError(UNUSABLE_ADDRESS, f"host {host!r} does not resolve")
@@ -413,13 +427,15 @@ def check_callback_url(
     own_prefixes: Sequence[str] = (),
     allow: Sequence[Network] = (),
     resolve: Resolver | None = None,
+    ports: PortRanges = DEFAULT_DESTINATION_PORTS,
 ) -> CallbackUrl:
     """Check a ``callbackUrl`` against the address rules (see the module docstring).
 
     ``own_origins`` are ``(scheme, host, port)`` tuples as produced by
     ``Settings.public_origin``; ``own_prefixes`` are receiver URL prefixes;
     ``allow`` is ``Settings.allow_private_destinations``; ``resolve`` maps
-    ``(host, port)`` to address strings and defaults to ``getaddrinfo``.
+    ``(host, port)`` to address strings and defaults to ``getaddrinfo``;
+    ``ports`` is ``Settings.destination_ports``.
 
     Raises :class:`AddressError` with code -40011, -40012 or -40013.
     """
@@ -465,7 +481,9 @@ def check_callback_url(
     if _is_own(targets, norm_host, port, path, None, resolve):
         raise AddressError(OWN_ADDRESS, "callbackUrl points at this service's own address")
 
-    # -40013: resolvable, and every address public (or allowed).
+    # -40013: an allowed port, resolvable, and every address public (or allowed).
+    if not port_allowed(port, ports):
+        raise _port_refused(port)
     found = _lookup(host, port, resolve)
     if not found:
         raise AddressError(UNUSABLE_ADDRESS, f"callbackUrl host {host!r} does not resolve")

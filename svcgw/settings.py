@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import urlsplit
 
-__all__ = ["Settings", "SettingsError"]
+__all__ = ["DEFAULT_DESTINATION_PORTS", "PortRanges", "Settings", "SettingsError"]
 
 
 class SettingsError(ValueError):
@@ -24,6 +24,11 @@ class SettingsError(ValueError):
 Network = ipaddress.IPv4Network | ipaddress.IPv6Network
 
 DEFAULT_RETRY_SCHEDULE = (30.0, 120.0, 600.0, 1800.0, 7200.0, 21600.0)
+
+PortRanges = tuple[tuple[int, int], ...]  # inclusive (first, last) pairs
+# Web ports and the unprivileged range: a callback address is not a way to knock on a host's
+# SSH, SMTP or database port.
+DEFAULT_DESTINATION_PORTS: PortRanges = ((80, 80), (443, 443), (1024, 65535))
 
 
 @dataclass(frozen=True)
@@ -67,6 +72,8 @@ class Settings:
     http_keepalive_timeout: float = 5.0
     # Bearer token of GET /metrics; without it, only loopback clients may scrape.
     metrics_token: str | None = field(default=None, repr=False)
+    # Ports a callback address may use (checked when set and again at connect time).
+    destination_ports: PortRanges = DEFAULT_DESTINATION_PORTS
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> Settings:
@@ -119,6 +126,7 @@ class Settings:
             http_limit_concurrency=reader.integer("SVCGW_HTTP_LIMIT_CONCURRENCY", 2048, minimum=1),
             http_keepalive_timeout=reader.number("SVCGW_HTTP_KEEPALIVE_TIMEOUT", 5.0, minimum=0.1),
             metrics_token=reader.secret("SVCGW_METRICS_TOKEN", minimum_length=16),
+            destination_ports=reader.ports("SVCGW_DESTINATION_PORTS"),
         )
 
     @property
@@ -256,6 +264,25 @@ class _Reader:
         if user is not None and ":" in user:
             raise SettingsError(f"{user_name} cannot contain ':' (HTTP Basic credentials)")
         return {"dashboard_user": user, "dashboard_password": password}
+
+    def ports(self, name: str) -> PortRanges:
+        """``80,443,1024-65535``: single ports and inclusive ranges."""
+        value = self._get(name)
+        if value is None:
+            return DEFAULT_DESTINATION_PORTS
+        ranges: list[tuple[int, int]] = []
+        for part in value.split(","):
+            first, _, last = part.strip().partition("-")
+            try:
+                low, high = int(first), int(last or first)
+            except ValueError:
+                raise SettingsError(
+                    f"{name} must be comma-separated ports or ranges such as 1024-65535, got {part!r}"
+                ) from None
+            if not 0 < low <= high <= 65535:
+                raise SettingsError(f"{name} ports must be from 1 to 65535, low to high, got {part!r}")
+            ranges.append((low, high))
+        return tuple(ranges)
 
     def secret(self, name: str, *, minimum_length: int) -> str | None:
         value = self._get(name)

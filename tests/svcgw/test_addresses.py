@@ -3,6 +3,7 @@ from __future__ import annotations
 import ipaddress
 import socket
 from collections.abc import Callable, Mapping, Sequence
+from urllib.parse import urlsplit
 
 import pytest
 
@@ -16,6 +17,7 @@ from svcgw.addresses import (
     filter_addresses,
     forbidden_reason,
 )
+from svcgw.settings import Settings, SettingsError
 
 PUBLIC_V4 = "93.184.216.34"
 PUBLIC_V6 = "2606:2800:220:1:248:1893:25c8:1946"
@@ -424,3 +426,32 @@ def test_filter_with_system_resolver() -> None:
     with pytest.raises(AddressError):
         filter_addresses("localhost", 80)
     assert filter_addresses("localhost", 80, [*ALLOW_LOOPBACK, ipaddress.ip_network("::1/128")])
+
+
+# --- destination ports -------------------------------------------------------
+
+
+@pytest.mark.parametrize("url", ["http://8.8.8.8:22/", "https://example.com:25/", "http://example.com:1023/"])
+def test_privileged_ports_other_than_web_are_refused(url: str) -> None:
+    with pytest.raises(AddressError) as info:
+        check_callback_url(url, resolve=PUBLIC_DNS)
+    assert info.value.code == UNUSABLE_ADDRESS and "SVCGW_DESTINATION_PORTS" in str(info.value)
+    with pytest.raises(AddressError):
+        filter_addresses(urlsplit(url).hostname or "", urlsplit(url).port or 0, resolve=PUBLIC_DNS)
+
+
+@pytest.mark.parametrize("url", ["http://example.com/", "https://example.com/", "http://example.com:8443/"])
+def test_web_and_unprivileged_ports_are_allowed(url: str) -> None:
+    assert check_callback_url(url, resolve=PUBLIC_DNS).host == "example.com"
+
+
+def test_the_port_list_is_a_setting() -> None:
+    ports = Settings.from_env({"SVCGW_DESTINATION_PORTS": "443, 8000-8999"}).destination_ports
+    assert ports == ((443, 443), (8000, 8999))
+    assert check_callback_url("https://example.com:8080/", resolve=PUBLIC_DNS, ports=ports).port == 8080
+    with pytest.raises(AddressError):
+        check_callback_url("http://example.com/", resolve=PUBLIC_DNS, ports=ports)
+    assert filter_addresses("example.com", 8999, resolve=PUBLIC_DNS, ports=ports)
+    for bad in ("0", "80-79", "http", "70000"):
+        with pytest.raises(SettingsError, match="SVCGW_DESTINATION_PORTS"):
+            Settings.from_env({"SVCGW_DESTINATION_PORTS": bad})
