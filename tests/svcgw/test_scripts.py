@@ -1,0 +1,88 @@
+"""The Lua scripts' logic, on fakeredis (with Lua): fast, one script at a time.
+
+Integration tests run the same scripts against a real Redis; these pin down
+each branch of a script without a server.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import fakeredis
+import pytest
+
+from svcgw import keys
+from svcgw.scripts import source
+
+
+@pytest.fixture
+def fake() -> Iterator[fakeredis.FakeRedis]:
+    client = fakeredis.FakeRedis()
+    yield client
+    client.close()
+
+
+def test_every_script_names_its_keys_and_arguments() -> None:
+    from importlib import resources
+
+    scripts = [p for p in resources.files("svcgw").joinpath("lua").iterdir() if p.name.endswith(".lua")]
+    assert scripts
+    for script in scripts:
+        head = script.read_text(encoding="utf-8").splitlines()[:6]
+        assert any(line.startswith("-- KEYS") for line in head), script.name
+        assert source(script.name[: -len(".lua")]) == script.read_text(encoding="utf-8")
+
+
+def _replay(fake: fakeredis.FakeRedis, delivery_id: str, appid: str = "we_a") -> int:
+    queue = keys.rq_queue("svcgw")
+    script = fake.register_script(source("replay"))
+    return int(
+        script(
+            keys=[
+                keys.rq_failed("svcgw"),
+                queue,
+                keys.delivery(delivery_id),
+                keys.delivery_attempts(delivery_id),
+                keys.rq_job(delivery_id),
+                keys.dead_letters_by_appid(appid),
+                keys.RQ_QUEUES,
+            ],
+            args=[delivery_id, 6, queue],
+        )
+    )
+
+
+def _dead(fake: fakeredis.FakeRedis, delivery_id: str) -> None:
+    fake.zadd(keys.rq_failed("svcgw"), {delivery_id: 1e12})
+    fake.hset(keys.delivery(delivery_id), mapping={"state": "dead", "failures": 7})
+    fake.expire(keys.delivery(delivery_id), 3600)
+    fake.hset(keys.rq_job(delivery_id), mapping={"status": "failed", "exc_info": b"x", "ended_at": "t"})
+    fake.sadd(keys.dead_letters_by_appid("we_a"), delivery_id)
+
+
+def test_replay_queues_a_dead_letter_for_one_fresh_attempt(fake: fakeredis.FakeRedis) -> None:
+    _dead(fake, "dlv_1")
+    assert _replay(fake, "dlv_1") == 1
+    assert fake.lrange(keys.rq_queue("svcgw"), 0, -1) == [b"dlv_1"]
+    assert fake.zscore(keys.rq_failed("svcgw"), "dlv_1") is None
+    delivery = fake.hgetall(keys.delivery("dlv_1"))
+    # failures = the schedule's length: one fresh attempt, then dead again if it fails.
+    assert delivery[b"state"] == b"queued" and delivery[b"failures"] == b"6"
+    assert fake.ttl(keys.delivery("dlv_1")) == -1
+    job = fake.hgetall(keys.rq_job("dlv_1"))
+    assert job[b"status"] == b"queued" and b"exc_info" not in job and b"ended_at" not in job
+    assert fake.smembers(keys.dead_letters_by_appid("we_a")) == set()
+    assert fake.sismember(keys.RQ_QUEUES, keys.rq_queue("svcgw"))
+
+
+def test_replay_of_something_not_dead_changes_nothing(fake: fakeredis.FakeRedis) -> None:
+    assert _replay(fake, "dlv_none") == 0
+    assert fake.llen(keys.rq_queue("svcgw")) == 0
+
+
+def test_replay_of_an_expired_dead_letter_says_so(fake: fakeredis.FakeRedis) -> None:
+    _dead(fake, "dlv_gone")
+    fake.delete(keys.delivery("dlv_gone"))
+    assert _replay(fake, "dlv_gone") == -1
+    assert fake.llen(keys.rq_queue("svcgw")) == 0
+    assert fake.zscore(keys.rq_failed("svcgw"), "dlv_gone") is None
