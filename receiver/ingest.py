@@ -2,8 +2,9 @@
 
 ``POST /svc/receiver/{appid}/{token}``: the token is the instance's secret
 part of the URL; a wrong token or an unknown appid answers 404 and stores
-nothing. The post is stored by :class:`svcgw.ingest.Ingest` in one script
-call, and only then answered 200, so every acknowledged event is in Redis.
+nothing; the token is checked before the body is read. The post is stored
+by :class:`svcgw.ingest.Ingest` in one script call, and only then answered
+200, so every acknowledged event is in Redis.
 """
 
 from __future__ import annotations
@@ -54,6 +55,8 @@ def make_endpoint(ingest: Ingest) -> Callable[[Request], Awaitable[Response]]:
         appid = request.path_params["appid"]
         token = request.path_params["token"]
         try:
+            # The token first: a stranger's post is neither read nor parsed.
+            await ingest.check_receiver(appid, token)
             body = await read_body(request, ingest.settings.max_body_bytes)
             result = await ingest.accept(appid, token, body)
         except EnvelopeError as exc:

@@ -8,21 +8,32 @@ which, atomically:
 3. writes one delivery, an RQ job queued for the workers, if any event is new;
 4. appends the post, raw as received, to the instance's callback log.
 
+Before anything is read or parsed, :meth:`Ingest.check_receiver` checks the
+token with one ``GET`` (or a recent answer for the same token), so a
+stranger's post costs one Redis read and no parsing; the script checks again,
+so a token revoked in between is still refused atomically. A post carries at
+most ``SVCGW_MAX_EVENTS_PER_POST`` events (413), and a large body is parsed
+in a worker thread, off the event loop.
+
 In the durable mode (``SVCGW_REDIS_WAIT_REPLICAS``) the script is followed
 by ``WAIT``. The HTTP endpoint is :mod:`receiver.ingest`.
 
 Errors raised by :meth:`Ingest.accept`::
 
-    svcgw.envelope.EnvelopeError   the body is not a post (its ``status``: 400, 413, 422)
-    UnknownReceiver                (a LookupError) no instance has this appid and token
+    svcgw.envelope.EnvelopeError   the body is not a post (its ``status``: 400, 413, 422);
+                                   413 also for more than SVCGW_MAX_EVENTS_PER_POST events
+    UnknownReceiver                (a LookupError) no instance has this appid and token;
+                                   also raised by check_receiver
     redis.exceptions.RedisError    not stored
     └── ReplicaNotConfirmed        durable mode: too few replicas confirmed in time
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
+from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Any, cast
 
@@ -41,6 +52,15 @@ __all__ = ["Ingest", "IngestResult", "ReplicaNotConfirmed", "UnknownReceiver"]
 log = logging.getLogger("svcgw.receiver")
 
 _COUNTER_FIELDS = (POSTS, EVENTS, DUPLICATES)
+
+# Bodies above this are parsed in a worker thread: below it, parsing takes
+# less time than handing it over.
+PARSE_IN_THREAD_BYTES = 64 * 1024
+
+# Tokens seen valid are trusted by the early check for this long (the script
+# still checks every post); only valid ones are kept, at most this many.
+KNOWN_TOKEN_SECONDS = 10.0
+KNOWN_TOKENS = 10_000
 
 
 @dataclass(frozen=True)
@@ -76,15 +96,49 @@ class Ingest:
         self._unkeyed_ttl = settings.unkeyed_dedup_window
         self._queue_key = keys.rq_queue(settings.queue_name)
         self._job = template(settings.queue_name, settings.dead_letter_retention)
+        self._known: OrderedDict[str, tuple[str, float]] = OrderedDict()
+
+    async def check_receiver(self, appid: str, token: str) -> None:
+        """Raise :class:`UnknownReceiver` unless ``token`` is ``appid``'s receiver token.
+
+        One ``GET`` of the token digest's look-up key, unless the same token
+        was found within :data:`KNOWN_TOKEN_SECONDS`. Only tokens that exist
+        are remembered (with their appid), so made-up ones cannot crowd the
+        real ones out.
+        """
+        hashed = digest(token)
+        now = time.monotonic()
+        known = self._known.get(hashed)
+        if known is not None and known[0] == appid and known[1] > now:
+            return
+        owner = await self.redis.get(keys.receiver_lookup(hashed))
+        if isinstance(owner, bytes):
+            owner = owner.decode("utf-8", "replace")
+        if owner is None:
+            self._known.pop(hashed, None)
+        else:
+            self._known[hashed] = (owner, now + KNOWN_TOKEN_SECONDS)
+            self._known.move_to_end(hashed)
+            while len(self._known) > KNOWN_TOKENS:
+                self._known.popitem(last=False)
+        if owner != appid:
+            raise UnknownReceiver(appid)
 
     async def accept(self, appid: str, token: str, body: bytes) -> IngestResult:
-        post = parse_post(body, max_bytes=self.settings.max_body_bytes)
+        """Parse and store one post; call :meth:`check_receiver` before reading the body."""
+        post = await self._parse(body)
         if post.appid is not None and post.appid != appid:
             raise EnvelopeError("appid in the body does not match this receiver", status=422)
         result = await self._store(appid, token, body, post)
         if post.event_type == "GapClosed":
             await self._gap_closed(appid, post)
         return result
+
+    async def _parse(self, body: bytes) -> Post:
+        limits = {"max_bytes": self.settings.max_body_bytes, "max_events": self.settings.max_events_per_post}
+        if len(body) <= PARSE_IN_THREAD_BYTES:
+            return parse_post(body, **limits)
+        return await asyncio.to_thread(lambda: parse_post(body, **limits))
 
     async def _gap_closed(self, appid: str, post: Post) -> None:
         """Liveness hook: a GapClosed changes what the prober does next (``svcgw.liveness.on_gap_closed``).

@@ -1,10 +1,11 @@
 """Sending callbacks: an aiohttp client that can only reach addresses the rules allow.
 
 The one client for every callback POST: the delivery engine's attempts and
-the console's ``SvcCallbackTest`` (:mod:`svcgw.callbacktest`). The engine runs on one asyncio event loop per process, and aiohttp
-is the client that keeps up with it: its connection pool does not slow down
-as the number of requests in flight grows, which httpx's async pool does
-(see ``docs/performance.md``).
+the console's ``SvcCallbackTest`` (:mod:`svcgw.callbacktest`). The engine
+runs on one asyncio event loop per process, and aiohttp is the client that
+keeps up with it: its connection pool does not slow down as the number of
+requests in flight grows, which httpx's async pool does (see
+``docs/performance.md``).
 
 Connect-time rules:
 
