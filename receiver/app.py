@@ -1,8 +1,9 @@
 """The HTTP application: receiver, gateway API, console and health checks.
 
 ``create_app(settings)`` builds the Starlette app; Redis clients and the
-shared outbound HTTP client are opened in the lifespan and kept on
-``app.state.services``.
+shared outbound HTTP clients (the capability layer's, and the callback
+sender of the console's test POST) are kept on ``app.state.services`` and
+closed when the lifespan ends.
 """
 
 from __future__ import annotations
@@ -20,6 +21,8 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Mount, Route
 
 from svcgw.connections import async_client
+from svcgw.ingest import Ingest
+from svcgw.outbound import CallbackSender, Sender
 from svcgw.receivers import RECEIVER_PREFIX
 from svcgw.settings import Settings
 from svcgw.store import Store
@@ -29,11 +32,14 @@ from svcgw.vault import TokenVault
 from .console import console_routes
 from .dashboard import make_dashboard
 from .gateway import Gateway, PathGuard
-from .ingest import Ingest, make_endpoint
+from .ingest import make_endpoint
 from .metrics import metrics_endpoint
 from .openapi import openapi_endpoint
 
 __all__ = ["Services", "create_app"]
+
+# Test POSTs are one per saved address; a few at once is plenty.
+CALLBACK_TEST_CONNECTIONS = 8
 
 
 @dataclass
@@ -45,6 +51,22 @@ class Services:
     ingest: Ingest
     vault: TokenVault
     upstream: Upstream | None = None  # the shared keep-alive client, open while the lifespan runs
+    callback_sender: Sender | None = None  # opened by the first test POST, see callbacks()
+
+    def callbacks(self) -> Sender:
+        """The one guarded callback client of the app; call it inside the running loop.
+
+        Created on first use because an aiohttp session belongs to the loop it
+        was made on; the lifespan closes it.
+        """
+        if self.callback_sender is None:
+            self.callback_sender = CallbackSender(
+                allow=self.settings.allow_private_destinations,
+                timeout=self.settings.delivery_timeout,
+                limit=CALLBACK_TEST_CONNECTIONS,
+            )
+        return self.callback_sender
+
 
 
 def build_services(settings: Settings) -> Services:
@@ -86,6 +108,9 @@ def create_app(settings: Settings, *, services: Services | None = None) -> Starl
             if services.upstream is not None:
                 await services.upstream.aclose()
                 services.upstream = None
+            if services.callback_sender is not None:
+                await services.callback_sender.aclose()
+                services.callback_sender = None
             await services.redis.aclose()
             await services.text_redis.aclose()
 

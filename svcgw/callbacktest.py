@@ -4,10 +4,14 @@ Building is kept apart from sending. ``build_test_body`` is pure: the spec's
 body (Events, Delivery item 5) with ``appid`` only for an instance address,
 ``event_type`` ``SvcCallbackTest``, ``test`` true and one event
 ``{id: "cbtest_" + unique, content, created_at}``. ``signed_headers`` adds the
-same HMAC headers as a delivery (and the Bearer header when a token is set).
+same HMAC headers as a delivery (:func:`svcgw.signing.signed_headers`, without
+delivery id and attempt; the Bearer header when a token is set).
 
-``send_test`` makes exactly one POST through the guarded client: it is not
-queued, not retried, and not written to the callback log. Its error policy:
+``send_test`` makes exactly one POST through the guarded callback client
+(a :class:`svcgw.outbound.Sender`, so the same connect-time address rules as
+a delivery, no redirects, and one overall deadline, the sender's timeout):
+it is not queued, not retried, and not written to the callback log. Its
+error policy:
 it never raises; a refused destination, a timeout, a connection error and
 any non-2xx answer all come back as a ``CallbackTestResult`` with ``ok`` false and a
 readable ``error``. A displayed success means only that the target answered
@@ -21,10 +25,10 @@ import time
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
-import httpx
 import orjson
 
-from .signing import sign
+from . import signing
+from .outbound import Refused, Sender, SendError, TimedOut
 
 __all__ = [
     "TEST_CONTENT",
@@ -38,7 +42,6 @@ __all__ = [
 
 TEST_EVENT_TYPE = "SvcCallbackTest"
 TEST_CONTENT = "This is a test callback from svcgw. Your callback address is reachable."
-USER_AGENT = "svcgw-callback/0.1"
 RESPONSE_SNIPPET_BYTES = 512
 
 
@@ -69,16 +72,7 @@ def build_test_body(appid: str | None, *, event_id: str | None = None, now: date
 
 
 def signed_headers(secret: str, token: str | None, body: bytes, timestamp: int) -> dict[str, str]:
-    headers = {
-        "Content-Type": "application/json",
-        "User-Agent": USER_AGENT,
-        "X-Svc-Timestamp": str(timestamp),
-        "X-Svc-Signature": sign(secret, timestamp, body),
-        "X-Svc-Event-Type": TEST_EVENT_TYPE,
-    }
-    if token:
-        headers["Authorization"] = f"Bearer {token}"
-    return headers
+    return signing.signed_headers(secret, body, timestamp, event_type=TEST_EVENT_TYPE, token=token)
 
 
 @dataclass(frozen=True)
@@ -102,18 +96,14 @@ class CallbackTestResult:
 
 
 async def send_test(
-    client: httpx.AsyncClient,
+    sender: Sender,
     url: str,
     *,
     secret: str,
     token: str | None,
     appid: str | None,
 ) -> CallbackTestResult:
-    """POST one ``SvcCallbackTest`` to ``url``; never raises (see the module docstring).
-
-    ``client`` must be the guarded client (``svcgw.transport.make_async_client``):
-    it re-checks the destination at connect time and does not follow redirects.
-    """
+    """POST one ``SvcCallbackTest`` to ``url``; never raises (see the module docstring)."""
     event_id = new_test_event_id()
     body = build_test_body(appid, event_id=event_id)
     started = time.perf_counter()
@@ -123,28 +113,24 @@ async def send_test(
         elapsed = round((time.perf_counter() - started) * 1000, 1)
         return CallbackTestResult(ok, event_id, status, error, elapsed, response)
 
-    # Imported here so that this module stays importable without the worker package.
-    from .transport import DestinationBlocked
-
     try:
-        async with client.stream("POST", url, content=body, headers=headers) as answer:
-            status = answer.status_code
-            collected = b""
-            async for chunk in answer.aiter_raw():
-                collected += chunk
-                if len(collected) >= RESPONSE_SNIPPET_BYTES:
-                    break
-    except DestinationBlocked as exc:
+        answer = await sender.post(url, body, headers)
+    except Refused as exc:
         return result(False, error=f"destination refused: {exc}")
-    except httpx.TimeoutException:
+    except TimedOut:
         return result(False, error="timed out")
-    except httpx.HTTPError as exc:
-        first = (str(exc) or type(exc).__name__).splitlines()[0][:300]
-        return result(False, error=f"{type(exc).__name__}: {first}")
-    snippet = collected[:RESPONSE_SNIPPET_BYTES].decode("utf-8", "replace")
+    except SendError as exc:
+        return result(False, error=str(exc))
+    status = answer.status
+    snippet = _cut(answer.snippet)
     if 200 <= status < 300:
         return result(True, status, response=snippet)
     reason = f"HTTP {status}"
     if 300 <= status < 400:
         reason += " (redirects are not followed)"
     return result(False, status, reason, snippet)
+
+
+def _cut(snippet: str) -> str:
+    """At most :data:`RESPONSE_SNIPPET_BYTES` of UTF-8, as the console shows it."""
+    return snippet.encode("utf-8")[:RESPONSE_SNIPPET_BYTES].decode("utf-8", "replace")

@@ -1,6 +1,17 @@
 """Deliveries: their ids, their records, and the RQ jobs that carry them.
 
-This module is the only writer of a new delivery. Every delivery is an RQ
+This module is the only writer of a new delivery. The records are written by
+one piece of Lua, ``svcgw/lua/delivery.lua``, which both writers include:
+
+* the ingest script (:data:`INGEST_SCRIPT`, run by :mod:`svcgw.ingest` for a
+  post to a receiver) checks the token, drops repeats, and writes the
+  delivery of the new events;
+* :func:`queue_delivery` (service events such as ``InstanceOffline``) adds
+  the same write to a MULTI pipeline as one ``EVAL``.
+
+A delivery is: the delivery hash, RQ's job hash, the job id at the queue's
+tail, the queue in ``rq:queues``, and the post in the callback log.
+ Every delivery is an RQ
 job (JSON serializer, id = delivery id, function ``worker.jobs.deliver``) in
 the queue ``SVCGW_QUEUE`` so that rq-dashboard lists it and RQ's registries hold it: retries wait in RQ's scheduled
 registry and dead letters in its failed registry, from which ``rq requeue``
@@ -26,10 +37,13 @@ from rq.utils import utcformat
 
 from . import keys
 from .envelope import build_envelope
+from .scripts import source
 from .settings import Settings
 
 __all__ = [
     "FUNC_NAME",
+    "INGEST_SCRIPT",
+    "QUEUE_SCRIPT",
     "JobTemplate",
     "exc_info_field",
     "job_fields",
@@ -45,6 +59,9 @@ FUNC_NAME = "worker.jobs.deliver"
 # opens no socket until it sends a command, and this one never does.
 _UNUSED_CONNECTION = Redis()
 
+# The shared write first, then the script that calls it (svcgw/lua/).
+INGEST_SCRIPT = source("delivery") + "\n" + source("ingest")
+QUEUE_SCRIPT = source("delivery") + "\n" + source("queue_delivery")
 
 
 class JobTemplate:
@@ -155,6 +172,7 @@ def rq_time(moment: datetime) -> str:
 
 
 def new_delivery_id() -> str:
+    """``dlv_`` and 24 lowercase hex digits; also the RQ job id."""
     return "dlv_" + secrets.token_hex(12)
 
 
@@ -169,45 +187,38 @@ def queue_delivery(
     delivery_id: str,
     now: float,
 ) -> None:
-    """Add to ``pipe`` (sync or asyncio, in MULTI mode) the commands that queue one delivery.
+    """Add to ``pipe`` (sync or asyncio, in MULTI mode) the command that queues one delivery.
 
-    The same records as the receiver's ingest script writes for an accepted
-    post: the delivery hash, RQ's job hash, the job id at the queue's tail,
-    the queue in ``rq:queues``, and the envelope in the callback log.
+    Only buffers: one ``EVAL`` of :data:`QUEUE_SCRIPT`, which writes the same
+    records as the ingest script writes for an accepted post, with the events
+    as the envelope's ``events`` and nothing counted as a duplicate. EVAL,
+    not EVALSHA, so a script cache flushed meanwhile cannot fail the
+    transaction.
     """
     body = build_envelope(appid, event_type, [orjson.dumps(event) for event in events])
     queue_key = keys.rq_queue(settings.queue_name)
-    pipe.hset(
+    job = job_fields(
+        delivery_id,
+        queue_name=settings.queue_name,
+        description=f"{event_type} for {appid}",
+        failure_ttl=settings.dead_letter_retention,
+    )
+    pipe.eval(
+        QUEUE_SCRIPT,
+        5,
         keys.delivery(delivery_id),
-        mapping={
-            "appid": appid,
-            "account": account,
-            "event_type": event_type,
-            "body": body,
-            "state": "queued",
-            "received_at": repr(now),
-            "attempts": 0,
-            "failures": 0,
-            "events": len(events),
-        },
-    )
-    pipe.hset(
         keys.rq_job(delivery_id),
-        mapping=job_fields(
-            delivery_id,
-            queue_name=settings.queue_name,
-            description=f"{event_type} for {appid}",
-            failure_ttl=settings.dead_letter_retention,
-        ),
+        queue_key,
+        keys.RQ_QUEUES,
+        keys.callback_log(appid),
+        appid,
+        account,
+        event_type,
+        body,
+        repr(now),
+        len(events),
+        delivery_id,
+        queue_key,
+        settings.log_retention,
+        *(part for name, value in job.items() for part in (name, value)),
     )
-    pipe.rpush(queue_key, delivery_id)
-    pipe.sadd(keys.RQ_QUEUES, queue_key)
-    log_key = keys.callback_log(appid)
-    oldest_ms = int((now - settings.log_retention) * 1000)
-    pipe.xadd(
-        log_key,
-        {"body": body, "received_at": repr(now), "delivery": delivery_id, "accepted": len(events), "duplicates": 0},
-        minid=max(oldest_ms, 0),
-        approximate=True,
-    )
-    pipe.expire(log_key, settings.log_retention)

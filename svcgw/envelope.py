@@ -74,7 +74,7 @@ def _loads(body: bytes) -> Any:
         raise EnvelopeError("the body is not valid JSON") from None
 
 
-def parse_post(body: bytes, *, max_bytes: int) -> Post:
+def parse_post(body: bytes, *, max_bytes: int, max_events: int | None = None) -> Post:
     if len(body) > max_bytes:
         raise EnvelopeError(f"the body is larger than {max_bytes} bytes", status=413)
     document = _loads(body)
@@ -86,6 +86,9 @@ def parse_post(body: bytes, *, max_bytes: int) -> Post:
     events = document.get("events")
     if not isinstance(events, list):
         raise EnvelopeError("events must be an array", status=422)
+    if max_events is not None and len(events) > max_events:
+        # Checked before the per-event work, which is what costs time.
+        raise EnvelopeError(f"too many events in one post: {len(events)}, at most {max_events}", status=413)
     if not all(isinstance(event, dict) for event in events):
         raise EnvelopeError("every item of events must be an object", status=422)
     appid = document.get("appid")

@@ -1,11 +1,13 @@
 """Sending callbacks: an aiohttp client that can only reach addresses the rules allow.
 
-The delivery engine runs on one asyncio event loop per process, and aiohttp
-is the client that keeps up with it: its connection pool does not slow down
-as the number of requests in flight grows, which httpx's async pool does
-(see ``docs/performance.md``).
+The one client for every callback POST: the delivery engine's attempts and
+the console's ``SvcCallbackTest`` (:mod:`svcgw.callbacktest`). The engine
+runs on one asyncio event loop per process, and aiohttp is the client that
+keeps up with it: its connection pool does not slow down as the number of
+requests in flight grows, which httpx's async pool does (see
+``docs/performance.md``).
 
-Connect-time rules, as in :mod:`svcgw.transport` for httpx:
+Connect-time rules:
 
 * :class:`GuardedResolver` resolves the host once,
   :func:`svcgw.addresses.filter_addresses` drops internal addresses, and only
@@ -94,7 +96,7 @@ class Response:
 
 
 class Sender(Protocol):
-    """What the engine needs from an HTTP client."""
+    """What a callback POST needs from an HTTP client (the engine, the console's test POST, test fakes)."""
 
     @property
     def timeout(self) -> float: ...

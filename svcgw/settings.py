@@ -51,6 +51,7 @@ class Settings:
     unkeyed_dedup_window: int = 600
     lease_seconds: float = 30.0
     max_body_bytes: int = 1024 * 1024
+    max_events_per_post: int = 1000
     delivery_concurrency: int = 1024
     destination_concurrency: int = 16
     queue_name: str = "svcgw"
@@ -109,6 +110,7 @@ class Settings:
             unkeyed_dedup_window=reader.integer("SVCGW_UNKEYED_DEDUP_WINDOW", 600, minimum=1),
             lease_seconds=reader.number("SVCGW_LEASE_SECONDS", 30.0, minimum=0.5),
             max_body_bytes=reader.integer("SVCGW_MAX_BODY_BYTES", 1024 * 1024, minimum=1024),
+            max_events_per_post=reader.integer("SVCGW_MAX_EVENTS_PER_POST", 1000, minimum=1, maximum=100_000),
             delivery_concurrency=reader.integer("SVCGW_DELIVERY_CONCURRENCY", 1024, minimum=1, maximum=4096),
             destination_concurrency=reader.integer(
                 "SVCGW_DESTINATION_CONCURRENCY", 16, minimum=1, maximum=1024

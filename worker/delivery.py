@@ -29,7 +29,7 @@ from svcgw import keys
 from svcgw.callbacks import Destination, choose_destination
 from svcgw.outbound import RESPONSE_SNIPPET_BYTES, Refused, Sender, SendError, TimedOut
 from svcgw.retry import next_delay
-from svcgw.signing import sign
+from svcgw.signing import signed_headers
 from svcgw.vault import TokenVault, VaultError
 
 from .queue import DELIVERY_FIELDS, Claimed
@@ -43,8 +43,6 @@ __all__ = [
     "prepare_claimed",
     "send",
 ]
-
-USER_AGENT = "svcgw-callback/0.1"
 
 
 @dataclass(frozen=True)
@@ -158,18 +156,15 @@ def redacted(url: str) -> str:
 
 
 def build_headers(prepared: Prepared, secret: str, timestamp: int) -> dict[str, str]:
-    headers = {
-        "Content-Type": "application/json",
-        "User-Agent": USER_AGENT,
-        "X-Svc-Timestamp": str(timestamp),
-        "X-Svc-Signature": sign(secret, timestamp, prepared.body),
-        "X-Svc-Delivery-Id": prepared.delivery_id,
-        "X-Svc-Attempt": str(prepared.attempts + 1),
-        "X-Svc-Event-Type": prepared.event_type,
-    }
-    if prepared.token:
-        headers["Authorization"] = f"Bearer {prepared.token}"
-    return headers
+    return signed_headers(
+        secret,
+        prepared.body,
+        timestamp,
+        event_type=prepared.event_type,
+        token=prepared.token,
+        delivery_id=prepared.delivery_id,
+        attempt=prepared.attempts + 1,
+    )
 
 
 async def send(client: Sender, prepared: Prepared) -> Attempt:

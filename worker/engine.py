@@ -47,7 +47,6 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
-import httpx
 from redis.asyncio import Redis as AsyncRedis
 from redis.exceptions import RedisError
 
@@ -56,7 +55,6 @@ from svcgw.deliveries import exc_info_field
 from svcgw.metrics import AttemptRecorder
 from svcgw.outbound import CallbackSender, Sender
 from svcgw.settings import Settings
-from svcgw.transport import HttpxSender
 from svcgw.vault import TokenVault
 
 from .delivery import Attempt, Prepared, decide, prepare_claimed, send
@@ -74,7 +72,6 @@ CLAIM_BATCH = 100
 FINISH_BATCH = 500
 IDLE_WAIT = 0.25
 
-Client = httpx.Client | httpx.AsyncClient | Sender
 AttemptHook = Callable[[Prepared, Attempt, str], None]
 
 
@@ -162,9 +159,9 @@ class Engine:
     None) makes the engine open its own asyncio client from ``settings``
     (``svcgw.connections.async_client``), which reaches the same Redis.
 
-    ``client`` replaces the aiohttp sender: an ``httpx.Client`` (called from
-    a worker thread), an ``httpx.AsyncClient``, or any
-    :class:`svcgw.outbound.Sender`. It is not closed by the engine.
+    ``client`` replaces the aiohttp sender with any
+    :class:`svcgw.outbound.Sender` (tests, an in-process run). It is not
+    closed by the engine.
     """
 
     def __init__(
@@ -173,7 +170,7 @@ class Engine:
         redis: object | None,
         vault: TokenVault,
         *,
-        client: Client | None = None,
+        client: Sender | None = None,
         name: str | None = None,
         on_attempt: AttemptHook | None = None,
     ) -> None:
@@ -224,14 +221,9 @@ class Engine:
         return list(self._held)
 
     def _sender(self) -> Sender:
-        client = self._given_client
-        if client is None:
-            return CallbackSender(
-                allow=self.settings.allow_private_destinations, timeout=self.settings.delivery_timeout
-            )
-        if isinstance(client, httpx.Client | httpx.AsyncClient):
-            return HttpxSender(client)
-        return client
+        if self._given_client is not None:
+            return self._given_client
+        return CallbackSender(allow=self.settings.allow_private_destinations, timeout=self.settings.delivery_timeout)
 
     # --- main loop -----------------------------------------------------------------
     async def _main(self, stop: threading.Event, burst: bool) -> None:

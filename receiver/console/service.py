@@ -33,7 +33,6 @@ from svcgw.connections import sync_client
 from svcgw.receivers import receiver_prefix
 from svcgw.store import CallbackConfig, Scope, normalise_operation
 from svcgw.store import NotFound as StoreNotFound
-from svcgw.transport import make_async_client
 from svcgw.vault import VaultError
 
 if TYPE_CHECKING:
@@ -78,6 +77,7 @@ class ConsoleService:
         self.raw: Any = services.redis  # bytes: log bodies
         self.text: Any = services.text_redis
         self.vault = services.vault
+        self._callbacks = services.callbacks
         self._sync: SyncRedis | None = None
         self._own_origins = [self.settings.public_origin]
         self._own_prefixes = [receiver_prefix(self.settings)]
@@ -195,10 +195,7 @@ class ConsoleService:
                 return CallbackTestResult(
                     ok=False, event_id="", error="the Bearer token cannot be decrypted with the configured keys"
                 )
-        async with make_async_client(
-            allow=self.settings.allow_private_destinations, timeout=self.settings.delivery_timeout, max_connections=1
-        ) as client:
-            return await send_test(client, url, secret=config.secret or "", token=token, appid=scope.appid)
+        return await send_test(self._callbacks(), url, secret=config.secret or "", token=token, appid=scope.appid)
 
     async def rotate_secret(self, account: str, appid: str | None) -> dict[str, object]:
         scope = await self._scope(account, appid)

@@ -23,8 +23,8 @@ import orjson
 from cryptography.fernet import Fernet
 from redis.asyncio import Redis as AsyncRedis
 
-from receiver.ingest import Ingest
 from svcgw import keys
+from svcgw.ingest import Ingest
 from svcgw.receivers import receiver_path
 from svcgw.settings import Settings
 from svcgw.store import Scope, Store

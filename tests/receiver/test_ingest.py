@@ -2,13 +2,32 @@
 
 from __future__ import annotations
 
+import asyncio
+import threading
+import warnings
+from collections.abc import Iterator
+from pathlib import Path
+from unittest import mock
+
 import httpx
 import orjson
+import pytest
 from redis import Redis
+from redis.asyncio import Redis as AsyncRedis
+from starlette.exceptions import StarletteDeprecationWarning
 
-from svcgw import keys
-from svcgw.settings import Settings
+from receiver.app import create_app
+from svcgw import envelope, keys
+from svcgw.ingest import PARSE_IN_THREAD_BYTES, Ingest, UnknownReceiver
+from svcgw.settings import Settings, SettingsError
+from svcgw.store import digest
 from tests.conftest import provision
+from tests.deploy.redis_nodes import Node, require_binaries
+
+with warnings.catch_warnings():
+    # The pinned dependencies carry httpx, which starlette's test client still supports but flags.
+    warnings.simplefilter("ignore", StarletteDeprecationWarning)
+    from starlette.testclient import TestClient
 
 
 def post(url: str, body: bytes) -> httpx.Response:
@@ -117,3 +136,119 @@ def test_matching_appid_in_body_is_accepted(settings: Settings, server: str, red
     tenant = provision(settings)
     body = orjson.dumps({"appid": tenant.appid, "event_type": "Msg", "events": [{"id": "1"}]})
     assert post(tenant.receiver_url(server), body).status_code == 200
+
+
+# --- the token first, and a cap on events ----------------------------------------------------
+def many_events(count: int) -> bytes:
+    return b'{"event_type":"Msg","events":[' + b",".join(b'{"id":"e%d"}' % i for i in range(count)) + b"]}"
+
+
+@pytest.fixture
+def private_redis(tmp_path: Path) -> Iterator[Node]:
+    """A Redis of this test's own, so its command statistics count this test's commands only."""
+    require_binaries("redis-server")
+    node = Node("redis-server", tmp_path / "redis", ["--save", "", "--appendonly", "no"]).start()
+    try:
+        yield node
+    finally:
+        node.kill()
+
+
+def test_a_strangers_post_is_refused_before_it_is_parsed(env: dict[str, str], private_redis: Node) -> None:
+    settings = Settings.from_env(dict(env, SVCGW_REDIS_URL=f"redis://{private_redis.address}/0"))
+    tenant = provision(settings)
+    body = b'{"event_type":"Msg","events":[' + b"{}," * ((settings.max_body_bytes - 40) // 3) + b"{}]}"
+    assert settings.max_body_bytes - 10 < len(body) <= settings.max_body_bytes
+    redis = private_redis.client()
+    try:
+        with TestClient(create_app(settings)) as client:
+            redis.config_resetstat()
+            for path in (f"/svc/receiver/{tenant.appid}/notatoken", f"/svc/receiver/we_nosuch/{tenant.receiver_token}"):
+                answer = client.post(path, content=body, headers={"Content-Type": "application/json"})
+                assert answer.status_code == 404
+                assert answer.json() == {"code": -404, "message": "no such receiver", "data": None}
+            used = {name.removeprefix("cmdstat_") for name in redis.info("commandstats")}
+        assert not used & {"eval", "evalsha", "eval_ro", "evalsha_ro", "script|load"}, used
+        assert "get" in used
+        assert redis.keys("svcgw:dedup:*") == [] and redis.exists(keys.callback_log(tenant.appid)) == 0
+    finally:
+        redis.close()
+
+
+def test_more_events_than_the_cap_is_413_and_stores_nothing(settings: Settings, server: str, redis: Redis) -> None:
+    tenant = provision(settings)
+    answer = post(tenant.receiver_url(server), many_events(settings.max_events_per_post + 1))
+    assert answer.status_code == 413
+    assert answer.json() == {
+        "code": -413,
+        "message": f"too many events in one post: {settings.max_events_per_post + 1}, "
+        f"at most {settings.max_events_per_post}",
+        "data": None,
+    }
+    assert queued(redis) == []
+    assert redis.exists(keys.callback_log(tenant.appid)) == 0
+    assert redis.keys("svcgw:dedup:*") == []
+
+    answer = post(tenant.receiver_url(server), many_events(settings.max_events_per_post))
+    assert answer.status_code == 200
+    assert answer.json()["data"] == {"accepted": 1000, "duplicates": 0}
+    (delivery_id,) = queued(redis)
+    assert redis.hget(keys.delivery(delivery_id.decode()), "events") == b"1000"
+
+
+def test_the_cap_is_a_setting(env: dict[str, str]) -> None:
+    assert Settings.from_env(env).max_events_per_post == 1000
+    assert Settings.from_env(dict(env, SVCGW_MAX_EVENTS_PER_POST="5")).max_events_per_post == 5
+    for bad in ("0", "x", "1000000"):
+        with pytest.raises(SettingsError, match="SVCGW_MAX_EVENTS_PER_POST"):
+            Settings.from_env(dict(env, SVCGW_MAX_EVENTS_PER_POST=bad))
+
+
+def test_a_token_revoked_after_the_early_check_is_still_refused(settings: Settings, redis: Redis) -> None:
+    tenant = provision(settings)
+
+    async def main() -> None:
+        client = AsyncRedis.from_url(settings.redis_url or "")
+        try:
+            ingest = Ingest(client, settings)
+            await ingest.check_receiver(tenant.appid, tenant.receiver_token)
+            with pytest.raises(UnknownReceiver):
+                await ingest.check_receiver("we_other", tenant.receiver_token)
+            redis.delete(keys.receiver_lookup(digest(tenant.receiver_token)))
+            # Still remembered as valid by the early check, refused by the script.
+            await ingest.check_receiver(tenant.appid, tenant.receiver_token)
+            with pytest.raises(UnknownReceiver):
+                await ingest.accept(tenant.appid, tenant.receiver_token, b'{"event_type":"Msg","events":[{}]}')
+            # A fresh ingest asks Redis again.
+            with pytest.raises(UnknownReceiver):
+                await Ingest(client, settings).check_receiver(tenant.appid, tenant.receiver_token)
+        finally:
+            await client.aclose()
+
+    asyncio.run(main())
+    assert queued(redis) == [] and redis.exists(keys.callback_log(tenant.appid)) == 0
+
+
+def test_a_large_valid_post_is_parsed_off_the_event_loop(settings: Settings, redis: Redis) -> None:
+    tenant = provision(settings)
+    body = many_events(settings.max_events_per_post)
+    pad = b'{"event_type":"Msg","pad":"' + b"x" * PARSE_IN_THREAD_BYTES + b'","events":[{"id":"p"}]}'
+    threads: list[str] = []
+
+    async def main() -> None:
+        client = AsyncRedis.from_url(settings.redis_url or "")
+        real = envelope.parse_post
+        try:
+            ingest = Ingest(client, settings)
+            for raw in (body, pad):
+                with mock.patch("svcgw.ingest.parse_post", side_effect=lambda *a, **k: (
+                    threads.append(threading.current_thread().name), real(*a, **k))[1]):
+                    await ingest.accept(tenant.appid, tenant.receiver_token, raw)
+        finally:
+            await client.aclose()
+
+    asyncio.run(main())
+    main_thread = threading.main_thread().name
+    assert len(body) < PARSE_IN_THREAD_BYTES < len(pad)
+    assert threads[0] == main_thread and threads[1] != main_thread
+    assert len(queued(redis)) == 2

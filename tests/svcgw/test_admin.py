@@ -15,7 +15,6 @@ from redis import Redis
 from cli.main import cli
 from svcgw import keys
 from svcgw.settings import Settings
-from svcgw.transport import make_client
 from svcgw.vault import TokenVault
 from tests.conftest import Tenant, provision
 from tests.support import Sink
@@ -235,12 +234,10 @@ def fast_env(env: dict[str, str]) -> dict[str, str]:
 def deliver(settings: Settings) -> None:
     """Run the delivery engine in-process until nothing is queued or scheduled."""
     redis = Redis.from_url(settings.redis_url or "")
-    client = make_client(allow=settings.allow_private_destinations, timeout=settings.delivery_timeout)
     try:
-        engine = Engine(settings, redis, TokenVault.from_settings(settings), client=client)
+        engine = Engine(settings, redis, TokenVault.from_settings(settings))
         engine.run(threading.Event(), burst=True)
     finally:
-        client.close()
         redis.close()
 
 

@@ -9,9 +9,9 @@ import pytest
 from redis import Redis
 from redis.asyncio import Redis as AsyncRedis
 
-from receiver.ingest import Ingest
 from svcgw import keys
 from svcgw.calllog import parse_since, read_log
+from svcgw.ingest import Ingest
 from svcgw.settings import Settings
 from tests.conftest import provision
 from tests.worker.test_deadletters import ingest

@@ -21,7 +21,6 @@ from svcgw.events import (
 )
 from svcgw.settings import Settings
 from svcgw.signing import sign
-from svcgw.transport import make_client
 from svcgw.vault import TokenVault
 from tests.conftest import provision
 from tests.support import Sink
@@ -102,8 +101,7 @@ def test_a_service_event_is_signed_and_delivered_by_the_engine(settings: Setting
     event = instance_recovered(tenant.appid, recovered_at=1795319160, offline_since=1795319097, auto_reconnected=False)
     delivery_id = enqueue_service_event(redis, settings, tenant.appid, "InstanceRecovered", [event])
 
-    with make_client(allow=settings.allow_private_destinations, timeout=settings.delivery_timeout) as client:
-        Engine(settings, redis, TokenVault.from_settings(settings), client=client).run(threading.Event(), burst=True)
+    Engine(settings, redis, TokenVault.from_settings(settings)).run(threading.Event(), burst=True)
 
     (received,) = sink.posts()
     assert orjson.loads(received.body)["events"] == [event]

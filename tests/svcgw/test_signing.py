@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import pytest
 
-from svcgw.signing import sign, verify
+from svcgw.signing import USER_AGENT, sign, signed_headers, verify
 
 # Vectors computed with `openssl dgst -sha256 -hmac <secret>` over "<timestamp>.<body>".
 VECTORS = [
@@ -40,3 +40,24 @@ def test_verify_rejects_any_change(change) -> None:  # type: ignore[no-untyped-d
 def test_secret_is_used_as_utf8_bytes_not_decoded() -> None:
     # A secret that looks like hex or base64 is still used as its literal bytes.
     assert sign("deadbeef", 1, b"x") != sign(bytes.fromhex("deadbeef").decode("latin-1"), 1, b"x")
+
+
+def test_signed_headers_of_a_delivery() -> None:
+    body = b'{"events":[]}'
+    headers = signed_headers("whsec_k", body, 1700000000, event_type="Msg", token="tok", delivery_id="dlv_1", attempt=2)
+    assert headers == {
+        "Content-Type": "application/json",
+        "User-Agent": USER_AGENT,
+        "X-Svc-Timestamp": "1700000000",
+        "X-Svc-Signature": sign("whsec_k", 1700000000, body),
+        "X-Svc-Delivery-Id": "dlv_1",
+        "X-Svc-Attempt": "2",
+        "X-Svc-Event-Type": "Msg",
+        "Authorization": "Bearer tok",
+    }
+
+
+def test_signed_headers_leave_out_what_is_not_given() -> None:
+    headers = signed_headers("whsec_k", b"", 1, event_type="SvcCallbackTest", token="")
+    assert set(headers) == {"Content-Type", "User-Agent", "X-Svc-Timestamp", "X-Svc-Signature", "X-Svc-Event-Type"}
+    assert verify("whsec_k", headers["X-Svc-Timestamp"], b"", headers["X-Svc-Signature"])

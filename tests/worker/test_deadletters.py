@@ -10,10 +10,10 @@ import pytest
 from redis import Redis
 from redis.asyncio import Redis as AsyncRedis
 
-from receiver.ingest import Ingest
 from svcgw import keys
 from svcgw.deadletters import NotFound, count_dead, list_dead, replay, show
 from svcgw.deliveries import exc_info_field
+from svcgw.ingest import Ingest
 from svcgw.settings import Settings
 from tests.conftest import Tenant, provision
 from worker.delivery import Attempt

@@ -1,21 +1,139 @@
-"""The aiohttp sender: connect-time address rules, Host and SNI kept, no redirects, errors converted."""
+"""The guarded callback client: connect-time address rules, Host and SNI kept, no redirects,
+one overall deadline, errors converted."""
 
 from __future__ import annotations
 
 import asyncio
+import datetime
 import ipaddress
+import socket
 import ssl
-from collections.abc import Callable, Coroutine, Iterator
+import threading
+import time
+from collections.abc import Callable, Coroutine, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 from typing import Any, TypeVar
 
 import pytest
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.x509.oid import NameOID
 
 from svcgw.addresses import check_callback_url
-from svcgw.outbound import CallbackSender, Refused, Response, SendFailed, TimedOut
-from tests.worker.test_transport import Certificate, Server, _serve, certificate, fake_resolver  # noqa: F401
+from svcgw.outbound import CallbackSender, Refused, Response, SendError, SendFailed, TimedOut
+
+T = TypeVar("T")
 
 LOOPBACK = (ipaddress.ip_network("127.0.0.0/8"),)
-T = TypeVar("T")
+
+
+def fake_resolver(table: Mapping[str, Sequence[str]]) -> Callable[[str, int], list[str]]:
+    def resolve(host: str, port: int) -> list[str]:
+        try:
+            return list(table[host])
+        except KeyError:
+            raise socket.gaierror(socket.EAI_NONAME, "Name or service not known") from None
+
+    return resolve
+
+
+@dataclass
+class Server:
+    port: int
+    seen: list[dict[str, str]] = field(default_factory=list)
+    sni: list[str | None] = field(default_factory=list)
+
+
+def _serve(tls: ssl.SSLContext | None) -> Iterator[Server]:
+    httpd = ThreadingHTTPServer(("127.0.0.1", 0), BaseHTTPRequestHandler)
+    server = Server(port=httpd.server_address[1])
+
+    class Handler(BaseHTTPRequestHandler):
+        def _answer(self) -> None:
+            length = int(self.headers.get("Content-Length") or 0)
+            self.rfile.read(length)
+            server.seen.append({"method": self.command, "path": self.path, "host": self.headers["Host"]})
+            self.send_response(200)
+            self.send_header("Content-Length", "2")
+            self.end_headers()
+            self.wfile.write(b"ok")
+
+        do_GET = _answer
+        do_POST = _answer
+
+        def log_message(self, format: str, *args: object) -> None:
+            pass
+
+    httpd.RequestHandlerClass = Handler
+    if tls is not None:
+
+        def remember(sock: ssl.SSLObject, name: str | None, context: ssl.SSLContext) -> None:
+            server.sni.append(name)
+
+        tls.sni_callback = remember
+        httpd.socket = tls.wrap_socket(httpd.socket, server_side=True)
+    thread = threading.Thread(target=httpd.serve_forever, kwargs={"poll_interval": 0.05})
+    thread.start()
+    try:
+        yield server
+    finally:
+        httpd.shutdown()
+        httpd.server_close()
+        thread.join()
+
+
+@pytest.fixture
+def server() -> Iterator[Server]:
+    yield from _serve(None)
+
+
+@dataclass
+class Certificate:
+    server_context: ssl.SSLContext
+    client_context: ssl.SSLContext
+
+
+@pytest.fixture
+def certificate(tmp_path: Path) -> Certificate:
+    """A self-signed certificate for rebind.example only (no IP address in it)."""
+    key = ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "rebind.example")])
+    now = datetime.datetime.now(datetime.UTC)
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(name)
+        .issuer_name(name)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(minutes=5))
+        .not_valid_after(now + datetime.timedelta(hours=1))
+        .add_extension(x509.SubjectAlternativeName([x509.DNSName("rebind.example")]), critical=False)
+        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+        .sign(key, hashes.SHA256())
+    )
+    cert_pem = cert.public_bytes(serialization.Encoding.PEM)
+    cert_file = tmp_path / "cert.pem"
+    key_file = tmp_path / "key.pem"
+    cert_file.write_bytes(cert_pem)
+    key_file.write_bytes(
+        key.private_bytes(
+            serialization.Encoding.PEM,
+            serialization.PrivateFormat.PKCS8,
+            serialization.NoEncryption(),
+        )
+    )
+    server_context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    server_context.load_cert_chain(cert_file, key_file)
+    client_context = ssl.create_default_context(cadata=cert_pem.decode())
+    return Certificate(server_context, client_context)
+
+
+@pytest.fixture
+def tls_server(certificate: Certificate) -> Iterator[Server]:
+    yield from _serve(certificate.server_context)
 
 
 def run(make: Callable[[], Coroutine[Any, Any, T]]) -> T:
@@ -31,22 +149,19 @@ async def post(url: str, *, allow: Any = (), resolve: Any = None, verify: ssl.SS
         await sender.aclose()
 
 
-@pytest.fixture
-def server() -> Iterator[Server]:
-    yield from _serve(None)
-
-
-@pytest.fixture
-def tls_server(certificate: Certificate) -> Iterator[Server]:  # noqa: F811
-    yield from _serve(certificate.server_context)
-
-
 # --- refused -----------------------------------------------------------------------
 def test_localhost_refused(server: Server) -> None:
     with pytest.raises(Refused) as info:
         run(lambda: post(f"http://localhost:{server.port}/"))
     assert info.value.code == -40013
     assert "localhost" in str(info.value) and "internal" in str(info.value)
+    assert server.seen == []
+
+
+def test_refused_is_a_send_error(server: Server) -> None:
+    # Callers that handle send failures in general handle this one too.
+    with pytest.raises(SendError):
+        run(lambda: post(f"http://localhost:{server.port}/"))
     assert server.seen == []
 
 
@@ -106,7 +221,7 @@ def test_all_addresses_failing_is_a_connect_error(server: Server) -> None:
     assert info.value.kind == "ConnectError"
 
 
-def test_tls_uses_original_name(tls_server: Server, certificate: Certificate) -> None:  # noqa: F811
+def test_tls_uses_original_name(tls_server: Server, certificate: Certificate) -> None:
     resolve = fake_resolver({"rebind.example": ["127.0.0.1"]})
     answer = run(lambda: post(f"https://rebind.example:{tls_server.port}/tls", allow=LOOPBACK, resolve=resolve,
                               verify=certificate.client_context))
@@ -183,3 +298,28 @@ def test_closed_without_answer() -> None:
     with pytest.raises(SendFailed) as info:
         run(main)
     assert info.value.kind == "RemoteProtocolError"
+
+
+def test_one_deadline_for_the_whole_answer() -> None:
+    """An endpoint that drips its answer is cut off at the timeout, not per read."""
+
+    async def main() -> None:
+        async def drip(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            try:
+                await reader.readuntil(b"\r\n\r\n")
+                writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: 1000\r\n\r\n")
+                for _ in range(100):
+                    writer.write(b"x")
+                    await writer.drain()
+                    await asyncio.sleep(0.05)
+            finally:
+                writer.close()
+
+        server = await asyncio.start_server(drip, "127.0.0.1", 0)
+        async with server:
+            await post(f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}/", allow=LOOPBACK, timeout=0.5)
+
+    started = time.monotonic()
+    with pytest.raises(TimedOut):
+        run(main)
+    assert time.monotonic() - started < 3

@@ -1,0 +1,221 @@
+"""Storing a post to a receiver: one script call, one round trip.
+
+:class:`Ingest` runs the ingest script (:data:`svcgw.deliveries.INGEST_SCRIPT`),
+which, atomically:
+
+1. checks the receiver token's digest against the appid;
+2. drops repeated events one by one (``svcgw.envelope`` defines the keys);
+3. writes one delivery, an RQ job queued for the workers, if any event is new;
+4. appends the post, raw as received, to the instance's callback log.
+
+Before anything is read or parsed, :meth:`Ingest.check_receiver` checks the
+token with one ``GET`` (or a recent answer for the same token), so a
+stranger's post costs one Redis read and no parsing; the script checks again,
+so a token revoked in between is still refused atomically. A post carries at
+most ``SVCGW_MAX_EVENTS_PER_POST`` events (413), and a large body is parsed
+in a worker thread, off the event loop.
+
+In the durable mode (``SVCGW_REDIS_WAIT_REPLICAS``) the script is followed
+by ``WAIT``. The HTTP endpoint is :mod:`receiver.ingest`.
+
+Errors raised by :meth:`Ingest.accept`::
+
+    svcgw.envelope.EnvelopeError   the body is not a post (its ``status``: 400, 413, 422);
+                                   413 also for more than SVCGW_MAX_EVENTS_PER_POST events
+    UnknownReceiver                (a LookupError) no instance has this appid and token;
+                                   also raised by check_receiver
+    redis.exceptions.RedisError    not stored
+    └── ReplicaNotConfirmed        durable mode: too few replicas confirmed in time
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections import OrderedDict
+from dataclasses import dataclass
+from typing import Any, cast
+
+from redis.asyncio import Redis
+from redis.exceptions import RedisError
+
+from . import keys, liveness
+from .deliveries import INGEST_SCRIPT, new_delivery_id, template
+from .envelope import EnvelopeError, Post, build_envelope, parse_post
+from .metrics import DUPLICATES, EVENTS, POSTS
+from .settings import Settings
+from .store import digest
+
+__all__ = ["Ingest", "IngestResult", "ReplicaNotConfirmed", "UnknownReceiver"]
+
+log = logging.getLogger("svcgw.receiver")
+
+_COUNTER_FIELDS = (POSTS, EVENTS, DUPLICATES)
+
+# Bodies above this are parsed in a worker thread: below it, parsing takes
+# less time than handing it over.
+PARSE_IN_THREAD_BYTES = 64 * 1024
+
+# Tokens seen valid are trusted by the early check for this long (the script
+# still checks every post); only valid ones are kept, at most this many.
+KNOWN_TOKEN_SECONDS = 10.0
+KNOWN_TOKENS = 10_000
+
+
+@dataclass(frozen=True)
+class IngestResult:
+    accepted: int
+    duplicates: int
+    delivery_id: str | None
+
+
+class UnknownReceiver(LookupError):
+    """No instance has this receiver URL."""
+
+
+class ReplicaNotConfirmed(RedisError):
+    """Durable mode: fewer replicas than ``SVCGW_REDIS_WAIT_REPLICAS`` confirmed a post in time.
+
+    A ``RedisError``, so the post is answered 503 like any storage failure:
+    the sender posts it again, and de-duplication keeps the repeat from
+    being forwarded twice.
+    """
+
+
+class Ingest:
+    """Stores posts to the receivers; ``redis`` is an asyncio client that returns bytes."""
+
+    def __init__(self, redis: Redis, settings: Settings) -> None:
+        self.redis = redis
+        self.settings = settings
+        self._script = redis.register_script(INGEST_SCRIPT)
+        self._wait_replicas = settings.redis_wait_replicas
+        self._wait_ms = max(1, round(settings.redis_wait_timeout * 1000))
+        self._keyed_ttl = max(settings.log_retention, 86400)
+        self._unkeyed_ttl = settings.unkeyed_dedup_window
+        self._queue_key = keys.rq_queue(settings.queue_name)
+        self._job = template(settings.queue_name, settings.dead_letter_retention)
+        self._known: OrderedDict[str, tuple[str, float]] = OrderedDict()
+
+    async def check_receiver(self, appid: str, token: str) -> None:
+        """Raise :class:`UnknownReceiver` unless ``token`` is ``appid``'s receiver token.
+
+        One ``GET`` of the token digest's look-up key, unless the same token
+        was found within :data:`KNOWN_TOKEN_SECONDS`. Only tokens that exist
+        are remembered (with their appid), so made-up ones cannot crowd the
+        real ones out.
+        """
+        hashed = digest(token)
+        now = time.monotonic()
+        known = self._known.get(hashed)
+        if known is not None and known[0] == appid and known[1] > now:
+            return
+        owner = await self.redis.get(keys.receiver_lookup(hashed))
+        if isinstance(owner, bytes):
+            owner = owner.decode("utf-8", "replace")
+        if owner is None:
+            self._known.pop(hashed, None)
+        else:
+            self._known[hashed] = (owner, now + KNOWN_TOKEN_SECONDS)
+            self._known.move_to_end(hashed)
+            while len(self._known) > KNOWN_TOKENS:
+                self._known.popitem(last=False)
+        if owner != appid:
+            raise UnknownReceiver(appid)
+
+    async def accept(self, appid: str, token: str, body: bytes) -> IngestResult:
+        """Parse and store one post; call :meth:`check_receiver` before reading the body."""
+        post = await self._parse(body)
+        if post.appid is not None and post.appid != appid:
+            raise EnvelopeError("appid in the body does not match this receiver", status=422)
+        result = await self._store(appid, token, body, post)
+        if post.event_type == "GapClosed":
+            await self._gap_closed(appid, post)
+        return result
+
+    async def _parse(self, body: bytes) -> Post:
+        limits = {"max_bytes": self.settings.max_body_bytes, "max_events": self.settings.max_events_per_post}
+        if len(body) <= PARSE_IN_THREAD_BYTES:
+            return parse_post(body, **limits)
+        return await asyncio.to_thread(lambda: parse_post(body, **limits))
+
+    async def _gap_closed(self, appid: str, post: Post) -> None:
+        """Liveness hook: a GapClosed changes what the prober does next (``svcgw.liveness.on_gap_closed``).
+
+        Runs after the post is stored, for repeats too (acting twice on a close
+        is harmless). It must never turn a stored post into an error answer, or
+        the sender would post it again: failures are logged, and the next
+        regular probe finds the loss anyway.
+        """
+        try:
+            closes = liveness.parse_gap_closed([event.raw for event in post.events])
+            await liveness.on_gap_closed(self.redis, appid, closes)
+        except Exception:
+            log.exception("GapClosed not handed to the prober", extra={"appid": appid})
+
+    async def _run_script(self, *, keys: list[Any], args: list[Any]) -> Any:
+        """The ingest script; in the durable mode, followed by ``WAIT`` for the replicas.
+
+        WAIT counts the writes of the connection it is sent on, so it travels
+        with the script in one pipeline: both go on one connection, and a
+        pipeline retried after a broken connection retries both.
+        """
+        if not self._wait_replicas:
+            return await self._script(keys=keys, args=args)
+        async with self.redis.pipeline(transaction=False) as pipe:
+            await self._script(keys=keys, args=args, client=pipe)
+            pipe.execute_command("WAIT", self._wait_replicas, self._wait_ms)
+            result, confirmed = await pipe.execute()
+        if int(result[0]) >= 0 and int(confirmed) < self._wait_replicas:
+            raise ReplicaNotConfirmed(
+                f"{confirmed} of {self._wait_replicas} replicas confirmed the write within {self._wait_ms} ms"
+            )
+        return result
+
+    async def _store(self, appid: str, token: str, body: bytes, post: Post) -> IngestResult:
+        delivery_id = new_delivery_id()
+        now = time.time()
+        flat = self._job.flat(delivery_id, f"{post.event_type} for {appid}")
+        events: list[Any] = []
+        dedup_keys = []
+        for event in post.events:
+            events.extend((event.raw, "1" if event.keyed else "0"))
+            dedup_keys.append(keys.dedup(appid, event.key))
+        head = build_envelope(appid, post.event_type, [])[:-2]  # up to and including '['
+        result = cast(
+            list[int],
+            await self._run_script(
+                keys=[
+                    keys.receiver_lookup(digest(token)),
+                    keys.instance(appid),
+                    keys.callback_log(appid),
+                    keys.delivery(delivery_id),
+                    keys.rq_job(delivery_id),
+                    self._queue_key,
+                    keys.RQ_QUEUES,
+                    keys.METRICS_COUNTERS,
+                    *dedup_keys,
+                ],
+                args=[
+                    appid,
+                    repr(now),
+                    self.settings.log_retention,
+                    body,
+                    post.event_type,
+                    head,
+                    self._keyed_ttl,
+                    self._unkeyed_ttl,
+                    delivery_id,
+                    self._queue_key,
+                    len(flat) // 2,
+                    *flat,
+                    *_COUNTER_FIELDS,
+                    *events,
+                ],
+            ),
+        )
+        status, accepted, duplicates = (int(x) for x in result)
+        if status < 0:
+            raise UnknownReceiver(appid)
+        return IngestResult(accepted, duplicates, delivery_id if accepted else None)

@@ -1,0 +1,148 @@
+"""Deliveries as RQ jobs (the job hash is what RQ itself would write), and their one writer."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+import zlib
+from datetime import datetime
+from typing import Any
+
+import orjson
+from redis import Redis
+from redis.asyncio import Redis as AsyncRedis
+from rq.job import Job
+from rq.serializers import JSONSerializer
+
+from svcgw import keys
+from svcgw.deliveries import FUNC_NAME, job_fields, job_fields_by_rq, new_delivery_id, queue_delivery
+from svcgw.envelope import build_envelope
+from svcgw.ingest import Ingest
+from svcgw.settings import Settings
+from tests.conftest import provision
+
+
+def test_job_fields_equal_what_rq_writes() -> None:
+    moment = datetime(2026, 11, 22, 3, 44, 57, 123456)
+    for delivery_id, description, queue, ttl in [
+        ("dlv_0123456789abcdef01234567", "Msg for we_x", "svcgw", 2592000),
+        ("dlv_ffffffffffffffffffffffff", "GapClosed for we_\u4f60", "other", 60),
+    ]:
+        ours = job_fields(delivery_id, queue_name=queue, description=description, failure_ttl=ttl, now=moment)
+        theirs = job_fields_by_rq(delivery_id, queue_name=queue, description=description, failure_ttl=ttl, now=moment)
+        assert ours == theirs
+
+
+def test_each_delivery_gets_its_own_copy() -> None:
+    first = job_fields("dlv_a", queue_name="svcgw", description="a", failure_ttl=60)
+    first["status"] = "changed"
+    assert job_fields("dlv_b", queue_name="svcgw", description="b", failure_ttl=60)["status"] == "queued"
+
+
+def test_flat_fields_load_in_rq_as_the_full_ones(redis) -> None:  # type: ignore[no-untyped-def]
+    from rq.job import Job
+    from rq.serializers import JSONSerializer
+
+    from svcgw.deliveries import template
+
+    flat = template("svcgw", 60).flat("dlv_flat", "Msg for we_y")
+    assert b"" not in flat[1::2]
+    redis.hset("rq:job:dlv_flat", mapping=dict(zip(flat[::2], flat[1::2], strict=True)))
+    redis.hset("rq:job:dlv_full", mapping=job_fields("dlv_full", queue_name="svcgw", description="Msg for we_y",
+                                                     failure_ttl=60))
+    loaded = Job.fetch("dlv_flat", connection=redis, serializer=JSONSerializer)
+    full = Job.fetch("dlv_full", connection=redis, serializer=JSONSerializer)
+    assert loaded.args == ["dlv_flat"] and loaded.func_name == "worker.jobs.deliver"
+    for name in ("origin", "description", "result_ttl", "failure_ttl", "worker_name", "started_at", "ended_at"):
+        assert getattr(loaded, name) == getattr(full, name), name
+    assert loaded.get_status() == full.get_status() == "queued"
+
+
+# --- the one writer ---------------------------------------------------------------------
+def _written(redis: Redis, settings: Settings, appid: str, delivery_id: str) -> dict[str, Any]:
+    """Everything a delivery wrote, without what differs from one write to the next."""
+    record = redis.hgetall(keys.delivery(delivery_id))
+    record.pop(b"received_at")
+    job = {k: v for k, v in redis.hgetall(keys.rq_job(delivery_id)).items() if v != b""}
+    for varying in (b"created_at", b"enqueued_at"):
+        job.pop(varying)
+    (entry,) = redis.xrange(keys.callback_log(appid))
+    fields = entry[1]
+    fields.pop(b"received_at")
+    return {
+        "record": record,
+        "job": job,
+        "queued": delivery_id.encode() in redis.lrange(keys.rq_queue(settings.queue_name), 0, -1),
+        "queues": redis.smembers(keys.RQ_QUEUES),
+        "log": {k: v for k, v in fields.items() if k != b"body"},
+        "log_ttl": 0 < redis.ttl(keys.callback_log(appid)) <= settings.log_retention,
+    }
+
+
+def test_queue_delivery_writes_what_the_ingest_script_writes(settings: Settings, redis: Redis) -> None:
+    posted, queued = provision(settings), provision(settings)
+    events = [{"id": "m1", "n": 1}, {"id": "m2", "n": 2}]
+    raw = orjson.dumps({"event_type": "Msg", "events": events})
+
+    async def ingest() -> str | None:
+        client = AsyncRedis.from_url(settings.redis_url or "")
+        try:
+            return (await Ingest(client, settings).accept(posted.appid, posted.receiver_token, raw)).delivery_id
+        finally:
+            await client.aclose()
+
+    from_post = asyncio.run(ingest())
+    assert from_post is not None
+    from_service = new_delivery_id()
+    with redis.pipeline(transaction=True) as pipe:
+        queue_delivery(pipe, settings, appid=queued.appid, account=queued.account, event_type="Msg",
+                       events=events, delivery_id=from_service, now=time.time())
+        pipe.execute()
+
+    one = _written(redis, settings, posted.appid, from_post)
+    other = _written(redis, settings, queued.appid, from_service)
+    for written, tenant, delivery_id in ((one, posted, from_post), (other, queued, from_service)):
+        assert written["record"].pop(b"appid") == tenant.appid.encode()
+        assert written["record"].pop(b"account") == tenant.account.encode()
+        assert written["record"].pop(b"body") == build_envelope(tenant.appid, "Msg", [orjson.dumps(e) for e in events])
+        data = written["job"].pop(b"data")
+        assert json.loads(zlib.decompress(data)) == [FUNC_NAME, None, [delivery_id], {}]
+        assert written["job"].pop(b"description") == f"Msg for {tenant.appid}".encode()
+        assert written["log"].pop(b"delivery") == delivery_id.encode()
+    assert one == other
+    assert one["record"][b"events"] == b"2" and one["log"] == {b"accepted": b"2", b"duplicates": b"0"}
+    # The service's job hash also keeps RQ's empty fields, as Job.create writes them.
+    assert redis.hgetall(keys.rq_job(from_service)).keys() > redis.hgetall(keys.rq_job(from_post)).keys()
+
+
+def test_queue_delivery_only_buffers_on_an_asyncio_transaction(settings: Settings, redis: Redis) -> None:
+    tenant = provision(settings)
+    delivery_id = new_delivery_id()
+
+    async def main() -> None:
+        client = AsyncRedis.from_url(settings.redis_url or "")
+        try:
+            async with client.pipeline(transaction=True) as pipe:
+                await pipe.watch(keys.instance(tenant.appid))
+                pipe.multi()
+                result = queue_delivery(pipe, settings, appid=tenant.appid, account=tenant.account,
+                                        event_type="InstanceOffline", events=[{"id": "x"}],
+                                        delivery_id=delivery_id, now=time.time())
+                assert result is None
+                assert redis.exists(keys.delivery(delivery_id)) == 0  # nothing sent before EXEC
+                await pipe.execute()
+        finally:
+            await client.aclose()
+
+    asyncio.run(main())
+    job = Job.fetch(delivery_id, connection=redis, serializer=JSONSerializer)
+    assert job.args == [delivery_id] and job.get_status() == "queued"
+    assert job.description == f"InstanceOffline for {tenant.appid}"
+    assert redis.hget(keys.delivery(delivery_id), "state") == b"queued"
+
+
+def test_delivery_ids() -> None:
+    first, second = new_delivery_id(), new_delivery_id()
+    assert first != second
+    assert all(len(i) == 28 and i.startswith("dlv_") and int(i[4:], 16) >= 0 for i in (first, second))
