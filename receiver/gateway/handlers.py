@@ -80,6 +80,7 @@ def _is_started(answer: Answer) -> bool:
 
 # --- the gateway -----------------------------------------------------------------
 
+
 @dataclass(frozen=True)
 class Call:
     """A request that passed the common checks (1 to 9)."""
