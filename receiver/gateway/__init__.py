@@ -17,9 +17,9 @@ Order of checks; the first one that fails answers, with
    empty segment, a dot segment, an encoded ``/`` or ``.`` (``%2f``,
    ``%2e``, any case), or an API path other than ``/svc/api/{module}/{action}``
    is -40004 (400).
-2. API key, from ``Svc-Key``, ``X-Svc-Key`` or ``Authorization: Bearer``:
-   missing, invalid, revoked, or several headers carrying different keys is
-   401 (code 401).
+2. API key, from ``Svc-Key``, ``X-Svc-Key`` or ``Authorization: Bearer``
+   (``receiver.http.presented_key``): missing, invalid, revoked, or several
+   headers carrying different keys is 401 (code 401).
 3. Rate limit (``receiver.ratelimit``): every call that got past 2 counts,
    whatever its outcome, a refused one included; excess is -42900 (429)
    with ``Retry-After``.
