@@ -7,9 +7,13 @@ window lives in Redis.
 
 Each limit is one Redis list per account holding the timestamps of the
 account's latest calls, newest first, trimmed to the limit's amount: the
-same layout as the moving window of ``limits``. One Lua script checks and
-records every limit at once, with the Redis server's clock, so concurrent
-calls on several processes cannot slip past each other.
+same layout as the moving window of ``limits``. One Lua script
+(``svcgw/lua/rate_window.lua``) checks and records every limit at once, so
+concurrent calls on several processes cannot slip past each other.
+
+The time of a call is the Redis server's clock by default, read inside the
+script, so every process shares one clock. A :data:`Clock` may be given
+instead (tests drive time with one); it is read once per call.
 
 What counts: every call made with a valid key, whatever its outcome. That
 includes a call refused here with 429, because the spec says an immediate
@@ -26,6 +30,7 @@ counting it.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, cast
 
@@ -33,44 +38,17 @@ from limits import RateLimitItem, parse_many
 from redis.asyncio import Redis
 
 from svcgw import keys
+from svcgw.scripts import source
 
-__all__ = ["RateLimiter", "Verdict", "window_key"]
+__all__ = ["Clock", "RateLimiter", "Verdict", "window_key"]
+
+Clock = Callable[[], float]
+"""Seconds since the epoch, as ``time.time`` gives them."""
 
 
 def window_key(account_id: str, item: RateLimitItem) -> str:
     """List of call timestamps of one account under one limit, newest first."""
     return keys.rate_window(account_id, f"{item.amount}/{item.get_expiry()}")
-
-
-# KEYS: one list per limit. ARGV: per limit, its amount then its window in ms.
-# Returns {allowed (1/0), milliseconds until the next call passes (0 when allowed)}.
-_MOVING_WINDOW = """
-local now_parts = redis.call('TIME')
-local now = tonumber(now_parts[1]) * 1000 + math.floor(tonumber(now_parts[2]) / 1000)
-local allowed = 1
-local wait = 0
-for i = 1, #KEYS do
-  local amount = tonumber(ARGV[i * 2 - 1])
-  local window = tonumber(ARGV[i * 2])
-  local nth = redis.call('LINDEX', KEYS[i], amount - 1)
-  if nth and tonumber(nth) > now - window then allowed = 0 end
-end
-for i = 1, #KEYS do
-  local amount = tonumber(ARGV[i * 2 - 1])
-  local window = tonumber(ARGV[i * 2])
-  redis.call('LPUSH', KEYS[i], now)
-  redis.call('LTRIM', KEYS[i], 0, amount - 1)
-  redis.call('PEXPIRE', KEYS[i], window)
-  if allowed == 0 then
-    local oldest = redis.call('LINDEX', KEYS[i], amount - 1)
-    if oldest then
-      local left = tonumber(oldest) + window - now
-      if left > wait then wait = left end
-    end
-  end
-end
-return {allowed, wait}
-"""
 
 
 @dataclass(frozen=True)
@@ -85,20 +63,24 @@ class Verdict:
 
 
 class RateLimiter:
-    def __init__(self, redis: Redis, rate: str) -> None:
+    """The limits of ``rate`` (``limits`` notation), per account; ``clock`` None is the Redis server's."""
+
+    def __init__(self, redis: Redis, rate: str, *, clock: Clock | None = None) -> None:
         self.items: list[RateLimitItem] = parse_many(rate)
         if not self.items or any(item.amount < 1 for item in self.items):
             raise ValueError(f"a rate limit needs at least one call per window, got {rate!r}")
-        self._script = redis.register_script(_MOVING_WINDOW)
+        self._script = redis.register_script(source("rate_window"))
+        self._clock = clock
         self._args: list[int] = []
         for item in self.items:
             self._args.extend((item.amount, item.get_expiry() * 1000))
 
     async def hit(self, account_id: str) -> Verdict:
         """Record one call of the account and say whether it may go ahead."""
+        now = "" if self._clock is None else str(math.floor(self._clock() * 1000))
         result = cast(
             list[Any],
-            await self._script(keys=[window_key(account_id, item) for item in self.items], args=self._args),
+            await self._script(keys=[window_key(account_id, item) for item in self.items], args=[now, *self._args]),
         )
         allowed, wait = int(result[0]), int(result[1])
         if allowed:

@@ -20,11 +20,12 @@ from __future__ import annotations
 
 import hashlib
 import json
-import re
 from dataclasses import dataclass
 from typing import Any
 
 import orjson
+
+from svcgw import jsonspan
 
 __all__ = ["EnvelopeError", "Post", "RawEvent", "build_envelope", "parse_post"]
 
@@ -49,12 +50,6 @@ class Post:
     appid: str | None
     event_type: str
     events: tuple[RawEvent, ...]
-
-
-_WS = b" \t\r\n"
-_STRING = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"', re.DOTALL)
-_STRUCTURE = re.compile(rb'[\[\]{}"]')
-_SCALAR_END = re.compile(rb"[,}\]\s]")
 
 
 def _reject_constant(name: str) -> Any:
@@ -95,9 +90,10 @@ def parse_post(body: bytes, *, max_bytes: int, max_events: int | None = None) ->
     if appid is not None and not isinstance(appid, str):
         raise EnvelopeError("appid must be a string", status=422)
 
-    members = _object_members(body, _skip_ws(body, 0))
-    start, end = members[b"events"]
-    raws = _array_items(body, start, end)
+    # The parsed document said what is there; the spans say where its bytes are.
+    span = _last(jsonspan.members(body, jsonspan.skip_ws(body, 0)), "events")
+    assert span is not None
+    raws = jsonspan.items(body, *span)
     parsed = tuple(_raw_event(event_type, raw) for raw in raws)
     return Post(appid=appid, event_type=event_type, events=parsed)
 
@@ -116,9 +112,16 @@ def build_envelope(appid: str, event_type: str, raw_events: list[bytes] | tuple[
     )
 
 
+def _last(members: list[jsonspan.Member], name: str) -> tuple[int, int] | None:
+    """The span of the member called ``name`` that parsing keeps: the last one."""
+    for member in reversed(members):
+        if member.name == name:
+            return member.start, member.end
+    return None
+
+
 def _raw_event(event_type: str, raw: bytes) -> RawEvent:
-    members = _object_members(raw, 0)
-    span = members.get(b"id")
+    span = _last(jsonspan.members(raw, 0), "id")
     if span is not None:
         text = raw[span[0] : span[1]]
         if text[:1] == b'"':
@@ -129,77 +132,3 @@ def _raw_event(event_type: str, raw: bytes) -> RawEvent:
             return RawEvent(raw, "id:" + hashlib.sha256(text).hexdigest()[:40], True)
     fingerprint = hashlib.sha256(event_type.encode() + b"\x00" + raw).hexdigest()[:40]
     return RawEvent(raw, "h:" + fingerprint, False)
-
-
-# --- a scanner over JSON that orjson has already validated ------------------
-def _skip_ws(data: bytes, i: int) -> int:
-    n = len(data)
-    while i < n and data[i] in _WS:
-        i += 1
-    return i
-
-
-def _skip_value(data: bytes, i: int) -> int:
-    """Index just past the JSON value starting at ``i``."""
-    first = data[i : i + 1]
-    if first == b'"':
-        match = _STRING.match(data, i)
-        assert match is not None
-        return match.end()
-    if first in (b"{", b"["):
-        depth = 0
-        pos = i
-        while True:
-            match = _STRUCTURE.search(data, pos)
-            assert match is not None
-            char = match.group()
-            if char == b'"':
-                string = _STRING.match(data, match.start())
-                assert string is not None
-                pos = string.end()
-                continue
-            pos = match.end()
-            if char in (b"{", b"["):
-                depth += 1
-            else:
-                depth -= 1
-                if depth == 0:
-                    return pos
-    match = _SCALAR_END.search(data, i)
-    return match.start() if match else len(data)
-
-
-def _object_members(data: bytes, i: int) -> dict[bytes, tuple[int, int]]:
-    """Raw value spans of an object's members, by decoded key (last one wins, as in parsing)."""
-    assert data[i : i + 1] == b"{"
-    members: dict[bytes, tuple[int, int]] = {}
-    i = _skip_ws(data, i + 1)
-    if data[i : i + 1] == b"}":
-        return members
-    while True:
-        key_end = _skip_value(data, i)
-        key_text = data[i:key_end]
-        key = orjson.loads(key_text).encode() if b"\\" in key_text else key_text[1:-1]
-        i = _skip_ws(data, key_end)
-        i = _skip_ws(data, i + 1)  # past ':'
-        end = _skip_value(data, i)
-        members[key] = (i, end)
-        i = _skip_ws(data, end)
-        if data[i : i + 1] == b"}":
-            return members
-        i = _skip_ws(data, i + 1)  # past ','
-
-
-def _array_items(data: bytes, start: int, end: int) -> list[bytes]:
-    items: list[bytes] = []
-    i = _skip_ws(data, start + 1)
-    if data[i : i + 1] == b"]":
-        return items
-    while i < end:
-        item_end = _skip_value(data, i)
-        items.append(data[i:item_end])
-        i = _skip_ws(data, item_end)
-        if data[i : i + 1] == b"]":
-            break
-        i = _skip_ws(data, i + 1)
-    return items

@@ -1,10 +1,22 @@
-"""Errors the gateway answers itself.
+"""The error table: every ``{code, message, data: null}`` answer of the service.
 
 Every one is ``{"code": ..., "message": ..., "data": null}`` with the HTTP
 status the spec pairs with the code, so a client may check either. An
 :class:`ErrorKind` names one row of that table; :class:`GatewayError`
 carries a kind, a message for this occurrence and any extra headers
 (``Retry-After``), and turns itself into the response.
+
+Two parts, one per audience:
+
+* the gateway API (:data:`ALL_KINDS`, the codes ``receiver.openapi``
+  documents): the rows below down to :data:`UNAVAILABLE`;
+* the receiver, where the capability layer posts events: its code is the
+  negated HTTP status (``-400``, ``-404``, ``-413``, ``-422``), except a
+  storage failure, ``-50002`` with 503 so the sender posts again
+  (:data:`RECEIVER_KINDS`; :func:`receiver_kind` maps a status to its row).
+
+An address that breaks the address rules (``svcgw.addresses.AddressError``)
+maps to its row with :func:`address_kind`.
 
 The hierarchy is flat on purpose: one exception class, and the kind says
 which branch it is. ``kind.status`` groups them the way HTTP does:
@@ -27,6 +39,8 @@ from dataclasses import dataclass
 import orjson
 from starlette.responses import Response
 
+from svcgw.addresses import AddressError
+
 __all__ = [
     "ALL_KINDS",
     "AMBIGUOUS_PATH",
@@ -43,12 +57,20 @@ __all__ = [
     "OPERATION_DENIED",
     "QUOTA_FULL",
     "RATE_LIMITED",
+    "RECEIVER_BAD_BODY",
+    "RECEIVER_KINDS",
+    "RECEIVER_NOT_ENVELOPE",
+    "RECEIVER_NOT_FOUND",
+    "RECEIVER_TOO_LARGE",
+    "RECEIVER_UNAVAILABLE",
     "REGISTRATION_FAILED",
     "UNAUTHORIZED",
     "UNAVAILABLE",
     "ErrorKind",
     "GatewayError",
+    "address_kind",
     "error_body",
+    "receiver_kind",
 ]
 
 
@@ -57,6 +79,15 @@ class ErrorKind:
     code: int
     status: int
     message: str
+
+    def response(self, message: str | None = None, *, headers: Mapping[str, str] | None = None) -> Response:
+        """This answer, with ``message`` for this occurrence (the row's own message if None)."""
+        return Response(
+            error_body(self.code, message or self.message),
+            status_code=self.status,
+            headers=dict(headers or {}),
+            media_type="application/json",
+        )
 
 
 UNAUTHORIZED = ErrorKind(401, 401, "API key missing, invalid or revoked")
@@ -101,6 +132,35 @@ ALL_KINDS: tuple[ErrorKind, ...] = (
     UNAVAILABLE,
 )
 
+# The receiver's answers; most carry a message of their own (the reason a post is refused).
+RECEIVER_BAD_BODY = ErrorKind(-400, 400, "the body is not a JSON object")
+RECEIVER_NOT_FOUND = ErrorKind(-404, 404, "no such receiver")
+RECEIVER_TOO_LARGE = ErrorKind(-413, 413, "the body is too large")
+RECEIVER_NOT_ENVELOPE = ErrorKind(-422, 422, "the body is not an envelope")
+RECEIVER_UNAVAILABLE = ErrorKind(-50002, 503, "storage temporarily unavailable, retry later")
+
+RECEIVER_KINDS: tuple[ErrorKind, ...] = (
+    RECEIVER_BAD_BODY,
+    RECEIVER_NOT_FOUND,
+    RECEIVER_TOO_LARGE,
+    RECEIVER_NOT_ENVELOPE,
+    RECEIVER_UNAVAILABLE,
+)
+
+_RECEIVER_BY_STATUS = {kind.status: kind for kind in RECEIVER_KINDS if kind.code == -kind.status}
+
+_ADDRESS_KINDS = {kind.code: kind for kind in (CALLBACK_URL_INVALID, CALLBACK_URL_OWN, CALLBACK_URL_UNUSABLE)}
+
+
+def receiver_kind(status: int) -> ErrorKind:
+    """The receiver's row for a refused post with this HTTP status (code ``-status``)."""
+    return _RECEIVER_BY_STATUS.get(status) or ErrorKind(-status, status, "bad request")
+
+
+def address_kind(error: AddressError) -> ErrorKind:
+    """The row of an address that breaks the address rules (-40011 for a code it does not know)."""
+    return _ADDRESS_KINDS.get(error.code, CALLBACK_URL_INVALID)
+
 
 def error_body(code: int, message: str) -> bytes:
     return orjson.dumps({"code": code, "message": message, "data": None})
@@ -126,12 +186,7 @@ class GatewayError(Exception):
         return self.kind.status
 
     def response(self) -> Response:
-        return Response(
-            error_body(self.kind.code, self.message),
-            status_code=self.kind.status,
-            headers=self.headers,
-            media_type="application/json",
-        )
+        return self.kind.response(self.message, headers=self.headers)
 
     def __repr__(self) -> str:
         return f"GatewayError({self.kind.code}, {self.message!r})"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import socket
 import subprocess
@@ -196,3 +197,67 @@ def start_sim(state_dir: str) -> tuple[Process, str]:
     base = f"http://127.0.0.1:{port}"
     wait_answering(process, base + "/_sim/instances", "the simulator")
     return process, base
+
+
+class LogCapture(logging.Handler):
+    """Every log record of the test process while installed, formatted with its traceback."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.DEBUG)
+        self.setFormatter(logging.Formatter("%(levelname)s %(name)s: %(message)s"))
+        self.lines: list[str] = []
+        self._guard = threading.Lock()
+
+    def emit(self, record: logging.LogRecord) -> None:
+        text = self.format(record)
+        with self._guard:
+            self.lines.append(text)
+
+    def output(self) -> str:
+        with self._guard:
+            return "\n".join(self.lines)
+
+
+class ThreadedServer:
+    """An ASGI app served by uvicorn on loopback, in a thread of the test process.
+
+    The app runs in-process (its own event loop in the thread), yet is
+    reached over real HTTP: raw request targets stay as written, and other
+    servers (the simulator posting events) can call it back. ``output()``
+    is what the process logged meanwhile, tracebacks included.
+    """
+
+    def __init__(self, app: Any, port: int | None = None) -> None:
+        import uvicorn
+
+        self.port = port or free_port()
+        config = uvicorn.Config(
+            app, host="127.0.0.1", port=self.port, log_config=None, access_log=False, lifespan="on"
+        )
+        self.server = uvicorn.Server(config)
+        self.thread = threading.Thread(target=self.server.run, name=f"asgi-{self.port}", daemon=True)
+        self.logs = LogCapture()
+
+    @property
+    def base(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def start(self) -> ThreadedServer:
+        logging.getLogger().addHandler(self.logs)
+        self.thread.start()
+
+        def started() -> bool:
+            if not self.thread.is_alive():
+                raise AssertionError(f"the server on port {self.port} exited:\n{self.logs.output()}")
+            return bool(self.server.started)
+
+        wait_for(started, timeout=20, interval=0.01, what=f"the server on port {self.port}")
+        return self
+
+    def output(self) -> str:
+        return self.logs.output()
+
+    def stop(self, timeout: float = 20.0) -> None:
+        self.server.should_exit = True
+        self.thread.join(timeout)
+        logging.getLogger().removeHandler(self.logs)

@@ -3,7 +3,9 @@
 Every answer is ``{code, message, data}`` (``code`` 0 on success; errors in
 ``receiver.console.web``). Requests are made by the signed-in account: a
 session cookie (changes then need the ``X-CSRF-Token`` header) or the API
-key itself in ``Svc-Key`` / ``Authorization: Bearer``.
+key itself in ``Svc-Key`` / ``X-Svc-Key`` / ``Authorization: Bearer``, with
+the gateway's meaning (``receiver.http.presented_key``: different keys in
+several headers are 401).
 """
 
 from __future__ import annotations

@@ -16,7 +16,9 @@ time. The sign-in form, used before any session exists, is protected the
 same way by a short-lived signed cookie of its own (double submit); the
 JSON sign-in accepts only ``application/json``, which a cross-site form
 cannot send. Requests to the JSON API may instead carry the API key itself
-(``Svc-Key`` or ``Authorization: Bearer``): such a request has no ambient
+(``Svc-Key``, ``X-Svc-Key`` or ``Authorization: Bearer``, read as the
+gateway reads them: ``receiver.http.presented_key``; headers carrying
+different keys are refused with 401): such a request has no ambient
 credential to abuse, so it needs no CSRF token.
 
 The signing key is derived from the first encryption key

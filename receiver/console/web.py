@@ -24,6 +24,7 @@ import orjson
 from starlette.requests import Request
 from starlette.responses import Response
 
+from ..http import BodyTooLarge, ConflictingKeys, presented_key, read_body
 from .session import CSRF_HEADER, Session, Sessions
 
 if TYPE_CHECKING:
@@ -81,18 +82,6 @@ def json_error(status: int, code: int, message: str, headers: dict[str, str] | N
     )
 
 
-def presented_key(request: Request) -> str | None:
-    for name in ("svc-key", "x-svc-key"):
-        value = request.headers.get(name)
-        if value:
-            return value.strip()
-    authorization = request.headers.get("authorization", "")
-    scheme, _, value = authorization.partition(" ")
-    if scheme.lower() == "bearer" and value.strip():
-        return value.strip()
-    return None
-
-
 class Context:
     """What every console handler needs: the service, the sessions, the settings."""
 
@@ -103,7 +92,10 @@ class Context:
 
     async def api_session(self, request: Request, *, change: bool) -> Session:
         """The caller of a JSON API request; a change also needs the CSRF header (cookie sessions only)."""
-        key = presented_key(request)
+        try:
+            key = presented_key(request)
+        except ConflictingKeys:
+            raise ConsoleHTTPError(NOT_SIGNED_IN) from None
         session = await self.sessions.from_key(key) if key else await self.sessions.from_cookie(request)
         if session is None:
             raise ConsoleHTTPError(NOT_SIGNED_IN)
@@ -116,11 +108,10 @@ async def json_body(request: Request) -> dict[str, Any]:
     content_type = request.headers.get("content-type", "").split(";")[0].strip().lower()
     if content_type != "application/json":
         raise ConsoleHTTPError(UNSUPPORTED_MEDIA)
-    raw = b""
-    async for chunk in request.stream():
-        raw += chunk
-        if len(raw) > MAX_JSON_BYTES:
-            raise ConsoleHTTPError(BAD_REQUEST, f"the body is larger than {MAX_JSON_BYTES} bytes")
+    try:
+        raw = await read_body(request, MAX_JSON_BYTES, check_declared=False)
+    except BodyTooLarge as exc:
+        raise ConsoleHTTPError(BAD_REQUEST, str(exc)) from None
     try:
         document = orjson.loads(raw) if raw.strip() else {}
     except orjson.JSONDecodeError:

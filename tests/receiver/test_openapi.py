@@ -12,8 +12,8 @@ import pytest
 
 from receiver.openapi import PATHS, document
 from svcgw import errors
-from tests.receiver.test_gateway import Stack, start_stack
-from tests.receiver.test_gateway import sim as sim  # the simulator fixture, shared with this module
+from tests.receiver.gateway.stack import Stack, start_stack
+from tests.receiver.gateway.stack import sim as sim  # the simulator fixture, shared with this module
 
 CHECKS = ",".join(
     [
@@ -33,8 +33,7 @@ def fuzzed(env: dict[str, str], sim: str) -> Iterator[Stack]:
     # Schemathesis makes a few hundred calls; the rate limit is not what is under test here.
     stack = start_stack(env, sim, SVCGW_RATE_LIMIT="100000/minute")
     yield stack
-    stack.client.close()
-    stack.process.stop()
+    stack.stop()
 
 
 def test_document_describes_every_route_and_error_code(fuzzed: Stack) -> None:

@@ -1,0 +1,116 @@
+"""HTTP helpers shared by the receiver's endpoints: the body, the API key, JSON answers.
+
+* :func:`read_body` reads a request body with a size limit, refusing before
+  it holds more than the limit in memory.
+* :func:`presented_key` is the one meaning of "the API key of a request",
+  for the gateway API and the console's JSON API alike.
+* :func:`json_answer` is the ``{code, message, data}`` shape of a success
+  (errors come from the table in ``svcgw.errors``).
+
+Errors (plain exceptions; each endpoint turns them into its own answer)::
+
+    BodyError
+    ├── BodyTooLarge      the declared or the received size is over the limit
+    └── BadContentLength  ``Content-Length`` is not a number (strict readers only)
+    ConflictingKeys       the key headers carry different keys
+"""
+
+from __future__ import annotations
+
+import orjson
+from starlette.requests import Request
+from starlette.responses import Response
+
+__all__ = [
+    "KEY_HEADERS",
+    "BadContentLength",
+    "BodyError",
+    "BodyTooLarge",
+    "ConflictingKeys",
+    "json_answer",
+    "presented_key",
+    "read_body",
+]
+
+KEY_HEADERS = ("svc-key", "x-svc-key")
+
+
+class BodyError(Exception):
+    """A request body that is refused before it is read in full."""
+
+
+class BodyTooLarge(BodyError):
+    def __init__(self, limit: int) -> None:
+        super().__init__(f"the body is larger than {limit} bytes")
+        self.limit = limit
+
+
+class BadContentLength(BodyError):
+    def __init__(self) -> None:
+        super().__init__("invalid Content-Length")
+
+
+async def read_body(request: Request, limit: int, *, check_declared: bool = True, strict: bool = False) -> bytes:
+    """The body, refusing (:class:`BodyTooLarge`) before reading more than ``limit`` bytes.
+
+    With ``check_declared``, a ``Content-Length`` over the limit is refused
+    before anything is read. A ``Content-Length`` that is not a number is
+    :class:`BadContentLength` when ``strict``; otherwise it is ignored (the
+    HTTP server has its own opinion of it) and the received size decides.
+    """
+    declared = request.headers.get("content-length") if check_declared else None
+    if declared is not None:
+        if strict:
+            try:
+                size = int(declared)
+            except ValueError:
+                raise BadContentLength() from None
+            if size > limit:
+                raise BodyTooLarge(limit)
+        elif declared.isdigit() and int(declared) > limit:
+            raise BodyTooLarge(limit)
+    chunks: list[bytes] = []
+    size = 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > limit:
+            raise BodyTooLarge(limit)
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+class ConflictingKeys(Exception):
+    """The request carries several different API keys (a blank one counts as one of them)."""
+
+
+def presented_key(request: Request) -> str | None:
+    """The one API key the request carries; None when there is none, or only a blank one.
+
+    A key may come in ``Svc-Key``, ``X-Svc-Key`` or ``Authorization: Bearer``,
+    each possibly repeated. Headers carrying different keys raise
+    :class:`ConflictingKeys`: a request must not be judged by whichever
+    header a proxy happened to put first.
+    """
+    found: set[str] = set()
+    for header in KEY_HEADERS:
+        for value in request.headers.getlist(header):
+            found.add(value.strip())
+    for value in request.headers.getlist("authorization"):
+        scheme, _, credentials = value.strip().partition(" ")
+        if scheme.lower() == "bearer":
+            found.add(credentials.strip())
+    if len(found) > 1:
+        raise ConflictingKeys()
+    if not found:
+        return None
+    key = found.pop()
+    return key or None
+
+
+def json_answer(code: int, message: str, data: object = None, *, status: int = 200) -> Response:
+    """``{code, message, data}`` as ``application/json``."""
+    return Response(
+        orjson.dumps({"code": code, "message": message, "data": data}),
+        status_code=status,
+        media_type="application/json",
+    )

@@ -1,0 +1,151 @@
+"""The shared HTTP helpers: the body reader, the API key, JSON answers; and their users in-process."""
+
+from __future__ import annotations
+
+import asyncio
+import warnings
+from collections.abc import Iterator
+
+import orjson
+import pytest
+from starlette.exceptions import StarletteDeprecationWarning
+from starlette.requests import Request
+
+from receiver.app import create_app
+from receiver.http import (
+    BadContentLength,
+    BodyTooLarge,
+    ConflictingKeys,
+    json_answer,
+    presented_key,
+    read_body,
+)
+from svcgw.settings import Settings
+from tests.receiver.console.conftest import make_developer
+
+with warnings.catch_warnings():
+    # The pinned dependencies carry httpx, which starlette's test client still supports but flags.
+    warnings.simplefilter("ignore", StarletteDeprecationWarning)
+    from starlette.testclient import TestClient
+
+
+def _request(headers: list[tuple[str, str]], chunks: list[bytes] | None = None) -> Request:
+    pending = [{"type": "http.request", "body": chunk, "more_body": True} for chunk in chunks or []]
+    pending.append({"type": "http.request", "body": b"", "more_body": False})
+
+    async def receive() -> dict[str, object]:
+        return pending.pop(0)
+
+    scope = {
+        "type": "http",
+        "method": "POST",
+        "path": "/",
+        "headers": [(name.lower().encode(), value.encode()) for name, value in headers],
+    }
+    return Request(scope, receive)  # type: ignore[arg-type]
+
+
+def _read(headers: list[tuple[str, str]], chunks: list[bytes], limit: int, **options: bool) -> bytes:
+    return asyncio.run(read_body(_request(headers, chunks), limit, **options))
+
+
+# --- the body ---------------------------------------------------------------------------
+
+
+def test_body_within_the_limit_is_read_whole() -> None:
+    assert _read([("content-length", "6")], [b"abc", b"def"], 6) == b"abcdef"
+
+
+def test_received_size_over_the_limit_is_refused() -> None:
+    with pytest.raises(BodyTooLarge, match="the body is larger than 5 bytes"):
+        _read([], [b"abc", b"def"], 5)
+
+
+def test_declared_size_over_the_limit_is_refused_before_reading() -> None:
+    with pytest.raises(BodyTooLarge):
+        _read([("content-length", "99")], [], 5)
+    # Only the received size counts when the declared one is not to be checked.
+    assert _read([("content-length", "99")], [b"abc"], 5, check_declared=False) == b"abc"
+
+
+def test_a_content_length_that_is_not_a_number() -> None:
+    with pytest.raises(BadContentLength, match="invalid Content-Length"):
+        _read([("content-length", "ten")], [b"abc"], 5, strict=True)
+    assert _read([("content-length", "ten")], [b"abc"], 5) == b"abc"
+
+
+# --- the API key ------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("headers", "key"),
+    [
+        ([("Svc-Key", " sk_a ")], "sk_a"),
+        ([("X-Svc-Key", "sk_a")], "sk_a"),
+        ([("Authorization", "Bearer sk_a")], "sk_a"),
+        ([("Authorization", "bearer  sk_a ")], "sk_a"),
+        ([("Svc-Key", "sk_a"), ("X-Svc-Key", "sk_a"), ("Authorization", "Bearer sk_a")], "sk_a"),
+        ([("Svc-Key", "sk_a"), ("Svc-Key", "sk_a")], "sk_a"),
+        ([], None),
+        ([("Svc-Key", " ")], None),
+        ([("Authorization", "Basic abc")], None),
+    ],
+)
+def test_presented_key(headers: list[tuple[str, str]], key: str | None) -> None:
+    assert presented_key(_request(headers)) == key
+
+
+@pytest.mark.parametrize(
+    "headers",
+    [
+        [("Svc-Key", "sk_a"), ("X-Svc-Key", "sk_b")],
+        [("Svc-Key", "sk_a"), ("Authorization", "Bearer sk_b")],
+        [("Svc-Key", "sk_a"), ("Svc-Key", "sk_b")],
+        [("Svc-Key", ""), ("Authorization", "Bearer sk_b")],
+    ],
+)
+def test_different_keys_conflict(headers: list[tuple[str, str]]) -> None:
+    with pytest.raises(ConflictingKeys):
+        presented_key(_request(headers))
+
+
+def test_json_answer() -> None:
+    answer = json_answer(0, "ok", {"n": 1}, status=201)
+    assert answer.status_code == 201 and answer.media_type == "application/json"
+    assert orjson.loads(answer.body) == {"code": 0, "message": "ok", "data": {"n": 1}}
+
+
+# --- their users, in-process ------------------------------------------------------------
+
+
+@pytest.fixture
+def client(settings: Settings) -> Iterator[TestClient]:
+    with TestClient(create_app(settings), base_url="http://127.0.0.1") as http:
+        yield http
+
+
+def test_console_and_gateway_refuse_conflicting_keys_alike(client: TestClient, settings: Settings) -> None:
+    developer = make_developer(settings)
+    other = make_developer(settings)
+    one = {"Svc-Key": developer.key}
+    assert client.get("/console/api/instances", headers=one).status_code == 200
+    both = [("Svc-Key", developer.key), ("Authorization", f"Bearer {other.key}")]
+    console = client.get("/console/api/instances", headers=both)
+    assert console.status_code == 401 and console.json()["code"] == 401
+    gateway = client.post("/svc/api/long/check", json={"appid": developer.appids[0]}, headers=both)
+    assert gateway.status_code == 401 and gateway.json()["code"] == 401
+
+
+def test_receiver_answers_come_from_the_error_table(client: TestClient, settings: Settings) -> None:
+    developer = make_developer(settings)
+    url = developer.receiver_url("")
+    unknown = client.post(url + "x", content=b'{"event_type":"Msg","events":[]}')
+    assert (unknown.status_code, unknown.json()) == (404, {"code": -404, "message": "no such receiver", "data": None})
+    too_large = client.post(url, content=b" " * (settings.max_body_bytes + 1))
+    assert too_large.status_code == 413
+    assert too_large.json()["code"] == -413
+    assert too_large.json()["message"] == f"the body is larger than {settings.max_body_bytes} bytes"
+    bad = client.post(url, content=b'{"event_type":"Msg","events":[1]}')
+    assert bad.status_code == 422 and bad.json()["code"] == -422
+    accepted = client.post(url, content=b'{"event_type":"Msg","events":[{"id":"a"}]}')
+    assert accepted.json() == {"code": 0, "message": "ok", "data": {"accepted": 1, "duplicates": 0}}
