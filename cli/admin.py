@@ -32,10 +32,9 @@ from rich.table import Table
 from rich.text import Text
 
 from svcgw import keys
-from svcgw.addresses import AddressError, check_callback_url
+from svcgw.addresses import AddressError, check_for_service
 from svcgw.calllog import parse_since, read_log
 from svcgw.connections import async_client, sync_client
-from svcgw.receivers import receiver_prefix
 from svcgw.settings import Settings, SettingsError
 from svcgw.store import CallbackConfig, Scope, Store
 from svcgw.store import NotFound as StoreNotFound
@@ -416,13 +415,7 @@ def callback_set(
     scope = _scope(account, appid)
     if bearer_token is not None and no_bearer:
         raise click.UsageError("--bearer-token and --no-bearer exclude each other")
-    settings = admin.settings
-    checked = check_callback_url(
-        url,
-        own_origins=[settings.public_origin],
-        own_prefixes=[receiver_prefix(settings)],
-        allow=settings.allow_private_destinations,
-    )
+    checked = check_for_service(url, admin.settings)
     config = admin.store(
         lambda store: store.set_callback(scope, checked.url, bearer_token=bearer_token, no_bearer=no_bearer),
         sealing=bool(bearer_token),

@@ -22,7 +22,7 @@ from starlette.routing import BaseRoute, Mount, Route
 
 from svcgw.connections import async_client
 from svcgw.ingest import Ingest
-from svcgw.outbound import CallbackSender, Sender
+from svcgw.outbound import Sender, sender_for
 from svcgw.receivers import RECEIVER_PREFIX
 from svcgw.settings import Settings
 from svcgw.store import Store
@@ -60,11 +60,7 @@ class Services:
         was made on; the lifespan closes it.
         """
         if self.callback_sender is None:
-            self.callback_sender = CallbackSender(
-                allow=self.settings.allow_private_destinations,
-                timeout=self.settings.delivery_timeout,
-                limit=CALLBACK_TEST_CONNECTIONS,
-            )
+            self.callback_sender = sender_for(self.settings, limit=CALLBACK_TEST_CONNECTIONS)
         return self.callback_sender
 
 

@@ -52,7 +52,9 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from urllib.parse import unquote, urlsplit
 
-from svcgw.settings import DEFAULT_DESTINATION_PORTS, Network, PortRanges
+from svcgw.settings import DEFAULT_DESTINATION_PORTS, Network, PortRanges, Settings
+
+from .receivers import receiver_prefix
 
 __all__ = [
     "INVALID_URL",
@@ -65,6 +67,7 @@ __all__ = [
     "Network",
     "Resolver",
     "check_callback_url",
+    "check_for_service",
     "filter_addresses",
     "forbidden_reason",
     "port_allowed",
@@ -501,4 +504,16 @@ def check_callback_url(
         host=host,
         port=port,
         addresses=tuple(str(ip) for ip in found),
+    )
+
+
+def check_for_service(url: object, settings: Settings, *, resolve: Resolver | None = None) -> CallbackUrl:
+    """:func:`check_callback_url` with this service's own address, receiver URLs, allow-list and ports."""
+    return check_callback_url(
+        url,
+        own_origins=[settings.public_origin],
+        own_prefixes=[receiver_prefix(settings)],
+        allow=settings.allow_private_destinations,
+        resolve=resolve,
+        ports=settings.destination_ports,
     )

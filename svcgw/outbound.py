@@ -35,6 +35,7 @@ Nothing above the sender sees an aiohttp or socket exception.
 from __future__ import annotations
 
 import asyncio
+import functools
 import ipaddress
 import socket
 import ssl
@@ -45,7 +46,16 @@ from typing import Protocol
 import aiohttp
 from aiohttp.abc import AbstractResolver, ResolveResult
 
-from svcgw.addresses import UNUSABLE_ADDRESS, AddressError, Network, Resolver, filter_addresses, forbidden_reason
+from .addresses import (
+    UNUSABLE_ADDRESS,
+    AddressError,
+    Network,
+    Resolver,
+    filter_addresses,
+    forbidden_reason,
+    port_allowed,
+)
+from .settings import DEFAULT_DESTINATION_PORTS, PortRanges, Settings
 
 __all__ = [
     "RESPONSE_SNIPPET_BYTES",
@@ -58,6 +68,7 @@ __all__ = [
     "Sender",
     "TimedOut",
     "guarded_connector",
+    "sender_for",
 ]
 
 RESPONSE_SNIPPET_BYTES = 2048
@@ -136,19 +147,22 @@ class GuardedResolver(AbstractResolver):
     in the loop's default executor.
     """
 
-    def __init__(self, allow: Sequence[Network] = (), resolve: Resolver | None = None) -> None:
+    def __init__(
+        self,
+        allow: Sequence[Network] = (),
+        resolve: Resolver | None = None,
+        ports: PortRanges = DEFAULT_DESTINATION_PORTS,
+    ) -> None:
         self._allow = tuple(allow)
         self._resolve = resolve
+        self._ports = ports
 
     async def resolve(
         self, host: str, port: int = 0, family: socket.AddressFamily = socket.AF_INET
     ) -> list[ResolveResult]:
         try:
-            if _is_literal(host):
-                kept = filter_addresses(host, port, self._allow, self._resolve)
-            else:
-                loop = asyncio.get_running_loop()
-                kept = await loop.run_in_executor(None, filter_addresses, host, port, self._allow, self._resolve)
+            check = functools.partial(filter_addresses, host, port, self._allow, self._resolve, self._ports)
+            kept = check() if _is_literal(host) else await asyncio.get_running_loop().run_in_executor(None, check)
         except AddressError as exc:
             raise DestinationRefused(exc) from exc
         return [
@@ -167,13 +181,18 @@ class GuardedResolver(AbstractResolver):
         return None
 
 
-def guarded_socket(allow: Sequence[Network]) -> aiohttp.connector.SocketFactoryType:
-    """A socket factory that refuses to make a socket for a forbidden address."""
+def guarded_socket(
+    allow: Sequence[Network], ports: PortRanges = DEFAULT_DESTINATION_PORTS
+) -> aiohttp.connector.SocketFactoryType:
+    """A socket factory that refuses to make a socket for a forbidden address or port."""
     allowed = tuple(allow)
 
     def factory(addr_info: tuple[int, int, int, str, tuple[object, ...]]) -> socket.socket:
         family, type_, proto, _canonname, sockaddr = addr_info
         text = str(sockaddr[0])
+        port = sockaddr[1]
+        if not isinstance(port, int) or not port_allowed(port, ports):
+            raise _ForbiddenAddress(f"port {port} is not an allowed destination port")
         try:
             reason = forbidden_reason(ipaddress.ip_address(text), allowed)
         except ValueError:
@@ -191,11 +210,12 @@ def guarded_connector(
     resolve: Resolver | None = None,
     verify: ssl.SSLContext | bool = True,
     limit: int = 0,
+    ports: PortRanges = DEFAULT_DESTINATION_PORTS,
 ) -> aiohttp.TCPConnector:
-    """A connector that dials only addresses the rules allow (``limit`` 0: no pool limit)."""
+    """A connector that dials only addresses and ports the rules allow (``limit`` 0: no pool limit)."""
     return aiohttp.TCPConnector(
-        resolver=GuardedResolver(allow, resolve),
-        socket_factory=guarded_socket(allow),
+        resolver=GuardedResolver(allow, resolve, ports),
+        socket_factory=guarded_socket(allow, ports),
         ssl=verify,
         limit=limit,
         limit_per_host=0,
@@ -205,6 +225,16 @@ def guarded_connector(
 
 
 # --- the client -------------------------------------------------------------------
+def sender_for(settings: Settings, *, limit: int = 0) -> CallbackSender:
+    """The service's callback client: its allow-list, ports and delivery timeout."""
+    return CallbackSender(
+        allow=settings.allow_private_destinations,
+        timeout=settings.delivery_timeout,
+        limit=limit,
+        ports=settings.destination_ports,
+    )
+
+
 class CallbackSender:
     """POSTs callbacks through a :func:`guarded_connector`. Create it inside the running loop."""
 
@@ -216,12 +246,13 @@ class CallbackSender:
         resolve: Resolver | None = None,
         verify: ssl.SSLContext | bool = True,
         limit: int = 0,
+        ports: PortRanges = DEFAULT_DESTINATION_PORTS,
     ) -> None:
         if timeout <= 0:
             raise ValueError("timeout must be positive")
         self._timeout = timeout
         self._session = aiohttp.ClientSession(
-            connector=guarded_connector(allow=allow, resolve=resolve, verify=verify, limit=limit),
+            connector=guarded_connector(allow=allow, resolve=resolve, verify=verify, limit=limit, ports=ports),
             timeout=aiohttp.ClientTimeout(total=timeout),
             auto_decompress=False,
             trust_env=False,

@@ -76,6 +76,8 @@ def env(redis_url: str, tmp_path: Path) -> dict[str, str]:
         SVCGW_RETRY_SCHEDULE="0.2,0.2,0.2,0.2,0.2,0.2",
         SVCGW_DELIVERY_TIMEOUT="2",
         SVCGW_ALLOW_PRIVATE_DESTINATIONS="127.0.0.0/8,::1/128",
+        # Tests point callbacks at ports where nothing listens (1, 9); the default allows 80, 443 and 1024+.
+        SVCGW_DESTINATION_PORTS="1-65535",
         SVCGW_ENCRYPTION_KEYS=Fernet.generate_key().decode(),
         SVCGW_LEASE_SECONDS="3",
         PYTHONUNBUFFERED="1",

@@ -53,7 +53,7 @@ from redis.exceptions import RedisError
 from svcgw.connections import async_client
 from svcgw.deliveries import exc_info_field
 from svcgw.metrics import AttemptRecorder
-from svcgw.outbound import CallbackSender, Sender
+from svcgw.outbound import Sender, sender_for
 from svcgw.settings import Settings
 from svcgw.vault import TokenVault
 
@@ -223,7 +223,7 @@ class Engine:
     def _sender(self) -> Sender:
         if self._given_client is not None:
             return self._given_client
-        return CallbackSender(allow=self.settings.allow_private_destinations, timeout=self.settings.delivery_timeout)
+        return sender_for(self.settings)
 
     # --- main loop -----------------------------------------------------------------
     async def _main(self, stop: threading.Event, burst: bool) -> None:

@@ -26,11 +26,10 @@ import anyio.to_thread
 from redis import Redis as SyncRedis
 
 from svcgw import deadletters, keys, liveness
-from svcgw.addresses import check_callback_url
+from svcgw.addresses import check_for_service
 from svcgw.callbacktest import CallbackTestResult, send_test
 from svcgw.calllog import LogEntry, read_log
 from svcgw.connections import sync_client
-from svcgw.receivers import receiver_prefix
 from svcgw.store import CallbackConfig, Scope, normalise_operation
 from svcgw.store import NotFound as StoreNotFound
 from svcgw.vault import VaultError
@@ -79,8 +78,6 @@ class ConsoleService:
         self.vault = services.vault
         self._callbacks = services.callbacks
         self._sync: SyncRedis | None = None
-        self._own_origins = [self.settings.public_origin]
-        self._own_prefixes = [receiver_prefix(self.settings)]
 
     # The callback log and dead-letter readers are synchronous; they run in threads.
     @property
@@ -169,15 +166,7 @@ class ConsoleService:
         if not url:
             config = await self.store.clear_callback(scope)
             return SaveResult(_callback_dict(scope, config), None)
-        checked = await anyio.to_thread.run_sync(
-            functools.partial(
-                check_callback_url,
-                url,
-                own_origins=self._own_origins,
-                own_prefixes=self._own_prefixes,
-                allow=self.settings.allow_private_destinations,
-            )
-        )
+        checked = await anyio.to_thread.run_sync(check_for_service, url, self.settings)
         token = bearer_token if bearer is not False else ""
         config = await self.store.set_callback(
             scope, checked.url, bearer_token=token or None, no_bearer=bearer is False

@@ -24,10 +24,10 @@ from starlette.responses import Response
 from starlette.routing import BaseRoute, Route
 
 from svcgw import errors, liveness
-from svcgw.addresses import AddressError, check_callback_url
+from svcgw.addresses import AddressError, check_for_service
 from svcgw.errors import GatewayError
 from svcgw.jsonspan import Member, replace_member
-from svcgw.receivers import RECEIVER_PREFIX, receiver_path
+from svcgw.receivers import RECEIVER_PREFIX, receiver_url
 from svcgw.store import NotFound
 from svcgw.store import Scope as CallbackScope
 from svcgw.upstream import Answer, Upstream, UpstreamError
@@ -121,9 +121,6 @@ class Gateway:
         self.redis: Redis = services.text_redis
         self.limiter = RateLimiter(services.text_redis, settings.rate_limit)
         self.quota = DeviceQuota(services.text_redis)
-        self.public_url = settings.public_url.rstrip("/")
-        self.own_origins = [settings.public_origin]
-        self.own_prefixes = [self.public_url + RECEIVER_PREFIX]
 
     def routes(self) -> list[BaseRoute]:
         return [
@@ -250,20 +247,14 @@ class Gateway:
 
     async def _check_url(self, value: object) -> str:
         try:
-            checked = await run_in_threadpool(
-                check_callback_url,
-                value,
-                own_origins=self.own_origins,
-                own_prefixes=self.own_prefixes,
-                allow=self.settings.allow_private_destinations,
-            )
+            checked = await run_in_threadpool(check_for_service, value, self.settings)
         except AddressError as exc:
             raise GatewayError(errors.address_kind(exc), exc.message) from None
         return checked.url
 
     async def _receiver_url(self, appid: str) -> tuple[str, str]:
         token = await self.store.receiver_token(appid)
-        return self.public_url + receiver_path(appid, token), token
+        return receiver_url(self.settings, appid, token), token
 
     async def _configure_callback(self, call: Call) -> Response:
         url = await self._check_url(call.document.get("callbackUrl"))

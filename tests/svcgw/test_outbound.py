@@ -141,8 +141,9 @@ def run(make: Callable[[], Coroutine[Any, Any, T]]) -> T:
 
 
 async def post(url: str, *, allow: Any = (), resolve: Any = None, verify: ssl.SSLContext | bool = True,
-               timeout: float = 5, headers: dict[str, str] | None = None) -> Response:
-    sender = CallbackSender(allow=allow, timeout=timeout, resolve=resolve, verify=verify)
+               timeout: float = 5, headers: dict[str, str] | None = None, ports: Any = None) -> Response:
+    extra = {} if ports is None else {"ports": ports}
+    sender = CallbackSender(allow=allow, timeout=timeout, resolve=resolve, verify=verify, **extra)
     try:
         return await sender.post(url, b"{}", headers or {"Content-Type": "application/json"})
     finally:
@@ -200,6 +201,19 @@ def test_allowed_keeps_host_header(server: Server) -> None:
 
 def test_ip_literal_allowed_by_the_allow_list(server: Server) -> None:
     assert run(lambda: post(f"http://127.0.0.1:{server.port}/", allow=LOOPBACK)).status == 200
+
+
+@pytest.mark.parametrize("host", ["127.0.0.1", "rebind.example"])
+def test_a_port_outside_the_allowed_ones_is_refused_at_connect_time(server: Server, host: str) -> None:
+    # The server's port is not allowed: by IP literal (the socket factory) or by name (the resolver).
+    resolve = fake_resolver({"rebind.example": ["127.0.0.1"]})
+    with pytest.raises(Refused) as info:
+        run(lambda: post(f"http://{host}:{server.port}/", allow=LOOPBACK, resolve=resolve, ports=((1, 1000),)))
+    assert "port" in str(info.value)
+    assert server.seen == []
+    allowed = ((server.port, server.port),)
+    answer = run(lambda: post(f"http://{host}:{server.port}/", allow=LOOPBACK, resolve=resolve, ports=allowed))
+    assert answer.status == 200
 
 
 def test_internal_answers_dropped_allowed_kept(server: Server) -> None:
