@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import functools
 import json
+import re
 import secrets
 import zlib
 from collections.abc import Sequence
@@ -46,6 +47,7 @@ __all__ = [
     "QUEUE_SCRIPT",
     "JobTemplate",
     "exc_info_field",
+    "job_description",
     "job_fields",
     "job_fields_by_rq",
     "new_delivery_id",
@@ -171,6 +173,19 @@ def rq_time(moment: datetime) -> str:
     return utcformat(moment)
 
 
+# What a job description may repeat of a delivery: rq-dashboard prints the
+# description into its pages without escaping it, so nothing else of what a
+# sender chose gets there.
+_PLAIN = re.compile(r"[A-Za-z0-9_.-]{1,64}")
+
+
+def job_description(event_type: str, appid: str) -> str:
+    """``Msg for we_...``: what rq-dashboard shows of a delivery, made only of plain names."""
+    kind = event_type if _PLAIN.fullmatch(event_type) else "event"
+    instance = appid if _PLAIN.fullmatch(appid) else "an instance"
+    return f"{kind} for {instance}"
+
+
 def new_delivery_id() -> str:
     """``dlv_`` and 24 lowercase hex digits; also the RQ job id."""
     return "dlv_" + secrets.token_hex(12)
@@ -200,7 +215,7 @@ def queue_delivery(
     job = job_fields(
         delivery_id,
         queue_name=settings.queue_name,
-        description=f"{event_type} for {appid}",
+        description=job_description(event_type, appid),
         failure_ttl=settings.dead_letter_retention,
     )
     pipe.eval(

@@ -41,7 +41,7 @@ from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
 from . import keys, liveness
-from .deliveries import INGEST_SCRIPT, new_delivery_id, template
+from .deliveries import INGEST_SCRIPT, job_description, new_delivery_id, template
 from .envelope import EnvelopeError, Post, build_envelope, parse_post
 from .metrics import DUPLICATES, EVENTS, POSTS
 from .settings import Settings
@@ -176,7 +176,7 @@ class Ingest:
     async def _store(self, appid: str, token: str, body: bytes, post: Post) -> IngestResult:
         delivery_id = new_delivery_id()
         now = time.time()
-        flat = self._job.flat(delivery_id, f"{post.event_type} for {appid}")
+        flat = self._job.flat(delivery_id, job_description(post.event_type, appid))
         events: list[Any] = []
         dedup_keys = []
         for event in post.events:

@@ -146,3 +146,32 @@ def test_delivery_ids() -> None:
     first, second = new_delivery_id(), new_delivery_id()
     assert first != second
     assert all(len(i) == 28 and i.startswith("dlv_") and int(i[4:], 16) >= 0 for i in (first, second))
+
+
+def test_job_descriptions_carry_only_plain_names() -> None:
+    from svcgw.deliveries import job_description
+
+    assert job_description("Msg", "we_abc123") == "Msg for we_abc123"
+    assert job_description("InstanceOffline", "we_x") == "InstanceOffline for we_x"
+    # rq-dashboard prints descriptions unescaped: markup a sender chose never gets there.
+    assert job_description("<img src=x onerror=alert(1)>", "we_x") == "event for we_x"
+    assert job_description("Msg", "<b>") == "Msg for an instance"
+    assert job_description("a" * 65, "we_x") == "event for we_x"
+
+
+def test_a_posted_event_type_with_markup_stays_out_of_the_job(settings: Settings, redis: Redis) -> None:
+    tenant = provision(settings)
+    raw = b'{"event_type":"<script>alert(1)</script>","events":[{"id":"x1"}]}'
+
+    async def accept() -> str | None:
+        client = AsyncRedis.from_url(settings.redis_url or "")
+        try:
+            return (await Ingest(client, settings).accept(tenant.appid, tenant.receiver_token, raw)).delivery_id
+        finally:
+            await client.aclose()
+
+    delivery_id = asyncio.run(accept())
+    assert delivery_id is not None
+    job = Job.fetch(delivery_id, connection=redis, serializer=JSONSerializer)
+    assert job.description == f"event for {tenant.appid}"
+    assert b"<script>" not in b"".join(redis.hvals(keys.rq_job(delivery_id)))
