@@ -10,8 +10,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from svcgw import errors
 from receiver.openapi import PATHS, document
+from svcgw import errors
 from tests.receiver.test_gateway import Stack, start_stack
 from tests.receiver.test_gateway import sim as sim  # the simulator fixture, shared with this module
 
