@@ -25,7 +25,8 @@ from typing import TYPE_CHECKING, Any
 import anyio.to_thread
 from redis.asyncio import Redis
 
-from svcgw import deadletters, instances
+from svcgw import deadletters
+from svcgw import instances as instance_views
 from svcgw.addresses import check_callback_url
 from svcgw.callbacktest import CallbackTestResult, send_test
 from svcgw.calllog import LogEntry, read_log
@@ -92,13 +93,13 @@ class ConsoleService:
     # --- instances -------------------------------------------------------------
     async def instances(self, account: str) -> list[dict[str, Any]]:
         appids = await self.store.instances_of(account)
-        views = await instances.load_many(self.store, self.raw, self.settings, appids, last_event=True)
+        views = await instance_views.load_many(self.store, self.raw, self.settings, appids, last_event=True)
         return [view.for_owner() for view in views]
 
     async def instance(self, account: str, appid: str) -> dict[str, Any]:
         await self.check_owner(account, appid)
         try:
-            view = await instances.load(self.store, self.raw, self.settings, appid, last_event=True)
+            view = await instance_views.load(self.store, self.raw, self.settings, appid, last_event=True)
         except StoreNotFound:
             raise NotFound(f"no instance {appid!r}") from None
         return view.for_owner()
