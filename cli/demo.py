@@ -36,7 +36,7 @@ from svcgw.settings import Settings
 from svcgw.store import NotFound, Store
 from svcgw.vault import TokenVault, VaultError
 
-from .admin import safe_redis_url
+from .context import safe_redis_url
 
 __all__ = [
     "Demo",

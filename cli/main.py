@@ -1,8 +1,9 @@
 """The ``svcgw`` command line.
 
-Roles (``up``, ``serve``, ``worker``, ``sim``) live here; administration
-commands (accounts, keys, callback, instances, dlq, log, secrets) live in
-``cli.admin`` and are attached to the same group.
+Roles (``up``, ``serve``, ``worker``, ``sim``) live here; the administration
+groups (accounts, keys, callback, instances, dlq, log, secrets) live in a
+module each and are attached to the same group. Every administration command
+runs in an event loop of its own (``cli.context``).
 """
 
 from __future__ import annotations
@@ -11,16 +12,18 @@ import sys
 
 import click
 
-from svcgw.settings import Settings, SettingsError
+from svcgw.settings import SettingsError
 
-__all__ = ["main"]
+from .accounts import accounts
+from .callback import callback
+from .context import load_settings
+from .dlq import dlq
+from .instances import instances
+from .keys import keys_group
+from .log import log_command
+from .secrets import secrets_group
 
-
-def load_settings() -> Settings:
-    try:
-        return Settings.from_env()
-    except SettingsError as exc:
-        raise click.ClickException(str(exc)) from None
+__all__ = ["cli", "main"]
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -83,9 +86,8 @@ def sim(host: str, port: int) -> None:
     run(host, port)
 
 
-from . import admin  # noqa: E402
-
-admin.register(cli)
+for _group in (accounts, keys_group, callback, instances, dlq, log_command, secrets_group):
+    cli.add_command(_group)
 
 
 def main() -> None:

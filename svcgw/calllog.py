@@ -3,7 +3,7 @@
 The receiver appends each post to the stream ``svcgw:log:<appid>`` (fields
 ``body``, ``received_at``, ``delivery``, ``accepted``, ``duplicates``) and
 trims it to ``SVCGW_LOG_RETENTION``. Bodies come back as the exact bytes
-received, so the Redis client must not decode responses.
+received, so the (``redis.asyncio``) client must not decode responses.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import time
 from dataclasses import dataclass
 from typing import cast
 
-from redis import Redis
+from redis.asyncio import Redis
 
 from . import keys
 from .settings import Settings
@@ -62,7 +62,7 @@ def parse_since(text: str) -> int:
     return seconds
 
 
-def read_log(
+async def read_log(
     redis: Redis,
     settings: Settings,
     appid: str,
@@ -86,7 +86,7 @@ def read_log(
         oldest = str(max(int((time.time() - since_seconds) * 1000), 0))
     rows = cast(
         list[tuple[bytes | str, dict[bytes | str, bytes | str]]],
-        redis.xrevrange(keys.callback_log(appid), newest, oldest, count=limit),
+        await redis.xrevrange(keys.callback_log(appid), newest, oldest, count=limit),
     )
     entries: list[tuple[str, dict[str, bytes]]] = []
     for entry_id, raw_fields in rows:
@@ -94,11 +94,11 @@ def read_log(
     deliveries = [fields.get("delivery", b"").decode() for _, fields in entries]
     states: list[bytes | str | None] = []
     if any(deliveries):
-        with redis.pipeline(transaction=False) as pipe:
+        async with redis.pipeline(transaction=False) as pipe:
             for delivery_id in deliveries:
                 if delivery_id:
                     pipe.hget(keys.delivery(delivery_id), "state")
-            found = iter(pipe.execute())
+            found = iter(await pipe.execute())
         states = [next(found) if delivery_id else None for delivery_id in deliveries]
     else:
         states = [None] * len(entries)

@@ -11,7 +11,8 @@ Every function takes an optional ``account``: with it, a dead letter of
 another account is treated exactly like one that does not exist, so the
 answer tells nothing about other accounts (the console relies on this).
 
-The functions accept a synchronous Redis client in either decoding mode.
+The functions are coroutines; they accept a ``redis.asyncio`` client in either
+decoding mode.
 
 Errors::
 
@@ -27,7 +28,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal, cast
 
 import orjson
-from redis import Redis
+from redis.asyncio import Redis
 
 from svcgw import keys
 from svcgw.settings import Settings
@@ -127,7 +128,7 @@ class ReplayResult:
 
 
 # --- reading -------------------------------------------------------------------
-def list_dead(
+async def list_dead(
     redis: Redis,
     settings: Settings,
     *,
@@ -148,40 +149,40 @@ def list_dead(
         start = offset
         while len(letters) < limit:
             want = limit - len(letters)
-            ids = _newest(redis, failed, start=start, num=want)
+            ids = await _newest(redis, failed, start=start, num=want)
             if not ids:
                 break
             start += len(ids)
-            letters.extend(_load(redis, ids))
+            letters.extend(await _load(redis, ids))
         return letters
-    live = _live_ids(redis, settings, _candidates(redis, appid=appid, account=account))
+    live = await _live_ids(redis, settings, await _candidates(redis, appid=appid, account=account))
     page = live[offset : offset + limit]
     return [
         letter
-        for letter in _load(redis, page)
+        for letter in await _load(redis, page)
         if (account is None or letter.account == account) and (appid is None or letter.appid == appid)
     ]
 
 
-def count_dead(
+async def count_dead(
     redis: Redis, settings: Settings, *, appid: str | None = None, account: str | None = None
 ) -> int:
     """How many dead letters there are (of one instance and/or one account)."""
     if appid is None and account is None:
-        return int(redis.zcount(keys.rq_failed(settings.queue_name), f"({time.time()}", "+inf"))
-    return len(_live_ids(redis, settings, _candidates(redis, appid=appid, account=account)))
+        return int(await redis.zcount(keys.rq_failed(settings.queue_name), f"({time.time()}", "+inf"))
+    return len(await _live_ids(redis, settings, await _candidates(redis, appid=appid, account=account)))
 
 
-def show(
+async def show(
     redis: Redis, settings: Settings, delivery_id: str, *, account: str | None = None
 ) -> DeadLetterDetail:
     """One dead letter with its body and attempts; ``NotFound`` if it is not dead (or not the account's)."""
-    if not _is_dead(redis, settings, delivery_id):
+    if not await _is_dead(redis, settings, delivery_id):
         raise NotFound(f"no dead letter {delivery_id!r}")
-    with redis.pipeline(transaction=False) as pipe:
+    async with redis.pipeline(transaction=False) as pipe:
         pipe.hmget(keys.delivery(delivery_id), [*_FIELDS, "body"])
         pipe.lrange(keys.delivery_attempts(delivery_id), 0, -1)
-        values, raw_attempts = pipe.execute()
+        values, raw_attempts = await pipe.execute()
     data = dict(zip((*_FIELDS, "body"), values, strict=True))
     if not data["appid"] or (account is not None and _text(data["account"]) != account):
         raise NotFound(f"no dead letter {delivery_id!r}")
@@ -201,7 +202,7 @@ def show(
 
 
 # --- replaying -----------------------------------------------------------------
-def replay(
+async def replay(
     redis: Redis,
     settings: Settings,
     ids: Sequence[str] | None = None,
@@ -222,20 +223,20 @@ def replay(
     if ids:
         chosen = list(dict.fromkeys(ids))
     elif appid is not None:
-        chosen = _live_ids(redis, settings, _candidates(redis, appid=appid, account=account))
+        chosen = await _live_ids(redis, settings, await _candidates(redis, appid=appid, account=account))
     elif account is not None:
-        chosen = _live_ids(redis, settings, _candidates(redis, account=account))
+        chosen = await _live_ids(redis, settings, await _candidates(redis, account=account))
     else:
-        chosen = _newest(redis, keys.rq_failed(settings.queue_name))
+        chosen = await _newest(redis, keys.rq_failed(settings.queue_name))
     script = redis.register_script(source("replay"))
     failed_key, queue_key = keys.rq_failed(settings.queue_name), keys.rq_queue(settings.queue_name)
     exhausted = len(settings.retry_schedule)
     results: list[ReplayResult] = []
     for chunk in _chunks(chosen, _CHUNK):
-        with redis.pipeline(transaction=False) as pipe:
+        async with redis.pipeline(transaction=False) as pipe:
             for delivery_id in chunk:
                 pipe.hmget(keys.delivery(delivery_id), ["appid", "account"])
-            owners = pipe.execute()
+            owners = await pipe.execute()
         for delivery_id, (raw_appid, raw_account) in zip(chunk, owners, strict=True):
             owner_appid = _text(raw_appid) if raw_appid else None
             if account is not None and (raw_account is None or _text(raw_account) != account):
@@ -245,7 +246,7 @@ def replay(
                 results.append(ReplayResult(delivery_id, None, "not_found"))
                 continue
             outcome = int(
-                script(
+                await script(
                     keys=[
                         failed_key,
                         queue_key,
@@ -263,7 +264,7 @@ def replay(
             elif outcome == -1:
                 # Taken out of the registry by the script; its data is gone.
                 if owner_appid:
-                    redis.srem(keys.dead_letters_by_appid(owner_appid), delivery_id)
+                    await redis.srem(keys.dead_letters_by_appid(owner_appid), delivery_id)
                 results.append(ReplayResult(delivery_id, owner_appid, "expired"))
             else:
                 results.append(ReplayResult(delivery_id, None, "not_found"))
@@ -271,58 +272,58 @@ def replay(
 
 
 # --- helpers -------------------------------------------------------------------
-def _candidates(redis: Redis, *, appid: str | None = None, account: str | None = None) -> list[str]:
+async def _candidates(redis: Redis, *, appid: str | None = None, account: str | None = None) -> list[str]:
     """Ids from the per-instance index; not yet checked against the registry."""
     if appid is not None:
-        if account is not None and _text_or_none(redis.hget(keys.instance(appid), "account")) != account:
+        if account is not None and _text_or_none(await redis.hget(keys.instance(appid), "account")) != account:
             return []
         appids = [appid]
     else:
         assert account is not None
-        appids = sorted(_text(a) for a in redis.smembers(keys.account_instances(account)))
+        appids = sorted(_text(a) for a in await redis.smembers(keys.account_instances(account)))
     ids: list[str] = []
     for chunk in _chunks(appids, _CHUNK):
-        with redis.pipeline(transaction=False) as pipe:
+        async with redis.pipeline(transaction=False) as pipe:
             for one in chunk:
                 pipe.smembers(keys.dead_letters_by_appid(one))
-            for members in pipe.execute():
+            for members in await pipe.execute():
                 ids.extend(_text(m) for m in members)
     return ids
 
 
-def _live_ids(redis: Redis, settings: Settings, ids: Iterable[str]) -> list[str]:
+async def _live_ids(redis: Redis, settings: Settings, ids: Iterable[str]) -> list[str]:
     """The ids still in the failed registry, newest first."""
     failed = keys.rq_failed(settings.queue_name)
     now = time.time()
     scored: list[tuple[float, str]] = []
     for chunk in _chunks(list(dict.fromkeys(ids)), _CHUNK):
-        for delivery_id, score in zip(chunk, redis.zmscore(failed, chunk), strict=True):
+        for delivery_id, score in zip(chunk, await redis.zmscore(failed, chunk), strict=True):
             if score is not None and float(score) > now:
                 scored.append((float(score), delivery_id))
     scored.sort(reverse=True)
     return [delivery_id for _, delivery_id in scored]
 
 
-def _newest(redis: Redis, failed: str, *, start: int | None = None, num: int | None = None) -> list[str]:
+async def _newest(redis: Redis, failed: str, *, start: int | None = None, num: int | None = None) -> list[str]:
     """Live members of the failed registry, newest first (a slice of them with start/num)."""
     members = cast(
-        list[bytes | str], redis.zrevrangebyscore(failed, "+inf", f"({time.time()}", start=start, num=num)
+        list[bytes | str], await redis.zrevrangebyscore(failed, "+inf", f"({time.time()}", start=start, num=num)
     )
     return [_text(member) for member in members]
 
 
-def _is_dead(redis: Redis, settings: Settings, delivery_id: str) -> bool:
-    score = redis.zscore(keys.rq_failed(settings.queue_name), delivery_id)
+async def _is_dead(redis: Redis, settings: Settings, delivery_id: str) -> bool:
+    score = await redis.zscore(keys.rq_failed(settings.queue_name), delivery_id)
     return score is not None and float(score) > time.time()
 
 
-def _load(redis: Redis, ids: Sequence[str]) -> list[DeadLetter]:
+async def _load(redis: Redis, ids: Sequence[str]) -> list[DeadLetter]:
     """Dead letters for ids, in order; ids whose delivery data has expired are skipped."""
-    with redis.pipeline(transaction=False) as pipe:
+    async with redis.pipeline(transaction=False) as pipe:
         for delivery_id in ids:
             pipe.hmget(keys.delivery(delivery_id), list(_FIELDS))
             pipe.lindex(keys.delivery_attempts(delivery_id), -1)
-        replies = pipe.execute()
+        replies = await pipe.execute()
     letters: list[DeadLetter] = []
     for index, delivery_id in enumerate(ids):
         values, last = replies[2 * index], replies[2 * index + 1]

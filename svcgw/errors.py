@@ -190,3 +190,49 @@ class GatewayError(Exception):
 
     def __repr__(self) -> str:
         return f"GatewayError({self.kind.code}, {self.message!r})"
+
+
+# --- the console's answers ------------------------------------------------------
+# The console (``receiver.console``) answers in the same shape, with these rows
+# of its own. They stay out of ``ALL_KINDS``, which is the gateway's table. Its
+# not-found has the gateway's code with its own wording, and storage trouble is
+# 503 there, because the console serves itself rather than a capability layer.
+#
+#   code     HTTP  when
+#   401      401   not signed in, or the API key given to sign in is refused
+#   -40310   403   CSRF token missing or wrong
+#   -40404   404   no such appid or dead letter, or another account's
+#   -40000   400   a value the console cannot use (the message says which)
+#   -41500   415   a JSON body was expected
+#   -50002   503   storage temporarily unavailable
+NOT_SIGNED_IN = ErrorKind(401, 401, "sign in first: a console session or an API key is required")
+KEY_REFUSED = ErrorKind(401, 401, "API key invalid or revoked")
+CSRF_FAILED = ErrorKind(-40310, 403, "CSRF token missing or wrong")
+NOT_THE_CALLERS = ErrorKind(-40404, 404, "appid does not exist or is not the caller's")
+NO_DEAD_LETTER = ErrorKind(-40404, 404, "no such dead letter")
+BAD_REQUEST = ErrorKind(-40000, 400, "bad request")
+UNSUPPORTED_MEDIA = ErrorKind(-41500, 415, "send a JSON object with Content-Type: application/json")
+STORAGE_UNAVAILABLE = ErrorKind(-50002, 503, "storage temporarily unavailable; retry later")
+
+CONSOLE_KINDS: tuple[ErrorKind, ...] = (
+    NOT_SIGNED_IN,
+    KEY_REFUSED,
+    CSRF_FAILED,
+    NOT_THE_CALLERS,
+    NO_DEAD_LETTER,
+    BAD_REQUEST,
+    UNSUPPORTED_MEDIA,
+    STORAGE_UNAVAILABLE,
+)
+
+__all__ += [
+    "BAD_REQUEST",
+    "CONSOLE_KINDS",
+    "CSRF_FAILED",
+    "KEY_REFUSED",
+    "NOT_SIGNED_IN",
+    "NOT_THE_CALLERS",
+    "NO_DEAD_LETTER",
+    "STORAGE_UNAVAILABLE",
+    "UNSUPPORTED_MEDIA",
+]

@@ -19,21 +19,12 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import BaseRoute, Route
 
+from svcgw import errors
 from svcgw.addresses import AddressError
 
 from .service import Invalid, NotFound
 from .session import Session
-from .web import (
-    BAD_REQUEST,
-    NOT_FOUND,
-    UNAVAILABLE,
-    ConsoleHTTPError,
-    Context,
-    int_param,
-    json_body,
-    json_error,
-    json_ok,
-)
+from .web import ConsoleHTTPError, Context, address_error, int_param, json_body, json_ok
 
 __all__ = ["Api"]
 
@@ -47,17 +38,29 @@ def _text(document: dict[str, Any], name: str, *, required: bool = False, limit:
     if value is None and not required:
         return ""
     if not isinstance(value, str):
-        raise ConsoleHTTPError(BAD_REQUEST, f"{name} must be a string")
+        raise ConsoleHTTPError(errors.BAD_REQUEST, f"{name} must be a string")
     if len(value) > limit:
-        raise ConsoleHTTPError(BAD_REQUEST, f"{name} is longer than {limit} characters")
+        raise ConsoleHTTPError(errors.BAD_REQUEST, f"{name} is longer than {limit} characters")
     return value
 
 
 def _strings(document: dict[str, Any], name: str) -> list[str]:
     value = document.get(name)
     if not isinstance(value, list) or not all(isinstance(item, str) for item in value):
-        raise ConsoleHTTPError(BAD_REQUEST, f"{name} must be a list of strings")
+        raise ConsoleHTTPError(errors.BAD_REQUEST, f"{name} must be a list of strings")
     return value
+
+
+def _http_error(exc: NotFound | Invalid | AddressError | RedisError) -> ConsoleHTTPError:
+    """The error table's row for what the service raised."""
+    if isinstance(exc, NotFound):
+        return ConsoleHTTPError(errors.NO_DEAD_LETTER if "dead letter" in str(exc) else errors.NOT_THE_CALLERS)
+    if isinstance(exc, Invalid):
+        return ConsoleHTTPError(errors.BAD_REQUEST, str(exc))
+    if isinstance(exc, AddressError):
+        return address_error(exc)
+    log.warning("console storage error: %s", type(exc).__name__)
+    return ConsoleHTTPError(errors.STORAGE_UNAVAILABLE)
 
 
 class Api:
@@ -109,18 +112,9 @@ class Api:
             session = await self.context.api_session(request, change=change)
             return await handler(request, session)
         except ConsoleHTTPError as exc:
-            headers = {"WWW-Authenticate": "Bearer"} if exc.status == 401 else None
-            return json_error(exc.status, exc.code, exc.message, headers)
-        except NotFound as exc:
-            message = "no such dead letter" if "dead letter" in str(exc) else NOT_FOUND[2]
-            return json_error(NOT_FOUND[0], NOT_FOUND[1], message)
-        except Invalid as exc:
-            return json_error(BAD_REQUEST[0], BAD_REQUEST[1], str(exc))
-        except AddressError as exc:
-            return json_error(400, exc.code, exc.message)
-        except RedisError as exc:
-            log.warning("console storage error: %s", type(exc).__name__)
-            return json_error(*UNAVAILABLE)
+            return exc.response()
+        except (NotFound, Invalid, AddressError, RedisError) as exc:
+            return _http_error(exc).response()
 
     # --- session ---------------------------------------------------------------------
     async def sign_in(self, request: Request) -> Response:
@@ -131,7 +125,7 @@ class Api:
         key = _text(document, "api_key", required=True, limit=512)
         found = await self.sessions.key_account(key)
         if found is None:
-            raise ConsoleHTTPError((401, 401, "API key invalid or revoked"))
+            raise ConsoleHTTPError(errors.KEY_REFUSED)
         cookie, session = await self.sessions.create(*found)
         response = json_ok({"account": session.account, "csrf_token": session.csrf})
         self.sessions.set_cookie(request, response, cookie)
@@ -167,7 +161,7 @@ class Api:
         token = _text(document, "bearer_token", limit=1024)
         bearer = document.get("bearer")
         if bearer is not None and not isinstance(bearer, bool):
-            raise ConsoleHTTPError(BAD_REQUEST, "bearer must be true or false")
+            raise ConsoleHTTPError(errors.BAD_REQUEST, "bearer must be true or false")
         result = await self.service.save_callback(session.account, appid, url, bearer_token=token, bearer=bearer)
         return json_ok(result.as_dict())
 

@@ -16,20 +16,19 @@ Errors::
 
 from __future__ import annotations
 
-import functools
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any
 
 import anyio.to_thread
-from redis import Redis as SyncRedis
+from redis.asyncio import Redis
 
-from svcgw import deadletters, keys, liveness
+from svcgw import deadletters
+from svcgw import instances as instance_views
 from svcgw.addresses import check_for_service
 from svcgw.callbacktest import CallbackTestResult, send_test
 from svcgw.calllog import LogEntry, read_log
-from svcgw.connections import sync_client
 from svcgw.store import CallbackConfig, Scope, normalise_operation
 from svcgw.store import NotFound as StoreNotFound
 from svcgw.vault import VaultError
@@ -38,8 +37,6 @@ if TYPE_CHECKING:
     from receiver.app import Services
 
 __all__ = ["ConsoleError", "ConsoleService", "Invalid", "NotFound", "SaveResult"]
-
-T = TypeVar("T")
 
 MAX_OPERATION_LENGTH = 128
 
@@ -73,26 +70,10 @@ class ConsoleService:
     def __init__(self, services: Services) -> None:
         self.settings = services.settings
         self.store = services.store
-        self.raw: Any = services.redis  # bytes: log bodies
-        self.text: Any = services.text_redis
+        self.raw: Redis = services.redis  # bytes: log bodies
+        self.text: Redis = services.text_redis
         self.vault = services.vault
         self._callbacks = services.callbacks
-        self._sync: SyncRedis | None = None
-
-    # The callback log and dead-letter readers are synchronous; they run in threads.
-    @property
-    def sync(self) -> SyncRedis:
-        if self._sync is None:
-            self._sync = sync_client(self.settings, threads=8)
-        return self._sync
-
-    async def _in_thread(self, func: Callable[..., T], *args: Any, **kwargs: Any) -> T:
-        return await anyio.to_thread.run_sync(functools.partial(func, *args, **kwargs))
-
-    def close(self) -> None:
-        if self._sync is not None:
-            self._sync.close()
-            self._sync = None
 
     # --- ownership -------------------------------------------------------------
     async def check_owner(self, account: str, appid: str) -> None:
@@ -107,38 +88,17 @@ class ConsoleService:
 
     # --- instances -------------------------------------------------------------
     async def instances(self, account: str) -> list[dict[str, Any]]:
-        rows = []
-        for appid in await self.store.instances_of(account):
-            try:
-                rows.append(await self._instance(appid))
-            except StoreNotFound:
-                continue  # listed in the account's index but its record is gone
-        return rows
+        appids = await self.store.instances_of(account)
+        views = await instance_views.load_many(self.store, self.raw, self.settings, appids, last_event=True)
+        return [view.for_owner() for view in views]
 
     async def instance(self, account: str, appid: str) -> dict[str, Any]:
         await self.check_owner(account, appid)
         try:
-            return await self._instance(appid)
+            view = await instance_views.load(self.store, self.raw, self.settings, appid, last_event=True)
         except StoreNotFound:
             raise NotFound(f"no instance {appid!r}") from None
-
-    async def _instance(self, appid: str) -> dict[str, Any]:
-        instance = await self.store.get_instance(appid)
-        destination = await self.store.destination(appid)
-        last = await self.raw.xrevrange(keys.callback_log(appid), count=1)
-        last_event = None
-        if last:
-            received = last[0][1].get(b"received_at")
-            last_event = float(received) if received else None
-        status = liveness.describe(instance.fields)
-        return {
-            "appid": appid,
-            "created_at": instance.created_at,
-            **status,
-            "forward_url": destination.url if destination else None,
-            "forward_source": destination.source if destination else None,
-            "last_event_at": last_event,
-        }
+        return view.for_owner()
 
     # --- callback settings ---------------------------------------------------------
     async def callback(self, account: str, appid: str | None) -> dict[str, object]:
@@ -199,8 +159,8 @@ class ConsoleService:
         if before is not None and not _stream_id(before):
             raise Invalid("before must be a callback log entry id such as 1700000000000-0")
         window = min(self.settings.log_retention, 86400)
-        entries = await self._in_thread(
-            read_log, self.sync, self.settings, appid, since_seconds=window, limit=limit + 1, before=before
+        entries = await read_log(
+            self.raw, self.settings, appid, since_seconds=window, limit=limit + 1, before=before
         )
         more = len(entries) > limit
         entries = entries[:limit]
@@ -212,10 +172,10 @@ class ConsoleService:
     ) -> tuple[list[dict[str, Any]], int]:
         if appid is not None:
             await self.check_owner(account, appid)
-        letters = await self._in_thread(
-            deadletters.list_dead, self.sync, self.settings, appid=appid, account=account, limit=limit, offset=offset
+        letters = await deadletters.list_dead(
+            self.raw, self.settings, appid=appid, account=account, limit=limit, offset=offset
         )
-        total = await self._in_thread(deadletters.count_dead, self.sync, self.settings, appid=appid, account=account)
+        total = await deadletters.count_dead(self.raw, self.settings, appid=appid, account=account)
         rows: list[dict[str, Any]] = []
         for letter in letters:
             if detailed:
@@ -231,7 +191,7 @@ class ConsoleService:
         if not delivery_id or len(delivery_id) > 200:
             raise NotFound("no such dead letter")
         try:
-            detail = await self._in_thread(deadletters.show, self.sync, self.settings, delivery_id, account=account)
+            detail = await deadletters.show(self.raw, self.settings, delivery_id, account=account)
         except deadletters.NotFound:
             raise NotFound(f"no dead letter {delivery_id!r}") from None
         return detail.as_dict()
@@ -246,8 +206,8 @@ class ConsoleService:
             await self.check_owner(account, appid)
         if ids is not None and (len(ids) > 1000 or any(not isinstance(i, str) or len(i) > 200 for i in ids)):
             raise Invalid("ids must be at most 1000 dead letter ids")
-        results = await self._in_thread(
-            deadletters.replay, self.sync, self.settings, ids=list(ids) if ids else None, appid=appid, account=account
+        results = await deadletters.replay(
+            self.raw, self.settings, ids=list(ids) if ids else None, appid=appid, account=account
         )
         return [result.as_dict() for result in results]
 

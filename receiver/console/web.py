@@ -1,19 +1,14 @@
 """Shared plumbing of the console's pages and JSON API: who is signed in, CSRF, answers.
 
-JSON errors have the gateway's shape ``{code, message, data: null}``; the
-console's own codes:
+JSON errors have the gateway's shape ``{code, message, data: null}``. Each
+is a row of the one error table, ``svcgw.errors``: the console's own rows
+(401 not signed in, -40310 CSRF, -40404 not found, -40000 bad value, -41500
+not JSON, -50002 storage unavailable, listed in ``svcgw.errors.CONSOLE_KINDS``)
+and the gateway's callback address rows (-40011..-40013).
 
-===========  ======  ================================================
-code         HTTP    when
-===========  ======  ================================================
-401          401     not signed in (no valid session or API key)
--40310       403     CSRF token missing or wrong
--40404       404     no such appid or dead letter, or another account's
--40000       400     a value the console cannot use (the message says which)
--40011..13   400     the callback address breaks the address rules
--41500       415     a JSON body was expected
--50002       503     storage temporarily unavailable
-===========  ======  ================================================
+Errors::
+
+    ConsoleHTTPError    an answer other than success: an ``ErrorKind`` and a message
 """
 
 from __future__ import annotations
@@ -24,6 +19,10 @@ import orjson
 from starlette.requests import Request
 from starlette.responses import Response
 
+from svcgw import errors
+from svcgw.addresses import AddressError
+from svcgw.errors import ErrorKind
+
 from ..http import BodyTooLarge, ConflictingKeys, presented_key, read_body
 from .session import CSRF_HEADER, Session, Sessions
 
@@ -31,37 +30,34 @@ if TYPE_CHECKING:
     from .service import ConsoleService
 
 __all__ = [
-    "BAD_REQUEST",
-    "CSRF_FAILED",
-    "NOT_FOUND",
-    "NOT_SIGNED_IN",
-    "UNAVAILABLE",
-    "UNSUPPORTED_MEDIA",
     "ConsoleHTTPError",
     "Context",
+    "address_error",
     "json_error",
     "json_ok",
 ]
 
-NOT_SIGNED_IN = (401, 401, "sign in first: a console session or an API key is required")
-CSRF_FAILED = (403, -40310, "CSRF token missing or wrong")
-NOT_FOUND = (404, -40404, "appid does not exist or is not the caller's")
-BAD_REQUEST = (400, -40000, "bad request")
-UNSUPPORTED_MEDIA = (415, -41500, "send a JSON object with Content-Type: application/json")
-UNAVAILABLE = (503, -50002, "storage temporarily unavailable; retry later")
-
 MAX_JSON_BYTES = 64 * 1024
-
 
 class ConsoleHTTPError(Exception):
     """An answer other than success; turned into JSON (API) or a page (console)."""
 
-    def __init__(self, kind: tuple[int, int, str], message: str | None = None) -> None:
-        status, code, default = kind
-        super().__init__(message or default)
-        self.status = status
-        self.code = code
-        self.message = message or default
+    def __init__(self, kind: ErrorKind, message: str | None = None) -> None:
+        super().__init__(message or kind.message)
+        self.kind = kind
+        self.status = kind.status
+        self.code = kind.code
+        self.message = message or kind.message
+
+    def response(self) -> Response:
+        # A 401 names the scheme an API client can use instead of a session.
+        headers = {"WWW-Authenticate": "Bearer"} if self.status == 401 else None
+        return json_error(self.status, self.code, self.message, headers)
+
+
+def address_error(exc: AddressError) -> ConsoleHTTPError:
+    """A refused callback address as the error table's row for its code, with its own message."""
+    return ConsoleHTTPError(errors.address_kind(exc), exc.message)
 
 
 def json_ok(data: object, status: int = 200) -> Response:
@@ -95,29 +91,29 @@ class Context:
         try:
             key = presented_key(request)
         except ConflictingKeys:
-            raise ConsoleHTTPError(NOT_SIGNED_IN) from None
+            raise ConsoleHTTPError(errors.NOT_SIGNED_IN) from None
         session = await self.sessions.from_key(key) if key else await self.sessions.from_cookie(request)
         if session is None:
-            raise ConsoleHTTPError(NOT_SIGNED_IN)
+            raise ConsoleHTTPError(errors.NOT_SIGNED_IN)
         if change and not session.csrf_ok(request.headers.get(CSRF_HEADER)):
-            raise ConsoleHTTPError(CSRF_FAILED)
+            raise ConsoleHTTPError(errors.CSRF_FAILED)
         return session
 
 
 async def json_body(request: Request) -> dict[str, Any]:
     content_type = request.headers.get("content-type", "").split(";")[0].strip().lower()
     if content_type != "application/json":
-        raise ConsoleHTTPError(UNSUPPORTED_MEDIA)
+        raise ConsoleHTTPError(errors.UNSUPPORTED_MEDIA)
     try:
         raw = await read_body(request, MAX_JSON_BYTES, check_declared=False)
     except BodyTooLarge as exc:
-        raise ConsoleHTTPError(BAD_REQUEST, str(exc)) from None
+        raise ConsoleHTTPError(errors.BAD_REQUEST, str(exc)) from None
     try:
         document = orjson.loads(raw) if raw.strip() else {}
     except orjson.JSONDecodeError:
-        raise ConsoleHTTPError(BAD_REQUEST, "the body is not JSON") from None
+        raise ConsoleHTTPError(errors.BAD_REQUEST, "the body is not JSON") from None
     if not isinstance(document, dict):
-        raise ConsoleHTTPError(BAD_REQUEST, "the body must be a JSON object")
+        raise ConsoleHTTPError(errors.BAD_REQUEST, "the body must be a JSON object")
     return document
 
 
@@ -128,7 +124,7 @@ def int_param(request: Request, name: str, default: int, *, minimum: int, maximu
     try:
         value = int(raw)
     except ValueError:
-        raise ConsoleHTTPError(BAD_REQUEST, f"{name} must be a whole number") from None
+        raise ConsoleHTTPError(errors.BAD_REQUEST, f"{name} must be a whole number") from None
     if not minimum <= value <= maximum:
-        raise ConsoleHTTPError(BAD_REQUEST, f"{name} must be from {minimum} to {maximum}")
+        raise ConsoleHTTPError(errors.BAD_REQUEST, f"{name} must be from {minimum} to {maximum}")
     return value

@@ -4,17 +4,32 @@ from __future__ import annotations
 
 import asyncio
 import time
+from typing import Any
 
 import pytest
 from redis import Redis
 from redis.asyncio import Redis as AsyncRedis
 
 from svcgw import keys
-from svcgw.calllog import parse_since, read_log
+from svcgw.calllog import LogEntry, parse_since
+from svcgw.calllog import read_log as read
 from svcgw.ingest import Ingest
 from svcgw.settings import Settings
 from tests.conftest import provision
-from tests.worker.test_deadletters import ingest
+from tests.svcgw.test_deadletters import ingest
+
+
+def read_log(settings: Settings, appid: str, **kwargs: Any) -> list[LogEntry]:
+    """The log read in an event loop of its own, through a client that keeps bytes."""
+
+    async def run() -> list[LogEntry]:
+        client = AsyncRedis.from_url(settings.redis_url or "")
+        try:
+            return await read(client, settings, appid, **kwargs)
+        finally:
+            await client.aclose()
+
+    return asyncio.run(run())
 
 
 @pytest.mark.parametrize(
@@ -50,7 +65,7 @@ def test_entries_are_raw_and_newest_first(settings: Settings, redis: Redis) -> N
 
     asyncio.run(post_duplicate())
 
-    entries = read_log(redis, settings, tenant.appid)
+    entries = read_log(settings, tenant.appid)
     assert [e.body for e in entries] == bodies[::-1]
     newest, middle, oldest = entries
     assert (newest.accepted, newest.duplicates, newest.delivery_id, newest.state) == (0, 1, None, None)
@@ -59,13 +74,13 @@ def test_entries_are_raw_and_newest_first(settings: Settings, redis: Redis) -> N
     assert oldest.received_at <= middle.received_at <= newest.received_at
 
     # Paging back from an entry, exclusive.
-    assert [e.id for e in read_log(redis, settings, tenant.appid, limit=1)] == [newest.id]
-    assert [e.id for e in read_log(redis, settings, tenant.appid, before=newest.id)] == [middle.id, oldest.id]
+    assert [e.id for e in read_log(settings, tenant.appid, limit=1)] == [newest.id]
+    assert [e.id for e in read_log(settings, tenant.appid, before=newest.id)] == [middle.id, oldest.id]
 
     # A delivery whose record expired is 'unknown'; a changed one shows its current state.
     redis.delete(keys.delivery(delivery_ids[0]))
     redis.hset(keys.delivery(delivery_ids[1]), "state", "delivered")
-    states = [e.state for e in read_log(redis, settings, tenant.appid)]
+    states = [e.state for e in read_log(settings, tenant.appid)]
     assert states == [None, "delivered", "unknown"]
 
     as_json = middle.as_dict()
@@ -83,8 +98,8 @@ def test_since_keeps_only_the_recent_stretch(settings: Settings, redis: Redis) -
     )
     ingest(settings, tenant, b'{"event_type":"Msg","events":[{"id":"recent"}]}')
 
-    assert len(read_log(redis, settings, tenant.appid)) == 2
-    recent = read_log(redis, settings, tenant.appid, since_seconds=parse_since("1h"))
+    assert len(read_log(settings, tenant.appid)) == 2
+    recent = read_log(settings, tenant.appid, since_seconds=parse_since("1h"))
     assert [e.body for e in recent] == [b'{"event_type":"Msg","events":[{"id":"recent"}]}']
-    assert len(read_log(redis, settings, tenant.appid, since_seconds=parse_since("3h"))) == 2
-    assert read_log(redis, settings, "we_nobody") == []
+    assert len(read_log(settings, tenant.appid, since_seconds=parse_since("3h"))) == 2
+    assert read_log(settings, "we_nobody") == []

@@ -11,7 +11,6 @@ from rq.job import Job
 from rq.serializers import JSONSerializer
 
 from svcgw import keys
-from svcgw.calllog import read_log
 from svcgw.deliveries import FUNC_NAME
 from svcgw.events import (
     enqueue_service_event,
@@ -24,6 +23,7 @@ from svcgw.signing import sign
 from svcgw.vault import TokenVault
 from tests.conftest import provision
 from tests.support import Sink
+from tests.svcgw.test_calllog import read_log
 from worker.delivery import prepare
 from worker.engine import Engine
 
@@ -85,7 +85,7 @@ def test_a_service_event_is_queued_like_a_received_post(settings: Settings, redi
     assert redis.lrange(keys.rq_queue(settings.queue_name), 0, -1) == [delivery_id.encode()]
     assert keys.rq_queue(settings.queue_name).encode() in redis.smembers(keys.RQ_QUEUES)
 
-    (entry,) = read_log(redis, settings, tenant.appid)
+    (entry,) = read_log(settings, tenant.appid)
     assert entry.body == body
     assert entry.delivery_id == delivery_id
     assert (entry.accepted, entry.duplicates) == (1, 0)

@@ -11,7 +11,7 @@ from redis import Redis
 from svcgw import keys
 from svcgw.settings import Settings
 from tests.conftest import provision
-from tests.worker.test_deadletters import ingest
+from tests.svcgw.test_deadletters import ingest
 from worker.engine import DEFER_SECONDS, DestinationSlots
 from worker.queue import DeliveryQueue
 

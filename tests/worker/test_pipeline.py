@@ -141,14 +141,14 @@ def test_failing_sink_retries_on_schedule_then_dead_letter_then_replay(
     assert Job.fetch(delivery_id, connection=redis, serializer=JSONSerializer).get_status() == "failed"
 
     # Replay while the sink still fails: one fresh attempt, then back to the dead letters.
-    from svcgw.deadletters import replay
+    from tests.svcgw.test_deadletters import replay
 
-    assert [r.status for r in replay(redis, settings, ids=[delivery_id])] == ["replayed"]
+    assert [r.status for r in replay(settings, ids=[delivery_id])] == ["replayed"]
     wait_for(lambda: len(sink.posts()) == 8 and _dead(redis), what="the failed replay")
     assert redis.llen(keys.delivery_attempts(delivery_id)) == 8
 
     sink.set(status=200)
-    assert [r.status for r in replay(redis, settings, ids=[delivery_id])] == ["replayed"]
+    assert [r.status for r in replay(settings, ids=[delivery_id])] == ["replayed"]
     wait_for(lambda: redis.hget(keys.delivery(delivery_id), "state") == b"delivered", what="the replay")
     assert len(sink.posts()) == 9 and _dead(redis) == []
     assert redis.exists(keys.rq_job(delivery_id)) == 0
@@ -245,9 +245,9 @@ def test_loopback_destination_is_refused_at_connect_time_unless_allowed(
         strict.stop()
     allowed = Process(["worker"], env, "allowed-worker").start()
     try:
-        from svcgw.deadletters import replay
+        from tests.svcgw.test_deadletters import replay
 
-        assert [r.status for r in replay(redis, settings, ids=[dead[0].decode()])] == ["replayed"]
+        assert [r.status for r in replay(settings, ids=[dead[0].decode()])] == ["replayed"]
         wait_for(sink.posts, what="the delivery through the allow-list")
     finally:
         allowed.stop()

@@ -1,17 +1,22 @@
-"""Console fixtures: accounts with API keys, and a signed-in HTTP client of a real server."""
+"""Console fixtures: accounts with API keys, the app served in-process, and a signed-in HTTP client."""
 
 from __future__ import annotations
 
 import os
+import threading
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 
 import httpx
 import pytest
+import uvicorn
 
+from receiver.app import create_app
 from svcgw.settings import Settings
 from svcgw.store import Store
 from tests.conftest import with_store
+from tests.support import free_port
 
 
 @dataclass
@@ -82,3 +87,28 @@ def console(server: str, developer: Developer) -> Iterator[ConsoleClient]:
     client = ConsoleClient(server, developer.key)
     yield client
     client.close()
+
+
+@pytest.fixture
+def server(settings: Settings) -> Iterator[str]:
+    """The HTTP app served by uvicorn in a thread of the test process, on a free loopback port.
+
+    It overrides the ``svcgw serve`` subprocess of ``tests.conftest``: the same
+    app from the same settings, without starting an interpreter per test.
+    """
+    port = free_port()
+    config = uvicorn.Config(
+        create_app(settings), host="127.0.0.1", port=port, log_config=None, access_log=False, loop="asyncio"
+    )
+    served = uvicorn.Server(config)
+    thread = threading.Thread(target=served.run, name=f"console-app-{port}", daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 15
+    while not served.started:
+        assert thread.is_alive() and time.monotonic() < deadline, "the in-process app did not start"
+        time.sleep(0.01)
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        served.should_exit = True
+        thread.join(timeout=15)

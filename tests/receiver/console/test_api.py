@@ -1,4 +1,4 @@
-"""The console's JSON API against a real server, a real Redis and a real sink."""
+"""The console's JSON API over HTTP against the app served in-process, a real Redis and a real sink."""
 
 from __future__ import annotations
 

@@ -23,7 +23,7 @@ from redis import Redis
 
 from svcgw import keys
 from tests.receiver.console.conftest import Developer
-from tests.support import Process, Sink, wait_for
+from tests.support import Process, Sink, start_server, wait_for
 
 CHROMIUM = "/usr/bin/chromium"
 ARGS = [
@@ -37,10 +37,21 @@ ARGS = [
 ]
 TOKEN = "tok_browser_" + "q" * 20
 
-pytestmark = pytest.mark.skipif(
-    shutil.which("chromium") is None and not os.path.exists(CHROMIUM),
-    reason="Debian's chromium is not installed (.ci/run installs it: apt-get install chromium)",
-)
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.skipif(
+        shutil.which("chromium") is None and not os.path.exists(CHROMIUM),
+        reason="Debian's chromium is not installed (.ci/run installs it: apt-get install chromium)",
+    ),
+]
+
+
+@pytest.fixture
+def server(env: dict[str, str]) -> Iterator[str]:
+    """A real ``svcgw serve`` process, as a browser meets it (not the in-process app of the other tests)."""
+    process, base = start_server(env)
+    yield base
+    process.stop()
 
 
 @pytest.fixture

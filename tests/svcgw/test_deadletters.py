@@ -4,20 +4,24 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
 
 import orjson
 import pytest
 from redis import Redis
 from redis.asyncio import Redis as AsyncRedis
 
-from svcgw import keys
-from svcgw.deadletters import NotFound, count_dead, list_dead, replay, show
+from svcgw import deadletters, keys
+from svcgw.deadletters import DeadLetter, DeadLetterDetail, NotFound, ReplayResult
 from svcgw.deliveries import exc_info_field
 from svcgw.ingest import Ingest
 from svcgw.settings import Settings
 from tests.conftest import Tenant, provision
 from worker.delivery import Attempt
-from worker.queue import DeliveryQueue
+from worker.queue import AsyncDeliveryQueue, Finish
+
+T = TypeVar("T")
 
 
 def ingest(settings: Settings, tenant: Tenant, body: bytes) -> str:
@@ -34,14 +38,12 @@ def ingest(settings: Settings, tenant: Tenant, body: bytes) -> str:
     return delivery_id
 
 
-def kill(redis: Redis, settings: Settings, tenant: Tenant, event_id: str, *, died_at: float) -> str:
+def kill(settings: Settings, tenant: Tenant, event_id: str, *, died_at: float) -> str:
     """One delivery made a dead letter through the queue's own scripts, as the engine would."""
     body = b'{"event_type":"Msg","events":[{"id":"' + event_id.encode() + b'"}]}'
     delivery_id = ingest(settings, tenant, body)
-    queue = DeliveryQueue(redis, settings.queue_name)
-    assert queue.claim(1, "test") == [delivery_id]
     attempt = Attempt(ok=False, at=died_at, duration=0.01, status=500, error="HTTP 500", destination="x")
-    assert queue.finish(
+    finish = Finish(
         delivery_id,
         tenant.appid,
         "dead",
@@ -50,26 +52,67 @@ def kill(redis: Redis, settings: Settings, tenant: Tenant, event_id: str, *, die
         retention=settings.dead_letter_retention,
         error=exc_info_field("HTTP 500"),
     )
+
+    async def run() -> None:
+        client = AsyncRedis.from_url(settings.redis_url or "")
+        try:
+            queue = AsyncDeliveryQueue(client, settings.queue_name)
+            assert [c.delivery_id for c in await queue.claim_batch(1, "test")] == [delivery_id]
+            assert await queue.finish_many([finish]) == [True]
+        finally:
+            await client.aclose()
+
+    asyncio.run(run())
     return delivery_id
+
+
+def _run(settings: Settings, read: Callable[..., Awaitable[T]], *args: Any, decode: bool = False, **kwargs: Any) -> T:
+    """``read(client, settings, ...)`` in an event loop of its own, as one CLI command runs it."""
+
+    async def run() -> T:
+        client = AsyncRedis.from_url(settings.redis_url or "", decode_responses=decode)
+        try:
+            return await read(client, settings, *args, **kwargs)
+        finally:
+            await client.aclose()
+
+    return asyncio.run(run())
+
+
+def list_dead(settings: Settings, **kwargs: Any) -> list[DeadLetter]:
+    return _run(settings, deadletters.list_dead, **kwargs)
+
+
+def count_dead(settings: Settings, **kwargs: Any) -> int:
+    return _run(settings, deadletters.count_dead, **kwargs)
+
+
+def show(settings: Settings, delivery_id: str, **kwargs: Any) -> DeadLetterDetail:
+    return _run(settings, deadletters.show, delivery_id, **kwargs)
+
+
+def replay(settings: Settings, **kwargs: Any) -> list[ReplayResult]:
+    return _run(settings, deadletters.replay, **kwargs)
 
 
 def test_listed_newest_first_with_attempts_and_last_error(settings: Settings, redis: Redis) -> None:
     tenant = provision(settings)
     now = time.time()
-    older = kill(redis, settings, tenant, "e1", died_at=now - 60)
-    newer = kill(redis, settings, tenant, "e2", died_at=now)
+    older = kill(settings, tenant, "e1", died_at=now - 60)
+    newer = kill(settings, tenant, "e2", died_at=now)
 
-    letters = list_dead(redis, settings)
+    letters = list_dead(settings)
+    assert [d.id for d in list_dead(settings, decode=True)] == [newer, older]  # either decoding mode
     assert [d.id for d in letters] == [newer, older]
-    assert [d.id for d in list_dead(redis, settings, appid=tenant.appid)] == [newer, older]
-    assert [d.id for d in list_dead(redis, settings, account=tenant.account, offset=1)] == [older]
-    assert [d.id for d in list_dead(redis, settings, limit=1)] == [newer]
+    assert [d.id for d in list_dead(settings, appid=tenant.appid)] == [newer, older]
+    assert [d.id for d in list_dead(settings, account=tenant.account, offset=1)] == [older]
+    assert [d.id for d in list_dead(settings, limit=1)] == [newer]
     first = letters[0]
     assert (first.appid, first.account, first.event_type) == (tenant.appid, tenant.account, "Msg")
     assert first.attempts == 1 and first.last_error == "HTTP 500"
     assert first.dead_at is not None and first.received_at is not None
 
-    detail = show(redis, settings, newer)
+    detail = show(settings, newer)
     assert orjson.loads(detail.body)["events"] == [{"id": "e2"}]
     assert [a["status"] for a in detail.attempts] == [500]
     assert detail.as_dict()["attempts"] == detail.attempts
@@ -77,78 +120,78 @@ def test_listed_newest_first_with_attempts_and_last_error(settings: Settings, re
 
 def test_other_accounts_are_refused_like_unknown_ids(settings: Settings, redis: Redis) -> None:
     mine, theirs = provision(settings), provision(settings)
-    own = kill(redis, settings, mine, "m", died_at=time.time())
-    foreign = kill(redis, settings, theirs, "t", died_at=time.time())
+    own = kill(settings, mine, "m", died_at=time.time())
+    foreign = kill(settings, theirs, "t", died_at=time.time())
 
-    assert [d.id for d in list_dead(redis, settings, account=mine.account)] == [own]
-    assert list_dead(redis, settings, appid=theirs.appid, account=mine.account) == []
-    assert count_dead(redis, settings, account=mine.account) == 1
+    assert [d.id for d in list_dead(settings, account=mine.account)] == [own]
+    assert list_dead(settings, appid=theirs.appid, account=mine.account) == []
+    assert count_dead(settings, account=mine.account) == 1
 
     with pytest.raises(NotFound) as foreign_error:
-        show(redis, settings, foreign, account=mine.account)
+        show(settings, foreign, account=mine.account)
     with pytest.raises(NotFound) as unknown_error:
-        show(redis, settings, "dlv_nothing", account=mine.account)
+        show(settings, "dlv_nothing", account=mine.account)
     assert str(foreign_error.value) == str(unknown_error.value).replace("dlv_nothing", foreign)
 
-    results = replay(redis, settings, ids=[foreign, "dlv_nothing"], account=mine.account)
+    results = replay(settings, ids=[foreign, "dlv_nothing"], account=mine.account)
     assert [r.as_dict() for r in results] == [
         {"id": foreign, "appid": None, "status": "not_found"},
         {"id": "dlv_nothing", "appid": None, "status": "not_found"},
     ]
-    assert replay(redis, settings, appid=theirs.appid, account=mine.account) == []
-    assert [r.id for r in replay(redis, settings, all=True, account=mine.account)] == [own]
+    assert replay(settings, appid=theirs.appid, account=mine.account) == []
+    assert [r.id for r in replay(settings, all=True, account=mine.account)] == [own]
     # The other account's dead letter is untouched.
-    assert show(redis, settings, foreign).id == foreign
+    assert show(settings, foreign).id == foreign
 
 
 def test_stale_index_ids_are_filtered(settings: Settings, redis: Redis) -> None:
     tenant = provision(settings)
-    live = kill(redis, settings, tenant, "live", died_at=time.time())
-    requeued = kill(redis, settings, tenant, "requeued", died_at=time.time())
-    expired = kill(redis, settings, tenant, "expired", died_at=time.time())
+    live = kill(settings, tenant, "live", died_at=time.time())
+    requeued = kill(settings, tenant, "requeued", died_at=time.time())
+    expired = kill(settings, tenant, "expired", died_at=time.time())
     index = keys.dead_letters_by_appid(tenant.appid)
     failed = keys.rq_failed(settings.queue_name)
     redis.sadd(index, "dlv_never_existed")
     redis.zrem(failed, requeued)  # what `rq requeue` does: the index is not told
     redis.zadd(failed, {expired: time.time() - 1})  # past its expiry, not yet cleaned
 
-    assert [d.id for d in list_dead(redis, settings, appid=tenant.appid)] == [live]
-    assert [d.id for d in list_dead(redis, settings)] == [live]
-    assert count_dead(redis, settings, appid=tenant.appid) == 1
+    assert [d.id for d in list_dead(settings, appid=tenant.appid)] == [live]
+    assert [d.id for d in list_dead(settings)] == [live]
+    assert count_dead(settings, appid=tenant.appid) == 1
     for gone in (requeued, expired, "dlv_never_existed"):
         with pytest.raises(NotFound):
-            show(redis, settings, gone)
-    assert [(r.id, r.status) for r in replay(redis, settings, appid=tenant.appid)] == [(live, "replayed")]
+            show(settings, gone)
+    assert [(r.id, r.status) for r in replay(settings, appid=tenant.appid)] == [(live, "replayed")]
 
 
 def test_replay_queues_one_fresh_attempt(settings: Settings, redis: Redis) -> None:
     tenant = provision(settings)
-    delivery_id = kill(redis, settings, tenant, "r", died_at=time.time())
+    delivery_id = kill(settings, tenant, "r", died_at=time.time())
 
-    (result,) = replay(redis, settings, ids=[delivery_id])
+    (result,) = replay(settings, ids=[delivery_id])
     assert result.as_dict() == {"id": delivery_id, "appid": tenant.appid, "status": "replayed"}
     record = redis.hgetall(keys.delivery(delivery_id))
     assert record[b"state"] == b"queued"
     assert int(record[b"failures"]) == len(settings.retry_schedule)
     assert redis.lrange(keys.rq_queue(settings.queue_name), 0, -1) == [delivery_id.encode()]
     assert not redis.sismember(keys.dead_letters_by_appid(tenant.appid), delivery_id)
-    assert list_dead(redis, settings) == []
+    assert list_dead(settings) == []
     # Not a dead letter any more: a second replay finds nothing.
-    assert [r.status for r in replay(redis, settings, ids=[delivery_id])] == ["not_found"]
+    assert [r.status for r in replay(settings, ids=[delivery_id])] == ["not_found"]
 
 
 def test_replay_of_expired_data_reports_it(settings: Settings, redis: Redis) -> None:
     tenant = provision(settings)
-    delivery_id = kill(redis, settings, tenant, "x", died_at=time.time())
+    delivery_id = kill(settings, tenant, "x", died_at=time.time())
     redis.delete(keys.rq_job(delivery_id))
 
-    assert [r.status for r in replay(redis, settings, all=True)] == ["expired"]
+    assert [r.status for r in replay(settings, all=True)] == ["expired"]
     assert redis.zscore(keys.rq_failed(settings.queue_name), delivery_id) is None
     assert not redis.sismember(keys.dead_letters_by_appid(tenant.appid), delivery_id)
 
 
 def test_replay_needs_exactly_one_selector(settings: Settings, redis: Redis) -> None:
     with pytest.raises(ValueError):
-        replay(redis, settings)
+        replay(settings)
     with pytest.raises(ValueError):
-        replay(redis, settings, ids=["a"], all=True)
+        replay(settings, ids=["a"], all=True)

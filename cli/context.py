@@ -1,0 +1,145 @@
+"""What an administration command works with: settings, Redis clients, one event loop.
+
+``admin_command`` turns ``async def command(admin, **options)`` into a click
+callback: it loads the settings, makes an :class:`Admin`, runs the command
+in an event loop of its own (``asyncio.run``, one per command), closes the
+clients inside that loop, and turns user errors into a message on stderr and
+exit status 1, never a traceback:
+
+* Redis unreachable or refusing (``redis.exceptions.RedisError``): the message
+  names the Redis without its password;
+* a callback address that breaks the address rules (``AddressError``): its
+  message and code;
+* an unknown account, key, appid or dead letter, a bad value, unusable
+  encryption keys (``svcgw.store.NotFound``, ``LookupError``, ``VaultError``,
+  ``SettingsError``, ``ValueError``): their message.
+
+The commands need ``SVCGW_REDIS_URL`` (or ``SVCGW_REDIS_SENTINELS``); they use
+the same settings, key names and ``Store`` as the service itself.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+from collections.abc import Awaitable, Callable
+from typing import Any
+from urllib.parse import urlsplit, urlunsplit
+
+import click
+from cryptography.fernet import Fernet
+from redis.asyncio import Redis
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import RedisError
+from redis.exceptions import TimeoutError as RedisTimeoutError
+
+from svcgw.addresses import AddressError
+from svcgw.connections import async_client
+from svcgw.settings import Settings, SettingsError
+from svcgw.store import NotFound as StoreNotFound
+from svcgw.store import Store
+from svcgw.vault import KEY_FILE, TokenVault, VaultError
+
+__all__ = ["Admin", "admin_command", "load_settings", "safe_redis_url"]
+
+_CONNECT_TIMEOUT = 5
+
+
+def load_settings() -> Settings:
+    """The settings from the environment; a bad one ends the command with its message."""
+    try:
+        return Settings.from_env()
+    except SettingsError as exc:
+        raise click.ClickException(str(exc)) from None
+
+
+def safe_redis_url(url: str) -> str:
+    """The Redis URL without its password (and without a query, which may carry one)."""
+    parts = urlsplit(url)
+    netloc = parts.netloc.rsplit("@", 1)[-1]
+    # In ``user:password@`` the user is no secret; a lone ``secret@`` may be the password.
+    if parts.username and parts.password is not None:
+        netloc = f"{parts.username}@{netloc}"
+    return urlunsplit((parts.scheme, netloc, parts.path, "", ""))
+
+
+class Admin:
+    """Settings, and ``redis.asyncio`` clients opened on first use within the command's loop."""
+
+    def __init__(self, settings: Settings) -> None:
+        if not settings.redis_configured:
+            raise click.ClickException(
+                "SVCGW_REDIS_URL (or SVCGW_REDIS_SENTINELS) is required for administration commands: "
+                "the Redis of the running service"
+            )
+        self.settings = settings
+        self._redis: Redis | None = None
+        self._text: Redis | None = None
+
+    @property
+    def safe_url(self) -> str:
+        if self.settings.redis_sentinels:
+            hosts = ",".join(f"{host}:{port}" for host, port in self.settings.redis_sentinels)
+            return f"sentinels {hosts} (primary {self.settings.redis_sentinel_master})"
+        return safe_redis_url(self.settings.redis_url or "")
+
+    @property
+    def redis(self) -> Redis:
+        """The client returning bytes (raw bodies stay raw)."""
+        if self._redis is None:
+            self._redis = async_client(self.settings, connect_timeout=_CONNECT_TIMEOUT)
+        return self._redis
+
+    @property
+    def text(self) -> Redis:
+        """The client returning text (configuration)."""
+        if self._text is None:
+            self._text = async_client(self.settings, decode=True, connect_timeout=_CONNECT_TIMEOUT)
+        return self._text
+
+    def store(self, *, sealing: bool = False) -> Store:
+        """The ``Store``; ``sealing`` when the command may encrypt or decrypt a token."""
+        return Store(self.text, self._vault(sealing))
+
+    def _vault(self, sealing: bool) -> TokenVault:
+        settings = self.settings
+        if sealing or settings.encryption_keys or (settings.state_dir / KEY_FILE).exists():
+            return TokenVault.from_settings(settings)
+        # Nothing will be sealed or opened: leave no key file behind as a side effect.
+        return TokenVault([Fernet.generate_key().decode("ascii")])
+
+    async def aclose(self) -> None:
+        for client in (self._redis, self._text):
+            if client is not None:
+                await client.aclose()
+        self._redis = self._text = None
+
+
+Command = Callable[..., Awaitable[None]]
+
+
+def admin_command(func: Command) -> Callable[..., None]:
+    """Run ``func(admin, **options)`` in its own event loop; user errors become exit status 1."""
+
+    @functools.wraps(func)
+    def wrapper(**kwargs: Any) -> None:
+        admin = Admin(load_settings())
+
+        async def run() -> None:
+            try:
+                await func(admin, **kwargs)
+            finally:
+                await admin.aclose()
+
+        try:
+            asyncio.run(run())
+        except (RedisConnectionError, RedisTimeoutError):
+            raise click.ClickException(f"cannot reach Redis at {admin.safe_url}") from None
+        except RedisError as exc:
+            raise click.ClickException(f"Redis at {admin.safe_url} answered: {exc}") from None
+        except AddressError as exc:
+            raise click.ClickException(f"{exc.message} (code {exc.code})") from None
+        except (StoreNotFound, LookupError, VaultError, SettingsError, ValueError) as exc:
+            raise click.ClickException(str(exc)) from None
+
+    return wrapper

@@ -1,0 +1,122 @@
+"""``svcgw dlq``: dead letters (deliveries whose retries ran out), listed, shown and replayed.
+
+``replay`` exits with status 1 when any dead letter named could not be
+replayed (unknown, or its data expired), after printing every outcome.
+"""
+
+from __future__ import annotations
+
+import click
+from rich.console import RenderableType
+
+from svcgw import deadletters
+
+from .context import Admin, admin_command
+from .output import console, emit, json_option, record, table, when
+
+__all__ = ["dlq"]
+
+
+@click.group()
+def dlq() -> None:
+    """Dead letters: deliveries whose retries ran out."""
+
+
+@dlq.command("list")
+@click.option("--appid", default=None, help="Only this instance's dead letters.")
+@click.option("--account", default=None, help="Only this account's dead letters.")
+@click.option("--limit", type=click.IntRange(min=1), default=100, show_default=True)
+@click.option("--offset", type=click.IntRange(min=0), default=0, show_default=True)
+@json_option
+@admin_command
+async def dlq_list(
+    admin: Admin, appid: str | None, account: str | None, limit: int, offset: int, as_json: bool
+) -> None:
+    """List dead letters, newest first."""
+    letters = await deadletters.list_dead(
+        admin.redis, admin.settings, appid=appid, account=account, limit=limit, offset=offset
+    )
+    emit(
+        as_json,
+        [letter.as_dict() for letter in letters],
+        lambda: table(
+            ("id", "appid", "event type", "attempts", "last error", "dead since"),
+            ((d.id, d.appid, d.event_type, d.attempts, d.last_error, when(d.dead_at)) for d in letters),
+        ),
+    )
+
+
+@dlq.command("show")
+@click.argument("delivery_id", metavar="ID")
+@json_option
+@admin_command
+async def dlq_show(admin: Admin, delivery_id: str, as_json: bool) -> None:
+    """Show one dead letter: its attempts and its body."""
+    detail = await deadletters.show(admin.redis, admin.settings, delivery_id)
+    if as_json:
+        emit(True, detail.as_dict(), lambda: None)
+        return
+    out = console()
+    out.print(
+        record(
+            {
+                "id": detail.id,
+                "appid": detail.appid,
+                "account": detail.account,
+                "event_type": detail.event_type,
+                "received": when(detail.received_at),
+                "dead since": when(detail.dead_at),
+                "last error": detail.last_error,
+            },
+            "dead letter",
+        )
+    )
+    out.print(
+        table(
+            ("#", "at", "status", "error", "ms", "destination"),
+            (
+                (
+                    a.get("attempt"),
+                    when(a.get("at")),
+                    a.get("status"),
+                    a.get("error"),
+                    a.get("duration_ms"),
+                    a.get("destination"),
+                )
+                for a in detail.attempts
+            ),
+            "attempts",
+        )
+    )
+    click.echo("body:")
+    click.echo(detail.body)
+
+
+@dlq.command("replay")
+@click.argument("ids", nargs=-1, metavar="[ID]...")
+@click.option("--appid", default=None, help="Every dead letter of this instance.")
+@click.option("--all", "replay_all", is_flag=True, help="Every dead letter.")
+@json_option
+@admin_command
+async def dlq_replay(
+    admin: Admin, ids: tuple[str, ...], appid: str | None, replay_all: bool, as_json: bool
+) -> None:
+    """Give dead letters one fresh attempt each (a failure returns them here, history kept)."""
+    if sum((bool(ids), appid is not None, replay_all)) != 1:
+        raise click.UsageError("give dead letter IDs, or --appid APPID, or --all (exactly one)")
+    results = await deadletters.replay(
+        admin.redis, admin.settings, ids=list(ids) or None, appid=appid, all=replay_all
+    )
+    replayed = sum(1 for r in results if r.replayed)
+
+    def render() -> RenderableType:
+        shown = table(("id", "appid", "outcome"), ((r.id, r.appid, r.status) for r in results))
+        shown.caption = f"{replayed} of {len(results)} queued for one fresh attempt"
+        return shown
+
+    emit(as_json, [r.as_dict() for r in results], render)
+    missed = [r for r in results if not r.replayed]
+    if missed:
+        listed = ", ".join(f"{r.id} ({r.status.replace('_', ' ')})" for r in missed[:10])
+        more = f" and {len(missed) - 10} more" if len(missed) > 10 else ""
+        raise click.ClickException(f"not replayed: {listed}{more}")

@@ -1,0 +1,49 @@
+"""``svcgw log``: an instance's callback log, newest first, bodies exactly as received."""
+
+from __future__ import annotations
+
+import click
+
+from svcgw import keys
+from svcgw.calllog import parse_since, read_log
+
+from .context import Admin, admin_command
+from .output import emit, json_option, when
+
+__all__ = ["log_command"]
+
+
+def _valid_since(ctx: click.Context, param: click.Parameter, value: str | None) -> int | None:
+    if value is None:
+        return None
+    try:
+        return parse_since(value)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc)) from None
+
+
+@click.command("log")
+@click.argument("appid")
+@click.option("--since", callback=_valid_since, metavar="DURATION", help="e.g. 45s, 30m, 1h, 2d.")
+@click.option("--limit", type=click.IntRange(min=1), default=100, show_default=True)
+@click.option("--before", default=None, metavar="ENTRY_ID", help="Older than this entry (paging).")
+@json_option
+@admin_command
+async def log_command(
+    admin: Admin, appid: str, since: int | None, limit: int, before: str | None, as_json: bool
+) -> None:
+    """The callback log of an instance, newest first, bodies exactly as received."""
+    if not await admin.redis.exists(keys.instance(appid)):
+        raise click.ClickException(f"no instance {appid!r}")
+    entries = await read_log(admin.redis, admin.settings, appid, since_seconds=since, limit=limit, before=before)
+    if as_json:
+        emit(True, [entry.as_dict() for entry in entries], lambda: None)
+        return
+    if not entries:
+        click.echo("no posts" + (" in that time" if since else ""), err=True)
+    for entry in entries:
+        click.echo(
+            f"--- {entry.id}  {when(entry.received_at)}  accepted={entry.accepted} "
+            f"duplicates={entry.duplicates}  delivery={entry.delivery_id or '-'}  state={entry.state or '-'}"
+        )
+        click.echo(entry.body)

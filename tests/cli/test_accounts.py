@@ -1,0 +1,36 @@
+"""``svcgw accounts``: create, list, deny and allow, and their user errors."""
+
+from __future__ import annotations
+
+from tests.cli.commands import fails, ok, svcgw
+
+
+def test_accounts_create_list_deny_allow(env: dict[str, str]) -> None:
+    created = ok(env, "accounts", "create", "--name", "Acme", "--devices", "5", "--valid-until", "2031-12-31")
+    assert created["id"].startswith("acc_")
+    assert (created["name"], created["devices"], created["valid_until"]) == ("Acme", 5, "2031-12-31")
+
+    listed = ok(env, "accounts", "list")
+    assert [a["id"] for a in listed] == [created["id"]]
+    assert listed[0]["instances"] == 0 and listed[0]["denied"] == []
+
+    denied = ok(
+        env, "accounts", "deny", "--account", created["id"], "message/sendText", "/svc/api/login/logout"
+    )
+    assert denied == {"account": created["id"], "denied": ["login/logout", "message/sendText"]}
+    allowed = ok(env, "accounts", "allow", "--account", created["id"], "login/logout")
+    assert allowed["denied"] == ["message/sendText"]
+
+    table = svcgw(env, "accounts", "list")
+    assert table.exit_code == 0 and created["id"] in table.stdout and "Acme" in table.stdout
+
+
+def test_account_user_errors(env: dict[str, str]) -> None:
+    assert "2031-02-30" in fails(
+        env, "accounts", "create", "--name", "x", "--valid-until", "2031-02-30", code=2
+    )
+    assert "no account 'acc_nope'" in fails(
+        env, "accounts", "deny", "--account", "acc_nope", "message/sendText"
+    )
+    account = ok(env, "accounts", "create", "--name", "x")["id"]
+    assert "module/action" in fails(env, "accounts", "deny", "--account", account, "sendText")

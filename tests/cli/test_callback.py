@@ -1,0 +1,102 @@
+"""``svcgw callback``: address, secret and Bearer token of an account or instance."""
+
+from __future__ import annotations
+
+import orjson
+import pytest
+from redis import Redis
+
+from svcgw import keys
+from svcgw.settings import Settings
+from svcgw.vault import TokenVault
+from tests.cli.commands import fails, ok, svcgw
+from tests.conftest import provision
+
+
+def test_callback_set_show_rotate_clear(env: dict[str, str], settings: Settings, redis: Redis) -> None:
+    tenant = provision(settings)
+    token = "bearer-token-that-must-never-be-printed"
+
+    shown = ok(env, "callback", "show", "--appid", tenant.appid)
+    assert shown == {"account": None, "appid": tenant.appid, "url": None, "secret": None, "bearer": False}
+
+    result = svcgw(
+        env, "callback", "set", "--appid", tenant.appid, "--url", "http://127.0.0.1:9/hook",
+        "--bearer-token", token, "--json",
+    )  # fmt: skip
+    assert result.exit_code == 0, result.output
+    assert token not in result.output
+    first = orjson.loads(result.stdout)
+    assert first["url"] == "http://127.0.0.1:9/hook" and first["bearer"] is True
+    assert first["secret"].startswith("whsec_")
+    sealed = redis.hget(keys.callback_instance(tenant.appid), "token")
+    assert sealed is not None and token.encode() not in sealed
+    assert TokenVault.from_settings(settings).open(sealed) == token
+
+    # Without --bearer-token the token is kept; the secret stays with the address.
+    again = ok(env, "callback", "set", "--appid", tenant.appid, "--url", "http://127.0.0.1:10/hook")
+    assert again["bearer"] is True and again["secret"] == first["secret"]
+    for human in (
+        svcgw(env, "callback", "show", "--appid", tenant.appid),
+        svcgw(env, "instances", "show", tenant.appid),
+        svcgw(env, "instances", "show", tenant.appid, "--json"),
+    ):
+        assert human.exit_code == 0 and token not in human.output
+
+    rotated = ok(env, "callback", "rotate-secret", "--appid", tenant.appid)
+    assert rotated["secret"] != first["secret"] and rotated["bearer"] is True
+
+    no_bearer = ok(
+        env, "callback", "set", "--appid", tenant.appid, "--url", "http://127.0.0.1:10/x", "--no-bearer"
+    )
+    assert no_bearer["bearer"] is False
+
+    cleared = ok(env, "callback", "clear", "--appid", tenant.appid)
+    assert cleared["url"] is None and cleared["bearer"] is False and cleared["secret"] == rotated["secret"]
+
+
+def test_instance_falls_back_to_the_account_default(env: dict[str, str], settings: Settings) -> None:
+    tenant = provision(settings)
+    default = ok(env, "callback", "set", "--account", tenant.account, "--url", "http://127.0.0.1:11/default")
+    assert default["account"] == tenant.account and default["appid"] is None
+
+    instance = ok(env, "instances", "show", tenant.appid)
+    assert instance["forward_url"] == "http://127.0.0.1:11/default"
+    assert instance["forward_source"] == "account"
+    ok(env, "callback", "set", "--appid", tenant.appid, "--url", "http://127.0.0.1:12/own")
+    assert ok(env, "instances", "show", tenant.appid)["forward_source"] == "instance"
+    ok(env, "callback", "clear", "--appid", tenant.appid)
+    assert ok(env, "instances", "show", tenant.appid)["forward_source"] == "account"
+    ok(env, "callback", "clear", "--account", tenant.account)
+    assert ok(env, "instances", "show", tenant.appid)["forward_source"] == "none"
+
+
+@pytest.mark.parametrize(
+    ("url", "code"),
+    [
+        ("ftp://example.com/hook", -40011),
+        ("http://user:pw@example.com/hook", -40011),
+        ("http://127.0.0.1:8080/anything", -40012),
+        ("http://10.1.2.3/hook", -40013),
+    ],
+)
+def test_bad_callback_url_is_refused_with_its_code(
+    env: dict[str, str], settings: Settings, url: str, code: int
+) -> None:
+    tenant = provision(settings)
+    error = fails(env, "callback", "set", "--appid", tenant.appid, "--url", url)
+    assert f"code {code}" in error and "callbackUrl" in error
+    assert ok(env, "callback", "show", "--appid", tenant.appid)["url"] is None
+
+
+def test_callback_scope_must_be_one_of_account_or_appid(env: dict[str, str], settings: Settings) -> None:
+    tenant = provision(settings)
+    assert "exactly one" in fails(env, "callback", "show", code=2)
+    assert "exactly one" in fails(
+        env, "callback", "show", "--account", tenant.account, "--appid", tenant.appid, code=2
+    )
+    assert "no instance 'we_nope'" in fails(env, "callback", "show", "--appid", "we_nope")
+    assert "exclude" in fails(
+        env, "callback", "set", "--appid", tenant.appid, "--url", "http://127.0.0.1:9/",
+        "--bearer-token", "t", "--no-bearer", code=2,
+    )  # fmt: skip

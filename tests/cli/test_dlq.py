@@ -1,0 +1,99 @@
+"""``svcgw dlq``: dead letters made by the real pipeline, listed, shown and replayed."""
+
+from __future__ import annotations
+
+import threading
+
+import orjson
+import pytest
+from redis import Redis
+
+from svcgw.settings import Settings
+from svcgw.vault import TokenVault
+from tests.cli.commands import fails, ok, svcgw
+from tests.conftest import Tenant, provision
+from tests.support import Sink
+from tests.svcgw.test_deadletters import ingest
+from worker.engine import Engine
+
+
+@pytest.fixture
+def fast_env(env: dict[str, str]) -> dict[str, str]:
+    return dict(env, SVCGW_RETRY_SCHEDULE="0.05")
+
+
+def deliver(settings: Settings) -> None:
+    """Run the delivery engine in-process until nothing is queued or scheduled."""
+    redis = Redis.from_url(settings.redis_url or "")
+    try:
+        engine = Engine(settings, redis, TokenVault.from_settings(settings))
+        engine.run(threading.Event(), burst=True)
+    finally:
+        redis.close()
+
+
+def test_dlq_list_show_replay(fast_env: dict[str, str], sink: Sink) -> None:
+    settings = Settings.from_env(fast_env)
+    tenant: Tenant = provision(settings, url=sink.url)
+    other = provision(settings, url=sink.url)
+    sink.set(status=500)
+    body = b'{"event_type":"Msg","events":[{"id":1688850000000000001,"text":"hi"}]}'
+    delivery_id = ingest(settings, tenant, body)
+    other_id = ingest(settings, other, body)
+    deliver(settings)
+    assert len(sink.posts()) == 4  # two deliveries, one retry each
+
+    listed = ok(fast_env, "dlq", "list", "--appid", tenant.appid)
+    assert [d["id"] for d in listed] == [delivery_id]
+    letter = listed[0]
+    assert letter["attempts"] == 2 and letter["last_error"] == "HTTP 500"
+    assert (letter["appid"], letter["account"], letter["event_type"]) == (tenant.appid, tenant.account, "Msg")
+    assert {d["id"] for d in ok(fast_env, "dlq", "list")} == {delivery_id, other_id}
+    assert [d["id"] for d in ok(fast_env, "dlq", "list", "--account", other.account)] == [other_id]
+
+    for args in (("dlq", "list"), ("instances", "list")):
+        table = svcgw(fast_env, *args)
+        assert table.exit_code == 0 and tenant.appid in table.stdout, table.output
+
+    detail = ok(fast_env, "dlq", "show", delivery_id)
+    assert [a["status"] for a in detail["attempts"]] == [500, 500]
+    assert '"id":1688850000000000001' in detail["body"]
+    human = svcgw(fast_env, "dlq", "show", delivery_id)
+    assert human.exit_code == 0 and "1688850000000000001" in human.stdout and "HTTP 500" in human.stdout
+
+    # A replay is one fresh attempt; failing again returns it with its history.
+    replayed = ok(fast_env, "dlq", "replay", delivery_id)
+    assert replayed == [{"id": delivery_id, "appid": tenant.appid, "status": "replayed"}]
+    assert ok(fast_env, "dlq", "list", "--appid", tenant.appid) == []
+    deliver(settings)
+    assert len(sink.posts()) == 5
+    again = ok(fast_env, "dlq", "show", delivery_id)
+    assert [a["attempt"] for a in again["attempts"]] == [1, 2, 3]
+
+    sink.set(status=200)
+    assert [r["status"] for r in ok(fast_env, "dlq", "replay", "--all")] == ["replayed", "replayed"]
+    deliver(settings)
+    assert ok(fast_env, "dlq", "list") == []
+    assert sink.posts()[-1].headers["x-svc-attempt"] in ("3", "4")
+
+    missing = svcgw(fast_env, "dlq", "replay", delivery_id, "--json")
+    assert missing.exit_code == 1 and orjson.loads(missing.stdout)[0]["status"] == "not_found"
+    assert "not replayed" in missing.stderr
+    assert "no dead letter" in fails(fast_env, "dlq", "show", delivery_id)
+    assert "exactly one" in fails(fast_env, "dlq", "replay", code=2)
+    assert "exactly one" in fails(fast_env, "dlq", "replay", "--all", "--appid", tenant.appid, code=2)
+
+
+def test_dlq_replay_by_appid(fast_env: dict[str, str], sink: Sink) -> None:
+    settings = Settings.from_env(fast_env)
+    tenant, other = provision(settings, url=sink.url), provision(settings, url=sink.url)
+    sink.set(status=500)
+    mine = [
+        ingest(settings, tenant, b'{"event_type":"Msg","events":[{"id":"' + n + b'"}]}') for n in (b"1", b"2")
+    ]
+    theirs = ingest(settings, other, b'{"event_type":"Msg","events":[{"id":"3"}]}')
+    deliver(settings)
+
+    replayed = ok(fast_env, "dlq", "replay", "--appid", tenant.appid)
+    assert sorted(r["id"] for r in replayed) == sorted(mine)
+    assert [d["id"] for d in ok(fast_env, "dlq", "list")] == [theirs]

@@ -1,0 +1,29 @@
+"""``svcgw log``: an instance's callback log with the bodies exactly as received."""
+
+from __future__ import annotations
+
+import orjson
+from click.testing import CliRunner
+
+from cli.main import cli
+from svcgw.settings import Settings
+from tests.cli.commands import fails, svcgw
+from tests.conftest import provision
+from tests.svcgw.test_deadletters import ingest
+
+
+def test_log_prints_raw_bodies(env: dict[str, str], settings: Settings) -> None:
+    tenant = provision(settings)
+    body = b'{ "event_type": "Msg", "events": [ {"id": 1688850000000000001, "v": 1e2} ] }'
+    delivery_id = ingest(settings, tenant, body)
+    ingest_again = svcgw(env, "log", tenant.appid, "--since", "1h", "--json")
+    assert ingest_again.exit_code == 0, ingest_again.output
+    (entry,) = orjson.loads(ingest_again.stdout)
+    assert entry["body"] == body.decode() and entry["delivery_id"] == delivery_id
+    assert entry["state"] == "queued" and (entry["accepted"], entry["duplicates"]) == (1, 0)
+
+    human = CliRunner().invoke(cli, ["log", tenant.appid, "--since", "30m"], env=env)
+    assert human.exit_code == 0 and body in human.stdout_bytes
+
+    assert "45s, 30m, 1h or 2d" in fails(env, "log", tenant.appid, "--since", "yesterday", code=2)
+    assert "no instance 'we_nope'" in fails(env, "log", "we_nope")
