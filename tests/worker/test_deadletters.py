@@ -16,8 +16,9 @@ from svcgw.deadletters import NotFound, count_dead, list_dead, replay, show
 from svcgw.deliveries import exc_info_field
 from svcgw.settings import Settings
 from tests.conftest import Tenant, provision
+from tests.worker.support import claim, finish
 from worker.delivery import Attempt
-from worker.queue import DeliveryQueue
+from worker.queue import Finish
 
 
 def ingest(settings: Settings, tenant: Tenant, body: bytes) -> str:
@@ -38,17 +39,19 @@ def kill(redis: Redis, settings: Settings, tenant: Tenant, event_id: str, *, die
     """One delivery made a dead letter through the queue's own scripts, as the engine would."""
     body = b'{"event_type":"Msg","events":[{"id":"' + event_id.encode() + b'"}]}'
     delivery_id = ingest(settings, tenant, body)
-    queue = DeliveryQueue(redis, settings.queue_name)
-    assert queue.claim(1, "test") == [delivery_id]
+    assert claim(settings, 1) == [delivery_id]
     attempt = Attempt(ok=False, at=died_at, duration=0.01, status=500, error="HTTP 500", destination="x")
-    assert queue.finish(
-        delivery_id,
-        tenant.appid,
-        "dead",
-        attempt.record(1),
-        due=died_at + settings.dead_letter_retention,
-        retention=settings.dead_letter_retention,
-        error=exc_info_field("HTTP 500"),
+    assert finish(
+        settings,
+        Finish(
+            delivery_id,
+            tenant.appid,
+            "dead",
+            attempt.record(1),
+            due=died_at + settings.dead_letter_retention,
+            retention=settings.dead_letter_retention,
+            error=exc_info_field("HTTP 500"),
+        ),
     )
     return delivery_id
 
