@@ -20,8 +20,8 @@ The main loop:
 * claims as many jobs as it has free slots, or blocks until one arrives.
 
 One failing destination cannot take every slot: at most
-``SVCGW_DESTINATION_CONCURRENCY`` attempts run against one host at once. A
-job for a host at that cap goes back to the scheduled registry without
+``SVCGW_DESTINATION_CONCURRENCY`` attempts run against one host at once
+(:class:`worker.slots.DestinationSlots`). A job for a host at that cap goes back to the scheduled registry without
 counting an attempt, for longer the slower that host has been answering;
 the claim script does that itself for the hosts the engine names, so such a
 job costs no round trip of its own.

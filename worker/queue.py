@@ -46,13 +46,11 @@ __all__ = [
     "Claimed",
     "DeliveryQueue",
     "Finish",
-    "Outcome",
     "Promotion",
 ]
 
-Outcome = Literal["delivered", "retry", "dead"]
-# Besides an attempt's outcome, a claim can end in ``defer`` (back to the
-# scheduled registry without an attempt) or ``drop`` (the delivery's data expired).
+# Besides an attempt's outcome (delivered, retry, dead), a claim can end in ``defer``
+# (back to the scheduled registry without an attempt) or ``drop`` (the delivery's data expired).
 FinishKind = Literal["delivered", "retry", "dead", "defer", "drop"]
 
 # The delivery hash fields an attempt reads.

@@ -108,7 +108,7 @@ def fake_upstream(layer: FakeLayer) -> Upstream:
 class Driven:
     """A prober whose coroutines a synchronous test calls, all on one event loop of its own."""
 
-    def __init__(self, runner: asyncio.Runner, prober: Driven) -> None:
+    def __init__(self, runner: asyncio.Runner, prober: Prober) -> None:
         self.runner = runner
         self.prober = prober
 
