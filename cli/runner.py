@@ -66,37 +66,10 @@ def app_from_env() -> Any:
 
 
 def run_worker(settings: Settings, *, burst: bool = False) -> None:
-    from svcgw.vault import TokenVault
-    from worker.engine import Engine
+    """Deliveries and the liveness prober on one event loop, until SIGTERM or SIGINT (see ``worker.main``)."""
+    from worker.main import run
 
-    # The engine opens its own asyncio Redis client from the settings.
-    engine = Engine(settings, None, TokenVault.from_settings(settings))
-    stop = threading.Event()
-
-    def on_signal(signum: int, frame: FrameType | None) -> None:
-        log.info("worker stopping (signal %d)", signum)
-        stop.set()
-
-    signal.signal(signal.SIGTERM, on_signal)
-    signal.signal(signal.SIGINT, on_signal)
-    extra = _start_background_roles(settings, stop)
-    try:
-        engine.run(stop, burst=burst)
-    finally:
-        stop.set()
-        for thread in extra:
-            thread.join(timeout=5)
-
-
-def _start_background_roles(settings: Settings, stop: threading.Event) -> list[threading.Thread]:
-    """Roles that share the worker process besides delivery (the liveness prober)."""
-    threads: list[threading.Thread] = []
-    try:
-        from worker.prober import start_prober
-    except ImportError:
-        return threads
-    threads.append(start_prober(settings, stop))
-    return threads
+    run(settings, burst=burst)
 
 
 def _spawn(role: Sequence[str], env: dict[str, str]) -> subprocess.Popen[bytes]:

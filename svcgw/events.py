@@ -2,10 +2,10 @@
 
 Building is kept apart from queueing. ``instance_offline`` and
 ``instance_recovered`` are pure: they return the event objects of the spec
-("Service-generated account events"). ``queue_delivery`` adds the commands
-that turn an envelope into a delivery to a pipeline in MULTI mode, so a
-caller can make the queueing part of its own transaction (the liveness flip
-is one); ``enqueue_service_event`` is that transaction on its own.
+("Service-generated account events"). ``svcgw.deliveries.queue_delivery``
+adds the commands that turn an envelope into a delivery to a pipeline in
+MULTI mode, so the liveness flip that owes an event queues it in its own
+transaction (``svcgw.liveness.go_offline`` and ``go_online``).
 
 A queued service event is exactly what the receiver makes of a post: a
 delivery hash, an RQ job in ``SVCGW_QUEUE`` and an entry in the instance's
@@ -15,21 +15,14 @@ other delivery, to the instance's forward address at the time of each attempt.
 
 from __future__ import annotations
 
-import time
-from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any
-
-from . import keys
-from .deliveries import new_delivery_id, queue_delivery
-from .settings import Settings
 
 __all__ = [
     "INSTANCE_OFFLINE",
     "INSTANCE_RECOVERED",
     "MANUAL",
     "RELOGIN",
-    "enqueue_service_event",
     "instance_offline",
     "instance_recovered",
     "iso8601",
@@ -72,30 +65,3 @@ def instance_recovered(
         "offline_seconds": max(int(recovered_at - offline_since), 0),
         "auto_reconnected": auto_reconnected,
     }
-
-
-def enqueue_service_event(
-    redis: Any, settings: Settings, appid: str, event_type: str, events: Sequence[dict[str, Any]]
-) -> str:
-    """Queue a service event for the instance's forward address; returns the delivery id.
-
-    ``redis`` is a synchronous client. Raises ``LookupError`` when the appid
-    is not registered (a delivery needs the owning account).
-    """
-    account = redis.hget(keys.instance(appid), "account")
-    if not account:
-        raise LookupError(f"no instance {appid!r}")
-    delivery_id = new_delivery_id()
-    with redis.pipeline(transaction=True) as pipe:
-        queue_delivery(
-            pipe,
-            settings,
-            appid=appid,
-            account=account.decode() if isinstance(account, bytes) else str(account),
-            event_type=event_type,
-            events=events,
-            delivery_id=delivery_id,
-            now=time.time(),
-        )
-        pipe.execute()
-    return delivery_id

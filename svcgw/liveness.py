@@ -23,6 +23,9 @@ capability layer accepted the matching operation; the receiver calls
 prober through ``go_offline`` and ``go_online``: each is one optimistic
 transaction (WATCH on the instance hash), which changes the status and queues
 the event together, so however many workers run, one flip queues one event.
+
+Every function takes a ``redis.asyncio`` client; raw bytes and decoded
+text both work. Redis errors propagate to the caller.
 """
 
 from __future__ import annotations
@@ -47,6 +50,7 @@ from .events import (
     instance_recovered,
     iso8601,
 )
+from .scripts import source
 from .settings import Settings
 
 __all__ = [
@@ -87,33 +91,6 @@ GAP_MEANINGS: Mapping[int, str] = {
 
 GapClose = tuple[int, str]  # (code, message) of one GapClosed event
 
-# A long/start after an offline owes the caller an InstanceRecovered: the
-# first probe then comes at once, and the prober queues the event.
-_MARK_STARTED = """
-local owed = redis.call('HEXISTS', KEYS[1], 'offline_since') == 1
-local due = ARGV[2]
-if owed then due = ARGV[1] end
-redis.call('HSET', KEYS[1], 'maintained', '1', 'status', 'online', 'since', ARGV[1], 'next_probe', due)
-redis.call('HDEL', KEYS[1], 'reason', 'action_required', 'probe_error',
-  'gap_code', 'gap_message', 'gap_at', 'gap_manual')
-redis.call('ZADD', KEYS[2], due, ARGV[3])
-if owed then return 1 end
-return 0
-"""
-
-# KEYS: instance, schedule. ARGV: code, message, now, appid, manual ('1'/'0').
-# A pending close that needs a QR scan is not overwritten by a later one that
-# only asks for a probe.
-_GAP_CLOSED = """
-if redis.call('HGET', KEYS[1], 'maintained') ~= '1' then return 0 end
-local pending = redis.call('HGET', KEYS[1], 'gap_manual')
-if ARGV[5] == '1' or pending ~= '1' then
-  redis.call('HSET', KEYS[1], 'gap_code', ARGV[1], 'gap_message', ARGV[2], 'gap_at', ARGV[3], 'gap_manual', ARGV[5])
-end
-redis.call('ZADD', KEYS[2], ARGV[3], ARGV[4])
-return 1
-"""
-
 GAP_FIELDS = ("gap_code", "gap_message", "gap_at", "gap_manual")
 
 
@@ -126,7 +103,7 @@ async def mark_started(redis: Redis, appid: str, probe_interval: float) -> None:
     """
     now = time.time()
     due = now + random.uniform(0.5, 1.0) * probe_interval
-    script = redis.register_script(_MARK_STARTED)
+    script = redis.register_script(source("liveness_started"))
     await script(keys=[keys.instance(appid), keys.PROBE_SCHEDULE], args=[repr(now), repr(due), appid])
 
 
@@ -190,7 +167,7 @@ async def on_gap_closed(redis: Redis, appid: str, closes: Sequence[GapClose]) ->
     if not (manual or other):
         return "none"
     code, message = (manual or other)[0]
-    script = redis.register_script(_GAP_CLOSED)
+    script = redis.register_script(source("liveness_gap_closed"))
     applied = await script(
         keys=[keys.instance(appid), keys.PROBE_SCHEDULE],
         args=[code, message, repr(time.time()), appid, "1" if manual else "0"],
@@ -220,8 +197,8 @@ def _seconds(value: str | None, default: float) -> float:
         return default
 
 
-def go_offline(
-    redis: Any, settings: Settings, appid: str, *, reason: str, action_required: str, detected_at: float
+async def go_offline(
+    redis: Redis, settings: Settings, appid: str, *, reason: str, action_required: str, detected_at: float
 ) -> str | None:
     """Flip a maintained, online instance to offline and queue its ``InstanceOffline``.
 
@@ -233,22 +210,19 @@ def go_offline(
     """
     key = keys.instance(appid)
     manual = action_required == MANUAL
-    with redis.pipeline(transaction=True) as pipe:
+    async with redis.pipeline(transaction=True) as pipe:
         while True:
             try:
-                pipe.watch(key)
-                status, maintained, action, account, last_seen, since = (
-                    _text(v)
-                    for v in pipe.hmget(
-                        key, ["status", "maintained", "action_required", "account", "last_seen", "since"]
-                    )
+                await pipe.watch(key)
+                values = await pipe.hmget(
+                    key, ["status", "maintained", "action_required", "account", "last_seen", "since"]
                 )
+                status, maintained, action, account, last_seen, since = (_text(v) for v in values)
                 flip = status == ONLINE and maintained == "1" and account is not None
                 upgrade = manual and status == OFFLINE and action != MANUAL
                 if not (flip or upgrade):
-                    pipe.reset()
-                    return None
-                pipe.multi()
+                    return None  # leaving the block unwatches
+                pipe.multi()  # type: ignore[no-untyped-call]
                 if flip:
                     pipe.hset(
                         key,
@@ -287,7 +261,7 @@ def go_offline(
                         delivery_id=delivery_id,
                         now=time.time(),
                     )
-                pipe.execute()
+                await pipe.execute()
             except WatchError:
                 continue
             log.info(
@@ -298,7 +272,7 @@ def go_offline(
             return delivery_id
 
 
-def go_online(redis: Any, settings: Settings, appid: str, *, auto_reconnected: bool, at: float) -> str | None:
+async def go_online(redis: Redis, settings: Settings, appid: str, *, auto_reconnected: bool, at: float) -> str | None:
     """Record that the instance is usable again and queue the ``InstanceRecovered`` it is owed.
 
     Two ways back: an offline instance the prober found usable (healed by its
@@ -308,19 +282,17 @@ def go_online(redis: Any, settings: Settings, appid: str, *, auto_reconnected: b
     when this call queued the event, None otherwise.
     """
     key = keys.instance(appid)
-    with redis.pipeline(transaction=True) as pipe:
+    async with redis.pipeline(transaction=True) as pipe:
         while True:
             try:
-                pipe.watch(key)
-                status, maintained, offline_since, account, since = (
-                    _text(v) for v in pipe.hmget(key, ["status", "maintained", "offline_since", "account", "since"])
-                )
+                await pipe.watch(key)
+                values = await pipe.hmget(key, ["status", "maintained", "offline_since", "account", "since"])
+                status, maintained, offline_since, account, since = (_text(v) for v in values)
                 flip = status == OFFLINE and maintained == "1"
                 restarted = status == ONLINE and offline_since is not None
                 if not (flip or restarted):
-                    pipe.reset()
-                    return None
-                pipe.multi()
+                    return None  # leaving the block unwatches
+                pipe.multi()  # type: ignore[no-untyped-call]
                 if flip:
                     pipe.hset(key, mapping={"status": ONLINE, "since": repr(at)})
                     pipe.hdel(key, "reason", "action_required")
@@ -347,7 +319,7 @@ def go_online(redis: Any, settings: Settings, appid: str, *, auto_reconnected: b
                         delivery_id=delivery_id,
                         now=time.time(),
                     )
-                pipe.execute()
+                await pipe.execute()
             except WatchError:
                 continue
             log.info(

@@ -13,9 +13,9 @@ memory:
   (one field per bucket, plus ``count`` and ``sum``);
 * the receiver's ingest script bumps a post's counters itself, in the
   round trip that stores the post (``ingest_commands`` says which); a
-  worker counts its attempts in memory and a background thread writes
-  them every half second, all in one pipeline, so the delivery path
-  itself does no metrics I/O (:class:`AttemptRecorder`);
+  worker counts its attempts in memory, and a task on its event loop
+  writes them every half second, all in one pipeline, so the delivery
+  path itself does no metrics I/O (:class:`AttemptRecorder`);
 * a scrape reads the two hashes and, live, the queue depth, the number of
   dead letters and the instances' liveness states, and renders them with
   ``prometheus_client``.
@@ -34,18 +34,17 @@ and the count is lost, never the post or the delivery.
 
 from __future__ import annotations
 
-import atexit
+import asyncio
 import logging
-import threading
 import time
 from collections.abc import Iterable, Sequence
 from typing import Any, Protocol
 
-from redis import Redis
 from redis.asyncio import Redis as AsyncRedis
 from redis.exceptions import RedisError
 
 from . import keys
+from .connections import async_client
 from .settings import Settings
 
 
@@ -161,72 +160,88 @@ def _queue(pipe: Any, commands: Iterable[Command]) -> None:
             pipe.hincrby(key, name, int(amount))
 
 
-def _apply(redis: Redis, commands: Sequence[Command]) -> None:
+async def _apply(redis: AsyncRedis, commands: Sequence[Command]) -> None:
     try:
-        with redis.pipeline(transaction=False) as pipe:
+        async with redis.pipeline(transaction=False) as pipe:
             _queue(pipe, commands)
-            pipe.execute()
+            await pipe.execute()
     except RedisError as exc:
         log.warning("metrics not recorded: %s", type(exc).__name__)
 
 
 class AttemptRecorder:
-    """The delivery engine's ``on_attempt`` hook, for any engine (threads or asyncio).
+    """The delivery engine's ``on_attempt`` hook.
 
     The hook runs on the engine's hot path, so it does no I/O: it adds to
-    counts held in memory, and a background thread writes them to Redis
-    every :attr:`flush_every` seconds, all of them in one pipeline (and once
-    more at exit). A flush that fails keeps its counts for the next one.
+    counts held in memory. A task on the same event loop, started by the
+    first count, writes them to Redis every :attr:`flush_every` seconds, all
+    of them in one pipeline; :meth:`aclose` stops that task after a last
+    write (the engine calls it when it stops). A flush that fails keeps its
+    counts for the next one.
+
+    ``redis`` is a ``redis.asyncio`` client; without one the recorder opens
+    its own from ``settings`` when it first writes, and closes it in
+    :meth:`aclose`.
     """
 
     flush_every = 0.5
 
-    def __init__(self, settings: Settings) -> None:
+    def __init__(self, settings: Settings, redis: AsyncRedis | None = None) -> None:
         self.settings = settings
+        self._given_redis = redis
+        self._redis: AsyncRedis | None = redis
         self._pending: dict[tuple[str, str, str], float] = {}
-        self._lock = threading.Lock()
-        self._thread: threading.Thread | None = None
-        self._redis: Redis | None = None
+        self._task: asyncio.Task[None] | None = None
+        self._closing: asyncio.Event | None = None
 
     def __call__(self, prepared: Received, attempt: object, step: str) -> None:
-        commands = attempt_commands(step, received_at=prepared.received_at)
-        with self._lock:
-            for command, key, name, amount in commands:
-                slot = (command, key, name)
-                self._pending[slot] = self._pending.get(slot, 0) + amount
-            if self._thread is None:
-                self._thread = threading.Thread(target=self._run, name="metrics-flush", daemon=True)
-                self._thread.start()
-                atexit.register(self.flush)
+        for command, key, name, amount in attempt_commands(step, received_at=prepared.received_at):
+            slot = (command, key, name)
+            self._pending[slot] = self._pending.get(slot, 0) + amount
+        if self._task is None:
+            self._closing = asyncio.Event()
+            self._task = asyncio.get_running_loop().create_task(self._run(self._closing), name="metrics-flush")
 
-    def _run(self) -> None:
-        while True:
-            time.sleep(self.flush_every)
-            self.flush()
+    async def _run(self, closing: asyncio.Event) -> None:
+        while not closing.is_set():
+            try:
+                await asyncio.wait_for(closing.wait(), self.flush_every)
+            except TimeoutError:
+                pass
+            await self.flush()
 
-    def flush(self) -> None:
-        with self._lock:
-            pending, self._pending = self._pending, {}
+    async def flush(self) -> None:
+        """Write the counts held now, in one pipeline."""
+        pending, self._pending = self._pending, {}
         if not pending:
             return
         try:
             if self._redis is None:
-                from svcgw.connections import sync_client
-
-                self._redis = sync_client(self.settings)
-            with self._redis.pipeline(transaction=False) as pipe:
+                self._redis = async_client(self.settings)
+            async with self._redis.pipeline(transaction=False) as pipe:
                 _queue(pipe, [(command, key, name, amount) for (command, key, name), amount in pending.items()])
-                pipe.execute()
+                await pipe.execute()
         except RedisError as exc:
             log.warning("metrics not recorded yet: %s", type(exc).__name__)
-            with self._lock:
-                for slot, amount in pending.items():
-                    self._pending[slot] = self._pending.get(slot, 0) + amount
+            for slot, amount in pending.items():
+                self._pending[slot] = self._pending.get(slot, 0) + amount
+
+    async def aclose(self) -> None:
+        """Stop the flushing task once it has written what is held; close the client this recorder opened."""
+        task, closing = self._task, self._closing
+        self._task = self._closing = None
+        if task is not None and closing is not None:
+            closing.set()
+            await asyncio.gather(task, return_exceptions=True)
+        await self.flush()
+        if self._given_redis is None and self._redis is not None:
+            redis, self._redis = self._redis, None
+            await redis.aclose()
 
 
-def record_probe(redis: Redis, result: str) -> None:
-    """One liveness probe's result (e.g. ok, reconnected, offline, undecided)."""
-    _apply(redis, [("HINCRBY", keys.METRICS_COUNTERS, _field(PROBES, result), 1)])
+async def record_probe(redis: AsyncRedis, result: str) -> None:
+    """One liveness probe's result (e.g. online, reconnected, offline, undecided)."""
+    await _apply(redis, [("HINCRBY", keys.METRICS_COUNTERS, _field(PROBES, result), 1)])
 
 
 # --- scraping ---------------------------------------------------------------------

@@ -3,7 +3,7 @@
 * ``prepare`` turns the delivery and its destination, as read *now*, into a
   :class:`Prepared` attempt, so a changed address, a rotated secret or a new
   token applies to every retry. The engine reads both in its claim script
-  (:meth:`worker.queue.AsyncDeliveryQueue.claim_batch`) and calls
+  (:meth:`worker.queue.DeliveryQueue.claim_batch`) and calls
   :func:`prepare_claimed`; :func:`prepare` reads them for one delivery;
 * ``send`` signs and POSTs the exact body bytes and never raises: every
   failure (no address, blocked address, timeout, connection error, 3xx,

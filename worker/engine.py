@@ -20,8 +20,8 @@ The main loop:
 * claims as many jobs as it has free slots, or blocks until one arrives.
 
 One failing destination cannot take every slot: at most
-``SVCGW_DESTINATION_CONCURRENCY`` attempts run against one host at once. A
-job for a host at that cap goes back to the scheduled registry without
+``SVCGW_DESTINATION_CONCURRENCY`` attempts run against one host at once
+(:class:`worker.slots.DestinationSlots`). A job for a host at that cap goes back to the scheduled registry without
 counting an attempt, for longer the slower that host has been answering;
 the claim script does that itself for the hosts the engine names, so such a
 job costs no round trip of its own.
@@ -37,12 +37,10 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
-import random
 import secrets
 import socket
 import threading
 import time
-from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
 from urllib.parse import urlsplit
@@ -58,16 +56,16 @@ from svcgw.settings import Settings
 from svcgw.vault import TokenVault
 
 from .delivery import Attempt, Prepared, decide, prepare_claimed, send
-from .queue import AsyncDeliveryQueue, Claimed, Finish
+from .queue import Claimed, DeliveryQueue, Finish
+from .slots import DestinationSlots
 
-__all__ = ["DestinationSlots", "Engine"]
+__all__ = ["Engine", "loop_factory"]
 
 log = logging.getLogger("svcgw.delivery")
 
 PROMOTE_EVERY = 0.1
 PROMOTE_LIMIT = 1000
 RECLAIM_EVERY = 1.0
-DEFER_SECONDS = 0.25
 CLAIM_BATCH = 100
 FINISH_BATCH = 500
 IDLE_WAIT = 0.25
@@ -75,69 +73,12 @@ IDLE_WAIT = 0.25
 AttemptHook = Callable[[Prepared, Attempt, str], None]
 
 
-class DestinationSlots:
-    """Counts attempts in flight per destination host, and how long that host takes to answer."""
-
-    def __init__(self, cap: int, timeout: float) -> None:
-        self.cap = cap
-        self.timeout = timeout
-        self._counts: Counter[str] = Counter()
-        self._started: dict[str, dict[int, float]] = {}
-        self._typical: dict[str, float] = {}  # moving average of attempt durations
-        self._deferred: Counter[str] = Counter()  # jobs deferred since a slot last freed
-        self._tokens = 0
-
-    def acquire(self, host: str) -> int | None:
-        """A token for a slot on ``host``, or None when its cap is reached."""
-        if self._counts[host] >= self.cap:
-            return None
-        self._counts[host] += 1
-        self._tokens += 1
-        self._started.setdefault(host, {})[self._tokens] = time.monotonic()
-        return self._tokens
-
-    def release(self, host: str, token: int) -> None:
-        started = self._started.get(host, {}).pop(token, None)
-        if started is not None:
-            took = time.monotonic() - started
-            before = self._typical.get(host)
-            self._typical[host] = took if before is None else 0.8 * before + 0.2 * took
-        self._deferred.pop(host, None)
-        self._counts[host] -= 1
-        if self._counts[host] <= 0:
-            # Forget idle hosts, or a long-running worker would remember every host it ever saw.
-            del self._counts[host]
-            self._started.pop(host, None)
-            self._typical.pop(host, None)
-
-    def saturated(self) -> dict[str, float]:
-        """Hosts with no free slot, each with when its jobs should be claimed again."""
-        now = time.time()
-        return {host: now + self.defer_delay(host) for host, count in self._counts.items() if count >= self.cap}
-
-    def defer_delay(self, host: str) -> float:
-        """How long a job over the cap waits before it is claimed again.
-
-        About as long as the host takes to free a slot: its usual answer time,
-        or how long its oldest attempt has been waiting. Each time the host is
-        found at its cap again before any of its slots freed, the wait doubles
-        (up to the delivery timeout), so the jobs of a host that hangs are not
-        claimed and handed back a few times a second each, at the expense of
-        every other destination.
-        """
-        streak = self._deferred[host]
-        self._deferred[host] += 1
-        now = time.monotonic()
-        oldest = min(self._started.get(host, {}).values(), default=now)
-        estimate = max(self._typical.get(host, 0.0), now - oldest, DEFER_SECONDS * 2 ** min(streak, 16))
-        return float(min(estimate, max(self.timeout, DEFER_SECONDS)) * random.uniform(0.8, 1.2))
-
-
 def worker_name() -> str:
     return f"svcgw.{socket.gethostname()}.{os.getpid()}.{secrets.token_hex(3)}"
 
 
-def _loop_factory() -> Callable[[], asyncio.AbstractEventLoop]:
+def loop_factory() -> Callable[[], asyncio.AbstractEventLoop]:
+    """uvloop's event loop when it is installed, else asyncio's."""
     try:
         import uvloop
     except ImportError:
@@ -178,7 +119,9 @@ class Engine:
         self.vault = vault
         self.name = name or worker_name()
         self.capacity = settings.delivery_concurrency
-        self.on_attempt = on_attempt if on_attempt is not None else AttemptRecorder(settings)
+        # A recorder of the engine's own is flushed and closed when the engine stops.
+        self._recorder = AttemptRecorder(settings) if on_attempt is None else None
+        self.on_attempt = on_attempt if on_attempt is not None else self._recorder
         self.slots = DestinationSlots(settings.destination_concurrency, settings.delivery_timeout)
         self._given_redis = redis if isinstance(redis, AsyncRedis) else None
         self._given_client = client
@@ -190,14 +133,14 @@ class Engine:
     # --- entry points --------------------------------------------------------------
     def run(self, stop: threading.Event, *, burst: bool = False) -> None:
         """Deliver until ``stop`` is set (or, with ``burst``, until nothing is left to do)."""
-        with asyncio.Runner(loop_factory=_loop_factory()) as runner:
+        with asyncio.Runner(loop_factory=loop_factory()) as runner:
             runner.run(self.serve(stop, burst=burst))
 
     async def serve(self, stop: threading.Event, *, burst: bool = False) -> None:
         """The engine on the running event loop; ``run`` starts a loop of its own for it."""
         redis = self._given_redis or async_client(self.settings)
         sender = self._sender()
-        self.queue = AsyncDeliveryQueue(redis, self.settings.queue_name, lease_seconds=self.settings.lease_seconds)
+        self.queue = DeliveryQueue(redis, self.settings.queue_name, lease_seconds=self.settings.lease_seconds)
         self.sender = sender
         self._slot_freed = asyncio.Event()
         self._flush_wanted = asyncio.Event()
@@ -211,6 +154,8 @@ class Engine:
             finally:
                 flusher.cancel()
                 await asyncio.gather(flusher, return_exceptions=True)
+                if self._recorder is not None:
+                    await self._recorder.aclose()
                 if self._given_client is None:
                     await sender.aclose()
                 if self._given_redis is None:

@@ -18,8 +18,9 @@ from svcgw.deliveries import exc_info_field
 from svcgw.ingest import Ingest
 from svcgw.settings import Settings
 from tests.conftest import Tenant, provision
+from tests.worker.support import claim, finish
 from worker.delivery import Attempt
-from worker.queue import AsyncDeliveryQueue, Finish
+from worker.queue import Finish
 
 T = TypeVar("T")
 
@@ -42,27 +43,20 @@ def kill(settings: Settings, tenant: Tenant, event_id: str, *, died_at: float) -
     """One delivery made a dead letter through the queue's own scripts, as the engine would."""
     body = b'{"event_type":"Msg","events":[{"id":"' + event_id.encode() + b'"}]}'
     delivery_id = ingest(settings, tenant, body)
+    assert claim(settings, 1) == [delivery_id]
     attempt = Attempt(ok=False, at=died_at, duration=0.01, status=500, error="HTTP 500", destination="x")
-    finish = Finish(
-        delivery_id,
-        tenant.appid,
-        "dead",
-        attempt.record(1),
-        due=died_at + settings.dead_letter_retention,
-        retention=settings.dead_letter_retention,
-        error=exc_info_field("HTTP 500"),
+    assert finish(
+        settings,
+        Finish(
+            delivery_id,
+            tenant.appid,
+            "dead",
+            attempt.record(1),
+            due=died_at + settings.dead_letter_retention,
+            retention=settings.dead_letter_retention,
+            error=exc_info_field("HTTP 500"),
+        ),
     )
-
-    async def run() -> None:
-        client = AsyncRedis.from_url(settings.redis_url or "")
-        try:
-            queue = AsyncDeliveryQueue(client, settings.queue_name)
-            assert [c.delivery_id for c in await queue.claim_batch(1, "test")] == [delivery_id]
-            assert await queue.finish_many([finish]) == [True]
-        finally:
-            await client.aclose()
-
-    asyncio.run(run())
     return delivery_id
 
 

@@ -3,17 +3,19 @@
 from __future__ import annotations
 
 import threading
+import time
+from typing import Any
 
 import orjson
 import pytest
 from redis import Redis
+from redis.asyncio import Redis as AsyncRedis
 from rq.job import Job
 from rq.serializers import JSONSerializer
 
-from svcgw import keys
-from svcgw.deliveries import FUNC_NAME
+from svcgw import keys, liveness
+from svcgw.deliveries import FUNC_NAME, new_delivery_id, queue_delivery
 from svcgw.events import (
-    enqueue_service_event,
     instance_offline,
     instance_recovered,
     iso8601,
@@ -21,13 +23,42 @@ from svcgw.events import (
 from svcgw.settings import Settings
 from svcgw.signing import sign
 from svcgw.vault import TokenVault
-from tests.conftest import provision
+from tests.conftest import Tenant, provision, run
 from tests.support import Sink
 from tests.svcgw.test_calllog import read_log
 from worker.delivery import prepare
 from worker.engine import Engine
 
 APPID = "we_0123456789abcde"
+
+
+def enqueue_service_event(
+    settings: Settings, tenant: Tenant, event_type: str, events: list[dict[str, Any]]
+) -> str:
+    """Queue a service event as a liveness flip does: ``queue_delivery`` in a MULTI pipeline of its own."""
+
+    async def go() -> str:
+        client = AsyncRedis.from_url(settings.redis_url or "")
+        delivery_id = new_delivery_id()
+        try:
+            async with client.pipeline(transaction=True) as pipe:
+                queue_delivery(
+                    pipe,
+                    settings,
+                    appid=tenant.appid,
+                    account=tenant.account,
+                    event_type=event_type,
+                    events=events,
+                    delivery_id=delivery_id,
+                    now=time.time(),
+                )
+                await pipe.execute()
+        finally:
+            await client.aclose()
+        return delivery_id
+
+    result: str = run(go())
+    return result
 
 
 def test_times_are_iso8601_with_an_offset_to_the_second() -> None:
@@ -67,7 +98,7 @@ def test_a_service_event_is_queued_like_a_received_post(settings: Settings, redi
     event = instance_offline(
         tenant.appid, reason="connection lost", action_required="relogin", detected_at=1795319097, last_seen_at=0
     )
-    delivery_id = enqueue_service_event(redis, settings, tenant.appid, "InstanceOffline", [event])
+    delivery_id = enqueue_service_event(settings, tenant, "InstanceOffline", [event])
 
     delivery = {k.decode(): v for k, v in redis.hgetall(keys.delivery(delivery_id)).items()}
     body = delivery["body"]
@@ -99,7 +130,7 @@ def test_a_service_event_is_queued_like_a_received_post(settings: Settings, redi
 def test_a_service_event_is_signed_and_delivered_by_the_engine(settings: Settings, redis: Redis, sink: Sink) -> None:
     tenant = provision(settings, url=sink.url)
     event = instance_recovered(tenant.appid, recovered_at=1795319160, offline_since=1795319097, auto_reconnected=False)
-    delivery_id = enqueue_service_event(redis, settings, tenant.appid, "InstanceRecovered", [event])
+    delivery_id = enqueue_service_event(settings, tenant, "InstanceRecovered", [event])
 
     Engine(settings, redis, TokenVault.from_settings(settings)).run(threading.Event(), burst=True)
 
@@ -115,6 +146,17 @@ def test_a_service_event_is_signed_and_delivered_by_the_engine(settings: Setting
 
 
 def test_an_unknown_instance_gets_no_delivery(settings: Settings, redis: Redis) -> None:
-    with pytest.raises(LookupError):
-        enqueue_service_event(redis, settings, APPID, "InstanceOffline", [{"id": "x"}])
+    # Maintained and online, but owned by no account: a delivery needs the owning account.
+    redis.hset(keys.instance(APPID), mapping={"maintained": "1", "status": "online"})
+
+    async def flip() -> str | None:
+        client = AsyncRedis.from_url(settings.redis_url or "")
+        try:
+            return await liveness.go_offline(
+                client, settings, APPID, reason="x", action_required="relogin", detected_at=time.time()
+            )
+        finally:
+            await client.aclose()
+
+    assert run(flip()) is None
     assert redis.llen(keys.rq_queue(settings.queue_name)) == 0

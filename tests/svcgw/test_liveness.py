@@ -45,6 +45,14 @@ def started(settings: Settings, interval: float = 60.0) -> str:
     return appid
 
 
+def offline(settings: Settings, appid: str, **flip: Any) -> str | None:
+    return with_async(settings, lambda r: liveness.go_offline(r, settings, appid, **flip))
+
+
+def online(settings: Settings, appid: str, **flip: Any) -> str | None:
+    return with_async(settings, lambda r: liveness.go_online(r, settings, appid, **flip))
+
+
 def queued_events(text: Any, settings: Settings) -> list[dict[str, Any]]:
     bodies = [text.hget(keys.delivery(d), "body") for d in text.lrange(keys.rq_queue(settings.queue_name), 0, -1)]
     return [orjson.loads(body) for body in bodies]
@@ -138,12 +146,8 @@ def test_long_start_clears_a_pending_gap(settings: Settings, text: Any) -> None:
 def test_offline_flips_once_and_queues_one_event(settings: Settings, text: Any) -> None:
     appid = started(settings)
     text.hset(keys.instance(appid), "last_seen", "1795319037.5")
-    first = liveness.go_offline(
-        text, settings, appid, reason="connection lost", action_required="relogin", detected_at=1795319097.2
-    )
-    again = liveness.go_offline(
-        text, settings, appid, reason="connection lost", action_required="relogin", detected_at=1795319157.0
-    )
+    first = offline(settings, appid, reason="connection lost", action_required="relogin", detected_at=1795319097.2)
+    again = offline(settings, appid, reason="connection lost", action_required="relogin", detected_at=1795319157.0)
     assert first is not None and again is None
     (envelope,) = queued_events(text, settings)
     assert envelope == {
@@ -169,13 +173,18 @@ def test_concurrent_flips_queue_exactly_one_event(settings: Settings, redis_url:
     results: list[str | None] = []
     barrier = threading.Barrier(8)
 
-    def flip(action: Callable[[Any], str | None]) -> None:
-        client = Redis.from_url(redis_url, decode_responses=True)
-        barrier.wait()
-        results.append(action(client))
-        client.close()
+    def flip(action: Callable[[Any], Awaitable[str | None]]) -> None:
+        async def go() -> str | None:
+            client = AsyncRedis.from_url(redis_url)
+            try:
+                barrier.wait()
+                return await action(client)
+            finally:
+                await client.aclose()
 
-    def race(action: Callable[[Any], str | None]) -> list[str | None]:
+        results.append(run(go()))
+
+    def race(action: Callable[[Any], Awaitable[str | None]]) -> list[str | None]:
         results.clear()
         threads = [threading.Thread(target=flip, args=(action,)) for _ in range(8)]
         for thread in threads:
@@ -196,9 +205,9 @@ def test_concurrent_flips_queue_exactly_one_event(settings: Settings, redis_url:
 
 def test_manual_stops_maintenance_and_an_upgrade_sends_nothing_more(settings: Settings, text: Any) -> None:
     appid = started(settings)
-    liveness.go_offline(text, settings, appid, reason="lost", action_required="relogin", detected_at=time.time())
-    upgraded = liveness.go_offline(
-        text, settings, appid, reason="logged in on another device", action_required="manual", detected_at=time.time()
+    offline(settings, appid, reason="lost", action_required="relogin", detected_at=time.time())
+    upgraded = offline(
+        settings, appid, reason="logged in on another device", action_required="manual", detected_at=time.time()
     )
     assert upgraded is None
     assert len(queued_events(text, settings)) == 1
@@ -206,13 +215,13 @@ def test_manual_stops_maintenance_and_an_upgrade_sends_nothing_more(settings: Se
     assert state["action_required"] == "manual" and state["maintained"] == "0"
     assert text.zscore(keys.PROBE_SCHEDULE, appid) is None
     # Not maintained: no probe can bring it back on its own.
-    assert liveness.go_online(text, settings, appid, auto_reconnected=True, at=time.time()) is None
+    assert online(settings, appid, auto_reconnected=True, at=time.time()) is None
 
 
 def test_recovery_after_an_offline_reports_its_length(settings: Settings, text: Any) -> None:
     appid = started(settings)
-    liveness.go_offline(text, settings, appid, reason="lost", action_required="relogin", detected_at=1795319097.0)
-    liveness.go_online(text, settings, appid, auto_reconnected=True, at=1795319160.9)
+    offline(settings, appid, reason="lost", action_required="relogin", detected_at=1795319097.0)
+    online(settings, appid, auto_reconnected=True, at=1795319160.9)
     _, envelope = queued_events(text, settings)
     assert envelope["events"] == [
         {
@@ -225,12 +234,12 @@ def test_recovery_after_an_offline_reports_its_length(settings: Settings, text: 
     state = fields(text, appid)
     assert state["status"] == "online"
     assert not {"reason", "action_required", "offline_since"} & set(state)
-    assert liveness.go_online(text, settings, appid, auto_reconnected=True, at=time.time()) is None
+    assert online(settings, appid, auto_reconnected=True, at=time.time()) is None
 
 
 def test_long_start_after_manual_owes_a_recovery_not_auto_reconnected(settings: Settings, text: Any) -> None:
     appid = started(settings)
-    liveness.go_offline(text, settings, appid, reason="phone", action_required="manual", detected_at=time.time() - 30)
+    offline(settings, appid, reason="phone", action_required="manual", detected_at=time.time() - 30)
     before = time.time()
     with_async(settings, lambda r: liveness.mark_started(r, appid, 60))
     # The first probe is due at once, to send the recovery.
@@ -238,7 +247,7 @@ def test_long_start_after_manual_owes_a_recovery_not_auto_reconnected(settings: 
     state = fields(text, appid)
     assert state["status"] == "online" and "offline_since" in state
 
-    assert liveness.go_online(text, settings, appid, auto_reconnected=True, at=time.time()) is not None
+    assert online(settings, appid, auto_reconnected=True, at=time.time()) is not None
     recovered = queued_events(text, settings)[-1]["events"][0]
     assert recovered["auto_reconnected"] is False
     assert 29 <= recovered["offline_seconds"] <= 31
@@ -249,7 +258,7 @@ def test_long_start_after_manual_owes_a_recovery_not_auto_reconnected(settings: 
 def test_stopped_instances_do_not_flip(settings: Settings, text: Any) -> None:
     appid = started(settings)
     with_async(settings, lambda r: liveness.mark_stopped(r, appid))
-    assert liveness.go_offline(text, settings, appid, reason="x", action_required="relogin", detected_at=1) is None
+    assert offline(settings, appid, reason="x", action_required="relogin", detected_at=1) is None
     assert queued_events(text, settings) == []
 
 

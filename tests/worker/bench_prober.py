@@ -13,24 +13,27 @@ asserts nothing: the numbers are for reading.
 from __future__ import annotations
 
 import argparse
+import asyncio
 import os
 import random
 import resource
 import subprocess
 import tempfile
-import threading
 import time
 from collections import Counter
 from typing import Any
 
 import httpx
 from redis import Redis
+from redis.asyncio import Redis as AsyncRedis
 from redis.exceptions import RedisError
 
 from svcgw import keys
 from svcgw.settings import Settings
+from svcgw.upstream import Upstream
 from tests.support import Process, free_port, wait_for
-from worker.prober import POOL_SIZE, Claim, Prober, Upstream
+from worker.engine import loop_factory
+from worker.prober import HTTP_TIMEOUT, POOL_SIZE, Claim, Prober
 
 
 def _pings(redis: Redis) -> bool:
@@ -121,46 +124,45 @@ def main() -> None:
         seed(redis, control, args.instances, args.interval)
 
         settings = Settings(redis_url=args.redis_url, upstream_url=base, probe_interval=args.interval)
-        client = httpx.Client(
-            timeout=5.0,
-            trust_env=False,
-            limits=httpx.Limits(max_connections=POOL_SIZE, max_keepalive_connections=POOL_SIZE),
-        )
-        prober = Prober(settings, redis, Upstream(base, client), pool_size=args.pool)
         outcomes: Counter[str] = Counter()
-        lock = threading.Lock()
-        probe = prober.probe
-
-        def counted(claim: Claim) -> str:
-            outcome = probe(claim)
-            with lock:
-                outcomes[outcome] += 1
-            return outcome
-
-        prober.probe = counted  # type: ignore[method-assign]
         claims = 0
-        claim = prober.claim
-
-        def counted_claim(limit: int) -> Any:
-            nonlocal claims
-            claims += 1
-            return claim(limit)
-
-        prober.claim = counted_claim  # type: ignore[method-assign]
-
-        stop = threading.Event()
         sim_pid = sim_process.proc.pid if sim_process.proc else 0
+
+        async def measure() -> tuple[float, float, float]:
+            nonlocal claims
+            client = AsyncRedis.from_url(args.redis_url)
+            upstream = Upstream(base, timeout=HTTP_TIMEOUT)
+            prober = Prober(settings, client, upstream, pool_size=args.pool)
+            probe, claim = prober.probe, prober.claim
+
+            async def counted(claimed: Claim) -> str:
+                outcome = await probe(claimed)
+                outcomes[outcome] += 1
+                return outcome
+
+            async def counted_claim(limit: int) -> Any:
+                nonlocal claims
+                claims += 1
+                return await claim(limit)
+
+            prober.probe = counted  # type: ignore[method-assign]
+            prober.claim = counted_claim  # type: ignore[method-assign]
+            stop = asyncio.Event()
+            cpu0, sim_cpu0, wall0 = cpu_seconds(), child_cpu_seconds(sim_pid), time.monotonic()
+            running = asyncio.create_task(prober.run(stop))
+            await asyncio.sleep(args.seconds)
+            stop.set()
+            await running
+            wall = time.monotonic() - wall0
+            cpu, sim_cpu = cpu_seconds() - cpu0, child_cpu_seconds(sim_pid) - sim_cpu0
+            await upstream.aclose()
+            await client.aclose()
+            return wall, cpu, sim_cpu
+
         commands0, calls0, redis_cpu0 = redis_figures(redis)
-        cpu0, sim_cpu0, wall0 = cpu_seconds(), child_cpu_seconds(sim_pid), time.monotonic()
-        thread = threading.Thread(target=prober.run, args=(stop,))
-        thread.start()
-        time.sleep(args.seconds)
-        stop.set()
-        thread.join()
-        wall = time.monotonic() - wall0
-        cpu, sim_cpu = cpu_seconds() - cpu0, child_cpu_seconds(sim_pid) - sim_cpu0
+        with asyncio.Runner(loop_factory=loop_factory()) as runner:
+            wall, cpu, sim_cpu = runner.run(measure())
         commands1, calls1, redis_cpu1 = redis_figures(redis)
-        client.close()
     finally:
         control.close()
         sim_process.stop()

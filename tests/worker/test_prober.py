@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import asyncio
 import threading
 import time
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Coroutine, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -17,10 +18,11 @@ from redis.asyncio import Redis as AsyncRedis
 
 from svcgw import keys, liveness
 from svcgw.settings import Settings
+from svcgw.upstream import Upstream
 from tests.conftest import Tenant, provision, run
 from tests.support import Process, Sink, start_sim, wait_for
 from worker import prober as prober_module
-from worker.prober import Claim, Prober, Upstream
+from worker.prober import Claim, Prober
 
 INTERVAL = 0.5
 
@@ -98,11 +100,41 @@ def fast_gap_grace(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(prober_module, "GAP_GRACE_SECONDS", 0.0)
 
 
+def fake_upstream(layer: FakeLayer) -> Upstream:
+    transport = httpx.MockTransport(layer.handle)
+    return Upstream("http://layer.invalid/", timeout=prober_module.HTTP_TIMEOUT, transport=transport)
+
+
+class Driven:
+    """A prober whose coroutines a synchronous test calls, all on one event loop of its own."""
+
+    def __init__(self, runner: asyncio.Runner, prober: Prober) -> None:
+        self.runner = runner
+        self.prober = prober
+
+    def run(self, coro: Coroutine[Any, Any, Any]) -> Any:
+        return self.runner.run(coro)
+
+    def claim(self, limit: int) -> tuple[list[Claim], float | None]:
+        result: tuple[list[Claim], float | None] = self.run(self.prober.claim(limit))
+        return result
+
+    def probe(self, claim: Claim) -> str:
+        outcome: str = self.run(self.prober.probe(claim))
+        return outcome
+
+    def release(self, claim: Claim) -> None:
+        self.run(self.prober.release(claim))
+
+
 @pytest.fixture
-def prober(settings: Settings, text: Any, layer: FakeLayer) -> Iterator[Prober]:
-    client = httpx.Client(transport=httpx.MockTransport(layer.handle))
-    yield Prober(settings, text, Upstream("http://layer.invalid/", client))
-    client.close()
+def prober(settings: Settings, layer: FakeLayer) -> Iterator[Driven]:
+    with asyncio.Runner() as runner:
+        client = AsyncRedis.from_url(settings.redis_url or "")
+        upstream = fake_upstream(layer)
+        yield Driven(runner, Prober(settings, client, upstream))
+        runner.run(upstream.aclose())
+        runner.run(client.aclose())
 
 
 def due_now(settings: Settings, text: Any, interval: float = INTERVAL) -> str:
@@ -112,7 +144,7 @@ def due_now(settings: Settings, text: Any, interval: float = INTERVAL) -> str:
     return appid
 
 
-def claim_one(prober: Prober, appid: str) -> Claim:
+def claim_one(prober: Driven, appid: str) -> Claim:
     claims, _ = prober.claim(100)
     (claim,) = [c for c in claims if c.appid == appid]
     return claim
@@ -137,17 +169,20 @@ def test_concurrent_claims_are_disjoint_and_reschedule_one_interval_on(
     lock = threading.Lock()
     barrier = threading.Barrier(4)
 
-    def claimer() -> None:
-        client = Redis.from_url(settings.redis_url or "", decode_responses=True)
-        http = httpx.Client(transport=httpx.MockTransport(layer.handle))
-        mine = Prober(settings, client, Upstream("http://layer.invalid", http))
+    async def claims() -> None:
+        client = AsyncRedis.from_url(settings.redis_url or "")
+        upstream = fake_upstream(layer)
+        mine = Prober(settings, client, upstream)
         barrier.wait()
         for _ in range(20):
-            claims, _ = mine.claim(3)
+            claims, _ = await mine.claim(3)
             with lock:
                 claimed.extend(c.appid for c in claims)
-        http.close()
-        client.close()
+        await upstream.aclose()
+        await client.aclose()
+
+    def claimer() -> None:
+        asyncio.run(claims())
 
     threads = [threading.Thread(target=claimer) for _ in range(4)]
     for thread in threads:
@@ -159,7 +194,7 @@ def test_concurrent_claims_are_disjoint_and_reschedule_one_interval_on(
         assert text.zscore(keys.PROBE_SCHEDULE, appid) == pytest.approx(dues[appid] + settings.probe_interval)
 
 
-def test_an_overdue_probe_keeps_its_phase_and_runs_once(settings: Settings, text: Any, prober: Prober) -> None:
+def test_an_overdue_probe_keeps_its_phase_and_runs_once(settings: Settings, text: Any, prober: Driven) -> None:
     appid = provision(settings).appid
     text.hset(keys.instance(appid), "maintained", "1")
     due = time.time() - 3.5 * settings.probe_interval
@@ -171,7 +206,7 @@ def test_an_overdue_probe_keeps_its_phase_and_runs_once(settings: Settings, text
     assert prober.claim(100)[0] == []
 
 
-def test_unmaintained_instances_leave_the_schedule(settings: Settings, text: Any, prober: Prober) -> None:
+def test_unmaintained_instances_leave_the_schedule(settings: Settings, text: Any, prober: Driven) -> None:
     appid = due_now(settings, text)
     text.hset(keys.instance(appid), "maintained", "0")
     assert prober.claim(100)[0] == []
@@ -179,7 +214,7 @@ def test_unmaintained_instances_leave_the_schedule(settings: Settings, text: Any
 
 
 def test_an_instance_being_probed_is_not_claimed_twice(
-    settings: Settings, text: Any, prober: Prober, layer: FakeLayer
+    settings: Settings, text: Any, prober: Driven, layer: FakeLayer
 ) -> None:
     appid = due_now(settings, text, interval=0.05)
     first = claim_one(prober, appid)
@@ -192,7 +227,7 @@ def test_an_instance_being_probed_is_not_claimed_twice(
     assert claim_one(prober, appid).appid == appid
 
 
-def test_a_probe_handed_back_is_due_at_once(settings: Settings, text: Any, prober: Prober) -> None:
+def test_a_probe_handed_back_is_due_at_once(settings: Settings, text: Any, prober: Driven) -> None:
     appid = due_now(settings, text)
     claim = claim_one(prober, appid)
     prober.release(claim)
@@ -201,7 +236,7 @@ def test_a_probe_handed_back_is_due_at_once(settings: Settings, text: Any, probe
 
 
 # --- judging ---------------------------------------------------------------------------------
-def test_a_usable_connection_costs_one_read(settings: Settings, text: Any, prober: Prober, layer: FakeLayer) -> None:
+def test_a_usable_connection_costs_one_read(settings: Settings, text: Any, prober: Driven, layer: FakeLayer) -> None:
     appid = due_now(settings, text)
     text.hset(keys.instance(appid), "since", repr(time.time() - 60))
     assert prober.probe(claim_one(prober, appid)) == "online"
@@ -212,7 +247,7 @@ def test_a_usable_connection_costs_one_read(settings: Settings, text: Any, probe
 
 
 def test_a_connection_still_being_built_is_waited_for(
-    settings: Settings, text: Any, prober: Prober, layer: FakeLayer
+    settings: Settings, text: Any, prober: Driven, layer: FakeLayer
 ) -> None:
     appid = due_now(settings, text)  # just started: inside the warm-up
     layer.building_until = time.time() + 0.6
@@ -223,7 +258,7 @@ def test_a_connection_still_being_built_is_waited_for(
 
 
 def test_a_loss_healed_by_reconnect_sends_nothing(
-    settings: Settings, text: Any, prober: Prober, layer: FakeLayer
+    settings: Settings, text: Any, prober: Driven, layer: FakeLayer
 ) -> None:
     appid = due_now(settings, text)
     text.hset(keys.instance(appid), mapping={"since": repr(time.time() - 60), "proxy": "http://egress:3128"})
@@ -237,7 +272,7 @@ def test_a_loss_healed_by_reconnect_sends_nothing(
 
 @pytest.mark.usefixtures("fast_gap_grace")
 def test_a_failed_reconnect_is_offline_relogin_and_a_later_heal_recovers(
-    settings: Settings, text: Any, prober: Prober, layer: FakeLayer
+    settings: Settings, text: Any, prober: Driven, layer: FakeLayer
 ) -> None:
     appid = due_now(settings, text)
     text.hset(keys.instance(appid), "since", repr(time.time() - 60))
@@ -257,7 +292,7 @@ def test_a_failed_reconnect_is_offline_relogin_and_a_later_heal_recovers(
     assert recovered["events"][0]["auto_reconnected"] is True
 
 
-def test_an_unreachable_layer_decides_nothing(settings: Settings, text: Any, prober: Prober, layer: FakeLayer) -> None:
+def test_an_unreachable_layer_decides_nothing(settings: Settings, text: Any, prober: Driven, layer: FakeLayer) -> None:
     appid = due_now(settings, text)
     layer.http_status = 502
     assert prober.probe(claim_one(prober, appid)) == "undecided"
@@ -269,7 +304,7 @@ def test_an_unreachable_layer_decides_nothing(settings: Settings, text: Any, pro
 
 
 def test_a_manual_gap_closed_goes_offline_without_calling_the_layer(
-    settings: Settings, text: Any, prober: Prober, layer: FakeLayer
+    settings: Settings, text: Any, prober: Driven, layer: FakeLayer
 ) -> None:
     appid = due_now(settings, text)
 

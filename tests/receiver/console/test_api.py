@@ -18,8 +18,9 @@ from svcgw.store import Store
 from tests.conftest import with_store
 from tests.receiver.console.conftest import ConsoleClient, Developer
 from tests.support import Sink, wait_for
+from tests.worker.support import claim, finish
 from worker.delivery import Attempt
-from worker.queue import DeliveryQueue
+from worker.queue import Finish
 
 NOT_FOUND = {"code": -40404, "message": "appid does not exist or is not the caller's", "data": None}
 
@@ -336,18 +337,20 @@ def make_dead_letter(redis: Redis, settings: Settings, developer: Developer, ser
     appid = developer.appids[0]
     body = b'{"event_type":"Msg","events":[{"id":"' + event_id.encode() + b'"}]}'
     httpx.post(developer.receiver_url(server, appid), content=body, timeout=10).raise_for_status()
-    queue = DeliveryQueue(redis, settings.queue_name)
-    (delivery_id,) = queue.claim(1, "test")
+    (delivery_id,) = claim(settings, 1)
     now = time.time()
     attempt = Attempt(ok=False, at=now, duration=0.01, status=500, error="HTTP 500", destination="x")
-    assert queue.finish(
-        delivery_id,
-        appid,
-        "dead",
-        attempt.record(1),
-        due=now + settings.dead_letter_retention,
-        retention=settings.dead_letter_retention,
-        error=exc_info_field("HTTP 500"),
+    assert finish(
+        settings,
+        Finish(
+            delivery_id,
+            appid,
+            "dead",
+            attempt.record(1),
+            due=now + settings.dead_letter_retention,
+            retention=settings.dead_letter_retention,
+            error=exc_info_field("HTTP 500"),
+        ),
     )
     return delivery_id
 

@@ -1,0 +1,64 @@
+-- Ends claims: records attempts and moves each job on (worker.queue.DeliveryQueue.finish_many).
+-- KEYS: inflight, scheduled, failed, queue
+-- ARGV: now, rq ended_at, then 10 per job: kind, id, delivery key, attempts
+--       key, job key, dead index key, attempt record, due (retry, defer) or
+--       expiry (dead), ttl of the delivery record, error text (zlib)
+-- Returns 1 per job whose claim was still ours, else 0.
+local n = (#ARGV - 2) / 10
+if n < 1 then return {} end
+local ids = {}
+for i = 0, n - 1 do ids[#ids + 1] = ARGV[4 + i * 10] end
+local held = redis.call('ZMSCORE', KEYS[1], unpack(ids))
+redis.call('ZREM', KEYS[1], unpack(ids))
+local now = ARGV[1]
+local results = {}
+for i = 0, n - 1 do
+  local b = 3 + i * 10
+  local kind, id = ARGV[b], ARGV[b + 1]
+  local delivery, attempts, job, dead = ARGV[b + 2], ARGV[b + 3], ARGV[b + 4], ARGV[b + 5]
+  local record, due, ttl = ARGV[b + 6], ARGV[b + 7], ARGV[b + 8]
+  local claimed = 0
+  if held[i + 1] then claimed = 1 end
+  if kind == 'delivered' then
+    local count = redis.call('RPUSH', attempts, record)
+    redis.call('HSET', delivery, 'state', 'delivered', 'delivered_at', now, 'attempts', count)
+    redis.call('EXPIRE', delivery, ttl)
+    redis.call('EXPIRE', attempts, ttl)
+    redis.call('DEL', job)
+    if claimed == 0 then
+      -- Our lease ran out and the job was handed back; it is done now.
+      redis.call('LREM', KEYS[4], 0, id)
+      redis.call('ZREM', KEYS[2], id)
+    end
+  elseif kind == 'retry' or kind == 'dead' then
+    local count = redis.call('RPUSH', attempts, record)
+    redis.call('HINCRBY', delivery, 'failures', 1)
+    if claimed == 0 then
+      -- Another copy of this job is queued or running; it owns what comes next.
+      redis.call('HSET', delivery, 'attempts', count)
+    elseif kind == 'retry' then
+      redis.call('HSET', delivery, 'attempts', count, 'state', 'retrying', 'next_at', due)
+      redis.call('ZADD', KEYS[2], due, id)
+      redis.call('HSET', job, 'status', 'scheduled')
+    else
+      redis.call('HSET', delivery, 'attempts', count, 'state', 'dead', 'dead_at', now)
+      redis.call('HDEL', delivery, 'next_at')
+      redis.call('ZADD', KEYS[3], due, id)
+      redis.call('HSET', job, 'status', 'failed', 'exc_info', ARGV[b + 9], 'ended_at', ARGV[2])
+      redis.call('EXPIRE', job, ttl)
+      redis.call('EXPIRE', delivery, ttl)
+      redis.call('EXPIRE', attempts, ttl)
+      redis.call('SADD', dead, id)
+      redis.call('EXPIRE', dead, ttl)
+    end
+  elseif kind == 'defer' then
+    if claimed == 1 then
+      redis.call('ZADD', KEYS[2], due, id)
+      redis.call('HSET', job, 'status', 'scheduled')
+    end
+  elseif kind == 'drop' then
+    redis.call('DEL', job)
+  end
+  results[i + 1] = claimed
+end
+return results

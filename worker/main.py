@@ -1,0 +1,62 @@
+"""One worker process: the delivery engine and the liveness prober on one event loop.
+
+Both roles run as tasks of one ``asyncio.Runner`` (uvloop when installed)
+and share one ``redis.asyncio`` client. SIGTERM and SIGINT stop both: the
+engine lets attempts in flight finish within the delivery timeout and hands
+back what it still holds, and the prober hands back the probes it has not
+finished (see ``worker.engine`` and ``worker.prober``). With ``burst`` the
+engine stops once nothing is left to deliver, and the prober with it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+import threading
+
+from svcgw.connections import async_client
+from svcgw.settings import Settings
+from svcgw.vault import TokenVault
+
+from . import prober
+from .engine import Engine, loop_factory
+
+__all__ = ["run", "serve"]
+
+log = logging.getLogger("svcgw")
+
+SIGNALS = (signal.SIGTERM, signal.SIGINT)
+
+
+def run(settings: Settings, *, burst: bool = False) -> None:
+    """Run the worker until a signal stops it (or, with ``burst``, until nothing is left to deliver)."""
+    with asyncio.Runner(loop_factory=loop_factory()) as runner:
+        runner.run(serve(settings, burst=burst))
+
+
+async def serve(settings: Settings, *, burst: bool = False) -> None:
+    """The worker on the running loop; :func:`run` starts a loop of its own for it."""
+    # The engine polls a threading.Event between its steps; the prober waits on an asyncio one.
+    engine_stop = threading.Event()
+    prober_stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+
+    def on_signal(signum: int) -> None:
+        log.info("worker stopping (signal %d)", signum)
+        engine_stop.set()
+        prober_stop.set()
+
+    for signum in SIGNALS:
+        loop.add_signal_handler(signum, on_signal, signum)
+    redis = async_client(settings)
+    engine = Engine(settings, redis, TokenVault.from_settings(settings))
+    probing = asyncio.create_task(prober.serve(settings, redis, prober_stop), name="prober")
+    try:
+        await engine.serve(engine_stop, burst=burst)
+    finally:
+        prober_stop.set()
+        await asyncio.gather(probing, return_exceptions=True)
+        for signum in SIGNALS:
+            loop.remove_signal_handler(signum)
+        await redis.aclose()
