@@ -9,14 +9,7 @@ import httpx
 import pytest
 
 from simulator import traffic
-from tests.simulator.support import (
-    TIME_FORMAT,
-    TestClient,
-    call,
-    envelopes,
-    event_types,
-    seed,
-)
+from tests.simulator.support import TIME_FORMAT, TestClient, call, envelopes, event_types, seed
 from tests.support import Sink, wait_for
 
 

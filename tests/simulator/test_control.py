@@ -5,15 +5,7 @@ from __future__ import annotations
 import httpx
 
 from simulator import traffic
-from tests.simulator.support import (
-    TestClient,
-    bodies,
-    call,
-    envelopes,
-    event_types,
-    seed,
-    state,
-)
+from tests.simulator.support import TestClient, bodies, call, envelopes, event_types, seed, state
 from tests.support import Sink, wait_for
 
 

@@ -11,13 +11,7 @@ from simulator import operations, traffic
 from simulator.app import create_app
 from simulator.operations import Call, perform
 from simulator.state import SimState
-from tests.simulator.support import (
-    APPID_FORM,
-    TestClient,
-    call,
-    seed,
-    state,
-)
+from tests.simulator.support import APPID_FORM, TestClient, call, seed, state
 from tests.support import wait_for
 
 
