@@ -1,6 +1,9 @@
 """Capability-layer simulator: a stand-in upstream for demos, tests and benchmarks.
 
 Not part of the serving path and independent of the service's packages.
-``simulator.app.create_app`` builds the app and ``simulator.app.run`` serves
+``simulator.state`` holds the simulated instances and their rules,
+``simulator.operations`` the capability-layer operations over that state,
+``simulator.control`` the ``/_sim`` control API for tests and demos, and
+``simulator.app`` the Starlette app (``create_app``) and ``run``, which serves
 it; ``simulator.traffic`` builds and posts events.
 """
