@@ -5,15 +5,12 @@ the receiver, the health checks and this document. The capability layer's
 operations are not listed one by one: the gateway forwards any
 ``module/action`` and returns its answer as it is.
 
-The document is static data. To describe a new route, add its path item to
-:data:`PATHS` (and any shared schema to :data:`SCHEMAS`), either here or from
-the module that defines the route::
-
-    from receiver.openapi import PATHS
-    PATHS["/console/accounts"] = {"get": {...}}
-
-:func:`document` assembles a fresh copy on each call, so nothing that serves
-it can change these tables by accident.
+The document is static data, composed from the tables of the parts that
+define routes: :data:`PATHS` and :data:`SCHEMAS` here (gateway, receiver,
+health), and the console's (``receiver.console.openapi``). To describe a new
+route, add its path item to the table of the module that defines it, and
+that table to :func:`document`. :func:`document` assembles a fresh copy on
+each call; nothing adds to another module's tables.
 """
 
 from __future__ import annotations
@@ -26,6 +23,8 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from svcgw import errors
+
+from .console import openapi as console
 
 __all__ = ["API_VERSION", "PATHS", "RESPONSES", "SCHEMAS", "SECURITY_SCHEMES", "document", "openapi_endpoint"]
 
@@ -318,11 +317,11 @@ def document() -> dict[str, Any]:
                 "{code, message, data: null}; HTTP status and code correspond."
             ),
         },
-        "paths": copy.deepcopy(PATHS),
+        "paths": copy.deepcopy({**PATHS, **console.CONSOLE_PATHS, **console.OPERATOR_PATHS}),
         "components": {
-            "schemas": copy.deepcopy(SCHEMAS),
+            "schemas": copy.deepcopy({**SCHEMAS, **console.CONSOLE_SCHEMAS}),
             "responses": {f"E{status}": copy.deepcopy(item) for status, item in RESPONSES.items()},
-            "securitySchemes": copy.deepcopy(SECURITY_SCHEMES),
+            "securitySchemes": copy.deepcopy({**SECURITY_SCHEMES, **console.CONSOLE_SECURITY_SCHEMES}),
         },
     }
 

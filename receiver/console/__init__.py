@@ -13,20 +13,18 @@ from typing import TYPE_CHECKING
 from starlette.routing import BaseRoute, Mount
 
 from .api import Api
-from .openapi import register as register_openapi
 from .pages import Pages
 from .service import ConsoleService
 from .session import PATH, Sessions
 from .web import Context
 
 if TYPE_CHECKING:
-    from receiver.app import Services
+    from receiver.services import Services
 
 __all__ = ["console_routes"]
 
 
 def console_routes(services: Services) -> list[BaseRoute]:
-    register_openapi()
     service = ConsoleService(services)
     context = Context(service, Sessions(services.settings, services.text_redis, services.store))
     return [

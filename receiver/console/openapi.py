@@ -1,16 +1,13 @@
 """The console's JSON API, ``/metrics`` and ``/rq`` in ``/openapi.json``.
 
-``register()`` adds them to ``receiver.openapi``'s tables; ``console_routes``
-calls it when the app is built. It may be called any number of times.
+``receiver.openapi.document`` composes these tables with its own.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from receiver.openapi import PATHS, SCHEMAS, SECURITY_SCHEMES
-
-__all__ = ["CONSOLE_PATHS", "OPERATOR_PATHS", "register"]
+__all__ = ["CONSOLE_PATHS", "CONSOLE_SCHEMAS", "CONSOLE_SECURITY_SCHEMES", "OPERATOR_PATHS"]
 
 JSON = "application/json"
 SECURITY: list[dict[str, list[str]]] = [{"ConsoleSession": []}, {"ConsoleApiKey": []}]
@@ -352,9 +349,3 @@ CONSOLE_SECURITY_SCHEMES: dict[str, Any] = {
     "DashboardBasic": {"type": "http", "scheme": "basic"},
 }
 
-
-def register() -> None:
-    PATHS.update(CONSOLE_PATHS)
-    PATHS.update(OPERATOR_PATHS)
-    SCHEMAS.update(CONSOLE_SCHEMAS)
-    SECURITY_SCHEMES.update(CONSOLE_SECURITY_SCHEMES)

@@ -34,7 +34,7 @@ from svcgw.store import NotFound as StoreNotFound
 from svcgw.vault import VaultError
 
 if TYPE_CHECKING:
-    from receiver.app import Services
+    from receiver.services import Services
 
 __all__ = ["ConsoleError", "ConsoleService", "Invalid", "NotFound", "SaveResult"]
 

@@ -48,7 +48,7 @@ from .quota import DeviceQuota, Reservation
 from .scrub import mentions, scrub
 
 if TYPE_CHECKING:
-    from ..app import Services
+    from ..services import Services
 
 __all__ = ["API_PATH", "MAX_BODY_BYTES", "SET_CALLBACK_PATH", "Call", "Gateway"]
 
