@@ -1,4 +1,4 @@
-"""``svcgw secrets``: encryption of stored tokens (Bearer and receiver tokens)."""
+"""``svcgw secrets``: encryption of stored tokens (Bearer and receiver tokens) and signing secrets."""
 
 from __future__ import annotations
 
@@ -20,6 +20,15 @@ def secrets_group() -> None:
 @json_option
 @admin_command
 async def secrets_reencrypt(admin: Admin, as_json: bool) -> None:
-    """Re-encrypt every stored token with the first key of SVCGW_ENCRYPTION_KEYS."""
-    count = await admin.store(sealing=True).reseal_tokens()
-    emit(as_json, {"resealed": count}, lambda: Text(f"re-encrypted {count} tokens"))
+    """Re-encrypt every stored token and signing secret with the first key of SVCGW_ENCRYPTION_KEYS.
+
+    Signing secrets stored in clear (written before secrets were sealed) are sealed.
+    """
+    store = admin.store(sealing=True)
+    count = await store.reseal_tokens()
+    secrets = await store.reseal_secrets()
+    emit(
+        as_json,
+        {"resealed": count, "secrets": secrets},
+        lambda: Text(f"re-encrypted {count} tokens and {secrets} signing secrets"),
+    )

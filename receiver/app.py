@@ -24,6 +24,7 @@ from svcgw.upstream import Upstream
 from .console import console_routes
 from .dashboard import make_dashboard
 from .gateway import Gateway, PathGuard
+from .headers import NoSniff
 from .ingest import make_endpoint
 from .metrics import metrics_endpoint
 from .openapi import openapi_endpoint
@@ -80,6 +81,8 @@ def create_app(settings: Settings, *, services: Services | None = None) -> Starl
     ]
     if (dashboard := make_dashboard(settings)) is not None:
         routes.append(Mount("/rq", app=dashboard, name="rq-dashboard"))
-    app = Starlette(routes=routes, lifespan=lifespan, middleware=[Middleware(PathGuard)])
+    app = Starlette(
+        routes=routes, lifespan=lifespan, middleware=[Middleware(NoSniff), Middleware(PathGuard)]
+    )
     app.state.services = services
     return app

@@ -3,8 +3,11 @@
 The gateway, the console and the CLI all manage these through ``Store``; the
 key names live in ``svcgw.keys``. API keys and receiver tokens are kept only
 as SHA-256 digests for look-up (a high-entropy secret needs no slow hash),
-Bearer tokens are sealed by the ``TokenVault``, and nothing here returns a
-token in clear.
+Bearer tokens and signing secrets are sealed by the ``TokenVault``, and
+nothing here returns a token in clear. The signing secret is opened for its
+owner (:meth:`Store.get_callback`: the spec shows it in the console); one
+stored in clear before secrets were sealed is still read
+(``svcgw.callbacks.open_secret``) and sealed by :meth:`Store.reseal_tokens`.
 """
 
 from __future__ import annotations
@@ -21,8 +24,8 @@ from typing import Any
 from redis.asyncio import Redis
 
 from . import keys
-from .callbacks import Destination, choose_destination, new_signing_secret
-from .vault import TokenVault
+from .callbacks import Destination, choose_destination, new_signing_secret, open_secret, seal_secret
+from .vault import TokenVault, VaultError
 
 __all__ = [
     "Account",
@@ -119,6 +122,12 @@ class Scope:
 
 @dataclass(frozen=True)
 class CallbackConfig:
+    """A callback configuration as its owner sees it; ``secret`` is in clear.
+
+    ``secret`` is None when none is set, or when the stored one cannot be
+    opened with the configured keys (rotating it sets a fresh one).
+    """
+
     url: str | None
     secret: str | None = field(repr=False)
     bearer: bool
@@ -312,11 +321,11 @@ class Store:
     async def get_callback(self, scope: Scope) -> CallbackConfig:
         await self._check_scope(scope)
         data = await self.redis.hgetall(scope.key)
-        return CallbackConfig(
-            url=data.get("url") or None,
-            secret=data.get("secret") or None,
-            bearer=bool(data.get("token")),
-        )
+        try:
+            secret = open_secret(self.vault, data.get("secret") or "") or None
+        except VaultError:
+            secret = None
+        return CallbackConfig(url=data.get("url") or None, secret=secret, bearer=bool(data.get("token")))
 
     async def set_callback(
         self,
@@ -339,7 +348,7 @@ class Store:
             mapping["token"] = self.vault.seal(bearer_token)
         async with self.redis.pipeline(transaction=True) as pipe:
             pipe.hset(scope.key, mapping=mapping)
-            pipe.hsetnx(scope.key, "secret", new_signing_secret())
+            pipe.hsetnx(scope.key, "secret", self.vault.seal(new_signing_secret()))
             if no_bearer:
                 pipe.hdel(scope.key, "token")
             await pipe.execute()
@@ -348,7 +357,7 @@ class Store:
     async def rotate_secret(self, scope: Scope) -> CallbackConfig:
         """A new signing secret; the old one is not kept, so pending retries use the new one."""
         await self._check_scope(scope)
-        await self.redis.hset(scope.key, mapping={"secret": new_signing_secret()})
+        await self.redis.hset(scope.key, mapping={"secret": self.vault.seal(new_signing_secret())})
         return await self.get_callback(scope)
 
     async def clear_callback(self, scope: Scope) -> CallbackConfig:
@@ -377,11 +386,21 @@ class Store:
             count += await self._reseal(keys.instance(appid), "receiver_token")
         return count
 
-    async def _reseal(self, key: str, name: str) -> int:
-        sealed = await self.redis.hget(key, name)
-        if not sealed:
+    async def reseal_secrets(self) -> int:
+        """Seal every stored signing secret under the first key: those in clear from before, and sealed ones."""
+        count = 0
+        for account_id in await self.redis.smembers(keys.ACCOUNTS):
+            count += await self._reseal(keys.callback_account(account_id), "secret", clear_ok=True)
+        for appid in await self.redis.smembers(keys.INSTANCES):
+            count += await self._reseal(keys.callback_instance(appid), "secret", clear_ok=True)
+        return count
+
+    async def _reseal(self, key: str, name: str, *, clear_ok: bool = False) -> int:
+        stored = await self.redis.hget(key, name)
+        if not stored:
             return 0
-        await self.redis.hset(key, name, self.vault.reseal(sealed))
+        resealed = seal_secret(self.vault, stored) if clear_ok else self.vault.reseal(stored)
+        await self.redis.hset(key, name, resealed)
         return 1
 
     async def _check_scope(self, scope: Scope) -> None:

@@ -1,4 +1,4 @@
-"""Encryption at rest for callback Bearer tokens and receiver tokens.
+"""Encryption at rest for callback Bearer tokens, signing secrets and receiver tokens.
 
 Tokens are sealed with ``cryptography``'s MultiFernet: the first key of
 ``SVCGW_ENCRYPTION_KEYS`` encrypts, every key decrypts, so keys can be rotated
@@ -53,18 +53,18 @@ class TokenVault:
         return self._fernet.encrypt(plaintext.encode("utf-8")).decode("ascii")
 
     def open(self, sealed: str | bytes) -> str:
-        data = sealed.encode("ascii") if isinstance(sealed, str) else sealed
         try:
+            data = sealed.encode("ascii") if isinstance(sealed, str) else sealed
             return self._fernet.decrypt(data).decode("utf-8")
-        except InvalidToken:
+        except (InvalidToken, UnicodeError):
             raise VaultError("a stored token cannot be decrypted with the configured keys") from None
 
     def reseal(self, sealed: str | bytes) -> str:
         """Re-encrypt under the first key (after a key rotation)."""
-        data = sealed.encode("ascii") if isinstance(sealed, str) else sealed
         try:
+            data = sealed.encode("ascii") if isinstance(sealed, str) else sealed
             return self._fernet.rotate(data).decode("ascii")
-        except InvalidToken:
+        except (InvalidToken, UnicodeError):
             raise VaultError("a stored token cannot be decrypted with the configured keys") from None
 
 

@@ -2,7 +2,9 @@
 
 * ``prepare`` turns the delivery and its destination, as read *now*, into a
   :class:`Prepared` attempt, so a changed address, a rotated secret or a new
-  token applies to every retry. The engine reads both in its claim script
+  token applies to every retry. The signing secret and the Bearer token are
+  opened with the vault here; one that cannot be opened fails the attempt
+  in ``send`` with a message saying so, and nothing is sent. The engine reads both in its claim script
   (:meth:`worker.queue.DeliveryQueue.claim_batch`) and calls
   :func:`prepare_claimed`; :func:`prepare` reads them for one delivery;
 * ``send`` signs and POSTs the exact body bytes and never raises: every
@@ -18,7 +20,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Literal, cast
 from urllib.parse import urlsplit, urlunsplit
 
@@ -26,7 +28,7 @@ import orjson
 from redis import Redis
 
 from svcgw import keys
-from svcgw.callbacks import Destination, choose_destination
+from svcgw.callbacks import Destination, choose_destination, open_secret
 from svcgw.outbound import RESPONSE_SNIPPET_BYTES, Refused, Sender, SendError, TimedOut
 from svcgw.retry import next_delay
 from svcgw.signing import signed_headers
@@ -56,8 +58,9 @@ class Prepared:
     attempts: int
     received_at: float
     replay: bool
-    destination: Destination | None
+    destination: Destination | None  # its secret in clear
     token: str | None = field(default=None, repr=False)
+    secret_unreadable: bool = False  # the stored signing secret cannot be opened with the configured keys
 
 
 @dataclass(frozen=True)
@@ -121,6 +124,7 @@ def _prepared(
         return None
     destination = choose_destination(own, default)
     token = None
+    secret_unreadable = False
     if destination is not None and destination.sealed_token:
         try:
             token = vault.open(destination.sealed_token)
@@ -128,6 +132,12 @@ def _prepared(
             # Sending without the configured token would be refused anyway;
             # fail the attempt loudly instead (see send()).
             token = ""
+    if destination is not None:
+        try:
+            destination = replace(destination, secret=open_secret(vault, destination.secret))
+        except VaultError:
+            # A signature the receiver cannot check is worse than none: fail instead (see send()).
+            destination, secret_unreadable = replace(destination, secret=""), True
     return Prepared(
         delivery_id=delivery_id,
         appid=_text(data["appid"]),
@@ -142,6 +152,7 @@ def _prepared(
         replay=_text(data["state"]) == "dead",
         destination=destination,
         token=token,
+        secret_unreadable=secret_unreadable,
     )
 
 
@@ -187,6 +198,8 @@ async def send(client: Sender, prepared: Prepared) -> Attempt:
         return failed("no callback address configured")
     if prepared.token == "":
         return failed("the Bearer token cannot be decrypted with the configured keys")
+    if prepared.secret_unreadable:
+        return failed("the signing secret cannot be decrypted with the configured keys")
     headers = build_headers(prepared, prepared.destination.secret, int(started))
     try:
         answer = await client.post(prepared.destination.url, prepared.body, headers)

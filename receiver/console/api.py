@@ -5,7 +5,8 @@ Every answer is ``{code, message, data}`` (``code`` 0 on success; errors in
 session cookie (changes then need the ``X-CSRF-Token`` header) or the API
 key itself in ``Svc-Key`` / ``X-Svc-Key`` / ``Authorization: Bearer``, with
 the gateway's meaning (``receiver.http.presented_key``: different keys in
-several headers are 401).
+several headers are 401). Every change but signing out counts against the
+account's rate limit, shared with the gateway (``receiver.console.web``).
 """
 
 from __future__ import annotations
@@ -74,7 +75,12 @@ class Api:
         return [
             Route("/session", self.sign_in, methods=["POST"], name="api-sign-in"),
             Route("/session", read(self.whoami), methods=["GET"], name="api-session"),
-            Route("/session", change(self.sign_out), methods=["DELETE"], name="api-sign-out"),
+            Route(
+                "/session",
+                self._wrap(self.sign_out, change=True, counted=False),
+                methods=["DELETE"],
+                name="api-sign-out",
+            ),
             Route("/instances", read(self.instances), methods=["GET"], name="api-instances"),
             Route("/instances/{appid}", read(self.instance), methods=["GET"], name="api-instance"),
             Route("/callback", read(self.get_callback), methods=["GET"], name="api-callback"),
@@ -99,17 +105,26 @@ class Api:
     def _change(self, handler: Handler) -> Callable[[Request], Awaitable[Response]]:
         return self._wrap(handler, change=True)
 
-    def _wrap(self, handler: Handler, *, change: bool) -> Callable[[Request], Awaitable[Response]]:
+    def _wrap(
+        self, handler: Handler, *, change: bool, counted: bool | None = None
+    ) -> Callable[[Request], Awaitable[Response]]:
+        """``counted`` (a change by default): the call counts against the account's rate limit."""
+        count = change if counted is None else counted
+
         async def endpoint(request: Request) -> Response:
-            return await self._guarded(request, handler, change)
+            return await self._guarded(request, handler, change, count=count)
 
         return endpoint
 
-    async def _guarded(self, request: Request, handler: Handler | None, change: bool) -> Response:
+    async def _guarded(
+        self, request: Request, handler: Handler | None, change: bool, *, count: bool = False
+    ) -> Response:
         try:
             if handler is None:
                 return await self._sign_in(request)
             session = await self.context.api_session(request, change=change)
+            if count:
+                await self.context.count_change(session)
             return await handler(request, session)
         except ConsoleHTTPError as exc:
             return exc.response()

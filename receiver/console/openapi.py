@@ -12,6 +12,7 @@ __all__ = ["CONSOLE_PATHS", "CONSOLE_SCHEMAS", "CONSOLE_SECURITY_SCHEMES", "OPER
 JSON = "application/json"
 SECURITY: list[dict[str, list[str]]] = [{"ConsoleSession": []}, {"ConsoleApiKey": []}]
 CHANGE_NOTE = " A change made with the session cookie needs the X-CSRF-Token header (the token from GET /session)."
+COUNTED_NOTE = " It counts against the account's rate limit (SVCGW_RATE_LIMIT), shared with the gateway API."
 
 
 def _ref(name: str) -> dict[str, str]:
@@ -31,10 +32,16 @@ def _err(description: str) -> dict[str, Any]:
     return {"description": description, "content": {JSON: {"schema": _ref("Error")}}}
 
 
-def _responses(ok: dict[str, Any], *, change: bool = False, found: bool = False, bad: bool = False) -> dict[str, Any]:
+def _responses(
+    ok: dict[str, Any], *, change: bool = False, found: bool = False, bad: bool = False, counted: bool = False
+) -> dict[str, Any]:
     responses: dict[str, Any] = {"200": ok, "401": _err("code 401: not signed in")}
     if change:
         responses["403"] = _err("code -40310: CSRF token missing or wrong")
+    if counted:
+        limited = _err("code -42900: over the account's rate limit; retry after the seconds in Retry-After")
+        limited["headers"] = {"Retry-After": {"schema": {"type": "integer", "minimum": 1}}}
+        responses["429"] = limited
     if found:
         responses["404"] = _err("code -40404: no such appid or dead letter, or another account's (the same answer)")
     if bad:
@@ -58,15 +65,17 @@ DENIED = _ok({"type": "object", "properties": {"denied": STRINGS}})
 def _op(op_id: str, summary: str, ok: dict[str, Any], *, change: bool = False, **extra: Any) -> dict[str, Any]:
     found = bool(extra.pop("found", False))
     bad = bool(extra.pop("bad", False))
+    counted = bool(extra.pop("counted", change))
     item: dict[str, Any] = {
         "operationId": op_id,
         "tags": ["console"],
         "summary": summary,
         "security": SECURITY,
-        "responses": _responses(ok, change=change, found=found, bad=bad),
+        "responses": _responses(ok, change=change, found=found, bad=bad, counted=counted),
     }
     if change:
-        item["description"] = (extra.pop("description", "") + CHANGE_NOTE).strip()
+        note = CHANGE_NOTE + (COUNTED_NOTE if counted else "")
+        item["description"] = (extra.pop("description", "") + note).strip()
     item.update(extra)
     return item
 
@@ -127,7 +136,7 @@ CONSOLE_PATHS: dict[str, dict[str, Any]] = {
                 }
             ),
         ),
-        "delete": _op("consoleSignOut", "Sign out (ends the session)", _ok(), change=True),
+        "delete": _op("consoleSignOut", "Sign out (ends the session)", _ok(), change=True, counted=False),
     },
     "/console/api/instances": {
         "get": _op(

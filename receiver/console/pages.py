@@ -4,6 +4,14 @@ Plain HTML forms, no script: every change is a POST carrying the session's
 CSRF token, answered with a redirect (post/redirect/get) and a one-time
 message on the next page. A page that finds no session sends the browser to
 the sign-in page.
+
+Every form but signing out counts against the account's rate limit, shared
+with the gateway (``receiver.console.web``); over it, the answer is an error
+page with status 429, ``Retry-After`` and the wait in words.
+
+Every page, the sign-in page included, is sent with :data:`PAGE_HEADERS`: a
+Content-Security-Policy that allows only the console's own stylesheet (the
+console has no script), no framing, and no caching.
 """
 
 from __future__ import annotations
@@ -26,7 +34,7 @@ from svcgw.addresses import AddressError
 
 from .service import Invalid, NotFound, when
 from .session import CSRF_FIELD, LOGIN_COOKIE, PATH, Session
-from .web import Context
+from .web import Context, RateLimited
 
 __all__ = ["Pages"]
 
@@ -34,6 +42,16 @@ log = logging.getLogger("svcgw.console")
 
 HERE = Path(__file__).parent
 PAGE_SIZE = 20
+
+CONTENT_SECURITY_POLICY = (
+    "default-src 'none'; style-src 'self'; img-src 'self' data:; "
+    "form-action 'self'; frame-ancestors 'none'; base-uri 'none'"
+)
+PAGE_HEADERS = {
+    "Cache-Control": "no-store",
+    "X-Frame-Options": "DENY",
+    "Content-Security-Policy": CONTENT_SECURITY_POLICY,
+}
 
 Handler = Callable[[Request, Session], Awaitable[Response]]
 
@@ -69,7 +87,7 @@ class Pages:
             Route("/", self.index, methods=["GET"], name="index"),
             Route("/login", self.login_page, methods=["GET"], name="login"),
             Route("/login", self.login, methods=["POST"]),
-            Route("/logout", form(self.logout), methods=["POST"], name="logout"),
+            Route("/logout", form(self.logout, counted=False), methods=["POST"], name="logout"),
             Route("/instances", page(self.instances), methods=["GET"], name="instances"),
             Route("/instances/{appid}", page(self.instance), methods=["GET"], name="instance"),
             Route("/instances/{appid}/callback", form(self.save_callback), methods=["POST"]),
@@ -98,11 +116,7 @@ class Pages:
             {"session": session, "csrf_token": session.csrf if session else "", "flash": flash, **context},
             status_code=status,
         )
-        response.headers["Cache-Control"] = "no-store"
-        response.headers["X-Frame-Options"] = "DENY"
-        response.headers["Content-Security-Policy"] = (
-            "default-src 'self'; style-src 'self'; script-src 'none'; frame-ancestors 'none'; form-action 'self'"
-        )
+        response.headers.update(PAGE_HEADERS)
         return response
 
     def _page(self, handler: Handler) -> Callable[[Request], Awaitable[Response]]:
@@ -114,7 +128,9 @@ class Pages:
 
         return endpoint
 
-    def _form(self, handler: Handler) -> Callable[[Request], Awaitable[Response]]:
+    def _form(self, handler: Handler, *, counted: bool = True) -> Callable[[Request], Awaitable[Response]]:
+        """A change made with a form; ``counted``: it counts against the account's rate limit."""
+
         async def endpoint(request: Request) -> Response:
             session = await self._session(request)
             if session is None:
@@ -130,9 +146,32 @@ class Pages:
                     title="Request refused",
                     message="The form's security token is missing or out of date. Reload the page and try again.",
                 )
+            if counted:
+                try:
+                    await self.context.count_change(session)
+                except RateLimited as exc:
+                    return await self._rate_limited(request, session, exc.retry_after)
+                except RedisError as exc:
+                    return await self._storage_error(request, session, exc)
             return await self._guarded(request, session, handler)
 
         return endpoint
+
+    async def _rate_limited(self, request: Request, session: Session, retry_after: int) -> Response:
+        seconds = f"{retry_after} second{'s' if retry_after != 1 else ''}"
+        response = await self.render(
+            request,
+            "error.html",
+            session,
+            status=429,
+            title="Too many changes",
+            message=(
+                "This account has used up its rate limit (console changes and gateway calls count together). "
+                f"Nothing was changed. Try again in {seconds}."
+            ),
+        )
+        response.headers["Retry-After"] = str(retry_after)
+        return response
 
     async def _session(self, request: Request) -> Session | None:
         try:
@@ -148,15 +187,18 @@ class Pages:
             message = exc.message if isinstance(exc, PageError) else "There is nothing here for your account."
             return await self.render(request, "error.html", session, status=status, title=title, message=message)
         except RedisError as exc:
-            log.warning("console storage error: %s", type(exc).__name__)
-            return await self.render(
-                request,
-                "error.html",
-                session,
-                status=503,
-                title="Storage unavailable",
-                message="The service's storage cannot be reached right now. Try again in a moment.",
-            )
+            return await self._storage_error(request, session, exc)
+
+    async def _storage_error(self, request: Request, session: Session, exc: RedisError) -> Response:
+        log.warning("console storage error: %s", type(exc).__name__)
+        return await self.render(
+            request,
+            "error.html",
+            session,
+            status=503,
+            title="Storage unavailable",
+            message="The service's storage cannot be reached right now. Try again in a moment.",
+        )
 
     # --- signing in and out -------------------------------------------------------------------
     async def index(self, request: Request) -> Response:
@@ -176,8 +218,7 @@ class Pages:
             },
             status_code=status,
         )
-        response.headers["Cache-Control"] = "no-store"
-        response.headers["X-Frame-Options"] = "DENY"
+        response.headers.update(PAGE_HEADERS)
         if fresh:
             self.sessions.set_login_cookie(request, response, token)
         return response

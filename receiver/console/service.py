@@ -144,7 +144,12 @@ class ConsoleService:
                 return CallbackTestResult(
                     ok=False, event_id="", error="the Bearer token cannot be decrypted with the configured keys"
                 )
-        return await send_test(self._callbacks(), url, secret=config.secret or "", token=token, appid=scope.appid)
+        if not config.secret:
+            # Saving an address always leaves a secret; None means it cannot be opened.
+            return CallbackTestResult(
+                ok=False, event_id="", error="the signing secret cannot be decrypted with the configured keys"
+            )
+        return await send_test(self._callbacks(), url, secret=config.secret, token=token, appid=scope.appid)
 
     async def rotate_secret(self, account: str, appid: str | None) -> dict[str, object]:
         scope = await self._scope(account, appid)

@@ -4,7 +4,17 @@ JSON errors have the gateway's shape ``{code, message, data: null}``. Each
 is a row of the one error table, ``svcgw.errors``: the console's own rows
 (401 not signed in, -40310 CSRF, -40404 not found, -40000 bad value, -41500
 not JSON, -50002 storage unavailable, listed in ``svcgw.errors.CONSOLE_KINDS``)
-and the gateway's callback address rows (-40011..-40013).
+and the gateway's callback address rows (-40011..-40013), and the gateway's
+-42900 (429 with ``Retry-After``) for a change over the account's rate limit.
+
+Rate limit: every change an account makes through the console (a POST, PUT
+or DELETE of the JSON API or a form of the pages) counts against the same
+per-account limit as its gateway calls (``SVCGW_RATE_LIMIT``, the same
+moving window in Redis, ``receiver.ratelimit``), whatever its outcome, once
+the caller is known and the CSRF check passed: a forged cross-site request
+never spends its victim's quota. Reads do not count, and neither do signing
+in and out, which touch only the caller's own session (a sign-out must
+always work).
 
 Errors::
 
@@ -24,6 +34,7 @@ from svcgw.addresses import AddressError
 from svcgw.errors import ErrorKind
 
 from ..http import BodyTooLarge, ConflictingKeys, presented_key, read_body
+from ..ratelimit import RateLimiter
 from .session import CSRF_HEADER, Session, Sessions
 
 if TYPE_CHECKING:
@@ -32,6 +43,7 @@ if TYPE_CHECKING:
 __all__ = [
     "ConsoleHTTPError",
     "Context",
+    "RateLimited",
     "address_error",
     "json_error",
     "json_ok",
@@ -42,17 +54,28 @@ MAX_JSON_BYTES = 64 * 1024
 class ConsoleHTTPError(Exception):
     """An answer other than success; turned into JSON (API) or a page (console)."""
 
-    def __init__(self, kind: ErrorKind, message: str | None = None) -> None:
+    def __init__(self, kind: ErrorKind, message: str | None = None, *, headers: dict[str, str] | None = None) -> None:
         super().__init__(message or kind.message)
         self.kind = kind
         self.status = kind.status
         self.code = kind.code
         self.message = message or kind.message
+        self.headers = dict(headers or {})
 
     def response(self) -> Response:
-        # A 401 names the scheme an API client can use instead of a session.
-        headers = {"WWW-Authenticate": "Bearer"} if self.status == 401 else None
-        return json_error(self.status, self.code, self.message, headers)
+        headers = dict(self.headers)
+        if self.status == 401:
+            # A 401 names the scheme an API client can use instead of a session.
+            headers["WWW-Authenticate"] = "Bearer"
+        return json_error(self.status, self.code, self.message, headers or None)
+
+
+class RateLimited(ConsoleHTTPError):
+    """A change over the account's rate limit; ``retry_after`` whole seconds until one passes."""
+
+    def __init__(self, retry_after: int) -> None:
+        super().__init__(errors.RATE_LIMITED, headers={"Retry-After": str(retry_after)})
+        self.retry_after = retry_after
 
 
 def address_error(exc: AddressError) -> ConsoleHTTPError:
@@ -79,12 +102,19 @@ def json_error(status: int, code: int, message: str, headers: dict[str, str] | N
 
 
 class Context:
-    """What every console handler needs: the service, the sessions, the settings."""
+    """What every console handler needs: the service, the sessions, the settings, the rate limit."""
 
-    def __init__(self, service: ConsoleService, sessions: Sessions) -> None:
+    def __init__(self, service: ConsoleService, sessions: Sessions, limiter: RateLimiter) -> None:
         self.service = service
         self.sessions = sessions
         self.settings = service.settings
+        self.limiter = limiter
+
+    async def count_change(self, session: Session) -> None:
+        """Count one change of the session's account; over the account's rate limit, :class:`RateLimited`."""
+        verdict = await self.limiter.hit(session.account)
+        if not verdict.allowed:
+            raise RateLimited(verdict.retry_after)
 
     async def api_session(self, request: Request, *, change: bool) -> Session:
         """The caller of a JSON API request; a change also needs the CSRF header (cookie sessions only)."""

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import orjson
 import pytest
+from click.testing import CliRunner
 from redis import Redis
 
+from cli.main import cli
 from svcgw import keys
 from svcgw.settings import Settings
 from svcgw.vault import TokenVault
@@ -100,3 +102,44 @@ def test_callback_scope_must_be_one_of_account_or_appid(env: dict[str, str], set
         env, "callback", "set", "--appid", tenant.appid, "--url", "http://127.0.0.1:9/",
         "--bearer-token", "t", "--no-bearer", code=2,
     )  # fmt: skip
+
+
+def test_bearer_token_from_stdin_or_a_hidden_prompt(env: dict[str, str], settings: Settings, redis: Redis) -> None:
+    tenant = provision(settings)
+    vault = TokenVault.from_settings(settings)
+    base = ["callback", "set", "--appid", tenant.appid, "--url", "http://127.0.0.1:9/hook", "--json"]
+
+    def stored() -> str:
+        sealed = redis.hget(keys.callback_instance(tenant.appid), "token")
+        assert sealed is not None
+        return vault.open(sealed)
+
+    piped = CliRunner().invoke(cli, [*base, "--bearer-token", "-"], env=env, input="from-stdin-token\n")
+    assert piped.exit_code == 0, piped.output
+    assert stored() == "from-stdin-token" and "from-stdin-token" not in piped.stdout
+
+    typed = CliRunner().invoke(cli, [*base, "--bearer-token-prompt"], env=env, input="typed-token\n")
+    assert typed.exit_code == 0, typed.output
+    assert stored() == "typed-token" and "typed-token" not in typed.output
+    assert orjson.loads(typed.stdout)["bearer"] is True
+
+    # On the command line it still works.
+    assert ok(env, *base[:-1], "--bearer-token", "argv-token")["bearer"] is True
+    assert stored() == "argv-token"
+
+    empty = CliRunner().invoke(cli, [*base, "--bearer-token", "-"], env=env, input="\n")
+    assert empty.exit_code == 2 and "empty" in empty.output
+    both = CliRunner().invoke(cli, [*base, "--bearer-token", "x", "--bearer-token-prompt"], env=env)
+    assert both.exit_code == 2 and "exclude" in both.output
+    assert stored() == "argv-token"
+
+
+def test_the_signing_secret_is_sealed_and_shown_in_clear(
+    env: dict[str, str], settings: Settings, redis: Redis
+) -> None:
+    tenant = provision(settings)
+    shown = ok(env, "callback", "set", "--appid", tenant.appid, "--url", "http://127.0.0.1:9/hook")["secret"]
+    sealed = redis.hget(keys.callback_instance(tenant.appid), "secret")
+    assert sealed is not None and shown.encode() not in sealed
+    assert TokenVault.from_settings(settings).open(sealed) == shown
+    assert ok(env, "callback", "show", "--appid", tenant.appid)["secret"] == shown

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import os
 import threading
 import time
@@ -13,6 +15,8 @@ import pytest
 import uvicorn
 
 from receiver.app import create_app
+from receiver.ratelimit import RateLimiter
+from svcgw.connections import async_client
 from svcgw.settings import Settings
 from svcgw.store import Store
 from tests.conftest import with_store
@@ -89,13 +93,22 @@ def console(server: str, developer: Developer) -> Iterator[ConsoleClient]:
     client.close()
 
 
-@pytest.fixture
-def server(settings: Settings) -> Iterator[str]:
-    """The HTTP app served by uvicorn in a thread of the test process, on a free loopback port.
+def gateway_call(settings: Settings, account: str) -> bool:
+    """One call counted for the account exactly as the gateway counts it; whether it may go ahead."""
 
-    It overrides the ``svcgw serve`` subprocess of ``tests.conftest``: the same
-    app from the same settings, without starting an interpreter per test.
-    """
+    async def hit() -> bool:
+        redis = async_client(settings, decode=True)
+        try:
+            return (await RateLimiter(redis, settings.rate_limit).hit(account)).allowed
+        finally:
+            await redis.aclose()
+
+    return asyncio.run(hit())
+
+
+@contextlib.contextmanager
+def serve(settings: Settings) -> Iterator[str]:
+    """The HTTP app of ``settings`` served by uvicorn in a thread of the test process, on a free loopback port."""
     port = free_port()
     config = uvicorn.Config(
         create_app(settings), host="127.0.0.1", port=port, log_config=None, access_log=False, loop="asyncio"
@@ -112,3 +125,14 @@ def server(settings: Settings) -> Iterator[str]:
     finally:
         served.should_exit = True
         thread.join(timeout=15)
+
+
+@pytest.fixture
+def server(settings: Settings) -> Iterator[str]:
+    """The app served in-process (:func:`serve`).
+
+    It overrides the ``svcgw serve`` subprocess of ``tests.conftest``: the same
+    app from the same settings, without starting an interpreter per test.
+    """
+    with serve(settings) as base:
+        yield base

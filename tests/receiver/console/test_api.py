@@ -16,7 +16,7 @@ from svcgw.settings import Settings
 from svcgw.signing import verify
 from svcgw.store import Store
 from tests.conftest import with_store
-from tests.receiver.console.conftest import ConsoleClient, Developer
+from tests.receiver.console.conftest import ConsoleClient, Developer, gateway_call, serve
 from tests.support import Sink, wait_for
 from tests.worker.support import claim, finish
 from worker.delivery import Attempt
@@ -428,3 +428,51 @@ def test_openapi_describes_the_console_api(server: str) -> None:
         assert path in paths, path
     assert "ConsoleCallback" in document["components"]["schemas"]
     assert "ConsoleSession" in document["components"]["securitySchemes"]
+
+
+# --- rate limit ------------------------------------------------------------------------------
+
+
+def test_changes_count_against_the_accounts_rate_limit(env: dict[str, str], developer: Developer) -> None:
+    limited = Settings.from_env({**env, "SVCGW_RATE_LIMIT": "4/minute"})
+    with serve(limited) as base:
+        console = ConsoleClient(base, developer.key)  # signing in does not count
+        try:
+            # Reads do not count.
+            for _ in range(6):
+                assert console.get("/operations").status_code == 200
+            for operation in ("message/sendText", "login/getQr", "contact/list"):
+                answer = console.change("POST", "/operations/deny", {"operations": [operation]})
+                assert answer.status_code == 200, answer.text
+            # The gateway's window: its call is the fourth of four.
+            assert gateway_call(limited, developer.account)
+
+            refused = console.change("PUT", "/callback", {"url": "http://127.0.0.1:9/hook"})
+            assert refused.status_code == 429
+            assert refused.json() == {
+                "code": -42900,
+                "message": "rate limit exceeded; retry after the time in Retry-After",
+                "data": None,
+            }
+            assert 1 <= int(refused.headers["retry-after"]) <= 60
+            assert console.get("/callback").json()["data"]["url"] is None  # nothing saved
+            # The same account's key, in a header, shares the budget; so does the gateway.
+            by_key = httpx.post(
+                base + "/console/api/operations/deny",
+                json={"operations": ["message/sendImage"]},
+                headers={"Svc-Key": developer.key},
+                timeout=10,
+            )
+            assert by_key.status_code == 429 and "retry-after" in by_key.headers
+            assert not gateway_call(limited, developer.account)
+            assert console.get("/operations").json()["data"]["denied"] == [
+                "contact/list",
+                "login/getQr",
+                "message/sendText",
+            ]
+            # A forged change (no CSRF token) is refused before it could spend the budget.
+            assert console.change("POST", "/callback/rotate-secret", csrf=False).status_code == 403
+            # Signing out always works.
+            assert console.change("DELETE", "/session").status_code == 200
+        finally:
+            console.close()

@@ -22,6 +22,8 @@ import pytest
 from redis import Redis
 
 from svcgw import keys
+from svcgw.settings import Settings
+from svcgw.vault import TokenVault
 from tests.receiver.console.conftest import Developer
 from tests.support import Process, Sink, start_server, wait_for
 
@@ -84,7 +86,7 @@ def posts_with(sink: Sink, event_id: str) -> list[Any]:
 
 
 def test_console_in_a_browser(
-    server: str, worker: Process, sink: Sink, developer: Developer, redis: Redis, browser: Any
+    server: str, worker: Process, sink: Sink, developer: Developer, redis: Redis, browser: Any, settings: Settings
 ) -> None:
     appid = developer.appids[0]
     context = browser.new_context(viewport={"width": 1280, "height": 860})
@@ -122,7 +124,9 @@ def test_console_in_a_browser(
     page.locator("#flash").wait_for()
     new_secret = page.inner_text("#signing-secret")
     assert new_secret != old_secret and new_secret.startswith("whsec_")
-    assert redis.hget(keys.callback_instance(appid), "secret") == new_secret.encode()
+    stored = redis.hget(keys.callback_instance(appid), "secret")
+    assert stored is not None and new_secret.encode() not in stored  # sealed at rest
+    assert TokenVault.from_settings(settings).open(stored) == new_secret
 
     # Events flow; the log shows the raw body and its delivery status.
     body = b'{"event_type":"Msg","events":[{"id":"b1","roomId":1688850000000000001234}]}'

@@ -8,7 +8,9 @@ import httpx
 from redis import Redis
 
 from svcgw import keys
-from tests.receiver.console.conftest import Developer
+from svcgw.settings import Settings
+from svcgw.vault import TokenVault
+from tests.receiver.console.conftest import Developer, gateway_call, serve
 from tests.support import Sink
 
 TOKEN = "tok_never_shown_" + "x" * 16
@@ -62,7 +64,7 @@ def test_sign_in_form_and_its_csrf(server: str, developer: Developer) -> None:
 
 
 def test_every_page_renders_and_forms_need_the_token(
-    server: str, developer: Developer, stranger: Developer, sink: Sink, redis: Redis
+    server: str, developer: Developer, stranger: Developer, sink: Sink, redis: Redis, settings: Settings
 ) -> None:
     http, csrf = signed_in(server, developer.key)
     appid = developer.appids[0]
@@ -133,10 +135,73 @@ def test_every_page_renders_and_forms_need_the_token(
     invalid = http.post("/console/operations/deny", data={"operations": "bogus", "csrf_token": csrf})
     assert invalid.status_code == 400
 
-    before = redis.hget(keys.callback_instance(appid), "secret")
+    vault = TokenVault.from_settings(settings)
+
+    def secret() -> str:
+        stored = redis.hget(keys.callback_instance(appid), "secret")
+        assert stored is not None and not stored.startswith(b"whsec_")  # sealed at rest
+        return vault.open(stored)
+
+    before = secret()
     assert http.post(f"/console/instances/{appid}/rotate-secret", data={}).status_code == 403
-    assert redis.hget(keys.callback_instance(appid), "secret") == before
+    assert secret() == before
     assert http.post(f"/console/instances/{appid}/rotate-secret", data={"csrf_token": csrf}).status_code == 303
-    assert redis.hget(keys.callback_instance(appid), "secret") != before
+    assert secret() != before
     assert http.post("/console/dead-letters/replay", data={"scope": "all", "appid": appid}).status_code == 403
     http.close()
+
+
+CSP = (
+    "default-src 'none'; style-src 'self'; img-src 'self' data:; "
+    "form-action 'self'; frame-ancestors 'none'; base-uri 'none'"
+)
+
+
+def test_every_page_sends_the_policy_and_no_sniffing(server: str, developer: Developer) -> None:
+    with httpx.Client(base_url=server, timeout=15) as http:
+        login = http.get("/console/login")
+        refused = http.post("/console/login", data={"api_key": developer.key})
+        for answer in (login, refused):
+            assert answer.headers["content-security-policy"] == CSP
+            assert answer.headers["x-frame-options"] == "DENY" and answer.headers["cache-control"] == "no-store"
+            assert answer.headers.get_list("x-content-type-options") == ["nosniff"]
+    http, _csrf = signed_in(server, developer.key)
+    appid = developer.appids[0]
+    for path in ("/console/instances", f"/console/instances/{appid}", "/console/settings", "/console/nope/x"):
+        answer = http.get(path)
+        assert answer.headers.get_list("x-content-type-options") == ["nosniff"], path
+        if answer.headers["content-type"].startswith("text/html") and answer.status_code != 404:
+            assert answer.headers["content-security-policy"] == CSP, path
+            assert answer.headers["x-frame-options"] == "DENY", path
+    missing = http.get("/console/instances/we_nosuchinstance0")
+    assert missing.status_code == 404 and missing.headers["content-security-policy"] == CSP
+    http.close()
+
+
+def test_form_changes_count_against_the_accounts_rate_limit(
+    env: dict[str, str], developer: Developer, redis: Redis
+) -> None:
+    limited = Settings.from_env({**env, "SVCGW_RATE_LIMIT": "3/minute"})
+    with serve(limited) as base:
+        http, csrf = signed_in(base, developer.key)  # signing in does not count
+        for operation in ("message/sendText", "login/getQr"):
+            denied = http.post("/console/operations/deny", data={"operations": operation, "csrf_token": csrf})
+            assert denied.status_code == 303
+        assert gateway_call(limited, developer.account)  # the third of three, in the gateway's window
+        appid = developer.appids[0]
+        before = redis.hget(keys.callback_instance(appid), "secret")
+
+        refused = http.post(f"/console/instances/{appid}/rotate-secret", data={"csrf_token": csrf})
+        assert refused.status_code == 429
+        wait = int(refused.headers["retry-after"])
+        assert 1 <= wait <= 60
+        assert "Too many changes" in refused.text and f"Try again in {wait} second" in refused.text
+        assert refused.headers["content-security-policy"] == CSP
+        assert redis.hget(keys.callback_instance(appid), "secret") == before
+        again = http.post("/console/operations/deny", data={"operations": "contact/list", "csrf_token": csrf})
+        assert again.status_code == 429
+        assert redis.smembers(keys.account_denied(developer.account)) == {b"message/sendText", b"login/getQr"}
+        # Pages are reads, and signing out always works.
+        assert http.get("/console/operations").status_code == 200
+        assert http.post("/console/logout", data={"csrf_token": csrf}).status_code == 303
+        http.close()
