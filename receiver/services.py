@@ -19,6 +19,8 @@ from svcgw.store import Store
 from svcgw.upstream import Upstream
 from svcgw.vault import TokenVault
 
+from .ratelimit import Clock, RateLimiter
+
 __all__ = ["Services", "build_services"]
 
 # Test POSTs are one per saved address; a few at once is plenty.
@@ -33,6 +35,8 @@ class Services:
     store: Store
     ingest: Ingest
     vault: TokenVault
+    # One budget per account, spent by gateway calls and console changes alike.
+    limiter: RateLimiter
     upstream: Upstream | None = None  # the shared keep-alive client, open while the lifespan runs
     callback_sender: Sender | None = None  # opened by the first test POST, see callbacks()
 
@@ -48,7 +52,8 @@ class Services:
 
 
 
-def build_services(settings: Settings) -> Services:
+def build_services(settings: Settings, *, clock: Clock | None = None) -> Services:
+    """The shared parts; ``clock`` replaces the Redis server's clock in the rate limit (tests)."""
     raw, text = async_client(settings), async_client(settings, decode=True)
     vault = TokenVault.from_settings(settings)
     return Services(
@@ -58,4 +63,5 @@ def build_services(settings: Settings) -> Services:
         store=Store(text, vault),
         ingest=Ingest(raw, settings),
         vault=vault,
+        limiter=RateLimiter(text, settings.rate_limit, clock=clock),
     )

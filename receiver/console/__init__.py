@@ -12,7 +12,6 @@ from typing import TYPE_CHECKING
 
 from starlette.routing import BaseRoute, Mount
 
-from ..ratelimit import RateLimiter
 from .api import Api
 from .pages import Pages
 from .service import ConsoleService
@@ -27,9 +26,8 @@ __all__ = ["console_routes"]
 
 def console_routes(services: Services) -> list[BaseRoute]:
     service = ConsoleService(services)
-    # The gateway's limit and window: console changes and gateway calls share one budget per account.
-    limiter = RateLimiter(services.text_redis, services.settings.rate_limit)
-    context = Context(service, Sessions(services.settings, services.text_redis, services.store), limiter)
+    # The gateway's limiter: console changes and gateway calls share one budget per account.
+    context = Context(service, Sessions(services.settings, services.text_redis, services.store), services.limiter)
     return [
         Mount(
             PATH,

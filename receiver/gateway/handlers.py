@@ -33,7 +33,6 @@ from svcgw.store import Scope as CallbackScope
 from svcgw.upstream import Answer, Upstream, UpstreamError
 
 from ..http import BodyTooLarge, ConflictingKeys, presented_key, read_body
-from ..ratelimit import RateLimiter
 from .body import (
     CALLBACK_OPERATIONS,
     DEVICE_CREATE,
@@ -119,7 +118,7 @@ class Gateway:
         self.settings = settings
         self.store = services.store
         self.redis: Redis = services.text_redis
-        self.limiter = RateLimiter(services.text_redis, settings.rate_limit)
+        self.limiter = services.limiter
         self.quota = DeviceQuota(services.text_redis)
 
     def routes(self) -> list[BaseRoute]:

@@ -20,6 +20,8 @@ import httpx
 import pytest
 
 from receiver.app import create_app
+from receiver.ratelimit import Clock
+from receiver.services import build_services
 from simulator.app import create_app as create_sim
 from svcgw.settings import Settings
 from svcgw.store import Scope, Store
@@ -132,8 +134,13 @@ class Stack:
         return f"{self.base}/svc/receiver/{appid}/{self.store(action)}"
 
 
-def start_stack(env: dict[str, str], sim: str, *, subprocess: bool = False, **extra: str) -> Stack:
-    """The HTTP app with the simulator as upstream: in-process, or as ``svcgw serve`` if ``subprocess``."""
+def start_stack(
+    env: dict[str, str], sim: str, *, subprocess: bool = False, clock: Clock | None = None, **extra: str
+) -> Stack:
+    """The HTTP app with the simulator as upstream: in-process, or as ``svcgw serve`` if ``subprocess``.
+
+    ``clock`` drives the rate limit of the in-process app instead of the Redis server's clock.
+    """
     port = free_port()
     base = f"http://127.0.0.1:{port}"
     server_env = dict(env, SVCGW_PORT=str(port), SVCGW_PUBLIC_URL=base, SVCGW_UPSTREAM_URL=sim, **extra)
@@ -143,7 +150,8 @@ def start_stack(env: dict[str, str], sim: str, *, subprocess: bool = False, **ex
         process = Process(["serve"], server_env, f"gateway-{port}").start()
         wait_answering(process, base + "/readyz", "the gateway")
     else:
-        process = ThreadedServer(create_app(settings), port).start()
+        app = create_app(settings, services=build_services(settings, clock=clock))
+        process = ThreadedServer(app, port).start()
     client = httpx.Client(timeout=15, trust_env=False)
     return Stack(base, sim, settings, process, client)
 
