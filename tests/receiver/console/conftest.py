@@ -5,14 +5,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
-import threading
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 
 import httpx
 import pytest
-import uvicorn
 
 from receiver.app import create_app
 from receiver.ratelimit import RateLimiter
@@ -20,7 +17,7 @@ from svcgw.connections import async_client
 from svcgw.settings import Settings
 from svcgw.store import Store
 from tests.conftest import with_store
-from tests.support import free_port
+from tests.support import ThreadedServer
 
 
 @dataclass
@@ -109,22 +106,11 @@ def gateway_call(settings: Settings, account: str) -> bool:
 @contextlib.contextmanager
 def serve(settings: Settings) -> Iterator[str]:
     """The HTTP app of ``settings`` served by uvicorn in a thread of the test process, on a free loopback port."""
-    port = free_port()
-    config = uvicorn.Config(
-        create_app(settings), host="127.0.0.1", port=port, log_config=None, access_log=False, loop="asyncio"
-    )
-    served = uvicorn.Server(config)
-    thread = threading.Thread(target=served.run, name=f"console-app-{port}", daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 15
-    while not served.started:
-        assert thread.is_alive() and time.monotonic() < deadline, "the in-process app did not start"
-        time.sleep(0.01)
+    server = ThreadedServer(create_app(settings)).start()
     try:
-        yield f"http://127.0.0.1:{port}"
+        yield server.base
     finally:
-        served.should_exit = True
-        thread.join(timeout=15)
+        server.stop()
 
 
 @pytest.fixture
