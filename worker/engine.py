@@ -79,6 +79,7 @@ RECLAIM_EVERY = 1.0
 CLAIM_BATCH = 100
 FINISH_BATCH = 500
 IDLE_WAIT = 0.25
+ACCOUNT_DEFER_SECONDS = 0.05  # the shortest deferral of a job whose account is at its cap
 
 AttemptHook = Callable[[Prepared, Attempt, str], None]
 
@@ -143,7 +144,11 @@ class Engine:
         self._recorder = AttemptRecorder(settings) if on_attempt is None else None
         self.on_attempt = on_attempt if on_attempt is not None else self._recorder
         self.slots = DestinationSlots(settings.destination_concurrency, settings.delivery_timeout)
-        self.accounts = DestinationSlots(settings.account_concurrency, settings.delivery_timeout)
+        # An account at its cap is usually busy rather than stuck: its deliveries
+        # free slots within milliseconds, so its waits start short.
+        self.accounts = DestinationSlots(
+            settings.account_concurrency, settings.delivery_timeout, shortest=ACCOUNT_DEFER_SECONDS
+        )
         self.destinations = DestinationKeys(settings.allow_private_destinations, settings.destination_ports)
         self._given_redis = redis if isinstance(redis, AsyncRedis) else None
         self._given_client = client

@@ -28,9 +28,10 @@ DEFER_SECONDS = 0.25  # the shortest deferral of a job whose host is at its cap
 class DestinationSlots:
     """Counts attempts in flight per destination host, and how long that host takes to answer."""
 
-    def __init__(self, cap: int, timeout: float) -> None:
+    def __init__(self, cap: int, timeout: float, *, shortest: float = DEFER_SECONDS) -> None:
         self.cap = cap
         self.timeout = timeout
+        self.shortest = shortest  # the first deferral while a key is at its cap
         self._counts: Counter[str] = Counter()
         self._started: dict[str, dict[int, float]] = {}
         self._typical: dict[str, float] = {}  # moving average of attempt durations
@@ -93,5 +94,5 @@ class DestinationSlots:
         self._deferred[host] += 1
         now = time.monotonic()
         oldest = min(self._started.get(host, {}).values(), default=now)
-        estimate = max(self._typical.get(host, 0.0), now - oldest, DEFER_SECONDS * 2 ** min(streak, 16))
-        return float(min(estimate, max(self.timeout, DEFER_SECONDS)) * random.uniform(0.8, 1.2))
+        estimate = max(self._typical.get(host, 0.0), now - oldest, self.shortest * 2 ** min(streak, 16))
+        return float(min(estimate, max(self.timeout, self.shortest)) * random.uniform(0.8, 1.2))
