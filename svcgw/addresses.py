@@ -71,6 +71,7 @@ __all__ = [
     "check_for_service",
     "filter_addresses",
     "forbidden_reason",
+    "is_ip_literal",
     "port_allowed",
     "system_resolve",
 ]
@@ -135,6 +136,11 @@ def _literal(host: str) -> IPAddress | None:
         except OSError:
             return None
     return None
+
+
+def is_ip_literal(host: str) -> bool:
+    """Whether ``host`` spells an IP address (in any form a resolver accepts), so it needs no lookup."""
+    return _literal(host) is not None
 
 
 def system_resolve(host: str, port: int) -> list[str]:

@@ -150,3 +150,7 @@ METRICS_COUNTERS = PREFIX + "metrics:counters"
 # Hash of the ingest-to-delivery latency histogram: field ``<upper bound>``
 # per bucket (not cumulative), plus ``count`` and ``sum``.
 METRICS_LATENCY = PREFIX + "metrics:latency"
+# Hash of instance counts kept in step with every status change: field
+# ``status|<liveness status>``, ``probe_errors``, and ``built_at`` (when it was
+# first computed from the instances; svcgw.metrics.rebuild_instance_counts).
+METRICS_INSTANCES = PREFIX + "metrics:instances"

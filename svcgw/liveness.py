@@ -24,6 +24,9 @@ prober through ``go_offline`` and ``go_online``: each is one optimistic
 transaction (WATCH on the instance hash), which changes the status and queues
 the event together, so however many workers run, one flip queues one event.
 
+Every change of ``status`` or ``probe_error`` updates the instance counts of
+``/metrics`` in the same transaction (:func:`svcgw.metrics.count_change`).
+
 Every function takes a ``redis.asyncio`` client; raw bytes and decoded
 text both work. Redis errors propagate to the caller.
 """
@@ -50,6 +53,7 @@ from .events import (
     instance_recovered,
     iso8601,
 )
+from .metrics import count_change
 from .scripts import source
 from .settings import Settings
 
@@ -104,12 +108,16 @@ async def mark_started(redis: Redis, appid: str, probe_interval: float) -> None:
     now = time.time()
     due = now + random.uniform(0.5, 1.0) * probe_interval
     script = redis.register_script(source("liveness_started"))
-    await script(keys=[keys.instance(appid), keys.PROBE_SCHEDULE], args=[repr(now), repr(due), appid])
+    await script(
+        keys=[keys.instance(appid), keys.PROBE_SCHEDULE, keys.METRICS_INSTANCES, keys.INSTANCES],
+        args=[repr(now), repr(due), appid],
+    )
 
 
 async def mark_stopped(redis: Redis, appid: str) -> None:
     """After ``long/stop``: not probed, not restarted, until the next ``long/start``."""
     async with redis.pipeline(transaction=True) as pipe:
+        count_change(pipe, appid, status="stopped")
         pipe.hset(keys.instance(appid), mapping={"maintained": "0", "status": "stopped", "since": repr(time.time())})
         pipe.hdel(keys.instance(appid), "next_probe", "reason", "action_required", *GAP_FIELDS)
         pipe.zrem(keys.PROBE_SCHEDULE, appid)
@@ -119,6 +127,7 @@ async def mark_stopped(redis: Redis, appid: str) -> None:
 async def mark_logged_out(redis: Redis, appid: str) -> None:
     """After ``login/logout``: the session key is gone; nothing to probe until a new login."""
     async with redis.pipeline(transaction=True) as pipe:
+        count_change(pipe, appid, status="logged_out")
         pipe.hset(keys.instance(appid), mapping={"maintained": "0", "status": "logged_out", "since": repr(time.time())})
         pipe.hdel(keys.instance(appid), "next_probe", "reason", "action_required", *GAP_FIELDS)
         pipe.zrem(keys.PROBE_SCHEDULE, appid)
@@ -224,6 +233,7 @@ async def go_offline(
                     return None  # leaving the block unwatches
                 pipe.multi()  # type: ignore[no-untyped-call]
                 if flip:
+                    count_change(pipe, appid, status=OFFLINE)
                     pipe.hset(
                         key,
                         mapping={
@@ -294,6 +304,7 @@ async def go_online(redis: Redis, settings: Settings, appid: str, *, auto_reconn
                     return None  # leaving the block unwatches
                 pipe.multi()  # type: ignore[no-untyped-call]
                 if flip:
+                    count_change(pipe, appid, status=ONLINE)
                     pipe.hset(key, mapping={"status": ONLINE, "since": repr(at)})
                     pipe.hdel(key, "reason", "action_required")
                     recovered_at, auto = at, auto_reconnected

@@ -16,9 +16,15 @@ memory:
   worker counts its attempts in memory, and a task on its event loop
   writes them every half second, all in one pipeline, so the delivery
   path itself does no metrics I/O (:class:`AttemptRecorder`);
-* a scrape reads the two hashes and, live, the queue depth, the number of
-  dead letters and the instances' liveness states, and renders them with
-  ``prometheus_client``.
+* instances are counted by liveness status in the hash
+  ``svcgw:metrics:instances``, updated in the same transaction as every
+  status change (registration, ``svcgw.liveness`` and the prober; see
+  :func:`count_change`), so a scrape never reads the instances themselves.
+  Counts that do not exist yet (instances registered before they were kept)
+  are computed once from the instances, in one script
+  (:func:`rebuild_instance_counts`; the first scrape does it);
+* a scrape reads these hashes and, live, the queue depth and the number of
+  dead letters, and renders them with ``prometheus_client``.
 
 prometheus-client's multiprocess mode was the alternative. It was not
 chosen because it needs one directory shared by every process (so one
@@ -45,6 +51,7 @@ from redis.exceptions import RedisError
 
 from . import keys
 from .connections import async_client
+from .scripts import source
 from .settings import Settings
 
 
@@ -59,6 +66,8 @@ __all__ = [
     "LATENCY_BUCKETS",
     "AttemptRecorder",
     "attempt_commands",
+    "count_change",
+    "rebuild_instance_counts",
     "record_probe",
     "snapshot",
 ]
@@ -244,13 +253,47 @@ async def record_probe(redis: AsyncRedis, result: str) -> None:
     await _apply(redis, [("HINCRBY", keys.METRICS_COUNTERS, _field(PROBES, result), 1)])
 
 
+# --- instance counts -----------------------------------------------------------------
+ProbeErrorChange = str  # "set", "clear" or "" (unchanged)
+
+
+def count_change(pipe: Any, appid: str, *, status: str = "", probe_error: ProbeErrorChange = "") -> None:
+    """Queue the instance-count update for a change of ``appid`` on the transaction ``pipe``.
+
+    Queue it *before* the write that makes the change: the script reads the
+    instance's current status and ``probe_error`` when the transaction runs.
+    ``status`` is the new status ("" when it does not change).
+    """
+    pipe.eval(
+        source("liveness_count"),
+        3,
+        keys.instance(appid),
+        keys.METRICS_INSTANCES,
+        keys.INSTANCES,
+        appid,
+        status,
+        probe_error,
+    )
+
+
+async def rebuild_instance_counts(redis: AsyncRedis) -> bool:
+    """Compute the instance counts from every instance when they do not exist; True if this call did.
+
+    One script over every instance, so it blocks Redis for about a
+    millisecond per thousand instances, once.
+    """
+    script = redis.register_script(source("liveness_counts"))
+    done = await script(keys=[keys.INSTANCES, keys.METRICS_INSTANCES], args=[repr(time.time()), keys.instance("")])
+    return bool(int(done))
+
+
 # --- scraping ---------------------------------------------------------------------
 def _text(value: bytes | str) -> str:
     return value.decode("utf-8", "replace") if isinstance(value, bytes) else value
 
 
 async def snapshot(redis: AsyncRedis, queue_name: str) -> dict[str, Any]:
-    """Everything a scrape shows, read from Redis in two round trips."""
+    """Everything a scrape shows, read from Redis in one round trip (and never from the instances)."""
     now = time.time()
     async with redis.pipeline(transaction=False) as pipe:
         pipe.hgetall(keys.METRICS_COUNTERS)
@@ -259,19 +302,19 @@ async def snapshot(redis: AsyncRedis, queue_name: str) -> dict[str, Any]:
         pipe.zcard(keys.inflight(queue_name))
         pipe.zcard(keys.rq_scheduled(queue_name))
         pipe.zcount(keys.rq_failed(queue_name), f"({now}", "+inf")
-        pipe.smembers(keys.INSTANCES)
-        counters, latency, queued, inflight, scheduled, dead, appids = await pipe.execute()
+        pipe.hgetall(keys.METRICS_INSTANCES)
+        counters, latency, queued, inflight, scheduled, dead, instances = await pipe.execute()
+    if not instances:
+        await rebuild_instance_counts(redis)
+        instances = await redis.hgetall(keys.METRICS_INSTANCES)
     statuses: dict[str, int] = {}
     probe_errors = 0
-    appid_list = sorted(_text(a) for a in appids)
-    if appid_list:
-        async with redis.pipeline(transaction=False) as pipe:
-            for appid in appid_list:
-                pipe.hmget(keys.instance(appid), ["status", "probe_error"])
-            for status, probe_error in await pipe.execute():
-                name = _text(status) if status else "not_started"
-                statuses[name] = statuses.get(name, 0) + 1
-                probe_errors += 1 if probe_error else 0
+    for name, value in instances.items():
+        field = _text(name)
+        if field.startswith("status|") and int(value) > 0:
+            statuses[field[len("status|") :]] = int(value)
+        elif field == "probe_errors":
+            probe_errors = max(int(value), 0)
     return {
         "counters": {_text(k): float(v) for k, v in counters.items()},
         "latency": {_text(k): float(v) for k, v in latency.items()},

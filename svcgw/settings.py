@@ -75,6 +75,8 @@ class Settings:
     metrics_token: str | None = field(default=None, repr=False)
     # Ports a callback address may use (checked when set and again at connect time).
     destination_ports: PortRanges = DEFAULT_DESTINATION_PORTS
+    # Delivery requests of one account in flight per worker, so no account takes every slot.
+    account_concurrency: int = 256
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> Settings:
@@ -129,6 +131,7 @@ class Settings:
             http_keepalive_timeout=reader.number("SVCGW_HTTP_KEEPALIVE_TIMEOUT", 5.0, minimum=0.1),
             metrics_token=reader.secret("SVCGW_METRICS_TOKEN", minimum_length=16),
             destination_ports=reader.ports("SVCGW_DESTINATION_PORTS"),
+            account_concurrency=reader.integer("SVCGW_ACCOUNT_CONCURRENCY", 256, minimum=1, maximum=4096),
         )
 
     @property

@@ -25,6 +25,7 @@ from redis.asyncio import Redis
 
 from . import keys
 from .callbacks import Destination, choose_destination, new_signing_secret, open_secret, seal_secret
+from .scripts import source
 from .vault import TokenVault, VaultError
 
 __all__ = [
@@ -290,7 +291,10 @@ class Store:
             )
             pipe.set(keys.receiver_lookup(digest(token)), appid)
             pipe.sadd(keys.account_instances(account_id), appid)
-            pipe.sadd(keys.INSTANCES, appid)
+            # Adds it to every instance and, when it is new, to the instance counts of /metrics.
+            pipe.eval(
+                source("liveness_registered"), 3, keys.INSTANCES, keys.METRICS_INSTANCES, keys.instance(appid), appid
+            )
             await pipe.execute()
         return token
 

@@ -9,7 +9,8 @@
   :func:`prepare_claimed`; :func:`prepare` reads them for one delivery;
 * ``send`` signs and POSTs the exact body bytes and never raises: every
   failure (no address, blocked address, timeout, connection error, 3xx,
-  4xx, 5xx) becomes an ``Attempt`` with ``ok=False``;
+  4xx, 5xx, and any exception the client raises) becomes an ``Attempt``
+  with ``ok=False``;
 * ``decide`` maps an attempt to the queue's next step with the retry policy.
   It is pure.
 
@@ -44,6 +45,8 @@ __all__ = [
     "prepare",
     "prepare_claimed",
     "send",
+    "stand_in",
+    "unexpected",
 ]
 
 
@@ -156,6 +159,33 @@ def _prepared(
     )
 
 
+def _field(value: bytes | None) -> str:
+    return value.decode("utf-8", "replace") if value else ""
+
+
+def _number(value: bytes | None) -> int:
+    try:
+        return int(value or 0)
+    except ValueError:
+        return 0
+
+
+def stand_in(job: Claimed) -> Prepared:
+    """What is known of a claimed job whose attempt could not even be prepared, read leniently."""
+    return Prepared(
+        delivery_id=job.delivery_id,
+        appid=_field(job.fields.get("appid")),
+        account=_field(job.fields.get("account")),
+        event_type=_field(job.fields.get("event_type")),
+        body=b"",
+        failures=_number(job.fields.get("failures")),
+        attempts=_number(job.fields.get("attempts")),
+        received_at=0.0,
+        replay=_field(job.fields.get("state")) == "dead",
+        destination=None,
+    )
+
+
 def redacted(url: str) -> str:
     """The address without credentials or query string, for records and logs."""
     parts = urlsplit(url)
@@ -200,8 +230,8 @@ async def send(client: Sender, prepared: Prepared) -> Attempt:
         return failed("the Bearer token cannot be decrypted with the configured keys")
     if prepared.secret_unreadable:
         return failed("the signing secret cannot be decrypted with the configured keys")
-    headers = build_headers(prepared, prepared.destination.secret, int(started))
     try:
+        headers = build_headers(prepared, prepared.destination.secret, int(started))
         answer = await client.post(prepared.destination.url, prepared.body, headers)
     except Refused as exc:
         return failed(f"destination refused: {exc}")
@@ -209,6 +239,10 @@ async def send(client: Sender, prepared: Prepared) -> Attempt:
         return failed(f"timed out after {client.timeout}s")
     except SendError as exc:
         return failed(str(exc))
+    except Exception as exc:
+        # A request the client cannot even make (a header it refuses, say)
+        # is a failed attempt like any other: retried, then a dead letter.
+        return failed(unexpected(exc))
     status = answer.status
     if 200 <= status < 300:
         return Attempt(
@@ -223,6 +257,13 @@ async def send(client: Sender, prepared: Prepared) -> Attempt:
     if 300 <= status < 400:
         reason += " (redirects are not followed)"
     return failed(reason, status, answer.snippet)
+
+
+def unexpected(exc: BaseException) -> str:
+    """An unexpected exception as an attempt's error text: its type and the first line of its message."""
+    lines = str(exc).splitlines()
+    detail = lines[0][:300] if lines else ""
+    return f"{type(exc).__name__}: {detail}" if detail else type(exc).__name__
 
 
 Step = Literal["delivered", "retry", "dead"]

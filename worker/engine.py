@@ -20,11 +20,21 @@ The main loop:
 * claims as many jobs as it has free slots, or blocks until one arrives.
 
 One failing destination cannot take every slot: at most
-``SVCGW_DESTINATION_CONCURRENCY`` attempts run against one host at once
-(:class:`worker.slots.DestinationSlots`). A job for a host at that cap goes back to the scheduled registry without
-counting an attempt, for longer the slower that host has been answering;
-the claim script does that itself for the hosts the engine names, so such a
-job costs no round trip of its own.
+``SVCGW_DESTINATION_CONCURRENCY`` attempts run against one destination at
+once (:class:`worker.slots.DestinationSlots`). A destination is the socket a
+URL reaches, whatever the URL's spelling of the host: its resolved addresses
+and port (:mod:`worker.destinations`). Nor can one account: at most
+``SVCGW_ACCOUNT_CONCURRENCY`` of its attempts run at once. A job whose
+destination or account is at its cap goes back to the scheduled registry
+without counting an attempt, for longer the slower that destination has been
+answering. The claim script does that itself for the destinations (as the
+URL spellings seen lately that reach them) and accounts the engine names, so
+such a job usually costs no round trip of its own; one the script did not
+recognise is deferred with the next batch of finished attempts.
+
+Every exception in an attempt, whatever raised it, is a failed attempt:
+recorded, retried on the schedule, and in the end a dead letter. Only a
+shutdown hands a job back without an attempt.
 
 Ordering rules: an attempt's slot is freed, its claim forgotten, and the
 ``on_attempt`` hook called only after its outcome is stored in Redis. Until
@@ -43,7 +53,6 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from urllib.parse import urlsplit
 
 from redis.asyncio import Redis as AsyncRedis
 from redis.exceptions import RedisError
@@ -55,7 +64,8 @@ from svcgw.outbound import Sender, sender_for
 from svcgw.settings import Settings
 from svcgw.vault import TokenVault
 
-from .delivery import Attempt, Prepared, decide, prepare_claimed, send
+from .delivery import Attempt, Prepared, decide, prepare_claimed, send, stand_in, unexpected
+from .destinations import DestinationKeys
 from .queue import Claimed, DeliveryQueue, Finish
 from .slots import DestinationSlots
 
@@ -69,6 +79,7 @@ RECLAIM_EVERY = 1.0
 CLAIM_BATCH = 100
 FINISH_BATCH = 500
 IDLE_WAIT = 0.25
+ACCOUNT_DEFER_SECONDS = 0.05  # the shortest deferral of a job whose account is at its cap
 
 AttemptHook = Callable[[Prepared, Attempt, str], None]
 
@@ -90,6 +101,16 @@ def loop_factory() -> Callable[[], asyncio.AbstractEventLoop]:
 class _Pending:
     item: Finish
     done: asyncio.Future[bool]
+
+
+@dataclass(frozen=True)
+class _Slots:
+    """The slots one attempt holds: on each key of its destination, and on its account."""
+
+    destinations: tuple[str, ...]
+    token: int | None
+    account: str
+    account_token: int | None
 
 
 class Engine:
@@ -123,6 +144,12 @@ class Engine:
         self._recorder = AttemptRecorder(settings) if on_attempt is None else None
         self.on_attempt = on_attempt if on_attempt is not None else self._recorder
         self.slots = DestinationSlots(settings.destination_concurrency, settings.delivery_timeout)
+        # An account at its cap is usually busy rather than stuck: its deliveries
+        # free slots within milliseconds, so its waits start short.
+        self.accounts = DestinationSlots(
+            settings.account_concurrency, settings.delivery_timeout, shortest=ACCOUNT_DEFER_SECONDS
+        )
+        self.destinations = DestinationKeys(settings.allow_private_destinations, settings.destination_ports)
         self._given_redis = redis if isinstance(redis, AsyncRedis) else None
         self._given_client = client
         self._held: set[str] = set()
@@ -194,7 +221,9 @@ class Engine:
                 # Claim in batches: a slot or two freed under full load waits
                 # for a few more rather than costing a round trip each.
                 if free >= self._low_water or (free > 0 and not self._held):
-                    claimed = await self.queue.claim_batch(min(free, CLAIM_BATCH), self.name, self.slots.saturated())
+                    claimed = await self.queue.claim_batch(
+                        min(free, CLAIM_BATCH), self.name, self._saturated(), self.accounts.saturated()
+                    )
                     failures = 0
                     for job in claimed:
                         self._start(job)
@@ -218,6 +247,17 @@ class Engine:
                 delay = min(0.1 * 2**failures, 5.0)
                 log.warning("redis unavailable (%s); retrying in %.1fs", type(exc).__name__, delay)
                 await _sleep_unless(stop, delay)
+
+    def _saturated(self) -> dict[str, float]:
+        """The URL spellings (netlocs) seen lately that reach a destination at its cap, with when to try again."""
+        full = self.slots.saturated()
+        if not full:
+            return {}
+        due: dict[str, float] = {}
+        for key, when in full.items():
+            for netloc in self.destinations.netlocs_of((key,)):
+                due[netloc] = max(due.get(netloc, 0.0), when)
+        return due
 
     def _start(self, job: Claimed) -> None:
         self._held.add(job.delivery_id)
@@ -248,10 +288,17 @@ class Engine:
             await self._run_attempt(job)
         except asyncio.CancelledError:
             raise
-        except Exception:
-            # The claim stays in Redis and its lease is no longer extended, so
-            # the job is handed back and tried again: nothing is lost.
-            log.exception("delivery %s: attempt aborted", delivery_id)
+        except Exception as exc:
+            # Not an attempt that is handed back and tried again for ever: a
+            # failed one, retried on the schedule and in the end a dead letter.
+            log.exception("delivery %s: the attempt failed unexpectedly", delivery_id)
+            now = time.time()
+            try:
+                await self._record(stand_in(job), Attempt(ok=False, at=now, duration=0.0, error=unexpected(exc)))
+            except Exception:
+                # The claim stays in Redis and its lease is no longer extended:
+                # the job is handed back and tried again, nothing is lost.
+                log.exception("delivery %s: the failed attempt could not be recorded", delivery_id)
         finally:
             self._held.discard(delivery_id)
             self._slot_freed.set()
@@ -263,17 +310,43 @@ class Engine:
             log.warning("delivery %s: its data expired; dropping the job", delivery_id)
             await self._finish(Finish(delivery_id, "", "drop"))
             return
-        host = urlsplit(prepared.destination.url).netloc.lower() if prepared.destination else ""
-        token = self.slots.acquire(host) if host else None
-        if host and token is None:
-            later = time.time() + self.slots.defer_delay(host)
-            await self._finish(Finish(delivery_id, prepared.appid, "defer", due=later))
+        held = await self._take_slots(prepared)
+        if held is None:
             return
         try:
             attempt = await send(self.sender, prepared)
+        except Exception as exc:
+            # send() turns every failure into an Attempt; this is the last resort.
+            log.exception("delivery %s: sending failed unexpectedly", delivery_id)
+            attempt = Attempt(ok=False, at=time.time(), duration=0.0, error=unexpected(exc))
         finally:
-            if token is not None:
-                self.slots.release(host, token)
+            self._free(held)
+        await self._record(prepared, attempt)
+
+    async def _take_slots(self, prepared: Prepared) -> _Slots | None:
+        """Slots on the attempt's destination and account; None when one is at its cap (the job is then deferred)."""
+        destinations = await self.destinations.keys(prepared.destination.url) if prepared.destination else ()
+        account_token = self.accounts.acquire(prepared.account)
+        if account_token is None:
+            delay = self.accounts.defer_delay(prepared.account)
+        else:
+            token = self.slots.acquire_all(destinations) if destinations else None
+            if token is not None or not destinations:
+                return _Slots(destinations, token, prepared.account, account_token)
+            self.accounts.release(prepared.account, account_token)
+            delay = max(self.slots.defer_delay(key) for key in self.slots.full(destinations))
+        await self._finish(Finish(prepared.delivery_id, prepared.appid, "defer", due=time.time() + delay))
+        return None
+
+    def _free(self, held: _Slots) -> None:
+        if held.token is not None:
+            self.slots.release_all(held.destinations, held.token)
+        if held.account_token is not None:
+            self.accounts.release(held.account, held.account_token)
+
+    async def _record(self, prepared: Prepared, attempt: Attempt) -> None:
+        """Store the attempt's outcome and what comes next, then tell the ``on_attempt`` hook."""
+        delivery_id = prepared.delivery_id
         step, delay = decide(prepared, attempt, self.settings.retry_schedule)
         number = prepared.attempts + 1
         if step == "dead":

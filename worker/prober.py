@@ -191,8 +191,8 @@ class Prober:
 
     async def finish(self, claim: Claim, *, seen: bool, error: str = "") -> None:
         await self._finish(
-            keys=[keys.instance(claim.appid)],
-            args=[claim.lease, repr(self.clock()), "1" if seen else "0", claim.get("gap_at") or "", error],
+            keys=[keys.instance(claim.appid), keys.METRICS_INSTANCES, keys.INSTANCES],
+            args=[claim.lease, repr(self.clock()), "1" if seen else "0", claim.get("gap_at") or "", error, claim.appid],
         )
 
     async def release(self, claim: Claim) -> None:

@@ -136,13 +136,18 @@ class DeliveryQueue:
         return result is not None
 
     async def claim_batch(
-        self, count: int, worker_name: str, saturated: Mapping[str, float] | None = None
+        self,
+        count: int,
+        worker_name: str,
+        saturated: Mapping[str, float] | None = None,
+        busy_accounts: Mapping[str, float] | None = None,
     ) -> list[Claimed]:
         """Claim up to ``count`` jobs with their data.
 
-        ``saturated`` maps destination hosts (``urlsplit(url).netloc``,
-        lower case) that have no free slot to when their jobs are due again:
-        those go back to the scheduled registry instead of being claimed.
+        ``saturated`` maps destinations (``urlsplit(url).netloc``, lower
+        case) that have no free slot to when their jobs are due again, and
+        ``busy_accounts`` does the same for accounts: those jobs go back to
+        the scheduled registry instead of being claimed.
         """
         if count <= 0:
             return []
@@ -157,9 +162,12 @@ class DeliveryQueue:
             keys.callback_account(""),
             len(DELIVERY_FIELDS),
             *DELIVERY_FIELDS,
+            len(saturated or {}),
         ]
         for host, due in (saturated or {}).items():
             args.extend((host, repr(due)))
+        for account, due in (busy_accounts or {}).items():
+            args.extend((account, repr(due)))
         rows = await self._claim(keys=[self.queue_key, self.inflight_key, self.scheduled_key], args=args)
         return _claimed(rows)
 

@@ -1,10 +1,16 @@
-"""Destination slots: how many attempts run against each host at once, and how long it takes to answer.
+"""Slots: how many attempts run against each key at once, and how long its attempts take.
 
 One failing destination must not take every slot of a worker: at most
-``cap`` attempts (``SVCGW_DESTINATION_CONCURRENCY``) run against one host at
-once. A job for a host at its cap is deferred for about as long as the host
-takes to free a slot (:meth:`DestinationSlots.defer_delay`). The counts are
-this worker's own, in memory; nothing here does I/O.
+``cap`` attempts (``SVCGW_DESTINATION_CONCURRENCY``) run against one
+destination at once. The engine keys destinations by the sockets a URL
+reaches (:mod:`worker.destinations`), and an attempt takes a slot on each of
+them at once (:meth:`DestinationSlots.acquire_all`), so every spelling of a
+host shares its cap. The same class counts attempts per account
+(``SVCGW_ACCOUNT_CONCURRENCY``).
+
+A job whose key is at its cap is deferred for about as long as the key takes
+to free a slot (:meth:`DestinationSlots.defer_delay`). The counts are this
+worker's own, in memory; nothing here does I/O.
 """
 
 from __future__ import annotations
@@ -12,6 +18,7 @@ from __future__ import annotations
 import random
 import time
 from collections import Counter
+from collections.abc import Sequence
 
 __all__ = ["DEFER_SECONDS", "DestinationSlots"]
 
@@ -21,9 +28,10 @@ DEFER_SECONDS = 0.25  # the shortest deferral of a job whose host is at its cap
 class DestinationSlots:
     """Counts attempts in flight per destination host, and how long that host takes to answer."""
 
-    def __init__(self, cap: int, timeout: float) -> None:
+    def __init__(self, cap: int, timeout: float, *, shortest: float = DEFER_SECONDS) -> None:
         self.cap = cap
         self.timeout = timeout
+        self.shortest = shortest  # the first deferral while a key is at its cap
         self._counts: Counter[str] = Counter()
         self._started: dict[str, dict[int, float]] = {}
         self._typical: dict[str, float] = {}  # moving average of attempt durations
@@ -32,12 +40,26 @@ class DestinationSlots:
 
     def acquire(self, host: str) -> int | None:
         """A token for a slot on ``host``, or None when its cap is reached."""
-        if self._counts[host] >= self.cap:
+        return self.acquire_all((host,))
+
+    def acquire_all(self, hosts: Sequence[str]) -> int | None:
+        """One token for a slot on every one of ``hosts``, or None (and no slot taken) when one is at its cap."""
+        if any(self._counts[host] >= self.cap for host in hosts):
             return None
-        self._counts[host] += 1
         self._tokens += 1
-        self._started.setdefault(host, {})[self._tokens] = time.monotonic()
+        now = time.monotonic()
+        for host in hosts:
+            self._counts[host] += 1
+            self._started.setdefault(host, {})[self._tokens] = now
         return self._tokens
+
+    def release_all(self, hosts: Sequence[str], token: int) -> None:
+        for host in hosts:
+            self.release(host, token)
+
+    def full(self, hosts: Sequence[str]) -> list[str]:
+        """Those of ``hosts`` at their cap."""
+        return [host for host in hosts if self._counts.get(host, 0) >= self.cap]
 
     def release(self, host: str, token: int) -> None:
         started = self._started.get(host, {}).pop(token, None)
@@ -72,5 +94,5 @@ class DestinationSlots:
         self._deferred[host] += 1
         now = time.monotonic()
         oldest = min(self._started.get(host, {}).values(), default=now)
-        estimate = max(self._typical.get(host, 0.0), now - oldest, DEFER_SECONDS * 2 ** min(streak, 16))
-        return float(min(estimate, max(self.timeout, DEFER_SECONDS)) * random.uniform(0.8, 1.2))
+        estimate = max(self._typical.get(host, 0.0), now - oldest, self.shortest * 2 ** min(streak, 16))
+        return float(min(estimate, max(self.timeout, self.shortest)) * random.uniform(0.8, 1.2))

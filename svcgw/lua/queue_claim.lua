@@ -2,16 +2,22 @@
 -- KEYS: queue, inflight, scheduled
 -- ARGV: count, lease until, worker name, rq now, job prefix, delivery prefix,
 --       instance callback prefix, account callback prefix, number of
---       delivery fields, delivery fields..., then pairs of a saturated
---       destination host and the time its jobs are due again
+--       delivery fields, delivery fields..., the number of saturated
+--       destinations, then pairs of a saturated destination (a URL's netloc,
+--       lower case) and the time its jobs are due again, then pairs of a
+--       saturated account and the time its jobs are due again
 -- Returns {id, delivery fields, instance config (flat), account config (flat)} per claimed job.
 local ids = redis.call('LPOP', KEYS[1], tonumber(ARGV[1]))
 if not ids then return {} end
 local nfields = tonumber(ARGV[9])
 local fields = {}
 for f = 10, 9 + nfields do fields[#fields + 1] = ARGV[f] end
+local nhosts = tonumber(ARGV[10 + nfields])
 local saturated = {}
-for s = 10 + nfields, #ARGV, 2 do saturated[ARGV[s]] = ARGV[s + 1] end
+local last_host = 10 + nfields + 2 * nhosts
+for s = 11 + nfields, last_host, 2 do saturated[ARGV[s]] = ARGV[s + 1] end
+local busy_accounts = {}
+for s = last_host + 1, #ARGV, 2 do busy_accounts[ARGV[s]] = ARGV[s + 1] end
 -- The host part of a URL, as Python's urlsplit(url).netloc.lower() has it.
 local function netloc(url)
   local rest = string.match(url, '^[%a][%w+.-]*://(.*)$')
@@ -47,8 +53,9 @@ for _, id in ipairs(ids) do
     end
   end
   local later = saturated[config[3]]
+  if not later and data[2] then later = busy_accounts[data[2]] end
   if later then
-    -- Its destination has no free slot in this worker: back to the
+    -- Its destination or its account has no free slot in this worker: back to the
     -- scheduled registry without an attempt. A new status field means
     -- the job hash was deleted while queued (rq's tools can do that).
     if redis.call('HSET', job, 'status', 'scheduled') == 1 then

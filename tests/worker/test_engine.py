@@ -1,18 +1,27 @@
-"""The engine's parts that need no network: the claim script's deferral of saturated hosts."""
+"""The delivery engine: the claim script's deferrals, the caps per destination and per account, failed attempts."""
 
 from __future__ import annotations
 
+import os
+import threading
 import time
+from collections.abc import Mapping
 from urllib.parse import urlsplit
 
+import orjson
 import pytest
 from redis import Redis
 
 from svcgw import keys
+from svcgw.outbound import Response, Sender
 from svcgw.settings import Settings
-from tests.conftest import provision
+from svcgw.store import Scope, Store
+from svcgw.vault import TokenVault
+from tests.conftest import Tenant, provision, with_store
+from tests.support import Sink, wait_for
 from tests.svcgw.test_deadletters import ingest
-from tests.worker.support import claim_batch
+from tests.worker.support import claim_batch, with_queue
+from worker.engine import Engine
 
 
 @pytest.mark.parametrize(
@@ -41,3 +50,127 @@ def test_claim_script_defers_jobs_of_saturated_hosts(settings: Settings, redis: 
     (claimed,) = claim_batch(settings, 10, {"other:1": due})
     assert claimed.delivery_id == delivery_id and claimed.own["url"] == url
     assert redis.hget(keys.rq_job(delivery_id), "status") == b"started"
+
+
+def test_claim_script_defers_jobs_of_busy_accounts(settings: Settings, redis: Redis) -> None:
+    tenant = provision(settings, url="http://127.0.0.1:8080/hook")
+    delivery_id = ingest(settings, tenant, b'{"event_type":"Msg","events":[{"id":"d1"}]}')
+    due = time.time() + 30
+    assert with_queue(settings, lambda queue: queue.claim_batch(10, "test", {}, {tenant.account: due})) == []
+    assert redis.zscore(keys.rq_scheduled(settings.queue_name), delivery_id) == pytest.approx(due)
+    assert redis.hget(keys.rq_job(delivery_id), "status") == b"scheduled"
+
+
+# --- the engine in this process, against real loopback sinks ----------------------------
+class Running:
+    """An engine delivering in a thread of the test process until stopped."""
+
+    def __init__(self, settings: Settings, client: Sender | None = None) -> None:
+        self.engine = Engine(settings, None, TokenVault.from_settings(settings), client=client)
+        self.stop_event = threading.Event()
+        self.thread = threading.Thread(target=self.engine.run, args=(self.stop_event,), daemon=True)
+
+    def __enter__(self) -> Running:
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop_event.set()
+        self.thread.join(30)
+        assert not self.thread.is_alive()
+
+
+def _post(settings: Settings, tenant: Tenant, event_id: str) -> str:
+    return ingest(settings, tenant, b'{"event_type":"Msg","events":[{"id":"%s"}]}' % event_id.encode())
+
+
+def _instance(settings: Settings, account: str, url: str) -> Tenant:
+    """One more instance of ``account`` with its own callback address."""
+
+    async def action(store: Store) -> Tenant:
+        appid = "we_" + os.urandom(8).hex()[:15]
+        token = await store.register_instance(appid, account)
+        await store.set_callback(Scope(appid=appid), url)
+        return Tenant(account, appid, token)
+
+    return with_store(settings, action)  # type: ignore[no-any-return]
+
+
+def _hanging_sink() -> Sink:
+    sink = Sink().start()
+    sink.set(delay=60)  # longer than any delivery timeout: every attempt holds its slot until it times out
+    return sink
+
+
+def test_every_spelling_of_one_socket_shares_one_destination_cap(env: dict[str, str], sink: Sink) -> None:
+    settings = Settings.from_env(
+        dict(env, SVCGW_DELIVERY_CONCURRENCY="4", SVCGW_DESTINATION_CONCURRENCY="2", SVCGW_DELIVERY_TIMEOUT="4")
+    )
+    hanging = _hanging_sink()
+    try:
+        port = urlsplit(hanging.url).port
+        spellings = [f"127.0.0.1:{port}", f"127.0.0.1:0{port}", f"localhost:{port}", f"127.1:{port}"]
+        first = provision(settings)
+        for n, spelling in enumerate(spellings):
+            _post(settings, _instance(settings, first.account, f"http://{spelling}/hook"), f"h{n}")
+        other = provision(settings, url=sink.url)
+        _post(settings, other, "o1")
+        started = time.monotonic()
+        with Running(settings):
+            wait_for(sink.posts, timeout=settings.delivery_timeout / 2, what="the other tenant's delivery")
+            waited = time.monotonic() - started
+            assert len(hanging.posts()) <= 2, "one socket got more attempts at once than its cap"
+        assert waited < settings.delivery_timeout / 2
+    finally:
+        hanging.stop()
+
+
+def test_one_account_cannot_take_every_slot(env: dict[str, str], sink: Sink) -> None:
+    settings = Settings.from_env(
+        dict(env, SVCGW_DELIVERY_CONCURRENCY="4", SVCGW_ACCOUNT_CONCURRENCY="2", SVCGW_DELIVERY_TIMEOUT="4")
+    )
+    hanging = [_hanging_sink() for _ in range(4)]
+    try:
+        first = provision(settings)
+        for n, target in enumerate(hanging):
+            _post(settings, _instance(settings, first.account, target.url), f"a{n}")
+        other = provision(settings, url=sink.url)
+        _post(settings, other, "o1")
+        with Running(settings):
+            wait_for(sink.posts, timeout=settings.delivery_timeout / 2, what="the other account's delivery")
+            assert sum(len(target.posts()) for target in hanging) <= 2
+    finally:
+        for target in hanging:
+            target.stop()
+
+
+class Raising:
+    """A sender whose every POST raises what aiohttp raises for a header with CR/LF."""
+
+    timeout = 1.0
+
+    async def post(self, url: str, body: bytes, headers: Mapping[str, str]) -> Response:
+        raise ValueError("Newline or carriage return character detected in HTTP status message or header")
+
+    async def aclose(self) -> None:
+        return None
+
+
+def test_an_exception_in_an_attempt_is_a_failed_attempt_and_ends_a_dead_letter(
+    settings: Settings, redis: Redis
+) -> None:
+    tenant = provision(settings, url="http://127.0.0.1:9/hook")
+    delivery_id = _post(settings, tenant, "x1")
+    with Running(settings, client=Raising()):
+        wait_for(
+            lambda: redis.hget(keys.delivery(delivery_id), "state") == b"dead",
+            timeout=15,
+            what="the delivery to become a dead letter",
+        )
+    attempts = [orjson.loads(a) for a in redis.lrange(keys.delivery_attempts(delivery_id), 0, -1)]
+    assert len(attempts) == len(settings.retry_schedule) + 1
+    assert [a["attempt"] for a in attempts] == list(range(1, len(attempts) + 1))
+    assert all(not a["ok"] and a["error"].startswith("ValueError: Newline") for a in attempts)
+    assert redis.hget(keys.delivery(delivery_id), "attempts") == str(len(attempts)).encode()
+    assert redis.zscore(keys.rq_failed(settings.queue_name), delivery_id) is not None
+    assert redis.zcard(keys.inflight(settings.queue_name)) == 0

@@ -1,0 +1,144 @@
+"""Instance counts for /metrics: kept in step with every status change, computed once for older data."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import pytest
+from redis import Redis
+from redis.asyncio import Redis as AsyncRedis
+
+from svcgw import keys, liveness
+from svcgw.metrics import snapshot
+from svcgw.scripts import source
+from svcgw.settings import Settings
+from tests.conftest import provision, run, with_store
+
+
+def _snapshot(settings: Settings) -> dict[str, Any]:
+    async def go() -> dict[str, Any]:
+        client = AsyncRedis.from_url(settings.redis_url or "")
+        try:
+            return await snapshot(client, settings.queue_name)
+        finally:
+            await client.aclose()
+
+    return run(go())  # type: ignore[no-any-return]
+
+
+def _live(settings: Settings, action: Any) -> Any:
+    async def go() -> Any:
+        client = AsyncRedis.from_url(settings.redis_url or "")
+        try:
+            return await action(client)
+        finally:
+            await client.aclose()
+
+    return run(go())
+
+
+def _counted_by_hand(redis: Redis) -> tuple[dict[str, int], int]:
+    """What the scrape used to compute by reading every instance."""
+    statuses: dict[str, int] = {}
+    errors = 0
+    for appid in redis.smembers(keys.INSTANCES):
+        status, probe_error = redis.hmget(keys.instance(appid.decode()), ["status", "probe_error"])
+        name = status.decode() if status else "not_started"
+        statuses[name] = statuses.get(name, 0) + 1
+        errors += 1 if probe_error else 0
+    return statuses, errors
+
+
+def _probe_finished(redis: Redis, appid: str, error: str) -> None:
+    script = redis.register_script(source("probe_finish"))
+    script(
+        keys=[keys.instance(appid), keys.METRICS_INSTANCES, keys.INSTANCES],
+        args=["lease", repr(time.time()), "0", "", error, appid],
+    )
+
+
+def _matches(settings: Settings, redis: Redis) -> dict[str, Any]:
+    data = _snapshot(settings)
+    statuses, errors = _counted_by_hand(redis)
+    assert (data["instances"], data["probe_errors"]) == (statuses, errors)
+    return data
+
+
+def test_counts_follow_every_status_change(settings: Settings, redis: Redis) -> None:
+    assert _matches(settings, redis)["instances"] == {}
+    first, second, third = (provision(settings).appid for _ in range(3))
+    assert _matches(settings, redis)["instances"] == {"not_started": 3}
+
+    _live(settings, lambda r: liveness.mark_started(r, first, 60))
+    _live(settings, lambda r: liveness.mark_started(r, second, 60))
+    assert _matches(settings, redis)["instances"] == {"not_started": 1, "online": 2}
+
+    now = time.time()
+    _live(
+        settings,
+        lambda r: liveness.go_offline(
+            r, settings, first, reason="gone", action_required="relogin", detected_at=now
+        ),
+    )
+    _live(  # a second flip changes nothing
+        settings,
+        lambda r: liveness.go_offline(
+            r, settings, first, reason="gone", action_required="relogin", detected_at=now
+        ),
+    )
+    assert _matches(settings, redis)["instances"] == {"not_started": 1, "online": 1, "offline": 1}
+    _live(settings, lambda r: liveness.go_online(r, settings, first, auto_reconnected=True, at=time.time()))
+    assert _matches(settings, redis)["instances"] == {"not_started": 1, "online": 2}
+
+    _probe_finished(redis, second, "upstream timed out")
+    _probe_finished(redis, second, "upstream timed out again")
+    assert _matches(settings, redis)["probe_errors"] == 1
+    _probe_finished(redis, second, "")
+    assert _matches(settings, redis)["probe_errors"] == 0
+    _probe_finished(redis, first, "upstream timed out")
+    _live(settings, lambda r: liveness.mark_started(r, first, 60))  # a long/start clears the error
+    assert _matches(settings, redis)["probe_errors"] == 0
+
+    _live(settings, lambda r: liveness.mark_stopped(r, first))
+    _live(settings, lambda r: liveness.mark_logged_out(r, second))
+    _live(settings, lambda r: liveness.mark_logged_out(r, third))
+    assert _matches(settings, redis)["instances"] == {"stopped": 1, "logged_out": 2}
+
+    # Registering an appid again does not count it twice.
+    account = redis.hget(keys.instance(first), "account")
+    assert account is not None
+    with_store(settings, lambda store: store.register_instance(first, account.decode()))
+    assert _matches(settings, redis)["instances"] == {"stopped": 1, "logged_out": 2}
+
+
+def test_a_scrape_reads_the_counts_not_the_instances(settings: Settings, redis: Redis) -> None:
+    for _ in range(3):
+        provision(settings)
+    assert _snapshot(settings)["instances"] == {"not_started": 3}
+    # Were the scrape to read every instance, it would find none now.
+    redis.rename(keys.INSTANCES, "elsewhere")
+    assert _snapshot(settings)["instances"] == {"not_started": 3}
+
+
+@pytest.mark.parametrize("count", [0, 5])
+def test_counts_are_computed_once_for_instances_registered_before_they_were_kept(
+    settings: Settings, redis: Redis, count: int
+) -> None:
+    appids = [provision(settings).appid for _ in range(count)]
+    for n, appid in enumerate(appids):
+        if n % 2:
+            redis.hset(keys.instance(appid), mapping={"status": "online", "maintained": "1"})
+        if n == 1:
+            redis.hset(keys.instance(appid), "probe_error", "upstream timed out")
+    redis.delete(keys.METRICS_INSTANCES)  # as before the counts were kept
+
+    data = _matches(settings, redis)
+    assert data["instances"] == ({"not_started": 3, "online": 2} if count else {})
+    assert data["probe_errors"] == (1 if count else 0)
+    built = redis.hget(keys.METRICS_INSTANCES, "built_at")
+    assert built is not None
+
+    provision(settings)  # counted from now on, not computed again
+    _matches(settings, redis)
+    assert redis.hget(keys.METRICS_INSTANCES, "built_at") == built
