@@ -12,7 +12,7 @@ from typing import Any, cast
 
 from svcgw import errors
 from svcgw.errors import GatewayError
-from svcgw.jsonspan import Member, parse_object
+from svcgw.jsonspan import Member, NotUnicode, parse_object
 
 __all__ = [
     "CALLBACK_FIELDS",
@@ -46,10 +46,14 @@ _CALLBACK_SPELLINGS = frozenset(_squash(name) for name in CALLBACK_FIELDS)
 
 
 def parse_body(raw: bytes) -> tuple[dict[str, Any], list[Member]]:
-    """Check 4 after the size: UTF-8 JSON that is an object, or -40001."""
+    """Check 4 after the size: UTF-8 JSON that is an object, or -40001.
+
+    UTF-8 is strict: UTF-16 or UTF-32 text, and an escaped lone surrogate
+    (``"\\ud800"``, which no UTF-8 encoder can write back) are not UTF-8 JSON.
+    """
     try:
         return parse_object(raw)
-    except UnicodeDecodeError:
+    except (UnicodeDecodeError, NotUnicode):
         raise GatewayError(errors.APPID_MISSING, "the body is not UTF-8 JSON") from None
     except TypeError:
         raise GatewayError(errors.APPID_MISSING, "the body must be a JSON object") from None
