@@ -178,6 +178,19 @@ def test_body_errors_are_40001(stack: Stack) -> None:
         assert error(stack.api(key, "long/check", document)) == (400, -40001), document
 
 
+def test_text_that_is_not_strict_utf8_is_40001(stack: Stack) -> None:
+    _, key = stack.account()
+    for body in (
+        b'{"appid":"\\ud800"}',
+        b'{"appid":"we_1","x":"\\udfff"}',
+        '{"appid":"we_1"}'.encode("utf-16"),
+        '{"appid":"we_1"}'.encode("utf-32"),
+    ):
+        answer = stack.post("/svc/api/long/check", body, key)
+        assert error(answer) == (400, -40001), body
+        assert answer.json()["message"] == "the body is not UTF-8 JSON"
+
+
 def test_instance_field_rules(stack: Stack) -> None:
     _, key = stack.account()
     appid = stack.create_device(key)
