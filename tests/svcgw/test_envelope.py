@@ -1,7 +1,12 @@
 from __future__ import annotations
 
+import json
+from typing import Any
+
 import orjson
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from svcgw.envelope import EnvelopeError, build_envelope, parse_post
 
@@ -129,3 +134,36 @@ def test_event_type_must_be_printable_ascii(event_type: str) -> None:
 def test_event_type_may_use_any_printable_ascii() -> None:
     printable = "".join(chr(c) for c in range(0x20, 0x7F))
     assert parse_post(orjson.dumps({"event_type": printable, "events": [{}]}), max_bytes=LIMIT).event_type == printable
+
+
+# --- any body: a post, or an EnvelopeError; never another exception ------------------------
+_JSON = st.recursive(
+    st.none() | st.booleans() | st.integers(min_value=-(10**25), max_value=10**25) | st.floats(allow_nan=False) | st.text(),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=4), inner, max_size=3),
+    max_leaves=10,
+)
+_POSTS = st.fixed_dictionaries(
+    {
+        "event_type": st.text(max_size=4) | _JSON,
+        "events": st.lists(st.dictionaries(st.sampled_from(["id", "x"]) | st.text(max_size=3), _JSON, max_size=3))
+        | _JSON,
+    },
+    optional={"appid": _JSON},
+)
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=list(HealthCheck))
+@given(_POSTS, st.sampled_from(["utf-8", "utf-16", "utf-32"]), st.booleans(), st.binary(max_size=2), st.integers(0, 200))
+def test_any_body_is_a_post_or_an_envelope_error(
+    document: Any, encoding: str, ascii_only: bool, noise: bytes, at: int
+) -> None:
+    text = json.dumps(document, ensure_ascii=ascii_only)
+    body = text.encode("utf-8", "surrogatepass") if encoding == "utf-8" else text.encode(encoding, "surrogatepass")
+    body = body[:at] + noise + body[at + len(noise) :]
+    try:
+        post = parse_post(body, max_bytes=LIMIT, max_events=1000)
+    except EnvelopeError:
+        return
+    build_envelope("we_1", post.event_type, [event.raw for event in post.events])
+    for event in post.events:
+        assert isinstance(json.loads(event.raw), dict)
