@@ -37,7 +37,17 @@ import re
 from collections.abc import Iterable
 from typing import Any, NamedTuple
 
-__all__ = ["Member", "NotUnicode", "items", "lone_surrogate", "members", "parse_object", "replace_member", "skip_value", "skip_ws"]
+__all__ = [
+    "Member",
+    "NotUnicode",
+    "items",
+    "lone_surrogate",
+    "members",
+    "parse_object",
+    "replace_member",
+    "skip_value",
+    "skip_ws",
+]
 
 
 class Member(NamedTuple):

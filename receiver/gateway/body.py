@@ -22,6 +22,7 @@ __all__ = [
     "LONG_START",
     "SET_CALLBACK_OPERATION",
     "UPDATE_CALLBACK",
+    "UPLOAD_OPERATIONS",
     "check_callback_fields",
     "instance_id",
     "parse_body",
@@ -32,6 +33,10 @@ DEVICE_CREATE = "device/create"
 LONG_START = "long/start"
 UPDATE_CALLBACK = "long/updateCallbackURL"
 CALLBACK_OPERATIONS = frozenset({LONG_START, UPDATE_CALLBACK, SET_CALLBACK_OPERATION})
+# The operations whose bodies may be up to SVCGW_UPLOAD_MAX_BODY_BYTES (a file inline); every
+# other one is held to SVCGW_GATEWAY_MAX_BODY_BYTES. Spelled exactly so: another case of the
+# same path gets the smaller limit.
+UPLOAD_OPERATIONS = frozenset({"cdn/uploadImage", "cdn/uploadFile", "cdn/uploadVideo"})
 
 INSTANCE_FIELDS = ("appid", "ql_appid")
 CALLBACK_FIELDS = ("callbackUrl", "pushHistory")

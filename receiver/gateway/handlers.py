@@ -9,6 +9,7 @@ liveness-relevant ones have their own handling. Every refusal is a
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from collections.abc import Awaitable, Callable
@@ -26,6 +27,7 @@ from starlette.routing import BaseRoute, Route
 from svcgw import errors, liveness
 from svcgw.addresses import AddressError, check_for_service
 from svcgw.errors import GatewayError
+from svcgw.ingest import PARSE_IN_THREAD_BYTES
 from svcgw.jsonspan import Member, replace_member
 from svcgw.receivers import RECEIVER_PREFIX, receiver_url
 from svcgw.store import NotFound
@@ -40,26 +42,24 @@ from .body import (
     LONG_START,
     SET_CALLBACK_OPERATION,
     UPDATE_CALLBACK,
+    UPLOAD_OPERATIONS,
     check_callback_fields,
     instance_id,
     parse_body,
 )
+from .inflight import InflightBytes, Share
 from .quota import DeviceQuota, Reservation
 from .scrub import mentions, scrub
 
 if TYPE_CHECKING:
     from ..app import Services
 
-__all__ = ["API_PATH", "MAX_BODY_BYTES", "SET_CALLBACK_PATH", "Call", "Gateway"]
+__all__ = ["API_PATH", "SET_CALLBACK_PATH", "Call", "Gateway"]
 
 log = logging.getLogger("svcgw.gateway")
 
 API_PATH = "/svc/api/{module}/{action}"
 SET_CALLBACK_PATH = "/svc/instances/set-callback"
-
-# Uploads go through the gateway and their request shapes are not given, so
-# the limit is generous; it only stops a body from filling the memory.
-MAX_BODY_BYTES = 32 * 1024 * 1024
 
 PROXY_OPERATIONS = frozenset({"login/getQr", "login/checkQr", "login/reconnect"})
 
@@ -98,11 +98,18 @@ class Call:
         return f"{self.module}/{self.action}"
 
 
-async def _read_body(request: Request) -> bytes:
+async def _read_body(request: Request, limit: int, share: Share) -> bytes:
     try:
-        return await read_body(request, MAX_BODY_BYTES)
+        return await read_body(request, limit, hold=share.hold)
     except BodyTooLarge:
-        raise GatewayError(errors.BODY_TOO_LARGE, f"the request body is larger than {MAX_BODY_BYTES} bytes") from None
+        raise GatewayError(errors.BODY_TOO_LARGE, f"the request body is larger than {limit} bytes") from None
+
+
+async def _parse_body(raw: bytes) -> tuple[dict[str, Any], list[Member]]:
+    """Check 4's parsing; a large body in a worker thread, so the event loop keeps answering."""
+    if len(raw) <= PARSE_IN_THREAD_BYTES:
+        return parse_body(raw)
+    return await asyncio.to_thread(parse_body, raw)
 
 
 def _api_key(request: Request) -> str | None:
@@ -121,6 +128,7 @@ class Gateway:
         self.redis: Redis = services.text_redis
         self.limiter = RateLimiter(services.text_redis, settings.rate_limit)
         self.quota = DeviceQuota(services.text_redis)
+        self.inflight = InflightBytes(settings.account_inflight_bytes)
 
     def routes(self) -> list[BaseRoute]:
         return [
@@ -141,8 +149,11 @@ class Gateway:
         self, request: Request, module: str, action: str, handler: Callable[[Call], Awaitable[Response]]
     ) -> Response:
         try:
-            call = await self._admit(request, module, action)
-            return await handler(call)
+            account = await self._authenticate(request)
+            # The body is in memory from its first byte until the answer is sent.
+            with self.inflight.share(account) as share:
+                call = await self._admit(request, account, module, action, share)
+                return await handler(call)
         except GatewayError as exc:
             return exc.response()
         except RedisError as exc:
@@ -150,8 +161,8 @@ class Gateway:
             return GatewayError(errors.UNAVAILABLE).response()
 
     # --- checks 2 to 9 ---------------------------------------------------------
-    async def _admit(self, request: Request, module: str, action: str) -> Call:
-        operation = f"{module}/{action}"
+    async def _authenticate(self, request: Request) -> str:
+        """Checks 2 and 3: the account of the call's key, within its rate limit."""
         key = _api_key(request)
         account = await self.store.authenticate(key) if key else None
         if account is None:
@@ -159,8 +170,14 @@ class Gateway:
         verdict = await self.limiter.hit(account)
         if not verdict.allowed:
             raise GatewayError(errors.RATE_LIMITED, headers={"Retry-After": str(verdict.retry_after)})
-        raw = await _read_body(request)
-        document, members = parse_body(raw)
+        return account
+
+    async def _admit(self, request: Request, account: str, module: str, action: str, share: Share) -> Call:
+        operation = f"{module}/{action}"
+        uploading = operation in UPLOAD_OPERATIONS
+        limit = self.settings.upload_max_body_bytes if uploading else self.settings.gateway_max_body_bytes
+        raw = await _read_body(request, limit, share)
+        document, members = await _parse_body(raw)
         appid = instance_id(document, members, configuring=operation in CALLBACK_OPERATIONS)
         denied = {name.lower() for name in await self.store.denied(account)}
         if operation.lower() in denied:
