@@ -29,7 +29,7 @@ from svcgw.addresses import AddressError, check_for_service
 from svcgw.errors import GatewayError
 from svcgw.ingest import PARSE_IN_THREAD_BYTES
 from svcgw.jsonspan import Member, replace_member
-from svcgw.receivers import RECEIVER_PREFIX, receiver_url
+from svcgw.receivers import receiver_url
 from svcgw.store import NotFound
 from svcgw.store import Scope as CallbackScope
 from svcgw.upstream import Answer, Upstream, UpstreamError
@@ -209,9 +209,7 @@ class Gateway:
         answer = await self._forward(call, call.raw)
         if answer.ok:
             await self._after(call)
-        if mentions(answer.envelope, RECEIVER_PREFIX):
-            return _pass_on(await self._scrub_other(call, answer))
-        return _pass_on(answer.raw)
+        return _pass_on(await self._scrub_other(call, answer))
 
     async def _after(self, call: Call) -> None:
         """Liveness bookkeeping once the capability layer accepted the operation."""
@@ -225,7 +223,13 @@ class Gateway:
                 await liveness.record_proxy(self.redis, call.appid, proxy)
 
     async def _scrub_other(self, call: Call, answer: Answer) -> bytes:
-        receiver_url, token = await self._receiver_url(call.appid)
+        """The answer without the instance's receiver token, looked for in every answer (see .scrub)."""
+        try:
+            receiver_url, token = await self._receiver_url(call.appid)
+        except NotFound:
+            return answer.raw  # no instance (removed meanwhile): no token to leak
+        if not mentions(answer.envelope, token):
+            return answer.raw
         config = await self.store.get_callback(CallbackScope(appid=call.appid))
         return scrub(answer, receiver_url, token, config.url or "")
 

@@ -79,6 +79,13 @@ class HalfSent:
         self.sock.close()
 
 
+def _ledger(stack: Stack) -> InflightBytes:
+    """The in-flight ledger of the in-process gateway under test."""
+    app = stack.process.server.config.app  # type: ignore[union-attr]
+    route = next(route for route in app.routes if getattr(route, "name", None) == "gateway")
+    return route.endpoint.__self__.inflight  # type: ignore[no-any-return]
+
+
 # --- per operation ---------------------------------------------------------------------
 
 
@@ -132,7 +139,10 @@ def test_an_accounts_bodies_in_flight_are_capped_and_given_back(small: Stack, ch
     held = UPLOAD if not chunked else 6000
     second = padded(appid, INFLIGHT - held + 1)
     # Wait until the server has read what was sent, then a second body over the rest is refused at once.
-    answer = wait_for(lambda: (a := small.api(key, "cdn/uploadImage", second)).status_code == 429 and a)
+    # Once the server holds what was sent, a second body over the rest is refused at once.
+    ledger = _ledger(small)
+    wait_for(lambda: ledger.held(account) == held, what="the first upload's bytes held")
+    answer = small.api(key, "cdn/uploadImage", second)
     assert error(answer) == (429, -42900)
     assert answer.headers["Retry-After"] == "1"
     assert answer.json()["message"] == (
@@ -158,10 +168,11 @@ def test_a_call_refused_or_abandoned_gives_its_share_back(small: Stack) -> None:
     # Refused after its body was read (an appid of nobody's): the share goes back too.
     for _ in range(3):
         assert error(small.api(key, "cdn/uploadImage", padded("we_nobody", UPLOAD))) == (404, -40404)
+    assert _ledger(small).held(account) == 0
     # A client that leaves mid-body.
     HalfSent(small.base, key, "cdn/uploadVideo", padded(appid, UPLOAD), 100).abandon()
-    wait_for(lambda: small.api(key, "cdn/uploadImage", padded(appid, UPLOAD)).status_code == 200)
-    wait_for(lambda: small.api(key, "cdn/uploadImage", padded(appid, UPLOAD)).status_code == 200)
+    wait_for(lambda: _ledger(small).held(account) == 0, what="the abandoned call's share given back")
+    assert small.api(key, "cdn/uploadImage", padded(appid, UPLOAD)).status_code == 200
 
 
 def test_the_ledger_counts_per_account_and_releases_whatever_happens() -> None:
@@ -195,9 +206,9 @@ def test_the_limits_are_settings(env: dict[str, str]) -> None:
         for bad in ("x", "1023", "-1"):
             with pytest.raises(SettingsError, match=name):
                 Settings.from_env(dict(env, **{name: bad}))
-    with pytest.raises(SettingsError, match="SVCGW_UPLOAD_MAX_BODY_BYTES .* at least SVCGW_GATEWAY_MAX_BODY_BYTES"):
+    with pytest.raises(SettingsError, match=r"SVCGW_UPLOAD_MAX_BODY_BYTES .* at least SVCGW_GATEWAY_MAX_BODY_BYTES"):
         Settings.from_env(dict(env, SVCGW_GATEWAY_MAX_BODY_BYTES="4096", SVCGW_UPLOAD_MAX_BODY_BYTES="2048"))
-    with pytest.raises(SettingsError, match="SVCGW_ACCOUNT_INFLIGHT_BYTES .* at least SVCGW_UPLOAD_MAX_BODY_BYTES"):
+    with pytest.raises(SettingsError, match=r"SVCGW_ACCOUNT_INFLIGHT_BYTES .* at least SVCGW_UPLOAD_MAX_BODY_BYTES"):
         Settings.from_env(dict(env, SVCGW_ACCOUNT_INFLIGHT_BYTES=str(16 * 1024 * 1024)))
 
 
