@@ -1,7 +1,8 @@
 """HTTP helpers shared by the receiver's endpoints: the body, the API key, JSON answers.
 
 * :func:`read_body` reads a request body with a size limit, refusing before
-  it holds more than the limit in memory.
+  it holds more than the limit in memory, and tells a ``hold`` callback how
+  many bytes it is about to hold (so a budget can refuse it sooner).
 * :func:`presented_key` is the one meaning of "the API key of a request",
   for the gateway API and the console's JSON API alike.
 * :func:`json_answer` is the ``{code, message, data}`` shape of a success
@@ -16,6 +17,8 @@ Errors (plain exceptions; each endpoint turns them into its own answer)::
 """
 
 from __future__ import annotations
+
+from collections.abc import Callable
 
 import orjson
 from starlette.requests import Request
@@ -50,31 +53,48 @@ class BadContentLength(BodyError):
         super().__init__("invalid Content-Length")
 
 
-async def read_body(request: Request, limit: int, *, check_declared: bool = True, strict: bool = False) -> bytes:
+async def read_body(
+    request: Request,
+    limit: int,
+    *,
+    check_declared: bool = True,
+    strict: bool = False,
+    hold: Callable[[int], None] | None = None,
+) -> bytes:
     """The body, refusing (:class:`BodyTooLarge`) before reading more than ``limit`` bytes.
 
     With ``check_declared``, a ``Content-Length`` over the limit is refused
     before anything is read. A ``Content-Length`` that is not a number is
     :class:`BadContentLength` when ``strict``; otherwise it is ignored (the
     HTTP server has its own opinion of it) and the received size decides.
+
+    ``hold(n)``, if given, is called with the number of bytes the body will
+    take before they are read: with the declared ``Content-Length`` before
+    the first byte, then with the size received so far after each chunk
+    that goes beyond it. Whatever it raises stops the reading.
     """
     declared = request.headers.get("content-length") if check_declared else None
+    expected = 0
     if declared is not None:
         if strict:
             try:
-                size = int(declared)
+                expected = int(declared)
             except ValueError:
                 raise BadContentLength() from None
-            if size > limit:
-                raise BodyTooLarge(limit)
-        elif declared.isdigit() and int(declared) > limit:
+        elif declared.isdigit():
+            expected = int(declared)
+        if expected > limit:
             raise BodyTooLarge(limit)
+    if hold is not None and expected > 0:
+        hold(expected)
     chunks: list[bytes] = []
     size = 0
     async for chunk in request.stream():
         size += len(chunk)
         if size > limit:
             raise BodyTooLarge(limit)
+        if hold is not None and size > expected:
+            hold(size)
         chunks.append(chunk)
     return b"".join(chunks)
 

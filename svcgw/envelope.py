@@ -14,12 +14,18 @@ De-duplication keys:
   JSON whitespace as sent. Such keys are kept for a short window only
   (``SVCGW_UNKEYED_DEDUP_WINDOW``), so a genuine repeat later on, such as a
   second ``GapClosed`` after another stop, is still delivered.
+
+A post is strict UTF-8 (not UTF-16 or UTF-32, no byte order mark, no
+escaped lone surrogate such as ``"\\ud800"``): 400. Its ``event_type``
+travels on as an HTTP header of the delivery, so it must be printable
+ASCII (0x20 to 0x7E): anything else, CR and LF included, is 422.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -56,17 +62,35 @@ def _reject_constant(name: str) -> Any:
     raise ValueError(f"{name} is not JSON")
 
 
+_NOT_UTF8 = "the body is not UTF-8 JSON"
+_EVENT_TYPE = re.compile(r"[\x20-\x7e]+")
+
+
 def _loads(body: bytes) -> Any:
+    """The parsed body; orjson takes strict UTF-8 only, so most bodies stop at the first try."""
     try:
         return orjson.loads(body)
     except orjson.JSONDecodeError:
         pass
     # orjson refuses numbers beyond a double's range (1e400), which JSON allows;
-    # the raw bytes are forwarded, so the parsed value only has to exist.
+    # the raw bytes are forwarded, so the parsed value only has to exist. The
+    # standard library is lenient where orjson is not (it guesses UTF-16 and
+    # UTF-32, skips a byte order mark, keeps lone surrogates), so those are
+    # refused here: the spans below are UTF-8 offsets, and every string must
+    # encode back.
+    if body.startswith(b"\xef\xbb\xbf"):
+        raise EnvelopeError(_NOT_UTF8 + ": it starts with a byte order mark")
     try:
-        return json.loads(body, parse_constant=_reject_constant)
-    except (ValueError, UnicodeDecodeError, RecursionError):
+        text = body.decode("utf-8")
+    except UnicodeDecodeError:
+        raise EnvelopeError(_NOT_UTF8) from None
+    try:
+        document = json.loads(text, parse_constant=_reject_constant)
+    except (ValueError, RecursionError):
         raise EnvelopeError("the body is not valid JSON") from None
+    if jsonspan.lone_surrogate(document, body):
+        raise EnvelopeError(_NOT_UTF8 + ": a string holds a lone surrogate")
+    return document
 
 
 def parse_post(body: bytes, *, max_bytes: int, max_events: int | None = None) -> Post:
@@ -78,6 +102,11 @@ def parse_post(body: bytes, *, max_bytes: int, max_events: int | None = None) ->
     event_type = document.get("event_type")
     if not isinstance(event_type, str) or not event_type:
         raise EnvelopeError("event_type must be a non-empty string", status=422)
+    if not _EVENT_TYPE.fullmatch(event_type):
+        # It becomes the X-Svc-Event-Type header of the delivery: CR or LF there is undeliverable.
+        raise EnvelopeError(
+            "event_type must be printable ASCII (0x20 to 0x7E), without control characters", status=422
+        )
     events = document.get("events")
     if not isinstance(events, list):
         raise EnvelopeError("events must be an array", status=422)

@@ -9,15 +9,25 @@ item of an array, so callers can cut or replace exactly those bytes.
 Two layers:
 
 * :func:`parse_object` validates a body (the standard JSON grammar; ``NaN``
-  and ``Infinity`` refused; integers of any size kept exact) and returns
-  the parsed object with its members. It raises ``ValueError`` when the
-  text is not JSON and ``TypeError`` when it is JSON but not an object
-  (``RecursionError`` may escape for absurd nesting, as from ``json``).
+  and ``Infinity`` refused; integers of any size kept exact; strict UTF-8,
+  see below) and returns the parsed object with its members. It raises
+  ``ValueError`` when the text is not JSON and ``TypeError`` when it is
+  JSON but not an object (``RecursionError`` may escape for absurd
+  nesting, as from ``json``).
+* :func:`lone_surrogate` says whether a parsed value holds a string that
+  is not Unicode text: the JSON grammar lets ``"\\ud800"`` through, but no
+  UTF-8 encoder (Redis, ``orjson``, an HTTP header) can write it.
 * :func:`members`, :func:`items` and :func:`skip_value` scan JSON that is
   already known to be valid (parsed by ``orjson`` or :func:`parse_object`);
   on anything else their result is undefined.
 
 Offsets are byte offsets into the data given.
+
+Errors, all ``ValueError``::
+
+    ValueError               not JSON (``json.JSONDecodeError``, ``NaN``, ``Infinity``)
+    ├── UnicodeDecodeError   the bytes are not UTF-8
+    └── NotUnicode           a string escapes a lone surrogate (parse_object)
 """
 
 from __future__ import annotations
@@ -27,7 +37,17 @@ import re
 from collections.abc import Iterable
 from typing import Any, NamedTuple
 
-__all__ = ["Member", "items", "members", "parse_object", "replace_member", "skip_value", "skip_ws"]
+__all__ = [
+    "Member",
+    "NotUnicode",
+    "items",
+    "lone_surrogate",
+    "members",
+    "parse_object",
+    "replace_member",
+    "skip_value",
+    "skip_ws",
+]
 
 
 class Member(NamedTuple):
@@ -49,6 +69,39 @@ def _reject_constant(name: str) -> Any:
 
 
 _DECODER = json.JSONDecoder(parse_constant=_reject_constant)
+
+# What an escaped surrogate looks like in the raw text; bodies without one
+# (nearly all) need no walk over their strings.
+_SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F]")
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+class NotUnicode(ValueError):
+    """JSON whose strings are not Unicode text: an escaped lone surrogate such as ``"\\ud800"``."""
+
+
+def lone_surrogate(value: Any, raw: bytes | None = None) -> bool:
+    """Whether any string in the parsed ``value``, member names included, holds a lone surrogate.
+
+    ``raw``, the text ``value`` was parsed from, lets the answer come from
+    one scan of the bytes when they escape no surrogate at all. An escaped
+    pair (``"\\ud83d\\ude00"``) is one character after parsing, not a
+    surrogate.
+    """
+    if raw is not None and _SURROGATE_ESCAPE.search(raw) is None:
+        return False
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, str):
+            if _SURROGATE.search(item):
+                return True
+        elif isinstance(item, dict):
+            stack.extend(item.keys())
+            stack.extend(item.values())
+        elif isinstance(item, list):
+            stack.extend(item)
+    return False
 
 
 def skip_ws(data: bytes, i: int) -> int:
@@ -137,11 +190,14 @@ def parse_object(raw: bytes) -> tuple[dict[str, Any], list[Member]]:
 
     The object is what parsing gives (a repeated name keeps its last value);
     the member list has every occurrence. Raises ``UnicodeDecodeError`` (a
-    ``ValueError``) for bytes that are not UTF-8.
+    ``ValueError``) for bytes that are not UTF-8 (UTF-16 and UTF-32
+    included), and :class:`NotUnicode` for an escaped lone surrogate.
     """
     document = _DECODER.decode(raw.decode("utf-8"))
     if not isinstance(document, dict):
         raise TypeError("the body is not a JSON object")
+    if lone_surrogate(document, raw):
+        raise NotUnicode("a string holds a lone surrogate")
     return document, members(raw, skip_ws(raw, 0))
 
 

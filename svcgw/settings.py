@@ -77,6 +77,11 @@ class Settings:
     destination_ports: PortRanges = DEFAULT_DESTINATION_PORTS
     # Delivery requests of one account in flight per worker, so no account takes every slot.
     account_concurrency: int = 256
+    # Gateway bodies: the largest of an ordinary operation, of an upload (cdn/upload*), and the
+    # body bytes one account's calls may hold at once in one server process.
+    gateway_max_body_bytes: int = 1024 * 1024
+    upload_max_body_bytes: int = 32 * 1024 * 1024
+    account_inflight_bytes: int = 64 * 1024 * 1024
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> Settings:
@@ -93,6 +98,7 @@ class Settings:
                         f"{name} applies only with SVCGW_REDIS_SENTINELS; "
                         "with SVCGW_REDIS_URL, put the password and database in the URL"
                     )
+        gateway_bodies = reader.gateway_bodies()
         return cls(
             redis_url=redis_url,
             upstream_url=reader.url("SVCGW_UPSTREAM_URL", schemes=("http", "https")),
@@ -132,6 +138,9 @@ class Settings:
             metrics_token=reader.secret("SVCGW_METRICS_TOKEN", minimum_length=16),
             destination_ports=reader.ports("SVCGW_DESTINATION_PORTS"),
             account_concurrency=reader.integer("SVCGW_ACCOUNT_CONCURRENCY", 256, minimum=1, maximum=4096),
+            gateway_max_body_bytes=gateway_bodies[0],
+            upload_max_body_bytes=gateway_bodies[1],
+            account_inflight_bytes=gateway_bodies[2],
         )
 
     @property
@@ -301,3 +310,18 @@ class _Reader:
         if value is None:
             return ()
         return tuple(word.strip() for word in value.split(",") if word.strip())
+
+    def gateway_bodies(self) -> tuple[int, int, int]:
+        """The gateway's body limits (ordinary, upload, in flight per account), each let through by the next."""
+        ordinary = self.integer("SVCGW_GATEWAY_MAX_BODY_BYTES", 1024 * 1024, minimum=1024)
+        upload = self.integer("SVCGW_UPLOAD_MAX_BODY_BYTES", 32 * 1024 * 1024, minimum=1024)
+        inflight = self.integer("SVCGW_ACCOUNT_INFLIGHT_BYTES", 64 * 1024 * 1024, minimum=1024)
+        if upload < ordinary:
+            raise SettingsError(
+                f"SVCGW_UPLOAD_MAX_BODY_BYTES ({upload}) must be at least SVCGW_GATEWAY_MAX_BODY_BYTES ({ordinary})"
+            )
+        if inflight < upload:
+            raise SettingsError(
+                f"SVCGW_ACCOUNT_INFLIGHT_BYTES ({inflight}) must be at least SVCGW_UPLOAD_MAX_BODY_BYTES ({upload})"
+            )
+        return ordinary, upload, inflight

@@ -23,8 +23,17 @@ Order of checks; the first one that fails answers, with
 3. Rate limit (``receiver.ratelimit``): every call that got past 2 counts,
    whatever its outcome, a refused one included; excess is -42900 (429)
    with ``Retry-After``.
-4. Body: larger than :data:`MAX_BODY_BYTES` is -41300 (413); not UTF-8
-   JSON, or not a JSON object, is -40001 (400).
+4. Body: larger than ``SVCGW_GATEWAY_MAX_BODY_BYTES`` (1 MiB), or for the
+   upload operations (``cdn/uploadImage``, ``cdn/uploadFile``,
+   ``cdn/uploadVideo``) ``SVCGW_UPLOAD_MAX_BODY_BYTES`` (32 MiB), is -41300
+   (413), refused on its ``Content-Length`` before it is read when it
+   declares one. A body that would take the account's calls in progress
+   past ``SVCGW_ACCOUNT_INFLIGHT_BYTES`` of bodies held at once (64 MiB,
+   per server process; :mod:`.inflight`) is -42900 (429) with
+   ``Retry-After``, as soon as that is known. Not UTF-8 JSON (strictly:
+   not UTF-16 or UTF-32, no escaped lone surrogate), or not a JSON
+   object, is -40001 (400). A body over 64 KiB is parsed in a worker
+   thread.
 5. Instance field: a spelling of it other than ``appid`` or ``ql_appid``
    (``appId``, ``app_id``, ``APPID``, ``qlAppId``...), either one sent twice,
    or both sent with different values is -40002 (400). Both with the same
@@ -79,21 +88,21 @@ Redis being unreachable at any step is -50002 (502). The query string of a
 gateway call is not forwarded: operations take their input from the body.
 
 Modules: :mod:`.paths` (check 1), :mod:`.body` (checks 4, 5, 6, 8),
-:mod:`.quota` (the device quota of check 10), :mod:`.scrub` (the receiver
-URL out of answers) and :mod:`.handlers` (the routes, and the order above).
+:mod:`.inflight` (the bytes of check 4 held per account), :mod:`.quota`
+(the device quota of check 10), :mod:`.scrub` (the receiver token out of
+answers) and :mod:`.handlers` (the routes, and the order above).
 """
 
 from __future__ import annotations
 
 from .body import instance_id
-from .handlers import API_PATH, MAX_BODY_BYTES, SET_CALLBACK_PATH, Gateway
+from .handlers import API_PATH, SET_CALLBACK_PATH, Gateway
 from .paths import PathGuard, path_problem
 from .quota import DeviceQuota
 from .scrub import scrub
 
 __all__ = [
     "API_PATH",
-    "MAX_BODY_BYTES",
     "SET_CALLBACK_PATH",
     "DeviceQuota",
     "Gateway",

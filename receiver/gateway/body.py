@@ -12,7 +12,7 @@ from typing import Any, cast
 
 from svcgw import errors
 from svcgw.errors import GatewayError
-from svcgw.jsonspan import Member, parse_object
+from svcgw.jsonspan import Member, NotUnicode, parse_object
 
 __all__ = [
     "CALLBACK_FIELDS",
@@ -22,6 +22,7 @@ __all__ = [
     "LONG_START",
     "SET_CALLBACK_OPERATION",
     "UPDATE_CALLBACK",
+    "UPLOAD_OPERATIONS",
     "check_callback_fields",
     "instance_id",
     "parse_body",
@@ -32,6 +33,10 @@ DEVICE_CREATE = "device/create"
 LONG_START = "long/start"
 UPDATE_CALLBACK = "long/updateCallbackURL"
 CALLBACK_OPERATIONS = frozenset({LONG_START, UPDATE_CALLBACK, SET_CALLBACK_OPERATION})
+# The operations whose bodies may be up to SVCGW_UPLOAD_MAX_BODY_BYTES (a file inline); every
+# other one is held to SVCGW_GATEWAY_MAX_BODY_BYTES. Spelled exactly so: another case of the
+# same path gets the smaller limit.
+UPLOAD_OPERATIONS = frozenset({"cdn/uploadImage", "cdn/uploadFile", "cdn/uploadVideo"})
 
 INSTANCE_FIELDS = ("appid", "ql_appid")
 CALLBACK_FIELDS = ("callbackUrl", "pushHistory")
@@ -46,10 +51,14 @@ _CALLBACK_SPELLINGS = frozenset(_squash(name) for name in CALLBACK_FIELDS)
 
 
 def parse_body(raw: bytes) -> tuple[dict[str, Any], list[Member]]:
-    """Check 4 after the size: UTF-8 JSON that is an object, or -40001."""
+    """Check 4 after the size: UTF-8 JSON that is an object, or -40001.
+
+    UTF-8 is strict: UTF-16 or UTF-32 text, and an escaped lone surrogate
+    (``"\\ud800"``, which no UTF-8 encoder can write back) are not UTF-8 JSON.
+    """
     try:
         return parse_object(raw)
-    except UnicodeDecodeError:
+    except (UnicodeDecodeError, NotUnicode):
         raise GatewayError(errors.APPID_MISSING, "the body is not UTF-8 JSON") from None
     except TypeError:
         raise GatewayError(errors.APPID_MISSING, "the body must be a JSON object") from None

@@ -9,6 +9,7 @@ liveness-relevant ones have their own handling. Every refusal is a
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from collections.abc import Awaitable, Callable
@@ -26,8 +27,9 @@ from starlette.routing import BaseRoute, Route
 from svcgw import errors, liveness
 from svcgw.addresses import AddressError, check_for_service
 from svcgw.errors import GatewayError
+from svcgw.ingest import PARSE_IN_THREAD_BYTES
 from svcgw.jsonspan import Member, replace_member
-from svcgw.receivers import RECEIVER_PREFIX, receiver_url
+from svcgw.receivers import receiver_url
 from svcgw.store import NotFound
 from svcgw.store import Scope as CallbackScope
 from svcgw.upstream import Answer, Upstream, UpstreamError
@@ -39,26 +41,24 @@ from .body import (
     LONG_START,
     SET_CALLBACK_OPERATION,
     UPDATE_CALLBACK,
+    UPLOAD_OPERATIONS,
     check_callback_fields,
     instance_id,
     parse_body,
 )
+from .inflight import InflightBytes, Share
 from .quota import DeviceQuota, Reservation
 from .scrub import mentions, scrub
 
 if TYPE_CHECKING:
     from ..services import Services
 
-__all__ = ["API_PATH", "MAX_BODY_BYTES", "SET_CALLBACK_PATH", "Call", "Gateway"]
+__all__ = ["API_PATH", "SET_CALLBACK_PATH", "Call", "Gateway"]
 
 log = logging.getLogger("svcgw.gateway")
 
 API_PATH = "/svc/api/{module}/{action}"
 SET_CALLBACK_PATH = "/svc/instances/set-callback"
-
-# Uploads go through the gateway and their request shapes are not given, so
-# the limit is generous; it only stops a body from filling the memory.
-MAX_BODY_BYTES = 32 * 1024 * 1024
 
 PROXY_OPERATIONS = frozenset({"login/getQr", "login/checkQr", "login/reconnect"})
 
@@ -97,11 +97,18 @@ class Call:
         return f"{self.module}/{self.action}"
 
 
-async def _read_body(request: Request) -> bytes:
+async def _read_body(request: Request, limit: int, share: Share) -> bytes:
     try:
-        return await read_body(request, MAX_BODY_BYTES)
+        return await read_body(request, limit, hold=share.hold)
     except BodyTooLarge:
-        raise GatewayError(errors.BODY_TOO_LARGE, f"the request body is larger than {MAX_BODY_BYTES} bytes") from None
+        raise GatewayError(errors.BODY_TOO_LARGE, f"the request body is larger than {limit} bytes") from None
+
+
+async def _parse_body(raw: bytes) -> tuple[dict[str, Any], list[Member]]:
+    """Check 4's parsing; a large body in a worker thread, so the event loop keeps answering."""
+    if len(raw) <= PARSE_IN_THREAD_BYTES:
+        return parse_body(raw)
+    return await asyncio.to_thread(parse_body, raw)
 
 
 def _api_key(request: Request) -> str | None:
@@ -120,6 +127,7 @@ class Gateway:
         self.redis: Redis = services.text_redis
         self.limiter = services.limiter
         self.quota = DeviceQuota(services.text_redis)
+        self.inflight = InflightBytes(settings.account_inflight_bytes)
 
     def routes(self) -> list[BaseRoute]:
         return [
@@ -140,8 +148,11 @@ class Gateway:
         self, request: Request, module: str, action: str, handler: Callable[[Call], Awaitable[Response]]
     ) -> Response:
         try:
-            call = await self._admit(request, module, action)
-            return await handler(call)
+            account = await self._authenticate(request)
+            # The body is in memory from its first byte until the answer is sent.
+            with self.inflight.share(account) as share:
+                call = await self._admit(request, account, module, action, share)
+                return await handler(call)
         except GatewayError as exc:
             return exc.response()
         except RedisError as exc:
@@ -149,8 +160,8 @@ class Gateway:
             return GatewayError(errors.UNAVAILABLE).response()
 
     # --- checks 2 to 9 ---------------------------------------------------------
-    async def _admit(self, request: Request, module: str, action: str) -> Call:
-        operation = f"{module}/{action}"
+    async def _authenticate(self, request: Request) -> str:
+        """Checks 2 and 3: the account of the call's key, within its rate limit."""
         key = _api_key(request)
         account = await self.store.authenticate(key) if key else None
         if account is None:
@@ -158,8 +169,14 @@ class Gateway:
         verdict = await self.limiter.hit(account)
         if not verdict.allowed:
             raise GatewayError(errors.RATE_LIMITED, headers={"Retry-After": str(verdict.retry_after)})
-        raw = await _read_body(request)
-        document, members = parse_body(raw)
+        return account
+
+    async def _admit(self, request: Request, account: str, module: str, action: str, share: Share) -> Call:
+        operation = f"{module}/{action}"
+        uploading = operation in UPLOAD_OPERATIONS
+        limit = self.settings.upload_max_body_bytes if uploading else self.settings.gateway_max_body_bytes
+        raw = await _read_body(request, limit, share)
+        document, members = await _parse_body(raw)
         appid = instance_id(document, members, configuring=operation in CALLBACK_OPERATIONS)
         denied = {name.lower() for name in await self.store.denied(account)}
         if operation.lower() in denied:
@@ -191,9 +208,7 @@ class Gateway:
         answer = await self._forward(call, call.raw)
         if answer.ok:
             await self._after(call)
-        if mentions(answer.envelope, RECEIVER_PREFIX):
-            return _pass_on(await self._scrub_other(call, answer))
-        return _pass_on(answer.raw)
+        return _pass_on(await self._scrub_other(call, answer))
 
     async def _after(self, call: Call) -> None:
         """Liveness bookkeeping once the capability layer accepted the operation."""
@@ -207,7 +222,13 @@ class Gateway:
                 await liveness.record_proxy(self.redis, call.appid, proxy)
 
     async def _scrub_other(self, call: Call, answer: Answer) -> bytes:
-        receiver_url, token = await self._receiver_url(call.appid)
+        """The answer without the instance's receiver token, looked for in every answer (see .scrub)."""
+        try:
+            receiver_url, token = await self._receiver_url(call.appid)
+        except NotFound:
+            return answer.raw  # no instance (removed meanwhile): no token to leak
+        if not mentions(answer.envelope, token):
+            return answer.raw
         config = await self.store.get_callback(CallbackScope(appid=call.appid))
         return scrub(answer, receiver_url, token, config.url or "")
 

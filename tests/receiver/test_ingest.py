@@ -252,3 +252,40 @@ def test_a_large_valid_post_is_parsed_off_the_event_loop(settings: Settings, red
     assert len(body) < PARSE_IN_THREAD_BYTES < len(pad)
     assert threads[0] == main_thread and threads[1] != main_thread
     assert len(queued(redis)) == 2
+
+
+# --- strict UTF-8, and event types that can be a header ---------------------------------------
+@pytest.mark.parametrize(
+    "body",
+    [
+        b'{"event_type":"Msg","events":[{"id":"a"}]}'.decode().encode("utf-16"),
+        b'{"event_type":"Msg","events":[{"id":"a"}]}'.decode().encode("utf-32"),
+        b'{"event_type":"\\ud800","events":[{"id":"a"}]}',
+        b'{"event_type":"Msg","events":[{"id":"\\udc00"}]}',
+    ],
+)
+def test_text_that_is_not_strict_utf8_is_400_and_stores_nothing(
+    settings: Settings, server: str, redis: Redis, body: bytes
+) -> None:
+    tenant = provision(settings)
+    answer = post(tenant.receiver_url(server), body)
+    assert answer.status_code == 400, answer.text
+    assert answer.json()["code"] == -400 and answer.json()["data"] is None
+    assert answer.json()["message"].startswith("the body is not UTF-8 JSON")
+    assert queued(redis) == [] and redis.exists(keys.callback_log(tenant.appid)) == 0
+
+
+@pytest.mark.parametrize("event_type", ["Msg\r\nX-Injected: 1", "Msg\n", "caf\u00e9", "a\x7f"])
+def test_an_event_type_that_cannot_be_a_header_is_422_and_stores_nothing(
+    settings: Settings, server: str, redis: Redis, event_type: str
+) -> None:
+    tenant = provision(settings)
+    answer = post(tenant.receiver_url(server), orjson.dumps({"event_type": event_type, "events": [{"id": "a"}]}))
+    assert answer.status_code == 422
+    assert answer.json() == {
+        "code": -422,
+        "message": "event_type must be printable ASCII (0x20 to 0x7E), without control characters",
+        "data": None,
+    }
+    assert queued(redis) == [] and redis.exists(keys.callback_log(tenant.appid)) == 0
+    assert redis.keys("svcgw:dedup:*") == []

@@ -59,3 +59,24 @@ def test_callback_fields_only_on_callback_operations() -> None:
     _, members = parse_body(b'{"appid":"a","callbackURL":"http://x/"}')
     with pytest.raises(GatewayError):
         check_callback_fields(members, "long/start")
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [
+        b'{"appid":"\\ud800"}',
+        b'{"appid":"a","x":["\\udc00"]}',
+        b'{"appid":"a","\\ud800":1}',
+        '{"appid":"a"}'.encode("utf-16"),
+        '{"appid":"a"}'.encode("utf-32"),
+        b'{"appid":"\xed\xa0\x80"}',
+    ],
+)
+def test_text_that_is_not_strict_utf8_is_40001(raw: bytes) -> None:
+    with pytest.raises(GatewayError) as caught:
+        parse_body(raw)
+    assert (caught.value.code, caught.value.message) == (-40001, "the body is not UTF-8 JSON")
+
+
+def test_escaped_surrogate_pairs_are_text() -> None:
+    assert _instance('{"appid":"\\ud83d\\ude00"}') == "\U0001f600"

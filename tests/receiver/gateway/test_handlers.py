@@ -6,6 +6,7 @@ import json
 import os
 import re
 import threading
+from urllib.parse import quote, unquote
 
 import httpx
 import pytest
@@ -175,6 +176,19 @@ def test_body_errors_are_40001(stack: Stack) -> None:
         assert error(stack.post("/svc/api/long/check", body, key)) == (400, -40001), body
     for document in ({}, {"appid": None}, {"appid": 7}, {"ql_appid": ["x"]}):
         assert error(stack.api(key, "long/check", document)) == (400, -40001), document
+
+
+def test_text_that_is_not_strict_utf8_is_40001(stack: Stack) -> None:
+    _, key = stack.account()
+    for body in (
+        b'{"appid":"\\ud800"}',
+        b'{"appid":"we_1","x":"\\udfff"}',
+        '{"appid":"we_1"}'.encode("utf-16"),
+        '{"appid":"we_1"}'.encode("utf-32"),
+    ):
+        answer = stack.post("/svc/api/long/check", body, key)
+        assert error(answer) == (400, -40001), body
+        assert answer.json()["message"] == "the body is not UTF-8 JSON"
 
 
 def test_instance_field_rules(stack: Stack) -> None:
@@ -458,6 +472,36 @@ def test_update_callback_url_echo_shows_the_callers_address(stack: Stack) -> Non
     assert b"/svc/receiver/" not in answer.content
     assert stack.sim_instance(appid)["callbackUrl"] == stack.receiver_url(appid)
     assert stack.forward_address(appid) == url
+
+
+def test_answers_holding_the_receiver_token_in_any_form_are_scrubbed(stack: Stack) -> None:
+    _, key = stack.account()
+    appid = stack.create_device(key)
+    url = "http://127.0.0.1:7/hook"
+    assert stack.api(key, "long/updateCallbackURL", {"appid": appid, "callbackUrl": url}).json()["code"] == 0
+    receiver = stack.receiver_url(appid)
+    token = receiver.rsplit("/", 1)[1]
+    encoded = quote(receiver, safe="")
+    # The simulator echoes an unlisted operation's body: the answer holds what the body held.
+    body = (
+        b'{"appid":"' + appid.encode() + b'","link":"https://x/?cb=' + encoded.encode() + b'",'
+        b'"bare":"' + token.encode() + b'","big":1688850000000001234,"n":1e2}'
+    )
+    answer = stack.api(key, "future/echoThis", body)
+    assert answer.status_code == 200
+    assert token not in answer.text and token not in unquote(answer.text)
+    echo = answer.json()["data"]["echo"]
+    assert echo["link"] == "https://x/?cb=" + quote(url, safe="")
+    assert echo["bare"] == "[redacted]"
+    assert b'"big":1688850000000001234,"n":1e2' in answer.content
+    # Every character percent-encoded: found too (the answer is re-serialized, integers still exact).
+    spelled = "".join(f"%{ord(c):02x}" for c in token)
+    answer = stack.api(key, "future/echoThis", {"appid": appid, "spelled": spelled, "big": 1688850000000001234})
+    assert token not in unquote(answer.text) and answer.json()["data"]["echo"]["spelled"] == "[redacted]"
+    assert b"1688850000000001234" in answer.content
+    # Without the token, an answer is passed on byte for byte.
+    plain = b'{"appid":"' + appid.encode() + b'","big":1688850000000001234,"n":1e2, "s":"%2Fsvc%2Freceiver%2F"}'
+    assert plain in stack.api(key, "future/echoThis", plain).content
 
 
 def test_set_callback_stores_the_address_without_calling_upstream(stack: Stack) -> None:
