@@ -75,6 +75,9 @@ class Settings:
     metrics_token: str | None = field(default=None, repr=False)
     # Ports a callback address may use (checked when set and again at connect time).
     destination_ports: PortRanges = DEFAULT_DESTINATION_PORTS
+    # The capability-layer client: seconds for a whole call, and for connecting.
+    upstream_timeout: float = 30.0
+    upstream_connect_timeout: float = 5.0
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> Settings:
@@ -129,6 +132,8 @@ class Settings:
             http_keepalive_timeout=reader.number("SVCGW_HTTP_KEEPALIVE_TIMEOUT", 5.0, minimum=0.1),
             metrics_token=reader.secret("SVCGW_METRICS_TOKEN", minimum_length=16),
             destination_ports=reader.ports("SVCGW_DESTINATION_PORTS"),
+            upstream_timeout=reader.number("SVCGW_UPSTREAM_TIMEOUT", 30.0, minimum=0.01),
+            upstream_connect_timeout=reader.number("SVCGW_UPSTREAM_CONNECT_TIMEOUT", 5.0, minimum=0.01),
         )
 
     @property
