@@ -52,7 +52,11 @@ def create_app(settings: Settings, *, services: Services | None = None) -> Starl
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         if settings.upstream_url and services.upstream is None:
-            services.upstream = Upstream(settings.require_upstream())
+            services.upstream = Upstream(
+                settings.require_upstream(),
+                timeout=settings.upstream_timeout,
+                connect_timeout=settings.upstream_connect_timeout,
+            )
         try:
             yield
         finally:

@@ -82,6 +82,9 @@ class Settings:
     gateway_max_body_bytes: int = 1024 * 1024
     upload_max_body_bytes: int = 32 * 1024 * 1024
     account_inflight_bytes: int = 64 * 1024 * 1024
+    # The capability-layer client: seconds for a whole call, and for connecting.
+    upstream_timeout: float = 30.0
+    upstream_connect_timeout: float = 5.0
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> Settings:
@@ -141,6 +144,8 @@ class Settings:
             gateway_max_body_bytes=gateway_bodies[0],
             upload_max_body_bytes=gateway_bodies[1],
             account_inflight_bytes=gateway_bodies[2],
+            upstream_timeout=reader.number("SVCGW_UPSTREAM_TIMEOUT", 30.0, minimum=0.01),
+            upstream_connect_timeout=reader.number("SVCGW_UPSTREAM_CONNECT_TIMEOUT", 5.0, minimum=0.01),
         )
 
     @property

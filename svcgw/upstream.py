@@ -1,14 +1,33 @@
 """The capability layer, as the gateway calls it: ``POST {base}/svc/api/{module}/{action}``.
 
-One :class:`Upstream` (one keep-alive ``httpx.AsyncClient``) is shared by
-every request of the HTTP server; the app's lifespan opens and closes it.
+One :class:`Upstream` (one keep-alive ``aiohttp.ClientSession``) is shared by
+every request of the HTTP server; the app's lifespan opens and closes it, and
+each worker's prober has its own. The session is made on the first call,
+inside the running event loop, and belongs to that loop from then on.
 
-A call sends the body bytes it is given, unchanged, and returns an
-:class:`Answer` that keeps the answer's bytes exactly as received: the
-parsed envelope is only for reading ``code``, ``message`` and ``data``,
-never for writing the answer back out.
+A call sends the body bytes it is given, unchanged, with ``Content-Type:
+application/json`` and no other header of its own (only those HTTP/1.1
+needs: ``Host``, ``Content-Length``). It asks for no compressed answer and
+decompresses none, follows no redirect, keeps no cookie and reads no proxy,
+netrc or other setting from the environment. It returns an :class:`Answer`
+that keeps the answer's bytes exactly as received: the parsed envelope is
+only for reading ``code``, ``message`` and ``data``, never for writing the
+answer back out.
 
-Errors, converted at this edge so that nothing above sees httpx::
+Connections are pooled and kept alive. A call is sent a second time only
+when the first try cannot have been read by the capability layer:
+
+* connecting failed (refused, reset, no route; not a connect timeout);
+* the connection came from the pool, and it ended (closed or reset) before
+  the head of an answer arrived: the capability layer closed it while idle,
+  or restarted, as the request went out.
+
+Nothing else is retried: a request that may have been read (a fresh
+connection that ends without an answer, any timeout, an answer cut short)
+fails, since operations such as ``device/create`` are not idempotent. One
+deadline (``timeout``) covers the whole call, both tries included.
+
+Errors, converted at this edge so that nothing above sees aiohttp::
 
     UpstreamError
     ├── UpstreamUnreachable   no answer: connection refused or reset, timeout
@@ -18,14 +37,18 @@ Errors, converted at this edge so that nothing above sees httpx::
 
 from __future__ import annotations
 
+import asyncio
 import json
 from dataclasses import dataclass
+from types import SimpleNamespace
 from typing import Any
 from urllib.parse import quote
 
-import httpx
+import aiohttp
+from yarl import URL
 
 __all__ = [
+    "DEFAULT_CONNECT_TIMEOUT",
     "DEFAULT_TIMEOUT",
     "Answer",
     "Upstream",
@@ -36,8 +59,14 @@ __all__ = [
 ]
 
 # Login and connection operations can take a while upstream; connecting should not.
-DEFAULT_TIMEOUT = httpx.Timeout(30.0, connect=5.0)
-DEFAULT_LIMITS = httpx.Limits(max_connections=256, max_keepalive_connections=64, keepalive_expiry=30.0)
+DEFAULT_TIMEOUT = 30.0
+DEFAULT_CONNECT_TIMEOUT = 5.0
+MAX_CONNECTIONS = 256
+KEEPALIVE_SECONDS = 30.0
+
+JSON_HEADERS = {"Content-Type": "application/json"}
+# aiohttp adds these unless told not to; the capability layer gets none of them.
+SKIPPED_HEADERS = ("User-Agent", "Accept", "Accept-Encoding")
 
 
 class UpstreamError(Exception):
@@ -100,38 +129,92 @@ def parse_envelope(raw: bytes) -> dict[str, Any]:
     return document
 
 
+class _Try:
+    """What one try learnt about its connection (set by the session's trace)."""
+
+    __slots__ = ("reused",)
+
+    def __init__(self) -> None:
+        self.reused = False
+
+
+async def _on_reuse(session: aiohttp.ClientSession, context: SimpleNamespace, params: object) -> None:
+    attempt = context.trace_request_ctx
+    if isinstance(attempt, _Try):
+        attempt.reused = True
+
+
+def _unread(exc: BaseException, attempt: _Try) -> bool:
+    """The request of a failed try cannot have been read upstream: worth one more try."""
+    if isinstance(exc, aiohttp.ClientConnectorError):
+        return True  # never connected (a connect timeout is not this class)
+    # Raised while waiting for the head of the answer: the connection ended first.
+    return attempt.reused and isinstance(exc, (aiohttp.ServerDisconnectedError, aiohttp.ClientOSError))
+
+
 class Upstream:
     def __init__(
         self,
         base_url: str,
         *,
-        timeout: httpx.Timeout | float = DEFAULT_TIMEOUT,
-        transport: httpx.AsyncBaseTransport | None = None,
+        timeout: float = DEFAULT_TIMEOUT,
+        connect_timeout: float = DEFAULT_CONNECT_TIMEOUT,
     ) -> None:
         self.base = base_url.rstrip("/")
-        # trust_env off: a proxy variable in the environment must not divert
-        # calls meant for the capability layer.
-        self.client = httpx.AsyncClient(
-            timeout=timeout,
-            limits=DEFAULT_LIMITS,
-            transport=transport,
-            trust_env=False,
-            follow_redirects=False,
-        )
+        self.timeout = timeout
+        self.connect_timeout = min(connect_timeout, timeout)
+        self._session: aiohttp.ClientSession | None = None
+
+    def _client(self) -> aiohttp.ClientSession:
+        # Made on first use: a session binds to the running loop when it is created.
+        if self._session is None:
+            reuse = aiohttp.TraceConfig()
+            reuse.on_connection_reuseconn.append(_on_reuse)
+            self._session = aiohttp.ClientSession(
+                connector=aiohttp.TCPConnector(limit=MAX_CONNECTIONS, keepalive_timeout=KEEPALIVE_SECONDS),
+                # The whole call's deadline is the caller's (asyncio.timeout in call).
+                timeout=aiohttp.ClientTimeout(total=None, sock_connect=self.connect_timeout),
+                cookie_jar=aiohttp.DummyCookieJar(),
+                skip_auto_headers=SKIPPED_HEADERS,
+                auto_decompress=False,
+                # trust_env off: a proxy variable in the environment must not divert
+                # calls meant for the capability layer.
+                trust_env=False,
+                trace_configs=[reuse],
+            )
+        return self._session
 
     async def call(self, module: str, action: str, body: bytes) -> Answer:
         """POST ``body`` to the operation; the answer, or an :class:`UpstreamError`."""
-        url = self.base + operation_path(module, action)
+        # encoded: the path goes out exactly as operation_path wrote it.
+        url = URL(self.base + operation_path(module, action), encoded=True)
         try:
-            response = await self.client.post(url, content=body, headers={"Content-Type": "application/json"})
-        except httpx.TimeoutException as exc:
+            async with asyncio.timeout(self.timeout):
+                status, raw = await self._post(url, body)
+        except TimeoutError as exc:
             raise UpstreamUnreachable(f"{module}/{action}: timed out") from exc
-        except httpx.HTTPError as exc:
+        except aiohttp.ClientError as exc:
             raise UpstreamUnreachable(f"{module}/{action}: {type(exc).__name__}") from exc
-        if response.status_code != 200:
-            raise UpstreamUnusable(f"{module}/{action}: HTTP {response.status_code}")
-        raw = response.content
+        if status != 200:
+            raise UpstreamUnusable(f"{module}/{action}: HTTP {status}")
         return Answer(raw, parse_envelope(raw))
 
+    async def _post(self, url: URL, body: bytes) -> tuple[int, bytes]:
+        client = self._client()
+        attempt = _Try()
+        try:
+            response = await client.post(
+                url, data=body, headers=JSON_HEADERS, allow_redirects=False, trace_request_ctx=attempt
+            )
+        except aiohttp.ClientError as exc:
+            if not _unread(exc, attempt):
+                raise
+            response = await client.post(url, data=body, headers=JSON_HEADERS, allow_redirects=False)
+        async with response:
+            # Read whatever the status: a connection whose answer was read goes back to the pool.
+            return response.status, await response.read()
+
     async def aclose(self) -> None:
-        await self.client.aclose()
+        if self._session is not None:
+            session, self._session = self._session, None
+            await session.close()

@@ -359,7 +359,12 @@ async def serve(settings: Settings, redis: Redis, stop: asyncio.Event) -> None:
     if not settings.upstream_url:
         log.info("no SVCGW_UPSTREAM_URL: the liveness prober is not running in this worker")
         return
-    upstream = Upstream(settings.upstream_url, timeout=HTTP_TIMEOUT)
+    # Probes wait less than gateway calls: a slow answer is as good as none for a liveness read.
+    upstream = Upstream(
+        settings.upstream_url,
+        timeout=min(HTTP_TIMEOUT, settings.upstream_timeout),
+        connect_timeout=settings.upstream_connect_timeout,
+    )
     try:
         await Prober(settings, redis, upstream).run(stop)
     except Exception:

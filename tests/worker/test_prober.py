@@ -7,6 +7,7 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Coroutine, Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -66,15 +67,16 @@ class FakeLayer:
         self.building_until = 0.0
         self.http_status = 200
         self.calls: list[tuple[str, dict[str, Any]]] = []
+        self.url = ""
 
     def count(self, operation: str) -> int:
         return sum(1 for op, _ in self.calls if op == operation)
 
-    def handle(self, request: httpx.Request) -> httpx.Response:
-        operation = request.url.path.removeprefix("/svc/api/")
-        self.calls.append((operation, orjson.loads(request.content)))
+    def handle(self, path: str, content: bytes) -> tuple[int, bytes]:
+        operation = path.removeprefix("/svc/api/")
+        self.calls.append((operation, orjson.loads(content)))
         if self.http_status != 200:
-            return httpx.Response(self.http_status, text="upstream down")
+            return self.http_status, b"upstream down"
         building = time.time() < self.building_until
         if operation == prober_module.PROBE_READ:
             ok = self.usable and not building
@@ -87,12 +89,41 @@ class FakeLayer:
         else:
             ok = False
         message = "ok" if ok else ("long connection starting" if building else "long connection closed")
-        return httpx.Response(200, json={"code": 0 if ok else -1, "message": message, "data": None})
+        return 200, orjson.dumps({"code": 0 if ok else -1, "message": message, "data": None})
+
+    def serve(self) -> ThreadingHTTPServer:
+        """The layer behind a real HTTP server on loopback (``self.url``)."""
+        layer = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def do_POST(self) -> None:
+                content = self.rfile.read(int(self.headers.get("Content-Length", "0")))
+                status, body = layer.handle(self.path, content)
+                self.send_response(status)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, format: str, *args: Any) -> None:
+                pass
+
+        server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        server.daemon_threads = True
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+        self.url = f"http://127.0.0.1:{server.server_address[1]}"
+        return server
 
 
 @pytest.fixture
-def layer() -> FakeLayer:
-    return FakeLayer()
+def layer() -> Iterator[FakeLayer]:
+    fake = FakeLayer()
+    server = fake.serve()
+    yield fake
+    server.shutdown()
+    server.server_close()
 
 
 @pytest.fixture
@@ -101,8 +132,7 @@ def fast_gap_grace(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def fake_upstream(layer: FakeLayer) -> Upstream:
-    transport = httpx.MockTransport(layer.handle)
-    return Upstream("http://layer.invalid/", timeout=prober_module.HTTP_TIMEOUT, transport=transport)
+    return Upstream(layer.url, timeout=prober_module.HTTP_TIMEOUT)
 
 
 class Driven:
