@@ -118,6 +118,9 @@ def _api_key(request: Request) -> str | None:
         return None
 
 
+RECEIVER_TOKENS_KEPT = 10_000
+
+
 class Gateway:
     def __init__(self, services: Services) -> None:
         settings = services.settings
@@ -128,6 +131,9 @@ class Gateway:
         self.limiter = services.limiter
         self.quota = DeviceQuota(services.text_redis)
         self.inflight = InflightBytes(settings.account_inflight_bytes)
+        # appid -> receiver token. A token never changes for its appid, and every forwarded answer
+        # is searched for it: one look-up and one decryption per instance and process, not per call.
+        self._tokens: dict[str, str] = {}
 
     def routes(self) -> list[BaseRoute]:
         return [
@@ -273,7 +279,12 @@ class Gateway:
         return checked.url
 
     async def _receiver_url(self, appid: str) -> tuple[str, str]:
-        token = await self.store.receiver_token(appid)
+        token = self._tokens.get(appid)
+        if token is None:
+            token = await self.store.receiver_token(appid)
+            if len(self._tokens) >= RECEIVER_TOKENS_KEPT:
+                del self._tokens[next(iter(self._tokens))]  # the oldest
+            self._tokens[appid] = token
         return receiver_url(self.settings, appid, token), token
 
     async def _configure_callback(self, call: Call) -> Response:
