@@ -11,6 +11,9 @@ import pytest
 from svcgw.settings import Settings, SettingsError
 from tests.support import start_server, wait_for
 
+# Real processes of the service: run by .ci/run with the rest; `-m 'not slow'` skips them.
+pytestmark = pytest.mark.slow
+
 
 def _port(base: str) -> int:
     return int(base.rsplit(":", 1)[1])

@@ -24,6 +24,9 @@ from tests.deploy.hosts import HostProcess, Hosts, HostSink
 from tests.deploy.load import Load
 from tests.support import wait_for
 
+# Real processes of the service: run by .ci/run with the rest; `-m 'not slow'` skips them.
+pytestmark = pytest.mark.slow
+
 NAMES = ["redis", "api1", "api2", "worker1", "worker2"]
 FAST = 2000  # deliveries per throughput run to a sink that answers at once
 SLOW = 600  # ... and to one that takes 100 ms

@@ -11,6 +11,7 @@ import sys
 import time
 
 import orjson
+import pytest
 from redis import Redis
 
 from svcgw import keys
@@ -18,6 +19,9 @@ from svcgw.settings import Settings
 from tests.conftest import provision
 from tests.deploy.load import Load, event_ids, missing
 from tests.support import Process, Sink, start_server, wait_for
+
+# Real processes of the service: run by .ci/run with the rest; `-m 'not slow'` skips them.
+pytestmark = pytest.mark.slow
 
 ATTEMPT_FIELDS = {"time", "level", "appid", "delivery_id", "attempt", "outcome", "duration_ms"}
 

@@ -21,6 +21,9 @@ from tests.deploy.load import Load, event_ids, missing
 from tests.deploy.redis_nodes import MASTER, SentinelCluster
 from tests.support import Process, Sink, start_server, wait_for
 
+# Real processes of the service: run by .ci/run with the rest; `-m 'not slow'` skips them.
+pytestmark = pytest.mark.slow
+
 
 @pytest.fixture
 def cluster(tmp_path: Path) -> Iterator[SentinelCluster]:

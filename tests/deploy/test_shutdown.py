@@ -11,6 +11,7 @@ import socket
 import time
 from urllib.parse import urlsplit
 
+import pytest
 from redis import Redis
 
 from svcgw import keys
@@ -18,6 +19,9 @@ from svcgw.settings import Settings
 from tests.conftest import provision
 from tests.deploy.load import Load, event_ids, missing
 from tests.support import Process, Sink, start_server, wait_for
+
+# Real processes of the service: run by .ci/run with the rest; `-m 'not slow'` skips them.
+pytestmark = pytest.mark.slow
 
 
 def refused(host: str, port: int) -> bool:

@@ -13,6 +13,9 @@ from svcgw.settings import Settings, SettingsError
 from tests.conftest import provision
 from tests.support import start_server
 
+# Real processes of the service: run by .ci/run with the rest; `-m 'not slow'` skips them.
+pytestmark = pytest.mark.slow
+
 USER, PASSWORD = "operator", "dashboard-pass-123"
 
 

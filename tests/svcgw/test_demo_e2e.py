@@ -17,6 +17,9 @@ import redis.exceptions
 from svcgw.signing import verify
 from tests.support import Process, free_port, wait_for
 
+# Real processes of the service: run by .ci/run with the rest; `-m 'not slow'` skips them.
+pytestmark = pytest.mark.slow
+
 
 def _answers(port: int) -> bool:
     with socket.socket() as sock:

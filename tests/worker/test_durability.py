@@ -17,6 +17,9 @@ from svcgw.settings import Settings
 from tests.conftest import provision
 from tests.support import Process, Sink, free_port, start_server, wait_for
 
+# Real processes of the service: run by .ci/run with the rest; `-m 'not slow'` skips them.
+pytestmark = pytest.mark.slow
+
 
 class OwnRedis:
     """A redis-server of the test's own, on another port, fsyncing every write."""

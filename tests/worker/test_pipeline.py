@@ -7,6 +7,7 @@ import time
 
 import httpx
 import orjson
+import pytest
 from cryptography.hazmat.primitives import hashes
 from cryptography.hazmat.primitives import hmac as crypto_hmac
 from redis import Redis
@@ -16,6 +17,9 @@ from svcgw.settings import Settings
 from svcgw.store import Scope, Store
 from tests.conftest import Tenant, provision, with_store
 from tests.support import Process, Received, Sink, wait_for
+
+# Real processes of the service: run by .ci/run with the rest; `-m 'not slow'` skips them.
+pytestmark = pytest.mark.slow
 
 
 def independent_signature(secret: str, timestamp: str, body: bytes) -> str:
