@@ -206,6 +206,22 @@ def _seconds(value: str | None, default: float) -> float:
         return default
 
 
+def _queue_event(pipe: Any, settings: Settings, appid: str, account: str, event_type: str, event: Any) -> str:
+    """Buffer one service event's delivery on the flip's transaction; its delivery id."""
+    delivery_id = new_delivery_id()
+    queue_delivery(
+        pipe,
+        settings,
+        appid=appid,
+        account=account,
+        event_type=event_type,
+        events=[event],
+        delivery_id=delivery_id,
+        now=time.time(),
+    )
+    return delivery_id
+
+
 async def go_offline(
     redis: Redis, settings: Settings, appid: str, *, reason: str, action_required: str, detected_at: float
 ) -> str | None:
@@ -253,7 +269,6 @@ async def go_offline(
                 delivery_id = None
                 if flip:
                     assert account is not None
-                    delivery_id = new_delivery_id()
                     event = instance_offline(
                         appid,
                         reason=reason,
@@ -261,16 +276,7 @@ async def go_offline(
                         detected_at=detected_at,
                         last_seen_at=_seconds(last_seen, _seconds(since, detected_at)),
                     )
-                    queue_delivery(
-                        pipe,
-                        settings,
-                        appid=appid,
-                        account=account,
-                        event_type=INSTANCE_OFFLINE,
-                        events=[event],
-                        delivery_id=delivery_id,
-                        now=time.time(),
-                    )
+                    delivery_id = _queue_event(pipe, settings, appid, account, INSTANCE_OFFLINE, event)
                 await pipe.execute()
             except WatchError:
                 continue
@@ -313,23 +319,13 @@ async def go_online(redis: Redis, settings: Settings, appid: str, *, auto_reconn
                 pipe.hdel(key, "offline_since")
                 delivery_id = None
                 if offline_since is not None and account is not None:
-                    delivery_id = new_delivery_id()
                     event = instance_recovered(
                         appid,
                         recovered_at=recovered_at,
                         offline_since=_seconds(offline_since, recovered_at),
                         auto_reconnected=auto,
                     )
-                    queue_delivery(
-                        pipe,
-                        settings,
-                        appid=appid,
-                        account=account,
-                        event_type=INSTANCE_RECOVERED,
-                        events=[event],
-                        delivery_id=delivery_id,
-                        now=time.time(),
-                    )
+                    delivery_id = _queue_event(pipe, settings, appid, account, INSTANCE_RECOVERED, event)
                 await pipe.execute()
             except WatchError:
                 continue
