@@ -9,7 +9,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, TypeVar
@@ -261,3 +261,15 @@ class ThreadedServer:
         self.server.should_exit = True
         self.thread.join(timeout)
         logging.getLogger().removeHandler(self.logs)
+
+
+def fake_resolver(table: Mapping[str, Sequence[str]]) -> Callable[[str, int], list[str]]:
+    """A resolver for the address rules: ``table`` maps host names to addresses; others do not resolve."""
+
+    def resolve(host: str, port: int) -> list[str]:
+        try:
+            return list(table[host])
+        except KeyError:
+            raise socket.gaierror(socket.EAI_NONAME, "Name or service not known") from None
+
+    return resolve

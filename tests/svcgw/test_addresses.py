@@ -1,8 +1,6 @@
 from __future__ import annotations
 
 import ipaddress
-import socket
-from collections.abc import Callable, Mapping, Sequence
 from urllib.parse import urlsplit
 
 import pytest
@@ -18,19 +16,10 @@ from svcgw.addresses import (
     forbidden_reason,
 )
 from svcgw.settings import Settings, SettingsError
+from tests.support import fake_resolver
 
 PUBLIC_V4 = "93.184.216.34"
 PUBLIC_V6 = "2606:2800:220:1:248:1893:25c8:1946"
-
-
-def fake_resolver(table: Mapping[str, Sequence[str]]) -> Callable[[str, int], list[str]]:
-    def resolve(host: str, port: int) -> list[str]:
-        try:
-            return list(table[host])
-        except KeyError:
-            raise socket.gaierror(socket.EAI_NONAME, "Name or service not known") from None
-
-    return resolve
 
 
 PUBLIC_DNS = fake_resolver({"example.com": [PUBLIC_V4, PUBLIC_V6], "gw.example.net": ["203.0.113.7"]})

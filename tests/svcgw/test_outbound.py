@@ -6,11 +6,10 @@ from __future__ import annotations
 import asyncio
 import datetime
 import ipaddress
-import socket
 import ssl
 import threading
 import time
-from collections.abc import Callable, Coroutine, Iterator, Mapping, Sequence
+from collections.abc import Callable, Coroutine, Iterator
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -24,20 +23,11 @@ from cryptography.x509.oid import NameOID
 
 from svcgw.addresses import check_callback_url
 from svcgw.outbound import CallbackSender, Refused, Response, SendError, SendFailed, TimedOut
+from tests.support import fake_resolver
 
 T = TypeVar("T")
 
 LOOPBACK = (ipaddress.ip_network("127.0.0.0/8"),)
-
-
-def fake_resolver(table: Mapping[str, Sequence[str]]) -> Callable[[str, int], list[str]]:
-    def resolve(host: str, port: int) -> list[str]:
-        try:
-            return list(table[host])
-        except KeyError:
-            raise socket.gaierror(socket.EAI_NONAME, "Name or service not known") from None
-
-    return resolve
 
 
 @dataclass
