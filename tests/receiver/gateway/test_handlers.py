@@ -576,6 +576,41 @@ def test_stop_and_logout_update_liveness(stack: Stack, redis: Redis) -> None:
     assert redis.hget(keys.instance(appid), "status") == b"logged_out"
 
 
+@pytest.mark.parametrize(
+    ("fault", "answered"),
+    [
+        ({"error": {"long/stop": "long connection closed"}}, (200, -1)),  # already closed
+        ({"error": {"long/stop": "-30001|something else"}}, (200, -1)),  # any other refusal
+        ({"http_error": {"long/stop": 503}}, (502, -50002)),  # the layer failed
+        ({"http_error": {"long/stop": "close"}}, (502, -50002)),  # the layer did not answer
+    ],
+)
+def test_long_stop_ends_maintenance_whatever_the_layer_answers(
+    stack: Stack, redis: Redis, fault: dict[str, object], answered: tuple[int, int]
+) -> None:
+    _, key = stack.account()
+    appid = stack.create_device(key)
+    stack.login(key, appid)
+    assert stack.api(key, "long/start", {"appid": appid, "callbackUrl": "http://127.0.0.1:1/x"}).json()["code"] == 0
+    assert redis.hget(keys.instance(appid), "maintained") == b"1"
+
+    stack.sim_faults(appid=appid, **fault)
+    try:
+        answer = stack.api(key, "long/stop", {"appid": appid})
+    finally:
+        stack.sim_faults(appid=appid, **{name: None for name in fault})
+    assert (answer.status_code, answer.json()["code"]) == answered, answer.text
+    fields = redis.hgetall(keys.instance(appid))
+    assert fields[b"status"] == b"stopped" and fields[b"maintained"] == b"0"
+    assert redis.zscore(keys.PROBE_SCHEDULE, appid) is None
+
+    # The next long/start resumes it.
+    restart = stack.api(key, "long/start", {"appid": appid, "callbackUrl": "http://127.0.0.1:1/x"})
+    assert restart.json()["code"] in (0, -1)  # -1 "started" if the connection stayed up
+    assert redis.hget(keys.instance(appid), "maintained") == b"1"
+    assert redis.zscore(keys.PROBE_SCHEDULE, appid) is not None
+
+
 # --- rate limit ------------------------------------------------------------------------------------
 
 
