@@ -101,7 +101,7 @@ async def callback_set(
     no_bearer: bool,
     as_json: bool,
 ) -> None:
-    """Set the address; without --bearer-token an existing token is kept."""
+    """Set the address; without --bearer-token the token is kept if the origin (scheme, host, port) stays."""
     scope = _scope(account, appid)
     if (bearer_token is not None or bearer_token_prompt) and no_bearer:
         raise click.UsageError("--bearer-token and --no-bearer exclude each other")

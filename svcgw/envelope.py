@@ -9,11 +9,9 @@ De-duplication keys:
 
 * an event with an ``id`` (string or integer) is keyed by that id, taken from
   its raw text so that integers above 2**53 stay exact;
-* an event without one (``GapClosed``, for example) is keyed by its
-  ``event_type`` and the SHA-256 of its raw bytes, with the payload's
-  JSON whitespace as sent. Such keys are kept for a short window only
-  (``SVCGW_UNKEYED_DEDUP_WINDOW``), so a genuine repeat later on, such as a
-  second ``GapClosed`` after another stop, is still delivered.
+* an event without one (``GapClosed``, for example) has no key and is never
+  dropped: two identical ones may be two real occurrences, and the spec
+  leaves their de-duplication to the receiver, by a business key of its own.
 
 A post is strict UTF-8 (not UTF-16 or UTF-32, no byte order mark, no
 escaped lone surrogate such as ``"\\ud800"``): 400. Its ``event_type``
@@ -46,9 +44,14 @@ class EnvelopeError(ValueError):
 
 @dataclass(frozen=True)
 class RawEvent:
+    """One event's bytes as received, and its de-duplication key (None: never de-duplicated)."""
+
     raw: bytes
-    key: str
-    keyed: bool
+    key: str | None
+
+    @property
+    def keyed(self) -> bool:
+        return self.key is not None
 
 
 @dataclass(frozen=True)
@@ -123,7 +126,7 @@ def parse_post(body: bytes, *, max_bytes: int, max_events: int | None = None) ->
     span = _last(jsonspan.members(body, jsonspan.skip_ws(body, 0)), "events")
     assert span is not None
     raws = jsonspan.items(body, *span)
-    parsed = tuple(_raw_event(event_type, raw) for raw in raws)
+    parsed = tuple(_raw_event(raw) for raw in raws)
     return Post(appid=appid, event_type=event_type, events=parsed)
 
 
@@ -149,15 +152,14 @@ def _last(members: list[jsonspan.Member], name: str) -> tuple[int, int] | None:
     return None
 
 
-def _raw_event(event_type: str, raw: bytes) -> RawEvent:
+def _raw_event(raw: bytes) -> RawEvent:
     span = _last(jsonspan.members(raw, 0), "id")
     if span is not None:
         text = raw[span[0] : span[1]]
         if text[:1] == b'"':
             value = orjson.loads(text)
             if value:
-                return RawEvent(raw, "id:" + hashlib.sha256(value.encode()).hexdigest()[:40], True)
+                return RawEvent(raw, "id:" + hashlib.sha256(value.encode()).hexdigest()[:40])
         elif text[:1] in b"-0123456789":
-            return RawEvent(raw, "id:" + hashlib.sha256(text).hexdigest()[:40], True)
-    fingerprint = hashlib.sha256(event_type.encode() + b"\x00" + raw).hexdigest()[:40]
-    return RawEvent(raw, "h:" + fingerprint, False)
+            return RawEvent(raw, "id:" + hashlib.sha256(text).hexdigest()[:40])
+    return RawEvent(raw, None)

@@ -4,7 +4,8 @@
 which, atomically:
 
 1. checks the receiver token's digest against the appid;
-2. drops repeated events one by one (``svcgw.envelope`` defines the keys);
+2. drops repeated events one by one (``svcgw.envelope`` defines the keys;
+   an event without an ``id`` has none and is always forwarded);
 3. writes one delivery, an RQ job queued for the workers, if any event is new;
 4. appends the post, raw as received, to the instance's callback log.
 
@@ -93,7 +94,6 @@ class Ingest:
         self._wait_replicas = settings.redis_wait_replicas
         self._wait_ms = max(1, round(settings.redis_wait_timeout * 1000))
         self._keyed_ttl = max(settings.log_retention, 86400)
-        self._unkeyed_ttl = settings.unkeyed_dedup_window
         self._queue_key = keys.rq_queue(settings.queue_name)
         self._job = template(settings.queue_name, settings.dead_letter_retention)
         self._known: OrderedDict[str, tuple[str, float]] = OrderedDict()
@@ -180,8 +180,9 @@ class Ingest:
         events: list[Any] = []
         dedup_keys = []
         for event in post.events:
-            events.extend((event.raw, "1" if event.keyed else "0"))
-            dedup_keys.append(keys.dedup(appid, event.key))
+            events.extend((event.raw, "0" if event.key is None else "1"))
+            if event.key is not None:
+                dedup_keys.append(keys.dedup(appid, event.key))
         head = build_envelope(appid, post.event_type, [])[:-2]  # up to and including '['
         result = cast(
             list[int],
@@ -205,7 +206,6 @@ class Ingest:
                     post.event_type,
                     head,
                     self._keyed_ttl,
-                    self._unkeyed_ttl,
                     delivery_id,
                     self._queue_key,
                     len(flat) // 2,

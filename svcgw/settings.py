@@ -48,7 +48,6 @@ class Settings:
     encryption_keys: tuple[str, ...] = field(default=(), repr=False)
     log_retention: int = 86400
     dead_letter_retention: int = 30 * 86400
-    unkeyed_dedup_window: int = 600
     lease_seconds: float = 30.0
     max_body_bytes: int = 1024 * 1024
     max_events_per_post: int = 1000
@@ -118,7 +117,6 @@ class Settings:
             encryption_keys=reader.words("SVCGW_ENCRYPTION_KEYS"),
             log_retention=reader.integer("SVCGW_LOG_RETENTION", 86400, minimum=1),
             dead_letter_retention=reader.integer("SVCGW_DEAD_LETTER_RETENTION", 30 * 86400, minimum=60),
-            unkeyed_dedup_window=reader.integer("SVCGW_UNKEYED_DEDUP_WINDOW", 600, minimum=1),
             lease_seconds=reader.number("SVCGW_LEASE_SECONDS", 30.0, minimum=0.5),
             max_body_bytes=reader.integer("SVCGW_MAX_BODY_BYTES", 1024 * 1024, minimum=1024),
             max_events_per_post=reader.integer("SVCGW_MAX_EVENTS_PER_POST", 1000, minimum=1, maximum=100_000),

@@ -22,9 +22,11 @@ from datetime import date
 from typing import Any
 
 from redis.asyncio import Redis
+from redis.exceptions import WatchError
 
 from . import keys
 from .callbacks import Destination, choose_destination, new_signing_secret, open_secret, seal_secret
+from .origins import same_origin
 from .scripts import source
 from .vault import TokenVault, VaultError
 
@@ -338,11 +340,23 @@ class Store:
         *,
         bearer_token: str | None = None,
         no_bearer: bool = False,
+        keep_token: bool = False,
     ) -> CallbackConfig:
-        """Set the address. A blank ``bearer_token`` keeps the old token; ``no_bearer`` deletes it.
+        """Set the address and say what becomes of the Bearer token.
 
-        The URL must already have passed ``svcgw.addresses.check_callback_url``.
-        A signing secret is generated the first time an address is set.
+        * ``bearer_token`` (not blank): it replaces the stored token;
+        * ``no_bearer``: the stored token is deleted;
+        * neither: the stored token is kept while the address keeps its
+          origin (scheme, host, port: ``svcgw.origins``), and deleted when
+          the origin changes, so a token never goes to a host it was not
+          set for; ``keep_token`` keeps it anyway (the console's explicit
+          choice).
+
+        The old address is read and the new one written in one ``WATCH``
+        transaction, so a concurrent change cannot slip in between the
+        comparison and the write. The URL must already have passed
+        ``svcgw.addresses.check_callback_url``. A signing secret is generated
+        the first time an address is set.
         """
         await self._check_scope(scope)
         if not url:
@@ -351,11 +365,20 @@ class Store:
         if bearer_token:
             mapping["token"] = self.vault.seal(bearer_token)
         async with self.redis.pipeline(transaction=True) as pipe:
-            pipe.hset(scope.key, mapping=mapping)
-            pipe.hsetnx(scope.key, "secret", self.vault.seal(new_signing_secret()))
-            if no_bearer:
-                pipe.hdel(scope.key, "token")
-            await pipe.execute()
+            while True:
+                try:
+                    await pipe.watch(scope.key)
+                    old_url = await pipe.hget(scope.key, "url")
+                    drop = no_bearer or (not bearer_token and not keep_token and not same_origin(old_url, url))
+                    pipe.multi()
+                    pipe.hset(scope.key, mapping=mapping)
+                    pipe.hsetnx(scope.key, "secret", self.vault.seal(new_signing_secret()))
+                    if drop:
+                        pipe.hdel(scope.key, "token")
+                    await pipe.execute()
+                    break
+                except WatchError:
+                    continue
         return await self.get_callback(scope)
 
     async def rotate_secret(self, scope: Scope) -> CallbackConfig:

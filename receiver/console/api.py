@@ -177,7 +177,12 @@ class Api:
         bearer = document.get("bearer")
         if bearer is not None and not isinstance(bearer, bool):
             raise ConsoleHTTPError(errors.BAD_REQUEST, "bearer must be true or false")
-        result = await self.service.save_callback(session.account, appid, url, bearer_token=token, bearer=bearer)
+        keep_token = document.get("keep_token", False)
+        if not isinstance(keep_token, bool):
+            raise ConsoleHTTPError(errors.BAD_REQUEST, "keep_token must be true or false")
+        result = await self.service.save_callback(
+            session.account, appid, url, bearer_token=token, bearer=bearer, keep_token=keep_token
+        )
         return json_ok(result.as_dict())
 
     async def rotate(self, request: Request, session: Session) -> Response:

@@ -101,8 +101,9 @@ def _callback_item(scope: str, params: list[dict[str, Any]]) -> dict[str, Any]:
             requestBody=_body(_ref("ConsoleCallbackRequest")),
             description=(
                 "An empty url removes the address and its Bearer token. A blank bearer_token keeps the stored "
-                "token; bearer false deletes it. The address is saved even when the test fails; test is null "
-                "when no test was sent."
+                "token while the address keeps its origin (scheme, host, port); on a new origin the token is "
+                "deleted unless keep_token is true. bearer false deletes it. The address is saved even when "
+                "the test fails; test is null when no test was sent."
             ),
         ),
     }
@@ -310,8 +311,12 @@ CONSOLE_SCHEMAS: dict[str, Any] = {
         "required": ["url"],
         "properties": {
             "url": {"type": "string", "description": "empty removes the address and its token"},
-            "bearer_token": {"type": "string", "description": "blank keeps the stored token"},
+            "bearer_token": {"type": "string", "description": "blank keeps the stored token (same origin)"},
             "bearer": {"type": "boolean", "description": "false deletes the token"},
+            "keep_token": {
+                "type": "boolean",
+                "description": "true keeps the stored token for an address on a new origin; else it is deleted",
+            },
         },
     },
     "ConsoleTest": {

@@ -273,8 +273,11 @@ class Pages:
         url = _field(form, "url")
         token = _field(form, "bearer_token")
         bearer = _field(form, "bearer") == "on"
+        keep_token = _field(form, "keep_token") == "on"
         try:
-            result = await self.service.save_callback(session.account, appid, url, bearer_token=token, bearer=bearer)
+            result = await self.service.save_callback(
+                session.account, appid, url, bearer_token=token, bearer=bearer, keep_token=keep_token
+            )
         except AddressError as exc:
             callback = await self.service.callback(session.account, appid)
             context: dict[str, Any] = {"callback": callback, "appid": appid, "typed_url": url}

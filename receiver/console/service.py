@@ -113,11 +113,15 @@ class ConsoleService:
         *,
         bearer_token: str = "",
         bearer: bool | None = None,
+        keep_token: bool = False,
     ) -> SaveResult:
         """Save the address and, for a non-empty one, send one ``SvcCallbackTest`` POST to it.
 
-        A blank ``bearer_token`` keeps the stored token; ``bearer`` False
-        deletes it; a blank ``url`` clears the address and its token. The
+        A blank ``bearer_token`` keeps the stored token while the address
+        keeps its origin (scheme, host, port); on a new origin the token is
+        deleted unless ``keep_token`` says to keep it, the developer's
+        explicit choice. ``bearer`` False deletes it; a blank ``url`` clears
+        the address and its token. The
         address is checked against the address rules first (``AddressError``,
         nothing saved); once saved it stays saved whatever the test answers.
         """
@@ -129,7 +133,7 @@ class ConsoleService:
         checked = await anyio.to_thread.run_sync(check_for_service, url, self.settings)
         token = bearer_token if bearer is not False else ""
         config = await self.store.set_callback(
-            scope, checked.url, bearer_token=token or None, no_bearer=bearer is False
+            scope, checked.url, bearer_token=token or None, no_bearer=bearer is False, keep_token=keep_token
         )
         test = await self._test(scope, checked.url, config)
         return SaveResult(_callback_dict(scope, config), test)

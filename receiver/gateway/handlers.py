@@ -58,6 +58,7 @@ __all__ = ["API_PATH", "SET_CALLBACK_PATH", "Call", "Gateway"]
 log = logging.getLogger("svcgw.gateway")
 
 API_PATH = "/svc/api/{module}/{action}"
+LONG_STOP = "long/stop"
 SET_CALLBACK_PATH = "/svc/instances/set-callback"
 
 PROXY_OPERATIONS = frozenset({"login/getQr", "login/checkQr", "login/reconnect"})
@@ -211,16 +212,35 @@ class Gateway:
             return await self._device_create(call)
         if call.operation in (LONG_START, UPDATE_CALLBACK):
             return await self._configure_callback(call)
+        if call.operation == LONG_STOP:
+            return await self._long_stop(call)
         answer = await self._forward(call, call.raw)
         if answer.ok:
             await self._after(call)
         return _pass_on(await self._scrub_other(call, answer))
 
+    async def _long_stop(self, call: Call) -> Response:
+        """``long/stop`` ends the service's maintenance of the instance, whatever the layer answers.
+
+        The caller asked that the connection stay down, and the spec says the
+        probe does not restart it after a stop: so maintenance ends on code 0,
+        on "long connection closed" (it was down already), on any other
+        refusal, and when the layer fails or cannot be reached (-50002: the
+        connection may still be up, but the prober must not bring it back
+        against the caller's wish). The answer is passed on unchanged; the
+        next ``long/start`` resumes maintenance.
+        """
+        try:
+            answer = await self._forward(call, call.raw)
+        except GatewayError:
+            await liveness.mark_stopped(self.redis, call.appid)
+            raise
+        await liveness.mark_stopped(self.redis, call.appid)
+        return _pass_on(await self._scrub_other(call, answer))
+
     async def _after(self, call: Call) -> None:
         """Liveness bookkeeping once the capability layer accepted the operation."""
-        if call.operation == "long/stop":
-            await liveness.mark_stopped(self.redis, call.appid)
-        elif call.operation == "login/logout":
+        if call.operation == "login/logout":
             await liveness.mark_logged_out(self.redis, call.appid)
         elif call.operation in PROXY_OPERATIONS:
             proxy = call.document.get("proxy")

@@ -1,10 +1,11 @@
 -- One post to a receiver (svcgw.ingest); delivery.lua is prepended.
 -- KEYS: receiver lookup, instance, log, delivery, job, queue, rq:queues,
---       metrics counters, dedup...
+--       metrics counters, then one dedup key per keyed event, in order
 -- ARGV: appid, now, log retention, raw body, event_type, envelope head,
---       keyed ttl, unkeyed ttl, delivery id, queue key, job field count,
+--       dedup ttl, delivery id, queue key, job field count,
 --       job fields..., the posts, events and duplicates counter fields,
---       then per event: raw, keyed flag
+--       then per event: raw, keyed flag ('1': it has the next dedup key;
+--       '0': it has no id and is always kept)
 -- Returns {-1, 0, 0} for an unknown receiver, else {1, accepted, duplicates}.
 -- The /metrics counters of a post (svcgw.metrics.ingest_commands) are
 -- bumped here too: a second round trip per post cost a quarter of the
@@ -14,31 +15,33 @@ local appid = ARGV[1]
 if redis.call('GET', KEYS[1]) ~= appid then return {-1, 0, 0} end
 local account = redis.call('HGET', KEYS[2], 'account')
 if not account then return {-1, 0, 0} end
-local nfields = tonumber(ARGV[11])
-local counters = 12 + nfields * 2
+local nfields = tonumber(ARGV[10])
+local counters = 11 + nfields * 2
 local first_event = counters + 3
 local kept = {}
 local total = 0
 local i = first_event
 local k = 9
 while i <= #ARGV do
-  local ttl = ARGV[8]
-  if ARGV[i + 1] == '1' then ttl = ARGV[7] end
-  if redis.call('SET', KEYS[k], ARGV[9], 'NX', 'EX', ttl) then
+  if ARGV[i + 1] ~= '1' then
     kept[#kept + 1] = ARGV[i]
+  else
+    if redis.call('SET', KEYS[k], ARGV[8], 'NX', 'EX', ARGV[7]) then
+      kept[#kept + 1] = ARGV[i]
+    end
+    k = k + 1
   end
   total = total + 1
   i = i + 2
-  k = k + 1
 end
 local delivery = ''
 if #kept > 0 then
-  delivery = ARGV[9]
+  delivery = ARGV[8]
   local body = ARGV[6] .. table.concat(kept, ',') .. ']}'
   local job = {}
-  for f = 12, 11 + nfields * 2 do job[#job + 1] = ARGV[f] end
+  for f = 11, 10 + nfields * 2 do job[#job + 1] = ARGV[f] end
   write_delivery({delivery = KEYS[4], job = KEYS[5], queue = KEYS[6], rq_queues = KEYS[7]},
-    appid, account, ARGV[5], body, ARGV[2], #kept, delivery, ARGV[10], job)
+    appid, account, ARGV[5], body, ARGV[2], #kept, delivery, ARGV[9], job)
 end
 log_post(KEYS[3], ARGV[3], ARGV[4], ARGV[2], delivery, #kept, total - #kept)
 redis.call('HINCRBY', KEYS[8], ARGV[counters], 1)

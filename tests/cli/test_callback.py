@@ -35,8 +35,8 @@ def test_callback_set_show_rotate_clear(env: dict[str, str], settings: Settings,
     assert sealed is not None and token.encode() not in sealed
     assert TokenVault.from_settings(settings).open(sealed) == token
 
-    # Without --bearer-token the token is kept; the secret stays with the address.
-    again = ok(env, "callback", "set", "--appid", tenant.appid, "--url", "http://127.0.0.1:10/hook")
+    # Without --bearer-token the token is kept (same origin); the secret stays with the address.
+    again = ok(env, "callback", "set", "--appid", tenant.appid, "--url", "http://127.0.0.1:9/other")
     assert again["bearer"] is True and again["secret"] == first["secret"]
     for human in (
         svcgw(env, "callback", "show", "--appid", tenant.appid),
@@ -55,6 +55,19 @@ def test_callback_set_show_rotate_clear(env: dict[str, str], settings: Settings,
 
     cleared = ok(env, "callback", "clear", "--appid", tenant.appid)
     assert cleared["url"] is None and cleared["bearer"] is False and cleared["secret"] == rotated["secret"]
+
+
+def test_a_new_origin_drops_the_token_unless_the_command_sets_one(env: dict[str, str], settings: Settings) -> None:
+    tenant = provision(settings, url="http://127.0.0.1:9/hook", bearer="bearer-token-for-port-9")
+    for scope in (("--appid", tenant.appid), ("--account", tenant.account)):
+        ok(env, "callback", "set", *scope, "--url", "http://127.0.0.1:9/hook", "--bearer-token", "tok-9-" + "x" * 16)
+        moved = ok(env, "callback", "set", *scope, "--url", "http://127.0.0.1:10/hook")
+        assert moved["bearer"] is False
+        ok(env, "callback", "set", *scope, "--url", "http://127.0.0.1:9/hook", "--bearer-token", "tok-9-" + "x" * 16)
+        replaced = ok(
+            env, "callback", "set", *scope, "--url", "http://localhost:9/x", "--bearer-token", "tok-new-" + "y" * 16
+        )
+        assert replaced["bearer"] is True
 
 
 def test_instance_falls_back_to_the_account_default(env: dict[str, str], settings: Settings) -> None:

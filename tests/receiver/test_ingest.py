@@ -79,10 +79,36 @@ def test_duplicates_are_dropped_but_still_logged(settings: Settings, server: str
 
 def test_all_duplicate_post_queues_nothing(settings: Settings, server: str, redis: Redis) -> None:
     tenant = provision(settings)
-    body = b'{"event_type":"GapClosed","events":[{"code":0}]}'
+    body = b'{"event_type":"Msg","events":[{"id":"once"}]}'
     assert post(tenant.receiver_url(server), body).json()["data"]["accepted"] == 1
     assert post(tenant.receiver_url(server), body).json()["data"] == {"accepted": 0, "duplicates": 1}
     assert len(queued(redis)) == 1
+
+
+def test_events_without_an_id_are_never_dropped(settings: Settings, server: str, redis: Redis) -> None:
+    tenant = provision(settings)
+    body = b'{"event_type":"GapClosed","events":[{"code":0}]}'
+    for _ in range(2):
+        assert post(tenant.receiver_url(server), body).json()["data"] == {"accepted": 1, "duplicates": 0}
+    assert len(queued(redis)) == 2
+    assert redis.xlen(keys.callback_log(tenant.appid)) == 2
+    # No de-duplication key is written for them at all.
+    assert redis.keys(f"svcgw:dedup:{tenant.appid}:*") == []
+
+
+def test_a_post_mixing_events_with_and_without_an_id(settings: Settings, server: str, redis: Redis) -> None:
+    tenant = provision(settings)
+    body = b'{"event_type":"Mixed","events":[{"id":"k1"},{"code":0},{"code":0}]}'
+    assert post(tenant.receiver_url(server), body).json()["data"] == {"accepted": 3, "duplicates": 0}
+    assert post(tenant.receiver_url(server), body).json()["data"] == {"accepted": 2, "duplicates": 1}
+    second = redis.hget(keys.delivery(queued(redis)[1].decode()), "body")
+    assert second is not None and second.endswith(b'"events":[{"code":0},{"code":0}]}')
+    assert len(redis.keys(f"svcgw:dedup:{tenant.appid}:*")) == 1
+
+
+def test_the_old_unkeyed_window_setting_is_ignored(env: dict[str, str]) -> None:
+    settings = Settings.from_env({**env, "SVCGW_UNKEYED_DEDUP_WINDOW": "600"})
+    assert not hasattr(settings, "unkeyed_dedup_window")
 
 
 def test_same_event_id_on_two_instances_is_not_a_duplicate(

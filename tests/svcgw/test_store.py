@@ -76,3 +76,42 @@ def test_a_secret_no_key_opens_is_not_shown(settings: Settings, redis: Redis) ->
 
     config = with_store(settings, read)
     assert config.secret is None and config.url == "http://127.0.0.1:9/hook"
+
+
+# --- the Bearer token follows the address's origin ---------------------------------------------
+
+
+def _bearer_after(settings: Settings, first: str, second: str, **options: object) -> bool:
+    tenant = provision(settings, url=first, bearer="tok-" + "x" * 20)
+
+    async def move(store: Store) -> bool:
+        return (await store.set_callback(Scope(appid=tenant.appid), second, **options)).bearer  # type: ignore[arg-type]
+
+    return with_store(settings, move)  # type: ignore[no-any-return]
+
+
+def test_the_token_stays_while_the_origin_stays(settings: Settings) -> None:
+    assert _bearer_after(settings, "https://hooks.example.com/a", "https://hooks.example.com/b?x=1")
+    # Default ports and host case are the same origin.
+    assert _bearer_after(settings, "https://Hooks.Example.com/a", "https://hooks.example.com:443/b")
+    assert _bearer_after(settings, "http://hooks.example.com:80/a", "http://HOOKS.example.com/a")
+
+
+def test_the_token_is_dropped_when_the_origin_changes(settings: Settings, redis: Redis) -> None:
+    assert not _bearer_after(settings, "https://hooks.example.com/a", "https://other.example.com/a")
+    assert not _bearer_after(settings, "https://hooks.example.com/a", "http://hooks.example.com/a")
+    assert not _bearer_after(settings, "https://hooks.example.com/a", "https://hooks.example.com:8443/a")
+
+
+def test_a_token_set_with_the_new_origin_or_kept_explicitly_stays(settings: Settings, redis: Redis) -> None:
+    tenant = provision(settings, url="https://hooks.example.com/a", bearer="old-token-0123456789")
+    scope = Scope(appid=tenant.appid)
+    vault = TokenVault.from_settings(settings)
+
+    async def move(store: Store) -> None:
+        await store.set_callback(scope, "https://new.example.com/a", bearer_token="new-token-0123456789")
+
+    with_store(settings, move)
+    stored = redis.hget(keys.callback_instance(tenant.appid), "token")
+    assert stored is not None and vault.open(stored) == "new-token-0123456789"
+    assert _bearer_after(settings, "https://hooks.example.com/a", "https://new.example.com/a", keep_token=True)

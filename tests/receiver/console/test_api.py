@@ -476,3 +476,27 @@ def test_changes_count_against_the_accounts_rate_limit(env: dict[str, str], deve
             assert console.change("DELETE", "/session").status_code == 200
         finally:
             console.close()
+
+
+def test_a_new_origin_drops_the_token_unless_keeping_it_is_chosen(
+    console: ConsoleClient, developer: Developer, sink: Sink, redis: Redis
+) -> None:
+    appid = developer.appids[0]
+    path = f"/instances/{appid}/callback"
+    elsewhere = sink.url.replace("127.0.0.1", "localhost")
+    assert elsewhere != sink.url
+    console.change("PUT", path, {"url": sink.url, "bearer_token": "tok-for-the-first-host"})
+
+    moved = console.change("PUT", path, {"url": elsewhere})
+    assert moved.status_code == 200, moved.text
+    assert moved.json()["data"]["callback"]["bearer"] is False
+    assert not redis.hexists(keys.callback_instance(appid), "token")
+
+    console.change("PUT", path, {"url": sink.url, "bearer_token": "tok-for-the-first-host"})
+    kept = console.change("PUT", path, {"url": elsewhere, "keep_token": True})
+    assert kept.json()["data"]["callback"]["bearer"] is True
+    same = console.change("PUT", path, {"url": elsewhere + "?again=1"})
+    assert same.json()["data"]["callback"]["bearer"] is True
+
+    wrong = console.change("PUT", path, {"url": sink.url, "keep_token": "yes"})
+    assert wrong.status_code == 400 and "keep_token" in wrong.text

@@ -524,6 +524,42 @@ def test_set_callback_stores_the_address_without_calling_upstream(stack: Stack) 
     )
 
 
+def _bearer(stack: Stack, appid: str, url: str | None = None) -> bool:
+    """Whether the instance has a Bearer token; with ``url``, first set that address and a token."""
+
+    async def action(store: Store) -> bool:
+        if url is not None:
+            await store.set_callback(Scope(appid=appid), url, bearer_token="bearer-for-the-first-host")
+        return (await store.get_callback(Scope(appid=appid))).bearer
+
+    return stack.store(action)  # type: ignore[no-any-return]
+
+
+@pytest.mark.parametrize("route", ["long/start", "long/updateCallbackURL", "set-callback"])
+def test_the_bearer_token_follows_the_origin_on_every_route(stack: Stack, route: str) -> None:
+    _, key = stack.account()
+    appid = stack.create_device(key)
+    stack.login(key, appid)
+
+    def move(url: str) -> None:
+        body = {"appid": appid, "callbackUrl": url}
+        if route == "set-callback":
+            answer = stack.post("/svc/instances/set-callback", body, key)
+        else:
+            answer = stack.api(key, route, body)
+        assert answer.json()["code"] in (0, -1), answer.text  # -1 "started": long/start again
+        assert stack.forward_address(appid) == url
+
+    assert _bearer(stack, appid, "http://127.0.0.1:7/first")
+    move("http://127.0.0.1:7/second?x=1")  # same origin: the token stays
+    assert _bearer(stack, appid)
+    move("http://localhost:7/second")  # another host: the token goes
+    assert not _bearer(stack, appid)
+    assert _bearer(stack, appid, "http://127.0.0.1:7/first")
+    move("http://127.0.0.1:8/first")  # another port: the token goes
+    assert not _bearer(stack, appid)
+
+
 def test_stop_and_logout_update_liveness(stack: Stack, redis: Redis) -> None:
     _, key = stack.account()
     appid = stack.create_device(key)
@@ -538,6 +574,41 @@ def test_stop_and_logout_update_liveness(stack: Stack, redis: Redis) -> None:
 
     assert stack.api(key, "login/logout", {"appid": appid}).json()["code"] == 0
     assert redis.hget(keys.instance(appid), "status") == b"logged_out"
+
+
+@pytest.mark.parametrize(
+    ("fault", "answered"),
+    [
+        ({"error": {"long/stop": "long connection closed"}}, (200, -1)),  # already closed
+        ({"error": {"long/stop": "-30001|something else"}}, (200, -1)),  # any other refusal
+        ({"http_error": {"long/stop": 503}}, (502, -50002)),  # the layer failed
+        ({"http_error": {"long/stop": "close"}}, (502, -50002)),  # the layer did not answer
+    ],
+)
+def test_long_stop_ends_maintenance_whatever_the_layer_answers(
+    stack: Stack, redis: Redis, fault: dict[str, object], answered: tuple[int, int]
+) -> None:
+    _, key = stack.account()
+    appid = stack.create_device(key)
+    stack.login(key, appid)
+    assert stack.api(key, "long/start", {"appid": appid, "callbackUrl": "http://127.0.0.1:1/x"}).json()["code"] == 0
+    assert redis.hget(keys.instance(appid), "maintained") == b"1"
+
+    stack.sim_faults(appid=appid, **fault)
+    try:
+        answer = stack.api(key, "long/stop", {"appid": appid})
+    finally:
+        stack.sim_faults(appid=appid, **{name: None for name in fault})
+    assert (answer.status_code, answer.json()["code"]) == answered, answer.text
+    fields = redis.hgetall(keys.instance(appid))
+    assert fields[b"status"] == b"stopped" and fields[b"maintained"] == b"0"
+    assert redis.zscore(keys.PROBE_SCHEDULE, appid) is None
+
+    # The next long/start resumes it.
+    restart = stack.api(key, "long/start", {"appid": appid, "callbackUrl": "http://127.0.0.1:1/x"})
+    assert restart.json()["code"] in (0, -1)  # -1 "started" if the connection stayed up
+    assert redis.hget(keys.instance(appid), "maintained") == b"1"
+    assert redis.zscore(keys.PROBE_SCHEDULE, appid) is not None
 
 
 # --- rate limit ------------------------------------------------------------------------------------
