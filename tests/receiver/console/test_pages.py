@@ -211,19 +211,22 @@ def test_the_page_keeps_the_token_on_a_new_origin_only_when_asked(
     server: str, developer: Developer, sink: Sink, redis: Redis
 ) -> None:
     http, csrf = signed_in(server, developer.key)
-    appid = developer.appids[0]
-    path = f"/console/instances/{appid}/callback"
-    elsewhere = sink.url.replace("127.0.0.1", "localhost")
+    try:
+        appid = developer.appids[0]
+        path = f"/console/instances/{appid}/callback"
+        elsewhere = sink.url.replace("127.0.0.1", "localhost")
 
-    def save(**fields: str) -> None:
-        answer = http.post(path, data={"bearer": "on", "csrf_token": csrf, **fields})
-        assert answer.status_code == 303, answer.text
+        def save(**fields: str) -> None:
+            answer = http.post(path, data={"bearer": "on", "csrf_token": csrf, **fields})
+            assert answer.status_code == 303, answer.text
 
-    save(url=sink.url, bearer_token=TOKEN)
-    page = http.get(f"/console/instances/{appid}").text
-    assert 'name="keep_token"' in page
-    save(url=elsewhere)
-    assert not redis.hexists(keys.callback_instance(appid), "token")
-    save(url=sink.url, bearer_token=TOKEN)
-    save(url=elsewhere, keep_token="on")
-    assert redis.hexists(keys.callback_instance(appid), "token")
+        save(url=sink.url, bearer_token=TOKEN)
+        page = http.get(f"/console/instances/{appid}").text
+        assert 'name="keep_token"' in page
+        save(url=elsewhere)
+        assert not redis.hexists(keys.callback_instance(appid), "token")
+        save(url=sink.url, bearer_token=TOKEN)
+        save(url=elsewhere, keep_token="on")
+        assert redis.hexists(keys.callback_instance(appid), "token")
+    finally:
+        http.close()
