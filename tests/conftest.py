@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import socket
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -34,9 +35,14 @@ def redis_db() -> Iterator[int]:
         yield int(fixed)
         return
     lessor = Redis(host=REDIS_HOST, port=REDIS_PORT, db=0)
-    owner = f"{os.getpid()}"
+    owner = f"{socket.gethostname()}:{os.getpid()}"
     for db in range(1, 16):
         if lessor.set(f"svcgw-test:db:{db}", owner, nx=True, ex=6 * 3600):
+            break
+        lease = lessor.get(f"svcgw-test:db:{db}")
+        # A run that was killed never gave its lease back; its process is gone.
+        # SET ... GET tells whether another run took the lease over first.
+        if _abandoned(lease) and lessor.set(f"svcgw-test:db:{db}", owner, ex=6 * 3600, get=True) == lease:
             break
     else:
         raise RuntimeError("every test database of the Redis at 127.0.0.1:6379 is leased")
@@ -46,6 +52,22 @@ def redis_db() -> Iterator[int]:
         if lessor.get(f"svcgw-test:db:{db}") == owner.encode():
             lessor.delete(f"svcgw-test:db:{db}")
         lessor.close()
+
+
+def _abandoned(lease: bytes | None) -> bool:
+    """Whether a lease was taken by a process of this host that no longer runs."""
+    if lease is None:
+        return False
+    host, _, pid = lease.decode().rpartition(":")
+    if host != socket.gethostname() or not pid.isdigit():
+        return False
+    try:
+        os.kill(int(pid), 0)
+    except ProcessLookupError:
+        return True
+    except PermissionError:
+        return False
+    return False
 
 
 @pytest.fixture
