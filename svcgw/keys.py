@@ -34,6 +34,11 @@ def account_denied(account_id: str) -> str:
     return f"{PREFIX}account:{account_id}:denied"
 
 
+def account_own_denied(account_id: str) -> str:
+    """Set of operations the account denied itself in the console; checked with the operator's set."""
+    return f"{PREFIX}account:{account_id}:denied:own"
+
+
 def device_reservations(account_id: str) -> str:
     """Sorted set: quota slots held by device creations in flight, scored by expiry."""
     return f"{PREFIX}account:{account_id}:reservations"
