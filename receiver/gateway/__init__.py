@@ -96,7 +96,7 @@ answers) and :mod:`.handlers` (the routes, and the order above).
 from __future__ import annotations
 
 from .body import instance_id
-from .handlers import API_PATH, SET_CALLBACK_PATH, Gateway
+from .handlers import API_PATH, SET_CALLBACK_PATH, Gateway, direct_operation
 from .paths import PathGuard, path_problem
 from .quota import DeviceQuota
 from .scrub import scrub
@@ -107,6 +107,7 @@ __all__ = [
     "DeviceQuota",
     "Gateway",
     "PathGuard",
+    "direct_operation",
     "instance_id",
     "path_problem",
     "scrub",

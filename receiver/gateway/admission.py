@@ -59,19 +59,22 @@ class Facts:
 
 class Admission:
     def __init__(self, redis: Redis, limiter: RateLimiter) -> None:
-        body = source("rate_window")
-        self._script = redis.register_script(
-            "local function rate_window(KEYS, ARGV)\n" + body + "\nend\n" + source("gateway_admit")
-        )
-        self._clock = limiter.clock
-        names: list[str | int] = [
+        names: list[str] = [
             *_around(keys.api_key(_MARK)),
             *_around(keys.account_denied(_MARK)),
             *_around(keys.account_own_denied(_MARK)),
         ]
         for item in limiter.items:
-            names.extend((*_around(window_key(_MARK, item)), item.amount, item.get_expiry() * 1000))
-        self._names = names
+            names.extend((*_around(window_key(_MARK, item)), str(item.amount), str(item.get_expiry() * 1000)))
+        self._script = redis.register_script(
+            "local function rate_window(KEYS, ARGV)\n"
+            + source("rate_window")
+            + "\nend\nlocal NAMES = {"
+            + ", ".join(_lua_string(name) for name in names)
+            + "}\n"
+            + source("gateway_admit")
+        )
+        self._clock = limiter.clock
 
     async def admit(self, *, key: str | None = None, account: str | None = None, operation: str,
                     appid: str | None) -> Facts | None:  # fmt: skip
@@ -88,7 +91,7 @@ class Admission:
             list[Any],
             await self._script(
                 keys=[lookup, keys.instance(appid) if appid is not None else ""],
-                args=[now, account or "", operation.lower(), *self._names],
+                args=[now, account or "", operation.lower()],
             ),
         )
         if int(result[0]) == 0:
@@ -102,6 +105,13 @@ class Admission:
         verdict = Verdict(True, 0) if allowed else Verdict(False, Verdict.seconds(wait))
         owner = _text(result[6])
         return Facts(found, verdict, bool(int(result[5])), owner or None)
+
+
+def _lua_string(text: str) -> str:
+    """``text`` as a Lua string literal (key names: printable ASCII)."""
+    if not text.isascii() or not text.isprintable():
+        raise ValueError(f"a key name the admission script cannot spell: {text!r}")
+    return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
 
 
 def _text(value: object) -> str:

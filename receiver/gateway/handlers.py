@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import re
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -21,8 +22,9 @@ from redis.asyncio import Redis
 from redis.exceptions import RedisError
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import ClientDisconnect, Request
-from starlette.responses import Response
+from starlette.responses import PlainTextResponse, Response
 from starlette.routing import BaseRoute, Route
+from starlette.types import Message, Receive, Scope, Send
 
 from svcgw import errors, liveness
 from svcgw.addresses import AddressError, check_for_service
@@ -34,6 +36,7 @@ from svcgw.store import NotFound
 from svcgw.store import Scope as CallbackScope
 from svcgw.upstream import Answer, Upstream, UpstreamError
 
+from ..headers import NOSNIFF
 from ..http import BodyTooLarge, ConflictingKeys, presented_key, read_body
 from .admission import Admission, Facts
 from .body import (
@@ -49,18 +52,22 @@ from .body import (
 )
 from .inflight import InflightBytes, Share
 from .quota import DeviceQuota, Reservation
-from .scrub import mentions, scrub
+from .scrub import mentions, might_mention, scrub
 
 if TYPE_CHECKING:
     from ..services import Services
 
-__all__ = ["API_PATH", "SET_CALLBACK_PATH", "Call", "Gateway"]
+__all__ = ["API_PATH", "SET_CALLBACK_PATH", "Call", "Gateway", "direct_operation"]
 
 log = logging.getLogger("svcgw.gateway")
 
 API_PATH = "/svc/api/{module}/{action}"
 LONG_STOP = "long/stop"
 SET_CALLBACK_PATH = "/svc/instances/set-callback"
+
+# An API path that needs no judging: no escape, no dot, no empty segment. Anything else goes
+# through the router and the path guard (check 1) as before.
+_PLAIN_API_PATH = re.compile(rb"/svc/api/([^/%.?]+)/([^/%.?]+)")
 
 PROXY_OPERATIONS = frozenset({"login/getQr", "login/checkQr", "login/reconnect"})
 
@@ -112,6 +119,17 @@ async def _parse_body(raw: bytes) -> tuple[dict[str, Any], list[Member]]:
     if len(raw) <= PARSE_IN_THREAD_BYTES:
         return parse_body(raw)
     return await asyncio.to_thread(parse_body, raw)
+
+
+def direct_operation(scope: Scope) -> tuple[str, str] | None:
+    """``(module, action)`` of a gateway call on a plain API path, which needs no routing; else None."""
+    if scope["type"] != "http" or scope["method"] != "POST":
+        return None
+    raw = scope.get("raw_path") or scope["path"].encode("utf-8")
+    if _PLAIN_API_PATH.fullmatch(raw) is None:
+        return None
+    _, _, _, module, action = scope["path"].split("/")
+    return module, action
 
 
 class _Pending:
@@ -232,6 +250,32 @@ class Gateway:
         ]
 
     # --- endpoints ----------------------------------------------------------
+    async def direct(self, scope: Scope, receive: Receive, send: Send, module: str, action: str) -> None:
+        """``api`` as a plain ASGI call, for the app to run without its router and middleware.
+
+        The hot path of the service: the app hands every call on a plain API
+        path (:func:`direct_operation`) here. What the middleware would add, this
+        does itself: ``nosniff`` on the answer, and a 500 for an unexpected error.
+        """
+        started = False
+
+        async def send_nosniff(message: Message) -> None:
+            nonlocal started
+            if message["type"] == "http.response.start":
+                started = True
+                message["headers"] = [*message.get("headers", ()), NOSNIFF]
+            await send(message)
+
+        try:
+            response = await self._answer(Request(scope, receive), module, action, self._operation)
+            await response(scope, receive, send_nosniff)
+        except ClientDisconnect:
+            return  # the caller left; its share was given back on the way out
+        except Exception:
+            if not started:
+                await PlainTextResponse("Internal Server Error", status_code=500)(scope, receive, send_nosniff)
+            raise
+
     async def api(self, request: Request) -> Response:
         module, action = request.path_params["module"], request.path_params["action"]
         return await self._answer(request, module, action, self._operation)
@@ -411,7 +455,7 @@ class Gateway:
             receiver_url, token = await self._receiver_url(call.appid)
         except NotFound:
             return answer.raw  # no instance (removed meanwhile): no token to leak
-        if not mentions(answer.envelope, token):
+        if not might_mention(answer.raw, token) or not mentions(answer.envelope, token):
             return answer.raw
         config = await self.store.get_callback(CallbackScope(appid=call.appid))
         return scrub(answer, receiver_url, token, config.url or "")

@@ -1,16 +1,18 @@
 -- Every check of a gateway call that reads Redis, in one round trip (receiver.gateway.admission).
--- Runs with rate_window.lua's body wrapped as the local function rate_window(KEYS, ARGV), so the
--- rate limit has one implementation (see Admission in receiver/gateway/admission.py).
+-- Runs after two definitions made by Admission (receiver/gateway/admission.py): rate_window.lua's
+-- body wrapped as the local function rate_window(KEYS, ARGV), so the rate limit has one
+-- implementation, and NAMES, the key names this process uses, constant for its life (sent once
+-- with the script rather than with every call):
+--   NAMES[1], NAMES[2]: the name of a key's hash before and after the key id (svcgw.keys.api_key)
+--   NAMES[3], NAMES[4]: the operator's denied set, before and after the account id (keys.account_denied)
+--   NAMES[5], NAMES[6]: the account's own denied set, likewise (keys.account_own_denied)
+--   NAMES[7..]: per rate limit, its window list's name before and after the account id, its amount,
+--               its window in ms (receiver.ratelimit.window_key)
 -- KEYS[1]: the API key's look-up string (apikey-hash:<sha256>), or '' when ARGV[2] names the account
 -- KEYS[2]: the instance hash of the call's appid, or '' when ownership is not read here
 -- ARGV[1]: now in milliseconds ('' for the Redis server's clock)
 -- ARGV[2]: the account id, when KEYS[1] is '' (a call made for an account already signed in)
 -- ARGV[3]: the operation ("module/action"), lower case
--- ARGV[4], ARGV[5]: the name of a key's hash before and after the key id (svcgw.keys.api_key)
--- ARGV[6], ARGV[7]: the operator's denied set, before and after the account id (keys.account_denied)
--- ARGV[8], ARGV[9]: the account's own denied set, likewise (keys.account_own_denied)
--- ARGV[10..]: per rate limit, its window list's name before and after the account id, its amount,
---             its window in ms (receiver.ratelimit.window_key)
 -- The names built here around the key or account id are not in KEYS because the ids are only known
 -- here; the service runs on one Redis (or Sentinel), never a cluster.
 -- Returns {0} for a missing, unknown or revoked key (nothing written), else
@@ -29,7 +31,7 @@ local account, stored = ARGV[2], ''
 if KEYS[1] ~= '' then
   local key_id = redis.call('GET', KEYS[1])
   if not key_id then return {0} end
-  local key_hash = ARGV[4] .. key_id .. ARGV[5]
+  local key_hash = NAMES[1] .. key_id .. NAMES[2]
   local fields = redis.call('HMGET', key_hash, 'account', 'hash', 'revoked_at')
   if not fields[1] or fields[1] == '' or not fields[2] or fields[2] == '' or fields[3] then return {0} end
   account, stored = fields[1], fields[2]
@@ -37,16 +39,16 @@ if KEYS[1] ~= '' then
 end
 
 local window_keys, window_args = {}, {tostring(now)}
-for i = 10, #ARGV, 4 do
-  window_keys[#window_keys + 1] = ARGV[i] .. account .. ARGV[i + 1]
-  window_args[#window_args + 1] = ARGV[i + 2]
-  window_args[#window_args + 1] = ARGV[i + 3]
+for i = 7, #NAMES, 4 do
+  window_keys[#window_keys + 1] = NAMES[i] .. account .. NAMES[i + 1]
+  window_args[#window_args + 1] = NAMES[i + 2]
+  window_args[#window_args + 1] = NAMES[i + 3]
 end
 local verdict = rate_window(window_keys, window_args)
 
 local denied = 0
 local operation = ARGV[3]
-for _, set in ipairs({ARGV[6] .. account .. ARGV[7], ARGV[8] .. account .. ARGV[9]}) do
+for _, set in ipairs({NAMES[3] .. account .. NAMES[4], NAMES[5] .. account .. NAMES[6]}) do
   for _, name in ipairs(redis.call('SMEMBERS', set)) do
     if string.lower(name) == operation then denied = 1 end
   end
