@@ -62,7 +62,7 @@ from .fast_upstream import BODY as FAST_ANSWER
 from .redis_counter import CountingProxy
 from .services import REPO, RedisServer, Role, wait_until, wrk_path
 
-__all__ = ["GATEWAY_TARGETS", "GatewayPlan", "gateway", "gateway_table"]
+__all__ = ["GATEWAY_TARGETS", "GatewayPlan", "gateway", "gateway_table", "in_bench"]
 
 APPID = "we_benchgateway01"
 PATH = "/svc/api/user/getProfile"
@@ -460,6 +460,17 @@ def gateway_table(figures: dict[str, Any]) -> str:
         f"{ratios['w1_vs_fast_direct']} / {ratios['w2_vs_fast_direct']} of the fast upstream direct"
     )
     return "\n".join(lines)
+
+
+def in_bench(bench: Any) -> dict[str, Any]:
+    """The scenario inside ``python -m tests.bench``: its Redis and environment, this checkout only."""
+    rig = Rig(bench.redis, dict(bench.env), bench.workdir, bench.log)
+    try:
+        figures = gateway(rig, GatewayPlan(short=bench.plan.short), [Tree("after", REPO)])
+    finally:
+        rig.stop()
+    figures["setup"]["appendfsync"] = bench.appendfsync
+    return figures
 
 
 # --- standalone ---------------------------------------------------------------------------
