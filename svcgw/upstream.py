@@ -69,8 +69,10 @@ MAX_CONNECTIONS = 256
 KEEPALIVE_SECONDS = 30.0
 
 JSON_HEADERS = {"Content-Type": "application/json"}
-# aiohttp adds these unless told not to; the capability layer gets none of them.
+# aiohttp adds these unless told not to; the capability layer gets none of them (see _Request).
 SKIPPED_HEADERS = ("User-Agent", "Accept", "Accept-Encoding")
+# Operation paths as URLs, made once each: parsing one costs more than the rest of a call's set-up.
+URLS_KEPT = 1024
 
 
 class UpstreamError(Exception):
@@ -157,6 +159,17 @@ class _Try:
 _try: contextvars.ContextVar[_Try | None] = contextvars.ContextVar("upstream_try", default=None)
 
 
+class _Request(aiohttp.ClientRequest):
+    """A request with no header of aiohttp's own choosing (``SKIPPED_HEADERS``).
+
+    The same as ``skip_auto_headers=SKIPPED_HEADERS``, which builds and
+    copies a header dict on every request to learn what to leave out.
+    """
+
+    def update_auto_headers(self, skip_auto_headers: Any) -> None:
+        return None
+
+
 class _Connector(aiohttp.TCPConnector):
     """A connector that tells the current try whether its connection came from the pool.
 
@@ -202,6 +215,7 @@ class Upstream:
         self.timeout = timeout
         self.connect_timeout = min(connect_timeout, timeout)
         self._session: aiohttp.ClientSession | None = None
+        self._urls: dict[tuple[str, str], URL] = {}
 
     def _client(self) -> aiohttp.ClientSession:
         # Made on first use: a session binds to the running loop when it is created.
@@ -211,7 +225,7 @@ class Upstream:
                 # The whole call's deadline is the caller's (asyncio.timeout in call).
                 timeout=aiohttp.ClientTimeout(total=None, sock_connect=self.connect_timeout),
                 cookie_jar=aiohttp.DummyCookieJar(),
-                skip_auto_headers=SKIPPED_HEADERS,
+                request_class=_Request,
                 auto_decompress=False,
                 # trust_env off: a proxy variable in the environment must not divert
                 # calls meant for the capability layer.
@@ -222,7 +236,11 @@ class Upstream:
     async def call(self, module: str, action: str, body: bytes) -> Answer:
         """POST ``body`` to the operation; the answer, or an :class:`UpstreamError`."""
         # encoded: the path goes out exactly as operation_path wrote it.
-        url = URL(self.base + operation_path(module, action), encoded=True)
+        url = self._urls.get((module, action))
+        if url is None:
+            if len(self._urls) >= URLS_KEPT:
+                self._urls.clear()  # any path may be called: keep the set bounded
+            url = self._urls[module, action] = URL(self.base + operation_path(module, action), encoded=True)
         try:
             async with asyncio.timeout(self.timeout):
                 status, raw = await self._post(url, body)
