@@ -39,6 +39,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
+import resource
 import statistics
 import subprocess
 import sys
@@ -60,7 +61,7 @@ from tests.support import free_port
 
 from .fast_upstream import BODY as FAST_ANSWER
 from .redis_counter import CountingProxy
-from .services import REPO, RedisServer, Role, wait_until, wrk_path
+from .services import REPO, RedisServer, Role, _tree, wait_until, wrk_path
 
 __all__ = ["GATEWAY_TARGETS", "GatewayPlan", "gateway", "gateway_table", "in_bench"]
 
@@ -169,6 +170,28 @@ def _answers(url: str) -> bool:
         return httpx.get(url, timeout=1, trust_env=False).status_code < 500
     except httpx.HTTPError:
         return False
+
+
+def cpu_seconds(pids: list[int]) -> float:
+    """User and system CPU time the processes have used so far."""
+    ticks = 0
+    for pid in pids:
+        try:
+            with open(f"/proc/{pid}/stat", "rb") as handle:
+                fields = handle.read().rsplit(b")", 1)[1].split()
+        except OSError:
+            continue
+        ticks += int(fields[11]) + int(fields[12])  # utime, stime
+    return ticks / os.sysconf("SC_CLK_TCK")
+
+
+def machine_busy() -> tuple[float, float]:
+    """(busy, total) CPU seconds of the whole machine so far, every core."""
+    with open("/proc/stat") as handle:
+        values = [int(v) for v in handle.readline().split()[1:]]
+    idle = values[3] + values[4]
+    tick = os.sysconf("SC_CLK_TCK")
+    return (sum(values) - idle) / tick, sum(values) / tick
 
 
 def start_upstreams(rig: Rig) -> tuple[str, str]:
@@ -312,8 +335,34 @@ def gateway(rig: Rig, plan: GatewayPlan, trees: list[Tree]) -> dict[str, Any]:
 
     runs: dict[str, list[dict[str, Any]]] = {}
 
+    roles = {r.env.get("SVCGW_PORT"): r for r in rig.children if isinstance(r, TreeRole)}
+    fast_role = next(r for r in rig.children if isinstance(r, Plain) and "tests.bench.fast_upstream" in r.args)
+    sim_role = next(r for r in rig.children if isinstance(r, Plain) and "sim" in r.args)
+    assert rig.redis.proc is not None
+    redis_pid = rig.redis.proc.pid
+
     def measure(label: str, base: str, with_key: bool, connections: int) -> None:
+        # Where the machine's CPU went during the run: the gateway, Redis, the upstream, the load.
+        server = roles.get(base.rsplit(":", 1)[1])
+        watched = {
+            "gateway": _tree(server.proc.pid) if server is not None and server.proc is not None else [],
+            "redis": [redis_pid],
+            "upstream": _tree(fast_role.proc.pid) if fast_role.proc is not None else [],
+            "simulator": _tree(sim_role.proc.pid) if sim_role.proc is not None else [],
+        }
+        before = {name: cpu_seconds(pids) for name, pids in watched.items()}
+        load_before = resource.getrusage(resource.RUSAGE_CHILDREN)
+        busy_before, total_before = machine_busy()
         result = load(rig, base, key if with_key else None, connections, plan.seconds)
+        busy_after, total_after = machine_busy()
+        load_after = resource.getrusage(resource.RUSAGE_CHILDREN)
+        calls = max(int(result["requests"]), 1)
+        cpu = {name: (cpu_seconds(pids) - before[name]) * 1e6 / calls for name, pids in watched.items()}
+        cpu["load"] = (
+            (load_after.ru_utime + load_after.ru_stime - load_before.ru_utime - load_before.ru_stime) * 1e6 / calls
+        )
+        result["cpu_us_per_call"] = {name: round(value, 1) for name, value in cpu.items()}
+        result["machine_busy"] = round((busy_after - busy_before) / max(total_after - total_before, 1e-9), 2)
         runs.setdefault(label, []).append(result)
         print(f"    {label:<24} {result['per_s']:8.0f}/s  p50 {result['p50_ms']:7.3f} ms  "
               f"p99 {result['p99_ms']:7.3f} ms  bad {result['bad']}", file=sys.stderr, flush=True)  # fmt: skip
@@ -339,6 +388,8 @@ def gateway(rig: Rig, plan: GatewayPlan, trees: list[Tree]) -> dict[str, Any]:
 
     upstream = {
         "fast_c50_per_s": figure("fast c50", "per_s"),
+        "fast_c50_cpu_us_per_call": statistics.median(r["cpu_us_per_call"]["upstream"] for r in runs["fast c50"]),
+        "sim_c50_cpu_us_per_call": statistics.median(r["cpu_us_per_call"]["simulator"] for r in runs["sim c50"]),
         "sim_c50_per_s": figure("sim c50", "per_s"),
         "fast_c1_p50_ms": figure("fast c1", "p50_ms"),
         "fast_c1_p99_ms": figure("fast c1", "p99_ms"),
@@ -368,6 +419,13 @@ def gateway(rig: Rig, plan: GatewayPlan, trees: list[Tree]) -> dict[str, Any]:
             "sim_c1_p50_ms": figure(f"{n} sim c1", "p50_ms"),
             "sim_c1_added_p50_ms": added(f"{n} sim c1", "p50_ms", "sim c1"),
             "sim_c1_added_p99_ms": added(f"{n} sim c1", "p99_ms", "sim c1"),
+            # CPU per call at c=50, one worker, median of the rounds: what a call costs each process.
+            "c50_w1_cpu_us_per_call": {
+                name: round(statistics.median(r["cpu_us_per_call"][name] for r in runs[f"{n} w1 c50"]), 1)
+                for name in ("gateway", "redis", "upstream", "simulator", "load")
+            },
+            "c50_w1_machine_busy": statistics.median(r["machine_busy"] for r in runs[f"{n} w1 c50"]),
+            "c50_w2_machine_busy": statistics.median(r["machine_busy"] for r in runs[f"{n} w2 c50"]),
         }
         print(f"... gateway Redis commands and memory ({n})", file=sys.stderr, flush=True)
         figures.update(redis_per_call(rig, tree, fast, key, plan.counted_calls))
@@ -450,7 +508,8 @@ def gateway_table(figures: dict[str, Any]) -> str:
             f"({g['c50_w1_per_s']['min']:.0f}-{g['c50_w1_per_s']['max']:.0f}), 2 workers "
             f"{g['c50_w2_per_s']['median']:.0f}/s, in front of the simulator {g['sim_c50_w1_per_s']['median']:.0f}/s; "
             f"c=1 p50 {g['c1_p50_ms']['median']} ms (+{g['c1_added_p50_ms']}), p99 {g['c1_p99_ms']['median']} ms "
-            f"(+{g['c1_added_p99_ms']}); Redis {g['round_trips_per_call']} round trips, "
+            f"(+{g['c1_added_p99_ms']}); CPU per call (us) {g['c50_w1_cpu_us_per_call']}, machine busy "
+            f"{g['c50_w1_machine_busy']}; Redis {g['round_trips_per_call']} round trips, "
             f"{g['redis_commands_per_call']} commands per call; RSS {g['rss_before_mb']} -> {g['rss_after_mb']} MB "
             f"over {g['soak_calls']} calls"
         )
