@@ -18,7 +18,8 @@
 -- Returns {0} for a missing, unknown or revoked key (nothing written), else
 -- {1, account, stored key hash ('' without a key), allowed 1/0, ms until a call passes,
 --  denied 1/0, owner of the instance ('' when unknown or not read)}.
--- On an admitted key, writes last_used (Unix seconds) on the key's hash, allowed or not.
+-- On an admitted key, writes last_used (Unix seconds) on the key's hash, allowed or not; the rate
+-- windows' writes stay in memory (not in the append-only file, not replicated; see below).
 local now
 if ARGV[1] == '' then
   local t = redis.call('TIME')
@@ -32,10 +33,13 @@ if KEYS[1] ~= '' then
   local key_id = redis.call('GET', KEYS[1])
   if not key_id then return {0} end
   local key_hash = NAMES[1] .. key_id .. NAMES[2]
-  local fields = redis.call('HMGET', key_hash, 'account', 'hash', 'revoked_at')
+  local fields = redis.call('HMGET', key_hash, 'account', 'hash', 'revoked_at', 'last_used')
   if not fields[1] or fields[1] == '' or not fields[2] or fields[2] == '' or fields[3] then return {0} end
   account, stored = fields[1], fields[2]
-  redis.call('HSET', key_hash, 'last_used', math.floor(now / 1000))
+  -- Written when the second changes: the same value as writing it on every call, and at most
+  -- one write a second per key to persist and replicate.
+  local second = tostring(math.floor(now / 1000))
+  if fields[4] ~= second then redis.call('HSET', key_hash, 'last_used', second) end
 end
 
 local window_keys, window_args = {}, {tostring(now)}
@@ -44,7 +48,12 @@ for i = 7, #NAMES, 4 do
   window_args[#window_args + 1] = NAMES[i + 2]
   window_args[#window_args + 1] = NAMES[i + 3]
 end
+-- The windows are neither written to the append-only file nor replicated: a window is worth
+-- nothing after a restart or a failover (it starts empty, as after a quiet minute), and with
+-- appendfsync always, persisting it made every gateway call wait for a disk flush.
+redis.set_repl(redis.REPL_NONE)
 local verdict = rate_window(window_keys, window_args)
+redis.set_repl(redis.REPL_ALL)
 
 local denied = 0
 local operation = ARGV[3]

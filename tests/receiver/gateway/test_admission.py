@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable
+from pathlib import Path
 from typing import Any
 
 from cryptography.fernet import Fernet
@@ -117,3 +118,33 @@ def test_a_call_for_an_account_skips_the_key_and_runs_the_rest(redis_url: str) -
         assert await client.hget(keys.api_key(record.id), "last_used") is None
 
     scenario(redis_url, "100/minute", body)
+
+
+def test_rate_windows_stay_out_of_the_append_only_file_and_last_used_is_written_once_a_second(
+    tmp_path: Path,
+) -> None:
+    """With ``appendfsync always``, a gateway call must not wait for a disk flush of its rate window."""
+    from tests.deploy.redis_nodes import Node, require_binaries
+
+    require_binaries("redis-server")
+    node = Node("redis-server", tmp_path / "redis", ["--appendonly", "yes", "--appendfsync", "always", "--save", ""])
+    node.start()
+    try:
+        url = f"redis://{node.address}/0"
+
+        async def body(admission: Admission, store: Store, client: AsyncRedis) -> int:
+            account = await store.create_account("a")
+            _, key = await store.create_key(account.id)
+            before = int((await client.info("persistence"))["aof_current_size"])
+            for _ in range(20):
+                assert await admission.admit(key=key, operation="user/getProfile", appid=None) is not None
+            # One last_used write (the clock stands still); no window write.
+            assert await client.llen(keys.rate_window(account.id, "100/60")) == 20
+            return int((await client.info("persistence"))["aof_current_size"]) - before
+
+        grown = scenario(url, "100/minute", body)
+        aof = b"".join(path.read_bytes() for path in (tmp_path / "redis").rglob("*.aof"))
+        assert b"last_used" in aof and b"svcgw:rate:" not in aof
+        assert 0 < grown < 200
+    finally:
+        node.kill()
