@@ -557,7 +557,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--short", action="store_true")
     parser.add_argument("--before", metavar="REF", help="also measure the gateway of this commit (git archive)")
     parser.add_argument("--rounds", type=int, default=3, help="rounds of the long mode")
-    parser.add_argument("--appendfsync", choices=("always", "everysec"), default="everysec")
+    parser.add_argument("--appendfsync", choices=("always", "everysec"), default="always")
     parser.add_argument("--out", type=Path)
     args = parser.parse_args(argv)
     plan = GatewayPlan(short=args.short, rounds_long=args.rounds)
