@@ -747,3 +747,27 @@ def test_invoke_runs_every_check_after_the_key(stack: Stack, redis: Redis) -> No
         (400, -40002),
         (403, -40403),
     ]
+
+
+def test_only_plain_api_posts_skip_the_router() -> None:
+    from receiver.gateway import direct_operation
+
+    def scope(path: str, method: str = "POST", raw: bytes | None = None) -> dict[str, object]:
+        return {"type": "http", "method": method, "path": path, "raw_path": raw or path.encode()}
+
+    assert direct_operation(scope("/svc/api/user/getProfile")) == ("user", "getProfile")
+    for refused in (
+        scope("/svc/api/user/getProfile", "GET"),
+        scope("/svc/api/user/getProfile/"),
+        scope("/svc/api/user/./x"),
+        scope("/svc/api/user/get/x"),
+        scope("/svc/api/user/a/b", raw=b"/svc/api/user%2Fa/b"),
+        scope("/svc/instances/set-callback"),
+        {"type": "websocket", "path": "/svc/api/a/b"},
+    ):
+        assert direct_operation(refused) is None  # type: ignore[arg-type]
+
+
+def test_other_methods_on_an_api_path_still_get_the_routers_answer(stack: Stack) -> None:
+    answer = stack.client.get(stack.base + "/svc/api/user/getProfile")
+    assert answer.status_code == 405 and answer.headers["x-content-type-options"] == "nosniff"
