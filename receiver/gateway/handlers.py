@@ -452,13 +452,13 @@ class Gateway:
     async def _scrub_other(self, call: Call, answer: Answer) -> bytes:
         """The answer without the instance's receiver token, looked for in every answer (see .scrub)."""
         try:
-            receiver_url, token = await self._receiver_url(call.appid)
+            token = await self._receiver_token(call.appid)
         except NotFound:
             return answer.raw  # no instance (removed meanwhile): no token to leak
         if not might_mention(answer.raw, token) or not mentions(answer.envelope, token):
             return answer.raw
         config = await self.store.get_callback(CallbackScope(appid=call.appid))
-        return scrub(answer, receiver_url, token, config.url or "")
+        return scrub(answer, receiver_url(self.settings, call.appid, token), token, config.url or "")
 
     async def _device_create(self, call: Call) -> Response:
         try:
@@ -500,13 +500,17 @@ class Gateway:
             raise GatewayError(errors.address_kind(exc), exc.message) from None
         return checked.url
 
-    async def _receiver_url(self, appid: str) -> tuple[str, str]:
+    async def _receiver_token(self, appid: str) -> str:
         token = self._tokens.get(appid)
         if token is None:
             token = await self.store.receiver_token(appid)
             if len(self._tokens) >= RECEIVER_TOKENS_KEPT:
                 del self._tokens[next(iter(self._tokens))]  # the oldest
             self._tokens[appid] = token
+        return token
+
+    async def _receiver_url(self, appid: str) -> tuple[str, str]:
+        token = await self._receiver_token(appid)
         return receiver_url(self.settings, appid, token), token
 
     async def _configure_callback(self, call: Call) -> Response:
