@@ -1,4 +1,9 @@
 -- Every check of a gateway call that reads Redis, in one round trip (receiver.gateway.admission).
+-- KEYS[1]: the API key's look-up string (apikey-hash:<sha256>), or '' when ARGV[2] names the account
+-- KEYS[2]: the instance hash of the call's appid, or '' when ownership is not read here
+-- ARGV[1]: now in milliseconds ('' for the Redis server's clock)
+-- ARGV[2]: the account id, when KEYS[1] is '' (a call made for an account already signed in)
+-- ARGV[3]: the operation ("module/action"), lower case
 -- Runs after two definitions made by Admission (receiver/gateway/admission.py): rate_window.lua's
 -- body wrapped as the local function rate_window(KEYS, ARGV), so the rate limit has one
 -- implementation, and NAMES, the key names this process uses, constant for its life (sent once
@@ -8,11 +13,6 @@
 --   NAMES[5], NAMES[6]: the account's own denied set, likewise (keys.account_own_denied)
 --   NAMES[7..]: per rate limit, its window list's name before and after the account id, its amount,
 --               its window in ms (receiver.ratelimit.window_key)
--- KEYS[1]: the API key's look-up string (apikey-hash:<sha256>), or '' when ARGV[2] names the account
--- KEYS[2]: the instance hash of the call's appid, or '' when ownership is not read here
--- ARGV[1]: now in milliseconds ('' for the Redis server's clock)
--- ARGV[2]: the account id, when KEYS[1] is '' (a call made for an account already signed in)
--- ARGV[3]: the operation ("module/action"), lower case
 -- The names built here around the key or account id are not in KEYS because the ids are only known
 -- here; the service runs on one Redis (or Sentinel), never a cluster.
 -- Returns {0} for a missing, unknown or revoked key (nothing written), else
