@@ -30,8 +30,13 @@ def account_keys(account_id: str) -> str:
 
 
 def account_denied(account_id: str) -> str:
-    """Set of controlled operations (``module/action``) the account may not call."""
+    """Set of controlled operations (``module/action``) the operator denied the account (``svcgw accounts deny``)."""
     return f"{PREFIX}account:{account_id}:denied"
+
+
+def account_own_denied(account_id: str) -> str:
+    """Set of controlled operations the account denied itself in the console; the gateway refuses both sets."""
+    return f"{PREFIX}account:{account_id}:denied:own"
 
 
 def device_reservations(account_id: str) -> str:
