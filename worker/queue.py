@@ -10,7 +10,10 @@ time. The keys are RQ's own where RQ has one:
 * ``svcgw:inflight:<q>``: claimed jobs, scored by lease expiry. A worker
   extends the leases of what it holds; a lease that runs out (the worker was
   killed) puts the job back at the front of the queue. Delivery is
-  therefore at least once.
+  therefore at least once;
+* ``rq:deferred:<q>``: service events waiting for an earlier one of their
+  instance (RQ's deferred registry); finishing that one queues the next
+  (``svcgw.deliveries``, ``svcgw/lua/chain.lua``).
 
 The job hash (``rq:job:<id>``) keeps RQ's ``status`` current (queued,
 started, scheduled, failed with ``exc_info``) so that rq-dashboard and
@@ -120,7 +123,9 @@ class DeliveryQueue:
         self.failed_key = keys.rq_failed(queue_name)
         self._claim = redis.register_script(source("queue_claim"))
         self._promote = redis.register_script(source("queue_promote"))
-        self._finish = redis.register_script(source("queue_finish"))
+        # chain.lua: a service event delivered or dead lets its instance's next one go.
+        self._finish = redis.register_script(source("chain") + "\n" + source("queue_finish"))
+        self.deferred_key = keys.rq_deferred(queue_name)
         self._release = redis.register_script(source("queue_release"))
 
     async def wait(self, timeout: float) -> bool:
@@ -208,7 +213,7 @@ class DeliveryQueue:
                     item.error,
                 )
             )
-        script_keys = [self.inflight_key, self.scheduled_key, self.failed_key, self.queue_key]
+        script_keys = [self.inflight_key, self.scheduled_key, self.failed_key, self.queue_key, self.deferred_key]
         return [bool(x) for x in cast(list[int], await self._finish(keys=script_keys, args=args))]
 
     async def release(self, ids: Sequence[str]) -> int:

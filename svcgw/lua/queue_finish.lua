@@ -1,5 +1,6 @@
 -- Ends claims: records attempts and moves each job on (worker.queue.DeliveryQueue.finish_many).
--- KEYS: inflight, scheduled, failed, queue
+-- chain.lua is prepended: a service event delivered or dead lets its instance's next one go.
+-- KEYS: inflight, scheduled, failed, queue, deferred
 -- ARGV: now, rq ended_at, then 10 per job: kind, id, delivery key, attempts
 --       key, job key, dead index key, attempt record, due (retry, defer) or
 --       expiry (dead), ttl of the delivery record, error text (zlib)
@@ -58,6 +59,10 @@ for i = 0, n - 1 do
     end
   elseif kind == 'drop' then
     redis.call('DEL', job)
+  end
+  -- The order of service events (chain.lua).
+  if kind == 'delivered' or (kind == 'dead' and claimed == 1) then
+    chain_finished(delivery, job, id, KEYS[4], KEYS[5], ARGV[2])
   end
   results[i + 1] = claimed
 end
