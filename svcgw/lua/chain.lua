@@ -6,7 +6,8 @@
 -- KEYS, ARGV: none of its own; its functions take them from the script they are part of.
 -- c: {chain=, queue=, deferred=, job_prefix=, delivery_prefix=, rq_now=}
 -- chain_add(c, id, now): returns true if the new delivery waits behind earlier ones
--- chain_finished(delivery_key, job_key, id, queue, deferred, rq_now): the delivery is delivered or dead
+-- chain_finished(chain, delivery_key, job_key, id, queue, deferred, rq_now): a service event of
+--   that chain is delivered or dead
 
 -- Whether a delivery of the chain asks nothing more of it: delivered (its job hash is then
 -- deleted), dead, or gone (its data expired, or rq's tools deleted its job). The chain holds
@@ -47,12 +48,10 @@ local function chain_add(c, id, now)
   return true
 end
 
--- A delivery ended (delivered, or dead): if it is a service event at the front of its
--- instance's chain, the next one goes. A replayed dead letter is in no chain any more,
--- so its end changes nothing. The other keys are named like this delivery's own.
-local function chain_finished(delivery_key, job_key, id, queue, deferred, rq_now)
-  local chain = redis.call('HGET', delivery_key, 'chain')
-  if not chain then return end
+-- A service event ended (delivered, or dead): if it is at the front of its instance's
+-- chain, the next one goes. A replayed dead letter is in no chain any more, so its end
+-- changes nothing. The other deliveries' keys are named like this one's.
+local function chain_finished(chain, delivery_key, job_key, id, queue, deferred, rq_now)
   if redis.call('LINDEX', chain, 0) ~= id then return end
   redis.call('LPOP', chain)
   chain_advance({chain = chain, queue = queue, deferred = deferred, rq_now = rq_now,

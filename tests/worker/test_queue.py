@@ -151,3 +151,24 @@ def test_an_order_whose_first_vanished_is_repaired_by_the_next_event(settings: S
     third = service_event(settings, tenant)
     assert queued(redis, settings) == [second] and deferred(redis, settings) == [third]
     assert chain(redis, tenant) == [second, third]
+
+
+def test_the_queue_that_claimed_a_service_event_finishes_it_from_what_the_claim_read(
+    settings: Settings, redis: Redis
+) -> None:
+    tenant = provision(settings)
+    first, second = service_event(settings, tenant), service_event(settings, tenant)
+    message = ingest(settings, tenant, b'{"event_type":"Msg","events":[{"id":"m1"}]}')
+
+    async def engine_like(queue: DeliveryQueue) -> list[bool]:
+        claimed = await queue.claim_batch(10, "engine")
+        assert [c.delivery_id for c in claimed] == [first, message]
+        assert claimed[0].fields["chain"] == keys.service_events(tenant.appid).encode()
+        assert claimed[1].fields["chain"] is None
+        done = [Finish(c.delivery_id, tenant.appid, "delivered", b"{}", retention=60) for c in claimed]
+        held = await queue.finish_many(done)
+        assert not queue._chains  # every claim ended: nothing kept
+        return held
+
+    assert with_queue(settings, engine_like) == [True, True]
+    assert queued(redis, settings) == [second] and chain(redis, tenant) == [second]
