@@ -1,5 +1,5 @@
 -- Ends claims: records attempts and moves each job on (worker.queue.DeliveryQueue.finish_many).
--- chain.lua is prepended: a service event delivered or dead lets its instance's next one go.
+-- chain.lua is prepended: a service event delivered, dead or dropped lets its instance's next one go.
 -- KEYS: inflight, scheduled, failed, queue, deferred
 -- ARGV: now, rq ended_at, then 11 per job: kind, id, delivery key, attempts
 --       key, job key, dead index key, attempt record, due (retry, defer) or
@@ -61,8 +61,8 @@ for i = 0, n - 1 do
   elseif kind == 'drop' then
     redis.call('DEL', job)
   end
-  -- The order of service events (chain.lua).
-  if kind == 'delivered' or (kind == 'dead' and claimed == 1) then
+  -- The order of service events (chain.lua): a job that ends for good lets the next go.
+  if kind == 'delivered' or kind == 'drop' or (kind == 'dead' and claimed == 1) then
     local chain = ARGV[b + 10]
     if chain == '?' then chain = redis.call('HGET', delivery, 'chain') end
     if chain and chain ~= '' then chain_finished(chain, delivery, job, id, KEYS[4], KEYS[5], ARGV[2]) end

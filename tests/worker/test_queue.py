@@ -172,3 +172,12 @@ def test_the_queue_that_claimed_a_service_event_finishes_it_from_what_the_claim_
 
     assert with_queue(settings, engine_like) == [True, True]
     assert queued(redis, settings) == [second] and chain(redis, tenant) == [second]
+
+
+def test_a_dropped_service_event_lets_the_next_go(settings: Settings, redis: Redis) -> None:
+    tenant = provision(settings)
+    first, second = service_event(settings, tenant), service_event(settings, tenant)
+    redis.hdel(keys.delivery(first), "body")  # its data expired: the engine drops the job
+    assert claim(settings, 10) == [first]
+    assert finish(settings, Finish(first, "", "drop"))
+    assert queued(redis, settings) == [second] and chain(redis, tenant) == [second]
