@@ -26,9 +26,9 @@ which branch it is. ``kind.status`` groups them the way HTTP does:
 * 502: the capability layer, or the service's own storage, could not be
   used; retrying later may work.
 
-Codes the spec leaves to the service: ``-40300`` (403) for an operation the
-console denied to the account, and ``-41300`` (413) for a body larger than
-the gateway accepts.
+Codes the spec leaves to the service: ``-40300`` (403) for an operation
+denied to the account (by the operator, or by the account in the console),
+and ``-41300`` (413) for a body larger than the gateway accepts.
 """
 
 from __future__ import annotations
