@@ -7,7 +7,7 @@
 -- c: {chain=, queue=, deferred=, job_prefix=, delivery_prefix=, rq_now=}
 -- chain_add(c, id, now): returns true if the new delivery waits behind earlier ones
 -- chain_finished(chain, delivery_key, job_key, id, queue, deferred, rq_now): a service event of
---   that chain is delivered or dead
+--   that chain ended for good (delivered, dead, or dropped)
 
 -- Whether a delivery of the chain asks nothing more of it: delivered (its job hash is then
 -- deleted), dead, or gone (its data expired, or rq's tools deleted its job). The chain holds
@@ -48,7 +48,7 @@ local function chain_add(c, id, now)
   return true
 end
 
--- A service event ended (delivered, or dead): if it is at the front of its instance's
+-- A service event ended for good: if it is at the front of its instance's
 -- chain, the next one goes. A replayed dead letter is in no chain any more, so its end
 -- changes nothing. The other deliveries' keys are named like this one's.
 local function chain_finished(chain, delivery_key, job_key, id, queue, deferred, rq_now)

@@ -10,13 +10,22 @@ from datetime import datetime
 from typing import Any
 
 import orjson
+from hypothesis import given
+from hypothesis import strategies as st
 from redis import Redis
 from redis.asyncio import Redis as AsyncRedis
 from rq.job import Job
 from rq.serializers import JSONSerializer
 
 from svcgw import keys
-from svcgw.deliveries import FUNC_NAME, job_fields, job_fields_by_rq, new_delivery_id, queue_delivery
+from svcgw.deliveries import (
+    FUNC_NAME,
+    job_fields,
+    job_fields_by_rq,
+    new_delivery_id,
+    queue_delivery,
+    seq_pieces,
+)
 from svcgw.envelope import build_envelope
 from svcgw.ingest import Ingest
 from svcgw.settings import Settings
@@ -252,3 +261,26 @@ def test_a_later_service_event_waits_deferred_and_rq_lists_it(settings: Settings
     assert redis.hget(keys.delivery(recovered), "state") == b"queued"  # pending, for people
     assert DeferredJobRegistry(settings.queue_name, connection=redis).get_job_ids() == [recovered]
     assert redis.lrange(keys.service_events(one.appid), 0, -1) == [offline.encode(), recovered.encode()]
+
+
+_JSON = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.text(),
+    lambda children: st.lists(children, max_size=3) | st.dictionaries(st.text(max_size=5), children, max_size=3),
+    max_leaves=8,
+)
+
+
+@given(
+    events=st.lists(st.dictionaries(st.text(max_size=8).filter(lambda k: k != "seq"), _JSON, max_size=4), max_size=4),
+    first=st.integers(min_value=1, max_value=2**53),
+    event_type=st.text(max_size=10),
+)
+def test_seq_pieces_put_each_seq_last_in_its_event_and_nowhere_else(
+    events: list[dict[str, Any]], first: int, event_type: str
+) -> None:
+    pieces = seq_pieces("we_x", event_type, events)
+    assert len(pieces) == len(events) + 1
+    body = b"".join(piece + (b"%d" % (first + n) if n < len(events) else b"") for n, piece in enumerate(pieces))
+    numbered = [{**event, "seq": first + n} for n, event in enumerate(events)]
+    assert orjson.loads(body) == {"appid": "we_x", "event_type": event_type, "events": numbered}
+    assert all(list(event)[-1] == "seq" for event in orjson.loads(body)["events"])
