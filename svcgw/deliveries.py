@@ -18,7 +18,10 @@ each of the others waits as an RQ job with status ``deferred`` in RQ's
 deferred registry. The script that records a delivery as delivered or dead
 (``svcgw/lua/queue_finish.lua``) takes it off the list and queues the next,
 in the same step. A worker killed mid-attempt holds nothing of the list:
-its job goes back to the queue when its lease runs out, still first.
+its job goes back to the queue when its lease runs out, still first. One
+that vanishes without ending (its job deleted with rq's own command-line
+tools, its data evicted) is skipped when the instance's next service event
+is queued.
 A dead service event that is replayed (``svcgw dlq replay``) is in no list
 any more: it gets its one attempt at once, neither waiting for nor holding
 back the instance's later service events, and keeps its ``seq``, by which
