@@ -459,7 +459,7 @@ def test_the_console_cannot_allow_what_the_operator_denied(
 
 
 def test_both_lists_answer_40300_at_the_gateway(
-    server: str, developer: Developer, stranger: Developer, settings: Settings
+    server: str, developer: Developer, stranger: Developer, settings: Settings, redis: Redis
 ) -> None:
     console = ConsoleClient(server, developer.key)
     try:
@@ -467,6 +467,8 @@ def test_both_lists_answer_40300_at_the_gateway(
         assert console.change("POST", "/operations/deny", {"operations": ["message/sendImage"]}).status_code == 200
     finally:
         console.close()
+    assert redis.smembers(keys.account_denied(developer.account)) == {b"message/sendText"}
+    assert redis.smembers(keys.account_own_denied(developer.account)) == {b"message/sendImage"}
     appid = developer.appids[0]
     with httpx.Client(base_url=server, timeout=10) as http:
 
