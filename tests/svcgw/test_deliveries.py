@@ -264,7 +264,7 @@ def test_a_later_service_event_waits_deferred_and_rq_lists_it(settings: Settings
 
 
 _JSON = st.recursive(
-    st.none() | st.booleans() | st.integers() | st.text(),
+    st.none() | st.booleans() | st.integers(min_value=-(2**63), max_value=2**63 - 1) | st.text(),
     lambda children: st.lists(children, max_size=3) | st.dictionaries(st.text(max_size=5), children, max_size=3),
     max_leaves=8,
 )
