@@ -30,8 +30,13 @@ def account_keys(account_id: str) -> str:
 
 
 def account_denied(account_id: str) -> str:
-    """Set of controlled operations (``module/action``) the account may not call."""
+    """Set of controlled operations (``module/action``) the operator denied the account (``svcgw accounts deny``)."""
     return f"{PREFIX}account:{account_id}:denied"
+
+
+def account_own_denied(account_id: str) -> str:
+    """Set of controlled operations the account denied itself in the console; the gateway refuses both sets."""
+    return f"{PREFIX}account:{account_id}:denied:own"
 
 
 def device_reservations(account_id: str) -> str:
@@ -110,6 +115,20 @@ def dead_letters_by_appid(appid: str) -> str:
     return f"{PREFIX}dead:{appid}"
 
 
+# --- the order of service events (svcgw.deliveries, svcgw/lua/chain.lua) ---------
+def service_events(appid: str) -> str:
+    """List of the instance's service-event delivery ids not yet delivered or dead, oldest first.
+
+    Only the first is queued, claimed or retrying; the others wait, deferred.
+    """
+    return f"{PREFIX}instance:{appid}:service-events"
+
+
+def service_event_seq(appid: str) -> str:
+    """Integer: the last ``seq`` given to a service event of the instance (never reset)."""
+    return f"{PREFIX}instance:{appid}:seq"
+
+
 # --- RQ's keys (owned by RQ; spelled here for our scripts) ------------------
 RQ_QUEUES = "rq:queues"
 
@@ -128,6 +147,11 @@ def rq_failed(queue_name: str) -> str:
 
 def rq_scheduled(queue_name: str) -> str:
     return f"rq:scheduled:{queue_name}"
+
+
+def rq_deferred(queue_name: str) -> str:
+    """RQ's deferred registry: service events waiting for an earlier one of their instance."""
+    return f"rq:deferred:{queue_name}"
 
 
 # --- demo (``svcgw up --demo``) ----------------------------------------------

@@ -10,7 +10,10 @@ time. The keys are RQ's own where RQ has one:
 * ``svcgw:inflight:<q>``: claimed jobs, scored by lease expiry. A worker
   extends the leases of what it holds; a lease that runs out (the worker was
   killed) puts the job back at the front of the queue. Delivery is
-  therefore at least once.
+  therefore at least once;
+* ``rq:deferred:<q>``: service events waiting for an earlier one of their
+  instance (RQ's deferred registry); finishing that one queues the next
+  (``svcgw.deliveries``, ``svcgw/lua/chain.lua``).
 
 The job hash (``rq:job:<id>``) keeps RQ's ``status`` current (queued,
 started, scheduled, failed with ``exc_info``) so that rq-dashboard and
@@ -53,8 +56,11 @@ __all__ = [
 # (back to the scheduled registry without an attempt) or ``drop`` (the delivery's data expired).
 FinishKind = Literal["delivered", "retry", "dead", "defer", "drop"]
 
-# The delivery hash fields an attempt reads.
-DELIVERY_FIELDS = ("appid", "account", "event_type", "body", "failures", "state", "attempts", "received_at")
+# The delivery hash fields an attempt reads; ``chain`` (service events only) is read for the finish.
+DELIVERY_FIELDS = ("appid", "account", "event_type", "body", "failures", "state", "attempts", "received_at", "chain")
+
+# What the finish script is told of a claim this queue did not make: look its chain up.
+_CHAIN_UNKNOWN = "?"
 
 
 @dataclass(frozen=True)
@@ -120,8 +126,13 @@ class DeliveryQueue:
         self.failed_key = keys.rq_failed(queue_name)
         self._claim = redis.register_script(source("queue_claim"))
         self._promote = redis.register_script(source("queue_promote"))
-        self._finish = redis.register_script(source("queue_finish"))
+        # chain.lua: a service event delivered or dead lets its instance's next one go.
+        self._finish = redis.register_script(source("chain") + "\n" + source("queue_finish"))
+        self.deferred_key = keys.rq_deferred(queue_name)
         self._release = redis.register_script(source("queue_release"))
+        # The chain key of each claim this queue holds ("" for a customer event), read
+        # with the claim, so that finishing a customer event costs no read of its own.
+        self._chains: dict[str, str] = {}
 
     async def wait(self, timeout: float) -> bool:
         """Block until the queue is non-empty or ``timeout`` passes, without taking anything.
@@ -169,7 +180,10 @@ class DeliveryQueue:
         for account, due in (busy_accounts or {}).items():
             args.extend((account, repr(due)))
         rows = await self._claim(keys=[self.queue_key, self.inflight_key, self.scheduled_key], args=args)
-        return _claimed(rows)
+        claimed = _claimed(rows)
+        for job in claimed:
+            self._chains[job.delivery_id] = _text(job.fields.get("chain") or b"")
+        return claimed
 
     async def extend(self, ids: Sequence[str]) -> None:
         """Push the leases of the jobs this worker holds ``lease_seconds`` into the future."""
@@ -206,16 +220,22 @@ class DeliveryQueue:
                     "" if item.due is None else repr(item.due),
                     item.retention,
                     item.error,
+                    self._chains.get(item.delivery_id, _CHAIN_UNKNOWN),
                 )
             )
-        script_keys = [self.inflight_key, self.scheduled_key, self.failed_key, self.queue_key]
-        return [bool(x) for x in cast(list[int], await self._finish(keys=script_keys, args=args))]
+        script_keys = [self.inflight_key, self.scheduled_key, self.failed_key, self.queue_key, self.deferred_key]
+        held = [bool(x) for x in cast(list[int], await self._finish(keys=script_keys, args=args))]
+        for item in items:
+            self._chains.pop(item.delivery_id, None)  # the claim has ended
+        return held
 
     async def release(self, ids: Sequence[str]) -> int:
         """Hand claimed jobs back to the front of the queue (shutdown)."""
         if not ids:
             return 0
         answer = await self._release(keys=[self.inflight_key, self.queue_key], args=[keys.rq_job(""), *ids])
+        for delivery_id in ids:
+            self._chains.pop(delivery_id, None)
         return int(cast(int, answer))
 
     async def pending(self) -> bool:

@@ -23,7 +23,7 @@ from starlette.routing import BaseRoute, Route
 from svcgw import errors
 from svcgw.addresses import AddressError
 
-from .service import Invalid, NotFound
+from .service import DeniedByOperator, Invalid, NotFound
 from .session import Session
 from .web import ConsoleHTTPError, Context, address_error, int_param, json_body, json_ok
 
@@ -52,8 +52,10 @@ def _strings(document: dict[str, Any], name: str) -> list[str]:
     return value
 
 
-def _http_error(exc: NotFound | Invalid | AddressError | RedisError) -> ConsoleHTTPError:
+def _http_error(exc: NotFound | Invalid | DeniedByOperator | AddressError | RedisError) -> ConsoleHTTPError:
     """The error table's row for what the service raised."""
+    if isinstance(exc, DeniedByOperator):
+        return ConsoleHTTPError(errors.DENIED_BY_OPERATOR, str(exc))
     if isinstance(exc, NotFound):
         return ConsoleHTTPError(errors.NO_DEAD_LETTER if "dead letter" in str(exc) else errors.NOT_THE_CALLERS)
     if isinstance(exc, Invalid):
@@ -128,7 +130,7 @@ class Api:
             return await handler(request, session)
         except ConsoleHTTPError as exc:
             return exc.response()
-        except (NotFound, Invalid, AddressError, RedisError) as exc:
+        except (NotFound, Invalid, DeniedByOperator, AddressError, RedisError) as exc:
             return _http_error(exc).response()
 
     # --- session ---------------------------------------------------------------------
@@ -217,13 +219,15 @@ class Api:
         return json_ok({"results": results, "replayed": replayed})
 
     # --- controlled operations ------------------------------------------------------------------
+    # ``denied`` is every operation the gateway refuses; ``own`` is the list
+    # these calls change, ``by_operator`` the operator's, read-only here.
     async def operations(self, request: Request, session: Session) -> Response:
-        return json_ok({"denied": await self.service.denied(session.account)})
+        return json_ok(await self.service.denied(session.account))
 
     async def deny(self, request: Request, session: Session) -> Response:
         operations = _strings(await json_body(request), "operations")
-        return json_ok({"denied": await self.service.deny(session.account, operations)})
+        return json_ok(await self.service.deny(session.account, operations))
 
     async def allow(self, request: Request, session: Session) -> Response:
         operations = _strings(await json_body(request), "operations")
-        return json_ok({"denied": await self.service.allow(session.account, operations)})
+        return json_ok(await self.service.allow(session.account, operations))

@@ -59,7 +59,16 @@ def _body(schema: dict[str, Any]) -> dict[str, Any]:
 APPID = {"name": "appid", "in": "path", "required": True, "schema": {"type": "string"}}
 STRINGS = {"type": "array", "items": {"type": "string"}}
 OPERATIONS_BODY = _body({"type": "object", "required": ["operations"], "properties": {"operations": STRINGS}})
-DENIED = _ok({"type": "object", "properties": {"denied": STRINGS}})
+DENIED = _ok(
+    {
+        "type": "object",
+        "properties": {
+            "denied": {**STRINGS, "description": "every operation the gateway refuses the account (both lists)"},
+            "own": {**STRINGS, "description": "the account's own list, which deny and allow change"},
+            "by_operator": {**STRINGS, "description": "the operator's list (svcgw accounts deny), read-only here"},
+        },
+    }
+)
 
 
 def _op(op_id: str, summary: str, ok: dict[str, Any], *, change: bool = False, **extra: Any) -> dict[str, Any]:
@@ -77,6 +86,15 @@ def _op(op_id: str, summary: str, ok: dict[str, Any], *, change: bool = False, *
         note = CHANGE_NOTE + (COUNTED_NOTE if counted else "")
         item["description"] = (extra.pop("description", "") + note).strip()
     item.update(extra)
+    return item
+
+
+def _operator_denial(item: dict[str, Any]) -> dict[str, Any]:
+    """The allow call's 403 has a second meaning: the operator denied the operation, and nothing changed."""
+    item["responses"]["403"] = _err(
+        "code -40310: CSRF token missing or wrong; code -40320: denied by the operator, only the operator "
+        "can allow it again (nothing was changed)"
+    )
     return item
 
 
@@ -261,8 +279,15 @@ CONSOLE_PATHS: dict[str, dict[str, Any]] = {
         ),
     },
     "/console/api/operations/allow": {
-        "post": _op(
-            "consoleAllow", "Allow operations again", DENIED, change=True, bad=True, requestBody=OPERATIONS_BODY
+        "post": _operator_denial(
+            _op(
+                "consoleAllow",
+                "Allow operations again (the account's own denials; -40320 for one the operator denied)",
+                DENIED,
+                change=True,
+                bad=True,
+                requestBody=OPERATIONS_BODY,
+            )
         ),
     },
 }

@@ -32,7 +32,7 @@ from starlette.templating import Jinja2Templates
 
 from svcgw.addresses import AddressError
 
-from .service import Invalid, NotFound, when
+from .service import DeniedByOperator, Invalid, NotFound, when
 from .session import CSRF_FIELD, LOGIN_COOKIE, PATH, Session
 from .web import Context, RateLimited
 
@@ -391,15 +391,19 @@ class Pages:
         return _redirect(back)
 
     # --- controlled operations --------------------------------------------------------------------
-    async def operations(self, request: Request, session: Session, error: str | None = None) -> Response:
+    async def operations(
+        self, request: Request, session: Session, error: str | None = None, *, status: int = 400
+    ) -> Response:
         denied = await self.service.denied(session.account)
         return await self.render(
             request,
             "operations.html",
             session,
-            status=400 if error else 200,
+            status=status if error else 200,
             nav="operations",
-            denied=denied,
+            own=denied["own"],
+            by_operator=denied["by_operator"],
+            operator_lower={op.lower() for op in denied["by_operator"]},
             error=error,
         )
 
@@ -420,6 +424,8 @@ class Pages:
             await self.service.allow(session.account, [operation])
         except Invalid as exc:
             return await self.operations(request, session, str(exc))
+        except DeniedByOperator as exc:
+            return await self.operations(request, session, str(exc), status=403)
         await self.sessions.flash(session, {"kind": "ok", "text": f"Allowed again: {operation}."})
         return _redirect(_path("operations"))
 

@@ -10,7 +10,8 @@ Errors::
 
     ConsoleError
     ├── NotFound        (also a LookupError) unknown, or another account's
-    └── Invalid         (also a ValueError) a value the console cannot use
+    ├── Invalid         (also a ValueError) a value the console cannot use
+    └── DeniedByOperator  allowing an operation the operator denied; nothing changed
     svcgw.addresses.AddressError   a callback address breaks the address rules
 """
 
@@ -29,14 +30,14 @@ from svcgw import instances as instance_views
 from svcgw.addresses import check_for_service
 from svcgw.callbacktest import CallbackTestResult, send_test
 from svcgw.calllog import LogEntry, read_log
-from svcgw.store import CallbackConfig, Scope, normalise_operation
+from svcgw.store import CallbackConfig, OperatorDenied, Scope, normalise_operation
 from svcgw.store import NotFound as StoreNotFound
 from svcgw.vault import VaultError
 
 if TYPE_CHECKING:
     from receiver.services import Services
 
-__all__ = ["ConsoleError", "ConsoleService", "Invalid", "NotFound", "SaveResult"]
+__all__ = ["ConsoleError", "ConsoleService", "DeniedByOperator", "Invalid", "NotFound", "SaveResult"]
 
 MAX_OPERATION_LENGTH = 128
 
@@ -51,6 +52,10 @@ class NotFound(ConsoleError, LookupError):
 
 class Invalid(ConsoleError, ValueError):
     """A value the console cannot use; the message says which and why."""
+
+
+class DeniedByOperator(ConsoleError):
+    """The account asked to allow an operation the operator denied it; nothing was changed."""
 
 
 @dataclass(frozen=True)
@@ -221,14 +226,20 @@ class ConsoleService:
         return [result.as_dict() for result in results]
 
     # --- controlled operations ----------------------------------------------------------
-    async def denied(self, account: str) -> list[str]:
-        return sorted(await self.store.denied(account))
+    # The console manages the account's own list; the operator's list
+    # (``svcgw accounts deny``) is shown but never changed from here.
+    async def denied(self, account: str) -> dict[str, list[str]]:
+        """``denied`` (every operation the gateway refuses), ``own`` and ``by_operator``."""
+        return (await self.store.denials(account)).as_dict()
 
-    async def deny(self, account: str, operations: Sequence[str]) -> list[str]:
-        return sorted(await self.store.deny(account, _operations(operations)))
+    async def deny(self, account: str, operations: Sequence[str]) -> dict[str, list[str]]:
+        return (await self.store.deny_own(account, _operations(operations))).as_dict()
 
-    async def allow(self, account: str, operations: Sequence[str]) -> list[str]:
-        return sorted(await self.store.allow(account, _operations(operations)))
+    async def allow(self, account: str, operations: Sequence[str]) -> dict[str, list[str]]:
+        try:
+            return (await self.store.allow_own(account, _operations(operations))).as_dict()
+        except OperatorDenied as exc:
+            raise DeniedByOperator(str(exc)) from None
 
 
 def _operations(operations: Sequence[str]) -> list[str]:

@@ -185,7 +185,7 @@ class Gateway:
         raw = await _read_body(request, limit, share)
         document, members = await _parse_body(raw)
         appid = instance_id(document, members, configuring=operation in CALLBACK_OPERATIONS)
-        denied = {name.lower() for name in await self.store.denied(account)}
+        denied = {name.lower() for name in await self.store.refused(account)}
         if operation.lower() in denied:
             raise GatewayError(errors.OPERATION_DENIED, f"{operation} is not enabled for this account")
         check_callback_fields(members, operation)

@@ -1,19 +1,21 @@
 -- Ends claims: records attempts and moves each job on (worker.queue.DeliveryQueue.finish_many).
--- KEYS: inflight, scheduled, failed, queue
--- ARGV: now, rq ended_at, then 10 per job: kind, id, delivery key, attempts
+-- chain.lua is prepended: a service event delivered, dead or dropped lets its instance's next one go.
+-- KEYS: inflight, scheduled, failed, queue, deferred
+-- ARGV: now, rq ended_at, then 11 per job: kind, id, delivery key, attempts
 --       key, job key, dead index key, attempt record, due (retry, defer) or
---       expiry (dead), ttl of the delivery record, error text (zlib)
+--       expiry (dead), ttl of the delivery record, error text (zlib), chain
+--       (the service-event chain key, '' for a customer event, '?' if unknown)
 -- Returns 1 per job whose claim was still ours, else 0.
-local n = (#ARGV - 2) / 10
+local n = (#ARGV - 2) / 11
 if n < 1 then return {} end
 local ids = {}
-for i = 0, n - 1 do ids[#ids + 1] = ARGV[4 + i * 10] end
+for i = 0, n - 1 do ids[#ids + 1] = ARGV[4 + i * 11] end
 local held = redis.call('ZMSCORE', KEYS[1], unpack(ids))
 redis.call('ZREM', KEYS[1], unpack(ids))
 local now = ARGV[1]
 local results = {}
 for i = 0, n - 1 do
-  local b = 3 + i * 10
+  local b = 3 + i * 11
   local kind, id = ARGV[b], ARGV[b + 1]
   local delivery, attempts, job, dead = ARGV[b + 2], ARGV[b + 3], ARGV[b + 4], ARGV[b + 5]
   local record, due, ttl = ARGV[b + 6], ARGV[b + 7], ARGV[b + 8]
@@ -58,6 +60,12 @@ for i = 0, n - 1 do
     end
   elseif kind == 'drop' then
     redis.call('DEL', job)
+  end
+  -- The order of service events (chain.lua): a job that ends for good lets the next go.
+  if kind == 'delivered' or kind == 'drop' or (kind == 'dead' and claimed == 1) then
+    local chain = ARGV[b + 10]
+    if chain == '?' then chain = redis.call('HGET', delivery, 'chain') end
+    if chain and chain ~= '' then chain_finished(chain, delivery, job, id, KEYS[4], KEYS[5], ARGV[2]) end
   end
   results[i + 1] = claimed
 end
