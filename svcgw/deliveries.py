@@ -220,12 +220,13 @@ def queue_delivery(
     )
     pipe.eval(
         QUEUE_SCRIPT,
-        5,
+        6,
         keys.delivery(delivery_id),
         keys.rq_job(delivery_id),
         queue_key,
         keys.RQ_QUEUES,
         keys.callback_log(appid),
+        keys.deliveries_by_appid(appid),
         appid,
         account,
         event_type,
