@@ -167,28 +167,40 @@ def state_of(stored: str) -> State:
 
 
 def event_ids(body: bytes | str | None) -> tuple[str, ...]:
-    """The ``id`` of each event of a forward body, as its text (events without one are skipped)."""
+    """The ``id`` of each event of a forward body, as its text (events without one are skipped).
+
+    Numbers keep their digits: an id beyond 64 bits (which orjson reads as a
+    float) is read again with the standard library, keeping the number's text.
+    """
     if not body:
         return ()
     try:
-        document = orjson.loads(body)
+        found = _ids(orjson.loads(body))
     except orjson.JSONDecodeError:
+        found = None
+    if found is None:
         try:
-            # orjson refuses integers beyond 64 bits; the stdlib keeps them exact.
-            document = json.loads(body)
+            found = _ids(json.loads(body, parse_int=str, parse_float=str)) or []
         except ValueError:
             return ()
+    return tuple(found)
+
+
+def _ids(document: Any) -> list[str] | None:
+    """The ids' texts; None when one is a number orjson could not keep exactly."""
     events = document.get("events") if isinstance(document, dict) else None
     if not isinstance(events, list):
-        return ()
+        return []
     found: list[str] = []
     for event in events:
         value = event.get("id") if isinstance(event, dict) else None
+        if isinstance(value, float):
+            return None
         if isinstance(value, bool) or value is None or value == "":
             continue
         if isinstance(value, str | int):
             found.append(str(value))
-    return tuple(found)
+    return found
 
 
 def attempt_of(record: bytes | str, number: int) -> Attempt:
