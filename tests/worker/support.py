@@ -8,6 +8,7 @@ from typing import TypeVar
 
 from redis.asyncio import Redis
 
+from svcgw import failing
 from svcgw.settings import Settings
 from worker.queue import Claimed, DeliveryQueue, Finish
 
@@ -18,7 +19,13 @@ def with_queue(settings: Settings, action: Callable[[DeliveryQueue], Awaitable[T
     async def go() -> T:
         client = Redis.from_url(settings.redis_url or "")
         try:
-            return await action(DeliveryQueue(client, settings.queue_name, lease_seconds=settings.lease_seconds))
+            queue = DeliveryQueue(
+                client,
+                settings.queue_name,
+                lease_seconds=settings.lease_seconds,
+                failing_argument=failing.script_argument(settings),
+            )
+            return await action(queue)
         finally:
             await client.aclose()
 
