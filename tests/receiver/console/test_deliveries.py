@@ -46,7 +46,8 @@ def test_deliveries_listed_filtered_and_shown_only_to_their_account(
     assert shown["attempts"][0]["status"] == 503 and len(shown["attempts"][0]["response"]) == 1024
 
     def ids(query: str) -> list[str]:
-        return [d["id"] for d in console.get(f"/instances/{mine.appid}/deliveries?{query}").json()["data"]["deliveries"]]
+        found = console.get(f"/instances/{mine.appid}/deliveries?{query}").json()["data"]["deliveries"]
+        return [d["id"] for d in found]
 
     assert ids("state=retrying") == [retrying]
     assert ids("state=pending&event_type=Offline") == [pending]
@@ -111,7 +112,8 @@ def test_replay_since_is_per_account(
     assert redis.zscore(keys.rq_failed("svcgw"), old) is not None
     one = console.change("POST", "/dead-letters/replay", {"since": "4h", "appid": developer.appids[0]}).json()
     assert [r["id"] for r in one["data"]["results"]] == [old]
-    assert console.change("POST", "/dead-letters/replay", {"since": "1d", "appid": stranger.appids[0]}).status_code == 404
+    elsewhere = console.change("POST", "/dead-letters/replay", {"since": "1d", "appid": stranger.appids[0]})
+    assert elsewhere.status_code == 404
     assert console.change("POST", "/dead-letters/replay", {"since": "soon"}).status_code == 400
     assert console.change("POST", "/dead-letters/replay", {"since": "1h", "ids": [theirs]}).status_code == 400
     assert redis.zscore(keys.rq_failed("svcgw"), theirs) is not None
