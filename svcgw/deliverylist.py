@@ -36,7 +36,7 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Literal, cast
 
 import orjson
@@ -342,7 +342,7 @@ async def list_deliveries(
         scanned += len(consumed)
         last = consumed[-1]
         top, after_id = repr(last[1]), last[0]
-    await _attach_attempts(redis, found)
+    await _complete(redis, found, bodies_read=event_id is not None)
     following = None
     if not exhausted and last is not None and await _older_exists(redis, index, last, oldest):
         following = cursor(last[1], last[0])
@@ -376,24 +376,30 @@ async def _matching(
     event_id: str | None,
     wanted: int,
 ) -> list[tuple[Delivery, int]]:
-    """The deliveries of ``chunk`` that pass the filters, with their positions in it."""
+    """The deliveries of ``chunk`` that pass the filters, with their positions in it.
+
+    Bodies are read here only to look for an event id; the others' are read
+    for the matches alone (:func:`_complete`).
+    """
+    names = (*FIELDS, "body") if event_id is not None else FIELDS
     scheduled_key = keys.rq_scheduled(settings.queue_name)
     async with redis.pipeline(transaction=False) as pipe:
         for delivery_id, _ in chunk:
-            pipe.hmget(keys.delivery(delivery_id), [*FIELDS, "body"])
+            pipe.hmget(keys.delivery(delivery_id), list(names))
         pipe.zmscore(scheduled_key, [delivery_id for delivery_id, _ in chunk])
         replies = await pipe.execute()
     scores = replies[-1]
     result: list[tuple[Delivery, int]] = []
     for position, ((delivery_id, _), values) in enumerate(zip(chunk, replies[:-1], strict=True)):
-        data = dict(zip((*FIELDS, "body"), values, strict=True))
+        data = dict(zip(names, values, strict=True))
         if event_type is not None and _text(data["event_type"]) != event_type:
             continue
         if state is not None and state_of(_text(data["state"])) != state:
             continue
-        body = data["body"]
-        if event_id is not None and (not body or event_id.encode() not in _bytes(body)):
-            continue  # a cheap look first: most bodies do not hold the id at all
+        if event_id is not None:
+            body = data["body"]
+            if not body or event_id.encode() not in _bytes(body):
+                continue  # a cheap look first: most bodies do not hold the id at all
         delivery = build(delivery_id, data, scheduled_at=_float(scores[position]))
         if delivery is None or (event_id is not None and event_id not in delivery.event_ids):
             continue
@@ -403,16 +409,21 @@ async def _matching(
     return result
 
 
-async def _attach_attempts(redis: Redis, found: list[Delivery]) -> None:
+async def _complete(redis: Redis, found: list[Delivery], *, bodies_read: bool) -> None:
+    """Give each delivery found its attempts, and its event ids unless its body was read already."""
     if not found:
         return
     async with redis.pipeline(transaction=False) as pipe:
         for delivery in found:
             pipe.lrange(keys.delivery_attempts(delivery.id), 0, -1)
-        records = await pipe.execute()
-    for index, (delivery, raw) in enumerate(zip(found, records, strict=True)):
-        attempts = tuple(attempt_of(record, number + 1) for number, record in enumerate(raw))
-        found[index] = Delivery(**{**delivery.__dict__, "attempts": attempts})
+            if not bodies_read:
+                pipe.hget(keys.delivery(delivery.id), "body")
+        replies = iter(await pipe.execute())
+    for index, delivery in enumerate(found):
+        records = next(replies)
+        ids = delivery.event_ids if bodies_read else event_ids(next(replies))
+        attempts = tuple(attempt_of(record, number + 1) for number, record in enumerate(records))
+        found[index] = replace(delivery, attempts=attempts, event_ids=ids)
 
 
 async def _older_exists(redis: Redis, index: str, last: tuple[str, float], oldest: float) -> bool:
