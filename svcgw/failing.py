@@ -28,6 +28,7 @@ probably changed, and nothing tries it any more.
 
 from __future__ import annotations
 
+import functools
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -69,6 +70,12 @@ def destination_of(url: str | None) -> str:
     """The destination of a callback address: ``scheme://host:port``; '' when it has none."""
     if not url:
         return ""
+    return _destination(url)
+
+
+# The engine asks for every attempt; a worker sees few distinct addresses.
+@functools.lru_cache(maxsize=4096)
+def _destination(url: str) -> str:
     found = origin(url)
     if found is None:
         return ""
