@@ -206,6 +206,8 @@ class GatewayError(Exception):
 #   -40000   400   a value the console cannot use (the message says which)
 #   -41500   415   a JSON body was expected
 #   -50002   503   storage temporarily unavailable
+#   -40404   404   no such delivery, or another account's
+#   -40900   409   retry now asked of a delivery that is not retrying
 NOT_SIGNED_IN = ErrorKind(401, 401, "sign in first: a console session or an API key is required")
 KEY_REFUSED = ErrorKind(401, 401, "API key invalid or revoked")
 CSRF_FAILED = ErrorKind(-40310, 403, "CSRF token missing or wrong")
@@ -215,6 +217,8 @@ NO_DEAD_LETTER = ErrorKind(-40404, 404, "no such dead letter")
 BAD_REQUEST = ErrorKind(-40000, 400, "bad request")
 UNSUPPORTED_MEDIA = ErrorKind(-41500, 415, "send a JSON object with Content-Type: application/json")
 STORAGE_UNAVAILABLE = ErrorKind(-50002, 503, "storage temporarily unavailable; retry later")
+NO_DELIVERY = ErrorKind(-40404, 404, "no such delivery")
+NOT_RETRYING = ErrorKind(-40900, 409, "only a retrying delivery can be retried now")
 
 CONSOLE_KINDS: tuple[ErrorKind, ...] = (
     NOT_SIGNED_IN,
@@ -226,6 +230,8 @@ CONSOLE_KINDS: tuple[ErrorKind, ...] = (
     BAD_REQUEST,
     UNSUPPORTED_MEDIA,
     STORAGE_UNAVAILABLE,
+    NO_DELIVERY,
+    NOT_RETRYING,
 )
 
 __all__ += [
@@ -234,9 +240,11 @@ __all__ += [
     "CSRF_FAILED",
     "DENIED_BY_OPERATOR",
     "KEY_REFUSED",
+    "NOT_RETRYING",
     "NOT_SIGNED_IN",
     "NOT_THE_CALLERS",
     "NO_DEAD_LETTER",
+    "NO_DELIVERY",
     "STORAGE_UNAVAILABLE",
     "UNSUPPORTED_MEDIA",
 ]

@@ -41,14 +41,16 @@ from typing import Any, Literal, cast
 from redis.asyncio import Redis as AsyncRedis
 from rq.utils import utcformat
 
-from svcgw import keys
+from svcgw import failing, keys
 from svcgw.scripts import source
+from svcgw.settings import Settings
 
 __all__ = [
     "DELIVERY_FIELDS",
     "Claimed",
     "DeliveryQueue",
     "Finish",
+    "Finished",
     "Promotion",
 ]
 
@@ -90,6 +92,16 @@ class Finish:
     due: float | None = None  # retry and defer: when; dead: when the dead letter expires
     retention: int = 0  # seconds the delivery record is kept from now
     error: bytes = b""  # dead: RQ's exc_info (zlib)
+    destination: str = ""  # the attempt's destination (svcgw.failing.destination_of); '' for none
+
+
+@dataclass(frozen=True)
+class Finished:
+    """How storing one claim's end went: ``held`` is False when the claim had been lost meanwhile."""
+
+    held: bool
+    started_failing: bool = False  # this attempt made its destination a failing one (svcgw.failing)
+    recovered: bool = False  # this attempt ended its destination's failing
 
 
 def _text(value: bytes | str) -> str:
@@ -116,8 +128,17 @@ def _promotion(answer: Any) -> Promotion:
 class DeliveryQueue:
     """The queue through a ``redis.asyncio`` client (bytes, not decoded)."""
 
-    def __init__(self, redis: AsyncRedis, queue_name: str, *, lease_seconds: float = 30.0) -> None:
+    def __init__(
+        self,
+        redis: AsyncRedis,
+        queue_name: str,
+        *,
+        lease_seconds: float = 30.0,
+        failing_argument: str | None = None,
+    ) -> None:
         self.redis = redis
+        # The finish script's thresholds for failing destinations (svcgw.failing.script_argument).
+        self.failing_argument = failing_argument or failing.script_argument(Settings())
         self.name = queue_name
         self.lease_seconds = lease_seconds
         self.queue_key = keys.rq_queue(queue_name)
@@ -204,9 +225,13 @@ class DeliveryQueue:
 
     async def finish_many(self, items: Sequence[Finish]) -> list[bool]:
         """End claims; for each, False if the claim had been lost meanwhile (the lease ran out)."""
+        return [finished.held for finished in await self.finish_detailed(items)]
+
+    async def finish_detailed(self, items: Sequence[Finish]) -> list[Finished]:
+        """End claims; for each, whether the claim was still held and what changed for its destination."""
         if not items:
             return []
-        args: list[Any] = [time.time(), rq_now()]
+        args: list[Any] = [time.time(), rq_now(), self.failing_argument]
         for item in items:
             args.extend(
                 (
@@ -220,14 +245,25 @@ class DeliveryQueue:
                     "" if item.due is None else repr(item.due),
                     item.retention,
                     item.error,
+                    item.destination,
                     self._chains.get(item.delivery_id, _CHAIN_UNKNOWN),
                 )
             )
-        script_keys = [self.inflight_key, self.scheduled_key, self.failed_key, self.queue_key, self.deferred_key]
-        held = [bool(x) for x in cast(list[int], await self._finish(keys=script_keys, args=args))]
+        script_keys = [
+            self.inflight_key,
+            self.scheduled_key,
+            self.failed_key,
+            self.queue_key,
+            self.deferred_key,
+            keys.FAILING_DESTINATIONS,
+        ]
+        answers = cast(list[int], await self._finish(keys=script_keys, args=args))
         for item in items:
             self._chains.pop(item.delivery_id, None)  # the claim has ended
-        return held
+        return [
+            Finished(bool(x & 1), bool(x & failing.STARTED), bool(x & failing.RECOVERED))
+            for x in (int(answer) for answer in answers)
+        ]
 
     async def release(self, ids: Sequence[str]) -> int:
         """Hand claimed jobs back to the front of the queue (shutdown)."""

@@ -9,7 +9,7 @@ from typing import TypeVar
 
 from redis.asyncio import Redis
 
-from svcgw import liveness
+from svcgw import failing, liveness
 from svcgw.settings import Settings
 from tests.conftest import Tenant, provision
 from tests.support import Received
@@ -22,7 +22,13 @@ def with_queue(settings: Settings, action: Callable[[DeliveryQueue], Awaitable[T
     async def go() -> T:
         client = Redis.from_url(settings.redis_url or "")
         try:
-            return await action(DeliveryQueue(client, settings.queue_name, lease_seconds=settings.lease_seconds))
+            queue = DeliveryQueue(
+                client,
+                settings.queue_name,
+                lease_seconds=settings.lease_seconds,
+                failing_argument=failing.script_argument(settings),
+            )
+            return await action(queue)
         finally:
             await client.aclose()
 
