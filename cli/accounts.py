@@ -50,13 +50,17 @@ async def accounts_list(admin: Admin, as_json: bool) -> None:
     for account in await store.list_accounts():
         data = account.as_dict()
         data["instances"] = len(await store.instances_of(account.id))
-        data["denied"] = sorted(await store.denied(account.id))
+        denials = await store.denials(account.id)
+        # ``denied`` is the operator's list, which ``accounts deny/allow`` change;
+        # ``denied_by_account`` is the account's own (console), refused as well.
+        data["denied"] = sorted(denials.operator)
+        data["denied_by_account"] = sorted(denials.own)
         rows.append(data)
     emit(
         as_json,
         rows,
         lambda: table(
-            ("id", "name", "devices", "valid until", "instances", "denied", "created"),
+            ("id", "name", "devices", "valid until", "instances", "denied", "denied by account", "created"),
             (
                 (
                     r["id"],
@@ -65,6 +69,7 @@ async def accounts_list(admin: Admin, as_json: bool) -> None:
                     r["valid_until"],
                     r["instances"],
                     ", ".join(_strings(r["denied"])),
+                    ", ".join(_strings(r["denied_by_account"])),
                     when(r["created_at"]),
                 )
                 for r in rows
@@ -92,7 +97,8 @@ def _denied_command(name: str, deny: bool) -> click.Command:
 
     command.__doc__ = (
         f"{verb} controlled operations (module/action, e.g. message/sendText) for an account; "
-        "a denied one answers HTTP 403."
+        "a denied one answers HTTP 403. This is the operator's list: the account cannot allow "
+        "what it holds from the console, which manages a list of the account's own."
     )
     return click.command(name)(command)
 

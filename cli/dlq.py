@@ -1,15 +1,19 @@
 """``svcgw dlq``: dead letters (deliveries whose retries ran out), listed, shown and replayed.
 
 ``replay`` exits with status 1 when any dead letter named could not be
-replayed (unknown, or its data expired), after printing every outcome.
+replayed (unknown, its data expired, or it died before ``--since``), after
+printing every outcome.
 """
 
 from __future__ import annotations
+
+import time
 
 import click
 from rich.console import RenderableType
 
 from svcgw import deadletters
+from svcgw.calllog import parse_since
 
 from .context import Admin, admin_command
 from .output import console, emit, json_option, record, table, when
@@ -92,20 +96,55 @@ async def dlq_show(admin: Admin, delivery_id: str, as_json: bool) -> None:
     click.echo(detail.body)
 
 
+def _valid_since(ctx: click.Context, param: click.Parameter, value: str | None) -> int | None:
+    if value is None:
+        return None
+    try:
+        return parse_since(value)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc)) from None
+
+
 @dlq.command("replay")
 @click.argument("ids", nargs=-1, metavar="[ID]...")
 @click.option("--appid", default=None, help="Every dead letter of this instance.")
 @click.option("--all", "replay_all", is_flag=True, help="Every dead letter.")
+@click.option(
+    "--since",
+    callback=_valid_since,
+    metavar="DURATION",
+    help="Only those that died in this last stretch of time, e.g. 30m, 2h, 1d. Alone: of every instance.",
+)
+@click.option("--account", default=None, help="With --since or --all: only this account's dead letters.")
 @json_option
 @admin_command
 async def dlq_replay(
-    admin: Admin, ids: tuple[str, ...], appid: str | None, replay_all: bool, as_json: bool
+    admin: Admin,
+    ids: tuple[str, ...],
+    appid: str | None,
+    replay_all: bool,
+    since: int | None,
+    account: str | None,
+    as_json: bool,
 ) -> None:
-    """Give dead letters one fresh attempt each (a failure returns them here, history kept)."""
-    if sum((bool(ids), appid is not None, replay_all)) != 1:
-        raise click.UsageError("give dead letter IDs, or --appid APPID, or --all (exactly one)")
+    """Give dead letters one fresh attempt each (a failure returns them here, history kept).
+
+    Name them by ID, by --appid, or --all; --since keeps only those that died
+    in that last stretch of time, and may stand alone (every instance).
+    """
+    selectors = sum((bool(ids), appid is not None, replay_all))
+    if selectors > 1 or (selectors == 0 and since is None):
+        raise click.UsageError("give dead letter IDs, or --appid APPID, or --all (exactly one), or --since DURATION")
+    if account is not None and (ids or appid is not None):
+        raise click.UsageError("--account goes with --since or --all, not with IDs or --appid")
     results = await deadletters.replay(
-        admin.redis, admin.settings, ids=list(ids) or None, appid=appid, all=replay_all
+        admin.redis,
+        admin.settings,
+        ids=list(ids) or None,
+        appid=appid,
+        all=replay_all,
+        account=account,
+        since=None if since is None else time.time() - since,
     )
     replayed = sum(1 for r in results if r.replayed)
 

@@ -17,6 +17,7 @@ from svcgw.settings import SettingsError
 from .accounts import accounts
 from .callback import callback
 from .context import load_settings
+from .deliveries import deliveries
 from .dlq import dlq
 from .instances import instances
 from .keys import keys_group
@@ -86,7 +87,7 @@ def sim(host: str, port: int) -> None:
     run(host, port)
 
 
-for _group in (accounts, keys_group, callback, instances, dlq, log_command, secrets_group):
+for _group in (accounts, keys_group, callback, instances, deliveries, dlq, log_command, secrets_group):
     cli.add_command(_group)
 
 

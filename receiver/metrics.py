@@ -77,6 +77,11 @@ class _Snapshot(Collector):
             "Instances whose last probe could not decide their state.",
             value=self.data["probe_errors"],
         )
+        yield GaugeMetricFamily(
+            "svcgw_failing_destinations",
+            "Destinations (callback address origins) whose every attempt has failed for SVCGW_FAILING_AFTER seconds.",
+            value=self.data.get("failing_destinations", 0),
+        )
 
 
 def render(data: dict[str, Any]) -> bytes:
@@ -112,7 +117,7 @@ async def metrics_endpoint(request: Request) -> Response:
     if refusal is not None:
         return refusal
     try:
-        data = await snapshot(services.redis, services.settings.queue_name)
+        data = await snapshot(services.redis, services.settings.queue_name, services.settings)
     except RedisError as exc:
         log.warning("metrics scrape failed: %s", type(exc).__name__)
         return Response("storage unavailable\n", status_code=503, media_type="text/plain")

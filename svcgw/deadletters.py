@@ -50,7 +50,7 @@ __all__ = [
 _FIELDS = ("appid", "account", "event_type", "attempts", "dead_at", "received_at", "state")
 _CHUNK = 500
 
-ReplayStatus = Literal["replayed", "not_found", "expired"]
+ReplayStatus = Literal["replayed", "not_found", "expired", "died_earlier"]
 
 
 class DeadLetterError(Exception):
@@ -209,16 +209,20 @@ async def replay(
     appid: str | None = None,
     all: bool = False,
     account: str | None = None,
+    since: float | None = None,
 ) -> list[ReplayResult]:
     """Give dead letters one fresh attempt each: the ones named, those of ``appid``, or ``all``.
 
-    Exactly one selector is required. A replayed delivery whose attempt fails
+    Exactly one selector is required, except with ``since`` (a Unix time):
+    then only dead letters that died at or after it are replayed, of the
+    selector given or, with none, of every instance (of ``account`` when
+    given); named ids that died before it come back ``died_earlier``. A replayed delivery whose attempt fails
     again goes back to the dead letters with its whole history; the worker
     does that, this only queues it. With ``account``, ids of other accounts
     come back as ``not_found``, like unknown ids.
     """
     selectors = sum((bool(ids), appid is not None, all))
-    if selectors != 1:
+    if selectors > 1 or (selectors == 0 and since is None):
         raise ValueError("name dead letters by id, by appid, or all of them (exactly one)")
     if ids:
         chosen = list(dict.fromkeys(ids))
@@ -235,9 +239,9 @@ async def replay(
     for chunk in _chunks(chosen, _CHUNK):
         async with redis.pipeline(transaction=False) as pipe:
             for delivery_id in chunk:
-                pipe.hmget(keys.delivery(delivery_id), ["appid", "account"])
+                pipe.hmget(keys.delivery(delivery_id), ["appid", "account", "dead_at"])
             owners = await pipe.execute()
-        for delivery_id, (raw_appid, raw_account) in zip(chunk, owners, strict=True):
+        for delivery_id, (raw_appid, raw_account, raw_dead_at) in zip(chunk, owners, strict=True):
             owner_appid = _text(raw_appid) if raw_appid else None
             if account is not None and (raw_account is None or _text(raw_account) != account):
                 results.append(ReplayResult(delivery_id, None, "not_found"))
@@ -245,6 +249,10 @@ async def replay(
             if appid is not None and owner_appid != appid:
                 results.append(ReplayResult(delivery_id, None, "not_found"))
                 continue
+            if since is not None and (_float(raw_dead_at) or 0.0) < since:
+                if ids:
+                    results.append(ReplayResult(delivery_id, owner_appid, "died_earlier"))
+                continue  # died before: not selected at all
             outcome = int(
                 await script(
                     keys=[

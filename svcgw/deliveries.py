@@ -9,6 +9,24 @@ one piece of Lua, ``svcgw/lua/delivery.lua``, which both writers include:
 * :func:`queue_delivery` (service events such as ``InstanceOffline``) adds
   the same write to a MULTI pipeline as one ``EVAL``.
 
+Service events of one instance are delivered in order, each with a
+per-instance sequence number ``seq`` (``svcgw/lua/chain.lua``): a service
+event is not attempted while an earlier one of its instance is queued or
+retrying. The instance's undelivered service events wait in a list,
+``keys.service_events(appid)``; the first is queued like any delivery, and
+each of the others waits as an RQ job with status ``deferred`` in RQ's
+deferred registry. The script that records a delivery as delivered or dead
+(``svcgw/lua/queue_finish.lua``) takes it off the list and queues the next,
+in the same step. A worker killed mid-attempt holds nothing of the list:
+its job goes back to the queue when its lease runs out, still first. One
+that vanishes without ending (its job deleted with rq's own command-line
+tools, its data evicted) is skipped when the instance's next service event
+is queued.
+A dead service event that is replayed (``svcgw dlq replay``) is in no list
+any more: it gets its one attempt at once, neither waiting for nor holding
+back the instance's later service events, and keeps its ``seq``, by which
+a consumer tells it is older than those. Customer events are in no list.
+
 A delivery is: the delivery hash, RQ's job hash, the job id at the queue's
 tail, the queue in ``rq:queues``, and the post in the callback log.
  Every delivery is an RQ
@@ -52,6 +70,7 @@ __all__ = [
     "job_fields_by_rq",
     "new_delivery_id",
     "queue_delivery",
+    "seq_pieces",
     "template",
 ]
 
@@ -63,7 +82,12 @@ _UNUSED_CONNECTION = Redis()
 
 # The shared write first, then the script that calls it (svcgw/lua/).
 INGEST_SCRIPT = source("delivery") + "\n" + source("ingest")
-QUEUE_SCRIPT = source("delivery") + "\n" + source("queue_delivery")
+QUEUE_SCRIPT = source("delivery") + "\n" + source("chain") + "\n" + source("queue_delivery")
+
+# Where each event's seq goes in the envelope built for queue_delivery.lua: a
+# byte that serialised JSON never holds raw, so cutting the envelope at it
+# cuts nowhere else.
+_SEQ_SLOT = b"\x00"
 
 
 class JobTemplate:
@@ -202,15 +226,19 @@ def queue_delivery(
     delivery_id: str,
     now: float,
 ) -> None:
-    """Add to ``pipe`` (sync or asyncio, in MULTI mode) the command that queues one delivery.
+    """Add to ``pipe`` (sync or asyncio, in MULTI mode) the command that queues one service-event delivery.
 
     Only buffers: one ``EVAL`` of :data:`QUEUE_SCRIPT`, which writes the same
     records as the ingest script writes for an accepted post, with the events
-    as the envelope's ``events`` and nothing counted as a duplicate. EVAL,
-    not EVALSHA, so a script cache flushed meanwhile cannot fail the
-    transaction.
+    as the envelope's ``events`` and nothing counted as a duplicate. It also
+    gives each event the instance's next ``seq`` and queues the delivery
+    behind the instance's earlier service events (see the module's text).
+    EVAL, not EVALSHA, so a script cache flushed meanwhile cannot fail the
+    transaction; its result in the transaction's answers is the first ``seq``.
     """
-    body = build_envelope(appid, event_type, [orjson.dumps(event) for event in events])
+    if any("seq" in event for event in events):
+        raise ValueError("service events get their seq when queued; the event objects must not have one")
+    pieces = seq_pieces(appid, event_type, events)
     queue_key = keys.rq_queue(settings.queue_name)
     job = job_fields(
         delivery_id,
@@ -220,20 +248,41 @@ def queue_delivery(
     )
     pipe.eval(
         QUEUE_SCRIPT,
-        5,
+        9,
         keys.delivery(delivery_id),
         keys.rq_job(delivery_id),
         queue_key,
         keys.RQ_QUEUES,
         keys.callback_log(appid),
+        keys.service_events(appid),
+        keys.service_event_seq(appid),
+        keys.rq_deferred(settings.queue_name),
+        keys.deliveries_by_appid(appid),
         appid,
         account,
         event_type,
-        body,
         repr(now),
         len(events),
         delivery_id,
         queue_key,
         settings.log_retention,
+        job["enqueued_at"],
+        keys.rq_job(""),
+        keys.delivery(""),
+        len(pieces),
+        *pieces,
         *(part for name, value in job.items() for part in (name, value)),
     )
+
+
+def seq_pieces(appid: str, event_type: str, events: Sequence[dict[str, Any]]) -> list[bytes]:
+    """The envelope of ``events``, cut where each event's ``seq`` goes (its last member).
+
+    Joining the pieces with the numbers in between gives the body:
+    ``{"appid":...,"events":[{"id":...,"seq":7}]}``.
+    """
+    raw_events = []
+    for event in events:
+        raw = orjson.dumps(event)
+        raw_events.append(raw[:-1] + (b',"seq":' if len(raw) > 2 else b'"seq":') + _SEQ_SLOT + b"}")
+    return build_envelope(appid, event_type, raw_events).split(_SEQ_SLOT)

@@ -26,9 +26,9 @@ which branch it is. ``kind.status`` groups them the way HTTP does:
 * 502: the capability layer, or the service's own storage, could not be
   used; retrying later may work.
 
-Codes the spec leaves to the service: ``-40300`` (403) for an operation the
-console denied to the account, and ``-41300`` (413) for a body larger than
-the gateway accepts.
+Codes the spec leaves to the service: ``-40300`` (403) for an operation
+denied to the account (by the operator, or by the account in the console),
+and ``-41300`` (413) for a body larger than the gateway accepts.
 """
 
 from __future__ import annotations
@@ -201,38 +201,50 @@ class GatewayError(Exception):
 #   code     HTTP  when
 #   401      401   not signed in, or the API key given to sign in is refused
 #   -40310   403   CSRF token missing or wrong
+#   -40320   403   allowing an operation the operator denied (only the operator can)
 #   -40404   404   no such appid or dead letter, or another account's
 #   -40000   400   a value the console cannot use (the message says which)
 #   -41500   415   a JSON body was expected
 #   -50002   503   storage temporarily unavailable
+#   -40404   404   no such delivery, or another account's
+#   -40900   409   retry now asked of a delivery that is not retrying
 NOT_SIGNED_IN = ErrorKind(401, 401, "sign in first: a console session or an API key is required")
 KEY_REFUSED = ErrorKind(401, 401, "API key invalid or revoked")
 CSRF_FAILED = ErrorKind(-40310, 403, "CSRF token missing or wrong")
+DENIED_BY_OPERATOR = ErrorKind(-40320, 403, "denied by the operator; only the operator can allow it again")
 NOT_THE_CALLERS = ErrorKind(-40404, 404, "appid does not exist or is not the caller's")
 NO_DEAD_LETTER = ErrorKind(-40404, 404, "no such dead letter")
 BAD_REQUEST = ErrorKind(-40000, 400, "bad request")
 UNSUPPORTED_MEDIA = ErrorKind(-41500, 415, "send a JSON object with Content-Type: application/json")
 STORAGE_UNAVAILABLE = ErrorKind(-50002, 503, "storage temporarily unavailable; retry later")
+NO_DELIVERY = ErrorKind(-40404, 404, "no such delivery")
+NOT_RETRYING = ErrorKind(-40900, 409, "only a retrying delivery can be retried now")
 
 CONSOLE_KINDS: tuple[ErrorKind, ...] = (
     NOT_SIGNED_IN,
     KEY_REFUSED,
     CSRF_FAILED,
+    DENIED_BY_OPERATOR,
     NOT_THE_CALLERS,
     NO_DEAD_LETTER,
     BAD_REQUEST,
     UNSUPPORTED_MEDIA,
     STORAGE_UNAVAILABLE,
+    NO_DELIVERY,
+    NOT_RETRYING,
 )
 
 __all__ += [
     "BAD_REQUEST",
     "CONSOLE_KINDS",
     "CSRF_FAILED",
+    "DENIED_BY_OPERATOR",
     "KEY_REFUSED",
+    "NOT_RETRYING",
     "NOT_SIGNED_IN",
     "NOT_THE_CALLERS",
     "NO_DEAD_LETTER",
+    "NO_DELIVERY",
     "STORAGE_UNAVAILABLE",
     "UNSUPPORTED_MEDIA",
 ]

@@ -10,7 +10,10 @@ transaction (``svcgw.liveness.go_offline`` and ``go_online``).
 A queued service event is exactly what the receiver makes of a post: a
 delivery hash, an RQ job in ``SVCGW_QUEUE`` and an entry in the instance's
 callback log. From there the workers sign, retry and dead-letter it like any
-other delivery, to the instance's forward address at the time of each attempt.
+other delivery, to the instance's forward address at the time of each attempt,
+with two differences made when it is queued: each event gets the instance's
+next ``seq``, and the delivery waits for the instance's earlier service
+events (see :mod:`svcgw.deliveries`). The objects built here have no ``seq``.
 """
 
 from __future__ import annotations

@@ -196,6 +196,7 @@ class Ingest:
                     self._queue_key,
                     keys.RQ_QUEUES,
                     keys.METRICS_COUNTERS,
+                    keys.deliveries_by_appid(appid),
                     *dedup_keys,
                 ],
                 args=[

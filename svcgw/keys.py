@@ -30,12 +30,12 @@ def account_keys(account_id: str) -> str:
 
 
 def account_denied(account_id: str) -> str:
-    """Set of controlled operations (``module/action``) the account may not call."""
+    """Set of controlled operations (``module/action``) the operator denied the account (``svcgw accounts deny``)."""
     return f"{PREFIX}account:{account_id}:denied"
 
 
 def account_own_denied(account_id: str) -> str:
-    """Set of operations the account denied itself in the console; checked with the operator's set."""
+    """Set of controlled operations the account denied itself in the console; the gateway refuses both sets."""
     return f"{PREFIX}account:{account_id}:denied:own"
 
 
@@ -105,6 +105,16 @@ def delivery_attempts(delivery_id: str) -> str:
     return f"{PREFIX}delivery:{delivery_id}:attempts"
 
 
+def deliveries_by_appid(appid: str) -> str:
+    """Sorted set of one instance's delivery ids scored by receipt time, trimmed to the log's retention."""
+    return f"{PREFIX}deliveries:{appid}"
+
+
+# Hash: a destination (a callback address's origin, svcgw.failing) whose attempts have all
+# failed lately -> "first failure:last failure:flagged (0 or 1)".
+FAILING_DESTINATIONS = PREFIX + "failing"
+
+
 def inflight(queue_name: str) -> str:
     """Sorted set of job ids claimed by a worker, scored by lease expiry."""
     return f"{PREFIX}inflight:{queue_name}"
@@ -113,6 +123,20 @@ def inflight(queue_name: str) -> str:
 def dead_letters_by_appid(appid: str) -> str:
     """Set of dead-letter delivery ids of one instance."""
     return f"{PREFIX}dead:{appid}"
+
+
+# --- the order of service events (svcgw.deliveries, svcgw/lua/chain.lua) ---------
+def service_events(appid: str) -> str:
+    """List of the instance's service-event delivery ids not yet delivered or dead, oldest first.
+
+    Only the first is queued, claimed or retrying; the others wait, deferred.
+    """
+    return f"{PREFIX}instance:{appid}:service-events"
+
+
+def service_event_seq(appid: str) -> str:
+    """Integer: the last ``seq`` given to a service event of the instance (never reset)."""
+    return f"{PREFIX}instance:{appid}:seq"
 
 
 # --- RQ's keys (owned by RQ; spelled here for our scripts) ------------------
@@ -133,6 +157,11 @@ def rq_failed(queue_name: str) -> str:
 
 def rq_scheduled(queue_name: str) -> str:
     return f"rq:scheduled:{queue_name}"
+
+
+def rq_deferred(queue_name: str) -> str:
+    """RQ's deferred registry: service events waiting for an earlier one of their instance."""
+    return f"rq:deferred:{queue_name}"
 
 
 # --- demo (``svcgw up --demo``) ----------------------------------------------

@@ -23,6 +23,8 @@ capability layer accepted the matching operation; the receiver calls
 prober through ``go_offline`` and ``go_online``: each is one optimistic
 transaction (WATCH on the instance hash), which changes the status and queues
 the event together, so however many workers run, one flip queues one event.
+The event's ``seq`` and its place behind the instance's earlier service
+events are given in that same transaction (:func:`svcgw.deliveries.queue_delivery`).
 
 Every change of ``status`` or ``probe_error`` updates the instance counts of
 ``/metrics`` in the same transaction (:func:`svcgw.metrics.count_change`).

@@ -1,7 +1,7 @@
 """Logging: one JSON object per line, or readable lines on a terminal.
 
 Records carry structured fields through ``extra=`` (appid, delivery_id,
-attempt, outcome, status, error, duration_ms). Secrets are never passed to a
+attempt, outcome, status, error, duration_ms, destination). Secrets are never passed to a
 logger; the formatter has no way to know them, so the rule is kept at the
 call sites.
 """
@@ -16,7 +16,7 @@ import orjson
 
 __all__ = ["configure"]
 
-FIELDS = ("appid", "delivery_id", "attempt", "outcome", "status", "error", "duration_ms", "role")
+FIELDS = ("appid", "delivery_id", "attempt", "outcome", "status", "error", "duration_ms", "role", "destination")
 
 
 class JsonFormatter(logging.Formatter):

@@ -23,8 +23,9 @@ memory:
   Counts that do not exist yet (instances registered before they were kept)
   are computed once from the instances, in one script
   (:func:`rebuild_instance_counts`; the first scrape does it);
-* a scrape reads these hashes and, live, the queue depth and the number of
-  dead letters, and renders them with ``prometheus_client``.
+* a scrape reads these hashes and, live, the queue depth, the number of
+  dead letters and of failing destinations (``svcgw.failing``), and renders
+  them with ``prometheus_client``.
 
 prometheus-client's multiprocess mode was the alternative. It was not
 chosen because it needs one directory shared by every process (so one
@@ -49,7 +50,7 @@ from typing import Any, Protocol
 from redis.asyncio import Redis as AsyncRedis
 from redis.exceptions import RedisError
 
-from . import keys
+from . import failing, keys
 from .connections import async_client
 from .scripts import source
 from .settings import Settings
@@ -292,8 +293,12 @@ def _text(value: bytes | str) -> str:
     return value.decode("utf-8", "replace") if isinstance(value, bytes) else value
 
 
-async def snapshot(redis: AsyncRedis, queue_name: str) -> dict[str, Any]:
-    """Everything a scrape shows, read from Redis in one round trip (and never from the instances)."""
+async def snapshot(redis: AsyncRedis, queue_name: str, settings: Settings | None = None) -> dict[str, Any]:
+    """Everything a scrape shows, read from Redis in one round trip (and never from the instances).
+
+    ``settings`` gives the threshold of failing destinations (default settings without it).
+    """
+    limits = settings or Settings()
     now = time.time()
     async with redis.pipeline(transaction=False) as pipe:
         pipe.hgetall(keys.METRICS_COUNTERS)
@@ -303,7 +308,8 @@ async def snapshot(redis: AsyncRedis, queue_name: str) -> dict[str, Any]:
         pipe.zcard(keys.rq_scheduled(queue_name))
         pipe.zcount(keys.rq_failed(queue_name), f"({now}", "+inf")
         pipe.hgetall(keys.METRICS_INSTANCES)
-        counters, latency, queued, inflight, scheduled, dead, instances = await pipe.execute()
+        pipe.hgetall(keys.FAILING_DESTINATIONS)
+        counters, latency, queued, inflight, scheduled, dead, instances, destinations = await pipe.execute()
     if not instances:
         await rebuild_instance_counts(redis)
         instances = await redis.hgetall(keys.METRICS_INSTANCES)
@@ -322,4 +328,14 @@ async def snapshot(redis: AsyncRedis, queue_name: str) -> dict[str, Any]:
         "dead": int(dead),
         "instances": statuses,
         "probe_errors": probe_errors,
+        "failing_destinations": _failing_count(destinations, limits, now),
     }
+
+
+def _failing_count(destinations: dict[Any, Any], settings: Settings, now: float) -> int:
+    count = 0
+    for name, value in destinations.items():
+        record = failing.parse(_text(name), value)
+        if record is not None and failing.is_failing(record, settings, now):
+            count += 1
+    return count

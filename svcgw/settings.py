@@ -84,6 +84,9 @@ class Settings:
     # The capability-layer client: seconds for a whole call, and for connecting.
     upstream_timeout: float = 30.0
     upstream_connect_timeout: float = 5.0
+    # Seconds every attempt to a destination (a callback address's origin) must have failed
+    # before it is flagged as failing (svcgw.failing).
+    failing_after: int = 900
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> Settings:
@@ -144,6 +147,7 @@ class Settings:
             account_inflight_bytes=gateway_bodies[2],
             upstream_timeout=reader.number("SVCGW_UPSTREAM_TIMEOUT", 30.0, minimum=0.01),
             upstream_connect_timeout=reader.number("SVCGW_UPSTREAM_CONNECT_TIMEOUT", 5.0, minimum=0.01),
+            failing_after=reader.integer("SVCGW_FAILING_AFTER", 900, minimum=1, maximum=30 * 86400),
         )
 
     @property

@@ -34,8 +34,10 @@ __all__ = [
     "Account",
     "ApiKey",
     "CallbackConfig",
+    "Denials",
     "Instance",
     "NotFound",
+    "OperatorDenied",
     "Scope",
     "Store",
     "digest",
@@ -44,6 +46,17 @@ __all__ = [
 
 class NotFound(LookupError):
     """The account, key or instance does not exist."""
+
+
+class OperatorDenied(ValueError):
+    """The account asked to allow operations that the operator denied it; nothing was changed."""
+
+    def __init__(self, operations: Iterable[str]) -> None:
+        self.operations = sorted(operations)
+        super().__init__(
+            f"{', '.join(self.operations)}: denied by the operator; only the operator can allow "
+            f"{'it' if len(self.operations) == 1 else 'them'} again"
+        )
 
 
 def digest(secret: str) -> str:
@@ -75,6 +88,25 @@ class Account:
             "valid_until": self.valid_until,
             "created_at": self.created_at,
         }
+
+
+@dataclass(frozen=True)
+class Denials:
+    """An account's denied operations: the operator's list and the account's own.
+
+    The gateway refuses an operation in either (:meth:`Store.refused`); the
+    console changes only ``own`` and shows ``operator`` read-only.
+    """
+
+    operator: frozenset[str]
+    own: frozenset[str]
+
+    @property
+    def all(self) -> list[str]:
+        return sorted(self.operator | self.own)
+
+    def as_dict(self) -> dict[str, list[str]]:
+        return {"denied": self.all, "own": sorted(self.own), "by_operator": sorted(self.operator)}
 
 
 @dataclass(frozen=True)
@@ -208,7 +240,43 @@ class Store:
         return await self.denied(account_id)
 
     async def denied(self, account_id: str) -> set[str]:
+        """The operator's list (``svcgw accounts deny``), which ``deny`` and ``allow`` change."""
         return set(await self.redis.smembers(keys.account_denied(account_id)))
+
+    # The account's own list, managed in the console. The operator's list is
+    # separate so that nothing the account does can lift an operator's denial.
+    async def denials(self, account_id: str) -> Denials:
+        async with self.redis.pipeline(transaction=False) as pipe:
+            pipe.smembers(keys.account_denied(account_id))
+            pipe.smembers(keys.account_own_denied(account_id))
+            operator, own = await pipe.execute()
+        return Denials(frozenset(operator), frozenset(own))
+
+    async def deny_own(self, account_id: str, operations: Iterable[str]) -> Denials:
+        ops = [normalise_operation(op) for op in operations]
+        if ops:
+            await self.redis.sadd(keys.account_own_denied(account_id), *ops)
+        return await self.denials(account_id)
+
+    async def allow_own(self, account_id: str, operations: Iterable[str]) -> Denials:
+        """Take operations off the account's own list; ``OperatorDenied`` (nothing changed) for the operator's.
+
+        Names match case-insensitively, as at the gateway: allowing
+        ``message/sendtext`` lifts an own denial of ``message/sendText``.
+        """
+        wanted = {normalise_operation(op).lower() for op in operations}
+        current = await self.denials(account_id)
+        by_operator = {op for op in current.operator if op.lower() in wanted}
+        if by_operator:
+            raise OperatorDenied(by_operator)
+        lifted = [op for op in current.own if op.lower() in wanted]
+        if lifted:
+            await self.redis.srem(keys.account_own_denied(account_id), *lifted)
+        return await self.denials(account_id)
+
+    async def refused(self, account_id: str) -> set[str]:
+        """Every operation the gateway refuses the account (both lists), in one read."""
+        return set(await self.redis.sunion([keys.account_denied(account_id), keys.account_own_denied(account_id)]))
 
     # --- API keys -----------------------------------------------------------
     async def create_key(self, account_id: str) -> tuple[ApiKey, str]:

@@ -52,6 +52,8 @@ class Sink:
     status: int = 200
     delay: float = 0.0
     location: str | None = None
+    # When set, decides each answer (HTTP status, delay) from the post and the posts before it.
+    rule: Callable[[Received, list[Received]], tuple[int, float]] | None = None
     received: list[Received] = field(default_factory=list)
     lock: threading.Lock = field(default_factory=threading.Lock)
     server: ThreadingHTTPServer | None = None
@@ -66,11 +68,13 @@ class Sink:
             def do_POST(self) -> None:
                 length = int(self.headers.get("Content-Length", "0"))
                 body = self.rfile.read(length)
+                post = Received(self.path, {k.lower(): v for k, v in self.headers.items()}, body, time.time())
                 with sink.lock:
-                    sink.received.append(
-                        Received(self.path, {k.lower(): v for k, v in self.headers.items()}, body, time.time())
-                    )
+                    earlier = list(sink.received)
+                    sink.received.append(post)
                     status, delay, location = sink.status, sink.delay, sink.location
+                    if sink.rule is not None:
+                        status, delay = sink.rule(post, earlier)
                 if delay:
                     time.sleep(delay)
                 payload = b'{"ok":true}'

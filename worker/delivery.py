@@ -38,6 +38,7 @@ from svcgw.vault import TokenVault, VaultError
 from .queue import DELIVERY_FIELDS, Claimed
 
 __all__ = [
+    "ANSWER_BODY_BYTES",
     "RESPONSE_SNIPPET_BYTES",
     "Attempt",
     "Prepared",
@@ -66,6 +67,18 @@ class Prepared:
     secret_unreadable: bool = False  # the stored signing secret cannot be opened with the configured keys
 
 
+# The first bytes of an answer's body kept in an attempt record (svcgw.deliverylist shows them).
+ANSWER_BODY_BYTES = 1024
+
+
+def first_kilobyte(text: str) -> str:
+    """At most :data:`ANSWER_BODY_BYTES` of ``text`` as UTF-8, never ending in half a character."""
+    raw = text.encode("utf-8")
+    if len(raw) <= ANSWER_BODY_BYTES:
+        return text
+    return raw[:ANSWER_BODY_BYTES].decode("utf-8", "ignore")
+
+
 @dataclass(frozen=True)
 class Attempt:
     ok: bool
@@ -86,7 +99,7 @@ class Attempt:
                 "error": self.error,
                 "duration_ms": round(self.duration * 1000, 1),
                 "destination": self.destination,
-                "response": self.response,
+                "response": first_kilobyte(self.response),
             }
         )
 

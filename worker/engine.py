@@ -57,6 +57,7 @@ from dataclasses import dataclass
 from redis.asyncio import Redis as AsyncRedis
 from redis.exceptions import RedisError
 
+from svcgw import failing
 from svcgw.connections import async_client
 from svcgw.deliveries import exc_info_field
 from svcgw.metrics import AttemptRecorder
@@ -66,7 +67,7 @@ from svcgw.vault import TokenVault
 
 from .delivery import Attempt, Prepared, decide, prepare_claimed, send, stand_in, unexpected
 from .destinations import DestinationKeys
-from .queue import Claimed, DeliveryQueue, Finish
+from .queue import Claimed, DeliveryQueue, Finish, Finished
 from .slots import DestinationSlots
 
 __all__ = ["Engine", "loop_factory"]
@@ -100,7 +101,7 @@ def loop_factory() -> Callable[[], asyncio.AbstractEventLoop]:
 @dataclass
 class _Pending:
     item: Finish
-    done: asyncio.Future[bool]
+    done: asyncio.Future[Finished]
 
 
 @dataclass(frozen=True)
@@ -167,7 +168,12 @@ class Engine:
         """The engine on the running event loop; ``run`` starts a loop of its own for it."""
         redis = self._given_redis or async_client(self.settings)
         sender = self._sender()
-        self.queue = DeliveryQueue(redis, self.settings.queue_name, lease_seconds=self.settings.lease_seconds)
+        self.queue = DeliveryQueue(
+            redis,
+            self.settings.queue_name,
+            lease_seconds=self.settings.lease_seconds,
+            failing_argument=failing.script_argument(self.settings),
+        )
         self.sender = sender
         self._slot_freed = asyncio.Event()
         self._flush_wanted = asyncio.Event()
@@ -355,7 +361,8 @@ class Engine:
         else:
             due = time.time() + delay if delay is not None else None
             retention = max(self.settings.log_retention, 86400)
-        await self._finish(
+        destination = failing.destination_of(prepared.destination.url) if prepared.destination else ""
+        finished = await self._finish(
             Finish(
                 delivery_id,
                 prepared.appid,
@@ -364,8 +371,10 @@ class Engine:
                 due=due,
                 retention=retention,
                 error=exc_info_field(attempt.error or "") if step == "dead" else b"",
+                destination=destination,
             )
         )
+        _log_failing(destination, finished, attempt)
         log.info(
             "delivery attempt",
             extra={
@@ -385,9 +394,9 @@ class Engine:
                 log.exception("delivery %s: the on_attempt hook failed", delivery_id)
 
     # --- recording outcomes in batches ---------------------------------------------------
-    async def _finish(self, item: Finish) -> bool:
-        """Queue ``item`` for the next batch and wait until it is stored; False if the claim was lost."""
-        done: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
+    async def _finish(self, item: Finish) -> Finished:
+        """Queue ``item`` for the next batch and wait until it is stored (``held`` False: the claim was lost)."""
+        done: asyncio.Future[Finished] = asyncio.get_running_loop().create_future()
         self._pending.append(_Pending(item, done))
         self._flush_wanted.set()
         return await done
@@ -402,7 +411,7 @@ class Engine:
                 batch = self._pending[:FINISH_BATCH]
                 del self._pending[:FINISH_BATCH]
                 try:
-                    results = await self.queue.finish_many([p.item for p in batch])
+                    results = await self.queue.finish_detailed([p.item for p in batch])
                 except RedisError as exc:
                     # Still claimed and still extended: try again until Redis is back.
                     self._pending[:0] = batch
@@ -415,6 +424,17 @@ class Engine:
                 for pending, held in zip(batch, results, strict=True):
                     if not pending.done.done():
                         pending.done.set_result(held)
+
+
+def _log_failing(destination: str, finished: Finished, attempt: Attempt) -> None:
+    """The one record of a destination that started failing or recovered (svcgw.failing)."""
+    if finished.started_failing:
+        log.warning(
+            "destination failing",
+            extra={"destination": destination, "status": attempt.status, "error": attempt.error},
+        )
+    if finished.recovered:
+        log.info("destination recovered", extra={"destination": destination, "status": attempt.status})
 
 
 async def _sleep_unless(stop: threading.Event, seconds: float) -> None:

@@ -10,7 +10,10 @@ time. The keys are RQ's own where RQ has one:
 * ``svcgw:inflight:<q>``: claimed jobs, scored by lease expiry. A worker
   extends the leases of what it holds; a lease that runs out (the worker was
   killed) puts the job back at the front of the queue. Delivery is
-  therefore at least once.
+  therefore at least once;
+* ``rq:deferred:<q>``: service events waiting for an earlier one of their
+  instance (RQ's deferred registry); finishing that one queues the next
+  (``svcgw.deliveries``, ``svcgw/lua/chain.lua``).
 
 The job hash (``rq:job:<id>``) keeps RQ's ``status`` current (queued,
 started, scheduled, failed with ``exc_info``) so that rq-dashboard and
@@ -38,14 +41,16 @@ from typing import Any, Literal, cast
 from redis.asyncio import Redis as AsyncRedis
 from rq.utils import utcformat
 
-from svcgw import keys
+from svcgw import failing, keys
 from svcgw.scripts import source
+from svcgw.settings import Settings
 
 __all__ = [
     "DELIVERY_FIELDS",
     "Claimed",
     "DeliveryQueue",
     "Finish",
+    "Finished",
     "Promotion",
 ]
 
@@ -53,8 +58,11 @@ __all__ = [
 # (back to the scheduled registry without an attempt) or ``drop`` (the delivery's data expired).
 FinishKind = Literal["delivered", "retry", "dead", "defer", "drop"]
 
-# The delivery hash fields an attempt reads.
-DELIVERY_FIELDS = ("appid", "account", "event_type", "body", "failures", "state", "attempts", "received_at")
+# The delivery hash fields an attempt reads; ``chain`` (service events only) is read for the finish.
+DELIVERY_FIELDS = ("appid", "account", "event_type", "body", "failures", "state", "attempts", "received_at", "chain")
+
+# What the finish script is told of a claim this queue did not make: look its chain up.
+_CHAIN_UNKNOWN = "?"
 
 
 @dataclass(frozen=True)
@@ -84,6 +92,16 @@ class Finish:
     due: float | None = None  # retry and defer: when; dead: when the dead letter expires
     retention: int = 0  # seconds the delivery record is kept from now
     error: bytes = b""  # dead: RQ's exc_info (zlib)
+    destination: str = ""  # the attempt's destination (svcgw.failing.destination_of); '' for none
+
+
+@dataclass(frozen=True)
+class Finished:
+    """How storing one claim's end went: ``held`` is False when the claim had been lost meanwhile."""
+
+    held: bool
+    started_failing: bool = False  # this attempt made its destination a failing one (svcgw.failing)
+    recovered: bool = False  # this attempt ended its destination's failing
 
 
 def _text(value: bytes | str) -> str:
@@ -110,8 +128,17 @@ def _promotion(answer: Any) -> Promotion:
 class DeliveryQueue:
     """The queue through a ``redis.asyncio`` client (bytes, not decoded)."""
 
-    def __init__(self, redis: AsyncRedis, queue_name: str, *, lease_seconds: float = 30.0) -> None:
+    def __init__(
+        self,
+        redis: AsyncRedis,
+        queue_name: str,
+        *,
+        lease_seconds: float = 30.0,
+        failing_argument: str | None = None,
+    ) -> None:
         self.redis = redis
+        # The finish script's thresholds for failing destinations (svcgw.failing.script_argument).
+        self.failing_argument = failing_argument or failing.script_argument(Settings())
         self.name = queue_name
         self.lease_seconds = lease_seconds
         self.queue_key = keys.rq_queue(queue_name)
@@ -120,8 +147,13 @@ class DeliveryQueue:
         self.failed_key = keys.rq_failed(queue_name)
         self._claim = redis.register_script(source("queue_claim"))
         self._promote = redis.register_script(source("queue_promote"))
-        self._finish = redis.register_script(source("queue_finish"))
+        # chain.lua: a service event delivered or dead lets its instance's next one go.
+        self._finish = redis.register_script(source("chain") + "\n" + source("queue_finish"))
+        self.deferred_key = keys.rq_deferred(queue_name)
         self._release = redis.register_script(source("queue_release"))
+        # The chain key of each claim this queue holds ("" for a customer event), read
+        # with the claim, so that finishing a customer event costs no read of its own.
+        self._chains: dict[str, str] = {}
 
     async def wait(self, timeout: float) -> bool:
         """Block until the queue is non-empty or ``timeout`` passes, without taking anything.
@@ -169,7 +201,10 @@ class DeliveryQueue:
         for account, due in (busy_accounts or {}).items():
             args.extend((account, repr(due)))
         rows = await self._claim(keys=[self.queue_key, self.inflight_key, self.scheduled_key], args=args)
-        return _claimed(rows)
+        claimed = _claimed(rows)
+        for job in claimed:
+            self._chains[job.delivery_id] = _text(job.fields.get("chain") or b"")
+        return claimed
 
     async def extend(self, ids: Sequence[str]) -> None:
         """Push the leases of the jobs this worker holds ``lease_seconds`` into the future."""
@@ -190,9 +225,13 @@ class DeliveryQueue:
 
     async def finish_many(self, items: Sequence[Finish]) -> list[bool]:
         """End claims; for each, False if the claim had been lost meanwhile (the lease ran out)."""
+        return [finished.held for finished in await self.finish_detailed(items)]
+
+    async def finish_detailed(self, items: Sequence[Finish]) -> list[Finished]:
+        """End claims; for each, whether the claim was still held and what changed for its destination."""
         if not items:
             return []
-        args: list[Any] = [time.time(), rq_now()]
+        args: list[Any] = [time.time(), rq_now(), self.failing_argument]
         for item in items:
             args.extend(
                 (
@@ -206,16 +245,33 @@ class DeliveryQueue:
                     "" if item.due is None else repr(item.due),
                     item.retention,
                     item.error,
+                    item.destination,
+                    self._chains.get(item.delivery_id, _CHAIN_UNKNOWN),
                 )
             )
-        script_keys = [self.inflight_key, self.scheduled_key, self.failed_key, self.queue_key]
-        return [bool(x) for x in cast(list[int], await self._finish(keys=script_keys, args=args))]
+        script_keys = [
+            self.inflight_key,
+            self.scheduled_key,
+            self.failed_key,
+            self.queue_key,
+            self.deferred_key,
+            keys.FAILING_DESTINATIONS,
+        ]
+        answers = cast(list[int], await self._finish(keys=script_keys, args=args))
+        for item in items:
+            self._chains.pop(item.delivery_id, None)  # the claim has ended
+        return [
+            Finished(bool(x & 1), bool(x & failing.STARTED), bool(x & failing.RECOVERED))
+            for x in (int(answer) for answer in answers)
+        ]
 
     async def release(self, ids: Sequence[str]) -> int:
         """Hand claimed jobs back to the front of the queue (shutdown)."""
         if not ids:
             return 0
         answer = await self._release(keys=[self.inflight_key, self.queue_key], args=[keys.rq_job(""), *ids])
+        for delivery_id in ids:
+            self._chains.pop(delivery_id, None)
         return int(cast(int, answer))
 
     async def pending(self) -> bool:

@@ -22,8 +22,9 @@ from starlette.routing import BaseRoute, Route
 
 from svcgw import errors
 from svcgw.addresses import AddressError
+from svcgw.calllog import parse_since
 
-from .service import Invalid, NotFound
+from .service import DeliveryNotFound, DeniedByOperator, Invalid, NotFound, NotRetrying
 from .session import Session
 from .web import ConsoleHTTPError, Context, address_error, int_param, json_body, json_ok
 
@@ -52,8 +53,16 @@ def _strings(document: dict[str, Any], name: str) -> list[str]:
     return value
 
 
-def _http_error(exc: NotFound | Invalid | AddressError | RedisError) -> ConsoleHTTPError:
+def _http_error(
+    exc: NotFound | Invalid | DeniedByOperator | NotRetrying | AddressError | RedisError,
+) -> ConsoleHTTPError:
     """The error table's row for what the service raised."""
+    if isinstance(exc, DeniedByOperator):
+        return ConsoleHTTPError(errors.DENIED_BY_OPERATOR, str(exc))
+    if isinstance(exc, DeliveryNotFound):
+        return ConsoleHTTPError(errors.NO_DELIVERY)
+    if isinstance(exc, NotRetrying):
+        return ConsoleHTTPError(errors.NOT_RETRYING, str(exc))
     if isinstance(exc, NotFound):
         return ConsoleHTTPError(errors.NO_DEAD_LETTER if "dead letter" in str(exc) else errors.NOT_THE_CALLERS)
     if isinstance(exc, Invalid):
@@ -93,6 +102,10 @@ class Api:
             Route("/dead-letters", read(self.dead_letters), methods=["GET"], name="api-dead-letters"),
             Route("/dead-letters/replay", change(self.replay), methods=["POST"], name="api-replay"),
             Route("/dead-letters/{delivery_id}", read(self.dead_letter), methods=["GET"], name="api-dead-letter"),
+            Route("/instances/{appid}/deliveries", read(self.deliveries), methods=["GET"], name="api-deliveries"),
+            Route("/deliveries/{delivery_id}", read(self.delivery), methods=["GET"], name="api-delivery"),
+            Route("/deliveries/{delivery_id}/retry", change(self.retry_now), methods=["POST"], name="api-retry-now"),
+            Route("/failing-destinations", read(self.failing), methods=["GET"], name="api-failing"),
             Route("/operations", read(self.operations), methods=["GET"], name="api-operations"),
             Route("/operations/deny", change(self.deny), methods=["POST"], name="api-deny"),
             Route("/operations/allow", change(self.allow), methods=["POST"], name="api-allow"),
@@ -128,7 +141,7 @@ class Api:
             return await handler(request, session)
         except ConsoleHTTPError as exc:
             return exc.response()
-        except (NotFound, Invalid, AddressError, RedisError) as exc:
+        except (NotFound, Invalid, DeniedByOperator, NotRetrying, AddressError, RedisError) as exc:
             return _http_error(exc).response()
 
     # --- session ---------------------------------------------------------------------
@@ -212,18 +225,53 @@ class Api:
         document = await json_body(request)
         ids = _strings(document, "ids") if "ids" in document else None
         appid = _text(document, "appid", limit=200) or None
-        results = await self.service.replay(session.account, ids=ids, appid=appid)
+        since = _text(document, "since", limit=32) or None
+        try:
+            since_seconds = parse_since(since) if since is not None else None
+        except ValueError as exc:
+            raise ConsoleHTTPError(errors.BAD_REQUEST, f"since: {exc}") from None
+        results = await self.service.replay(session.account, ids=ids, appid=appid, since_seconds=since_seconds)
         replayed = sum(1 for result in results if result["status"] == "replayed")
         return json_ok({"results": results, "replayed": replayed})
 
+    # --- deliveries ------------------------------------------------------------------------------
+    async def deliveries(self, request: Request, session: Session) -> Response:
+        params = request.query_params
+        page = await self.service.deliveries(
+            session.account,
+            request.path_params["appid"],
+            state=params.get("state") or None,
+            event_type=params.get("event_type") or None,
+            event_id=params.get("event_id") or None,
+            limit=int_param(request, "limit", 20, minimum=1, maximum=200),
+            before=params.get("before") or None,
+        )
+        return json_ok(page.as_dict())
+
+    async def delivery(self, request: Request, session: Session) -> Response:
+        found = await self.service.delivery(session.account, request.path_params["delivery_id"])
+        return json_ok(found.as_dict())
+
+    async def retry_now(self, request: Request, session: Session) -> Response:
+        found = await self.service.retry_now(session.account, request.path_params["delivery_id"])
+        return json_ok(found.as_dict())
+
+    async def failing(self, request: Request, session: Session) -> Response:
+        appid = request.query_params.get("appid") or None
+        if appid is not None:
+            await self.service.check_owner(session.account, appid)
+        return json_ok({"failing": await self.service.failing(session.account, appid)})
+
     # --- controlled operations ------------------------------------------------------------------
+    # ``denied`` is every operation the gateway refuses; ``own`` is the list
+    # these calls change, ``by_operator`` the operator's, read-only here.
     async def operations(self, request: Request, session: Session) -> Response:
-        return json_ok({"denied": await self.service.denied(session.account)})
+        return json_ok(await self.service.denied(session.account))
 
     async def deny(self, request: Request, session: Session) -> Response:
         operations = _strings(await json_body(request), "operations")
-        return json_ok({"denied": await self.service.deny(session.account, operations)})
+        return json_ok(await self.service.deny(session.account, operations))
 
     async def allow(self, request: Request, session: Session) -> Response:
         operations = _strings(await json_body(request), "operations")
-        return json_ok({"denied": await self.service.allow(session.account, operations)})
+        return json_ok(await self.service.allow(session.account, operations))

@@ -43,7 +43,9 @@ def _responses(
         limited["headers"] = {"Retry-After": {"schema": {"type": "integer", "minimum": 1}}}
         responses["429"] = limited
     if found:
-        responses["404"] = _err("code -40404: no such appid or dead letter, or another account's (the same answer)")
+        responses["404"] = _err(
+            "code -40404: no such appid, dead letter or delivery, or another account's (the same answer)"
+        )
     if bad:
         responses["400"] = _err("code -40000 bad value; -40011/-40012/-40013 callback address refused")
     if change or bad:
@@ -57,9 +59,19 @@ def _body(schema: dict[str, Any]) -> dict[str, Any]:
 
 
 APPID = {"name": "appid", "in": "path", "required": True, "schema": {"type": "string"}}
+DELIVERY_ID = {"name": "delivery_id", "in": "path", "required": True, "schema": {"type": "string"}}
 STRINGS = {"type": "array", "items": {"type": "string"}}
 OPERATIONS_BODY = _body({"type": "object", "required": ["operations"], "properties": {"operations": STRINGS}})
-DENIED = _ok({"type": "object", "properties": {"denied": STRINGS}})
+DENIED = _ok(
+    {
+        "type": "object",
+        "properties": {
+            "denied": {**STRINGS, "description": "every operation the gateway refuses the account (both lists)"},
+            "own": {**STRINGS, "description": "the account's own list, which deny and allow change"},
+            "by_operator": {**STRINGS, "description": "the operator's list (svcgw accounts deny), read-only here"},
+        },
+    }
+)
 
 
 def _op(op_id: str, summary: str, ok: dict[str, Any], *, change: bool = False, **extra: Any) -> dict[str, Any]:
@@ -77,6 +89,15 @@ def _op(op_id: str, summary: str, ok: dict[str, Any], *, change: bool = False, *
         note = CHANGE_NOTE + (COUNTED_NOTE if counted else "")
         item["description"] = (extra.pop("description", "") + note).strip()
     item.update(extra)
+    return item
+
+
+def _operator_denial(item: dict[str, Any]) -> dict[str, Any]:
+    """The allow call's 403 has a second meaning: the operator denied the operation, and nothing changed."""
+    item["responses"]["403"] = _err(
+        "code -40310: CSRF token missing or wrong; code -40320: denied by the operator, only the operator "
+        "can allow it again (nothing was changed)"
+    )
     return item
 
 
@@ -241,10 +262,103 @@ CONSOLE_PATHS: dict[str, dict[str, Any]] = {
             requestBody=_body(
                 {
                     "type": "object",
-                    "properties": {"ids": STRINGS, "appid": {"type": "string"}},
-                    "description": "exactly one of ids and appid",
+                    "properties": {
+                        "ids": STRINGS,
+                        "appid": {"type": "string"},
+                        "since": {
+                            "type": "string",
+                            "description": "a duration such as 30m, 2h or 1d: only dead letters that died since",
+                        },
+                    },
+                    "description": (
+                        "exactly one of ids and appid; with since, appid is optional (every instance of the "
+                        "account) and ids are not allowed"
+                    ),
                 }
             ),
+        ),
+    },
+    "/console/api/instances/{appid}/deliveries": {
+        "get": _op(
+            "consoleDeliveries",
+            "The instance's deliveries of the log's retention, newest first, with every attempt",
+            _ok(
+                {
+                    "type": "object",
+                    "properties": {
+                        "deliveries": {"type": "array", "items": _ref("ConsoleDelivery")},
+                        "next_before": {
+                            "type": ["string", "null"],
+                            "description": "pass as before for the next (older) page; null at the end",
+                        },
+                    },
+                }
+            ),
+            found=True,
+            bad=True,
+            description=(
+                "Filters combine. At most 5,000 deliveries are looked at per call: with filters that match "
+                "little, a page can be short and next_before still says where to go on."
+            ),
+            parameters=[
+                APPID,
+                {"name": "state", "in": "query", "schema": {"enum": ["pending", "retrying", "delivered", "dead"]}},
+                {"name": "event_type", "in": "query", "schema": {"type": "string"}},
+                {"name": "event_id", "in": "query", "schema": {"type": "string"}},
+                {"name": "limit", "in": "query", "schema": {"type": "integer", "minimum": 1, "maximum": 200}},
+                {"name": "before", "in": "query", "schema": {"type": "string"}},
+            ],
+        ),
+    },
+    "/console/api/deliveries/{delivery_id}": {
+        "get": _op(
+            "consoleDelivery",
+            "One delivery with every attempt",
+            _ok(_ref("ConsoleDelivery")),
+            found=True,
+            parameters=[DELIVERY_ID],
+        ),
+    },
+    "/console/api/deliveries/{delivery_id}/retry": {
+        "post": _op(
+            "consoleRetryNow",
+            "Retry now: a retrying delivery's next attempt, at once",
+            _ok(_ref("ConsoleDelivery")),
+            change=True,
+            found=True,
+            parameters=[DELIVERY_ID],
+            description=(
+                "The attempt is the one the retry schedule planned next, brought forward: it counts as an "
+                "attempt, and if it fails the schedule goes on from it. No body. code -40900 (409) when the "
+                "delivery is not retrying (pending, delivered, dead) or its attempt is already under way."
+            ),
+        ),
+    },
+    "/console/api/failing-destinations": {
+        "get": _op(
+            "consoleFailing",
+            "The account's destinations whose every attempt has failed for SVCGW_FAILING_AFTER seconds",
+            _ok(
+                {
+                    "type": "object",
+                    "properties": {
+                        "failing": {
+                            "type": "array",
+                            "items": {
+                                "type": "object",
+                                "properties": {
+                                    "destination": {"type": "string", "description": "scheme://host:port"},
+                                    "failing_since": {"type": "number"},
+                                    "last_failure": {"type": "number"},
+                                    "appids": STRINGS,
+                                },
+                            },
+                        }
+                    },
+                }
+            ),
+            found=True,
+            parameters=[{"name": "appid", "in": "query", "schema": {"type": "string"}}],
         ),
     },
     "/console/api/operations": {
@@ -261,11 +375,22 @@ CONSOLE_PATHS: dict[str, dict[str, Any]] = {
         ),
     },
     "/console/api/operations/allow": {
-        "post": _op(
-            "consoleAllow", "Allow operations again", DENIED, change=True, bad=True, requestBody=OPERATIONS_BODY
+        "post": _operator_denial(
+            _op(
+                "consoleAllow",
+                "Allow operations again (the account's own denials; -40320 for one the operator denied)",
+                DENIED,
+                change=True,
+                bad=True,
+                requestBody=OPERATIONS_BODY,
+            )
         ),
     },
 }
+
+CONSOLE_PATHS["/console/api/deliveries/{delivery_id}/retry"]["post"]["responses"]["409"] = _err(
+    "code -40900: the delivery is not retrying, or its next attempt is already under way"
+)
 
 OPERATOR_PATHS: dict[str, dict[str, Any]] = {
     "/metrics": {
@@ -341,6 +466,39 @@ CONSOLE_SCHEMAS: dict[str, Any] = {
             "forward_url": {"type": ["string", "null"]},
             "forward_source": {"enum": ["instance", "account", None]},
             "last_event_at": {"type": ["number", "null"], "description": "Unix seconds of the last post received"},
+        },
+    },
+    "ConsoleDelivery": {
+        "type": "object",
+        "properties": {
+            "id": {"type": "string"},
+            "appid": {"type": "string"},
+            "event_type": {"type": "string"},
+            "event_ids": STRINGS,
+            "state": {"enum": ["pending", "retrying", "delivered", "dead"]},
+            "received_at": {"type": ["number", "null"]},
+            "next_attempt_at": {
+                "type": ["number", "null"],
+                "description": "when the next attempt is due; null when none is scheduled (pending: at once)",
+            },
+            "delivered_at": {"type": ["number", "null"]},
+            "dead_at": {"type": ["number", "null"]},
+            "attempts": {
+                "type": "array",
+                "items": {
+                    "type": "object",
+                    "properties": {
+                        "attempt": {"type": "integer"},
+                        "at": {"type": ["number", "null"]},
+                        "ok": {"type": "boolean"},
+                        "status": {"type": ["integer", "null"]},
+                        "error": {"type": ["string", "null"]},
+                        "duration_ms": {"type": ["number", "null"]},
+                        "response": {"type": "string", "description": "the first 1 KB of the answer's body"},
+                        "destination": {"type": ["string", "null"]},
+                    },
+                },
+            },
         },
     },
     "ConsoleLogEntry": {

@@ -31,8 +31,10 @@ from starlette.staticfiles import StaticFiles
 from starlette.templating import Jinja2Templates
 
 from svcgw.addresses import AddressError
+from svcgw.calllog import parse_since
+from svcgw.deliverylist import STATES
 
-from .service import Invalid, NotFound, when
+from .service import DeniedByOperator, Invalid, NotFound, NotRetrying, when
 from .session import CSRF_FIELD, LOGIN_COOKIE, PATH, Session
 from .web import Context, RateLimited
 
@@ -99,6 +101,9 @@ class Pages:
             Route("/dead-letters", page(self.dead_letters), methods=["GET"], name="dead-letters"),
             Route("/dead-letters/replay", form(self.replay), methods=["POST"]),
             Route("/dead-letters/{delivery_id}", page(self.dead_letter), methods=["GET"], name="dead-letter"),
+            Route("/instances/{appid}/deliveries", page(self.deliveries), methods=["GET"], name="deliveries"),
+            Route("/deliveries/{delivery_id}", page(self.delivery), methods=["GET"], name="delivery"),
+            Route("/deliveries/{delivery_id}/retry", form(self.retry_now), methods=["POST"]),
             Route("/operations", page(self.operations), methods=["GET"], name="operations"),
             Route("/operations/deny", form(self.deny), methods=["POST"]),
             Route("/operations/allow", form(self.allow), methods=["POST"]),
@@ -110,10 +115,22 @@ class Pages:
         self, request: Request, template: str, session: Session | None, status: int = 200, **context: Any
     ) -> Response:
         flash = await self.sessions.take_flash(session) if session is not None else None
+        failing: list[dict[str, Any]] = []
+        if session is not None:
+            try:
+                failing = await self.service.failing(session.account)
+            except RedisError:
+                pass  # the banner is the one thing a page can do without
         response = self.templates.TemplateResponse(
             request,
             template,
-            {"session": session, "csrf_token": session.csrf if session else "", "flash": flash, **context},
+            {
+                "session": session,
+                "csrf_token": session.csrf if session else "",
+                "flash": flash,
+                "failing": failing,
+                **context,
+            },
             status_code=status,
         )
         response.headers.update(PAGE_HEADERS)
@@ -371,6 +388,8 @@ class Pages:
         appid = _field(form, "appid") or None
         every = not one and _field(form, "scope") == "all"
         back = _path("dead-letters") + (f"?{urlencode({'appid': appid})}" if appid else "")
+        if _field(form, "scope") == "since":
+            return await self._replay_since(session, appid, _field(form, "since"), back)
         if every and appid is None:
             raise PageError(400, "Choose an instance", "Replaying all dead letters works one instance at a time.")
         if not every and not ids:
@@ -390,16 +409,98 @@ class Pages:
         await self.sessions.flash(session, {"kind": "ok" if replayed and not missed else "warn", "text": text})
         return _redirect(back)
 
+    async def _replay_since(self, session: Session, appid: str | None, since: str, back: str) -> Response:
+        try:
+            seconds = parse_since(since)
+        except ValueError as exc:
+            raise PageError(400, "Cannot replay", f"Since when? {exc}.") from None
+        results = await self.service.replay(session.account, appid=appid, since_seconds=seconds)
+        replayed = sum(1 for result in results if result["status"] == "replayed")
+        where = "of this instance" if appid else "of your instances"
+        text = (
+            f"{replayed} dead letter{'s' if replayed != 1 else ''} {where} that died in the last {since.strip()} "
+            "queued for one fresh attempt."
+        )
+        missed = len(results) - replayed
+        if missed:
+            text += f" {missed} could not be replayed (already replayed or expired)."
+        await self.sessions.flash(session, {"kind": "ok" if not missed else "warn", "text": text})
+        return _redirect(back)
+
+    # --- deliveries ---------------------------------------------------------------------------------
+    async def deliveries(self, request: Request, session: Session) -> Response:
+        appid = request.path_params["appid"]
+        params = request.query_params
+        state = params.get("state") or None
+        event_type = (params.get("event_type") or "").strip() or None
+        event_id = (params.get("event_id") or "").strip() or None
+        before = params.get("before") or None
+        try:
+            page = await self.service.deliveries(
+                session.account,
+                appid,
+                state=state,
+                event_type=event_type,
+                event_id=event_id,
+                limit=PAGE_SIZE,
+                before=before,
+            )
+        except Invalid as exc:
+            raise PageError(400, "Bad filter", str(exc)) from None
+        filters = {"state": state or "", "event_type": event_type or "", "event_id": event_id or ""}
+        return await self.render(
+            request,
+            "deliveries.html",
+            session,
+            nav="instances",
+            appid=appid,
+            page=page,
+            states=STATES,
+            retention=_duration(self.context.settings.log_retention),
+            filters=filters,
+            first_page=before is None,
+            older=urlencode({**filters, "before": page.next_before}) if page.next_before else None,
+            newest=urlencode({k: v for k, v in filters.items() if v}),
+        )
+
+    async def delivery(self, request: Request, session: Session) -> Response:
+        found = await self.service.delivery(session.account, request.path_params["delivery_id"])
+        return await self.render(request, "delivery.html", session, nav="instances", delivery=found)
+
+    async def retry_now(self, request: Request, session: Session) -> Response:
+        delivery_id = request.path_params["delivery_id"]
+        form: FormData = request.state.form
+        try:
+            await self.service.retry_now(session.account, delivery_id)
+        except NotRetrying as exc:
+            await self.sessions.flash(session, {"kind": "warn", "text": f"Not retried: {exc}."})
+        else:
+            await self.sessions.flash(
+                session,
+                {
+                    "kind": "ok",
+                    "text": (
+                        "Queued for its next attempt now. If it fails, the retry schedule goes on from it; "
+                        "reload to see the outcome."
+                    ),
+                },
+            )
+        return _redirect(_safe_next(_field(form, "next")) or _path("deliveries", delivery_id))
+
     # --- controlled operations --------------------------------------------------------------------
-    async def operations(self, request: Request, session: Session, error: str | None = None) -> Response:
+    async def operations(
+        self, request: Request, session: Session, error: str | None = None, *, status: int = 400
+    ) -> Response:
         denied = await self.service.denied(session.account)
         return await self.render(
             request,
             "operations.html",
             session,
-            status=400 if error else 200,
+            status=status if error else 200,
             nav="operations",
-            denied=denied,
+            own=denied["own"],
+            by_operator=denied["by_operator"],
+            operator_lower={op.lower() for op in denied["by_operator"]},
             error=error,
         )
 
@@ -420,6 +521,8 @@ class Pages:
             await self.service.allow(session.account, [operation])
         except Invalid as exc:
             return await self.operations(request, session, str(exc))
+        except DeniedByOperator as exc:
+            return await self.operations(request, session, str(exc), status=403)
         await self.sessions.flash(session, {"kind": "ok", "text": f"Allowed again: {operation}."})
         return _redirect(_path("operations"))
 
@@ -427,6 +530,15 @@ class Pages:
 def _field(form: FormData, name: str) -> str:
     value = form.get(name)
     return value if isinstance(value, str) else ""
+
+
+def _duration(seconds: int) -> str:
+    """``24 hours``, ``2 days``, ``90 minutes``: the log's retention in words."""
+    for unit, size in (("day", 86400 * 2), ("hour", 3600), ("minute", 60)):
+        if seconds % size == 0:
+            count = seconds // (86400 if unit == "day" else size)
+            return f"{count} {unit}s" if count != 1 else f"1 {unit}"
+    return f"{seconds} second{'s' if seconds != 1 else ''}"
 
 
 def _safe_next(value: str | None) -> str | None:

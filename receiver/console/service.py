@@ -10,7 +10,8 @@ Errors::
 
     ConsoleError
     ├── NotFound        (also a LookupError) unknown, or another account's
-    └── Invalid         (also a ValueError) a value the console cannot use
+    ├── Invalid         (also a ValueError) a value the console cannot use
+    └── DeniedByOperator  allowing an operation the operator denied; nothing changed
     svcgw.addresses.AddressError   a callback address breaks the address rules
 """
 
@@ -24,19 +25,28 @@ from typing import TYPE_CHECKING, Any
 import anyio.to_thread
 from redis.asyncio import Redis
 
-from svcgw import deadletters
+from svcgw import deadletters, deliverylist, failing, keys, retrynow
 from svcgw import instances as instance_views
 from svcgw.addresses import check_for_service
 from svcgw.callbacktest import CallbackTestResult, send_test
 from svcgw.calllog import LogEntry, read_log
-from svcgw.store import CallbackConfig, Scope, normalise_operation
+from svcgw.store import CallbackConfig, OperatorDenied, Scope, normalise_operation
 from svcgw.store import NotFound as StoreNotFound
 from svcgw.vault import VaultError
 
 if TYPE_CHECKING:
     from receiver.services import Services
 
-__all__ = ["ConsoleError", "ConsoleService", "Invalid", "NotFound", "SaveResult"]
+__all__ = [
+    "ConsoleError",
+    "ConsoleService",
+    "DeliveryNotFound",
+    "DeniedByOperator",
+    "Invalid",
+    "NotFound",
+    "NotRetrying",
+    "SaveResult",
+]
 
 MAX_OPERATION_LENGTH = 128
 
@@ -49,8 +59,20 @@ class NotFound(ConsoleError, LookupError):
     """No such instance or dead letter, or it belongs to another account."""
 
 
+class DeliveryNotFound(NotFound):
+    """No such delivery, or another account's."""
+
+
 class Invalid(ConsoleError, ValueError):
     """A value the console cannot use; the message says which and why."""
+
+
+class DeniedByOperator(ConsoleError):
+    """The account asked to allow an operation the operator denied it; nothing was changed."""
+
+
+class NotRetrying(ConsoleError):
+    """Retry now was asked of a delivery that is not retrying; the message says what it is doing."""
 
 
 @dataclass(frozen=True)
@@ -206,9 +228,27 @@ class ConsoleService:
         return detail.as_dict()
 
     async def replay(
-        self, account: str, *, ids: Sequence[str] | None = None, appid: str | None = None
+        self,
+        account: str,
+        *,
+        ids: Sequence[str] | None = None,
+        appid: str | None = None,
+        since_seconds: int | None = None,
     ) -> list[dict[str, object]]:
-        """Replay the dead letters named, or every one of ``appid``; other accounts' ids come back not_found."""
+        """Replay the dead letters named, or every one of ``appid``; other accounts' ids come back not_found.
+
+        With ``since_seconds``, only those that died in that last stretch of
+        time; then neither ids nor appid is needed (every instance of the account).
+        """
+        if since_seconds is not None:
+            if ids:
+                raise Invalid("replay since a time works on an instance or on every instance, not on ids")
+            if appid is not None:
+                await self.check_owner(account, appid)
+            results = await deadletters.replay(
+                self.raw, self.settings, appid=appid, account=account, since=time.time() - since_seconds
+            )
+            return [result.as_dict() for result in results]
         if bool(ids) == (appid is not None):
             raise Invalid("name dead letters by id, or give an appid for all of its dead letters (exactly one)")
         if appid is not None:
@@ -220,15 +260,95 @@ class ConsoleService:
         )
         return [result.as_dict() for result in results]
 
+    # --- deliveries ------------------------------------------------------------------------
+    async def deliveries(
+        self,
+        account: str,
+        appid: str,
+        *,
+        state: str | None = None,
+        event_type: str | None = None,
+        event_id: str | None = None,
+        limit: int = 20,
+        before: str | None = None,
+    ) -> deliverylist.Page:
+        """One page of the instance's deliveries, newest first (``svcgw.deliverylist``)."""
+        await self.check_owner(account, appid)
+        if len(event_type or "") > 200 or len(event_id or "") > 200:
+            raise Invalid("event_type and event_id are at most 200 characters")
+        try:
+            return await deliverylist.list_deliveries(
+                self.raw,
+                self.settings,
+                appid,
+                account=account,
+                state=state,
+                event_type=event_type,
+                event_id=event_id,
+                limit=limit,
+                before=before,
+            )
+        except deliverylist.NotFound:
+            raise NotFound(f"no instance {appid!r}") from None
+        except deliverylist.Invalid as exc:
+            raise Invalid(str(exc)) from None
+
+    async def delivery(self, account: str, delivery_id: str) -> deliverylist.Delivery:
+        try:
+            return await deliverylist.show(self.raw, self.settings, delivery_id, account=account)
+        except deliverylist.NotFound:
+            raise DeliveryNotFound(f"no delivery {delivery_id[:200]!r}") from None
+
+    async def retry_now(self, account: str, delivery_id: str) -> deliverylist.Delivery:
+        """Bring a retrying delivery's next attempt forward to now (``svcgw.retrynow``)."""
+        try:
+            await retrynow.retry_now(self.raw, self.settings, delivery_id, account=account)
+        except retrynow.NotFound:
+            raise DeliveryNotFound(f"no delivery {delivery_id[:200]!r}") from None
+        except retrynow.NotRetrying as exc:
+            raise NotRetrying(str(exc)) from None
+        return await self.delivery(account, delivery_id)
+
+    # --- failing destinations -------------------------------------------------------------
+    async def failing(self, account: str, appid: str | None = None) -> list[dict[str, Any]]:
+        """The account's failing destinations (``svcgw.failing``), with the instances that use each.
+
+        With ``appid``, only the destination of that instance's address.
+        """
+        appids = [appid] if appid is not None else await self.store.instances_of(account)
+        async with self.text.pipeline(transaction=False) as pipe:
+            pipe.hget(keys.callback_account(account), "url")
+            for one in appids:
+                pipe.hget(keys.callback_instance(one), "url")
+            default, *own = await pipe.execute()
+        users: dict[str, list[str]] = {}
+        for one, url in zip(appids, own, strict=True):
+            destination = failing.destination_of(url or default)
+            if destination:
+                users.setdefault(destination, []).append(one)
+        if appid is None and default:
+            users.setdefault(failing.destination_of(default), [])
+        found = await failing.failing(self.text, self.settings, users)
+        return [
+            {**record.as_dict(), "appids": users.get(name, [])}
+            for name, record in sorted(found.items(), key=lambda item: item[1].first_failure)
+        ]
+
     # --- controlled operations ----------------------------------------------------------
-    async def denied(self, account: str) -> list[str]:
-        return sorted(await self.store.denied(account))
+    # The console manages the account's own list; the operator's list
+    # (``svcgw accounts deny``) is shown but never changed from here.
+    async def denied(self, account: str) -> dict[str, list[str]]:
+        """``denied`` (every operation the gateway refuses), ``own`` and ``by_operator``."""
+        return (await self.store.denials(account)).as_dict()
 
-    async def deny(self, account: str, operations: Sequence[str]) -> list[str]:
-        return sorted(await self.store.deny(account, _operations(operations)))
+    async def deny(self, account: str, operations: Sequence[str]) -> dict[str, list[str]]:
+        return (await self.store.deny_own(account, _operations(operations))).as_dict()
 
-    async def allow(self, account: str, operations: Sequence[str]) -> list[str]:
-        return sorted(await self.store.allow(account, _operations(operations)))
+    async def allow(self, account: str, operations: Sequence[str]) -> dict[str, list[str]]:
+        try:
+            return (await self.store.allow_own(account, _operations(operations))).as_dict()
+        except OperatorDenied as exc:
+            raise DeniedByOperator(str(exc)) from None
 
 
 def _operations(operations: Sequence[str]) -> list[str]:

@@ -1,6 +1,6 @@
 -- One post to a receiver (svcgw.ingest); delivery.lua is prepended.
 -- KEYS: receiver lookup, instance, log, delivery, job, queue, rq:queues,
---       metrics counters, then one dedup key per keyed event, in order
+--       metrics counters, deliveries index, then one dedup key per keyed event, in order
 -- ARGV: appid, now, log retention, raw body, event_type, envelope head,
 --       dedup ttl, delivery id, queue key, job field count,
 --       job fields..., the posts, events and duplicates counter fields,
@@ -21,7 +21,7 @@ local first_event = counters + 3
 local kept = {}
 local total = 0
 local i = first_event
-local k = 9
+local k = 10
 while i <= #ARGV do
   if ARGV[i + 1] ~= '1' then
     kept[#kept + 1] = ARGV[i]
@@ -42,6 +42,7 @@ if #kept > 0 then
   for f = 11, 10 + nfields * 2 do job[#job + 1] = ARGV[f] end
   write_delivery({delivery = KEYS[4], job = KEYS[5], queue = KEYS[6], rq_queues = KEYS[7]},
     appid, account, ARGV[5], body, ARGV[2], #kept, delivery, ARGV[9], job)
+  index_delivery(KEYS[9], ARGV[3], ARGV[2], delivery)
 end
 log_post(KEYS[3], ARGV[3], ARGV[4], ARGV[2], delivery, #kept, total - #kept)
 redis.call('HINCRBY', KEYS[8], ARGV[counters], 1)

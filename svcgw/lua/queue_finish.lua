@@ -1,24 +1,61 @@
 -- Ends claims: records attempts and moves each job on (worker.queue.DeliveryQueue.finish_many).
--- KEYS: inflight, scheduled, failed, queue
--- ARGV: now, rq ended_at, then 10 per job: kind, id, delivery key, attempts
---       key, job key, dead index key, attempt record, due (retry, defer) or
---       expiry (dead), ttl of the delivery record, error text (zlib)
--- Returns 1 per job whose claim was still ours, else 0.
-local n = (#ARGV - 2) / 10
+-- chain.lua is prepended: a service event delivered, dead or dropped lets its instance's next one go.
+-- KEYS: inflight, scheduled, failed, queue, deferred, failing destinations
+-- ARGV: now, rq ended_at, 'failing after:forget after' (seconds), then 12 per job: kind, id,
+--       delivery key, attempts key, job key, dead index key, attempt record,
+--       due (retry, defer) or expiry (dead), ttl of the delivery record,
+--       error text (zlib), destination ('' when the attempt had none), chain
+--       (the service-event chain key, '' for a customer event, '?' if unknown)
+-- Returns per job: 1 if the claim was still ours, else 0; plus 2 when this
+-- attempt's destination started failing, 4 when it recovered (svcgw.failing).
+local n = (#ARGV - 3) / 12
 if n < 1 then return {} end
 local ids = {}
-for i = 0, n - 1 do ids[#ids + 1] = ARGV[4 + i * 10] end
+for i = 0, n - 1 do ids[#ids + 1] = ARGV[5 + i * 12] end
 local held = redis.call('ZMSCORE', KEYS[1], unpack(ids))
 redis.call('ZREM', KEYS[1], unpack(ids))
 local now = ARGV[1]
 local results = {}
+-- --- failing destinations (svcgw.failing): one HGET per attempt, more only while failing ---
+local after_text, forget_text = string.match(ARGV[3], '^([^:]*):([^:]*)$')
+local failing_after, forget_after = tonumber(after_text), tonumber(forget_text)
+local function track(destination, ok)
+  if destination == '' then return 0 end
+  local held = redis.call('HGET', KEYS[6], destination)
+  if ok then
+    if not held then return 0 end
+    redis.call('HDEL', KEYS[6], destination)
+    local first, _, flagged = string.match(held, '^([^:]*):([^:]*):(%d)$')
+    if flagged == '1' or (first and tonumber(now) - tonumber(first) >= failing_after) then return 4 end
+    return 0
+  end
+  if not held then
+    redis.call('HSET', KEYS[6], destination, now .. ':' .. now .. ':0')
+    return 0
+  end
+  local first, last, flagged = string.match(held, '^([^:]*):([^:]*):(%d)$')
+  if not first or tonumber(now) - tonumber(last) > forget_after then
+    -- Unreadable, or forgotten: no attempt for so long that this failure starts afresh.
+    first, flagged = now, '0'
+  end
+  local started = 0
+  if flagged ~= '1' and tonumber(now) - tonumber(first) >= failing_after then
+    flagged, started = '1', 2
+  end
+  redis.call('HSET', KEYS[6], destination, first .. ':' .. now .. ':' .. flagged)
+  return started
+end
+-- --- end of failing destinations ---
 for i = 0, n - 1 do
-  local b = 3 + i * 10
+  local b = 4 + i * 12
   local kind, id = ARGV[b], ARGV[b + 1]
   local delivery, attempts, job, dead = ARGV[b + 2], ARGV[b + 3], ARGV[b + 4], ARGV[b + 5]
   local record, due, ttl = ARGV[b + 6], ARGV[b + 7], ARGV[b + 8]
   local claimed = 0
   if held[i + 1] then claimed = 1 end
+  local failing = 0
+  if kind == 'delivered' then failing = track(ARGV[b + 10], true)
+  elseif kind == 'retry' or kind == 'dead' then failing = track(ARGV[b + 10], false) end
   if kind == 'delivered' then
     local count = redis.call('RPUSH', attempts, record)
     redis.call('HSET', delivery, 'state', 'delivered', 'delivered_at', now, 'attempts', count)
@@ -59,6 +96,12 @@ for i = 0, n - 1 do
   elseif kind == 'drop' then
     redis.call('DEL', job)
   end
-  results[i + 1] = claimed
+  -- The order of service events (chain.lua): a job that ends for good lets the next go.
+  if kind == 'delivered' or kind == 'drop' or (kind == 'dead' and claimed == 1) then
+    local chain = ARGV[b + 11]
+    if chain == '?' then chain = redis.call('HGET', delivery, 'chain') end
+    if chain and chain ~= '' then chain_finished(chain, delivery, job, id, KEYS[4], KEYS[5], ARGV[2]) end
+  end
+  results[i + 1] = claimed + failing
 end
 return results

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+from svcgw.settings import Settings
 from tests.cli.commands import fails, ok, svcgw
+from tests.conftest import with_store
 
 
 def test_accounts_create_list_deny_allow(env: dict[str, str]) -> None:
@@ -23,6 +25,19 @@ def test_accounts_create_list_deny_allow(env: dict[str, str]) -> None:
 
     table = svcgw(env, "accounts", "list")
     assert table.exit_code == 0 and created["id"] in table.stdout and "Acme" in table.stdout
+
+
+def test_accounts_list_shows_the_accounts_own_denials(env: dict[str, str], settings: Settings) -> None:
+    created = ok(env, "accounts", "create", "--name", "Acme")
+    ok(env, "accounts", "deny", "--account", created["id"], "message/sendText")
+    with_store(settings, lambda store: store.deny_own(created["id"], ["login/getQr"]))
+    listed = ok(env, "accounts", "list")
+    assert listed[0]["denied"] == ["message/sendText"]
+    assert listed[0]["denied_by_account"] == ["login/getQr"]
+    # allow lifts the operator's denials only; the account's own stay its own.
+    assert ok(env, "accounts", "allow", "--account", created["id"], "login/getQr")["denied"] == ["message/sendText"]
+    table = svcgw(env, "accounts", "list")
+    assert "denied by account" in table.stdout and "login/getQr" in table.stdout
 
 
 def test_account_user_errors(env: dict[str, str]) -> None:

@@ -3,17 +3,19 @@
 from __future__ import annotations
 
 import threading
+import time
 
 import orjson
 import pytest
 from redis import Redis
 
+from svcgw import keys
 from svcgw.settings import Settings
 from svcgw.vault import TokenVault
 from tests.cli.commands import fails, ok, svcgw
 from tests.conftest import Tenant, provision
 from tests.support import Sink
-from tests.svcgw.test_deadletters import ingest
+from tests.svcgw.test_deadletters import ingest, kill
 from worker.engine import Engine
 
 
@@ -97,3 +99,27 @@ def test_dlq_replay_by_appid(fast_env: dict[str, str], sink: Sink) -> None:
     replayed = ok(fast_env, "dlq", "replay", "--appid", tenant.appid)
     assert sorted(r["id"] for r in replayed) == sorted(mine)
     assert [d["id"] for d in ok(fast_env, "dlq", "list")] == [theirs]
+
+
+def test_dlq_replay_since(env: dict[str, str], redis: Redis) -> None:
+    settings = Settings.from_env(env)
+    tenant = provision(settings)
+    other = provision(settings)
+    now = time.time()
+    old = kill(settings, tenant, "o1", died_at=now)
+    recent = kill(settings, tenant, "r1", died_at=now)
+    elsewhere = kill(settings, other, "e1", died_at=now)
+    redis.hset(keys.delivery(old), "dead_at", repr(now - 3 * 3600))
+
+    assert ok(env, "dlq", "replay", "--since", "2h", "--appid", tenant.appid) == [
+        {"id": recent, "appid": tenant.appid, "status": "replayed"}
+    ]
+    assert ok(env, "dlq", "replay", "--since", "1d", "--account", other.account) == [
+        {"id": elsewhere, "appid": other.appid, "status": "replayed"}
+    ]
+    assert "died earlier" in fails(env, "dlq", "replay", old, "--since", "30m")
+    human = svcgw(env, "dlq", "replay", "--since", "4h")
+    assert human.exit_code == 0 and old in human.stdout and "1 of 1 queued" in human.stdout
+    assert "--since" in fails(env, "dlq", "replay", code=2)
+    assert "duration" in fails(env, "dlq", "replay", "--since", "soon", code=2)
+    assert "--account" in fails(env, "dlq", "replay", "--appid", tenant.appid, "--account", other.account, code=2)

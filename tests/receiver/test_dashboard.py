@@ -12,6 +12,7 @@ from receiver.dashboard import add_nonce
 from svcgw.settings import Settings, SettingsError
 from tests.conftest import provision
 from tests.support import start_server
+from tests.worker.support import flip, started
 
 # Real processes of the service: run by .ci/run with the rest; `-m 'not slow'` skips them.
 pytestmark = pytest.mark.slow
@@ -76,6 +77,22 @@ def test_dashboard_needs_credentials_and_is_read_only(
             refused = http.request(method, base + path, auth=(USER, PASSWORD))
             assert refused.status_code == 403, (method, path)
         assert http.get(base + "/0/data/queues.json", auth=(USER, PASSWORD)).json()["queues"][0]["count"] == 1
+
+
+def test_dashboard_lists_the_service_event_being_delivered_and_those_waiting(
+    dashboard_server: str, settings: Settings
+) -> None:
+    tenant = started(settings, "http://127.0.0.1:9/hook")
+    offline = flip(settings, tenant.appid, offline=True)
+    recovered = flip(settings, tenant.appid, offline=False)
+    base = dashboard_server + "/rq/0/data"
+    with httpx.Client(timeout=15, auth=(USER, PASSWORD)) as http:
+        queued = http.get(base + "/jobs/svcgw/queued/10/asc/1.json").json()["jobs"]
+        assert [job["id"] for job in queued] == [offline]
+        waiting = http.get(base + "/jobs/svcgw/deferred/10/asc/1.json")
+        assert waiting.status_code == 200
+        (job,) = waiting.json()["jobs"]
+        assert job["id"] == recovered and job["description"] == f"InstanceRecovered for {tenant.appid}"
 
 
 def assert_hardened(answer: httpx.Response) -> None:

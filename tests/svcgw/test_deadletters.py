@@ -189,3 +189,27 @@ def test_replay_needs_exactly_one_selector(settings: Settings, redis: Redis) -> 
         replay(settings)
     with pytest.raises(ValueError):
         replay(settings, ids=["a"], all=True)
+
+
+def test_replay_since_takes_only_what_died_in_that_stretch(settings: Settings, redis: Redis) -> None:
+    tenant = provision(settings)
+    stranger = provision(settings)
+    now = time.time()
+    old = kill(settings, tenant, "s1", died_at=now)
+    recent = kill(settings, tenant, "s2", died_at=now)
+    elsewhere = kill(settings, stranger, "s3", died_at=now)
+    redis.hset(keys.delivery(old), "dead_at", repr(now - 3 * 3600))  # died three hours ago
+
+    # An instance's, since two hours ago: only the recent one; a named older one says why not.
+    assert [r.id for r in replay(settings, appid=tenant.appid, since=now - 7200)] == [recent]
+    assert replay(settings, ids=[old], since=now - 7200) == [ReplayResult(old, tenant.appid, "died_earlier")]
+    assert count_dead(settings, appid=tenant.appid) == 1
+
+    # Alone, with an account: that account's instances only.
+    assert replay(settings, account=tenant.account, since=now - 4 * 3600) == [
+        ReplayResult(old, tenant.appid, "replayed")
+    ]
+    # Alone, without one (the operator): every instance.
+    assert [r.id for r in replay(settings, since=now - 60)] == [elsewhere]
+    with pytest.raises(ValueError):
+        replay(settings, appid=tenant.appid, all=True, since=now)

@@ -10,13 +10,22 @@ from datetime import datetime
 from typing import Any
 
 import orjson
+from hypothesis import given
+from hypothesis import strategies as st
 from redis import Redis
 from redis.asyncio import Redis as AsyncRedis
 from rq.job import Job
 from rq.serializers import JSONSerializer
 
 from svcgw import keys
-from svcgw.deliveries import FUNC_NAME, job_fields, job_fields_by_rq, new_delivery_id, queue_delivery
+from svcgw.deliveries import (
+    FUNC_NAME,
+    job_fields,
+    job_fields_by_rq,
+    new_delivery_id,
+    queue_delivery,
+    seq_pieces,
+)
 from svcgw.envelope import build_envelope
 from svcgw.ingest import Ingest
 from svcgw.settings import Settings
@@ -102,10 +111,17 @@ def test_queue_delivery_writes_what_the_ingest_script_writes(settings: Settings,
 
     one = _written(redis, settings, posted.appid, from_post)
     other = _written(redis, settings, queued.appid, from_service)
-    for written, tenant, delivery_id in ((one, posted, from_post), (other, queued, from_service)):
+    # A service event also has its instance's seq, and its place in its instance's order.
+    assert other["record"].pop(b"seq") == b"1"
+    assert other["record"].pop(b"chain") == keys.service_events(queued.appid).encode()
+    numbered = [{**e, "seq": n} for n, e in enumerate(events, 1)]
+    for written, tenant, delivery_id, sent in (
+        (one, posted, from_post, events),
+        (other, queued, from_service, numbered),
+    ):
         assert written["record"].pop(b"appid") == tenant.appid.encode()
         assert written["record"].pop(b"account") == tenant.account.encode()
-        assert written["record"].pop(b"body") == build_envelope(tenant.appid, "Msg", [orjson.dumps(e) for e in events])
+        assert written["record"].pop(b"body") == build_envelope(tenant.appid, "Msg", [orjson.dumps(e) for e in sent])
         data = written["job"].pop(b"data")
         assert json.loads(zlib.decompress(data)) == [FUNC_NAME, None, [delivery_id], {}]
         assert written["job"].pop(b"description") == f"Msg for {tenant.appid}".encode()
@@ -175,3 +191,96 @@ def test_a_posted_event_type_with_markup_stays_out_of_the_job(settings: Settings
     job = Job.fetch(delivery_id, connection=redis, serializer=JSONSerializer)
     assert job.description == f"event for {tenant.appid}"
     assert b"<script>" not in b"".join(redis.hvals(keys.rq_job(delivery_id)))
+
+
+# --- service events: seq and their order per instance ------------------------------------
+def _queue_service_event(
+    settings: Settings, tenant: Any, events: list[dict[str, Any]], kind: str = "InstanceOffline"
+) -> str:
+    delivery_id = new_delivery_id()
+    client = Redis.from_url(settings.redis_url or "")
+    try:
+        with client.pipeline(transaction=True) as pipe:
+            queue_delivery(pipe, settings, appid=tenant.appid, account=tenant.account, event_type=kind,
+                           events=events, delivery_id=delivery_id, now=time.time())
+            pipe.execute()
+    finally:
+        client.close()
+    return delivery_id
+
+
+def _events(redis: Redis, delivery_id: str) -> list[dict[str, Any]]:
+    return orjson.loads(redis.hget(keys.delivery(delivery_id), "body") or b"")["events"]  # type: ignore[no-any-return]
+
+
+def _queued(redis: Redis, settings: Settings) -> list[str]:
+    return [x.decode() for x in redis.lrange(keys.rq_queue(settings.queue_name), 0, -1)]
+
+
+def _deferred(redis: Redis, settings: Settings) -> list[str]:
+    return [x.decode() for x in redis.zrange(keys.rq_deferred(settings.queue_name), 0, -1)]
+
+
+def _status(redis: Redis, delivery_id: str) -> str:
+    return Job.fetch(delivery_id, connection=redis, serializer=JSONSerializer).get_status()
+
+
+def test_service_events_get_their_instances_next_seq(settings: Settings, redis: Redis) -> None:
+    one, other = provision(settings), provision(settings)
+    first = _queue_service_event(settings, one, [{"id": "a"}])
+    pair = _queue_service_event(settings, one, [{"id": "b", "x": [1]}, {}])
+    elsewhere = _queue_service_event(settings, other, [{"id": "c"}])
+    last = _queue_service_event(settings, one, [{"id": "d"}])
+    assert _events(redis, first) == [{"id": "a", "seq": 1}]
+    assert _events(redis, pair) == [{"id": "b", "x": [1], "seq": 2}, {"seq": 3}]
+    assert _events(redis, elsewhere) == [{"id": "c", "seq": 1}]
+    assert _events(redis, last) == [{"id": "d", "seq": 4}]
+    assert redis.hget(keys.delivery(pair), "seq") == b"2"
+    # The callback log has the body as delivered, seq included.
+    logged = [orjson.loads(entry[b"body"]) for _, entry in redis.xrange(keys.callback_log(one.appid))]
+    assert [e["seq"] for body in logged for e in body["events"]] == [1, 2, 3, 4]
+    # The seq is the service's to give.
+    try:
+        _queue_service_event(settings, one, [{"id": "e", "seq": 99}])
+    except ValueError as exc:
+        assert "seq" in str(exc)
+    else:
+        raise AssertionError("an event with a seq of its own was queued")
+
+
+def test_a_later_service_event_waits_deferred_and_rq_lists_it(settings: Settings, redis: Redis) -> None:
+    from rq.registry import DeferredJobRegistry
+
+    one, other = provision(settings), provision(settings)
+    offline = _queue_service_event(settings, one, [{"id": "off"}])
+    recovered = _queue_service_event(settings, one, [{"id": "rec"}], kind="InstanceRecovered")
+    elsewhere = _queue_service_event(settings, other, [{"id": "x"}])
+    assert _queued(redis, settings) == [offline, elsewhere]
+    assert _deferred(redis, settings) == [recovered]
+    assert (_status(redis, offline), _status(redis, recovered)) == ("queued", "deferred")
+    assert redis.hget(keys.delivery(recovered), "state") == b"queued"  # pending, for people
+    assert DeferredJobRegistry(settings.queue_name, connection=redis).get_job_ids() == [recovered]
+    assert redis.lrange(keys.service_events(one.appid), 0, -1) == [offline.encode(), recovered.encode()]
+
+
+_JSON = st.recursive(
+    st.none() | st.booleans() | st.integers(min_value=-(2**63), max_value=2**63 - 1) | st.text(),
+    lambda children: st.lists(children, max_size=3) | st.dictionaries(st.text(max_size=5), children, max_size=3),
+    max_leaves=8,
+)
+
+
+@given(
+    events=st.lists(st.dictionaries(st.text(max_size=8).filter(lambda k: k != "seq"), _JSON, max_size=4), max_size=4),
+    first=st.integers(min_value=1, max_value=2**53),
+    event_type=st.text(max_size=10),
+)
+def test_seq_pieces_put_each_seq_last_in_its_event_and_nowhere_else(
+    events: list[dict[str, Any]], first: int, event_type: str
+) -> None:
+    pieces = seq_pieces("we_x", event_type, events)
+    assert len(pieces) == len(events) + 1
+    body = b"".join(piece + (b"%d" % (first + n) if n < len(events) else b"") for n, piece in enumerate(pieces))
+    numbered = [{**event, "seq": first + n} for n, event in enumerate(events)]
+    assert orjson.loads(body) == {"appid": "we_x", "event_type": event_type, "events": numbered}
+    assert all(list(event)[-1] == "seq" for event in orjson.loads(body)["events"])

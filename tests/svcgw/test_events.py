@@ -102,7 +102,13 @@ def test_a_service_event_is_queued_like_a_received_post(settings: Settings, redi
 
     delivery = {k.decode(): v for k, v in redis.hgetall(keys.delivery(delivery_id)).items()}
     body = delivery["body"]
-    assert orjson.loads(body) == {"appid": tenant.appid, "event_type": "InstanceOffline", "events": [event]}
+    assert orjson.loads(body) == {
+        "appid": tenant.appid,
+        "event_type": "InstanceOffline",
+        "events": [{**event, "seq": 1}],
+    }
+    assert delivery["seq"] == b"1"
+    assert delivery["chain"] == keys.service_events(tenant.appid).encode()
     assert delivery["appid"] == tenant.appid.encode()
     assert delivery["account"] == tenant.account.encode()
     assert delivery["state"] == b"queued"
@@ -135,7 +141,7 @@ def test_a_service_event_is_signed_and_delivered_by_the_engine(settings: Setting
     Engine(settings, redis, TokenVault.from_settings(settings)).run(threading.Event(), burst=True)
 
     (received,) = sink.posts()
-    assert orjson.loads(received.body)["events"] == [event]
+    assert orjson.loads(received.body)["events"] == [{**event, "seq": 1}]
     assert received.headers["x-svc-event-type"] == "InstanceRecovered"
     assert received.headers["x-svc-delivery-id"] == delivery_id
     secret = redis.hget(keys.callback_instance(tenant.appid), "secret")

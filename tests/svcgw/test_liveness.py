@@ -54,8 +54,10 @@ def online(settings: Settings, appid: str, **flip: Any) -> str | None:
 
 
 def queued_events(text: Any, settings: Settings) -> list[dict[str, Any]]:
-    bodies = [text.hget(keys.delivery(d), "body") for d in text.lrange(keys.rq_queue(settings.queue_name), 0, -1)]
-    return [orjson.loads(body) for body in bodies]
+    """Service events queued, then those waiting behind an earlier one of their instance, oldest first."""
+    waiting = text.zrange(keys.rq_deferred(settings.queue_name), 0, -1)
+    ids = text.lrange(keys.rq_queue(settings.queue_name), 0, -1) + waiting
+    return [orjson.loads(text.hget(keys.delivery(d), "body")) for d in ids]
 
 
 def fields(text: Any, appid: str) -> dict[str, str]:
@@ -160,6 +162,7 @@ def test_offline_flips_once_and_queues_one_event(settings: Settings, text: Any) 
                 "action_required": "relogin",
                 "detected_at": "2026-11-22T03:44:57+00:00",
                 "last_seen_at": "2026-11-22T03:43:57+00:00",
+                "seq": 1,
             }
         ],
     }
@@ -229,6 +232,7 @@ def test_recovery_after_an_offline_reports_its_length(settings: Settings, text: 
             "recovered_at": "2026-11-22T03:46:00+00:00",
             "offline_seconds": 63,
             "auto_reconnected": True,
+            "seq": 2,
         }
     ]
     state = fields(text, appid)

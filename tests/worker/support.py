@@ -1,14 +1,18 @@
-"""The delivery queue's scripts, reached from synchronous tests: each call on a client of its own."""
+"""The delivery queue's scripts, reached from synchronous tests: each call on a client of its own; service events."""
 
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Awaitable, Callable, Mapping
 from typing import TypeVar
 
 from redis.asyncio import Redis
 
+from svcgw import failing, liveness
 from svcgw.settings import Settings
+from tests.conftest import Tenant, provision
+from tests.support import Received
 from worker.queue import Claimed, DeliveryQueue, Finish
 
 T = TypeVar("T")
@@ -18,7 +22,13 @@ def with_queue(settings: Settings, action: Callable[[DeliveryQueue], Awaitable[T
     async def go() -> T:
         client = Redis.from_url(settings.redis_url or "")
         try:
-            return await action(DeliveryQueue(client, settings.queue_name, lease_seconds=settings.lease_seconds))
+            queue = DeliveryQueue(
+                client,
+                settings.queue_name,
+                lease_seconds=settings.lease_seconds,
+                failing_argument=failing.script_argument(settings),
+            )
+            return await action(queue)
         finally:
             await client.aclose()
 
@@ -39,3 +49,56 @@ def finish(settings: Settings, item: Finish) -> bool:
     """End one claim; False if it had been lost meanwhile."""
     (held,) = with_queue(settings, lambda queue: queue.finish_many([item]))
     return held
+
+
+# --- service events, as the prober makes them ----------------------------------------
+def flip(settings: Settings, appid: str, *, offline: bool) -> str:
+    """The prober's flip of a started instance, offline or back online; the delivery id of its event."""
+
+    async def go() -> str | None:
+        client = Redis.from_url(settings.redis_url or "")
+        try:
+            if offline:
+                return await liveness.go_offline(
+                    client, settings, appid, reason="lost", action_required="relogin", detected_at=time.time()
+                )
+            return await liveness.go_online(client, settings, appid, auto_reconnected=True, at=time.time())
+        finally:
+            await client.aclose()
+
+    delivery_id = asyncio.run(go())
+    assert delivery_id is not None
+    return delivery_id
+
+
+def started(settings: Settings, url: str) -> Tenant:
+    tenant = provision(settings, url=url)
+    # The first probe an hour away: the instance's flips are the test's own, not the prober's.
+    asyncio.run(_mark_started(settings, tenant.appid))
+    return tenant
+
+
+async def _mark_started(settings: Settings, appid: str) -> None:
+    client = Redis.from_url(settings.redis_url or "")
+    try:
+        await liveness.mark_started(client, appid, 3600)
+    finally:
+        await client.aclose()
+
+
+def kind(post: Received) -> str:
+    return post.headers["x-svc-event-type"]
+
+
+SinkRule = Callable[[Received, list[Received]], tuple[int, float]]
+
+
+def failing_first(times: int, event_type: str = "InstanceOffline") -> SinkRule:
+    """A sink rule: the first ``times`` posts of ``event_type`` answer 500, everything else 200."""
+
+    def rule(post: Received, earlier: list[Received]) -> tuple[int, float]:
+        if kind(post) == event_type and sum(1 for p in earlier if kind(p) == event_type) < times:
+            return 500, 0.0
+        return 200, 0.0
+
+    return rule

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 from collections.abc import Mapping
 
 from cryptography.fernet import Fernet
@@ -10,7 +11,7 @@ from cryptography.fernet import Fernet
 from svcgw.outbound import Response
 from svcgw.signing import verify
 from svcgw.vault import TokenVault
-from worker.delivery import Prepared, prepare_claimed, send
+from worker.delivery import ANSWER_BODY_BYTES, Attempt, Prepared, prepare_claimed, send
 from worker.queue import Claimed
 
 SECRET = "whsec_" + "s" * 43
@@ -78,3 +79,11 @@ def test_a_secret_no_key_opens_fails_the_attempt_and_sends_nothing() -> None:
     ok, error, client = attempt(prepared)
     assert not ok and error == "the signing secret cannot be decrypted with the configured keys"
     assert client.posts == []
+
+
+def test_an_attempt_record_keeps_the_first_kilobyte_of_the_answer() -> None:
+    for answer in ("x" * 3000, "é" * 1000, "€" * 400):
+        kept = json.loads(Attempt(ok=False, at=1.0, duration=0.1, status=500, response=answer).record(1))["response"]
+        assert len(kept.encode()) <= ANSWER_BODY_BYTES and answer.startswith(kept)
+        assert len(kept.encode()) > ANSWER_BODY_BYTES - 3  # no more than half a character lost
+    assert json.loads(Attempt(ok=True, at=1.0, duration=0.1, response="short").record(1))["response"] == "short"

@@ -16,6 +16,7 @@ from svcgw import keys
 from svcgw.settings import Settings
 from tests.conftest import provision
 from tests.support import Process, Sink, free_port, start_server, wait_for
+from tests.worker.support import flip, kind, started
 
 # Real processes of the service: run by .ci/run with the rest; `-m 'not slow'` skips them.
 pytestmark = pytest.mark.slow
@@ -90,6 +91,35 @@ def test_killed_worker_mid_delivery_loses_nothing(
         second.stop()
     ids = {p.headers["x-svc-delivery-id"] for p in sink.posts()}
     assert ids == {delivery_id} and len(sink.posts()) >= 2
+
+
+def test_a_worker_killed_mid_attempt_does_not_stall_an_instances_service_events(
+    env: dict[str, str], settings: Settings, sink: Sink, redis: Redis
+) -> None:
+    slow_env = dict(env, SVCGW_DELIVERY_TIMEOUT="10", SVCGW_LEASE_SECONDS="2")
+    # The first attempt of the first event hangs; the worker making it is killed meanwhile.
+    sink.rule = lambda post, earlier: (200, 5.0 if not earlier else 0.0)
+    tenant = started(settings, sink.url)
+    offline = flip(settings, tenant.appid, offline=True)
+    recovered = flip(settings, tenant.appid, offline=False)
+
+    first = Process(["worker"], slow_env, "worker-1").start()
+    try:
+        wait_for(sink.posts, timeout=15, what="the worker to start the first delivery")
+    finally:
+        first.kill()  # SIGKILL mid-attempt: nothing is handed back, nothing recorded
+    assert redis.hget(keys.rq_job(recovered), "status") == b"deferred"
+
+    second = Process(["worker"], slow_env, "worker-2").start()
+    try:
+        wait_for(lambda: redis.hget(keys.delivery(recovered), "state") == b"delivered", timeout=30,
+                 what="the lease to run out and both events to be delivered")
+    finally:
+        second.stop()
+    posts = sink.posts()
+    assert [kind(p) for p in posts] == ["InstanceOffline", "InstanceOffline", "InstanceRecovered"]
+    assert [p.headers["x-svc-delivery-id"] for p in posts] == [offline, offline, recovered]
+    assert redis.llen(keys.service_events(tenant.appid)) == 0
 
 
 def test_redis_restart_under_load_loses_no_acknowledged_event(

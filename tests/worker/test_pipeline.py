@@ -16,7 +16,8 @@ from svcgw import keys
 from svcgw.settings import Settings
 from svcgw.store import Scope, Store
 from tests.conftest import Tenant, provision, with_store
-from tests.support import Process, Received, Sink, wait_for
+from tests.support import Process, Received, Sink, start_server, wait_for
+from tests.worker.support import failing_first, flip, kind, started
 
 # Real processes of the service: run by .ci/run with the rest; `-m 'not slow'` skips them.
 pytestmark = pytest.mark.slow
@@ -270,3 +271,49 @@ def test_callback_log_keeps_every_post_as_received(
     assert entries[-1][1][b"duplicates"] == b"1" and entries[-1][1][b"delivery"] == b""
 
 
+
+
+# --- the order of service events ------------------------------------------------------
+def test_service_events_of_an_instance_arrive_in_order_under_retries(
+    env: dict[str, str], settings: Settings, sink: Sink, redis: Redis
+) -> None:
+    sink.rule = failing_first(3)
+    tenant = started(settings, sink.url)
+    ids = [flip(settings, tenant.appid, offline=down) for down in (True, False, True)]
+    worker = Process(["worker"], env, "worker").start()
+    try:
+        wait_for(lambda: all(redis.hget(keys.delivery(d), "state") == b"delivered" for d in ids), timeout=30,
+                 what="the three service events to be delivered")
+    finally:
+        worker.stop()
+    posts = sink.posts()
+    # Nothing of the instance was attempted while the first was retrying.
+    assert [kind(p) for p in posts] == ["InstanceOffline"] * 4 + ["InstanceRecovered", "InstanceOffline"]
+    assert [p.headers["x-svc-delivery-id"] for p in posts] == [ids[0]] * 4 + ids[1:]
+    assert [orjson.loads(p.body)["events"][0]["seq"] for p in posts] == [1, 1, 1, 1, 2, 3]
+    assert redis.llen(keys.service_events(tenant.appid)) == 0
+
+
+def test_customer_events_are_not_held_back_by_a_retrying_service_event(
+    env: dict[str, str], settings: Settings, sink: Sink, redis: Redis
+) -> None:
+    # The service event fails twice, then waits a minute for its next attempt.
+    slow_retries = dict(env, SVCGW_RETRY_SCHEDULE="0.2,60")
+    sink.rule = failing_first(100)
+    tenant = started(settings, sink.url)
+    offline = flip(settings, tenant.appid, offline=True)
+    recovered = flip(settings, tenant.appid, offline=False)
+    server, base = start_server(slow_retries)
+    worker = Process(["worker"], slow_retries, "worker").start()
+    try:
+        wait_for(lambda: redis.hget(keys.delivery(offline), "failures") == b"2", timeout=20,
+                 what="the offline event to fail twice")
+        post_events(base, tenant, b'{"event_type":"Msg","events":[{"id":"m1"}]}')
+        wait_for(lambda: any(kind(p) == "Msg" for p in sink.posts()), timeout=20, what="the message to be delivered")
+        assert redis.hget(keys.delivery(offline), "state") == b"retrying"
+        assert redis.hget(keys.delivery(recovered), "state") == b"queued"
+        assert redis.hget(keys.rq_job(recovered), "status") == b"deferred"
+        assert [kind(p) for p in sink.posts()] == ["InstanceOffline", "InstanceOffline", "Msg"]
+    finally:
+        worker.stop()
+        server.stop()

@@ -181,7 +181,9 @@ def claim_one(prober: Driven, appid: str) -> Claim:
 
 
 def queued(text: Any, settings: Settings) -> list[dict[str, Any]]:
-    ids = text.lrange(keys.rq_queue(settings.queue_name), 0, -1)
+    """Service events queued, then those waiting behind an earlier one of their instance, oldest first."""
+    waiting = text.zrange(keys.rq_deferred(settings.queue_name), 0, -1)
+    ids = text.lrange(keys.rq_queue(settings.queue_name), 0, -1) + waiting
     return [orjson.loads(text.hget(keys.delivery(d), "body")) for d in ids]
 
 

@@ -303,6 +303,7 @@ def test_changes_need_the_csrf_token(console: ConsoleClient, developer: Develope
     assert not redis.exists(keys.callback_account(developer.account))
     assert not redis.exists(keys.callback_instance(appid))
     assert not redis.exists(keys.account_denied(developer.account))
+    assert not redis.exists(keys.account_own_denied(developer.account))
     assert console.get("/session").status_code == 200
 
 
@@ -393,17 +394,94 @@ def test_dead_letters_list_show_and_replay(
 
 
 # --- controlled operations -----------------------------------------------------------------------
+NO_DENIALS = {"denied": [], "own": [], "by_operator": []}
+
+
 def test_controlled_operations(console: ConsoleClient, developer: Developer, stranger: Developer, redis: Redis) -> None:
-    assert console.get("/operations").json()["data"] == {"denied": []}
+    assert console.get("/operations").json()["data"] == NO_DENIALS
     denied = console.change("POST", "/operations/deny", {"operations": ["message/sendText", "/svc/api/login/getQr"]})
-    assert denied.json()["data"]["denied"] == ["login/getQr", "message/sendText"]
-    allowed = console.change("POST", "/operations/allow", {"operations": ["message/sendText"]})
+    assert denied.json()["data"] == {
+        "denied": ["login/getQr", "message/sendText"],
+        "own": ["login/getQr", "message/sendText"],
+        "by_operator": [],
+    }
+    allowed = console.change("POST", "/operations/allow", {"operations": ["message/SENDTEXT"]})
     assert allowed.json()["data"]["denied"] == ["login/getQr"]
-    assert redis.smembers(keys.account_denied(developer.account)) == {b"login/getQr"}
-    assert not redis.exists(keys.account_denied(stranger.account))
+    # The console writes the account's own list, never the operator's.
+    assert redis.smembers(keys.account_own_denied(developer.account)) == {b"login/getQr"}
+    assert not redis.exists(keys.account_denied(developer.account))
+    assert not redis.exists(keys.account_own_denied(stranger.account))
     for bad in (["nope"], ["a/b/c"], [""], [], "message/sendText", ["<script>/x"]):
         answer = console.change("POST", "/operations/deny", {"operations": bad})
         assert answer.status_code == 400 and answer.json()["code"] == -40000, bad
+
+
+def operator_denies(settings: Settings, account: str, *operations: str) -> None:
+    """What ``svcgw accounts deny`` does."""
+    with_store(settings, lambda store: store.deny(account, operations))
+
+
+def test_the_console_cannot_allow_what_the_operator_denied(
+    console: ConsoleClient, developer: Developer, stranger: Developer, settings: Settings, redis: Redis
+) -> None:
+    operator_denies(settings, developer.account, "message/sendText")
+    operator_denies(settings, stranger.account, "login/getQr")
+    console.change("POST", "/operations/deny", {"operations": ["contact/list", "message/sendText"]})
+    shown = console.get("/operations").json()["data"]
+    assert shown == {
+        "denied": ["contact/list", "message/sendText"],
+        "own": ["contact/list", "message/sendText"],
+        "by_operator": ["message/sendText"],
+    }
+    operator = redis.smembers(keys.account_denied(developer.account))
+    own = redis.smembers(keys.account_own_denied(developer.account))
+    for operations in (["message/sendText"], ["message/sendtext"], ["contact/list", "/svc/api/message/sendText"]):
+        refused = console.change("POST", "/operations/allow", {"operations": operations})
+        assert refused.status_code == 403, operations
+        body = refused.json()
+        assert body["code"] == -40320 and body["data"] is None
+        assert "message/sendText" in body["message"] and "denied by the operator" in body["message"]
+        # Nothing changed, not even the other operation named in the same call.
+        assert redis.smembers(keys.account_denied(developer.account)) == operator
+        assert redis.smembers(keys.account_own_denied(developer.account)) == own
+    # Another account's operator denial is neither shown nor anything this account can touch.
+    assert "login/getQr" not in console.get("/operations").json()["data"]["denied"]
+    assert console.change("POST", "/operations/allow", {"operations": ["login/getQr"]}).status_code == 200
+    assert redis.smembers(keys.account_denied(stranger.account)) == {b"login/getQr"}
+    # The own denial of the same operation is lifted once the operator lifts theirs.
+    with_store(settings, lambda store: store.allow(developer.account, ["message/sendText"]))
+    allowed = console.change("POST", "/operations/allow", {"operations": ["message/sendText"]})
+    assert allowed.status_code == 200 and allowed.json()["data"] == {
+        "denied": ["contact/list"],
+        "own": ["contact/list"],
+        "by_operator": [],
+    }
+
+
+def test_both_lists_answer_40300_at_the_gateway(
+    server: str, developer: Developer, stranger: Developer, settings: Settings, redis: Redis
+) -> None:
+    console = ConsoleClient(server, developer.key)
+    try:
+        operator_denies(settings, developer.account, "message/sendText")
+        assert console.change("POST", "/operations/deny", {"operations": ["message/sendImage"]}).status_code == 200
+    finally:
+        console.close()
+    assert redis.smembers(keys.account_denied(developer.account)) == {b"message/sendText"}
+    assert redis.smembers(keys.account_own_denied(developer.account)) == {b"message/sendImage"}
+    appid = developer.appids[0]
+    with httpx.Client(base_url=server, timeout=10) as http:
+
+        def call(key: str, operation: str, appid: str) -> httpx.Response:
+            return http.post(f"/svc/api/{operation}", json={"appid": appid}, headers={"Svc-Key": key})
+
+        for operation in ("message/sendText", "message/SendText", "message/sendImage", "MESSAGE/sendimage"):
+            answer = call(developer.key, operation, appid)
+            assert answer.status_code == 403 and answer.json()["code"] == -40300, operation
+        assert call(developer.key, "message/sendVoice", appid).json()["code"] != -40300
+        # Neither list of one account reaches another.
+        for operation in ("message/sendText", "message/sendImage"):
+            assert call(stranger.key, operation, stranger.appids[0]).json()["code"] != -40300, operation
 
 
 def test_openapi_describes_the_console_api(server: str) -> None:

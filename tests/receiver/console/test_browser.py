@@ -166,10 +166,12 @@ def test_console_in_a_browser(
     wait_for(lambda: len(posts_with(sink, "dead1")) == attempts + 1, timeout=20, what="the replayed delivery")
     wait_for(lambda: redis.zcard(keys.rq_failed("svcgw")) == 0, timeout=10, what="the dead letter to be gone")
 
+    redis.sadd(keys.account_denied(developer.account), "login/logout")  # as svcgw accounts deny does
     page.click("nav >> text=Controlled operations")
     page.fill("#operations", "message/sendText")
     page.click("form[action$='/operations/deny'] button[type=submit]")
     page.locator("#denied").wait_for()
+    assert "login/logout" in page.inner_text("#denied-by-operator")
     shots("operations")
     page.click("nav >> text=Instances")
     shots("instances")

@@ -10,6 +10,7 @@ from redis import Redis
 from svcgw import keys
 from svcgw.settings import Settings
 from svcgw.vault import TokenVault
+from tests.conftest import with_store
 from tests.receiver.console.conftest import Developer, gateway_call, serve
 from tests.support import Sink
 
@@ -127,11 +128,13 @@ def test_every_page_renders_and_forms_need_the_token(
         ).status_code
         == 303
     )
-    assert redis.smembers(keys.account_denied(developer.account)) == {b"message/sendText", b"login/getQr"}
+    assert redis.smembers(keys.account_own_denied(developer.account)) == {b"message/sendText", b"login/getQr"}
+    assert http.post("/console/operations/allow", data={"operation": "login/getQr"}).status_code == 403
     assert (
         http.post("/console/operations/allow", data={"operation": "login/getQr", "csrf_token": csrf}).status_code == 303
     )
-    assert redis.smembers(keys.account_denied(developer.account)) == {b"message/sendText"}
+    assert redis.smembers(keys.account_own_denied(developer.account)) == {b"message/sendText"}
+    assert not redis.exists(keys.account_denied(developer.account))
     invalid = http.post("/console/operations/deny", data={"operations": "bogus", "csrf_token": csrf})
     assert invalid.status_code == 400
 
@@ -200,7 +203,7 @@ def test_form_changes_count_against_the_accounts_rate_limit(
         assert redis.hget(keys.callback_instance(appid), "secret") == before
         again = http.post("/console/operations/deny", data={"operations": "contact/list", "csrf_token": csrf})
         assert again.status_code == 429
-        assert redis.smembers(keys.account_denied(developer.account)) == {b"message/sendText", b"login/getQr"}
+        assert redis.smembers(keys.account_own_denied(developer.account)) == {b"message/sendText", b"login/getQr"}
         # Pages are reads, and signing out always works.
         assert http.get("/console/operations").status_code == 200
         assert http.post("/console/logout", data={"csrf_token": csrf}).status_code == 303
@@ -228,5 +231,46 @@ def test_the_page_keeps_the_token_on_a_new_origin_only_when_asked(
         save(url=sink.url, bearer_token=TOKEN)
         save(url=elsewhere, keep_token="on")
         assert redis.hexists(keys.callback_instance(appid), "token")
+    finally:
+        http.close()
+
+
+def test_the_operations_page_shows_the_operators_denials_read_only(
+    server: str, developer: Developer, stranger: Developer, settings: Settings, redis: Redis
+) -> None:
+    with_store(settings, lambda store: store.deny(developer.account, ["message/sendText"]))
+    with_store(settings, lambda store: store.deny(stranger.account, ["login/getQr"]))
+    http, csrf = signed_in(server, developer.key)
+    try:
+        assert (
+            http.post("/console/operations/deny", data={"operations": "contact/list", "csrf_token": csrf}).status_code
+            == 303
+        )
+        page = http.get("/console/operations")
+        assert page.status_code == 200
+        operator = page.text[page.text.index('id="denied-by-operator"') :]
+        operator = operator[: operator.index("</table>")]
+        assert "message/sendText" in operator and "denied by the operator" in operator
+        assert "<form" not in operator and "Allow" not in operator  # read-only
+        own = page.text[page.text.index('id="denied"') :]
+        own = own[: own.index("</table>")]
+        assert "contact/list" in own and "message/sendText" not in own and "<form" in own
+        assert "login/getQr" not in page.text  # another account's denial
+
+        before = (
+            redis.smembers(keys.account_denied(developer.account)),
+            redis.smembers(keys.account_own_denied(developer.account)),
+        )
+        # A forged form cannot even try; a real one is refused with the reason, and nothing changes.
+        assert http.post("/console/operations/allow", data={"operation": "message/sendText"}).status_code == 403
+        refused = http.post("/console/operations/allow", data={"operation": "message/sendText", "csrf_token": csrf})
+        assert refused.status_code == 403
+        assert 'role="alert"' in refused.text and "denied by the operator" in refused.text
+        assert "only the operator can allow it again" in refused.text
+        after = (
+            redis.smembers(keys.account_denied(developer.account)),
+            redis.smembers(keys.account_own_denied(developer.account)),
+        )
+        assert after == before == ({b"message/sendText"}, {b"contact/list"})
     finally:
         http.close()

@@ -245,6 +245,24 @@ def test_denied_operation_is_403(stack: Stack) -> None:
     assert "message/sendText" not in stack.sim_instance(appid)["calls"]
 
 
+def test_the_accounts_own_denials_are_403_too(stack: Stack) -> None:
+    account, key = stack.account()
+    appid = stack.create_device(key)
+    other, other_key = stack.account()
+    other_appid = stack.create_device(other_key)
+
+    async def deny(store: Store) -> None:
+        await store.deny(account, ["message/sendText"])  # the operator's list
+        await store.deny_own(account, ["message/sendRichText"])  # the account's own (console)
+        await store.deny_own(other, ["message/sendText"])
+
+    stack.store(deny)
+    for operation in ("message/sendText", "message/sendRichText", "MESSAGE/SENDRICHTEXT"):
+        assert error(stack.api(key, operation, {"appid": appid, "content": []})) == (403, -40300), operation
+    assert stack.api(other_key, "message/sendRichText", {"appid": other_appid, "content": []}).status_code == 200
+    assert stack.sim_instance(appid)["calls"] == {}
+
+
 def test_callback_fields_on_other_operations_are_40403(stack: Stack) -> None:
     _, key = stack.account()
     appid = stack.create_device(key)

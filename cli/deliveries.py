@@ -1,0 +1,140 @@
+"""``svcgw deliveries``: an instance's deliveries with every attempt, and retry now.
+
+``list`` shows the deliveries of the log's retention, newest first (state,
+attempts, next attempt); ``show`` one delivery with each attempt's answer;
+``retry`` brings a retrying delivery's next attempt forward to now. All
+three read and write through the same modules as the console
+(``svcgw.deliverylist``, ``svcgw.retrynow``).
+"""
+
+from __future__ import annotations
+
+import click
+from rich.console import Group, RenderableType
+
+from svcgw import deliverylist, retrynow
+from svcgw.deliverylist import STATES, Delivery
+
+from .context import Admin, admin_command
+from .output import console, emit, json_option, record, table, when
+
+__all__ = ["deliveries"]
+
+
+@click.group()
+def deliveries() -> None:
+    """Deliveries of an instance: pending, retrying, delivered or dead, with every attempt."""
+
+
+def _next(delivery: Delivery) -> str | None:
+    if delivery.state == "pending" and delivery.next_attempt_at is None:
+        return "now (queued)"
+    return when(delivery.next_attempt_at)
+
+
+@deliveries.command("list")
+@click.argument("appid")
+@click.option("--state", type=click.Choice(STATES), default=None, help="Only deliveries in this state.")
+@click.option("--event-type", default=None, metavar="TYPE", help="Only deliveries of this event type.")
+@click.option("--event-id", default=None, metavar="ID", help="Only the deliveries carrying this event id.")
+@click.option("--limit", type=click.IntRange(1, deliverylist.MAX_LIMIT), default=50, show_default=True)
+@click.option("--before", default=None, metavar="CURSOR", help="Older than this (next_before of a previous page).")
+@json_option
+@admin_command
+async def deliveries_list(
+    admin: Admin,
+    appid: str,
+    state: str | None,
+    event_type: str | None,
+    event_id: str | None,
+    limit: int,
+    before: str | None,
+    as_json: bool,
+) -> None:
+    """List an instance's deliveries, newest first."""
+    page = await deliverylist.list_deliveries(
+        admin.redis,
+        admin.settings,
+        appid,
+        state=state,
+        event_type=event_type,
+        event_id=event_id,
+        limit=limit,
+        before=before,
+    )
+
+    def render() -> RenderableType:
+        shown = table(
+            ("id", "event type", "event ids", "state", "received", "attempts", "last outcome", "next attempt"),
+            (
+                (
+                    d.id,
+                    d.event_type,
+                    ", ".join(d.event_ids),
+                    d.state,
+                    when(d.received_at),
+                    len(d.attempts),
+                    d.last_outcome,
+                    _next(d),
+                )
+                for d in page.deliveries
+            ),
+        )
+        if page.next_before:
+            shown.caption = f"older: --before {page.next_before}"
+        return shown
+
+    emit(as_json, page.as_dict(), render)
+
+
+@deliveries.command("show")
+@click.argument("delivery_id")
+@json_option
+@admin_command
+async def deliveries_show(admin: Admin, delivery_id: str, as_json: bool) -> None:
+    """Show one delivery: its state, next attempt, and every attempt with the answer's first 1 KB."""
+    delivery = await deliverylist.show(admin.redis, admin.settings, delivery_id)
+    if as_json:
+        emit(True, delivery.as_dict(), lambda: None)
+        return
+    console().print(_detail(delivery))
+
+
+def _detail(d: Delivery) -> RenderableType:
+    facts = record(
+        {
+            "id": d.id,
+            "appid": d.appid,
+            "event type": d.event_type,
+            "event ids": ", ".join(d.event_ids),
+            "state": d.state,
+            "received": when(d.received_at),
+            "next attempt": _next(d),
+            "delivered": when(d.delivered_at),
+            "dead since": when(d.dead_at),
+        },
+        "delivery",
+    )
+    attempts = table(
+        ("#", "at", "outcome", "ms", "answer (first 1 KB)"),
+        ((a.number, when(a.at), a.outcome, a.duration_ms, a.response) for a in d.attempts),
+        "attempts",
+    )
+    return Group(facts, attempts)
+
+
+@deliveries.command("retry")
+@click.argument("delivery_id")
+@json_option
+@admin_command
+async def deliveries_retry(admin: Admin, delivery_id: str, as_json: bool) -> None:
+    """Retry now: a retrying delivery's next attempt, at once.
+
+    It counts as the attempt the schedule planned next; if it fails, the
+    schedule goes on from it. Refused for a delivery that is not retrying.
+    """
+    await retrynow.retry_now(admin.redis, admin.settings, delivery_id)
+    delivery = await deliverylist.show(admin.redis, admin.settings, delivery_id)
+    emit(as_json, {"id": delivery_id, "queued": True, "delivery": delivery.as_dict()}, lambda: None)
+    if not as_json:
+        click.echo(f"{delivery_id} queued for its next attempt now (attempt {len(delivery.attempts) + 1})")

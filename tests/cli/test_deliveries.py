@@ -1,0 +1,64 @@
+"""``svcgw deliveries``: list, show and retry now, on deliveries made by the real pipeline."""
+
+from __future__ import annotations
+
+import orjson
+from redis import Redis
+
+from svcgw import keys
+from svcgw.settings import Settings
+from tests.cli.commands import fails, ok, svcgw
+from tests.conftest import provision
+from tests.support import Sink, wait_for
+from tests.svcgw.test_deadletters import ingest
+from tests.worker.test_engine import Running
+
+
+def test_list_show_and_retry(env: dict[str, str], sink: Sink, redis: Redis) -> None:
+    env = dict(env, SVCGW_RETRY_SCHEDULE="3600,3600")
+    settings = Settings.from_env(env)
+    tenant = provision(settings, url=sink.url)
+    sink.set(status=502)
+    failing = ingest(settings, tenant, b'{"event_type":"Msg","events":[{"id":"c1"},{"id":12345678901234567890123}]}')
+    with Running(settings):
+        wait_for(lambda: redis.hget(keys.delivery(failing), "state") == b"retrying", timeout=10, what="a retry")
+        pending = ingest(settings, tenant, b'{"event_type":"GapClosed","events":[{"gap":1}]}')
+        wait_for(lambda: redis.hget(keys.delivery(pending), "state") == b"retrying", timeout=10, what="a retry")
+
+        page = ok(env, "deliveries", "list", tenant.appid)
+        assert [d["id"] for d in page["deliveries"]] == [pending, failing]
+        assert page["next_before"] is None
+        first = page["deliveries"][1]
+        assert first["event_ids"] == ["c1", "12345678901234567890123"]
+        assert first["state"] == "retrying" and first["next_attempt_at"] > first["received_at"] + 3000
+        assert first["attempts"][0]["status"] == 502 and first["attempts"][0]["response"] == '{"ok":true}'
+
+        gaps = ok(env, "deliveries", "list", tenant.appid, "--event-type", "GapClosed")["deliveries"]
+        assert [d["id"] for d in gaps] == [pending]
+        assert [d["id"] for d in ok(env, "deliveries", "list", tenant.appid, "--event-id", "c1")["deliveries"]] == [
+            failing
+        ]
+        assert ok(env, "deliveries", "list", tenant.appid, "--state", "delivered")["deliveries"] == []
+
+        human = svcgw(env, "deliveries", "list", tenant.appid)
+        assert human.exit_code == 0 and failing in human.stdout and "HTTP 502" in human.stdout
+        assert "retrying" in human.stdout
+        detail = svcgw(env, "deliveries", "show", failing)
+        assert detail.exit_code == 0 and "c1" in detail.stdout and '{"ok":true}' in detail.stdout
+        assert ok(env, "deliveries", "show", failing)["attempts"][0]["attempt"] == 1
+
+        sink.set(status=200)
+        queued = ok(env, "deliveries", "retry", failing)
+        assert queued["queued"] is True and queued["id"] == failing
+        wait_for(lambda: redis.hget(keys.delivery(failing), "state") == b"delivered", timeout=10, what="delivery")
+        said = svcgw(env, "deliveries", "retry", pending)
+        assert said.exit_code == 0 and "queued for its next attempt now" in said.stdout
+        wait_for(lambda: redis.hget(keys.delivery(pending), "state") == b"delivered", timeout=10, what="delivery")
+
+    assert "only a retrying delivery" in fails(env, "deliveries", "retry", failing)
+    assert "no delivery" in fails(env, "deliveries", "show", "dlv_000000000000000000000000")
+    assert "no instance" in fails(env, "deliveries", "list", "we_not_there")
+    assert "state" in fails(env, "deliveries", "list", tenant.appid, "--state", "lost", code=2)
+    assert "before" in fails(env, "deliveries", "list", tenant.appid, "--before", "garbage")
+    delivered = orjson.loads(svcgw(env, "deliveries", "list", tenant.appid, "--state", "delivered", "--json").stdout)
+    assert len(delivered["deliveries"]) == 2

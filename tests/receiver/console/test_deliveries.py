@@ -1,0 +1,192 @@
+"""Deliveries in the console: the JSON API and the pages, retry now, replay since, the failing banner."""
+
+from __future__ import annotations
+
+import time
+
+import httpx
+from redis import Redis
+
+from svcgw import keys
+from svcgw.failing import destination_of
+from svcgw.settings import Settings
+from tests.conftest import Tenant
+from tests.receiver.console.conftest import ConsoleClient, Developer
+from tests.receiver.console.test_pages import csrf_of, signed_in
+from tests.svcgw.test_deadletters import ingest, kill
+from tests.svcgw.test_deliverylist import fail_once
+
+NO_DELIVERY = {"code": -40404, "message": "no such delivery", "data": None}
+
+
+def tenant_of(developer: Developer, index: int = 0) -> Tenant:
+    appid = developer.appids[index]
+    return Tenant(developer.account, appid, developer.receiver_tokens[appid])
+
+
+def post(settings: Settings, tenant: Tenant, event_id: str, event_type: str = "Msg") -> str:
+    return ingest(settings, tenant, f'{{"event_type":"{event_type}","events":[{{"id":"{event_id}"}}]}}'.encode())
+
+
+def test_deliveries_listed_filtered_and_shown_only_to_their_account(
+    console: ConsoleClient, developer: Developer, stranger: Developer, settings: Settings
+) -> None:
+    mine = tenant_of(developer)
+    retrying = post(settings, mine, "e1")
+    fail_once(settings, retrying, mine.appid)
+    pending = post(settings, mine, "e2", "Offline")
+    theirs = post(settings, tenant_of(stranger), "t1")
+
+    answer = console.get(f"/instances/{mine.appid}/deliveries")
+    assert answer.status_code == 200 and answer.headers["cache-control"] == "no-store"
+    page = answer.json()["data"]
+    assert [d["id"] for d in page["deliveries"]] == [pending, retrying] and page["next_before"] is None
+    shown = page["deliveries"][1]
+    assert shown["state"] == "retrying" and shown["event_ids"] == ["e1"] and shown["next_attempt_at"] > time.time()
+    assert shown["attempts"][0]["status"] == 503 and len(shown["attempts"][0]["response"]) == 1024
+
+    def ids(query: str) -> list[str]:
+        found = console.get(f"/instances/{mine.appid}/deliveries?{query}").json()["data"]["deliveries"]
+        return [d["id"] for d in found]
+
+    assert ids("state=retrying") == [retrying]
+    assert ids("state=pending&event_type=Offline") == [pending]
+    assert ids("event_id=e1") == [retrying]
+    assert ids("event_id=e1&state=pending") == []
+    first = console.get(f"/instances/{mine.appid}/deliveries?limit=1").json()["data"]
+    assert console.get(f"/instances/{mine.appid}/deliveries?limit=1&before={first['next_before']}").json()["data"][
+        "deliveries"
+    ][0]["id"] == retrying
+    for bad in ("state=lost", "limit=0", "before=garbage"):
+        refused = console.get(f"/instances/{mine.appid}/deliveries?{bad}")
+        assert refused.status_code == 400 and refused.json()["code"] == -40000
+
+    assert console.get(f"/deliveries/{retrying}").json()["data"] == shown
+    # Another account's instance and delivery answer exactly like unknown ones.
+    other = console.get(f"/instances/{stranger.appids[0]}/deliveries")
+    unknown = console.get("/instances/we_unknown/deliveries")
+    assert other.status_code == unknown.status_code == 404 and other.json() == unknown.json()
+    assert console.get(f"/deliveries/{theirs}").json() == NO_DELIVERY
+    assert console.get("/deliveries/dlv_000000000000000000000000").json() == NO_DELIVERY
+
+
+def test_retry_now_needs_the_csrf_token_and_a_retrying_delivery_of_the_account(
+    console: ConsoleClient, developer: Developer, stranger: Developer, settings: Settings, redis: Redis
+) -> None:
+    mine = tenant_of(developer)
+    retrying = post(settings, mine, "r1")
+    fail_once(settings, retrying, mine.appid)
+    theirs = post(settings, tenant_of(stranger), "t1")
+    fail_once(settings, theirs, stranger.appids[0])
+
+    forged = console.change("POST", f"/deliveries/{retrying}/retry", csrf=False)
+    assert forged.status_code == 403 and forged.json()["code"] == -40310
+    assert redis.zscore(keys.rq_scheduled("svcgw"), retrying) is not None  # untouched
+
+    stolen = console.change("POST", f"/deliveries/{theirs}/retry")
+    assert stolen.status_code == 404 and stolen.json() == NO_DELIVERY
+    assert redis.zscore(keys.rq_scheduled("svcgw"), theirs) is not None
+
+    done = console.change("POST", f"/deliveries/{retrying}/retry")
+    assert done.status_code == 200 and done.json()["data"]["id"] == retrying
+    assert redis.lrange(keys.rq_queue("svcgw"), 0, 0) == [retrying.encode()]  # next in line
+    again = console.change("POST", f"/deliveries/{retrying}/retry")
+    assert again.status_code == 409 and again.json()["code"] == -40900 and "being attempted" in again.json()["message"]
+    pending = post(settings, mine, "p1")
+    refused = console.change("POST", f"/deliveries/{pending}/retry")
+    assert refused.status_code == 409 and "pending" in refused.json()["message"]
+
+
+def test_replay_since_is_per_account(
+    console: ConsoleClient, developer: Developer, stranger: Developer, settings: Settings, redis: Redis
+) -> None:
+    now = time.time()
+    mine = [kill(settings, tenant_of(developer, i), f"m{i}", died_at=now) for i in range(2)]
+    old = kill(settings, tenant_of(developer), "old", died_at=now)
+    redis.hset(keys.delivery(old), "dead_at", repr(now - 3 * 3600))
+    theirs = kill(settings, tenant_of(stranger), "t1", died_at=now)
+
+    answer = console.change("POST", "/dead-letters/replay", {"since": "2h"}).json()["data"]
+    assert answer["replayed"] == 2 and {r["id"] for r in answer["results"]} == set(mine)
+    assert redis.zscore(keys.rq_failed("svcgw"), theirs) is not None
+    assert redis.zscore(keys.rq_failed("svcgw"), old) is not None
+    one = console.change("POST", "/dead-letters/replay", {"since": "4h", "appid": developer.appids[0]}).json()
+    assert [r["id"] for r in one["data"]["results"]] == [old]
+    elsewhere = console.change("POST", "/dead-letters/replay", {"since": "1d", "appid": stranger.appids[0]})
+    assert elsewhere.status_code == 404
+    assert console.change("POST", "/dead-letters/replay", {"since": "soon"}).status_code == 400
+    assert console.change("POST", "/dead-letters/replay", {"since": "1h", "ids": [theirs]}).status_code == 400
+    assert redis.zscore(keys.rq_failed("svcgw"), theirs) is not None
+
+
+def _failing(redis: Redis, url: str, seconds_ago: float) -> None:
+    now = time.time()
+    redis.hset(keys.FAILING_DESTINATIONS, destination_of(url), f"{now - seconds_ago}:{now - 1}:1")
+
+
+def test_pages_list_deliveries_retry_now_and_show_the_failing_banner(
+    server: str, developer: Developer, stranger: Developer, settings: Settings, redis: Redis
+) -> None:
+    mine = tenant_of(developer)
+    retrying = post(settings, mine, "r1")
+    fail_once(settings, retrying, mine.appid)
+    delivered_later = post(settings, mine, "p1")
+    http, csrf = signed_in(server, developer.key)
+    try:
+        page = http.get(f"/console/instances/{mine.appid}/deliveries")
+        assert page.status_code == 200 and "<script" not in page.text
+        assert retrying in page.text and delivered_later in page.text and "HTTP 503" in page.text
+        assert page.text.count('class="inline retry-now"') == 1  # only the retrying one
+        only = http.get(f"/console/instances/{mine.appid}/deliveries", params={"state": "pending"})
+        assert delivered_later in only.text and retrying not in only.text
+        assert http.get(f"/console/instances/{stranger.appids[0]}/deliveries").status_code == 404
+        detail = http.get(f"/console/deliveries/{retrying}")
+        assert detail.status_code == 200 and "Retry now" in detail.text
+
+        forged = http.post(f"/console/deliveries/{retrying}/retry", data={"csrf_token": "nope"})
+        assert forged.status_code == 403
+        back = f"/console/instances/{mine.appid}/deliveries?state=retrying"
+        done = http.post(f"/console/deliveries/{retrying}/retry", data={"csrf_token": csrf, "next": back})
+        assert done.status_code == 303 and done.headers["location"] == back
+        assert "Queued for its next attempt now" in http.get(back).text
+        again = http.post(f"/console/deliveries/{retrying}/retry", data={"csrf_token": csrf})
+        assert again.status_code == 303 and "Not retried" in http.get(again.headers["location"]).text
+
+        # The banner: on every page of the account, naming the instance on its own page.
+        assert 'id="failing-banner"' not in http.get("/console/instances").text
+        redis.hset(keys.callback_account(developer.account), "url", "https://down.example/hook")
+        _failing(redis, "https://down.example/other", seconds_ago=settings.failing_after + 60)
+        for path in ("/console/instances", "/console/dead-letters", "/console/settings"):
+            shown = http.get(path).text
+            assert 'id="failing-banner"' in shown and "https://down.example:443" in shown, path
+        assert "including this instance" in http.get(f"/console/instances/{mine.appid}").text
+        fresh = httpx.Client(base_url=server, timeout=10)
+        try:
+            assert "failing-banner" not in fresh.get("/console/login").text
+        finally:
+            fresh.close()
+        stranger_http, _ = signed_in(server, stranger.key)
+        try:
+            assert 'id="failing-banner"' not in stranger_http.get("/console/instances").text
+        finally:
+            stranger_http.close()
+
+        listed = http.get("/console/api/failing-destinations").json()["data"]["failing"]
+        assert [f["destination"] for f in listed] == ["https://down.example:443"]
+        assert set(listed[0]["appids"]) == set(developer.appids)
+
+        # Replay since, from the dead letters page (with nothing else queued).
+        redis.delete(keys.rq_queue("svcgw"))
+        letter = kill(settings, mine, "d1", died_at=time.time())
+        form = http.get("/console/dead-letters").text
+        assert 'id="replay-since-form"' in form
+        replayed = http.post(
+            "/console/dead-letters/replay", data={"csrf_token": csrf_of(form), "scope": "since", "since": "1h"}
+        )
+        assert replayed.status_code == 303
+        assert "1 dead letter of your instances that died in the last 1h" in http.get("/console/dead-letters").text
+        assert redis.zscore(keys.rq_failed("svcgw"), letter) is None
+        bad = http.post("/console/dead-letters/replay", data={"csrf_token": csrf, "scope": "since", "since": "x"})
+        assert bad.status_code == 400
+    finally:
+        http.close()

@@ -1,0 +1,212 @@
+"""The deliveries read model: pure formatting, and the lists it reads from the index and the records."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Awaitable, Callable
+from typing import TypeVar
+
+import orjson
+import pytest
+from redis import Redis
+from redis.asyncio import Redis as AsyncRedis
+
+from svcgw import deliverylist, keys
+from svcgw.deliverylist import Delivery, Invalid, NotFound, Page, build, event_ids, state_of
+from svcgw.settings import Settings
+from tests.conftest import Tenant, provision
+from tests.svcgw.test_deadletters import ingest
+from tests.worker.support import claim, finish
+from worker.delivery import Attempt
+from worker.queue import Finish
+
+T = TypeVar("T")
+
+
+def call(settings: Settings, action: Callable[[AsyncRedis], Awaitable[T]]) -> T:
+    async def go() -> T:
+        client = AsyncRedis.from_url(settings.redis_url or "")
+        try:
+            return await action(client)
+        finally:
+            await client.aclose()
+
+    return asyncio.run(go())
+
+
+def listed(settings: Settings, appid: str, **filters: object) -> Page:
+    return call(settings, lambda r: deliverylist.list_deliveries(r, settings, appid, **filters))  # type: ignore[arg-type]
+
+
+def shown(settings: Settings, delivery_id: str, account: str | None = None) -> Delivery:
+    return call(settings, lambda r: deliverylist.show(r, settings, delivery_id, account=account))
+
+
+def post(settings: Settings, tenant: Tenant, *ids: str, event_type: str = "Msg") -> str:
+    events = ",".join(f'{{"id":"{i}","text":"hi"}}' for i in ids) or '{"text":"no id"}'
+    return ingest(settings, tenant, f'{{"event_type":"{event_type}","events":[{events}]}}'.encode())
+
+
+def fail_once(settings: Settings, delivery_id: str, appid: str, *, due_in: float = 600.0) -> None:
+    """One failed attempt recorded through the queue's scripts, with a retry due later."""
+    assert claim(settings, 1) == [delivery_id]
+    attempt = Attempt(
+        ok=False, at=time.time(), duration=0.25, status=503, error="HTTP 503", response="x" * 3000, destination="d"
+    )
+    assert finish(settings, Finish(delivery_id, appid, "retry", attempt.record(1), due=time.time() + due_in))
+
+
+def deliver_now(settings: Settings, delivery_id: str, appid: str, number: int = 1) -> None:
+    assert claim(settings, 1) == [delivery_id]
+    attempt = Attempt(ok=True, at=time.time(), duration=0.01, status=200, response='{"ok":true}', destination="d")
+    assert finish(settings, Finish(delivery_id, appid, "delivered", attempt.record(number), retention=3600))
+
+
+# --- pure ---------------------------------------------------------------------------
+def test_states_shown() -> None:
+    assert [state_of(s) for s in ("queued", "retrying", "delivered", "dead", "", "odd")] == [
+        "pending",
+        "retrying",
+        "delivered",
+        "dead",
+        "pending",
+        "pending",
+    ]
+
+
+def test_event_ids_keep_big_integers_and_skip_events_without_one() -> None:
+    body = b'{"appid":"a","event_type":"Msg","events":[{"id":123456789012345678901234},{"x":1},{"id":"m1"},{"id":""}]}'
+    assert event_ids(body) == ("123456789012345678901234", "m1")
+    assert event_ids(b"not json") == ()
+    assert event_ids(None) == ()
+
+
+def test_build_reads_the_next_attempt_from_the_registry_first() -> None:
+    fields = {"appid": b"a", "account": b"acc", "event_type": b"Msg", "state": b"retrying", "next_at": b"100.5"}
+    assert build("dlv_1", fields).next_attempt_at == 100.5  # type: ignore[union-attr]
+    assert build("dlv_1", fields, scheduled_at=200.0).next_attempt_at == 200.0  # type: ignore[union-attr]
+    delivered = build("dlv_1", {**fields, "state": b"delivered", "delivered_at": b"7"})
+    assert delivered is not None and delivered.next_attempt_at is None and delivered.delivered_at == 7.0
+    assert build("dlv_1", {"appid": None}) is None  # expired
+
+
+def test_attempt_records_are_read_leniently() -> None:
+    good = orjson.dumps({"attempt": 2, "at": 1.5, "ok": False, "status": 502, "error": "HTTP 502", "duration_ms": 3})
+    delivery = build("dlv_1", {"appid": b"a", "state": b"retrying"}, [b"{broken", good])
+    assert delivery is not None
+    broken, second = delivery.attempts
+    assert (broken.number, broken.error) == (1, "unreadable attempt record")
+    assert (second.number, second.status, second.outcome, second.duration_ms) == (2, 502, "HTTP 502", 3.0)
+
+
+def test_a_cursor_that_is_not_one_is_refused() -> None:
+    for bad in ("", "x:dlv_1", "1.5:", "nan:dlv_1"):
+        with pytest.raises(Invalid):
+            deliverylist.parse_cursor(bad)
+    assert deliverylist.parse_cursor(deliverylist.cursor(12.25, "dlv_a")) == (12.25, "dlv_a")
+
+
+# --- against Redis -----------------------------------------------------------------------
+def test_every_state_with_its_attempts_and_next_attempt(settings: Settings, redis: Redis) -> None:
+    tenant = provision(settings)
+    delivered = post(settings, tenant, "e1")
+    deliver_now(settings, delivered, tenant.appid)
+    retrying = post(settings, tenant, "e2", "e3", event_type="Offline")
+    fail_once(settings, retrying, tenant.appid)
+    pending = post(settings, tenant)
+
+    page = listed(settings, tenant.appid)
+    assert [d.id for d in page.deliveries] == [pending, retrying, delivered]
+    assert page.next_before is None
+    first, second, third = page.deliveries
+    assert (first.state, first.event_ids, first.attempts, first.next_attempt_at) == ("pending", (), (), None)
+    assert second.state == "retrying" and second.event_ids == ("e2", "e3") and second.event_type == "Offline"
+    assert second.next_attempt_at is not None and second.next_attempt_at > time.time() + 500
+    (attempt,) = second.attempts
+    assert (attempt.status, attempt.error, attempt.duration_ms) == (503, "HTTP 503", 250.0)
+    assert len(attempt.response.encode()) == 1024  # the answer's first 1 KB, no more
+    assert third.state == "delivered" and third.delivered_at is not None and third.attempts[0].ok
+
+    as_json = orjson.loads(orjson.dumps(page.as_dict()))
+    assert as_json["deliveries"][1]["attempts"][0]["status"] == 503
+    assert shown(settings, retrying).as_dict() == second.as_dict()
+
+
+def test_filters_combine(settings: Settings) -> None:
+    tenant = provision(settings)
+    a = post(settings, tenant, "a1", event_type="Msg")
+    b = post(settings, tenant, "b1", "needle", event_type="Msg")
+    c = post(settings, tenant, "needle2", event_type="Other")
+    fail_once(settings, a, tenant.appid)
+
+    assert [d.id for d in listed(settings, tenant.appid, state="retrying").deliveries] == [a]
+    assert [d.id for d in listed(settings, tenant.appid, state="pending").deliveries] == [c, b]
+    assert [d.id for d in listed(settings, tenant.appid, event_type="Msg").deliveries] == [b, a]
+    assert [d.id for d in listed(settings, tenant.appid, event_id="needle").deliveries] == [b]
+    assert listed(settings, tenant.appid, event_id="needle", event_type="Other").deliveries == []
+    with pytest.raises(Invalid):
+        listed(settings, tenant.appid, state="lost")
+
+
+def test_pages_follow_each_other_without_gaps_or_repeats(settings: Settings, redis: Redis) -> None:
+    tenant = provision(settings)
+    ids = [post(settings, tenant, f"p{i}") for i in range(7)]
+    # Two deliveries received at the very same time still each appear once.
+    index = keys.deliveries_by_appid(tenant.appid)
+    tie = redis.zscore(index, ids[3])
+    assert tie is not None
+    redis.zadd(index, {ids[2]: tie, ids[4]: tie}, xx=True)
+    seen: list[str] = []
+    before = None
+    for _ in range(10):
+        page = listed(settings, tenant.appid, limit=2, before=before)
+        seen += [d.id for d in page.deliveries]
+        before = page.next_before
+        if before is None:
+            break
+    assert sorted(seen) == sorted(ids) and len(seen) == len(ids)
+
+
+def test_the_index_is_written_with_the_post_and_kept_for_the_logs_retention(settings: Settings, redis: Redis) -> None:
+    tenant = provision(settings)
+    old = post(settings, tenant, "old")
+    index = keys.deliveries_by_appid(tenant.appid)
+    redis.zadd(index, {old: time.time() - settings.log_retention - 5}, xx=True)
+    assert listed(settings, tenant.appid).deliveries == []  # out of the retention: not listed
+    new = post(settings, tenant, "new")
+    assert [m.decode() for m in redis.zrange(index, 0, -1)] == [new]  # trimmed by the next write
+    assert 0 < redis.ttl(index) <= settings.log_retention
+    assert shown(settings, old).id == old  # still shown by id while its record lives
+
+
+def test_other_accounts_see_nothing(settings: Settings) -> None:
+    tenant = provision(settings)
+    other = provision(settings)
+    delivery_id = post(settings, tenant, "mine")
+    with pytest.raises(NotFound):
+        call(settings, lambda r: deliverylist.list_deliveries(r, settings, tenant.appid, account=other.account))
+    with pytest.raises(NotFound):
+        shown(settings, delivery_id, account=other.account)
+    assert shown(settings, delivery_id, account=tenant.account).id == delivery_id
+    with pytest.raises(NotFound):
+        listed(settings, "we_nothing_here")
+    with pytest.raises(NotFound):
+        shown(settings, "dlv_000000000000000000000000")
+
+
+def test_a_filter_that_matches_little_stops_after_a_bounded_scan(
+    settings: Settings, redis: Redis, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(deliverylist, "SCAN_LIMIT", 3)
+    monkeypatch.setattr(deliverylist, "SCAN_CHUNK", 2)
+    tenant = provision(settings)
+    wanted = post(settings, tenant, "wanted")
+    for i in range(5):
+        post(settings, tenant, f"other{i}")
+    page = listed(settings, tenant.appid, event_id="wanted")
+    assert page.deliveries == [] and page.scanned == 3 and page.next_before is not None
+    pages = [page]
+    while pages[-1].next_before:
+        pages.append(listed(settings, tenant.appid, event_id="wanted", before=pages[-1].next_before))
+    assert [d.id for p in pages for d in p.deliveries] == [wanted]

@@ -1,0 +1,183 @@
+"""The queue's scripts and the order of service events: finishing one queues its instance's next."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Any
+
+from redis import Redis
+from redis.asyncio import Redis as AsyncRedis
+
+from svcgw import deadletters, keys
+from svcgw.deliveries import new_delivery_id, queue_delivery
+from svcgw.settings import Settings
+from tests.conftest import Tenant, provision
+from tests.support import wait_for
+from tests.svcgw.test_deadletters import ingest
+from tests.worker.support import claim, finish, with_queue
+from worker.queue import DeliveryQueue, Finish
+
+
+def service_event(settings: Settings, tenant: Tenant, kind: str = "InstanceOffline") -> str:
+    """Queue one service event as a liveness flip does, in a transaction of its own."""
+    delivery_id = new_delivery_id()
+    client = Redis.from_url(settings.redis_url or "")
+    try:
+        with client.pipeline(transaction=True) as pipe:
+            queue_delivery(pipe, settings, appid=tenant.appid, account=tenant.account, event_type=kind,
+                           events=[{"id": f"{kind}:{delivery_id}"}], delivery_id=delivery_id, now=time.time())
+            pipe.execute()
+    finally:
+        client.close()
+    return delivery_id
+
+
+def ended(settings: Settings, tenant: Tenant, delivery_id: str, kind: Any, **extra: Any) -> bool:
+    due = time.time() + (3600 if kind == "dead" else 0.01)
+    return finish(settings, Finish(delivery_id, tenant.appid, kind, b'{"attempt":1}', due=due, retention=60, **extra))
+
+
+def queued(redis: Redis, settings: Settings) -> list[str]:
+    return [x.decode() for x in redis.lrange(keys.rq_queue(settings.queue_name), 0, -1)]
+
+
+def deferred(redis: Redis, settings: Settings) -> list[str]:
+    return [x.decode() for x in redis.zrange(keys.rq_deferred(settings.queue_name), 0, -1)]
+
+
+def chain(redis: Redis, tenant: Tenant) -> list[str]:
+    return [x.decode() for x in redis.lrange(keys.service_events(tenant.appid), 0, -1)]
+
+
+def status(redis: Redis, delivery_id: str) -> str:
+    return (redis.hget(keys.rq_job(delivery_id), "status") or b"").decode()
+
+
+def test_a_retry_holds_the_next_and_delivering_it_queues_the_next(settings: Settings, redis: Redis) -> None:
+    tenant = provision(settings)
+    first, second, third = (service_event(settings, tenant) for _ in range(3))
+    assert claim(settings, 10) == [first]
+    assert ended(settings, tenant, first, "retry")
+    assert queued(redis, settings) == [] and deferred(redis, settings) == [second, third]
+    wait_for(lambda: with_queue(settings, lambda q: q.promote_due()).moved, timeout=5, what="the retry to be due")
+    assert claim(settings, 10) == [first]
+    assert ended(settings, tenant, first, "delivered")
+    # In the same step: the first leaves the chain, the second is queued as RQ has it.
+    assert queued(redis, settings) == [second] and deferred(redis, settings) == [third]
+    assert status(redis, second) == "queued" and redis.hget(keys.rq_job(second), "enqueued_at")
+    assert chain(redis, tenant) == [second, third]
+    assert claim(settings, 10) == [second]
+
+
+def test_a_dead_service_event_lets_the_next_go_and_its_replay_stays_out_of_the_order(
+    settings: Settings, redis: Redis
+) -> None:
+    tenant = provision(settings)
+    first, second = service_event(settings, tenant), service_event(settings, tenant, "InstanceRecovered")
+    assert claim(settings, 10) == [first]
+    assert ended(settings, tenant, first, "dead", error=b"")
+    assert queued(redis, settings) == [second] and chain(redis, tenant) == [second]
+
+    (result,) = asyncio.run(_replay(settings, first))
+    assert result.replayed
+    # The replay goes at once, ahead of nothing and behind nothing: it is in no chain.
+    assert queued(redis, settings) == [second, first] and chain(redis, tenant) == [second]
+    claimed = claim(settings, 10)
+    assert claimed == [second, first]
+    assert ended(settings, tenant, first, "delivered")
+    assert chain(redis, tenant) == [second]  # the replay's end changes nothing
+    third = service_event(settings, tenant)
+    assert deferred(redis, settings) == [third]
+    assert ended(settings, tenant, second, "delivered")
+    assert queued(redis, settings) == [third] and chain(redis, tenant) == [third]
+
+
+async def _replay(settings: Settings, delivery_id: str) -> list[deadletters.ReplayResult]:
+    client = AsyncRedis.from_url(settings.redis_url or "")
+    try:
+        return await deadletters.replay(client, settings, ids=[delivery_id])
+    finally:
+        await client.aclose()
+
+
+def test_a_lost_lease_hands_the_first_back_and_the_order_holds(settings: Settings, redis: Redis) -> None:
+    tenant = provision(settings)
+    first, second = service_event(settings, tenant), service_event(settings, tenant)
+
+    async def claim_briefly(queue: DeliveryQueue) -> list[str]:
+        short = DeliveryQueue(queue.redis, settings.queue_name, lease_seconds=0.05)
+        return [c.delivery_id for c in await short.claim_batch(10, "killed")]
+
+    assert with_queue(settings, claim_briefly) == [first]
+    # The worker that claimed it is gone: its lease runs out and the job is handed back, still first.
+    wait_for(lambda: with_queue(settings, lambda q: q.reclaim_expired()).moved == 1, timeout=5,
+             what="the lease to run out")
+    assert queued(redis, settings) == [first] and deferred(redis, settings) == [second]
+    assert chain(redis, tenant) == [first, second]
+    assert claim(settings, 10) == [first]
+    assert ended(settings, tenant, first, "delivered")
+    assert queued(redis, settings) == [second]
+
+
+def test_the_late_end_of_a_lost_claim_still_moves_the_order_on(settings: Settings, redis: Redis) -> None:
+    tenant = provision(settings)
+    first, second = service_event(settings, tenant), service_event(settings, tenant)
+    assert claim(settings, 10) == [first]
+    redis.zrem(keys.inflight(settings.queue_name), first)  # as if the lease had run out and been reclaimed
+    redis.rpush(keys.rq_queue(settings.queue_name), first)
+    assert not ended(settings, tenant, first, "delivered")
+    assert queued(redis, settings) == [second] and chain(redis, tenant) == [second]
+
+
+def test_customer_events_are_never_held(settings: Settings, redis: Redis) -> None:
+    tenant = provision(settings)
+    offline = service_event(settings, tenant)
+    assert claim(settings, 10) == [offline]
+    assert ended(settings, tenant, offline, "retry")
+    message = ingest(settings, tenant, b'{"event_type":"Msg","events":[{"id":"m1"}]}')
+    recovered = service_event(settings, tenant, "InstanceRecovered")
+    assert queued(redis, settings) == [message] and deferred(redis, settings) == [recovered]
+    assert redis.hget(keys.delivery(message), "chain") is None
+
+
+def test_an_order_whose_first_vanished_is_repaired_by_the_next_event(settings: Settings, redis: Redis) -> None:
+    tenant = provision(settings)
+    first, second = service_event(settings, tenant), service_event(settings, tenant)
+    # rq's tools can delete a queued job; the claim script then skips it and nothing ends it.
+    redis.delete(keys.rq_job(first))
+    assert claim(settings, 10) == []
+    assert deferred(redis, settings) == [second]
+    third = service_event(settings, tenant)
+    assert queued(redis, settings) == [second] and deferred(redis, settings) == [third]
+    assert chain(redis, tenant) == [second, third]
+
+
+def test_the_queue_that_claimed_a_service_event_finishes_it_from_what_the_claim_read(
+    settings: Settings, redis: Redis
+) -> None:
+    tenant = provision(settings)
+    first, second = service_event(settings, tenant), service_event(settings, tenant)
+    message = ingest(settings, tenant, b'{"event_type":"Msg","events":[{"id":"m1"}]}')
+
+    async def engine_like(queue: DeliveryQueue) -> list[bool]:
+        claimed = await queue.claim_batch(10, "engine")
+        assert [c.delivery_id for c in claimed] == [first, message]
+        assert claimed[0].fields["chain"] == keys.service_events(tenant.appid).encode()
+        assert claimed[1].fields["chain"] is None
+        done = [Finish(c.delivery_id, tenant.appid, "delivered", b"{}", retention=60) for c in claimed]
+        held = await queue.finish_many(done)
+        assert not queue._chains  # every claim ended: nothing kept
+        return held
+
+    assert with_queue(settings, engine_like) == [True, True]
+    assert queued(redis, settings) == [second] and chain(redis, tenant) == [second]
+
+
+def test_a_dropped_service_event_lets_the_next_go(settings: Settings, redis: Redis) -> None:
+    tenant = provision(settings)
+    first, second = service_event(settings, tenant), service_event(settings, tenant)
+    redis.hdel(keys.delivery(first), "body")  # its data expired: the engine drops the job
+    assert claim(settings, 10) == [first]
+    assert finish(settings, Finish(first, "", "drop"))
+    assert queued(redis, settings) == [second] and chain(redis, tenant) == [second]
