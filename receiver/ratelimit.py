@@ -75,6 +75,11 @@ class RateLimiter:
         for item in self.items:
             self._args.extend((item.amount, item.get_expiry() * 1000))
 
+    @property
+    def clock(self) -> Clock | None:
+        """The clock of the windows; None is the Redis server's."""
+        return self._clock
+
     async def hit(self, account_id: str) -> Verdict:
         """Record one call of the account and say whether it may go ahead."""
         now = "" if self._clock is None else str(math.floor(self._clock() * 1000))

@@ -38,13 +38,17 @@ Errors, converted at this edge so that nothing above sees aiohttp::
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import json
+import re
+import weakref
 from dataclasses import dataclass
-from types import SimpleNamespace
 from typing import Any
 from urllib.parse import quote
 
 import aiohttp
+import orjson
+from aiohttp.client_proto import ResponseHandler
 from yarl import URL
 
 __all__ = [
@@ -65,8 +69,10 @@ MAX_CONNECTIONS = 256
 KEEPALIVE_SECONDS = 30.0
 
 JSON_HEADERS = {"Content-Type": "application/json"}
-# aiohttp adds these unless told not to; the capability layer gets none of them.
+# aiohttp adds these unless told not to; the capability layer gets none of them (see _Request).
 SKIPPED_HEADERS = ("User-Agent", "Accept", "Accept-Encoding")
+# Operation paths as URLs, made once each: parsing one costs more than the rest of a call's set-up.
+URLS_KEPT = 1024
 
 
 class UpstreamError(Exception):
@@ -113,14 +119,25 @@ def operation_path(module: str, action: str) -> str:
     return f"/svc/api/{quote(module, safe='')}/{quote(action, safe='')}"
 
 
+_WIDE_NUMBER = re.compile(rb"\d{20}|-\d{19}")
+
+
 def parse_envelope(raw: bytes) -> dict[str, Any]:
     """The answer as a dict, or :class:`UpstreamUnusable`."""
-    # The stdlib parser keeps integers of any size exact (orjson turns those
-    # beyond 64 bits into floats), so the parsed form never misstates a value.
+    # orjson (several times faster) reads integers within 64 bits exactly, 19-digit ids included,
+    # but turns larger ones into floats; an answer that may hold one (20 digits in a row, or 19
+    # after a minus sign), and one orjson refuses, is read by the stdlib parser, which keeps
+    # integers of any size exact. So the parsed form never misstates a value, and what it accepts
+    # is what the stdlib accepts. The bytes passed on are ``raw`` in any case.
     try:
-        document = json.loads(raw)
-    except (ValueError, RecursionError):
-        raise UpstreamUnusable("the answer is not JSON") from None
+        if _WIDE_NUMBER.search(raw) is not None:
+            raise ValueError("a number orjson may not keep exact")
+        document = orjson.loads(raw)
+    except ValueError:
+        try:
+            document = json.loads(raw)
+        except (ValueError, RecursionError):
+            raise UpstreamUnusable("the answer is not JSON") from None
     if not isinstance(document, dict):
         raise UpstreamUnusable("the answer is not a JSON object")
     code = document.get("code")
@@ -130,7 +147,7 @@ def parse_envelope(raw: bytes) -> dict[str, Any]:
 
 
 class _Try:
-    """What one try learnt about its connection (set by the session's trace)."""
+    """What one try learnt about its connection (set by :class:`_Connector`)."""
 
     __slots__ = ("reused",)
 
@@ -138,10 +155,44 @@ class _Try:
         self.reused = False
 
 
-async def _on_reuse(session: aiohttp.ClientSession, context: SimpleNamespace, params: object) -> None:
-    attempt = context.trace_request_ctx
-    if isinstance(attempt, _Try):
-        attempt.reused = True
+# The try of the running task; a context variable because the connector is shared by all tasks.
+_try: contextvars.ContextVar[_Try | None] = contextvars.ContextVar("upstream_try", default=None)
+
+
+class _Request(aiohttp.ClientRequest):
+    """A request with no header of aiohttp's own choosing (``SKIPPED_HEADERS``).
+
+    The same as ``skip_auto_headers=SKIPPED_HEADERS``, which builds and
+    copies a header dict on every request to learn what to leave out.
+    """
+
+    def update_auto_headers(self, skip_auto_headers: Any) -> None:
+        return None
+
+
+class _Connector(aiohttp.TCPConnector):
+    """A connector that tells the current try whether its connection came from the pool.
+
+    A connection is reused when its protocol was handed out before. This is
+    what a trace's ``on_connection_reuseconn`` says, without the cost of
+    tracing every step of every request.
+    """
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self._handed_out: weakref.WeakSet[ResponseHandler] = weakref.WeakSet()
+
+    async def connect(self, req: Any, traces: Any, timeout: aiohttp.ClientTimeout) -> Any:
+        connection = await super().connect(req, traces, timeout)
+        protocol = connection.protocol
+        if protocol is not None:
+            attempt = _try.get()
+            if protocol in self._handed_out:
+                if attempt is not None:
+                    attempt.reused = True
+            else:
+                self._handed_out.add(protocol)
+        return connection
 
 
 def _unread(exc: BaseException, attempt: _Try) -> bool:
@@ -164,30 +215,32 @@ class Upstream:
         self.timeout = timeout
         self.connect_timeout = min(connect_timeout, timeout)
         self._session: aiohttp.ClientSession | None = None
+        self._urls: dict[tuple[str, str], URL] = {}
 
     def _client(self) -> aiohttp.ClientSession:
         # Made on first use: a session binds to the running loop when it is created.
         if self._session is None:
-            reuse = aiohttp.TraceConfig()
-            reuse.on_connection_reuseconn.append(_on_reuse)
             self._session = aiohttp.ClientSession(
-                connector=aiohttp.TCPConnector(limit=MAX_CONNECTIONS, keepalive_timeout=KEEPALIVE_SECONDS),
+                connector=_Connector(limit=MAX_CONNECTIONS, keepalive_timeout=KEEPALIVE_SECONDS),
                 # The whole call's deadline is the caller's (asyncio.timeout in call).
                 timeout=aiohttp.ClientTimeout(total=None, sock_connect=self.connect_timeout),
                 cookie_jar=aiohttp.DummyCookieJar(),
-                skip_auto_headers=SKIPPED_HEADERS,
+                request_class=_Request,
                 auto_decompress=False,
                 # trust_env off: a proxy variable in the environment must not divert
                 # calls meant for the capability layer.
                 trust_env=False,
-                trace_configs=[reuse],
             )
         return self._session
 
     async def call(self, module: str, action: str, body: bytes) -> Answer:
         """POST ``body`` to the operation; the answer, or an :class:`UpstreamError`."""
         # encoded: the path goes out exactly as operation_path wrote it.
-        url = URL(self.base + operation_path(module, action), encoded=True)
+        url = self._urls.get((module, action))
+        if url is None:
+            if len(self._urls) >= URLS_KEPT:
+                self._urls.clear()  # any path may be called: keep the set bounded
+            url = self._urls[module, action] = URL(self.base + operation_path(module, action), encoded=True)
         try:
             async with asyncio.timeout(self.timeout):
                 status, raw = await self._post(url, body)
@@ -202,14 +255,16 @@ class Upstream:
     async def _post(self, url: URL, body: bytes) -> tuple[int, bytes]:
         client = self._client()
         attempt = _Try()
+        token = _try.set(attempt)
         try:
-            response = await client.post(
-                url, data=body, headers=JSON_HEADERS, allow_redirects=False, trace_request_ctx=attempt
-            )
+            response = await client.post(url, data=body, headers=JSON_HEADERS, allow_redirects=False)
         except aiohttp.ClientError as exc:
             if not _unread(exc, attempt):
                 raise
+            _try.set(None)
             response = await client.post(url, data=body, headers=JSON_HEADERS, allow_redirects=False)
+        finally:
+            _try.reset(token)
         async with response:
             # Read whatever the status: a connection whose answer was read goes back to the pool.
             return response.status, await response.read()

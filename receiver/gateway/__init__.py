@@ -54,7 +54,7 @@ Order of checks; the first one that fails answers, with
    reaches the capability layer unchecked.
 9. Ownership, except on ``device/create``: an ``appid`` that does not exist
    and one of another account get the same -40404 (404) after the same
-   Redis work (one ``HGET``).
+   Redis work (one ``HGET``, inside the admission script for a small body).
 10. Per operation:
 
     * ``device/create`` (any string ``appid``, the empty one included):
@@ -87,7 +87,14 @@ Order of checks; the first one that fails answers, with
 Redis being unreachable at any step is -50002 (502). The query string of a
 gateway call is not forwarded: operations take their input from the body.
 
-Modules: :mod:`.paths` (check 1), :mod:`.body` (checks 4, 5, 6, 8),
+Checks 2, 3, 7 and 9 read Redis in one round trip, one script
+(:mod:`.admission`); the handler judges what it read in the order above.
+A call on a plain API path skips the router (``direct_operation``,
+``Gateway.direct``); ``Gateway.invoke`` runs checks 3 to 11 for an account
+signed in elsewhere (the console).
+
+Modules: :mod:`.paths` (check 1), :mod:`.admission` (what checks 2, 3, 7
+and 9 read), :mod:`.body` (checks 4, 5, 6, 8),
 :mod:`.inflight` (the bytes of check 4 held per account), :mod:`.quota`
 (the device quota of check 10), :mod:`.scrub` (the receiver token out of
 answers) and :mod:`.handlers` (the routes, and the order above).
@@ -96,7 +103,7 @@ answers) and :mod:`.handlers` (the routes, and the order above).
 from __future__ import annotations
 
 from .body import instance_id
-from .handlers import API_PATH, SET_CALLBACK_PATH, Gateway
+from .handlers import API_PATH, SET_CALLBACK_PATH, Gateway, direct_operation
 from .paths import PathGuard, path_problem
 from .quota import DeviceQuota
 from .scrub import scrub
@@ -107,6 +114,7 @@ __all__ = [
     "DeviceQuota",
     "Gateway",
     "PathGuard",
+    "direct_operation",
     "instance_id",
     "path_problem",
     "scrub",

@@ -37,6 +37,11 @@ class Share:
         self.account = account
         self.held = 0
 
+    def release(self) -> None:
+        """Give every byte held back to the account; a second call gives nothing."""
+        self.ledger._give(self.account, self.held)
+        self.held = 0
+
     def hold(self, size: int) -> None:
         """Hold at least ``size`` bytes in all, or raise -42900 and hold nothing more."""
         if size > self.held:
@@ -61,7 +66,11 @@ class InflightBytes:
         try:
             yield share
         finally:
-            self._give(account, share.held)
+            share.release()
+
+    def open_share(self, account: str) -> Share:
+        """A share whose owner calls :meth:`Share.release` when the call ends, whatever happened."""
+        return Share(self, account)
 
     def _take(self, account: str, size: int) -> None:
         held = self._held.get(account, 0)

@@ -24,7 +24,7 @@ import orjson
 
 from svcgw.upstream import Answer
 
-__all__ = ["REDACTED", "mentions", "scrub"]
+__all__ = ["REDACTED", "mentions", "might_mention", "scrub"]
 
 log = logging.getLogger("svcgw.gateway")
 
@@ -65,6 +65,15 @@ def _decodings(text: str) -> Iterable[str]:
 def mentions(document: Any, needle: str) -> bool:
     """Whether any string in the parsed ``document`` holds ``needle``, percent-decoded or not."""
     return any(needle in form for text in _strings(document) for form in _decodings(text))
+
+
+def might_mention(raw: bytes, token: str) -> bool:
+    """False when the answer's bytes certainly hold no form of ``token`` (cheap; see :func:`mentions`).
+
+    Without a backslash or a percent sign in the answer, every string in it
+    is a plain copy of its bytes, so a token in any string is in the bytes.
+    """
+    return b"\\" in raw or b"%" in raw or token.encode() in raw
 
 
 def _json_forms(value: str) -> set[bytes]:

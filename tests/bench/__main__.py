@@ -23,7 +23,7 @@ from typing import Any
 
 import orjson
 
-from . import scenarios
+from . import gateway, scenarios
 from .scenarios import Bench, Plan
 
 # name: (figure, comparison, target, what it says)
@@ -52,7 +52,7 @@ def lookup(figures: dict[str, Any], dotted: str) -> Any:
 
 def judge(figures: dict[str, Any]) -> dict[str, Any]:
     verdicts = {}
-    for name, path, comparison, target, _ in TARGETS:
+    for name, path, comparison, target, _ in TARGETS + gateway.GATEWAY_TARGETS:
         value = lookup(figures, path)
         met = None
         if isinstance(value, int | float):
@@ -87,6 +87,8 @@ def run(plan: Plan, appendfsync: str, workdir: Path) -> dict[str, Any]:
         step("retry timing")
         figures["retry"] = scenarios.retry_timing(bench)
         bench.stop_workers()
+        step("gateway")
+        figures["gateway"] = gateway.in_bench(bench)
         step("references")
         figures["reference"] = {
             "aiohttp_loop_c50": scenarios.aiohttp_reference(bench),
@@ -171,7 +173,7 @@ def table(figures: dict[str, Any]) -> str:
     ]  # fmt: skip
     width = [max(len(r[i]) for r in rows) for i in range(3)]
     lines = ["  ".join(cell.ljust(width[i]) for i, cell in enumerate(row)).rstrip() for row in rows]
-    lines.append("")
+    lines += ["", gateway.gateway_table(figures["gateway"]), ""]
     for name, verdict in figures["targets"].items():
         mark = {True: "met", False: "NOT met", None: "n/a"}[verdict["met"]]
         lines.append(f"{name:<24} {verdict['value']!s:>10}  target {verdict['target']:<8} {mark}")

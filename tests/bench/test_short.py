@@ -43,3 +43,9 @@ def test_short_benchmark_prints_every_figure() -> None:
     )
     assert all({"value", "target", "met"} <= set(v) for v in figures["targets"].values())
     assert figures["setup"]["mode"] == "short"
+    gateway = figures["gateway"]
+    assert {"c50_w1_per_s", "c50_w2_per_s", "c1_added_p50_ms", "round_trips_per_call", "rss_after_mb"} <= set(
+        gateway["after"]
+    )
+    assert {"fast_c50_per_s", "sim_c50_per_s"} <= set(gateway["upstream"]) and gateway["setup"]["failed_calls"] == 0
+    assert {"gateway_w1_vs_direct", "gateway_round_trips"} <= set(figures["targets"])

@@ -6,6 +6,7 @@ import json
 import os
 import re
 import threading
+import time
 from urllib.parse import quote, unquote
 
 import httpx
@@ -672,3 +673,119 @@ def test_rate_limit_per_account_with_honest_retry_after(env: dict[str, str], sim
         assert error(stack.api(key, "long/check", body)) == (404, -40404)
     finally:
         stack.stop()
+
+
+# --- one round trip, both denied sets, last_used, the console's entry ------------------
+
+
+def test_every_check_of_a_call_costs_one_redis_round_trip(env: dict[str, str], sim: str, redis_url: str) -> None:
+    from tests.bench.redis_counter import CountingProxy
+
+    host_port, db = redis_url.removeprefix("redis://").rsplit("/", 1)
+    proxy = CountingProxy(int(host_port.rsplit(":", 1)[1])).start()
+    stack = start_stack(env, sim, SVCGW_REDIS_URL=f"redis://127.0.0.1:{proxy.port}/{db}")
+    try:
+        _, key = stack.account()
+        appid = stack.create_device(key)
+        body = {"appid": appid}
+        assert stack.api(key, "user/getProfile", body).status_code == 200  # scripts loaded, token read
+        before = proxy.count()
+        for _ in range(20):
+            assert stack.api(key, "user/getProfile", body).status_code == 200
+        refused = [stack.api(key, "user/getProfile", {"appid": "we_nobody"}) for _ in range(5)]
+        assert all(error(answer) == (404, -40404) for answer in refused)
+        assert proxy.count() - before == 25
+    finally:
+        stack.stop()
+        proxy.stop()
+
+
+def test_the_accounts_own_denied_set_counts_too(stack: Stack, redis: Redis) -> None:
+    account, key = stack.account()
+    appid = stack.create_device(key)
+    redis.sadd(keys.account_own_denied(account), "Message/SendText")
+    assert error(stack.api(key, "message/sendText", {"appid": appid, "content": "x"})) == (403, -40300)
+    assert stack.api(key, "message/sendRichText", {"appid": appid, "content": []}).status_code == 200
+
+
+def test_each_call_writes_its_keys_last_use(stack: Stack, redis: Redis) -> None:
+    account, key = stack.account()
+    (key_id,) = [member.decode() for member in redis.smembers(keys.account_keys(account))]
+    assert redis.hget(keys.api_key(key_id), "last_used") is None
+    answer = stack.api(key, "user/getProfile", {"appid": "we_nobody"})
+    assert error(answer) == (404, -40404)
+    assert answer.headers["x-content-type-options"] == "nosniff"
+    last_used = redis.hget(keys.api_key(key_id), "last_used")
+    assert last_used is not None and abs(int(last_used) - time.time()) < 60
+
+
+def test_invoke_runs_every_check_after_the_key(stack: Stack, redis: Redis) -> None:
+    """``Gateway.invoke``, the console's entry: the same answers as over HTTP with a key."""
+    import asyncio
+
+    from receiver.gateway import Gateway
+    from receiver.services import build_services
+    from svcgw.upstream import Upstream
+
+    account, key = stack.account()
+    appid = stack.create_device(key)
+    _, other_key = stack.account()
+    theirs = stack.create_device(other_key)
+    redis.sadd(keys.account_own_denied(account), "message/sendtext")
+
+    async def run() -> list[tuple[int, bytes]]:
+        services = build_services(stack.settings)
+        services.upstream = Upstream(stack.sim)
+        gateway = Gateway(services)
+        try:
+            answers = []
+            for module, action, raw in (
+                ("user", "getProfile", b'{"appid":"' + appid.encode() + b'"}'),
+                ("message", "sendText", b'{"appid":"' + appid.encode() + b'","content":"x"}'),
+                ("user", "getProfile", b'{"appid":"' + theirs.encode() + b'"}'),
+                ("user", "getProfile", b"[1]"),
+                ("user", "getProfile", b'{"appId":"x"}'),
+                ("user", "getProfile", b'{"appid":"' + appid.encode() + b'","callbackUrl":"http://x/"}'),
+            ):
+                response = await gateway.invoke(account, module, action, raw)
+                answers.append((response.status_code, bytes(response.body)))
+            return answers
+        finally:
+            await services.upstream.aclose()
+            await services.redis.aclose()
+            await services.text_redis.aclose()
+
+    answers = asyncio.run(run())
+    over_http = stack.api(key, "user/getProfile", {"appid": appid})
+    assert answers[0][0] == 200 and without_time(answers[0][1]) == without_time(over_http.content)
+    assert [(status, json.loads(raw)["code"]) for status, raw in answers[1:]] == [
+        (403, -40300),
+        (404, -40404),
+        (400, -40001),
+        (400, -40002),
+        (403, -40403),
+    ]
+
+
+def test_only_plain_api_posts_skip_the_router() -> None:
+    from receiver.gateway import direct_operation
+
+    def scope(path: str, method: str = "POST", raw: bytes | None = None) -> dict[str, object]:
+        return {"type": "http", "method": method, "path": path, "raw_path": raw or path.encode()}
+
+    assert direct_operation(scope("/svc/api/user/getProfile")) == ("user", "getProfile")
+    for refused in (
+        scope("/svc/api/user/getProfile", "GET"),
+        scope("/svc/api/user/getProfile/"),
+        scope("/svc/api/user/./x"),
+        scope("/svc/api/user/get/x"),
+        scope("/svc/api/user/a/b", raw=b"/svc/api/user%2Fa/b"),
+        scope("/svc/instances/set-callback"),
+        {"type": "websocket", "path": "/svc/api/a/b"},
+    ):
+        assert direct_operation(refused) is None  # type: ignore[arg-type]
+
+
+def test_other_methods_on_an_api_path_still_get_the_routers_answer(stack: Stack) -> None:
+    answer = stack.client.get(stack.base + "/svc/api/user/getProfile")
+    assert answer.status_code == 405 and answer.headers["x-content-type-options"] == "nosniff"
