@@ -66,8 +66,9 @@ def run_server(settings: Settings) -> None:
         "timeout_keep_alive": settings.http_keepalive_timeout,
         "server_header": False,
         # Pinned dependencies: the gateway's hot path is mostly the event loop and HTTP parsing.
+        # The protocol is uvicorn's httptools one, writing each answer in one piece (cli.protocol).
         "loop": "uvloop",
-        "http": "httptools",
+        "http": "cli.protocol:OneWriteProtocol",
     }
     if settings.http_workers > 1:
         # Each worker process builds its app from the same environment.
