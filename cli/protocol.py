@@ -60,8 +60,18 @@ class TurnWriter:
     def get_write_buffer_size(self) -> int:
         return self.transport.get_write_buffer_size() + sum(len(part) for part in self._pending)
 
+    # Called on every request: spelt out rather than found through __getattr__.
+    def is_closing(self) -> bool:
+        return self.transport.is_closing()
+
+    def pause_reading(self) -> None:
+        self.transport.pause_reading()
+
+    def resume_reading(self) -> None:
+        self.transport.resume_reading()
+
     def __getattr__(self, name: str) -> Any:
-        # Everything else (extra info, reading, flow control, set_protocol) is the socket's own.
+        # Everything else (extra info, set_protocol, ...) is the socket's own.
         return getattr(self.transport, name)
 
 
