@@ -40,7 +40,8 @@ class ScriptBatch:
     def __init__(self, redis: Redis, script: str) -> None:
         self._redis = redis
         self._script: AsyncScript = redis.register_script(script)
-        self._calls: list[_Call] = []
+        self._calls: list[_Call] = []  # made in this turn of self._loop, sent when it ends
+        self._loop: asyncio.AbstractEventLoop | None = None
         # The batches being sent: a task must be referenced until it is done.
         self._sending: set[asyncio.Task[None]] = set()
 
@@ -48,13 +49,18 @@ class ScriptBatch:
         """The script's result for ``keys`` and ``args``, sent with the other calls of this turn."""
         loop = asyncio.get_running_loop()
         future: asyncio.Future[Any] = loop.create_future()
-        if not self._calls:
-            loop.call_soon(self._send)
-        self._calls.append((keys, args, future))
+        calls = self._calls
+        # A batch of another loop was left unsent when that loop stopped: this loop starts its own.
+        if not calls or self._loop is not loop:
+            calls = self._calls = []
+            self._loop = loop
+            loop.call_soon(self._send, calls)
+        calls.append((keys, args, future))
         return await future
 
-    def _send(self) -> None:
-        calls, self._calls = self._calls, []
+    def _send(self, calls: list[_Call]) -> None:
+        if calls is self._calls:
+            self._calls = []
         task = asyncio.get_running_loop().create_task(self._run(calls))
         self._sending.add(task)
         task.add_done_callback(self._sending.discard)

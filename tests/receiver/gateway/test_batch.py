@@ -117,3 +117,33 @@ def test_a_caller_that_leaves_does_not_disturb_the_others(redis_url: str) -> Non
             await leaving
 
     run(redis_url, body)
+
+
+def test_a_batch_left_unsent_by_a_stopped_loop_does_not_hold_up_the_next_loop(redis_url: str) -> None:
+    client = AsyncRedis.from_url(redis_url, decode_responses=True)
+    batch = ScriptBatch(client, fresh(COUNTING))
+
+    stranded: list[asyncio.Future[Any]] = []
+
+    async def start_one() -> None:
+        stranded.append(asyncio.ensure_future(batch(keys=["n"], args=["stranded"])))
+        await asyncio.sleep(0)  # the call is made...
+        loop = asyncio.get_running_loop()
+        loop.stop()  # ...and its loop stops before the turn that would send it ends
+        await loop.create_future()
+
+    stopped = asyncio.new_event_loop()
+    try:
+        with pytest.raises(RuntimeError, match="stopped before"):
+            stopped.run_until_complete(start_one())
+    finally:
+        stopped.close()
+    assert not stranded[0].done()
+
+    async def next_loop() -> Any:
+        try:
+            return await asyncio.wait_for(batch(keys=["n"], args=["next"]), 5)
+        finally:
+            await client.aclose()
+
+    assert asyncio.run(next_loop()) == ["next", 1]  # the stranded call never ran
