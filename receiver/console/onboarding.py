@@ -291,19 +291,21 @@ class OnboardingPages:
         )
 
     async def code(self, request: Request, session: Session) -> Response:
-        attempt_id = request.path_params["attempt"]
-        try:
-            await self.flow.submit_code(session.account, attempt_id, _field(request.state.form, "code"))
-        except AttemptGone:
-            return await self._gone(request, session)
-        except FlowError:
-            pass  # kept on the attempt; the login page shows it
-        return _redirect(_path("logins", attempt_id))
+        code = _field(request.state.form, "code")
+        return await self._login_step(
+            request, session, lambda attempt: self.flow.submit_code(session.account, attempt, code)
+        )
 
     async def renew(self, request: Request, session: Session) -> Response:
+        return await self._login_step(request, session, lambda attempt: self.flow.renew(session.account, attempt))
+
+    async def _login_step(
+        self, request: Request, session: Session, step: Callable[[str], Awaitable[Attempt]]
+    ) -> Response:
+        """A form of the login page: the step, then back to the page, which shows how it went."""
         attempt_id = request.path_params["attempt"]
         try:
-            await self.flow.renew(session.account, attempt_id)
+            await step(attempt_id)
         except AttemptGone:
             return await self._gone(request, session)
         except FlowError:

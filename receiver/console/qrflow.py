@@ -379,11 +379,7 @@ class QrFlow:
         outcome = await self.call(
             account, "login", "checkQr", {"appid": attempt.appid, "proxy": attempt.proxy, "uuid": attempt.uuid}
         )
-        if not outcome.ok:
-            attempt.error = outcome.describe()
-            await self._save(account, attempt)
-            if outcome.by_gateway:
-                raise FlowError(outcome)
+        if await self._refused(account, attempt, outcome):
             return attempt
         status = outcome.data.get("status") if isinstance(outcome.data, dict) else None
         attempt.status = status if isinstance(status, int) and not isinstance(status, bool) else -1
@@ -403,13 +399,23 @@ class QrFlow:
             return attempt
         body = {"appid": attempt.appid, "code": code, "proxy": attempt.proxy, "uuid": attempt.uuid}
         outcome = await self.call(account, "login", "submitQrCode", body)
-        if not outcome.ok:
-            attempt.error = outcome.describe()
-            await self._save(account, attempt)
-            if outcome.by_gateway:
-                raise FlowError(outcome)
+        if await self._refused(account, attempt, outcome):
             return attempt
         return await self.advance(account, attempt_id)
+
+    async def _refused(self, account: str, attempt: Attempt, outcome: Outcome) -> bool:
+        """Whether a polling step was refused; if so it is kept on the attempt for the page.
+
+        The capability layer's refusal leaves the login as it was (the
+        developer may try again); the gateway's (-42900, -40404, ...) is raised.
+        """
+        if outcome.ok:
+            return False
+        attempt.error = outcome.describe()
+        await self._save(account, attempt)
+        if outcome.by_gateway:
+            raise FlowError(outcome)
+        return True
 
     async def renew(self, account: str, attempt_id: str) -> Attempt:
         """A new code for the same attempt (after a cancel, or when the old one expired)."""
