@@ -360,7 +360,7 @@ class QrFlow:
         interval = data.get("refreshInterval")
         attempt.uuid, attempt.image, attempt.issued_at = session_id, image, time.time()
         attempt.refresh_interval = interval if isinstance(interval, int) and not isinstance(interval, bool) else 0
-        attempt.status, attempt.error = None, ""
+        attempt.status, attempt.error = -1, ""  # a new code: nobody has scanned it yet
         await self._save(account, attempt)
 
     # --- polling ---------------------------------------------------------------------------------
@@ -372,10 +372,6 @@ class QrFlow:
             return attempt
         if attempt.stage != "qr":
             return attempt
-        stale = attempt.refresh_interval > 0 and time.time() - attempt.issued_at >= attempt.refresh_interval
-        if stale and attempt.status in (None, -1):
-            await self._issue(account, attempt)
-            return attempt
         outcome = await self.call(
             account, "login", "checkQr", {"appid": attempt.appid, "proxy": attempt.proxy, "uuid": attempt.uuid}
         )
@@ -384,6 +380,11 @@ class QrFlow:
         status = outcome.data.get("status") if isinstance(outcome.data, dict) else None
         attempt.status = status if isinstance(status, int) and not isinstance(status, bool) else -1
         attempt.error = ""
+        stale = attempt.refresh_interval > 0 and time.time() - attempt.issued_at >= attempt.refresh_interval
+        if stale and attempt.status == -1:
+            # Still unscanned (asked first, so a scan in the last moment is not thrown away): a new code.
+            await self._issue(account, attempt)
+            return attempt
         await self._save(account, attempt)
         if attempt.status == 2:
             await self._finish(account, attempt)

@@ -159,8 +159,22 @@ def test_every_login_status_in_words_and_a_cancel_offers_a_new_code(developer: D
     polled = developer.poll(attempt["id"])
     assert polled["status"] == 4 and polled["cancelled"] is True and "new code" in polled["words"]
     renewed = developer.post(f"/logins/{attempt['id']}/renew").json()["data"]
-    assert renewed["uuid"] != attempt["uuid"] and renewed["status"] is None
+    assert renewed["uuid"] != attempt["uuid"] and renewed["status"] == -1
     assert developer.poll(attempt["id"])["status"] == -1
+
+
+def test_a_code_nobody_scanned_is_replaced_after_its_refresh_interval(developer: Developer, redis: Redis) -> None:
+    attempt = developer.post("/instances/new", {"callback_url": "http://127.0.0.1:9/hook"}).json()["data"]
+    key = keys.console_login_attempt(developer.account, attempt["id"])
+    assert redis.ttl(key) > 0
+    redis.hset(key, "issued_at", "1")  # issued long ago
+    fresh = developer.poll(attempt["id"])
+    assert fresh["uuid"] != attempt["uuid"] and fresh["image"] != attempt["image"]
+    developer.phone(attempt["appid"], "scan")
+    redis.hset(key, "issued_at", "1")
+    scanned = developer.poll(attempt["id"])
+    assert scanned["status"] == 1
+    assert developer.poll(attempt["id"])["uuid"] == fresh["uuid"]  # a scanned code is kept
 
 
 def test_submit_qr_code_proxy_is_remembered_for_reconnects(stack: Stack, redis: Redis) -> None:
