@@ -229,7 +229,8 @@ class Attempt:
         return cls(
             id=fields["id"],
             appid=fields.get("appid", ""),
-            stage=fields.get("stage", "qr"),
+            # "finished" is written once, by the poll that started the connection, and by nothing else.
+            stage="done" if fields.get("finished") == "1" else fields.get("stage", "qr"),
             proxy=fields.get("proxy", ""),
             callback_url=fields.get("callback_url", ""),
             uuid=fields.get("uuid", ""),
@@ -428,7 +429,12 @@ class QrFlow:
         return attempt
 
     async def _finish(self, account: str, attempt: Attempt) -> None:
-        """``long/start`` once, however many polls saw status 2 at the same time."""
+        """``long/start`` once, however many polls saw status 2 at the same time.
+
+        A poll that lost the race may save its older view of the attempt
+        after the winner saved "done"; the winner's ``finished`` field, which
+        no save writes, keeps the attempt done all the same.
+        """
         key = keys.console_login_attempt(account, attempt.id)
         if not await self.text.hsetnx(key, "starting", "1"):
             return
@@ -439,6 +445,7 @@ class QrFlow:
             await self.text.hdel(key, "starting")
         else:
             attempt.stage = "done"
+            await self.text.hset(key, "finished", "1")
         await self._save(account, attempt)
 
     # --- instance actions ---------------------------------------------------------------------------

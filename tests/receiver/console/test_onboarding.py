@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import re
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import pytest
@@ -161,6 +162,16 @@ def test_every_login_status_in_words_and_a_cancel_offers_a_new_code(developer: D
     renewed = developer.post(f"/logins/{attempt['id']}/renew").json()["data"]
     assert renewed["uuid"] != attempt["uuid"] and renewed["status"] == -1
     assert developer.poll(attempt["id"])["status"] == -1
+
+
+def test_polls_at_the_same_time_start_the_connection_once(stack: Stack, developer: Developer, sink: Sink) -> None:
+    attempt = developer.post("/instances/new", {"callback_url": sink.url}).json()["data"]
+    developer.phone(attempt["appid"], "confirm")
+    with ThreadPoolExecutor(4) as pool:
+        polls = list(pool.map(lambda _: developer.console.get(f"/logins/{attempt['id']}"), range(4)))
+    assert all(p.status_code == 200 for p in polls)
+    assert developer.poll(attempt["id"])["stage"] == "done"
+    assert stack.sim_instance(attempt["appid"])["calls"]["long/start"] == 1
 
 
 def test_a_code_nobody_scanned_is_replaced_after_its_refresh_interval(developer: Developer, redis: Redis) -> None:

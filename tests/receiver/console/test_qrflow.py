@@ -83,6 +83,8 @@ def test_an_attempt_round_trips_through_its_hash() -> None:
     attempt = Attempt(id="a", appid="we_x", stage="qr", proxy="p", status=-1, refresh_interval=30, created=True)
     assert Attempt.load(attempt.fields()) == attempt
     assert Attempt.load(Attempt(id="b", appid="we_y", stage="closing").fields()).status is None
+    # A late save of an older view cannot take a finished login back.
+    assert Attempt.load({**attempt.fields(), "finished": "1"}).stage == "done"
 
 
 def test_an_outcome_tells_the_gateway_from_the_layer() -> None:
