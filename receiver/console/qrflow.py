@@ -213,7 +213,9 @@ class Attempt:
     created: bool = False  # the instance was made by this attempt (device/create)
 
     def view(self) -> dict[str, Any]:
+        """The attempt for the page and the API; without the proxy, which may carry its own credentials."""
         data = asdict(self)
+        del data["proxy"]
         data["words"] = login_status_words(self.status) if self.stage == "qr" else None
         data["needs_code"] = self.stage == "qr" and self.status == 10
         data["cancelled"] = self.stage == "qr" and self.status == 4

@@ -121,6 +121,7 @@ def test_a_new_instance_by_qr_with_a_code_then_online(
     attempt = begun.json()["data"]
     appid = attempt["appid"]
     assert attempt["stage"] == "qr" and attempt["created"] is True
+    assert "proxy" not in attempt and "10.0.0.7" not in begun.text  # never echoed back
     assert attempt["image"].startswith("data:image/png;base64,")
     assert attempt["refresh_interval"] == 30
     assert developer.poll(attempt["id"])["words"].startswith("Waiting for a scan")
@@ -404,3 +405,16 @@ def test_the_pages_walk_the_flow_with_plain_refreshes(stack: Stack, developer: D
     confirm = http.get(f"/console/instances/{appid}/logout")
     assert confirm.status_code == 200 and 'id="confirm-logout"' in confirm.text
     assert stack.sim_instance(appid)["loggedIn"] is True  # asking is not doing
+    csrf = {"csrf_token": developer.console.csrf}
+    out = http.post(f"/console/instances/{appid}/logout", data=csrf)
+    assert out.status_code == 303 and stack.sim_instance(appid)["loggedIn"] is False
+    page = http.get(f"/console/instances/{appid}")
+    assert "logged out" in page.text and "Log in again with a QR scan" in page.text
+    refused = http.post(f"/console/instances/{appid}/start", data=csrf)
+    assert refused.status_code == 502 and "long/start was refused: -1 not logged in" in refused.text
+    # Re-login cannot reconnect a logged-out instance: it goes on to a QR login of it.
+    relogin = http.post(f"/console/instances/{appid}/relogin", data=csrf)
+    assert relogin.status_code == 303 and relogin.headers["location"].startswith("/console/logins/")
+    login = http.get(relogin.headers["location"])
+    assert "Reconnecting did not bring the connection back" in login.text
+    assert re.search(r'data-stage="(closing|qr)"', login.text)
