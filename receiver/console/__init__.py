@@ -3,7 +3,10 @@
 Pages (``receiver.console.pages``) and a JSON API under ``/console/api``
 (``receiver.console.api``) on top of one account-scoped service
 (``receiver.console.service``); sessions and CSRF are in
-``receiver.console.session``. ``console_routes(services)`` returns the mount.
+``receiver.console.session``. A new instance by QR login and the instance
+actions (``receiver.console.onboarding`` over ``receiver.console.qrflow``)
+make their gateway calls through the app's one ``Gateway``.
+``console_routes(services, gateway)`` returns the mount.
 """
 
 from __future__ import annotations
@@ -13,25 +16,33 @@ from typing import TYPE_CHECKING
 from starlette.routing import BaseRoute, Mount
 
 from .api import Api
+from .onboarding import OnboardingApi, OnboardingPages
 from .pages import Pages
+from .qrflow import QrFlow
 from .service import ConsoleService
 from .session import PATH, Sessions
 from .web import Context
 
 if TYPE_CHECKING:
+    from receiver.gateway import Gateway
     from receiver.services import Services
 
 __all__ = ["console_routes"]
 
 
-def console_routes(services: Services) -> list[BaseRoute]:
+def console_routes(services: Services, gateway: Gateway) -> list[BaseRoute]:
     service = ConsoleService(services)
     # The gateway's limiter: console changes and gateway calls share one budget per account.
     context = Context(service, Sessions(services.settings, services.text_redis, services.store), services.limiter)
+    api, pages, flow = Api(context), Pages(context), QrFlow(gateway, services)
     return [
         Mount(
             PATH,
-            routes=[Mount("/api", routes=Api(context).routes()), *Pages(context).routes()],
+            routes=[
+                Mount("/api", routes=[*OnboardingApi(api, flow).routes(), *api.routes()]),
+                *OnboardingPages(pages, flow).routes(),
+                *pages.routes(),
+            ],
             name="console",
         )
     ]
