@@ -3,7 +3,10 @@
 Pages (``receiver.console.pages``) and a JSON API under ``/console/api``
 (``receiver.console.api``) on top of one account-scoped service
 (``receiver.console.service``); sessions and CSRF are in
-``receiver.console.session``. ``console_routes(services)`` returns the mount.
+``receiver.console.session``. Signing in, invitations and the account page
+(``receiver.console.account``, with ``.signin``) and API keys
+(``receiver.console.apikeys``) add their pages and API routes to those.
+``console_routes(services)`` returns the mount.
 """
 
 from __future__ import annotations
@@ -12,10 +15,15 @@ from typing import TYPE_CHECKING
 
 from starlette.routing import BaseRoute, Mount
 
+from svcgw.invitations import Invitations
+
+from .account import AccountApi, AccountPages
 from .api import Api
+from .apikeys import KeyApi, KeyPages
 from .pages import Pages
 from .service import ConsoleService
 from .session import PATH, Sessions
+from .signin import PasswordSignIn
 from .web import Context
 
 if TYPE_CHECKING:
@@ -27,11 +35,24 @@ __all__ = ["console_routes"]
 def console_routes(services: Services) -> list[BaseRoute]:
     service = ConsoleService(services)
     # The gateway's limiter: console changes and gateway calls share one budget per account.
-    context = Context(service, Sessions(services.settings, services.text_redis, services.store), services.limiter)
+    context = Context(
+        service,
+        Sessions(services.settings, services.text_redis, services.store),
+        services.limiter,
+        PasswordSignIn(services),
+        Invitations(services.text_redis),
+    )
+    api, pages = Api(context), Pages(context)
+    api_routes = [*api.routes(), *AccountApi(api).routes(), *KeyApi(api).routes()]
     return [
         Mount(
             PATH,
-            routes=[Mount("/api", routes=Api(context).routes()), *Pages(context).routes()],
+            routes=[
+                Mount("/api", routes=api_routes),
+                *pages.routes(),
+                *AccountPages(pages).routes(),
+                *KeyPages(pages).routes(),
+            ],
             name="console",
         )
     ]
