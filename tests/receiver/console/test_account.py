@@ -351,3 +351,17 @@ def _key(settings: Settings, account: str) -> tuple[str, str]:
         return key.id, clear
 
     return with_store(settings, action)  # type: ignore[no-any-return]
+
+
+def test_the_new_routes_are_in_the_openapi_document(server: str) -> None:
+    doc = httpx.get(server + "/openapi.json", timeout=10).json()
+    paths = doc["paths"]
+    assert set(paths["/console/api/session"]) == {"post", "get", "delete"}
+    assert "login" in str(paths["/console/api/session"]["post"]["requestBody"])
+    assert "429" in paths["/console/api/session"]["post"]["responses"]
+    assert "410" in paths["/console/api/invitation"]["post"]["responses"]
+    assert "put" in paths["/console/api/password"] and "delete" in paths["/console/api/sessions"]
+    assert (
+        set(paths["/console/api/keys"]) == {"get", "post"} and "201" in paths["/console/api/keys"]["post"]["responses"]
+    )
+    assert "404" in paths["/console/api/keys/{key_id}"]["delete"]["responses"]
