@@ -7,6 +7,7 @@ from argon2 import PasswordHasher
 
 from svcgw import passwords
 from svcgw.credentials import LoginRejected, normalise_login
+from svcgw.settings import Settings, SettingsError
 
 
 def test_a_new_password_follows_the_rules() -> None:
@@ -47,3 +48,13 @@ def test_logins_are_e_mail_addresses_or_names_without_regard_to_case() -> None:
     for bad in ("", "ab", "a@b", "two words", "-dash", "x@y@z.com", "a" * 65, "tab\there"):
         with pytest.raises(LoginRejected):
             normalise_login(bad)
+
+
+def test_the_sign_in_limits_are_settings_checked_at_start_up() -> None:
+    assert Settings.from_env({}).signin_failures_per_login == "10/15minutes"
+    assert (
+        Settings.from_env({"SVCGW_SIGNIN_FAILURES_PER_ADDRESS": "5/minute"}).signin_failures_per_address == "5/minute"
+    )
+    for name in ("SVCGW_SIGNIN_FAILURES_PER_LOGIN", "SVCGW_SIGNIN_FAILURES_PER_ADDRESS"):
+        with pytest.raises(SettingsError, match=name):
+            Settings.from_env({name: "often"})
