@@ -5,7 +5,6 @@ The JSON API and the pages over real HTTP, against the app served in-process and
 
 from __future__ import annotations
 
-import re
 import threading
 import time
 
@@ -18,15 +17,10 @@ from svcgw.store import Store
 from tests.conftest import with_store
 from tests.receiver.console.conftest import ConsoleClient, Developer, serve
 from tests.receiver.console.members import PASSWORD, PasswordClient, invite, make_member, sign_in
+from tests.receiver.console.test_pages import csrf_of
 from tests.support import wait_for
 
 GENERIC = {"code": 401, "message": errors.SIGN_IN_MESSAGE, "data": None}
-
-
-def csrf_of(html: str) -> str:
-    match = re.search(r'name="csrf_token" value="([^"]+)"', html)
-    assert match, html[:500]
-    return match.group(1)
 
 
 def limited(env: dict[str, str], **extra: str) -> Settings:
@@ -316,6 +310,8 @@ def test_the_account_page_changes_the_password_and_signs_out_everywhere(server: 
         assert done.status_code == 303
         assert "Password changed" in http.get("/console/account").text
         assert elsewhere.get("/session").status_code == 401
+        assert http.post("/console/account/sign-out-everywhere", data={}).status_code == 403
+        assert elsewhere.get("/session").status_code == 401  # ended by the password change already
         out = http.post("/console/account/sign-out-everywhere", data={"csrf_token": csrf})
         assert out.status_code == 303 and out.headers["location"] == "/console/login"
         assert http.get("/console/account").status_code == 303

@@ -12,17 +12,12 @@ from svcgw import keys
 from svcgw.settings import Settings
 from tests.receiver.console.conftest import ConsoleClient, Developer, serve
 from tests.receiver.console.members import PASSWORD, PasswordClient, make_member
+from tests.receiver.console.test_pages import csrf_of
 from tests.receiver.gateway.stack import Stack, error
 from tests.receiver.gateway.stack import sim as sim  # the simulator fixture, shared with this module
 from tests.receiver.gateway.stack import stack as stack  # the gateway with the simulator upstream
 
 NO_KEY = {"code": -40404, "message": "no such API key", "data": None}
-
-
-def csrf_of(html: str) -> str:
-    match = re.search(r'name="csrf_token" value="([^"]+)"', html)
-    assert match, html[:500]
-    return match.group(1)
 
 
 def test_create_list_and_revoke_through_the_api(server: str, settings: Settings, redis: Redis) -> None:
