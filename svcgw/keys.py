@@ -191,7 +191,8 @@ PROBE_SCHEDULE = PREFIX + "probe:schedule"  # sorted set: appid scored by next p
 
 # --- console and metrics (receiver.console, svcgw.metrics) ----------------
 def console_session(id_digest: str) -> str:
-    """Hash with a TTL: account, key_id, csrf, created_at, flash; named by the sha256 of the session id."""
+    """Hash with a TTL: account, key_id ('' for a password), epoch (the account's session epoch), csrf,
+    created_at, flash; named by the sha256 of the session id."""
     return f"{PREFIX}console:session:{id_digest}"
 
 
