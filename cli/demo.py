@@ -10,6 +10,12 @@ With the simulator as upstream, the instance is created through the
 gateway (``device/create``), logged in on the simulator, started with
 ``long/start`` towards the simulator's demo sink (``/_sim/sink``), and
 given a little traffic, so the signed callbacks can be watched arriving.
+
+It also prints how to walk through onboarding in the browser (a new
+instance by QR login in the console, the simulator playing the phone: its
+QR codes wait for ``/_sim/qr``), and turns on rq-dashboard at ``/rq``, by
+which the service is monitored, with credentials generated into the state
+dir (owner-only) the first time, printed on the terminal and nowhere else.
 """
 
 from __future__ import annotations
@@ -37,19 +43,24 @@ from svcgw.store import NotFound, Store
 from svcgw.vault import TokenVault, VaultError
 
 from .context import safe_redis_url
+from .embedded import load_or_create_password
 
 __all__ = [
+    "DASHBOARD_USER",
     "Demo",
     "DemoError",
+    "demo_dashboard",
     "ensure_demo",
     "prepare_demo",
     "render_demo",
     "render_flow",
+    "render_onboarding",
     "start_flow",
     "wait_ready",
 ]
 
 DEMO_ACCOUNT_NAME = "demo"
+DASHBOARD_USER = "operator"
 DEMO_DEVICES = 10
 _APPID_ALPHABET = string.ascii_lowercase + string.digits
 
@@ -70,7 +81,22 @@ class Demo:
 CreateInstance = Callable[[str], Awaitable[str]]
 
 
-def prepare_demo(settings: Settings) -> None:
+def demo_dashboard(env: dict[str, str], state_dir: Path) -> bool:
+    """Turn rq-dashboard on for the demo: generated credentials in ``env``, unless the operator set any.
+
+    The password is kept in ``state_dir/dashboard/password`` (owner-only), so a
+    restart keeps it. Returns whether the credentials are the generated ones.
+    """
+    if env.get("SVCGW_DASHBOARD_USER") or env.get("SVCGW_DASHBOARD_PASSWORD"):
+        return False
+    directory = state_dir / "dashboard"
+    directory.mkdir(mode=0o700, parents=True, exist_ok=True)
+    env["SVCGW_DASHBOARD_USER"] = DASHBOARD_USER
+    env["SVCGW_DASHBOARD_PASSWORD"] = load_or_create_password(directory)
+    return True
+
+
+def prepare_demo(settings: Settings, *, dashboard_generated: bool = False) -> None:
     """Wait for the HTTP server, make sure the demo data exists, and print how to use it.
 
     A failing step is reported and the service keeps running.
@@ -88,6 +114,7 @@ def prepare_demo(settings: Settings) -> None:
         print(f"svcgw demo: the simulator flow did not start: {_reason(exc)}", flush=True)
         return
     print(render_flow(demo, settings), flush=True)
+    print(render_onboarding(settings, dashboard_generated=dashboard_generated), flush=True)
 
 
 def _reason(exc: Exception) -> str:
@@ -141,6 +168,10 @@ def start_flow(settings: Settings, demo: Demo) -> None:
     if not sim:
         raise DemoError("SVCGW_UPSTREAM_URL is not set")
     with httpx.Client(timeout=30, trust_env=False) as client:
+        # QR codes wait for the phone (/_sim/qr), so onboarding in the console can be walked step by step.
+        configured = client.post(f"{sim}/_sim/config", json={"qr_auto": False})
+        if configured.status_code != 200:
+            raise DemoError(f"the simulator did not take its configuration: HTTP {configured.status_code}")
         state = client.get(f"{sim}/_sim/instances/{demo.appid}")
         if state.status_code == 404 or not state.json().get("loggedIn"):
             # Logged in, long connection closed: what long/start expects.
@@ -172,6 +203,55 @@ def render_flow(demo: Demo, settings: Settings) -> str:
         f"  curl -s -X POST {sim}/_sim/traffic -d {shlex.quote(more)}",
         "",
     ]
+    return "\n".join(lines)
+
+
+def render_onboarding(settings: Settings, *, dashboard_generated: bool) -> str:
+    """How to walk through onboarding in the browser, and where the service is monitored."""
+    base, sim = settings.public_url.rstrip("/"), _sim_base(settings)
+
+    def phone(action: str, **extra: str) -> str:
+        body = json.dumps({"appid": "APPID", "action": action, **extra}, separators=(",", ":"))
+        return f"curl -s -X POST {sim}/_sim/qr -d {shlex.quote(body)}"
+
+    def faults(**values: bool) -> str:
+        body = json.dumps({"appid": "APPID", **values}, separators=(",", ":"))
+        return f"curl -s -X POST {sim}/_sim/faults -d {shlex.quote(body)}"
+
+    traffic = json.dumps({"appid": "APPID", "count": 1, "kinds": ["text"]}, separators=(",", ":"))
+    lines = [
+        "Onboarding in the browser (a new instance by QR login; the simulator plays the phone):",
+        f"  1. Open {base}/console/ and sign in with the API key above.",
+        "  2. Instances > New instance. Callback address: the simulator's sink,",
+        f"     {sim}/_sim/sink (leave the proxy empty), then Create.",
+        "  3. The QR code is shown with the new instance's appid (APPID below). Play the phone:",
+        f"       {phone('scan')}",
+        "         (scanned: 1; then either confirm the login...)",
+        f"       {phone('confirm')}",
+        "         (...or ask for a six-digit code first, 10, and type it on the page)",
+        f"       {phone('code', code='123456')}",
+        "     The page follows by itself (it reloads every 2 seconds); a cancel offers a new code:",
+        f"       {phone('cancel')}",
+        "  4. The instance is online. Send it a message and watch it arrive signed at the sink:",
+        f"       curl -s -X POST {sim}/_sim/traffic -d {shlex.quote(traffic)}; curl -s {sim}/_sim/sink",
+        "  5. Lose the connection; within a probe interval (SVCGW_PROBE_INTERVAL) the instance is",
+        "     offline and needs a re-login. Heal the phone's side, then press Re-login in the console:",
+        f"       {faults(drop=True, reconnect_fails=True)}",
+        f"       {faults(reconnect_fails=False)}",
+        "",
+    ]
+    if settings.dashboard_user and settings.dashboard_password:
+        lines.append(f"Monitoring: rq-dashboard at {base}/rq/ (HTTP Basic, read-only)")
+        if dashboard_generated:
+            # The one place these credentials are shown; they are kept owner-only in the state dir.
+            lines += [
+                f"  user           {settings.dashboard_user}",
+                f"  password       {settings.dashboard_password}",
+                f"  (kept in {(settings.state_dir / 'dashboard' / 'password').resolve()}, owner-only)",
+            ]
+        else:
+            lines.append("  with your SVCGW_DASHBOARD_USER and SVCGW_DASHBOARD_PASSWORD")
+        lines.append("")
     return "\n".join(lines)
 
 

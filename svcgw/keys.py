@@ -196,6 +196,14 @@ def console_session(id_digest: str) -> str:
     return f"{PREFIX}console:session:{id_digest}"
 
 
+def console_login_attempt(account_id: str, attempt_id: str) -> str:
+    """Hash with a TTL: one QR login the console runs for an account (receiver.console.qrflow).
+
+    The account is part of the name, so another account's attempt id names nothing.
+    """
+    return f"{PREFIX}console:qr:{account_id}:{attempt_id}"
+
+
 # Hash of counters shared by every process: field ``<metric>``, or
 # ``<metric>|<label value>`` for a metric with one label (svcgw.metrics).
 METRICS_COUNTERS = PREFIX + "metrics:counters"

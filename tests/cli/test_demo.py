@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from svcgw.settings import Settings
 from tests.cli.commands import ok
 
@@ -28,3 +30,30 @@ def test_demo_data_is_created_once_and_usable(env: dict[str, str], settings: Set
     receiver = f"{settings.public_url}/svc/receiver/{renewed.appid}/{renewed.receiver_token}"
     assert receiver in text and renewed.key in text
     assert f"svcgw callback set --appid {renewed.appid} --url" in text and "curl" in text
+
+
+def test_the_demo_turns_on_rq_dashboard_with_generated_credentials(env: dict[str, str], tmp_path: Path) -> None:
+    from cli.demo import DASHBOARD_USER, demo_dashboard, render_onboarding
+
+    up_env = {k: v for k, v in env.items() if not k.startswith("SVCGW_DASHBOARD_")}
+    assert demo_dashboard(up_env, tmp_path) is True
+    password = up_env["SVCGW_DASHBOARD_PASSWORD"]
+    assert up_env["SVCGW_DASHBOARD_USER"] == DASHBOARD_USER and len(password) >= 32
+    stored = tmp_path / "dashboard" / "password"
+    assert stored.read_text().strip() == password and stored.stat().st_mode & 0o077 == 0
+    again = {k: v for k, v in env.items() if not k.startswith("SVCGW_DASHBOARD_")}
+    assert demo_dashboard(again, tmp_path) is True and again["SVCGW_DASHBOARD_PASSWORD"] == password  # kept
+
+    settings = Settings.from_env(dict(up_env, SVCGW_UPSTREAM_URL="http://127.0.0.1:8090"))
+    text = render_onboarding(settings, dashboard_generated=True)
+    assert f"{settings.public_url}/console/" in text and f"{settings.public_url}/rq/" in text
+    assert password in text and DASHBOARD_USER in text
+    for action in ("scan", "confirm", "cancel", "code"):
+        assert f'"action":"{action}"' in text, action
+    assert "http://127.0.0.1:8090/_sim/qr" in text and "http://127.0.0.1:8090/_sim/sink" in text
+
+    # The operator's own credentials are used as they are, and never printed.
+    own = dict(env, SVCGW_DASHBOARD_USER="ops", SVCGW_DASHBOARD_PASSWORD="s3cret-of-the-operator")
+    assert demo_dashboard(own, tmp_path) is False and own["SVCGW_DASHBOARD_PASSWORD"] == "s3cret-of-the-operator"
+    text = render_onboarding(Settings.from_env(own), dashboard_generated=False)
+    assert "s3cret-of-the-operator" not in text and "SVCGW_DASHBOARD_PASSWORD" in text

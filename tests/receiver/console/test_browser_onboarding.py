@@ -1,12 +1,12 @@
-"""Onboarding in real headless Chromium (Debian's package) driven by Playwright.
+"""The onboarding journey in real headless Chromium: a new instance by QR login, events, a loss, a re-login.
 
-An operator's invitation link, a password chosen, signed in, the API keys
-page, a key created and shown once, and that key calling the gateway: a real
-``svcgw serve`` process with the simulator as its capability layer, and a
-real Redis.
+Everything is real and on loopback: ``svcgw serve``, ``svcgw worker`` (with
+the liveness prober at a short ``SVCGW_PROBE_INTERVAL``), ``svcgw sim`` as
+the capability layer (its QR codes wait for the phone, ``/_sim/qr``), a Redis
+database and an HTTP sink that checks every post's signature.
 
-With ``SVCGW_TEST_SCREENSHOTS=<dir>`` each step is also saved there as a
-PNG file (the ones in ``docs/`` were made that way).
+With ``SVCGW_TEST_SCREENSHOTS=<dir>`` each step is saved there as a PNG
+(the ones in ``docs/`` were made that way).
 """
 
 from __future__ import annotations
@@ -14,89 +14,107 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
+import httpx
+import orjson
 import pytest
 
+from svcgw.signing import verify
 from tests.receiver.console import test_browser
-from tests.receiver.console.journey import accept_invitation, create_api_key, open_api_keys, sign_in, sign_out
-from tests.receiver.console.members import Member, invite, make_member
+from tests.receiver.console.conftest import ConsoleClient
+from tests.receiver.console.journey import Phone, new_instance_by_qr, relogin, sign_in_with_key
 from tests.receiver.console.test_browser import Shots
 from tests.receiver.gateway.stack import Stack, start_stack
-from tests.receiver.gateway.stack import sim as sim  # the simulator, in-process behind a real HTTP server
+from tests.support import Process, Sink, start_sim, wait_for
 
+# The browser test's marks (slow; skipped without Debian's chromium) and its browser fixture.
 pytestmark = test_browser.pytestmark
-browser = test_browser.browser  # the same Chromium as the console's other browser tests
+browser = test_browser.browser
 
-PASSWORD = "my own onboarding password"
-DEVICE = {"appid": "", "type": "iPad", "name": "laptop", "version": 0}
+PROBE_INTERVAL = 8
+CODE = "731902"
 
 
 @pytest.fixture
-def gateway(env: dict[str, str], sim: str) -> Iterator[Stack]:
-    """A real ``svcgw serve`` process whose capability layer is the simulator."""
-    stack = start_stack(env, sim, subprocess=True)
-    yield stack
+def sim(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    process, base = start_sim(str(tmp_path_factory.mktemp("sim")))
+    answer = httpx.post(base + "/_sim/config", json={"qr_auto": False}, timeout=10, trust_env=False)
+    assert answer.status_code == 200, answer.text
+    yield base
+    process.stop()
+
+
+@pytest.fixture
+def service(env: dict[str, str], sim: str) -> Iterator[tuple[Stack, Process]]:
+    stack = start_stack(env, sim, subprocess=True, SVCGW_PROBE_INTERVAL=str(PROBE_INTERVAL))
+    worker_env = dict(
+        env, SVCGW_UPSTREAM_URL=sim, SVCGW_PUBLIC_URL=stack.base, SVCGW_PROBE_INTERVAL=str(PROBE_INTERVAL)
+    )
+    worker = Process(["worker"], worker_env, "worker").start()
+    yield stack, worker
+    worker.stop()
     stack.stop()
 
 
 @pytest.fixture
-def invited(gateway: Stack) -> tuple[Member, str]:
-    """An account with a login and no password yet, and its invitation link (made before the browser starts)."""
-    member = make_member(gateway.settings, login="new.developer@example.com", password=None)
-    return member, gateway.base + "/console/invitation/" + invite(gateway.settings, member.account)
+def key(service: tuple[Stack, Process]) -> str:
+    """An account's API key, made before the browser starts (Playwright then runs an event loop here)."""
+    return service[0].account()[1]
 
 
-def test_invitation_password_api_key_and_a_gateway_call(
-    gateway: Stack, invited: tuple[Member, str], browser: Any
+def envelopes(sink: Sink, appid: str, event_type: str) -> list[tuple[Any, dict[str, Any]]]:
+    found = []
+    for post in sink.posts():
+        envelope = orjson.loads(post.body)
+        if envelope.get("appid") == appid and envelope.get("event_type") == event_type:
+            found.append((post, envelope))
+    return found
+
+
+def test_onboarding_by_qr_events_and_a_relogin(
+    service: tuple[Stack, Process], sim: str, sink: Sink, key: str, browser: Any
 ) -> None:
-    member, link = invited
-    context = browser.new_context(viewport={"width": 1280, "height": 800})
-    context.grant_permissions(["clipboard-read", "clipboard-write"], origin=gateway.base)
+    stack, worker = service
+    context = browser.new_context(viewport={"width": 1280, "height": 860})
     page = context.new_page()
-    page.set_default_timeout(15_000)
+    page.set_default_timeout(20_000)
     shots = Shots(page)
 
-    # The link names the login; choosing a password signs the developer in.
-    page.goto(link)
-    assert page.inner_text("#invited-login") == member.login
-    shots("invitation")
-    accept_invitation(page, link, PASSWORD)
-    assert "Your password is set" in page.inner_text("#flash")
-    assert member.account in page.inner_text("header")
+    sign_in_with_key(page, stack.base, key)
+    appid = new_instance_by_qr(page, stack.base, Phone(sim), callback_url=sink.url, code=CODE, shots=shots)
 
-    # No key yet; create one: it is shown once, with a Copy button the page's one script drives.
-    open_api_keys(page)
-    assert page.locator("#no-keys").count() == 1
-    key = create_api_key(page, "my laptop")
-    assert key.startswith("sk_")
-    copy = page.locator("#copy-key")
-    assert copy.is_visible()
-    copy.click()
-    page.wait_for_function("document.getElementById('copy-key').textContent === 'Copied'")
-    shots("api-key-created")
+    console = ConsoleClient(stack.base, key)
+    try:
+        secret = console.get(f"/instances/{appid}/callback").json()["data"]["secret"]
+    finally:
+        console.close()
 
-    # The key calls the gateway: a device is created at the capability layer.
-    answer = gateway.api(key, "device/create", DEVICE)
-    assert answer.status_code == 200 and answer.json()["code"] == 0, answer.text
-    appid = answer.json()["data"]["appid"]
-    assert appid
+    def signed(post: Any) -> bool:
+        return verify(secret, post.headers["x-svc-timestamp"], post.body, post.headers["x-svc-signature"])
 
-    # Shown once: the list has its label and prefix, and when it was last used, never the key.
-    open_api_keys(page)
-    row = page.locator("#keys tr.active", has_text="my laptop")
-    assert row.count() == 1 and key[:7] in row.inner_text() and "never" not in row.inner_text()
-    assert key not in page.content()
-    shots("api-keys")
+    # A simulated Msg arrives at the sink, signed with the instance's secret.
+    run = httpx.post(f"{sim}/_sim/traffic", json={"appid": appid, "rate": 5, "count": 1, "kinds": ["text"]}, timeout=10)
+    assert run.status_code == 202, run.text
+    ((msg_post, msg),) = wait_for(lambda: envelopes(sink, appid, "Msg"), timeout=20, what="the Msg at the sink")
+    assert signed(msg_post) and msg["events"][0]["messageType"] in (0, 1, 3)
 
-    # The invitation was used up.
-    page.goto(link)
-    assert page.locator("#invitation-gone").count() == 1
-    page.goto(gateway.base + "/console/account")
-    shots("account")
+    # A connection lost without a GapClosed, and reconnects that fail: the prober reports it once.
+    httpx.post(f"{sim}/_sim/faults", json={"appid": appid, "drop": True, "reconnect_fails": True}, timeout=10)
+    ((offline_post, offline),) = wait_for(
+        lambda: envelopes(sink, appid, "InstanceOffline"), timeout=4 * PROBE_INTERVAL, what="InstanceOffline"
+    )
+    assert offline["events"][0]["action_required"] == "relogin" and signed(offline_post)
 
-    # From now on the developer signs in with the login and password; the instance is there.
-    page.goto(gateway.base + "/console/instances")
-    sign_out(page)
-    shots("sign-in")
-    sign_in(page, gateway.base, member.login, PASSWORD)
-    assert page.locator(f"tr[data-appid='{appid}']").count() == 1
+    # The login is alive: the phone's side heals, and the console's Re-login brings the connection back.
+    # The worker (and its prober) is stopped meanwhile, so that the prober's next probe cannot heal the
+    # instance first however slow the machine; started again, it delivers the console's InstanceRecovered.
+    worker.stop()
+    httpx.post(f"{sim}/_sim/faults", json={"appid": appid, "reconnect_fails": False}, timeout=10)
+    relogin(page, stack.base, appid, shots=shots)
+    worker.start()
+    ((recovered_post, recovered),) = wait_for(
+        lambda: envelopes(sink, appid, "InstanceRecovered"), timeout=20, what="InstanceRecovered"
+    )
+    assert signed(recovered_post)
+    assert recovered["events"][0]["auto_reconnected"] is False  # the console did it, not the prober
+    assert len(envelopes(sink, appid, "InstanceOffline")) == 1
     context.close()
