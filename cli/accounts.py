@@ -176,11 +176,12 @@ async def accounts_list(admin: Admin, as_json: bool) -> None:
         as_json,
         rows,
         lambda: table(
-            ("id", "name", "devices", "valid until", "instances", "denied", "denied by account", "created"),
+            ("id", "name", "login", "devices", "valid until", "instances", "denied", "denied by account", "created"),
             (
                 (
                     r["id"],
                     r["name"],
+                    r["login"],
                     r["devices"],
                     r["valid_until"],
                     r["instances"],
