@@ -1,4 +1,9 @@
-"""The onboarding journey in real headless Chromium: a new instance by QR login, events, a loss, a re-login.
+"""The whole onboarding journey in real headless Chromium, as the spec orders it.
+
+The operator's invitation link, a password chosen (signed in), an API key
+created, a new instance by QR login (a scan, a six-digit code), a signed
+``Msg`` at the developer's sink, then a connection loss: ``InstanceOffline``
+with ``relogin``, the console's Re-login, ``InstanceRecovered``.
 
 Everything is real and on loopback: ``svcgw serve``, ``svcgw worker`` (with
 the liveness prober at a short ``SVCGW_PROBE_INTERVAL``), ``svcgw sim`` as
@@ -21,7 +26,8 @@ import pytest
 from svcgw.signing import verify
 from tests.receiver.console import test_browser
 from tests.receiver.console.conftest import ConsoleClient
-from tests.receiver.console.journey import Phone, new_instance_by_qr, relogin, sign_in_with_key
+from tests.receiver.console.journey import Phone, accept_invitation, create_api_key, new_instance_by_qr, relogin
+from tests.receiver.console.members import invite, make_member
 from tests.receiver.console.test_browser import Shots
 from tests.receiver.gateway.stack import Stack, start_stack
 from tests.support import Process, Sink, start_sim, wait_for
@@ -32,6 +38,7 @@ browser = test_browser.browser
 
 PROBE_INTERVAL = 8
 CODE = "731902"
+PASSWORD = "a password of my own choosing"
 
 
 @pytest.fixture
@@ -56,9 +63,11 @@ def service(env: dict[str, str], sim: str) -> Iterator[tuple[Stack, Process]]:
 
 
 @pytest.fixture
-def key(service: tuple[Stack, Process]) -> str:
-    """An account's API key, made before the browser starts (Playwright then runs an event loop here)."""
-    return service[0].account()[1]
+def invitation(service: tuple[Stack, Process]) -> str:
+    """A new account's invitation link, made before the browser starts (Playwright then runs an event loop here)."""
+    stack = service[0]
+    member = make_member(stack.settings, login="journey@example.com", password=None)
+    return stack.base + "/console/invitation/" + invite(stack.settings, member.account)
 
 
 def envelopes(sink: Sink, appid: str, event_type: str) -> list[tuple[Any, dict[str, Any]]]:
@@ -71,7 +80,7 @@ def envelopes(sink: Sink, appid: str, event_type: str) -> list[tuple[Any, dict[s
 
 
 def test_onboarding_by_qr_events_and_a_relogin(
-    service: tuple[Stack, Process], sim: str, sink: Sink, key: str, browser: Any
+    service: tuple[Stack, Process], sim: str, sink: Sink, invitation: str, browser: Any
 ) -> None:
     stack, worker = service
     context = browser.new_context(viewport={"width": 1280, "height": 860})
@@ -79,7 +88,8 @@ def test_onboarding_by_qr_events_and_a_relogin(
     page.set_default_timeout(20_000)
     shots = Shots(page)
 
-    sign_in_with_key(page, stack.base, key)
+    accept_invitation(page, invitation, PASSWORD)
+    key = create_api_key(page, "journey")
     appid = new_instance_by_qr(page, stack.base, Phone(sim), callback_url=sink.url, code=CODE, shots=shots)
 
     console = ConsoleClient(stack.base, key)
