@@ -128,6 +128,18 @@ async def accounts_set_password(
     emit(as_json, data, lambda: record(data, "password set; every console session of the account ended"))
 
 
+@accounts.command("set-login")
+@click.option("--account", required=True, help="Account id.")
+@click.argument("login")
+@json_option
+@admin_command
+async def accounts_set_login(admin: Admin, account: str, login: str, as_json: bool) -> None:
+    """Give an account its console login (an e-mail address or a name), or a new one."""
+    found = await admin.store().set_login(account, login)
+    data = {**found.as_dict(), "password": await Credentials(admin.text).has_password(account)}
+    emit(as_json, data, lambda: record(_account_row(data), "login set"))
+
+
 @accounts.command("invite")
 @click.option("--account", required=True, help="Account id (it must have a login).")
 @click.option("--expires", default="72h", show_default=True, help="How long the link works: 30m, 72h, 7d.")

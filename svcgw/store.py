@@ -234,6 +234,35 @@ class Store:
                 raise LoginTaken(login or "") from None
         return Account(account_id, name, devices, valid_until or None, now, mapping.get("login"))
 
+    async def set_login(self, account_id: str, login: str) -> Account:
+        """Give an account (a new) console login; its old login, if any, stops naming it.
+
+        Unique without regard to case, as at creation: one ``WATCH``
+        transaction checks and claims the new login and frees the old one,
+        so a refused login (``LoginTaken``) changes nothing. The password and
+        the sessions are left as they are.
+        """
+        normalised = normalise_login(login)
+        async with self.redis.pipeline(transaction=True) as pipe:
+            await pipe.watch(keys.login(normalised), keys.account(account_id))
+            data = await pipe.hgetall(keys.account(account_id))
+            if not data:
+                raise NotFound(f"no account {account_id!r}")
+            holder = await pipe.get(keys.login(normalised))
+            if holder is not None and holder != account_id:
+                raise LoginTaken(login)
+            old = data.get("login")
+            pipe.multi()
+            if old and normalise_login(old) != normalised:
+                pipe.delete(keys.login(normalise_login(old)))
+            pipe.set(keys.login(normalised), account_id)
+            pipe.hset(keys.account(account_id), "login", login.strip())
+            try:
+                await pipe.execute()
+            except WatchError:
+                raise LoginTaken(login) from None
+        return await self.get_account(account_id)
+
     async def get_account(self, account_id: str) -> Account:
         data = await self.redis.hgetall(keys.account(account_id))
         if not data:

@@ -110,3 +110,23 @@ def test_keys_create_takes_a_label(env: dict[str, str]) -> None:
     listed = ok(env, "keys", "list", "--account", account)
     assert listed[0]["label"] == "deploy bot" and listed[0]["last_used"] is None and "key" not in listed[0]
     assert "at most 100" in fails(env, "keys", "create", "--account", account, "--label", "x" * 101)
+
+
+def test_set_login_gives_an_account_a_login_and_frees_the_old_one(env: dict[str, str], settings: Settings) -> None:
+    bare = ok(env, "accounts", "create", "--name", "no login yet")["id"]
+    other = ok(env, "accounts", "create", "--name", "other", "--login", "taken@example.com")["id"]
+
+    given = ok(env, "accounts", "set-login", "--account", bare, "First@Example.com")
+    assert given["login"] == "First@Example.com" and given["password"] is False
+    assert ok(env, "accounts", "invite", "--account", bare)["login"] == "First@Example.com"
+    found = lookup(settings, "first@example.com")
+    assert found is not None and found[0] == bare
+
+    # Another account's login is refused and changes nothing; a new one frees the old.
+    assert "another account" in fails(env, "accounts", "set-login", "--account", bare, "TAKEN@example.com")
+    assert lookup(settings, "taken@example.com") is not None and lookup(settings, "taken@example.com")[0] == other
+    ok(env, "accounts", "set-login", "--account", bare, "second")
+    assert lookup(settings, "first@example.com") is None
+    assert [a["login"] for a in ok(env, "accounts", "list") if a["id"] == bare] == ["second"]
+    assert "is not an e-mail address" in fails(env, "accounts", "set-login", "--account", bare, "a@b")
+    assert "no account" in fails(env, "accounts", "set-login", "--account", "acc_nope", "someone")
