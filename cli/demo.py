@@ -37,7 +37,10 @@ import httpx
 from redis.asyncio import Redis as AsyncRedis
 from redis.exceptions import RedisError
 
+from receiver.console.account import invitation_path
 from svcgw import keys
+from svcgw.credentials import Credentials, LoginTaken
+from svcgw.invitations import Invitations
 from svcgw.settings import Settings
 from svcgw.store import NotFound, Store
 from svcgw.vault import TokenVault, VaultError
@@ -60,6 +63,8 @@ __all__ = [
 ]
 
 DEMO_ACCOUNT_NAME = "demo"
+DEMO_LOGIN = "demo@example.com"
+INVITATION_SECONDS = 24 * 3600
 DASHBOARD_USER = "operator"
 DEMO_DEVICES = 10
 _APPID_ALPHABET = string.ascii_lowercase + string.digits
@@ -76,6 +81,9 @@ class Demo:
     key: str = field(repr=False)
     appid: str
     receiver_token: str = field(repr=False)
+    login: str | None = None
+    # A one-time link to choose the console password, while the account has none.
+    invitation: str | None = field(default=None, repr=False)
 
 
 CreateInstance = Callable[[str], Awaitable[str]]
@@ -114,7 +122,7 @@ def prepare_demo(settings: Settings, *, dashboard_generated: bool = False) -> No
         print(f"svcgw demo: the simulator flow did not start: {_reason(exc)}", flush=True)
         return
     print(render_flow(demo, settings), flush=True)
-    print(render_onboarding(settings, dashboard_generated=dashboard_generated), flush=True)
+    print(render_onboarding(settings, dashboard_generated=dashboard_generated, demo=demo), flush=True)
 
 
 def _reason(exc: Exception) -> str:
@@ -206,7 +214,20 @@ def render_flow(demo: Demo, settings: Settings) -> str:
     return "\n".join(lines)
 
 
-def render_onboarding(settings: Settings, *, dashboard_generated: bool) -> str:
+def _sign_in_step(base: str, demo: Demo | None) -> list[str]:
+    if demo is not None and demo.invitation is not None:
+        return [
+            f"  1. Open the invitation link (it works once, for {INVITATION_SECONDS // 3600} h), choose a password",
+            f"     for the login {demo.login}, and you are signed in:",
+            f"       {base}{invitation_path(demo.invitation)}",
+            "     Under API keys, create a key of your own for your scripts.",
+        ]
+    if demo is not None and demo.login is not None:
+        return [f"  1. Open {base}/console/ and sign in as {demo.login} with your password (or the API key above)."]
+    return [f"  1. Open {base}/console/ and sign in with the API key above."]
+
+
+def render_onboarding(settings: Settings, *, dashboard_generated: bool, demo: Demo | None = None) -> str:
     """How to walk through onboarding in the browser, and where the service is monitored."""
     base, sim = settings.public_url.rstrip("/"), _sim_base(settings)
 
@@ -221,7 +242,7 @@ def render_onboarding(settings: Settings, *, dashboard_generated: bool) -> str:
     traffic = json.dumps({"appid": "APPID", "count": 1, "kinds": ["text"]}, separators=(",", ":"))
     lines = [
         "Onboarding in the browser (a new instance by QR login; the simulator plays the phone):",
-        f"  1. Open {base}/console/ and sign in with the API key above.",
+        *_sign_in_step(base, demo),
         "  2. Instances > New instance. Callback address: the simulator's sink,",
         f"     {sim}/_sim/sink (leave the proxy empty), then Create.",
         "  3. The QR code is shown with the new instance's appid (APPID below). Play the phone:",
@@ -303,6 +324,15 @@ async def _ensure(
             account_id = None
     if not account_id:
         account_id = (await store.create_account(DEMO_ACCOUNT_NAME, devices=DEMO_DEVICES)).id
+    login = (await store.get_account(account_id)).login
+    if login is None:
+        try:
+            login = (await store.set_login(account_id, DEMO_LOGIN)).login
+        except LoginTaken:
+            login = None  # another account took it: the demo signs in with its key
+    invitation = None
+    if login is not None and not await Credentials(redis).has_password(account_id):
+        invitation = (await Invitations(redis).issue(account_id, INVITATION_SECONDS)).token
 
     key_id, clear = saved.get("key_id"), None
     if key_id and saved.get("key"):
@@ -336,7 +366,15 @@ async def _ensure(
         keys.DEMO,
         mapping={"account": account_id, "key_id": key_id, "key": vault.seal(clear), "appid": appid},
     )
-    return Demo(account=account_id, key_id=key_id, key=clear, appid=appid, receiver_token=token)
+    return Demo(
+        account=account_id,
+        key_id=key_id,
+        key=clear,
+        appid=appid,
+        receiver_token=token,
+        login=login,
+        invitation=invitation,
+    )
 
 
 def sample_event_body() -> str:

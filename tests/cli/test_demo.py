@@ -26,6 +26,10 @@ def test_demo_data_is_created_once_and_usable(env: dict[str, str], settings: Set
     renewed = ensure_demo(settings)
     assert renewed.key != first.key and renewed.appid == first.appid
 
+    # The account signs in to the console as DEMO_LOGIN: an invitation link each start, until it has a password.
+    assert first.login == renewed.login == "demo@example.com"
+    assert first.invitation and renewed.invitation and first.invitation != renewed.invitation
+
     text = render_demo(renewed, settings)
     receiver = f"{settings.public_url}/svc/receiver/{renewed.appid}/{renewed.receiver_token}"
     assert receiver in text and renewed.key in text
@@ -57,3 +61,30 @@ def test_the_demo_turns_on_rq_dashboard_with_generated_credentials(env: dict[str
     assert demo_dashboard(own, tmp_path) is False and own["SVCGW_DASHBOARD_PASSWORD"] == "s3cret-of-the-operator"
     text = render_onboarding(Settings.from_env(own), dashboard_generated=False)
     assert "s3cret-of-the-operator" not in text and "SVCGW_DASHBOARD_PASSWORD" in text
+
+
+def test_the_demo_walkthrough_starts_at_an_invitation_that_signs_in(env: dict[str, str], settings: Settings) -> None:
+    from cli.demo import ensure_demo, render_onboarding
+    from svcgw import passwords
+    from svcgw.credentials import Credentials
+    from svcgw.invitations import Invitations
+    from svcgw.store import Store
+    from tests.conftest import with_store
+
+    demo = ensure_demo(settings)
+    assert demo.invitation is not None
+    text = render_onboarding(settings, dashboard_generated=False, demo=demo)
+    assert f"{settings.public_url}/console/invitation/{demo.invitation}" in text and "demo@example.com" in text
+
+    async def accept(store: Store) -> str | None:
+        account = await Invitations(store.redis).redeem(demo.invitation or "")
+        if account is not None:
+            await Credentials(store.redis).set_password(account, passwords.hash_password("demo password 123"))
+        return account
+
+    assert with_store(settings, accept) == demo.account
+    # With a password chosen, no more links: the walk-through says to sign in with it.
+    again = ensure_demo(settings)
+    assert again.invitation is None and again.account == demo.account
+    text = render_onboarding(settings, dashboard_generated=False, demo=again)
+    assert "/console/invitation/" not in text and "sign in as demo@example.com with your password" in text

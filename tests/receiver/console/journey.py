@@ -1,9 +1,12 @@
 """Steps of the developer's journey through the console, for browser tests (Playwright, sync API).
 
-Each step is a small function over a signed-in page so that a longer end-to-end
-journey can chain them: ``sign_in_with_key``, ``new_instance_by_qr``,
-``relogin``. The phone is the simulator's control API (:class:`Phone`).
-``shots`` (optional) saves a screenshot of each step.
+Each step is a small function over a page so that a longer end-to-end
+journey can chain them: ``accept_invitation``, ``sign_in``,
+``sign_in_with_key``, ``create_api_key``, ``new_instance_by_qr``,
+``relogin``. Each drives the page the way a person does, by its fields and
+buttons, and waits for the page it leads to. The phone is the simulator's
+control API (:class:`Phone`). ``shots`` (optional) saves a screenshot of
+each step.
 """
 
 from __future__ import annotations
@@ -39,6 +42,51 @@ def sign_in_with_key(page: Any, base: str, key: str) -> None:
     page.fill("#api_key", key)
     page.click("button[type=submit]")
     page.wait_for_url(base + "/console/instances")
+
+
+def accept_invitation(page: Any, url: str, password: str) -> None:
+    """Open an invitation link, choose ``password``, and land signed in on the instances page."""
+    page.goto(url)
+    page.fill("#password", password)
+    page.fill("#password_confirm", password)
+    page.click("#invitation button[type=submit]")
+    page.wait_for_url("**/console/instances")
+
+
+def sign_in(page: Any, base: str, login: str, password: str) -> None:
+    """Sign in on the sign-in page with a login and password."""
+    page.goto(base + "/console/login")
+    page.fill("#login", login)
+    page.fill("#password", password)
+    page.click("#sign-in-password")
+    page.wait_for_url(base + "/console/instances")
+
+
+def sign_out(page: Any) -> None:
+    page.click("text=Sign out")
+    page.wait_for_url("**/console/login")
+
+
+def open_api_keys(page: Any) -> None:
+    page.click("nav >> text=API keys")
+    page.wait_for_url("**/console/keys")
+
+
+def create_api_key(page: Any, label: str) -> str:
+    """Create a key on the API keys page; the key, as the page shows it this once."""
+    open_api_keys(page)
+    page.fill("#label", label)
+    page.click("#create-key button[type=submit]")
+    field = page.locator("#new-key")
+    field.wait_for()
+    return str(field.input_value())
+
+
+def revoke_api_key(page: Any, label: str) -> None:
+    """Revoke the key with this label on the API keys page."""
+    open_api_keys(page)
+    page.locator("#keys tr.active", has_text=label).locator("button.revoke").click()
+    page.locator("#flash").wait_for()
 
 
 def login_status(page: Any, status: int, timeout: float = 15_000) -> None:

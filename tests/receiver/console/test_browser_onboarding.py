@@ -1,4 +1,9 @@
-"""The onboarding journey in real headless Chromium: a new instance by QR login, events, a loss, a re-login.
+"""The whole onboarding journey in real headless Chromium, as the spec orders it.
+
+The operator's invitation link, a password chosen (signed in), an API key
+created, a new instance by QR login (a scan, a six-digit code), a signed
+``Msg`` at the developer's sink, then a connection loss: ``InstanceOffline``
+with ``relogin``, the console's Re-login, ``InstanceRecovered``.
 
 Everything is real and on loopback: ``svcgw serve``, ``svcgw worker`` (with
 the liveness prober at a short ``SVCGW_PROBE_INTERVAL``), ``svcgw sim`` as
@@ -21,7 +26,8 @@ import pytest
 from svcgw.signing import verify
 from tests.receiver.console import test_browser
 from tests.receiver.console.conftest import ConsoleClient
-from tests.receiver.console.journey import Phone, new_instance_by_qr, relogin, sign_in_with_key
+from tests.receiver.console.journey import Phone, accept_invitation, create_api_key, new_instance_by_qr, relogin
+from tests.receiver.console.members import invite, make_member
 from tests.receiver.console.test_browser import Shots
 from tests.receiver.gateway.stack import Stack, start_stack
 from tests.support import Process, Sink, start_sim, wait_for
@@ -30,8 +36,9 @@ from tests.support import Process, Sink, start_sim, wait_for
 pytestmark = test_browser.pytestmark
 browser = test_browser.browser
 
-PROBE_INTERVAL = 8  # the window between two probes is the re-login's: the prober must not heal it first
+PROBE_INTERVAL = 8
 CODE = "731902"
+PASSWORD = "a password of my own choosing"
 
 
 @pytest.fixture
@@ -56,9 +63,11 @@ def service(env: dict[str, str], sim: str) -> Iterator[tuple[Stack, Process]]:
 
 
 @pytest.fixture
-def key(service: tuple[Stack, Process]) -> str:
-    """An account's API key, made before the browser starts (Playwright then runs an event loop here)."""
-    return service[0].account()[1]
+def invitation(service: tuple[Stack, Process]) -> str:
+    """A new account's invitation link, made before the browser starts (Playwright then runs an event loop here)."""
+    stack = service[0]
+    member = make_member(stack.settings, login="journey@example.com", password=None)
+    return stack.base + "/console/invitation/" + invite(stack.settings, member.account)
 
 
 def envelopes(sink: Sink, appid: str, event_type: str) -> list[tuple[Any, dict[str, Any]]]:
@@ -71,15 +80,16 @@ def envelopes(sink: Sink, appid: str, event_type: str) -> list[tuple[Any, dict[s
 
 
 def test_onboarding_by_qr_events_and_a_relogin(
-    service: tuple[Stack, Process], sim: str, sink: Sink, key: str, browser: Any
+    service: tuple[Stack, Process], sim: str, sink: Sink, invitation: str, browser: Any
 ) -> None:
-    stack, _worker = service
+    stack, worker = service
     context = browser.new_context(viewport={"width": 1280, "height": 860})
     page = context.new_page()
     page.set_default_timeout(20_000)
     shots = Shots(page)
 
-    sign_in_with_key(page, stack.base, key)
+    accept_invitation(page, invitation, PASSWORD)
+    key = create_api_key(page, "journey")
     appid = new_instance_by_qr(page, stack.base, Phone(sim), callback_url=sink.url, code=CODE, shots=shots)
 
     console = ConsoleClient(stack.base, key)
@@ -105,8 +115,12 @@ def test_onboarding_by_qr_events_and_a_relogin(
     assert offline["events"][0]["action_required"] == "relogin" and signed(offline_post)
 
     # The login is alive: the phone's side heals, and the console's Re-login brings the connection back.
+    # The worker (and its prober) is stopped meanwhile, so that the prober's next probe cannot heal the
+    # instance first however slow the machine; started again, it delivers the console's InstanceRecovered.
+    worker.stop()
     httpx.post(f"{sim}/_sim/faults", json={"appid": appid, "reconnect_fails": False}, timeout=10)
     relogin(page, stack.base, appid, shots=shots)
+    worker.start()
     ((recovered_post, recovered),) = wait_for(
         lambda: envelopes(sink, appid, "InstanceRecovered"), timeout=20, what="InstanceRecovered"
     )
