@@ -9,6 +9,7 @@ workers finish or hand back what they hold, then Redis flushes and exits.
 
 from __future__ import annotations
 
+import gc
 import logging
 import os
 import signal
@@ -25,6 +26,27 @@ from svcgw.settings import Settings
 __all__ = ["run_server", "run_up", "run_worker"]
 
 log = logging.getLogger("svcgw")
+
+# Allocations of tracked objects (net of those freed) between two youngest-generation collections
+# of a server process; Python's default is 700. See ``settle_collector``.
+SERVER_GC_THRESHOLD = 10_000
+
+
+def settle_collector() -> None:
+    """Tune the cyclic garbage collector of a server process, once its app is built.
+
+    What a gateway call allocates is almost all freed by reference counting
+    (no cycles), yet with Python's defaults the collector ran every few calls
+    and walked every live object of the process (modules, the app, the
+    libraries) in each full collection: about 40 µs per call at c=50, 13 %
+    of the server's CPU. Freezing what exists now moves it out of the
+    collector's sight for good, and a higher first threshold lets calls
+    come and go between collections; what cycles a call does leave are
+    still collected, a little later.
+    """
+    gc.collect()
+    gc.freeze()
+    gc.set_threshold(SERVER_GC_THRESHOLD, *gc.get_threshold()[1:])
 
 
 def run_server(settings: Settings) -> None:
@@ -44,8 +66,9 @@ def run_server(settings: Settings) -> None:
         "timeout_keep_alive": settings.http_keepalive_timeout,
         "server_header": False,
         # Pinned dependencies: the gateway's hot path is mostly the event loop and HTTP parsing.
+        # The protocol is uvicorn's httptools one, writing each answer in one piece (cli.protocol).
         "loop": "uvloop",
-        "http": "httptools",
+        "http": "cli.protocol:OneWriteProtocol",
     }
     if settings.http_workers > 1:
         # Each worker process builds its app from the same environment.
@@ -54,6 +77,7 @@ def run_server(settings: Settings) -> None:
     from receiver.app import create_app
 
     config = uvicorn.Config(create_app(settings), **options)  # type: ignore[arg-type]
+    settle_collector()
     uvicorn.Server(config).run()
 
 
@@ -63,7 +87,9 @@ def app_from_env() -> Any:
     from svcgw.logs import configure
 
     configure()
-    return create_app(Settings.from_env())
+    app = create_app(Settings.from_env())
+    settle_collector()
+    return app
 
 
 def run_worker(settings: Settings, *, burst: bool = False) -> None:

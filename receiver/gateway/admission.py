@@ -33,6 +33,7 @@ from svcgw.scripts import source
 from svcgw.store import digest
 
 from ..ratelimit import RateLimiter, Verdict, window_key
+from .batch import ScriptBatch
 
 __all__ = ["MAX_KEY_LENGTH", "Admission", "Facts"]
 
@@ -66,13 +67,15 @@ class Admission:
         ]
         for item in limiter.items:
             names.extend((*_around(window_key(_MARK, item)), str(item.amount), str(item.get_expiry() * 1000)))
-        self._script = redis.register_script(
+        # The calls of one turn of the event loop go to Redis in one pipeline (see .batch).
+        self._script = ScriptBatch(
+            redis,
             "local function rate_window(KEYS, ARGV)\n"
             + source("rate_window")
             + "\nend\nlocal NAMES = {"
             + ", ".join(_lua_string(name) for name in names)
             + "}\n"
-            + source("gateway_admit")
+            + source("gateway_admit"),
         )
         self._clock = limiter.clock
 

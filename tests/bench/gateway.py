@@ -310,6 +310,14 @@ def check_answers(rig: Rig, base: str, key: str, direct: bytes | None) -> int:
     return int(result["bad"])
 
 
+def cpu_per_call(results: list[dict[str, Any]]) -> dict[str, float]:
+    """CPU per call of each process over runs of one figure, median of the rounds (µs)."""
+    return {
+        name: round(statistics.median(r["cpu_us_per_call"][name] for r in results), 1)
+        for name in ("gateway", "redis", "upstream", "simulator", "load")
+    }
+
+
 def spread(values: list[float]) -> dict[str, float | int]:
     return {
         "median": round(statistics.median(values), 3),
@@ -420,10 +428,9 @@ def gateway(rig: Rig, plan: GatewayPlan, trees: list[Tree]) -> dict[str, Any]:
             "sim_c1_added_p50_ms": added(f"{n} sim c1", "p50_ms", "sim c1"),
             "sim_c1_added_p99_ms": added(f"{n} sim c1", "p99_ms", "sim c1"),
             # CPU per call at c=50, one worker, median of the rounds: what a call costs each process.
-            "c50_w1_cpu_us_per_call": {
-                name: round(statistics.median(r["cpu_us_per_call"][name] for r in runs[f"{n} w1 c50"]), 1)
-                for name in ("gateway", "redis", "upstream", "simulator", "load")
-            },
+            "c50_w1_cpu_us_per_call": cpu_per_call(runs[f"{n} w1 c50"]),
+            "c50_w2_cpu_us_per_call": cpu_per_call(runs[f"{n} w2 c50"]),
+            "sim_c50_w1_cpu_us_per_call": cpu_per_call(runs[f"{n} sim c50"]),
             "c50_w1_machine_busy": statistics.median(r["machine_busy"] for r in runs[f"{n} w1 c50"]),
             "c50_w2_machine_busy": statistics.median(r["machine_busy"] for r in runs[f"{n} w2 c50"]),
         }
@@ -508,7 +515,8 @@ def gateway_table(figures: dict[str, Any]) -> str:
             f"({g['c50_w1_per_s']['min']:.0f}-{g['c50_w1_per_s']['max']:.0f}), 2 workers "
             f"{g['c50_w2_per_s']['median']:.0f}/s, in front of the simulator {g['sim_c50_w1_per_s']['median']:.0f}/s; "
             f"c=1 p50 {g['c1_p50_ms']['median']} ms (+{g['c1_added_p50_ms']}), p99 {g['c1_p99_ms']['median']} ms "
-            f"(+{g['c1_added_p99_ms']}); CPU per call (us) {g['c50_w1_cpu_us_per_call']}, machine busy "
+            f"(+{g['c1_added_p99_ms']}); CPU per call (us) {g['c50_w1_cpu_us_per_call']}, with 2 workers "
+            f"{g['c50_w2_cpu_us_per_call']['gateway']} in the gateway's processes, machine busy "
             f"{g['c50_w1_machine_busy']}; Redis {g['round_trips_per_call']} round trips, "
             f"{g['redis_commands_per_call']} commands per call; RSS {g['rss_before_mb']} -> {g['rss_after_mb']} MB "
             f"over {g['soak_calls']} calls"

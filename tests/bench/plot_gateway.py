@@ -40,7 +40,7 @@ def plot(figures: dict[str, Any], out: Path) -> None:
         ]
         latencies.append((f"gateway\n{name}", g["c1_p50_ms"]["median"], g["c1_p99_ms"]["median"], colour))
 
-    fig, (left, right) = plt.subplots(1, 2, figsize=(13, 5.2), gridspec_kw={"width_ratios": [1.4, 1]})
+    fig, (left, right, cpu) = plt.subplots(1, 3, figsize=(17, 5.2), gridspec_kw={"width_ratios": [1.4, 1, 0.7]})
     positions = range(len(rates))
     medians = [r[1]["median"] for r in rates]
     errors = [
@@ -72,6 +72,21 @@ def plot(figures: dict[str, Any], out: Path) -> None:
     for s, x in zip(spots, latencies, strict=True):
         right.text(s - width / 2, max(x[1], 0.001) * 1.1, f"{x[1]:g}", ha="center", fontsize=7)
         right.text(s + width / 2, max(x[2], 0.001) * 1.1, f"{x[2]:g}", ha="center", fontsize=7)
+
+    # What a call cost each process at c=50 with one worker (the machine's load inflates every part).
+    trees = [name for name in ("before", "after") if name in figures]
+    bottoms = [0.0] * len(trees)
+    for part, shade in (("gateway", None), ("redis", "#a0aec0"), ("upstream", "#cbd5e0"), ("load", "#e2e8f0")):
+        values = [figures[name]["c50_w1_cpu_us_per_call"][part] for name in trees]
+        colours = [shade or (BEFORE if name == "before" else AFTER) for name in trees]
+        cpu.bar(range(len(trees)), values, bottom=bottoms, color=colours, edgecolor="white")
+        for i, (value, bottom) in enumerate(zip(values, bottoms, strict=True)):
+            if value >= 12:
+                cpu.text(i, bottom + value / 2, f"{part} {value:.0f}", ha="center", va="center", fontsize=7)
+        bottoms = [b + v for b, v in zip(bottoms, values, strict=True)]
+    cpu.set_xticks(list(range(len(trees))), [f"gateway\n{name}" for name in trees], fontsize=8)
+    cpu.set_ylabel("CPU µs per call (user + system, median of the rounds)")
+    cpu.set_title("c=50, 1 worker, fast upstream: CPU per call", fontsize=9)
 
     setup = figures["setup"]
     fig.suptitle(

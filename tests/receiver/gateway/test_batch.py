@@ -1,0 +1,149 @@
+"""The calls of one turn of the event loop go to Redis as one pipeline, each with its own answer."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import pytest
+from redis.asyncio import Redis as AsyncRedis
+from redis.asyncio.retry import Retry
+from redis.backoff import NoBackoff
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import ResponseError
+
+from receiver.gateway.batch import ScriptBatch
+from tests.support import free_port
+
+# Counts its calls per key and fails on demand: every answer says which call it was.
+COUNTING = """
+if ARGV[1] == 'fail' then return redis.error_reply('asked to fail') end
+return {ARGV[1], redis.call('INCR', KEYS[1])}
+"""
+
+
+def fresh(script: str) -> str:
+    """The script under a name Redis has never seen, so that its first calls find it missing."""
+    return f"-- {uuid.uuid4()}\n{script}"
+
+
+def run(redis_url: str, body: Callable[[AsyncRedis, AsyncRedis], Awaitable[Any]]) -> Any:
+    async def main() -> Any:
+        name = f"batch-{uuid.uuid4().hex[:8]}"
+        client = AsyncRedis.from_url(redis_url, decode_responses=True, client_name=name)
+        observer = AsyncRedis.from_url(redis_url, decode_responses=True)
+        try:
+            return await body(client, observer)
+        finally:
+            await client.aclose()
+            await observer.aclose()
+
+    return asyncio.run(main())
+
+
+async def connections_named(observer: AsyncRedis, client: AsyncRedis) -> int:
+    name = client.get_connection_kwargs()["client_name"]
+    return sum(1 for entry in await observer.client_list() if entry["name"] == name)
+
+
+def test_calls_of_one_turn_share_one_connection_and_each_gets_its_own_answer(redis_url: str) -> None:
+    async def body(client: AsyncRedis, observer: AsyncRedis) -> None:
+        batch = ScriptBatch(client, fresh(COUNTING))
+        # The first turn finds the script missing: it is loaded and the calls run once each.
+        first = await asyncio.gather(*(batch(keys=["counter"], args=[f"call-{i}"]) for i in range(20)))
+        assert first == [[f"call-{i}", i + 1] for i in range(20)]  # each its own, in the order made
+        second = await asyncio.gather(*(batch(keys=["counter"], args=[f"again-{i}"]) for i in range(20)))
+        assert second == [[f"again-{i}", 21 + i] for i in range(20)]
+        assert await observer.get("counter") == "40"
+        # Forty concurrent calls, one connection: they went as pipelines, not one by one.
+        assert await connections_named(observer, client) == 1
+
+    run(redis_url, body)
+
+
+def test_a_call_alone_in_its_turn_is_answered(redis_url: str) -> None:
+    async def body(client: AsyncRedis, observer: AsyncRedis) -> None:
+        batch = ScriptBatch(client, fresh(COUNTING))
+        assert await batch(keys=["alone"], args=["a"]) == ["a", 1]
+        assert await batch(keys=["alone"], args=["b"]) == ["b", 2]
+
+    run(redis_url, body)
+
+
+def test_a_script_error_answers_only_the_call_that_caused_it(redis_url: str) -> None:
+    async def body(client: AsyncRedis, observer: AsyncRedis) -> None:
+        batch = ScriptBatch(client, fresh(COUNTING))
+        answers = await asyncio.gather(
+            batch(keys=["k"], args=["one"]), batch(keys=["k"], args=["fail"]), batch(keys=["k"], args=["two"]),
+            return_exceptions=True,
+        )  # fmt: skip
+        assert answers[0] == ["one", 1] and answers[2] == ["two", 2]
+        assert isinstance(answers[1], ResponseError) and "asked to fail" in str(answers[1])
+        with pytest.raises(ResponseError, match="asked to fail"):
+            await batch(keys=["k"], args=["fail"])  # alone, too
+
+    run(redis_url, body)
+
+
+def test_an_unreachable_redis_fails_every_call_of_the_batch() -> None:
+    async def main() -> None:
+        # No retries with back-off: the outcome is the same, sooner.
+        client = AsyncRedis(host="127.0.0.1", port=free_port(), socket_connect_timeout=0.5, retry=Retry(NoBackoff(), 0))
+        try:
+            batch = ScriptBatch(client, COUNTING)
+            answers = await asyncio.gather(
+                *(batch(keys=["k"], args=[str(i)]) for i in range(5)), return_exceptions=True
+            )
+            assert all(isinstance(answer, RedisConnectionError) for answer in answers), answers
+            with pytest.raises(RedisConnectionError):
+                await batch(keys=["k"], args=["alone"])
+        finally:
+            await client.aclose()
+
+    asyncio.run(main())
+
+
+def test_a_caller_that_leaves_does_not_disturb_the_others(redis_url: str) -> None:
+    async def body(client: AsyncRedis, observer: AsyncRedis) -> None:
+        batch = ScriptBatch(client, fresh(COUNTING))
+        leaving = asyncio.ensure_future(batch(keys=["c"], args=["leaving"]))
+        staying = asyncio.ensure_future(batch(keys=["c"], args=["staying"]))
+        await asyncio.sleep(0)
+        leaving.cancel()
+        assert await staying == ["staying", 2]  # the cancelled call was sent all the same
+        with pytest.raises(asyncio.CancelledError):
+            await leaving
+
+    run(redis_url, body)
+
+
+def test_a_batch_left_unsent_by_a_stopped_loop_does_not_hold_up_the_next_loop(redis_url: str) -> None:
+    client = AsyncRedis.from_url(redis_url, decode_responses=True)
+    batch = ScriptBatch(client, fresh(COUNTING))
+
+    stranded: list[asyncio.Future[Any]] = []
+
+    async def start_one() -> None:
+        stranded.append(asyncio.ensure_future(batch(keys=["n"], args=["stranded"])))
+        await asyncio.sleep(0)  # the call is made...
+        loop = asyncio.get_running_loop()
+        loop.stop()  # ...and its loop stops before the turn that would send it ends
+        await loop.create_future()
+
+    stopped = asyncio.new_event_loop()
+    try:
+        with pytest.raises(RuntimeError, match="stopped before"):
+            stopped.run_until_complete(start_one())
+    finally:
+        stopped.close()
+    assert not stranded[0].done()
+
+    async def next_loop() -> Any:
+        try:
+            return await asyncio.wait_for(batch(keys=["n"], args=["next"]), 5)
+        finally:
+            await client.aclose()
+
+    assert asyncio.run(next_loop()) == ["next", 1]  # the stranded call never ran
