@@ -35,9 +35,10 @@ def wait_until(predicate: Callable[[], Any], timeout: float, what: str, interval
 class RedisServer:
     """A redis-server of the run's own on a free port, with an append-only file."""
 
-    def __init__(self, directory: Path, appendfsync: str) -> None:
+    def __init__(self, directory: Path, appendfsync: str, *, appendonly: bool = True) -> None:
         self.dir = directory
         self.appendfsync = appendfsync
+        self.appendonly = appendonly
         self.port = free_port()
         self.proc: subprocess.Popen[bytes] | None = None
 
@@ -48,7 +49,7 @@ class RedisServer:
     def start(self) -> RedisServer:
         self.proc = subprocess.Popen(
             ["redis-server", "--bind", "127.0.0.1", "--port", str(self.port), "--dir", str(self.dir),
-             "--appendonly", "yes", "--appendfsync", self.appendfsync, "--save", "",
+             "--appendonly", "yes" if self.appendonly else "no", "--appendfsync", self.appendfsync, "--save", "",
              "--maxclients", "10000", "--loglevel", "warning"],
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, stdin=subprocess.DEVNULL,
         )  # fmt: skip
