@@ -53,7 +53,7 @@ def small_post(prefix: str, n: int) -> bytes:
 
 _TEXT = (
     "Hi team, the shipment for order 4471 left the warehouse this morning; "
-    "tracking should update tonight. 会议改到周四下午三点，请大家准时参加。"
+    "tracking should update tonight. 会议改到周四下午三点 请大家准时参加 "
     "Please confirm the delivery address and the contact number before Friday, "
     "and send the signed copy of the invoice back to finance. Thanks!"
 )
@@ -62,17 +62,18 @@ _TEXT = (
 def msg_post(prefix: str, n: int) -> bytes:
     """A realistic ``Msg`` post of about 1 KB: text content and several 19-digit ids, written raw."""
     base = 1688850000000000000 + n
+    source = (
+        "<msgsource><silence>0</silence><membercount>87</membercount><signature>V1_q8hYt2Xr|v1_Kp3mZ9wQ</signature>"
+        "<tmp_node><publisher-id></publisher-id></tmp_node></msgsource>"
+    )
     return (
-        '{"event_type":"Msg","events":[{"id":"%s%010d","msgId":%d,"newMsgId":%d,"roomId":%d,'
-        '"senderId":%d,"fromUser":"wxid_q8r7t6y5u4i3o2p1","toUser":"12345678901@chatroom",'
-        '"msgType":1,"createTime":1795319160,"content":"%s","atUserList":[%d,%d],'
-        '"msgSource":"<msgsource><silence>0</silence><membercount>87</membercount>'
-        '<signature>V1_q8hYt2Xr|v1_Kp3mZ9wQ</signature><tmp_node><publisher-id></publisher-id>'
-        '</tmp_node></msgsource>","pushContent":"Alice Chen : Hi team, the shipment for order 4471 left...",'
-        '"isSelf":false,"replyTo":%d}]}'
-        % (prefix, n, base, base + 7 * 10**17, 1688850000000000123, 1688854000000000000 + n, _TEXT,
-           1688854000000000077, 1688854000000000078, base - 1)
-    ).encode()  # fmt: skip
+        f'{{"event_type":"Msg","events":[{{"id":"{prefix}{n:010d}","msgId":{base},"newMsgId":{base + 7 * 10**17},'
+        f'"roomId":1688850000000000123,"senderId":{1688854000000000000 + n},"fromUser":"wxid_q8r7t6y5u4i3o2p1",'
+        f'"toUser":"12345678901@chatroom","msgType":1,"createTime":1795319160,"content":"{_TEXT}",'
+        f'"atUserList":[1688854000000000077,1688854000000000078],"msgSource":"{source}",'
+        f'"pushContent":"Alice Chen : Hi team, the shipment for order 4471 left...","isSelf":false,'
+        f'"replyTo":{base - 1}}}]}}'
+    ).encode()
 
 
 PAYLOADS: dict[str, Callable[[str, int], bytes]] = {"small": small_post, "msg": msg_post}
@@ -208,7 +209,7 @@ def _payload(
 
 def _commands(before: Reading, after: Reading, events: int) -> dict[str, float]:
     """Commands per event by name, the most frequent first (those under 0.05 per event left out)."""
-    rows = {name: (after.by_command.get(name, 0) - before.by_command.get(name, 0)) / events for name in after.by_command}
+    rows = {n: (after.by_command.get(n, 0) - before.by_command.get(n, 0)) / events for n in after.by_command}
     return {name: round(n, 2) for name, n in sorted(rows.items(), key=lambda kv: -kv[1]) if n >= 0.05}
 
 
