@@ -55,9 +55,11 @@ __all__ = [
     "Page",
     "build",
     "event_ids",
+    "ids_of",
     "list_deliveries",
     "show",
     "state_of",
+    "stored_ids",
 ]
 
 State = Literal["pending", "retrying", "delivered", "dead"]
@@ -65,6 +67,8 @@ STATES: tuple[State, ...] = ("pending", "retrying", "delivered", "dead")
 
 # The delivery hash fields the list reads (the body only when it needs the event ids).
 FIELDS = ("appid", "account", "event_type", "state", "received_at", "next_at", "delivered_at", "dead_at")
+# Where the event ids are: the body, or, once delivered, the list kept instead of it (stored_ids).
+_ID_FIELDS = ("body", "ids")
 SCAN_CHUNK = 200
 # At most this many deliveries are looked at for one page: a filter that matches little
 # answers with what it found and a cursor to go on from, never a scan of a whole day.
@@ -186,6 +190,26 @@ def event_ids(body: bytes | str | None) -> tuple[str, ...]:
     return tuple(found)
 
 
+def stored_ids(body: bytes) -> bytes:
+    """What a delivered delivery keeps instead of its body (the ``ids`` field): its event ids, a JSON list.
+
+    The callback log holds the post already; the list needs only the ids.
+    """
+    return orjson.dumps(list(event_ids(body)))
+
+
+def ids_of(fields: Mapping[str, bytes | str | None]) -> tuple[str, ...]:
+    """The event ids of a delivery hash: from its body, or, once delivered, from its ``ids``."""
+    body = fields.get("body")
+    if body:
+        return event_ids(body)
+    try:
+        listed = orjson.loads(fields.get("ids") or b"[]")
+    except orjson.JSONDecodeError:
+        return ()
+    return tuple(str(value) for value in listed) if isinstance(listed, list) else ()
+
+
 def _ids(document: Any) -> list[str] | None:
     """The ids' texts; None when one is a number orjson could not keep exactly."""
     events = document.get("events") if isinstance(document, dict) else None
@@ -231,7 +255,7 @@ def build(
     *,
     scheduled_at: float | None = None,
 ) -> Delivery | None:
-    """The delivery for its hash's fields (``body`` among them for the event ids); None if it expired.
+    """The delivery for its hash's fields (``body`` and ``ids`` among them for the event ids); None if it expired.
 
     ``scheduled_at`` is its score in the scheduled registry, when it is
     there: the exact time of the next attempt.
@@ -250,7 +274,7 @@ def build(
         appid=appid,
         account=_text(fields.get("account")),
         event_type=_text(fields.get("event_type")),
-        event_ids=event_ids(fields.get("body")),
+        event_ids=ids_of(fields),
         state=state,
         received_at=_float(fields.get("received_at")),
         next_attempt_at=next_at,
@@ -354,11 +378,11 @@ async def show(redis: Redis, settings: Settings, delivery_id: str, *, account: s
     if not delivery_id or len(delivery_id) > 200:
         raise NotFound("no such delivery")
     async with redis.pipeline(transaction=False) as pipe:
-        pipe.hmget(keys.delivery(delivery_id), [*FIELDS, "body"])
+        pipe.hmget(keys.delivery(delivery_id), [*FIELDS, *_ID_FIELDS])
         pipe.lrange(keys.delivery_attempts(delivery_id), 0, -1)
         pipe.zscore(keys.rq_scheduled(settings.queue_name), delivery_id)
         values, attempts, scheduled = await pipe.execute()
-    data = dict(zip((*FIELDS, "body"), values, strict=True))
+    data = dict(zip((*FIELDS, *_ID_FIELDS), values, strict=True))
     if account is not None and _text(data["account"]) != account:
         raise NotFound(f"no delivery {delivery_id!r}")
     delivery = build(delivery_id, data, attempts, scheduled_at=_float(scheduled))
@@ -381,7 +405,7 @@ async def _matching(
     Bodies are read here only to look for an event id; the others' are read
     for the matches alone (:func:`_complete`).
     """
-    names = (*FIELDS, "body") if event_id is not None else FIELDS
+    names = (*FIELDS, *_ID_FIELDS) if event_id is not None else FIELDS
     scheduled_key = keys.rq_scheduled(settings.queue_name)
     async with redis.pipeline(transaction=False) as pipe:
         for delivery_id, _ in chunk:
@@ -397,7 +421,7 @@ async def _matching(
         if state is not None and state_of(_text(data["state"])) != state:
             continue
         if event_id is not None:
-            body = data["body"]
+            body = data["body"] or data["ids"]
             if not body or event_id.encode() not in _bytes(body):
                 continue  # a cheap look first: most bodies do not hold the id at all
         delivery = build(delivery_id, data, scheduled_at=_float(scores[position]))
@@ -417,11 +441,11 @@ async def _complete(redis: Redis, found: list[Delivery], *, bodies_read: bool) -
         for delivery in found:
             pipe.lrange(keys.delivery_attempts(delivery.id), 0, -1)
             if not bodies_read:
-                pipe.hget(keys.delivery(delivery.id), "body")
+                pipe.hmget(keys.delivery(delivery.id), list(_ID_FIELDS))
         replies = iter(await pipe.execute())
     for index, delivery in enumerate(found):
         records = next(replies)
-        ids = delivery.event_ids if bodies_read else event_ids(next(replies))
+        ids = delivery.event_ids if bodies_read else ids_of(dict(zip(_ID_FIELDS, next(replies), strict=True)))
         attempts = tuple(attempt_of(record, number + 1) for number, record in enumerate(records))
         found[index] = replace(delivery, attempts=attempts, event_ids=ids)
 

@@ -13,7 +13,7 @@ from redis import Redis
 from redis.asyncio import Redis as AsyncRedis
 
 from svcgw import deliverylist, keys
-from svcgw.deliverylist import Delivery, Invalid, NotFound, Page, build, event_ids, state_of
+from svcgw.deliverylist import Delivery, Invalid, NotFound, Page, build, event_ids, state_of, stored_ids
 from svcgw.settings import Settings
 from tests.conftest import Tenant, provision
 from tests.svcgw.test_deadletters import ingest
@@ -147,6 +147,28 @@ def test_filters_combine(settings: Settings) -> None:
     assert listed(settings, tenant.appid, event_id="needle", event_type="Other").deliveries == []
     with pytest.raises(Invalid):
         listed(settings, tenant.appid, state="lost")
+
+
+def test_a_delivered_delivery_keeps_its_event_ids_instead_of_its_body(settings: Settings, redis: Redis) -> None:
+    tenant = provision(settings)
+    delivery_id = post(settings, tenant, "m1", "needle")
+    other = post(settings, tenant, "m2")
+    body = redis.hget(keys.delivery(delivery_id), "body")
+    assert body and claim(settings, 1) == [delivery_id]
+    attempt = Attempt(ok=True, at=time.time(), duration=0.01, status=200, response="", destination="d")
+    delivered = Finish(delivery_id, tenant.appid, "delivered", attempt.record(1), retention=3600,
+                       event_ids=stored_ids(body))  # fmt: skip
+    assert finish(settings, delivered)
+
+    assert redis.hmget(keys.delivery(delivery_id), ["body", "ids"]) == [b"", b'["m1","needle"]']
+    assert shown(settings, delivery_id).event_ids == ("m1", "needle")
+    page = listed(settings, tenant.appid)
+    assert [(d.id, d.state, d.event_ids) for d in page.deliveries] == [
+        (other, "pending", ("m2",)),
+        (delivery_id, "delivered", ("m1", "needle")),
+    ]
+    assert [d.id for d in listed(settings, tenant.appid, event_id="needle").deliveries] == [delivery_id]
+    assert [d.id for d in listed(settings, tenant.appid, event_id="m2", state="pending").deliveries] == [other]
 
 
 def test_pages_follow_each_other_without_gaps_or_repeats(settings: Settings, redis: Redis) -> None:
