@@ -42,6 +42,7 @@ from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
 from . import keys, liveness
+from .calllog import stored_body
 from .deliveries import INGEST_SCRIPT, job_description, new_delivery_id, template
 from .envelope import EnvelopeError, Post, build_envelope, parse_post
 from .metrics import DUPLICATES, EVENTS, POSTS
@@ -174,6 +175,10 @@ class Ingest:
         return result
 
     async def _store(self, appid: str, token: str, body: bytes, post: Post) -> IngestResult:
+        if len(body) <= PARSE_IN_THREAD_BYTES:
+            logged = stored_body(body)
+        else:
+            logged = await asyncio.to_thread(stored_body, body)
         delivery_id = new_delivery_id()
         now = time.time()
         flat = self._job.flat(delivery_id, job_description(post.event_type, appid))
@@ -203,7 +208,7 @@ class Ingest:
                     appid,
                     repr(now),
                     self.settings.log_retention,
-                    body,
+                    logged,
                     post.event_type,
                     head,
                     self._keyed_ttl,

@@ -1,7 +1,8 @@
 -- One post to a receiver (svcgw.ingest); delivery.lua is prepended.
 -- KEYS: receiver lookup, instance, log, delivery, job, queue, rq:queues,
 --       metrics counters, deliveries index, then one dedup key per keyed event, in order
--- ARGV: appid, now, log retention, raw body, event_type, envelope head,
+-- ARGV: appid, now, log retention, the post as the log keeps it (svcgw.calllog.stored_body),
+--       event_type, envelope head,
 --       dedup ttl, delivery id, queue key, job field count,
 --       job fields..., the posts, events and duplicates counter fields,
 --       then per event: raw, keyed flag ('1': it has the next dedup key;

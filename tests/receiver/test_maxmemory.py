@@ -11,6 +11,7 @@ import pytest
 from redis import Redis
 
 from svcgw import keys, redisconf
+from svcgw.calllog import body_of
 from svcgw.settings import Settings
 from tests.conftest import provision
 from tests.deploy.redis_nodes import Node, require_binaries
@@ -64,7 +65,7 @@ def test_a_full_redis_refuses_posts_with_503_and_loses_none(
             assert len(acknowledged) >= 20
             # Nothing of the refused post was stored: not in the log, its id not taken.
             entries = client.xrange(keys.callback_log(tenant.appid))
-            logged = [orjson.loads(fields[b"body"])["events"][0]["id"] for _, fields in entries]
+            logged = [orjson.loads(body_of(fields[b"body"]))["events"][0]["id"] for _, fields in entries]
             assert logged == acknowledged
             assert not client.exists(keys.dedup(tenant.appid, event_id))
             # Room again: the sender's repeat is stored, and every acknowledged post is delivered.
