@@ -45,15 +45,13 @@ from . import keys, liveness
 from .calllog import stored_body
 from .deliveries import INGEST_SCRIPT, job_description, new_delivery_id, template
 from .envelope import EnvelopeError, Post, build_envelope, parse_post
-from .metrics import DUPLICATES, EVENTS, POSTS
+from .metrics import BufferedCounts, ingest_commands
 from .settings import Settings
 from .store import digest
 
 __all__ = ["Ingest", "IngestResult", "ReplicaNotConfirmed", "UnknownReceiver"]
 
 log = logging.getLogger("svcgw.receiver")
-
-_COUNTER_FIELDS = (POSTS, EVENTS, DUPLICATES)
 
 # Bodies above this are parsed in a worker thread: below it, parsing takes
 # less time than handing it over.
@@ -98,6 +96,12 @@ class Ingest:
         self._queue_key = keys.rq_queue(settings.queue_name)
         self._job = template(settings.queue_name, settings.dead_letter_retention)
         self._known: OrderedDict[str, tuple[str, float]] = OrderedDict()
+        # The /metrics counters of the posts: in memory, written twice a second.
+        self.counts = BufferedCounts(settings, redis)
+
+    async def aclose(self) -> None:
+        """Write the counts still held (the app's shutdown calls it); the client is the caller's."""
+        await self.counts.aclose()
 
     async def check_receiver(self, appid: str, token: str) -> None:
         """Raise :class:`UnknownReceiver` unless ``token`` is ``appid``'s receiver token.
@@ -200,7 +204,6 @@ class Ingest:
                     keys.rq_job(delivery_id),
                     self._queue_key,
                     keys.RQ_QUEUES,
-                    keys.METRICS_COUNTERS,
                     keys.deliveries_by_appid(appid),
                     *dedup_keys,
                 ],
@@ -216,7 +219,6 @@ class Ingest:
                     self._queue_key,
                     len(flat) // 2,
                     *flat,
-                    *_COUNTER_FIELDS,
                     *events,
                 ],
             ),
@@ -224,4 +226,5 @@ class Ingest:
         status, accepted, duplicates = (int(x) for x in result)
         if status < 0:
             raise UnknownReceiver(appid)
+        self.counts.add(ingest_commands(accepted, duplicates))
         return IngestResult(accepted, duplicates, delivery_id if accepted else None)

@@ -11,8 +11,9 @@ local function write_delivery(k, appid, account, event_type, body, now, count, d
     'body', body, 'state', 'queued', 'received_at', now, 'attempts', 0, 'failures', 0,
     'events', count)
   redis.call('HSET', k.job, unpack(job))
-  redis.call('RPUSH', k.queue, delivery_id)
-  redis.call('SADD', k.rq_queues, queue_key)
+  -- RQ lists a queue by its name in rq:queues. Added when the queue's list is created,
+  -- not on every push: the name stays there once added (one command fewer per post).
+  if redis.call('RPUSH', k.queue, delivery_id) == 1 then redis.call('SADD', k.rq_queues, queue_key) end
 end
 
 -- One entry of the instance's callback log, trimmed to the retention by age.

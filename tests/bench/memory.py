@@ -146,10 +146,12 @@ def used_memory(bench: Bench) -> int:
 
 class Reading:
     def __init__(self, bench: Bench) -> None:
+        # The service's commands up to now; then those of this reading itself (SCAN, MEMORY
+        # USAGE), which the next reading leaves out.
+        self.by_command = bench.redis.command_counts()
         self.used = used_memory(bench)
         self.kinds = by_kind(bench)
-        self.commands = bench.redis.commands()
-        self.by_command = bench.redis.command_counts()
+        self.after = bench.redis.command_counts()
 
     def per_event(self, before: Reading, count: int) -> tuple[int, dict[str, int]]:
         total = (self.used - before.used) / max(count, 1)
@@ -191,6 +193,7 @@ def _payload(
     _deliver(bench, 0, dead)
     gone = Reading(bench)
 
+    by_name = _commands([(start, logged), (logged, delivered)], events)
     logged_total, logged_rows = logged.per_event(start, events)
     delivered_total, delivered_rows = delivered.per_event(start, events)
     dead_total, dead_rows = gone.per_event(delivered, dead)
@@ -201,16 +204,19 @@ def _payload(
         "logged_bytes_per_event": logged_total,
         "delivered_bytes_per_event": delivered_total,
         "dead_letter_bytes": dead_total,
-        "commands_per_event": round((delivered.commands - start.commands) / events, 2),
-        "commands_by_name": _commands(start, delivered, events),
+        "commands_per_event": round(sum(by_name.values()), 2),
+        "commands_by_name": {name: round(n, 2) for name, n in by_name.items() if n >= 0.05},
         "breakdown": {"logged": logged_rows, "delivered": delivered_rows, "dead": dead_rows},
     }
 
 
-def _commands(before: Reading, after: Reading, events: int) -> dict[str, float]:
-    """Commands per event by name, the most frequent first (those under 0.05 per event left out)."""
-    rows = {n: (after.by_command.get(n, 0) - before.by_command.get(n, 0)) / events for n in after.by_command}
-    return {name: round(n, 2) for name, n in sorted(rows.items(), key=lambda kv: -kv[1]) if n >= 0.05}
+def _commands(phases: list[tuple[Reading, Reading]], events: int) -> dict[str, float]:
+    """Commands per event by name over the phases, the most frequent first."""
+    rows: Counter[str] = Counter()
+    for before, after in phases:
+        for name, calls in after.by_command.items():
+            rows[name] += calls - before.after.get(name, 0)
+    return {name: calls / events for name, calls in rows.most_common() if calls > 0}
 
 
 def _deliver(bench: Bench, delivered: int, dead: int) -> None:
