@@ -204,7 +204,6 @@ class Ingest:
                     keys.rq_job(delivery_id),
                     self._queue_key,
                     keys.RQ_QUEUES,
-                    keys.deliveries_by_appid(appid),
                     *dedup_keys,
                 ],
                 args=[

@@ -105,11 +105,6 @@ def delivery_attempts(delivery_id: str) -> str:
     return f"{PREFIX}delivery:{delivery_id}:attempts"
 
 
-def deliveries_by_appid(appid: str) -> str:
-    """Sorted set of one instance's delivery ids scored by receipt time, trimmed to the log's retention."""
-    return f"{PREFIX}deliveries:{appid}"
-
-
 # Hash: a destination (a callback address's origin, svcgw.failing) whose attempts have all
 # failed lately -> "first failure:last failure:flagged (0 or 1)".
 FAILING_DESTINATIONS = PREFIX + "failing"

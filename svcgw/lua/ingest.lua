@@ -1,6 +1,6 @@
 -- One post to a receiver (svcgw.ingest); delivery.lua is prepended.
 -- KEYS: receiver lookup, instance, log, delivery, job, queue, rq:queues,
---       deliveries index, then one dedup key per keyed event, in order
+--       then one dedup key per keyed event, in order
 -- ARGV: appid, now, log retention, the post as the log keeps it (svcgw.calllog.stored_body),
 --       event_type, envelope head,
 --       dedup ttl, delivery id, queue key, job field count,
@@ -19,7 +19,7 @@ local first_event = 11 + nfields * 2
 local kept = {}
 local total = 0
 local i = first_event
-local k = 9
+local k = 8
 while i <= #ARGV do
   if ARGV[i + 1] ~= '1' then
     kept[#kept + 1] = ARGV[i]
@@ -40,7 +40,6 @@ if #kept > 0 then
   for f = 11, 10 + nfields * 2 do job[#job + 1] = ARGV[f] end
   write_delivery({delivery = KEYS[4], job = KEYS[5], queue = KEYS[6], rq_queues = KEYS[7]},
     appid, account, ARGV[5], body, ARGV[2], #kept, delivery, ARGV[9], job)
-  index_delivery(KEYS[8], ARGV[3], ARGV[2], delivery)
 end
 log_post(KEYS[3], ARGV[3], ARGV[4], ARGV[2], delivery, #kept, total - #kept)
 return {1, #kept, total - #kept}

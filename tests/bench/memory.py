@@ -106,8 +106,8 @@ def kind_of(key: bytes) -> str:
         return "delivery hashes"
     if name.startswith(keys.rq_job("")):
         return "RQ job hashes"
-    if name.startswith(keys.deliveries_by_appid("")):
-        return "deliveries index"
+    if name.startswith(f"{keys.PREFIX}deliveries:"):
+        return "deliveries index"  # kept until the log became the index
     if name.startswith(keys.dead_letters_by_appid("")):
         return "dead-letter index"
     if name.startswith(("rq:", keys.inflight(""))):
