@@ -157,7 +157,8 @@ class Reading:
         total = (self.used - before.used) / max(count, 1)
         rows = {k: (self.kinds[k] - before.kinds[k]) / max(count, 1) for k in self.kinds | before.kinds}
         shown = {k: round(v) for k, v in sorted(rows.items(), key=lambda kv: -kv[1]) if round(v) != 0}
-        shown["unattributed"] = round(total - sum(rows.values()))
+        # What is left, so that the rows add up to the figure exactly.
+        shown["unattributed"] = round(total) - sum(shown.values())
         return round(total), shown
 
 
