@@ -73,7 +73,7 @@ FIELDS = ("appid", "account", "event_type", "state", "received_at", "next_at", "
 # Where the event ids are: the body, or, once delivered, the list kept instead of it (stored_ids).
 _ID_FIELDS = ("body", "ids")
 SCAN_CHUNK = 200
-# At most this many deliveries are looked at for one page: a filter that matches little
+# At most this many posts of the log are looked at for one page: a filter that matches little
 # answers with what it found and a cursor to go on from, never a scan of a whole day.
 SCAN_LIMIT = 5000
 MAX_LIMIT = 200
