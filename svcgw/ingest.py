@@ -7,7 +7,13 @@ which, atomically:
 2. drops repeated events one by one (``svcgw.envelope`` defines the keys;
    an event without an ``id`` has none and is always forwarded);
 3. writes one delivery, an RQ job queued for the workers, if any event is new;
-4. appends the post, raw as received, to the instance's callback log.
+4. appends the post, as received (compressed when that pays:
+   ``svcgw.calllog.stored_body``), to the instance's callback log, whose
+   entry also lists the delivery for the deliveries list.
+
+The /metrics counters of the posts are kept in memory and written twice a
+second (:class:`svcgw.metrics.BufferedCounts`); :meth:`Ingest.aclose`
+writes what is left.
 
 Before anything is read or parsed, :meth:`Ingest.check_receiver` checks the
 token with one ``GET`` (or a recent answer for the same token), so a

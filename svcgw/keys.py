@@ -85,7 +85,10 @@ def callback_instance(appid: str) -> str:
 
 # --- ingest: callback log and de-duplication --------------------------------
 def callback_log(appid: str) -> str:
-    """Stream of raw posts as received: body, delivery, accepted, duplicates."""
+    """Stream of posts as received: body (compressed when that pays, svcgw.calllog), delivery, accepted, duplicates.
+
+    Also the index of the instance's deliveries (svcgw.deliverylist): each entry names its delivery.
+    """
     return f"{PREFIX}log:{appid}"
 
 
@@ -96,7 +99,10 @@ def dedup(appid: str, event_key: str) -> str:
 
 # --- deliveries --------------------------------------------------------------
 def delivery(delivery_id: str) -> str:
-    """Hash: appid, account, event_type, body, state, attempts, received_at, ..."""
+    """Hash: appid, account, event_type, body, state, attempts, received_at, ...
+
+    Once delivered, the body is emptied and ``ids`` holds its event ids (the log has the post).
+    """
     return f"{PREFIX}delivery:{delivery_id}"
 
 
