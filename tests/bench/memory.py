@@ -164,11 +164,11 @@ class Reading:
 
 def run(plan: Plan, workdir: Path) -> dict[str, Any]:
     """Scenario 7 for each payload on one Redis of its own; returns the figures by payload."""
-    events = 500 if plan.short else 10000
-    dead = 50 if plan.short else 1000
+    events = 300 if plan.short else 10000
+    dead = 20 if plan.short else 1000
     directory = workdir / "memory"
     directory.mkdir()
-    bench = Bench(Plan(short=plan.short, workers=1, fast_ports=100), directory, "everysec")
+    bench = Bench(Plan(short=plan.short, workers=1, fast_ports=20 if plan.short else 100), directory, "everysec")
     bench.start(serve=False, appendonly=False, extra_env={"SVCGW_RETRY_SCHEDULE": DEAD_SCHEDULE})
     try:
         refused = bench.provision([free_port() for _ in range(10)])
