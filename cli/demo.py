@@ -10,6 +10,12 @@ With the simulator as upstream, the instance is created through the
 gateway (``device/create``), logged in on the simulator, started with
 ``long/start`` towards the simulator's demo sink (``/_sim/sink``), and
 given a little traffic, so the signed callbacks can be watched arriving.
+
+It also prints how to walk through onboarding in the browser (a new
+instance by QR login in the console, the simulator playing the phone: its
+QR codes wait for ``/_sim/qr``), and turns on rq-dashboard at ``/rq``, by
+which the service is monitored, with credentials generated into the state
+dir (owner-only) the first time, printed on the terminal and nowhere else.
 """
 
 from __future__ import annotations
@@ -31,25 +37,35 @@ import httpx
 from redis.asyncio import Redis as AsyncRedis
 from redis.exceptions import RedisError
 
+from receiver.console.account import invitation_path
 from svcgw import keys
+from svcgw.credentials import Credentials, LoginTaken
+from svcgw.invitations import Invitations
 from svcgw.settings import Settings
 from svcgw.store import NotFound, Store
 from svcgw.vault import TokenVault, VaultError
 
 from .context import safe_redis_url
+from .embedded import load_or_create_password
 
 __all__ = [
+    "DASHBOARD_USER",
     "Demo",
     "DemoError",
+    "demo_dashboard",
     "ensure_demo",
     "prepare_demo",
     "render_demo",
     "render_flow",
+    "render_onboarding",
     "start_flow",
     "wait_ready",
 ]
 
 DEMO_ACCOUNT_NAME = "demo"
+DEMO_LOGIN = "demo@example.com"
+INVITATION_SECONDS = 24 * 3600
+DASHBOARD_USER = "operator"
 DEMO_DEVICES = 10
 _APPID_ALPHABET = string.ascii_lowercase + string.digits
 
@@ -65,12 +81,30 @@ class Demo:
     key: str = field(repr=False)
     appid: str
     receiver_token: str = field(repr=False)
+    login: str | None = None
+    # A one-time link to choose the console password, while the account has none.
+    invitation: str | None = field(default=None, repr=False)
 
 
 CreateInstance = Callable[[str], Awaitable[str]]
 
 
-def prepare_demo(settings: Settings) -> None:
+def demo_dashboard(env: dict[str, str], state_dir: Path) -> bool:
+    """Turn rq-dashboard on for the demo: generated credentials in ``env``, unless the operator set any.
+
+    The password is kept in ``state_dir/dashboard/password`` (owner-only), so a
+    restart keeps it. Returns whether the credentials are the generated ones.
+    """
+    if env.get("SVCGW_DASHBOARD_USER") or env.get("SVCGW_DASHBOARD_PASSWORD"):
+        return False
+    directory = state_dir / "dashboard"
+    directory.mkdir(mode=0o700, parents=True, exist_ok=True)
+    env["SVCGW_DASHBOARD_USER"] = DASHBOARD_USER
+    env["SVCGW_DASHBOARD_PASSWORD"] = load_or_create_password(directory)
+    return True
+
+
+def prepare_demo(settings: Settings, *, dashboard_generated: bool = False) -> None:
     """Wait for the HTTP server, make sure the demo data exists, and print how to use it.
 
     A failing step is reported and the service keeps running.
@@ -88,6 +122,7 @@ def prepare_demo(settings: Settings) -> None:
         print(f"svcgw demo: the simulator flow did not start: {_reason(exc)}", flush=True)
         return
     print(render_flow(demo, settings), flush=True)
+    print(render_onboarding(settings, dashboard_generated=dashboard_generated, demo=demo), flush=True)
 
 
 def _reason(exc: Exception) -> str:
@@ -141,6 +176,10 @@ def start_flow(settings: Settings, demo: Demo) -> None:
     if not sim:
         raise DemoError("SVCGW_UPSTREAM_URL is not set")
     with httpx.Client(timeout=30, trust_env=False) as client:
+        # QR codes wait for the phone (/_sim/qr), so onboarding in the console can be walked step by step.
+        configured = client.post(f"{sim}/_sim/config", json={"qr_auto": False})
+        if configured.status_code != 200:
+            raise DemoError(f"the simulator did not take its configuration: HTTP {configured.status_code}")
         state = client.get(f"{sim}/_sim/instances/{demo.appid}")
         if state.status_code == 404 or not state.json().get("loggedIn"):
             # Logged in, long connection closed: what long/start expects.
@@ -172,6 +211,68 @@ def render_flow(demo: Demo, settings: Settings) -> str:
         f"  curl -s -X POST {sim}/_sim/traffic -d {shlex.quote(more)}",
         "",
     ]
+    return "\n".join(lines)
+
+
+def _sign_in_step(base: str, demo: Demo | None) -> list[str]:
+    if demo is not None and demo.invitation is not None:
+        return [
+            f"  1. Open the invitation link (it works once, for {INVITATION_SECONDS // 3600} h), choose a password",
+            f"     for the login {demo.login}, and you are signed in:",
+            f"       {base}{invitation_path(demo.invitation)}",
+            "     Under API keys, create a key of your own for your scripts.",
+        ]
+    if demo is not None and demo.login is not None:
+        return [f"  1. Open {base}/console/ and sign in as {demo.login} with your password (or the API key above)."]
+    return [f"  1. Open {base}/console/ and sign in with the API key above."]
+
+
+def render_onboarding(settings: Settings, *, dashboard_generated: bool, demo: Demo | None = None) -> str:
+    """How to walk through onboarding in the browser, and where the service is monitored."""
+    base, sim = settings.public_url.rstrip("/"), _sim_base(settings)
+
+    def phone(action: str, **extra: str) -> str:
+        body = json.dumps({"appid": "APPID", "action": action, **extra}, separators=(",", ":"))
+        return f"curl -s -X POST {sim}/_sim/qr -d {shlex.quote(body)}"
+
+    def faults(**values: bool) -> str:
+        body = json.dumps({"appid": "APPID", **values}, separators=(",", ":"))
+        return f"curl -s -X POST {sim}/_sim/faults -d {shlex.quote(body)}"
+
+    traffic = json.dumps({"appid": "APPID", "count": 1, "kinds": ["text"]}, separators=(",", ":"))
+    lines = [
+        "Onboarding in the browser (a new instance by QR login; the simulator plays the phone):",
+        *_sign_in_step(base, demo),
+        "  2. Instances > New instance. Callback address: the simulator's sink,",
+        f"     {sim}/_sim/sink (leave the proxy empty), then Create.",
+        "  3. The QR code is shown with the new instance's appid (APPID below). Play the phone:",
+        f"       {phone('scan')}",
+        "         (scanned: 1; then either confirm the login...)",
+        f"       {phone('confirm')}",
+        "         (...or ask for a six-digit code first, 10, and type it on the page)",
+        f"       {phone('code', code='123456')}",
+        "     The page follows by itself (it reloads every 2 seconds); a cancel offers a new code:",
+        f"       {phone('cancel')}",
+        "  4. The instance is online. Send it a message and watch it arrive signed at the sink:",
+        f"       curl -s -X POST {sim}/_sim/traffic -d {shlex.quote(traffic)}; curl -s {sim}/_sim/sink",
+        "  5. Lose the connection; within a probe interval (SVCGW_PROBE_INTERVAL) the instance is",
+        "     offline and needs a re-login. Heal the phone's side, then press Re-login in the console:",
+        f"       {faults(drop=True, reconnect_fails=True)}",
+        f"       {faults(reconnect_fails=False)}",
+        "",
+    ]
+    if settings.dashboard_user and settings.dashboard_password:
+        lines.append(f"Monitoring: rq-dashboard at {base}/rq/ (HTTP Basic, read-only)")
+        if dashboard_generated:
+            # The one place these credentials are shown; they are kept owner-only in the state dir.
+            lines += [
+                f"  user           {settings.dashboard_user}",
+                f"  password       {settings.dashboard_password}",
+                f"  (kept in {(settings.state_dir / 'dashboard' / 'password').resolve()}, owner-only)",
+            ]
+        else:
+            lines.append("  with your SVCGW_DASHBOARD_USER and SVCGW_DASHBOARD_PASSWORD")
+        lines.append("")
     return "\n".join(lines)
 
 
@@ -223,6 +324,15 @@ async def _ensure(
             account_id = None
     if not account_id:
         account_id = (await store.create_account(DEMO_ACCOUNT_NAME, devices=DEMO_DEVICES)).id
+    login = (await store.get_account(account_id)).login
+    if login is None:
+        try:
+            login = (await store.set_login(account_id, DEMO_LOGIN)).login
+        except LoginTaken:
+            login = None  # another account took it: the demo signs in with its key
+    invitation = None
+    if login is not None and not await Credentials(redis).has_password(account_id):
+        invitation = (await Invitations(redis).issue(account_id, INVITATION_SECONDS)).token
 
     key_id, clear = saved.get("key_id"), None
     if key_id and saved.get("key"):
@@ -256,7 +366,15 @@ async def _ensure(
         keys.DEMO,
         mapping={"account": account_id, "key_id": key_id, "key": vault.seal(clear), "appid": appid},
     )
-    return Demo(account=account_id, key_id=key_id, key=clear, appid=appid, receiver_token=token)
+    return Demo(
+        account=account_id,
+        key_id=key_id,
+        key=clear,
+        appid=appid,
+        receiver_token=token,
+        login=login,
+        invitation=invitation,
+    )
 
 
 def sample_event_body() -> str:

@@ -49,7 +49,10 @@ def _private_file(path: Path, text: str) -> None:
 
 
 def load_or_create_password(directory: Path) -> str:
-    """The embedded Redis's password, generated into ``directory/password`` the first time."""
+    """A password generated into ``directory/password`` (owner-only) the first time, read back afterwards.
+
+    The embedded Redis's, and the rq-dashboard's of ``up --demo`` (``cli.demo``).
+    """
     path = directory / "password"
     if path.exists():
         password = path.read_text(encoding="utf-8").strip()

@@ -18,11 +18,12 @@ def keys_group() -> None:
 
 @keys_group.command("create")
 @click.option("--account", required=True, help="Account id.")
+@click.option("--label", default="", help="What the key is for, shown in lists (up to 100 characters).")
 @json_option
 @admin_command
-async def keys_create(admin: Admin, account: str, as_json: bool) -> None:
+async def keys_create(admin: Admin, account: str, label: str, as_json: bool) -> None:
     """Create an API key; the key is shown once, here only."""
-    api_key, clear = await admin.store().create_key(account)
+    api_key, clear = await admin.store().create_key(account, label)
     data = {"id": api_key.id, "key": clear, **{k: v for k, v in api_key.as_dict().items() if k != "id"}}
 
     def render() -> RenderableType:
@@ -45,8 +46,11 @@ async def keys_list(admin: Admin, account: str, as_json: bool) -> None:
         as_json,
         rows,
         lambda: table(
-            ("id", "prefix", "created", "revoked"),
-            ((k.id, k.prefix + "…", when(k.created_at), when(k.revoked_at) or "no") for k in found),
+            ("id", "label", "prefix", "created", "last used", "revoked"),
+            (
+                (k.id, k.label, k.prefix + "…", when(k.created_at), when(k.last_used), when(k.revoked_at) or "no")
+                for k in found
+            ),
         ),
     )
 

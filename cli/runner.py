@@ -100,9 +100,11 @@ def run_up(settings: Settings, *, demo: bool = False, workers: int = 1) -> int:
             embedded.start()
             env["SVCGW_REDIS_URL"] = embedded.url
             log.info("embedded Redis at 127.0.0.1:%d, data in %s", embedded.port, embedded.dir)
+        dashboard_generated = False
         if demo:
-            from .demo import prepare_demo
+            from .demo import demo_dashboard, prepare_demo
 
+            dashboard_generated = demo_dashboard(env, settings.state_dir)
             sim_port = int(env.get("SVCGW_SIM_PORT", "8090"))
             children.append(("sim", _spawn(["sim", "--port", str(sim_port)], env)))
             env.setdefault("SVCGW_UPSTREAM_URL", f"http://127.0.0.1:{sim_port}")
@@ -111,7 +113,7 @@ def run_up(settings: Settings, *, demo: bool = False, workers: int = 1) -> int:
         for _ in range(workers):
             children.append(("worker", _spawn(["worker"], env)))
         if demo:
-            prepare_demo(Settings.from_env(env))
+            prepare_demo(Settings.from_env(env), dashboard_generated=dashboard_generated)
         print(f"svcgw is up: {settings.public_url}  (Ctrl-C stops it)", flush=True)
         while not stopping.is_set():
             for name, child in children:

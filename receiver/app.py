@@ -103,7 +103,7 @@ def create_app(settings: Settings, *, services: Services | None = None) -> Starl
         ),
         *gateway.routes(),
         Route("/openapi.json", openapi_endpoint, methods=["GET"], name="openapi"),
-        *console_routes(services),
+        *console_routes(services, gateway),
     ]
     if (dashboard := make_dashboard(settings)) is not None:
         routes.append(Mount("/rq", app=dashboard, name="rq-dashboard"))

@@ -24,6 +24,7 @@ from starlette.responses import Response
 
 from svcgw import errors
 
+from .console import onboarding_openapi as onboarding
 from .console import openapi as console
 
 __all__ = ["API_VERSION", "PATHS", "RESPONSES", "SCHEMAS", "SECURITY_SCHEMES", "document", "openapi_endpoint"]
@@ -317,9 +318,11 @@ def document() -> dict[str, Any]:
                 "{code, message, data: null}; HTTP status and code correspond."
             ),
         },
-        "paths": copy.deepcopy({**PATHS, **console.CONSOLE_PATHS, **console.OPERATOR_PATHS}),
+        "paths": copy.deepcopy(
+            {**PATHS, **console.CONSOLE_PATHS, **onboarding.ONBOARDING_PATHS, **console.OPERATOR_PATHS}
+        ),
         "components": {
-            "schemas": copy.deepcopy({**SCHEMAS, **console.CONSOLE_SCHEMAS}),
+            "schemas": copy.deepcopy({**SCHEMAS, **console.CONSOLE_SCHEMAS, **onboarding.ONBOARDING_SCHEMAS}),
             "responses": {f"E{status}": copy.deepcopy(item) for status, item in RESPONSES.items()},
             "securitySchemes": copy.deepcopy({**SECURITY_SCHEMES, **console.CONSOLE_SECURITY_SCHEMES}),
         },

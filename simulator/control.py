@@ -22,7 +22,16 @@ message), answered as ``{"error": text}`` with 400, 404 or 409.
 - ``POST /_sim/traffic`` ``{appid, rate?: 10, count?: 10, duplicates?: 0.0, kinds?: [...],
   seconds?: 60, seed?}`` starts posting Msg events to the instance's callbackUrl and
   answers the run's progress with its ``id``; ``GET /_sim/traffic[/{id}]`` shows progress.
-- ``GET /_sim/config``, ``POST /_sim/config`` ``{check_warmup}``.
+- ``POST /_sim/qr`` ``{appid, action, uuid?, code?}``: the person with the phone acts on
+  the instance's QR code (the newest one, or ``uuid``): ``scan`` (checkQr says 1),
+  ``confirm`` (2, or 10 if a code is required and was not sent yet), ``cancel`` (4),
+  ``code`` (10: a six-digit code is required; ``code`` sets which one, else one is
+  drawn; either way it is answered). Answers ``{uuid, status, code?}``; 404 without a
+  QR code, 400 for an unknown action or a code that is not six digits. A session that
+  was acted on waits for the next action instead of moving on by itself.
+- ``GET /_sim/config``, ``POST /_sim/config`` ``{check_warmup, qr_auto}``: ``qr_auto``
+  false makes every new QR code wait for ``/_sim/qr`` (the demo and the console's
+  browser test); true (the default) moves it on by one step per checkQr poll.
 - ``POST /_sim/sink``: a demo callback endpoint; it keeps the last 100 callbacks (the
   ``X-Svc-Timestamp``, ``X-Svc-Signature`` and ``X-Svc-Delivery-Id`` headers and the raw
   body) and logs one line for each; ``GET /_sim/sink`` lists them, oldest first.
@@ -33,6 +42,7 @@ from __future__ import annotations
 import asyncio
 import json
 import random
+import secrets
 import time
 import uuid
 from collections.abc import Callable
@@ -289,6 +299,34 @@ async def show_traffic(request: Request) -> Response:
     return json_answer(run.snapshot())
 
 
+# --- QR login, as the person holding the phone ------------------------------------
+
+QR_ACTIONS = ("scan", "confirm", "cancel", "code")
+
+
+async def act_on_qr(request: Request) -> Response:
+    sim, body = sim_of(request), await _control_body(request)
+    inst = _instance(sim, body.get("appid"))
+    action, session_id, code = body.get("action"), body.get("uuid"), body.get("code")
+    if action not in QR_ACTIONS:
+        raise ControlError(400, f"action must be one of {', '.join(QR_ACTIONS)}")
+    if session_id is None and inst.qr:
+        session_id = next(reversed(inst.qr))  # the newest code shown
+    session = inst.qr.get(session_id) if isinstance(session_id, str) else None
+    if session is None:
+        raise ControlError(404, "no such QR code (call login/getQr first)")
+    if action == "code":
+        if code is None:
+            code = f"{secrets.randbelow(10**6):06d}"
+        if not (isinstance(code, str) and len(code) == 6 and code.isdigit()):
+            raise ControlError(400, "code must be six digits")
+    session.act(action, code if action == "code" else None)
+    answer: dict[str, Any] = {"uuid": session_id, "status": session.status}
+    if session.code is not None:
+        answer["code"] = session.code
+    return json_answer(answer)
+
+
 # --- demo sink and config -------------------------------------------------------
 
 
@@ -320,7 +358,11 @@ async def config(request: Request) -> Response:
         body = await _control_body(request)
         if "check_warmup" in body:
             sim.check_warmup = _number("check_warmup", body["check_warmup"])
-    return json_answer({"check_warmup": sim.check_warmup})
+        if "qr_auto" in body:
+            if not isinstance(body["qr_auto"], bool):
+                raise ControlError(400, "qr_auto must be true or false")
+            sim.qr_auto = body["qr_auto"]
+    return json_answer({"check_warmup": sim.check_warmup, "qr_auto": sim.qr_auto})
 
 
 ROUTES = [
@@ -335,6 +377,7 @@ ROUTES = [
     Route("/_sim/traffic", start_traffic, methods=["POST"]),
     Route("/_sim/traffic", list_traffic, methods=["GET"]),
     Route("/_sim/traffic/{run_id}", show_traffic, methods=["GET"]),
+    Route("/_sim/qr", act_on_qr, methods=["POST"]),
     Route("/_sim/config", config, methods=["GET", "POST"]),
     Route("/_sim/sink", sink_receive, methods=["POST"]),
     Route("/_sim/sink", sink_list, methods=["GET"]),

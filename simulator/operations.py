@@ -24,12 +24,16 @@ still HTTP 200, with a non-zero code). Callbacks it owes are appended to
 
 from __future__ import annotations
 
+import base64
+import io
 import secrets
 import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
+
+import segno
 
 from simulator import traffic
 from simulator.state import Delivery, Instance, QrSession, SimState
@@ -39,7 +43,7 @@ __all__ = ["HANDLERS", "Call", "Fail", "RawJSON", "envelope", "perform"]
 
 SYNC_KEY_BASE = 1_000_000_000
 CLOSED = "long connection closed"
-QR_IMAGE = "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNkYPhfDwAChwGA60e6kgAAAABJRU5ErkJggg=="
+QR_REFRESH_SECONDS = 30
 
 
 class Fail(Exception):
@@ -128,8 +132,15 @@ def get_qr(call: Call, inst: Instance) -> Any:
         raise Fail("please close long client")
     inst.proxy = proxy
     session_id = uuid.uuid4().hex
-    inst.qr[session_id] = QrSession(needs_code=call.qr_verify)
-    return {"uuid": session_id, "imageBase64": QR_IMAGE, "refreshInterval": 30}
+    inst.qr[session_id] = QrSession(needs_code=call.qr_verify, manual=not call.sim.qr_auto)
+    return {"uuid": session_id, "imageBase64": qr_image(session_id), "refreshInterval": QR_REFRESH_SECONDS}
+
+
+def qr_image(session_id: str) -> str:
+    """A real QR code (PNG, base64 without a ``data:`` prefix) of the login session, as a phone would scan it."""
+    png = io.BytesIO()
+    segno.make(f"svcgw-sim-login:{session_id}", error="m").save(png, kind="png", scale=5, border=2)
+    return base64.b64encode(png.getvalue()).decode("ascii")
 
 
 def _qr_session(call: Call, inst: Instance) -> tuple[str, QrSession | None]:
@@ -155,6 +166,8 @@ def submit_qr_code(call: Call, inst: Instance) -> Any:
         raise Fail("-12019 qrcode_not_need_verify")
     code = call.body.get("code")
     if not (isinstance(code, str) and len(code) == 6 and code.isdigit()):
+        raise Fail("invalid verify code")
+    if session.code is not None and not secrets.compare_digest(code, session.code):
         raise Fail("invalid verify code")
     session.verified = True
     return {}

@@ -93,23 +93,53 @@ def first(values: list[T | None]) -> T | None:
 
 @dataclass
 class QrSession:
-    """One QR code shown by ``login/getQr``; each ``checkQr`` poll moves it one step on."""
+    """One QR code shown by ``login/getQr``.
+
+    Automatic (the default): each ``checkQr`` poll moves it one step on.
+    Manual (``manual``): it stays where the control API (``POST /_sim/qr``)
+    put it, as a person holding the phone would leave it: not scanned until
+    scanned, never confirmed until confirmed. ``code`` is the six-digit code
+    ``submitQrCode`` must send once one is required (None: any six digits).
+    """
 
     needs_code: bool
+    manual: bool = False
     polls: int = 0
     verified: bool = False
     last_status: int | None = None
+    status: int = -1  # where a manual session stands
+    code: str | None = None
 
     def poll(self) -> int:
         """Status of this poll: -1 (not scanned), 1 (scanned), then 2 (confirmed) or 10 (code wanted)."""
         if self.verified:
             status = 2
+        elif self.manual:
+            status = self.status
         else:
             steps = (-1, 1, 10) if self.needs_code else (-1, 1, 2)
             status = steps[min(self.polls, len(steps) - 1)]
         self.polls += 1
         self.last_status = status
         return status
+
+    def act(self, action: str, code: str | None = None) -> None:
+        """What the person does with the phone: ``scan``, ``confirm``, ``cancel`` or ``code`` (one is asked for).
+
+        Any action makes the session manual from then on. Confirming a
+        session that needs a code asks for it (10) instead of logging in.
+        """
+        self.manual = True
+        if action == "scan":
+            self.status = 1
+        elif action == "confirm":
+            self.status = 10 if self.needs_code and not self.verified else 2
+        elif action == "cancel":
+            self.status = 4
+        elif action == "code":
+            self.needs_code, self.code, self.status = True, code, 10
+        else:
+            raise ValueError(f"unknown QR action {action!r}")
 
 
 def gap_bodies(appid: str, *event_types: str) -> list[bytes]:
@@ -198,6 +228,8 @@ def new_client() -> httpx.AsyncClient:
 @dataclass
 class SimState:
     check_warmup: float = 3.0
+    # False: new QR sessions wait for the control API (scan, confirm, ...) instead of moving on by themselves.
+    qr_auto: bool = True
     instances: dict[str, Instance] = field(default_factory=dict)
     faults: Faults = field(default_factory=Faults)
     # Bounded so that a long benchmark does not grow without end.

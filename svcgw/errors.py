@@ -208,6 +208,11 @@ class GatewayError(Exception):
 #   -50002   503   storage temporarily unavailable
 #   -40404   404   no such delivery, or another account's
 #   -40900   409   retry now asked of a delivery that is not retrying
+#   401      401   login and password do not match (one message, whether the login exists or not)
+#   -42900   429   too many failed sign-ins for the login or the address (the same message, Retry-After)
+#   -40330   403   the current password given to change it is wrong
+#   -41000   410   an invitation that was used, has expired or was never issued
+#   -40404   404   no such API key, or another account's
 NOT_SIGNED_IN = ErrorKind(401, 401, "sign in first: a console session or an API key is required")
 KEY_REFUSED = ErrorKind(401, 401, "API key invalid or revoked")
 CSRF_FAILED = ErrorKind(-40310, 403, "CSRF token missing or wrong")
@@ -219,6 +224,17 @@ UNSUPPORTED_MEDIA = ErrorKind(-41500, 415, "send a JSON object with Content-Type
 STORAGE_UNAVAILABLE = ErrorKind(-50002, 503, "storage temporarily unavailable; retry later")
 NO_DELIVERY = ErrorKind(-40404, 404, "no such delivery")
 NOT_RETRYING = ErrorKind(-40900, 409, "only a retrying delivery can be retried now")
+SIGN_IN_MESSAGE = (
+    "That login and password do not match, or there were too many attempts: check them, "
+    "and if it goes on, wait a few minutes"
+)
+SIGN_IN_REFUSED = ErrorKind(401, 401, SIGN_IN_MESSAGE)
+SIGN_IN_LIMITED = ErrorKind(-42900, 429, SIGN_IN_MESSAGE)
+WRONG_PASSWORD = ErrorKind(-40330, 403, "the current password is wrong")
+INVITATION_GONE = ErrorKind(
+    -41000, 410, "this invitation has expired or has already been used; ask the operator for a new one"
+)
+NO_KEY = ErrorKind(-40404, 404, "no such API key")
 
 CONSOLE_KINDS: tuple[ErrorKind, ...] = (
     NOT_SIGNED_IN,
@@ -232,6 +248,11 @@ CONSOLE_KINDS: tuple[ErrorKind, ...] = (
     STORAGE_UNAVAILABLE,
     NO_DELIVERY,
     NOT_RETRYING,
+    SIGN_IN_REFUSED,
+    SIGN_IN_LIMITED,
+    WRONG_PASSWORD,
+    INVITATION_GONE,
+    NO_KEY,
 )
 
 __all__ += [
@@ -239,12 +260,18 @@ __all__ += [
     "CONSOLE_KINDS",
     "CSRF_FAILED",
     "DENIED_BY_OPERATOR",
+    "INVITATION_GONE",
     "KEY_REFUSED",
     "NOT_RETRYING",
     "NOT_SIGNED_IN",
     "NOT_THE_CALLERS",
     "NO_DEAD_LETTER",
     "NO_DELIVERY",
+    "NO_KEY",
+    "SIGN_IN_LIMITED",
+    "SIGN_IN_MESSAGE",
+    "SIGN_IN_REFUSED",
     "STORAGE_UNAVAILABLE",
     "UNSUPPORTED_MEDIA",
+    "WRONG_PASSWORD",
 ]

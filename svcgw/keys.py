@@ -15,7 +15,9 @@ ACCOUNTS = PREFIX + "accounts"  # set of account ids
 
 
 def account(account_id: str) -> str:
-    """Hash: name, devices (quota), valid_until, created_at."""
+    """Hash: name, devices (quota), valid_until, created_at; login, password (argon2id hash) and
+    session_epoch (console sessions made before its value are ended) when the account signs in
+    with a password (svcgw.credentials)."""
     return f"{PREFIX}account:{account_id}"
 
 
@@ -50,13 +52,28 @@ def rate_window(account_id: str, limit: str) -> str:
 
 
 def api_key(key_id: str) -> str:
-    """Hash: account, hash (sha256 of the key), created_at, revoked_at."""
+    """Hash: account, hash (sha256 of the key), prefix, label, created_at, last_used, revoked_at."""
     return f"{PREFIX}apikey:{key_id}"
 
 
 def api_key_lookup(key_hash: str) -> str:
     """String: key id, addressed by the sha256 of the presented key."""
     return f"{PREFIX}apikey-hash:{key_hash}"
+
+
+def login(normalised: str) -> str:
+    """String: the account id whose console login this is (svcgw.credentials.normalise_login)."""
+    return f"{PREFIX}login:{normalised}"
+
+
+def invitation(token_hash: str) -> str:
+    """String with a TTL: the account id an invitation is for, named by the sha256 of its token."""
+    return f"{PREFIX}invitation:{token_hash}"
+
+
+# Prefix of the console's sign-in failure windows, per login and per client address (``limits``'
+# moving window, receiver.console.signin; ``limits`` names the keys after it).
+SIGNIN_FAILURES = PREFIX + "signin-failures"
 
 
 # --- instances and callback configuration ----------------------------------
@@ -175,8 +192,17 @@ PROBE_SCHEDULE = PREFIX + "probe:schedule"  # sorted set: appid scored by next p
 
 # --- console and metrics (receiver.console, svcgw.metrics) ----------------
 def console_session(id_digest: str) -> str:
-    """Hash with a TTL: account, key_id, csrf, created_at, flash; named by the sha256 of the session id."""
+    """Hash with a TTL: account, key_id ('' for a password), epoch (the account's session epoch), csrf,
+    created_at, flash; named by the sha256 of the session id."""
     return f"{PREFIX}console:session:{id_digest}"
+
+
+def console_login_attempt(account_id: str, attempt_id: str) -> str:
+    """Hash with a TTL: one QR login the console runs for an account (receiver.console.qrflow).
+
+    The account is part of the name, so another account's attempt id names nothing.
+    """
+    return f"{PREFIX}console:qr:{account_id}:{attempt_id}"
 
 
 # Hash of counters shared by every process: field ``<metric>``, or

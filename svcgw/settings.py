@@ -87,6 +87,10 @@ class Settings:
     # Seconds every attempt to a destination (a callback address's origin) must have failed
     # before it is flagged as failing (svcgw.failing).
     failing_after: int = 900
+    # Failed console sign-ins allowed per login and per client address (``limits`` notation);
+    # over either, sign-in is refused without checking the password.
+    signin_failures_per_login: str = "10/15minutes"
+    signin_failures_per_address: str = "100/15minutes"
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> Settings:
@@ -148,6 +152,8 @@ class Settings:
             upstream_timeout=reader.number("SVCGW_UPSTREAM_TIMEOUT", 30.0, minimum=0.01),
             upstream_connect_timeout=reader.number("SVCGW_UPSTREAM_CONNECT_TIMEOUT", 5.0, minimum=0.01),
             failing_after=reader.integer("SVCGW_FAILING_AFTER", 900, minimum=1, maximum=30 * 86400),
+            signin_failures_per_login=reader.rate("SVCGW_SIGNIN_FAILURES_PER_LOGIN", "10/15minutes"),
+            signin_failures_per_address=reader.rate("SVCGW_SIGNIN_FAILURES_PER_ADDRESS", "100/15minutes"),
         )
 
     @property

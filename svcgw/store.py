@@ -26,6 +26,7 @@ from redis.exceptions import WatchError
 
 from . import keys
 from .callbacks import Destination, choose_destination, new_signing_secret, open_secret, seal_secret
+from .credentials import LoginTaken, normalise_login
 from .origins import same_origin
 from .scripts import source
 from .vault import TokenVault, VaultError
@@ -74,6 +75,7 @@ class Account:
     devices: int | None
     valid_until: str | None
     created_at: float
+    login: str | None = None  # the console login, as the operator wrote it
 
     def expired(self, today: date | None = None) -> bool:
         if not self.valid_until:
@@ -87,6 +89,7 @@ class Account:
             "devices": self.devices,
             "valid_until": self.valid_until,
             "created_at": self.created_at,
+            "login": self.login,
         }
 
 
@@ -116,13 +119,17 @@ class ApiKey:
     created_at: float
     revoked_at: float | None
     prefix: str
+    label: str = ""
+    last_used: float | None = None  # Unix seconds of the last gateway call, written by gateway_admit.lua
 
     def as_dict(self) -> dict[str, object]:
         return {
             "id": self.id,
             "account": self.account,
+            "label": self.label,
             "prefix": self.prefix,
             "created_at": self.created_at,
+            "last_used": self.last_used,
             "revoked": self.revoked_at is not None,
             "revoked_at": self.revoked_at,
         }
@@ -187,14 +194,22 @@ class Store:
 
     # --- accounts -----------------------------------------------------------
     async def create_account(
-        self, name: str, devices: int | None = None, valid_until: str | None = None
+        self, name: str, devices: int | None = None, valid_until: str | None = None, *, login: str | None = None
     ) -> Account:
+        """A new account; with ``login``, the name it signs in to the console with.
+
+        A login is unique without regard to case (``svcgw.credentials``): the
+        check and the claim are one ``WATCH`` transaction with the account's
+        creation, so two accounts never get one login and a refused one
+        (``LoginTaken``) leaves nothing behind.
+        """
         if not name.strip():
             raise ValueError("an account needs a name")
         if devices is not None and devices < 0:
             raise ValueError("the device quota cannot be negative")
         if valid_until:
             date.fromisoformat(valid_until)  # raises ValueError with the bad value
+        normalised = normalise_login(login) if login is not None else None
         account_id = _new_id("acc_")
         now = time.time()
         mapping = {"name": name, "created_at": repr(now)}
@@ -202,11 +217,51 @@ class Store:
             mapping["devices"] = str(devices)
         if valid_until:
             mapping["valid_until"] = valid_until
+        if login is not None:
+            mapping["login"] = login.strip()
         async with self.redis.pipeline(transaction=True) as pipe:
+            if normalised is not None:
+                await pipe.watch(keys.login(normalised))
+                if await pipe.exists(keys.login(normalised)):
+                    raise LoginTaken(login or "")
+                pipe.multi()
+                pipe.set(keys.login(normalised), account_id)
             pipe.hset(keys.account(account_id), mapping=mapping)
             pipe.sadd(keys.ACCOUNTS, account_id)
-            await pipe.execute()
-        return Account(account_id, name, devices, valid_until or None, now)
+            try:
+                await pipe.execute()
+            except WatchError:
+                raise LoginTaken(login or "") from None
+        return Account(account_id, name, devices, valid_until or None, now, mapping.get("login"))
+
+    async def set_login(self, account_id: str, login: str) -> Account:
+        """Give an account (a new) console login; its old login, if any, stops naming it.
+
+        Unique without regard to case, as at creation: one ``WATCH``
+        transaction checks and claims the new login and frees the old one,
+        so a refused login (``LoginTaken``) changes nothing. The password and
+        the sessions are left as they are.
+        """
+        normalised = normalise_login(login)
+        async with self.redis.pipeline(transaction=True) as pipe:
+            await pipe.watch(keys.login(normalised), keys.account(account_id))
+            data = await pipe.hgetall(keys.account(account_id))
+            if not data:
+                raise NotFound(f"no account {account_id!r}")
+            holder = await pipe.get(keys.login(normalised))
+            if holder is not None and holder != account_id:
+                raise LoginTaken(login)
+            old = data.get("login")
+            pipe.multi()
+            if old and normalise_login(old) != normalised:
+                pipe.delete(keys.login(normalise_login(old)))
+            pipe.set(keys.login(normalised), account_id)
+            pipe.hset(keys.account(account_id), "login", login.strip())
+            try:
+                await pipe.execute()
+            except WatchError:
+                raise LoginTaken(login) from None
+        return await self.get_account(account_id)
 
     async def get_account(self, account_id: str) -> Account:
         data = await self.redis.hgetall(keys.account(account_id))
@@ -219,6 +274,7 @@ class Store:
             devices=int(devices) if devices not in (None, "") else None,
             valid_until=data.get("valid_until") or None,
             created_at=float(data.get("created_at", "0")),
+            login=data.get("login") or None,
         )
 
     async def list_accounts(self) -> list[Account]:
@@ -279,8 +335,9 @@ class Store:
         return set(await self.redis.sunion([keys.account_denied(account_id), keys.account_own_denied(account_id)]))
 
     # --- API keys -----------------------------------------------------------
-    async def create_key(self, account_id: str) -> tuple[ApiKey, str]:
-        """A new key for the account; the clear key is returned only here."""
+    async def create_key(self, account_id: str, label: str = "") -> tuple[ApiKey, str]:
+        """A new key for the account, with a label to tell it apart; the clear key is returned only here."""
+        label = check_label(label)
         await self.get_account(account_id)
         key_id = _new_id("key_")
         clear = "sk_" + secrets.token_urlsafe(32)
@@ -292,13 +349,14 @@ class Store:
                     "account": account_id,
                     "hash": digest(clear),
                     "prefix": clear[:7],
+                    "label": label,
                     "created_at": repr(now),
                 },
             )
             pipe.set(keys.api_key_lookup(digest(clear)), key_id)
             pipe.sadd(keys.account_keys(account_id), key_id)
             await pipe.execute()
-        return ApiKey(key_id, account_id, now, None, clear[:7]), clear
+        return ApiKey(key_id, account_id, now, None, clear[:7], label), clear
 
     async def get_key(self, key_id: str) -> ApiKey:
         data = await self.redis.hgetall(keys.api_key(key_id))
@@ -310,6 +368,8 @@ class Store:
             created_at=float(data.get("created_at", "0")),
             revoked_at=_f(data.get("revoked_at")),
             prefix=data.get("prefix", ""),
+            label=data.get("label", ""),
+            last_used=_f(data.get("last_used")),
         )
 
     async def list_keys(self, account_id: str) -> list[ApiKey]:
@@ -503,6 +563,19 @@ class Store:
             await self.get_instance(scope.appid)
         elif scope.account is not None:
             await self.get_account(scope.account)
+
+
+MAX_LABEL_LENGTH = 100
+
+
+def check_label(label: str) -> str:
+    """An API key's label, trimmed; ``ValueError`` for one too long or with control characters."""
+    label = label.strip()
+    if len(label) > MAX_LABEL_LENGTH:
+        raise ValueError(f"a key label has at most {MAX_LABEL_LENGTH} characters")
+    if not label.isprintable():
+        raise ValueError("a key label cannot contain control characters")
+    return label
 
 
 def normalise_operation(operation: str) -> str:

@@ -3,7 +3,12 @@
 Pages (``receiver.console.pages``) and a JSON API under ``/console/api``
 (``receiver.console.api``) on top of one account-scoped service
 (``receiver.console.service``); sessions and CSRF are in
-``receiver.console.session``. ``console_routes(services)`` returns the mount.
+``receiver.console.session``. A new instance by QR login and the instance
+actions (``receiver.console.onboarding`` over ``receiver.console.qrflow``)
+make their gateway calls through the app's one ``Gateway``. Signing in,
+invitations and the account page (``receiver.console.account``, with
+``.signin``) and API keys (``receiver.console.apikeys``) add their pages and
+API routes. ``console_routes(services, gateway)`` returns the mount.
 """
 
 from __future__ import annotations
@@ -12,26 +17,48 @@ from typing import TYPE_CHECKING
 
 from starlette.routing import BaseRoute, Mount
 
+from svcgw.invitations import Invitations
+
+from .account import AccountApi, AccountPages
 from .api import Api
+from .apikeys import KeyApi, KeyPages
+from .onboarding import OnboardingApi, OnboardingPages
 from .pages import Pages
+from .qrflow import QrFlow
 from .service import ConsoleService
 from .session import PATH, Sessions
+from .signin import PasswordSignIn
 from .web import Context
 
 if TYPE_CHECKING:
+    from receiver.gateway import Gateway
     from receiver.services import Services
 
 __all__ = ["console_routes"]
 
 
-def console_routes(services: Services) -> list[BaseRoute]:
+def console_routes(services: Services, gateway: Gateway) -> list[BaseRoute]:
     service = ConsoleService(services)
     # The gateway's limiter: console changes and gateway calls share one budget per account.
-    context = Context(service, Sessions(services.settings, services.text_redis, services.store), services.limiter)
+    context = Context(
+        service,
+        Sessions(services.settings, services.text_redis, services.store),
+        services.limiter,
+        PasswordSignIn(services),
+        Invitations(services.text_redis),
+    )
+    api, pages, flow = Api(context), Pages(context), QrFlow(gateway, services)
+    api_routes = [*OnboardingApi(api, flow).routes(), *api.routes(), *AccountApi(api).routes(), *KeyApi(api).routes()]
     return [
         Mount(
             PATH,
-            routes=[Mount("/api", routes=Api(context).routes()), *Pages(context).routes()],
+            routes=[
+                Mount("/api", routes=api_routes),
+                *OnboardingPages(pages, flow).routes(),
+                *pages.routes(),
+                *AccountPages(pages).routes(),
+                *KeyPages(pages).routes(),
+            ],
             name="console",
         )
     ]

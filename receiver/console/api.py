@@ -82,7 +82,6 @@ class Api:
     def routes(self) -> list[BaseRoute]:
         read, change = self._read, self._change
         return [
-            Route("/session", self.sign_in, methods=["POST"], name="api-sign-in"),
             Route("/session", read(self.whoami), methods=["GET"], name="api-session"),
             Route(
                 "/session",
@@ -129,12 +128,8 @@ class Api:
 
         return endpoint
 
-    async def _guarded(
-        self, request: Request, handler: Handler | None, change: bool, *, count: bool = False
-    ) -> Response:
+    async def _guarded(self, request: Request, handler: Handler, change: bool, *, count: bool = False) -> Response:
         try:
-            if handler is None:
-                return await self._sign_in(request)
             session = await self.context.api_session(request, change=change)
             if count:
                 await self.context.count_change(session)
@@ -144,21 +139,7 @@ class Api:
         except (NotFound, Invalid, DeniedByOperator, NotRetrying, AddressError, RedisError) as exc:
             return _http_error(exc).response()
 
-    # --- session ---------------------------------------------------------------------
-    async def sign_in(self, request: Request) -> Response:
-        return await self._guarded(request, None, change=False)
-
-    async def _sign_in(self, request: Request) -> Response:
-        document = await json_body(request)
-        key = _text(document, "api_key", required=True, limit=512)
-        found = await self.sessions.key_account(key)
-        if found is None:
-            raise ConsoleHTTPError(errors.KEY_REFUSED)
-        cookie, session = await self.sessions.create(*found)
-        response = json_ok({"account": session.account, "csrf_token": session.csrf})
-        self.sessions.set_cookie(request, response, cookie)
-        return response
-
+    # --- session (signing in: receiver.console.account) ---------------------------------------
     async def whoami(self, request: Request, session: Session) -> Response:
         return json_ok({"account": session.account, "csrf_token": None if session.direct else session.csrf})
 

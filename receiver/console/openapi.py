@@ -130,22 +130,56 @@ def _callback_item(scope: str, params: list[dict[str, Any]]) -> dict[str, Any]:
     }
 
 
+SESSION = {"type": "object", "properties": {"account": {"type": "string"}, "csrf_token": {"type": "string"}}}
+LIMITED_SIGN_IN = {
+    **_err("code -42900: too many failed sign-ins for the login or the address (the same message as a failure)"),
+    "headers": {"Retry-After": {"schema": {"type": "integer", "minimum": 1}}},
+}
+API_KEY: dict[str, Any] = {
+    "type": "object",
+    "description": "One of the account's API keys: never the key itself, except once in the answer that creates it.",
+    "properties": {
+        "id": {"type": "string"},
+        "label": {"type": "string"},
+        "prefix": {"type": "string", "description": "the key's first characters"},
+        "created_at": {"type": "number"},
+        "last_used": {"type": ["number", "null"], "description": "Unix seconds of the last gateway call"},
+        "revoked": {"type": "boolean"},
+        "revoked_at": {"type": ["number", "null"]},
+    },
+}
+KEY_ID = {"name": "key_id", "in": "path", "required": True, "schema": {"type": "string"}}
+
 CONSOLE_PATHS: dict[str, dict[str, Any]] = {
     "/console/api/session": {
         "post": {
             "operationId": "consoleSignIn",
             "tags": ["console"],
-            "summary": "Sign in with an API key; sets the session cookie",
+            "summary": "Sign in with a login and password, or an API key; sets the session cookie",
+            "description": (
+                "Failed sign-ins are limited per login and per client address (SVCGW_SIGNIN_FAILURES_PER_LOGIN, "
+                "SVCGW_SIGNIN_FAILURES_PER_ADDRESS); every failure has the same message, whether the login "
+                "exists or not. Signing in does not count against the account's rate limit."
+            ),
             "security": [],
             "requestBody": _body(
-                {"type": "object", "required": ["api_key"], "properties": {"api_key": {"type": "string"}}}
+                {
+                    "oneOf": [
+                        {
+                            "type": "object",
+                            "required": ["login", "password"],
+                            "properties": {"login": {"type": "string"}, "password": {"type": "string"}},
+                        },
+                        {"type": "object", "required": ["api_key"], "properties": {"api_key": {"type": "string"}}},
+                    ]
+                }
             ),
             "responses": {
-                "200": _ok(
-                    {"type": "object", "properties": {"account": {"type": "string"}, "csrf_token": {"type": "string"}}}
-                ),
-                "401": _err("code 401: API key invalid or revoked"),
+                "200": _ok(SESSION),
+                "400": _err("code -40000: a field is missing or not a string"),
+                "401": _err("code 401: login and password do not match (or API key invalid or revoked)"),
                 "415": _err("code -41500: a JSON body was expected"),
+                "429": LIMITED_SIGN_IN,
             },
         },
         "get": _op(
@@ -387,6 +421,91 @@ CONSOLE_PATHS: dict[str, dict[str, Any]] = {
         ),
     },
 }
+
+# Signing in with a password, invitations, the account's sessions, API keys (receiver.console.account, .apikeys).
+CONSOLE_PATHS.update(
+    {
+        "/console/api/invitation": {
+            "post": {
+                "operationId": "consoleAcceptInvitation",
+                "tags": ["console"],
+                "summary": "Choose the password with a one-time invitation (svcgw accounts invite); signs in",
+                "security": [],
+                "requestBody": _body(
+                    {
+                        "type": "object",
+                        "required": ["token", "password"],
+                        "properties": {"token": {"type": "string"}, "password": {"type": "string"}},
+                    }
+                ),
+                "responses": {
+                    "200": _ok(SESSION),
+                    "400": _err("code -40000: the password breaks a rule (the message says which)"),
+                    "410": _err("code -41000: the invitation was used, has expired or does not exist"),
+                    "415": _err("code -41500: a JSON body was expected"),
+                    "503": _err("code -50002: storage temporarily unavailable"),
+                },
+            }
+        },
+        "/console/api/password": {
+            "put": _op(
+                "consoleChangePassword",
+                "Change the password; every other session of the account ends, this one stays",
+                _ok({"type": "object", "properties": {"changed": {"const": True}}}),
+                change=True,
+                bad=True,
+                requestBody=_body(
+                    {
+                        "type": "object",
+                        "required": ["current_password", "new_password"],
+                        "properties": {"current_password": {"type": "string"}, "new_password": {"type": "string"}},
+                    }
+                ),
+                description="A wrong current password is -40330 (403) and counts as a failed sign-in.",
+            ),
+        },
+        "/console/api/sessions": {
+            "delete": _op(
+                "consoleSignOutEverywhere",
+                "Sign out everywhere: every session of the account ends, this one too (API keys keep working)",
+                _ok(),
+                change=True,
+                counted=False,
+            ),
+        },
+        "/console/api/keys": {
+            "get": _op(
+                "consoleKeys",
+                "The account's API keys: in use first, then revoked",
+                _ok({"type": "object", "properties": {"keys": {"type": "array", "items": API_KEY}}}),
+            ),
+            "post": _op(
+                "consoleCreateKey",
+                "Create an API key; the answer holds the key, shown this once",
+                _ok({**API_KEY, "properties": {**API_KEY["properties"], "key": {"type": "string"}}}),
+                change=True,
+                bad=True,
+                requestBody=_body({"type": "object", "properties": {"label": {"type": "string", "maxLength": 100}}}),
+            ),
+        },
+        "/console/api/keys/{key_id}": {
+            "delete": _op(
+                "consoleRevokeKey",
+                "Revoke a key: the gateway refuses the very next call made with it",
+                _ok(API_KEY),
+                change=True,
+                found=True,
+                parameters=[KEY_ID],
+            ),
+        },
+    }
+)
+# A new key is answered 201.
+_create_key = CONSOLE_PATHS["/console/api/keys"]["post"]["responses"]
+_create_key["201"] = _create_key.pop("200")
+CONSOLE_PATHS["/console/api/password"]["put"]["responses"]["403"] = _err(
+    "code -40310: CSRF token missing or wrong; code -40330: the current password is wrong"
+)
 
 CONSOLE_PATHS["/console/api/deliveries/{delivery_id}/retry"]["post"]["responses"]["409"] = _err(
     "code -40900: the delivery is not retrying, or its next attempt is already under way"

@@ -35,7 +35,7 @@ from svcgw.calllog import parse_since
 from svcgw.deliverylist import STATES
 
 from .service import DeniedByOperator, Invalid, NotFound, NotRetrying, when
-from .session import CSRF_FIELD, LOGIN_COOKIE, PATH, Session
+from .session import CSRF_FIELD, PATH, Session
 from .web import Context, RateLimited
 
 __all__ = ["Pages"]
@@ -88,7 +88,6 @@ class Pages:
         return [
             Route("/", self.index, methods=["GET"], name="index"),
             Route("/login", self.login_page, methods=["GET"], name="login"),
-            Route("/login", self.login, methods=["POST"]),
             Route("/logout", form(self.logout, counted=False), methods=["POST"], name="logout"),
             Route("/instances", page(self.instances), methods=["GET"], name="instances"),
             Route("/instances/{appid}", page(self.instance), methods=["GET"], name="instance"),
@@ -217,44 +216,25 @@ class Pages:
             message="The service's storage cannot be reached right now. Try again in a moment.",
         )
 
-    # --- signing in and out -------------------------------------------------------------------
+    # --- signing in (the form's handler: receiver.console.account) and out ----------------------
     async def index(self, request: Request) -> Response:
         session = await self._session(request)
         return _redirect(_path("instances") if session else _path("login"))
 
     async def login_page(self, request: Request, error: str | None = None, status: int = 200) -> Response:
+        return self.public_page(
+            request, "login.html", status, error=error, next=_safe_next(request.query_params.get("next"))
+        )
+
+    def public_page(self, request: Request, template: str, status: int = 200, **context: Any) -> Response:
+        """A page for someone not signed in; its forms carry the sign-in form's CSRF token."""
         token, fresh = self.sessions.login_token(request)
         response = self.templates.TemplateResponse(
-            request,
-            "login.html",
-            {
-                "session": None,
-                "csrf_token": token,
-                "error": error,
-                "next": _safe_next(request.query_params.get("next")),
-            },
-            status_code=status,
+            request, template, {"session": None, "csrf_token": token, **context}, status_code=status
         )
         response.headers.update(PAGE_HEADERS)
         if fresh:
             self.sessions.set_login_cookie(request, response, token)
-        return response
-
-    async def login(self, request: Request) -> Response:
-        form = await request.form(max_files=0, max_fields=10)
-        if not self.sessions.login_csrf_ok(request, _field(form, CSRF_FIELD)):
-            return await self.login_page(request, "The sign-in form expired. Please try again.", 403)
-        key = _field(form, "api_key").strip()
-        try:
-            found = await self.sessions.key_account(key) if key and len(key) <= 512 else None
-        except RedisError:
-            return await self.login_page(request, "The service's storage cannot be reached. Try again shortly.", 503)
-        if found is None:
-            return await self.login_page(request, "That API key is not valid (or has been revoked).", 401)
-        cookie, _session = await self.sessions.create(*found)
-        response = _redirect(_safe_next(_field(form, "next")) or _path("instances"))
-        self.sessions.set_cookie(request, response, cookie)
-        response.delete_cookie(LOGIN_COOKIE, path=PATH)
         return response
 
     async def logout(self, request: Request, session: Session) -> Response:

@@ -1,13 +1,16 @@
 """Console sessions and CSRF protection.
 
-Signing in with an API key creates a session: a random id whose SHA-256
-names a Redis hash (``svcgw:console:session:<digest>``: account, the id of
-the key used, the CSRF token, a pending flash message) with a TTL of
-:data:`SESSION_SECONDS`. The browser holds only the id, in a cookie signed
-with itsdangerous (``HttpOnly``, ``SameSite=Strict``, ``Path=/console``,
-``Secure`` whenever the console is reached over https), so a cookie can be
-neither forged nor replayed after sign-out: signing out deletes the hash,
-and revoking the key ends its sessions at their next request.
+Signing in, with a login and password or with an API key, creates a
+session: a random id whose SHA-256 names a Redis hash
+(``svcgw:console:session:<digest>``: account, the id of the key used or ''
+for a password, the account's session epoch, the CSRF token, a pending
+flash message) with a TTL of :data:`SESSION_SECONDS`. The browser holds
+only the id, in a cookie signed with itsdangerous (``HttpOnly``,
+``SameSite=Strict``, ``Path=/console``, ``Secure`` whenever the console is
+reached over https), so a cookie can be neither forged nor replayed after
+sign-out: signing out deletes the hash, revoking the key ends its sessions
+at their next request, and so does raising the account's session epoch
+(sign out everywhere, a new password: ``svcgw.credentials``).
 
 CSRF: every session has its own random token. A change made from a page
 carries it as the form field ``csrf_token``; a change made through the JSON
@@ -69,7 +72,7 @@ LOGIN_SECONDS = 3600
 class Session:
     id_digest: str
     account: str
-    key_id: str
+    key_id: str  # '' for a session signed in with the password
     csrf: str = ""
     # Signed in with the API key on this very request (JSON API): no cookie, no CSRF needed.
     direct: bool = False
@@ -78,6 +81,11 @@ class Session:
         if self.direct:
             return True
         return bool(presented) and hmac.compare_digest(self.csrf.encode(), (presented or "").encode())
+
+    @property
+    def redis_key(self) -> str:
+        """The session's hash in Redis ('' for a request signed with the API key itself)."""
+        return "" if self.direct else keys.console_session(self.id_digest)
 
 
 def signing_key(settings: Settings) -> bytes:
@@ -106,15 +114,25 @@ class Sessions:
             return None
         return account, str(key_id)
 
-    async def create(self, account: str, key_id: str) -> tuple[str, Session]:
-        """A new session; returns the signed cookie value and the session."""
+    async def create(self, account: str, key_id: str = "") -> tuple[str, Session]:
+        """A new session (``key_id`` '' for the password); returns the signed cookie value and the session."""
         session_id = secrets.token_urlsafe(32)
         csrf = secrets.token_urlsafe(32)
         id_digest = digest(session_id)
         key = keys.console_session(id_digest)
+        # Read first: an epoch raised between this read and the write ends the new session too,
+        # which is the safe way round.
+        epoch = await self.redis.hget(keys.account(account), "session_epoch") or "0"
         async with self.redis.pipeline(transaction=True) as pipe:
             pipe.hset(
-                key, mapping={"account": account, "key_id": key_id, "csrf": csrf, "created_at": repr(time.time())}
+                key,
+                mapping={
+                    "account": account,
+                    "key_id": key_id,
+                    "epoch": epoch,
+                    "csrf": csrf,
+                    "created_at": repr(time.time()),
+                },
             )
             pipe.expire(key, SESSION_SECONDS)
             await pipe.execute()
@@ -136,13 +154,15 @@ class Sessions:
         if not isinstance(session_id, str):
             return None
         id_digest = digest(session_id)
-        account, key_id, csrf = await self.redis.hmget(keys.console_session(id_digest), ["account", "key_id", "csrf"])
-        if not account or not key_id or not csrf:
+        account, key_id, csrf, epoch = await self.redis.hmget(
+            keys.console_session(id_digest), ["account", "key_id", "csrf", "epoch"]
+        )
+        if not account or not csrf:
             return None
-        if not await self._key_valid(key_id, account):
+        if not await self._still_valid(account, key_id or "", epoch):
             await self.redis.delete(keys.console_session(id_digest))
             return None
-        return Session(id_digest, account, key_id, csrf)
+        return Session(id_digest, account, key_id or "", csrf)
 
     async def from_key(self, presented: str) -> Session | None:
         found = await self.key_account(presented)
@@ -150,9 +170,19 @@ class Sessions:
             return None
         return Session("", found[0], found[1], direct=True)
 
-    async def _key_valid(self, key_id: str, account: str) -> bool:
-        owner, revoked = await self.redis.hmget(keys.api_key(key_id), ["account", "revoked_at"])
-        return owner == account and not revoked
+    async def _still_valid(self, account: str, key_id: str, epoch: str | None) -> bool:
+        """Not ended by a newer session epoch, and (signed in with a key) the key is the account's, unrevoked."""
+        async with self.redis.pipeline(transaction=False) as pipe:
+            pipe.hget(keys.account(account), "session_epoch")
+            if key_id:
+                pipe.hmget(keys.api_key(key_id), ["account", "revoked_at"])
+            found = await pipe.execute()
+        if int(epoch or 0) < int(found[0] or 0):
+            return False
+        if key_id:
+            owner, revoked = found[1]
+            return bool(owner == account and not revoked)
+        return True
 
     # --- flash messages ------------------------------------------------------------
     async def flash(self, session: Session, message: dict[str, object]) -> None:

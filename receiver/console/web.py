@@ -38,7 +38,10 @@ from ..ratelimit import RateLimiter
 from .session import CSRF_HEADER, Session, Sessions
 
 if TYPE_CHECKING:
+    from svcgw.invitations import Invitations
+
     from .service import ConsoleService
+    from .signin import PasswordSignIn
 
 __all__ = [
     "ConsoleHTTPError",
@@ -102,13 +105,25 @@ def json_error(status: int, code: int, message: str, headers: dict[str, str] | N
 
 
 class Context:
-    """What every console handler needs: the service, the sessions, the settings, the rate limit."""
+    """What every console handler needs: the service, the sessions, the settings, the rate limit.
 
-    def __init__(self, service: ConsoleService, sessions: Sessions, limiter: RateLimiter) -> None:
+    And for signing in with a password: the failure limits and argon2 (``signin``), and invitations.
+    """
+
+    def __init__(
+        self,
+        service: ConsoleService,
+        sessions: Sessions,
+        limiter: RateLimiter,
+        signin: PasswordSignIn,
+        invitations: Invitations,
+    ) -> None:
         self.service = service
         self.sessions = sessions
         self.settings = service.settings
         self.limiter = limiter
+        self.signin = signin
+        self.invitations = invitations
 
     async def count_change(self, session: Session) -> None:
         """Count one change of the session's account; over the account's rate limit, :class:`RateLimited`."""

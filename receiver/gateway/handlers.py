@@ -69,7 +69,8 @@ SET_CALLBACK_PATH = "/svc/instances/set-callback"
 # through the router and the path guard (check 1) as before.
 _PLAIN_API_PATH = re.compile(rb"/svc/api/([^/%.?]+)/([^/%.?]+)")
 
-PROXY_OPERATIONS = frozenset({"login/getQr", "login/checkQr", "login/reconnect"})
+# The proxy of the caller's login calls, kept for the prober's reconnects (same egress as at login).
+PROXY_OPERATIONS = frozenset({"login/getQr", "login/checkQr", "login/submitQrCode", "login/reconnect"})
 
 
 def _json(document: Any, status: int = 200) -> Response:

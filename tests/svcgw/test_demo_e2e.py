@@ -65,6 +65,25 @@ def test_up_demo_delivers_simulator_traffic_signed(env: dict[str, str], tmp_path
         assert f"long/start registered {sim}/_sim/sink" in output
         assert f"svcgw callback show --appid {appid[1]}" in output
 
+        # Onboarding in the browser is explained, the simulator's QR codes wait for the phone,
+        # and rq-dashboard is on with the credentials printed (and kept owner-only).
+        output = wait_for(lambda: "Monitoring: rq-dashboard" in up.output() and up.output(), what="the walk-through")
+        assert f"{sim}/_sim/qr" in output
+        # It starts at the demo account's invitation: a link that opens the page to choose a password.
+        invitation = re.search(rf"http://127\.0\.0\.1:{port}/console/invitation/\S+", output)
+        assert invitation and "demo@example.com" in output, output
+        page = httpx.get(invitation[0], timeout=10)
+        assert page.status_code == 200 and "demo@example.com" in page.text
+        assert httpx.get(f"{sim}/_sim/config", timeout=5).json()["qr_auto"] is False
+        dashboard = re.search(r"user\s+(\S+)\n\s+password\s+(\S+)", output)
+        assert dashboard, output
+        user, secret = dashboard[1], dashboard[2]
+        assert (tmp_path / "dashboard" / "password").read_text().strip() == secret
+        assert (tmp_path / "dashboard" / "password").stat().st_mode & 0o077 == 0
+        assert httpx.get(f"http://127.0.0.1:{port}/rq/", timeout=10).status_code == 401
+        assert httpx.get(f"http://127.0.0.1:{port}/rq/", auth=(user, secret), timeout=10).status_code == 200
+        assert output.count(secret) == 1  # printed once, in no log line
+
         shown = subprocess.run(
             [sys.executable, "-m", "cli", "callback", "show", "--appid", appid[1], "--json"],
             env=dict(up_env, SVCGW_REDIS_URL=redis_url),

@@ -1,0 +1,330 @@
+"""Signing in with a password, invitations, the account page: pages and JSON API.
+
+The console's sign-in leads with a login and password; an API key still
+signs in (scripts, operators): the form's ``api_key`` field, or
+``{"api_key": ...}`` to the JSON API.
+
+Pages (plain forms, the sign-in form's double-submit CSRF token before a
+session exists, the session's own after):
+
+* ``POST /console/login``: login and password, or an API key;
+* ``GET|POST /console/invitation/{token}``: choose a password with a one-time
+  invitation (``svcgw accounts invite``), which signs the developer in;
+* ``GET /console/account``, ``POST /console/account/password`` (change it;
+  every other session of the account ends), ``POST
+  /console/account/sign-out-everywhere`` (every session ends, this one too).
+
+JSON API: ``POST /console/api/session`` with ``{"login", "password"}`` or ``{"api_key"}``,
+``POST /console/api/invitation`` with ``{"token", "password"}``, ``PUT
+/console/api/password`` with ``{"current_password", "new_password"}``,
+``DELETE /console/api/sessions`` (sign out everywhere).
+
+Failed sign-ins are limited per login and per client address
+(``receiver.console.signin``) and all answered with one message
+(``errors.SIGN_IN_MESSAGE``): 401, or 429 with ``Retry-After`` while a limit
+is reached. Signing in, accepting an invitation and signing out everywhere do
+not count against the account's rate limit; changing the password does.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+
+from redis.exceptions import RedisError
+from starlette.datastructures import FormData
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import BaseRoute, Route
+
+from svcgw import errors, passwords
+from svcgw.passwords import PasswordRejected
+
+from .api import Api, _text
+from .pages import Pages, _field, _path, _redirect, _safe_next
+from .session import CSRF_FIELD, LOGIN_COOKIE, PATH, Session
+from .signin import Attempt
+from .web import ConsoleHTTPError, Context, json_body, json_ok
+
+__all__ = ["AccountApi", "AccountPages", "client_address", "invitation_path"]
+
+MAX_LOGIN_FIELD = 512  # longer is no login (254 at most): cut before it is counted
+MAX_KEY_FIELD = 512  # longer is no API key this service issued
+
+
+def invitation_path(token: str) -> str:
+    """The console path of an invitation (``svcgw accounts invite`` puts SVCGW_PUBLIC_URL before it)."""
+    return f"{PATH}/invitation/{token}"
+
+
+def client_address(request: Request) -> str:
+    """The address failed sign-ins are counted against: the connection's peer."""
+    return request.client.host if request.client else "unknown"
+
+
+def _sentence(message: str) -> str:
+    """An error table's message as a sentence on a page."""
+    return message[:1].upper() + message[1:] + "."
+
+
+class _Shared:
+    """What the pages and the API both do: the checks and writes behind each form or call."""
+
+    def __init__(self, context: Context) -> None:
+        self.context = context
+        self.sessions = context.sessions
+        self.signin = context.signin
+        self.credentials = context.signin.credentials
+        self.invitations = context.invitations
+
+    async def sign_in(self, request: Request, login: str, password: str) -> Attempt:
+        if len(login) > MAX_LOGIN_FIELD:
+            login = login[:MAX_LOGIN_FIELD]  # counted all the same, under what was sent
+        return await self.signin.attempt(login, password, client_address(request))
+
+    async def accept_invitation(self, token: str, password: str) -> str:
+        """Set the invited account's password; its account id. ``PasswordRejected``, or ``ConsoleHTTPError`` 410."""
+        account = await self.invitations.account_of(token)
+        if account is None:
+            raise ConsoleHTTPError(errors.INVITATION_GONE)
+        passwords.check_new(password, login=await self.credentials.login_of(account))
+        hashed = await self.signin.hash_password(password)
+        # The token is used up only now, with a password that passed: a mistyped one costs nothing.
+        if await self.invitations.redeem(token) != account:
+            raise ConsoleHTTPError(errors.INVITATION_GONE)
+        await self.credentials.set_password(account, hashed)
+        return account
+
+    async def change_password(self, request: Request, session: Session, current: str, new: str) -> None:
+        """``ConsoleHTTPError`` (-40330, or 429 over the failure limits) or ``PasswordRejected``; else changed."""
+        attempt = await self.signin.check_current(session.account, current, client_address(request))
+        if attempt.retry_after:
+            raise ConsoleHTTPError(errors.SIGN_IN_LIMITED, headers={"Retry-After": str(attempt.retry_after)})
+        if attempt.account is None:
+            raise ConsoleHTTPError(errors.WRONG_PASSWORD)
+        passwords.check_new(new, login=await self.credentials.login_of(session.account))
+        if new == current:
+            raise PasswordRejected("the new password is the current one")
+        hashed = await self.signin.hash_password(new)
+        await self.credentials.set_password(session.account, hashed, keep_session=session.redis_key or None)
+
+
+class AccountPages:
+    def __init__(self, pages: Pages) -> None:
+        self.pages = pages
+        self.shared = _Shared(pages.context)
+        self.sessions = pages.sessions
+
+    def routes(self) -> list[BaseRoute]:
+        page, form = self.pages._page, self.pages._form
+        return [
+            Route("/login", self.login, methods=["POST"]),
+            Route("/invitation/{token}", self.invitation_page, methods=["GET"], name="invitation"),
+            Route("/invitation/{token}", self.accept_invitation, methods=["POST"]),
+            Route("/account", page(self.account), methods=["GET"], name="account"),
+            Route("/account/password", form(self.change_password), methods=["POST"]),
+            Route("/account/sign-out-everywhere", form(self.sign_out_everywhere, counted=False), methods=["POST"]),
+        ]
+
+    # --- signing in ------------------------------------------------------------------
+    async def login(self, request: Request) -> Response:
+        form = await request.form(max_files=0, max_fields=10)
+        if not self.sessions.login_csrf_ok(request, _field(form, CSRF_FIELD)):
+            return await self.pages.login_page(request, "The sign-in form expired. Please try again.", 403)
+        then = _safe_next(_field(form, "next"))
+        login, key = _field(form, "login").strip(), _field(form, "api_key").strip()
+        try:
+            if key and not login:
+                found = await self.sessions.key_account(key) if len(key) <= MAX_KEY_FIELD else None
+                if found is None:
+                    return await self.pages.login_page(request, "That API key is not valid (or has been revoked).", 401)
+                return await self._signed_in(request, *found, then=then)
+            attempt = await self.shared.sign_in(request, login, _field(form, "password"))
+        except RedisError:
+            return await self.pages.login_page(
+                request, "The service's storage cannot be reached. Try again shortly.", 503
+            )
+        if attempt.account is None:
+            response = self.pages.public_page(
+                request,
+                "login.html",
+                429 if attempt.retry_after else 401,
+                error=_sentence(errors.SIGN_IN_MESSAGE),
+                login=login[:MAX_LOGIN_FIELD],
+                next=then,
+            )
+            if attempt.retry_after:
+                response.headers["Retry-After"] = str(attempt.retry_after)
+            return response
+        return await self._signed_in(request, attempt.account, then=then)
+
+    async def _signed_in(
+        self, request: Request, account: str, key_id: str = "", *, then: str | None = None, flash: str | None = None
+    ) -> Response:
+        cookie, session = await self.sessions.create(account, key_id)
+        if flash:
+            await self.sessions.flash(session, {"kind": "ok", "text": flash})
+        response = _redirect(then or _path("instances"))
+        self.sessions.set_cookie(request, response, cookie)
+        response.delete_cookie(LOGIN_COOKIE, path=PATH)
+        return response
+
+    # --- invitations -------------------------------------------------------------------
+    async def invitation_page(self, request: Request, error: str | None = None, status: int = 200) -> Response:
+        token = request.path_params["token"]
+        try:
+            account = await self.shared.invitations.account_of(token)
+            login = await self.shared.credentials.login_of(account) if account else None
+        except RedisError:
+            return self._gone(request, "The service's storage cannot be reached. Try again shortly.", 503)
+        if account is None:
+            return self._gone(request, _sentence(errors.INVITATION_GONE.message))
+        response = self.pages.public_page(
+            request, "invitation.html", status, error=error, login=login, token=token, minimum=passwords.MIN_LENGTH
+        )
+        # The token is in this page's address: no other site may learn it from a Referer.
+        response.headers["Referrer-Policy"] = "no-referrer"
+        return response
+
+    def _gone(self, request: Request, message: str, status: int = 410) -> Response:
+        response = self.pages.public_page(request, "invitation_gone.html", status, message=message)
+        response.headers["Referrer-Policy"] = "no-referrer"
+        return response
+
+    async def accept_invitation(self, request: Request) -> Response:
+        form = await request.form(max_files=0, max_fields=10)
+        if not self.sessions.login_csrf_ok(request, _field(form, CSRF_FIELD)):
+            return await self.invitation_page(request, "The form expired. Please try again.", 403)
+        password = _field(form, "password")
+        if password != _field(form, "password_confirm"):
+            return await self.invitation_page(request, "The two passwords are not the same.", 400)
+        try:
+            account = await self.shared.accept_invitation(request.path_params["token"], password)
+        except PasswordRejected as exc:
+            return await self.invitation_page(request, f"Choose another password: {exc}.", 400)
+        except ConsoleHTTPError as exc:
+            return self._gone(request, _sentence(exc.message), exc.status)
+        except RedisError:
+            return self._gone(request, "The service's storage cannot be reached. Try again shortly.", 503)
+        return await self._signed_in(request, account, flash="Your password is set and you are signed in.")
+
+    # --- the account page -----------------------------------------------------------------
+    async def account(
+        self, request: Request, session: Session, error: str | None = None, status: int = 200
+    ) -> Response:
+        account = await self.pages.service.store.get_account(session.account)
+        has_password = await self.shared.credentials.has_password(session.account)
+        return await self.pages.render(
+            request,
+            "account.html",
+            session,
+            status=status,
+            nav="account",
+            account=account,
+            has_password=has_password,
+            minimum=passwords.MIN_LENGTH,
+            error=error,
+        )
+
+    async def change_password(self, request: Request, session: Session) -> Response:
+        form: FormData = request.state.form
+        new = _field(form, "new_password")
+        if new != _field(form, "new_password_confirm"):
+            return await self.account(request, session, "The two new passwords are not the same.", 400)
+        try:
+            await self.shared.change_password(request, session, _field(form, "current_password"), new)
+        except PasswordRejected as exc:
+            return await self.account(request, session, f"Choose another password: {exc}.", 400)
+        except ConsoleHTTPError as exc:
+            response = await self.account(request, session, _sentence(exc.message), exc.status)
+            response.headers.update(exc.headers)
+            return response
+        await self.sessions.flash(
+            session, {"kind": "ok", "text": "Password changed. Every other session of this account is signed out."}
+        )
+        return _redirect(_path("account"))
+
+    async def sign_out_everywhere(self, request: Request, session: Session) -> Response:
+        await self.shared.credentials.end_sessions(session.account)
+        response = _redirect(_path("login"))
+        self.sessions.clear_cookie(request, response)
+        return response
+
+
+class AccountApi:
+    def __init__(self, api: Api) -> None:
+        self.api = api
+        self.shared = _Shared(api.context)
+        self.sessions = api.sessions
+
+    def routes(self) -> list[BaseRoute]:
+        return [
+            Route("/session", self.sign_in, methods=["POST"], name="api-sign-in"),
+            Route("/invitation", self.accept_invitation, methods=["POST"], name="api-invitation"),
+            Route("/password", self.api._change(self.change_password), methods=["PUT"], name="api-password"),
+            Route(
+                "/sessions",
+                self.api._wrap(self.sign_out_everywhere, change=True, counted=False),
+                methods=["DELETE"],
+                name="api-sign-out-everywhere",
+            ),
+        ]
+
+    async def _answer(self, work: Callable[[], Awaitable[Response]]) -> Response:
+        try:
+            return await work()
+        except ConsoleHTTPError as exc:
+            return exc.response()
+        except PasswordRejected as exc:
+            return ConsoleHTTPError(errors.BAD_REQUEST, str(exc)).response()
+        except RedisError:
+            return ConsoleHTTPError(errors.STORAGE_UNAVAILABLE).response()
+
+    async def sign_in(self, request: Request) -> Response:
+        async def work() -> Response:
+            document = await json_body(request)
+            if "api_key" in document:
+                found = await self.sessions.key_account(_text(document, "api_key", required=True, limit=MAX_KEY_FIELD))
+                if found is None:
+                    raise ConsoleHTTPError(errors.KEY_REFUSED)
+                return await self._session(request, *found)
+            login = _text(document, "login", required=True, limit=MAX_LOGIN_FIELD)
+            attempt = await self.shared.sign_in(request, login, _text(document, "password", required=True, limit=1024))
+            if attempt.retry_after:
+                raise ConsoleHTTPError(errors.SIGN_IN_LIMITED, headers={"Retry-After": str(attempt.retry_after)})
+            if attempt.account is None:
+                raise ConsoleHTTPError(errors.SIGN_IN_REFUSED)
+            return await self._session(request, attempt.account)
+
+        return await self._answer(work)
+
+    async def accept_invitation(self, request: Request) -> Response:
+        async def work() -> Response:
+            document = await json_body(request)
+            token = _text(document, "token", required=True, limit=256)
+            password = _text(document, "password", required=True, limit=1024)
+            account = await self.shared.accept_invitation(token, password)
+            return await self._session(request, account)
+
+        return await self._answer(work)
+
+    async def _session(self, request: Request, account: str, key_id: str = "") -> Response:
+        cookie, session = await self.sessions.create(account, key_id)
+        response = json_ok({"account": session.account, "csrf_token": session.csrf})
+        self.sessions.set_cookie(request, response, cookie)
+        return response
+
+    async def change_password(self, request: Request, session: Session) -> Response:
+        async def work() -> Response:
+            document = await json_body(request)
+            current = _text(document, "current_password", required=True, limit=1024)
+            new = _text(document, "new_password", required=True, limit=1024)
+            await self.shared.change_password(request, session, current, new)
+            return json_ok({"changed": True, "other_sessions_ended": True})
+
+        return await self._answer(work)
+
+    async def sign_out_everywhere(self, request: Request, session: Session) -> Response:
+        await self.shared.credentials.end_sessions(session.account)
+        response = json_ok({"signed_out": True, "every_session": True})
+        self.sessions.clear_cookie(request, response)
+        return response

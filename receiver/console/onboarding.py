@@ -1,0 +1,374 @@
+"""The console's routes for a new instance by QR login and for the instance actions.
+
+Pages under ``/console`` and the JSON API under ``/console/api``, both over
+:class:`receiver.console.qrflow.QrFlow`:
+
+| page | JSON API | what it does |
+|---|---|---|
+| ``GET/POST /instances/new`` | ``POST /api/instances/new`` | ``device/create`` and the first QR code |
+| ``GET /logins/{id}`` | ``GET /api/logins/{id}`` | one poll (``checkQr``); on 2, ``long/start`` |
+| ``POST /logins/{id}/code`` | ``POST /api/logins/{id}/code`` | ``submitQrCode`` with the six digits |
+| ``POST /logins/{id}/renew`` | ``POST /api/logins/{id}/renew`` | a new code (after a cancel) |
+| ``POST /instances/{appid}/relogin`` | same under ``/api`` | ``reconnect`` + a read, else a QR login |
+| ``POST /instances/{appid}/qr-login`` | same under ``/api`` | a QR login of the instance (``long/stop`` first) |
+| ``POST /instances/{appid}/stop`` / ``start`` | same under ``/api`` | ``long/stop`` / ``long/start`` |
+| ``GET/POST /instances/{appid}/logout`` | ``POST /api/instances/{appid}/logout`` | ``login/logout``, confirmed |
+
+Every change needs the session's CSRF token like every other console form
+and API change. None is counted against the rate limit here: each gateway
+call it makes counts there, as the same call made with a key would.
+
+The login page works without script: it reloads itself (``<meta refresh>``)
+every :data:`POLL_SECONDS` while there is something to wait for, and has a
+"Check now" link. Polling is a GET because it reads; the one write it can
+lead to, ``long/start`` once the phone confirmed, is what the developer
+asked for when starting the login, and a cross-site GET carries no session
+(the cookie is ``SameSite=Strict``).
+
+A refused step keeps its code and message on the page and in the API's
+answer: refused by the gateway (quota -40402, -40404, -42900, ...), the
+gateway's HTTP status, code and message (and ``Retry-After``); refused by
+the capability layer, HTTP 200 with its code and a message naming the
+operation.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Any
+from urllib.parse import quote
+
+from starlette.datastructures import FormData
+from starlette.requests import Request
+from starlette.responses import RedirectResponse, Response
+from starlette.routing import BaseRoute, Route
+
+from svcgw import errors
+
+from .qrflow import Attempt, AttemptGone, FlowError, Outcome, QrFlow, action_needed
+from .session import PATH, Session
+from .web import ConsoleHTTPError, json_body, json_error, json_ok
+
+if TYPE_CHECKING:
+    from .api import Api
+    from .pages import Pages
+
+__all__ = ["POLL_SECONDS", "OnboardingApi", "OnboardingPages"]
+
+POLL_SECONDS = 2
+CLOSING_POLL_SECONDS = 1
+MAX_FIELD = 2048
+
+Handler = Callable[[Request, Session], Awaitable[Response]]
+
+
+def _path(*parts: str) -> str:
+    return PATH + "".join("/" + quote(part, safe="") for part in parts)
+
+
+def _redirect(location: str) -> Response:
+    return RedirectResponse(location, status_code=303)
+
+
+def _field(form: FormData, name: str) -> str:
+    value = form.get(name)
+    return value.strip()[:MAX_FIELD] if isinstance(value, str) else ""
+
+
+def refresh_seconds(attempt: Attempt) -> int | None:
+    """How soon the login page reloads itself; None when it waits for the developer."""
+    if attempt.stage == "closing":
+        return CLOSING_POLL_SECONDS
+    if attempt.stage != "qr" or attempt.status in (4, 10):
+        return None
+    return POLL_SECONDS
+
+
+# --- JSON API ---------------------------------------------------------------------------------
+def _text(document: dict[str, Any], name: str) -> str:
+    value = document.get(name, "")
+    if value is None:
+        return ""
+    if not isinstance(value, str):
+        raise ConsoleHTTPError(errors.BAD_REQUEST, f"{name} must be a string")
+    if len(value) > MAX_FIELD:
+        raise ConsoleHTTPError(errors.BAD_REQUEST, f"{name} is longer than {MAX_FIELD} characters")
+    return value.strip()
+
+
+def refused(outcome: Outcome) -> Response:
+    """A refused step as the API answers it: the gateway's own answer, or the layer's code on HTTP 200."""
+    headers = {"Retry-After": outcome.retry_after} if outcome.retry_after else None
+    message = outcome.message if outcome.by_gateway else outcome.describe()
+    return json_error(outcome.status, outcome.code, message, headers)
+
+
+GONE = ConsoleHTTPError(errors.NOT_THE_CALLERS, "no such login attempt (an attempt expires after 15 minutes)")
+
+
+class OnboardingApi:
+    def __init__(self, api: Api, flow: QrFlow) -> None:
+        self.api = api
+        self.flow = flow
+
+    def routes(self) -> list[BaseRoute]:
+        def change(handler: Handler) -> Callable[[Request], Awaitable[Response]]:
+            return self.api._wrap(self._refusals(handler), change=True, counted=False)
+
+        def read(handler: Handler) -> Callable[[Request], Awaitable[Response]]:
+            return self.api._wrap(self._refusals(handler), change=False)
+
+        return [
+            Route("/instances/new", change(self.begin), methods=["POST"], name="api-new-instance"),
+            Route("/logins/{attempt}", read(self.poll), methods=["GET"], name="api-login"),
+            Route("/logins/{attempt}/code", change(self.code), methods=["POST"], name="api-login-code"),
+            Route("/logins/{attempt}/renew", change(self.renew), methods=["POST"], name="api-login-renew"),
+            Route("/instances/{appid}/relogin", change(self.relogin), methods=["POST"], name="api-relogin"),
+            Route("/instances/{appid}/qr-login", change(self.qr_login), methods=["POST"], name="api-qr-login"),
+            Route("/instances/{appid}/stop", change(self.stop), methods=["POST"], name="api-stop"),
+            Route("/instances/{appid}/start", change(self.start), methods=["POST"], name="api-start"),
+            Route("/instances/{appid}/logout", change(self.logout), methods=["POST"], name="api-logout"),
+        ]
+
+    def _refusals(self, handler: Handler) -> Handler:
+        async def guarded(request: Request, session: Session) -> Response:
+            try:
+                return await handler(request, session)
+            except FlowError as exc:
+                return refused(exc.outcome)
+            except AttemptGone:
+                raise GONE from None
+
+        return guarded
+
+    async def begin(self, request: Request, session: Session) -> Response:
+        document = await json_body(request)
+        attempt = await self.flow.begin(
+            session.account, proxy=_text(document, "proxy"), callback_url=_text(document, "callback_url")
+        )
+        return json_ok(attempt.view(), status=201)
+
+    async def poll(self, request: Request, session: Session) -> Response:
+        return json_ok((await self.flow.advance(session.account, request.path_params["attempt"])).view())
+
+    async def code(self, request: Request, session: Session) -> Response:
+        code = _text(await json_body(request), "code")
+        attempt = await self.flow.submit_code(session.account, request.path_params["attempt"], code)
+        return json_ok(attempt.view())
+
+    async def renew(self, request: Request, session: Session) -> Response:
+        return json_ok((await self.flow.renew(session.account, request.path_params["attempt"])).view())
+
+    async def relogin(self, request: Request, session: Session) -> Response:
+        document = await json_body(request)
+        proxy = _text(document, "proxy") if document.get("proxy") is not None else None
+        attempt = await self.flow.relogin(session.account, request.path_params["appid"], proxy)
+        return json_ok({"recovered": attempt is None, "login": attempt.view() if attempt else None})
+
+    async def qr_login(self, request: Request, session: Session) -> Response:
+        document = await json_body(request)
+        attempt = await self.flow.begin_existing(
+            session.account,
+            request.path_params["appid"],
+            proxy=_text(document, "proxy"),
+            callback_url=_text(document, "callback_url"),
+        )
+        return json_ok(attempt.view(), status=201)
+
+    async def stop(self, request: Request, session: Session) -> Response:
+        await self.flow.stop(session.account, request.path_params["appid"])
+        return json_ok({"appid": request.path_params["appid"], "stopped": True})
+
+    async def start(self, request: Request, session: Session) -> Response:
+        document = await json_body(request)
+        appid = request.path_params["appid"]
+        await self.flow.start(session.account, appid, _text(document, "callback_url"))
+        return json_ok({"appid": appid, "started": True})
+
+    async def logout(self, request: Request, session: Session) -> Response:
+        await self.flow.logout(session.account, request.path_params["appid"])
+        return json_ok({"appid": request.path_params["appid"], "logged_out": True})
+
+
+# --- pages ---------------------------------------------------------------------------------------
+class OnboardingPages:
+    def __init__(self, pages: Pages, flow: QrFlow) -> None:
+        self.pages = pages
+        self.flow = flow
+        self.sessions = pages.sessions
+        pages.templates.env.globals["action_needed"] = action_needed
+
+    def routes(self) -> list[BaseRoute]:
+        page = self.pages._page
+
+        def form(handler: Handler) -> Callable[[Request], Awaitable[Response]]:
+            return self.pages._form(handler, counted=False)
+
+        # Before the console's "/instances/{appid}", which would take "new" for an appid.
+        return [
+            Route("/instances/new", page(self.new_page), methods=["GET"], name="new-instance"),
+            Route("/instances/new", form(self.begin), methods=["POST"]),
+            Route("/logins/{attempt}", page(self.login_page), methods=["GET"], name="qr-login"),
+            Route("/logins/{attempt}/code", form(self.code), methods=["POST"]),
+            Route("/logins/{attempt}/renew", form(self.renew), methods=["POST"]),
+            Route("/instances/{appid}/relogin", form(self.relogin), methods=["POST"]),
+            Route("/instances/{appid}/qr-login", form(self.qr_login), methods=["POST"]),
+            Route("/instances/{appid}/stop", form(self.stop), methods=["POST"]),
+            Route("/instances/{appid}/start", form(self.start), methods=["POST"]),
+            Route("/instances/{appid}/logout", page(self.logout_page), methods=["GET"], name="logout-instance"),
+            Route("/instances/{appid}/logout", form(self.logout), methods=["POST"]),
+        ]
+
+    async def _refused(
+        self, request: Request, session: Session, outcome: Outcome, template: str = "error.html", **context: Any
+    ) -> Response:
+        status = outcome.status if outcome.by_gateway else 502
+        response = await self.pages.render(
+            request,
+            template,
+            session,
+            status=status,
+            title="Refused",
+            message=outcome.describe(),
+            refusal={"code": outcome.code, "message": outcome.message, "operation": outcome.operation},
+            nav="instances",
+            **context,
+        )
+        if outcome.retry_after:
+            response.headers["Retry-After"] = outcome.retry_after
+        return response
+
+    async def _gone(self, request: Request, session: Session) -> Response:
+        return await self.pages.render(
+            request,
+            "error.html",
+            session,
+            status=404,
+            title="Login expired",
+            message="There is no such login for your account any more (a login expires after 15 minutes).",
+        )
+
+    # --- a new instance -----------------------------------------------------------------------------
+    async def new_page(self, request: Request, session: Session) -> Response:
+        default = await self.pages.service.callback(session.account, None)
+        return await self.pages.render(
+            request, "new_instance.html", session, nav="instances", default_url=default.get("url"), typed={}
+        )
+
+    async def begin(self, request: Request, session: Session) -> Response:
+        form: FormData = request.state.form
+        typed = {"callback_url": _field(form, "callback_url"), "proxy": _field(form, "proxy")}
+        try:
+            attempt = await self.flow.begin(session.account, proxy=typed["proxy"], callback_url=typed["callback_url"])
+        except FlowError as exc:
+            default = await self.pages.service.callback(session.account, None)
+            return await self._refused(
+                request, session, exc.outcome, "new_instance.html", default_url=default.get("url"), typed=typed
+            )
+        return _redirect(_path("logins", attempt.id))
+
+    # --- the login -------------------------------------------------------------------------------------
+    async def login_page(self, request: Request, session: Session) -> Response:
+        attempt_id = request.path_params["attempt"]
+        try:
+            attempt = await self.flow.advance(session.account, attempt_id)
+        except AttemptGone:
+            return await self._gone(request, session)
+        except FlowError as exc:
+            try:
+                attempt = await self.flow.get(session.account, attempt_id)
+            except AttemptGone:
+                return await self._gone(request, session)
+            return await self._refused(request, session, exc.outcome, "qr_login.html", attempt=attempt, refresh=None)
+        if attempt.stage == "done":
+            await self.sessions.flash(
+                session,
+                {"kind": "ok", "text": "Logged in, and the long connection is started: events of this instance flow."},
+            )
+            return _redirect(_path("instances", attempt.appid))
+        return await self.pages.render(
+            request, "qr_login.html", session, nav="instances", attempt=attempt, refresh=refresh_seconds(attempt)
+        )
+
+    async def code(self, request: Request, session: Session) -> Response:
+        code = _field(request.state.form, "code")
+        return await self._login_step(
+            request, session, lambda attempt: self.flow.submit_code(session.account, attempt, code)
+        )
+
+    async def renew(self, request: Request, session: Session) -> Response:
+        return await self._login_step(request, session, lambda attempt: self.flow.renew(session.account, attempt))
+
+    async def _login_step(
+        self, request: Request, session: Session, step: Callable[[str], Awaitable[Attempt]]
+    ) -> Response:
+        """A form of the login page: the step, then back to the page, which shows how it went."""
+        attempt_id = request.path_params["attempt"]
+        try:
+            await step(attempt_id)
+        except AttemptGone:
+            return await self._gone(request, session)
+        except FlowError:
+            pass  # kept on the attempt; the login page shows it
+        return _redirect(_path("logins", attempt_id))
+
+    # --- instance actions -------------------------------------------------------------------------------
+    async def relogin(self, request: Request, session: Session) -> Response:
+        appid = request.path_params["appid"]
+        proxy = _field(request.state.form, "proxy") or None
+        try:
+            attempt = await self.flow.relogin(session.account, appid, proxy)
+        except FlowError as exc:
+            return await self._refused(request, session, exc.outcome)
+        if attempt is None:
+            await self.sessions.flash(
+                session, {"kind": "ok", "text": "Re-logged in without a scan: the connection answers again."}
+            )
+            return _redirect(_path("instances", appid))
+        await self.sessions.flash(
+            session,
+            {"kind": "warn", "text": "Reconnecting did not bring the connection back: scan a new code to log in."},
+        )
+        return _redirect(_path("logins", attempt.id))
+
+    async def qr_login(self, request: Request, session: Session) -> Response:
+        appid = request.path_params["appid"]
+        form: FormData = request.state.form
+        try:
+            attempt = await self.flow.begin_existing(
+                session.account, appid, proxy=_field(form, "proxy"), callback_url=_field(form, "callback_url")
+            )
+        except FlowError as exc:
+            return await self._refused(request, session, exc.outcome)
+        return _redirect(_path("logins", attempt.id))
+
+    async def stop(self, request: Request, session: Session) -> Response:
+        return await self._action(request, session, "Long connection stopped; the service no longer probes it.")
+
+    async def start(self, request: Request, session: Session) -> Response:
+        return await self._action(request, session, "Long connection started; the service keeps it up.")
+
+    async def logout(self, request: Request, session: Session) -> Response:
+        return await self._action(request, session, "Logged out: the session key is destroyed; log in with a QR scan.")
+
+    async def _action(self, request: Request, session: Session, done: str) -> Response:
+        appid = request.path_params["appid"]
+        name = request.url.path.rsplit("/", 1)[1]
+        try:
+            if name == "stop":
+                await self.flow.stop(session.account, appid)
+            elif name == "start":
+                await self.flow.start(session.account, appid, _field(request.state.form, "callback_url"))
+            else:
+                await self.flow.logout(session.account, appid)
+        except FlowError as exc:
+            return await self._refused(request, session, exc.outcome)
+        await self.sessions.flash(session, {"kind": "ok", "text": done})
+        return _redirect(_path("instances", appid))
+
+    async def logout_page(self, request: Request, session: Session) -> Response:
+        appid = request.path_params["appid"]
+        instance = await self.pages.service.instance(session.account, appid)
+        return await self.pages.render(
+            request, "logout_instance.html", session, nav="instances", instance=instance, appid=appid
+        )

@@ -1,0 +1,122 @@
+"""How an account signs in to the console: its login, its password hash, the epoch of its sessions.
+
+A login is an e-mail address or a name, unique among accounts without regard
+to case: ``Dev@Example.com`` and ``dev@example.com`` are one login. It is
+stored as written on the account (``login``) and claimed in
+``keys.login(<normalised>)``, which holds the account id; the claim is made
+when the account is created (``Store.create_account``).
+
+The password is kept only as its argon2id hash (``svcgw.passwords``) in the
+account's hash. Setting it and ending the account's console sessions are one
+script (``lua/account_sessions.lua``): every session remembers the account's
+``session_epoch`` of when it was made, and one made before the current epoch
+is ended at its next request (``receiver.console.session``). Raising the
+epoch is "sign out everywhere"; a password change raises it too but keeps the
+session that made the change.
+
+Errors::
+
+    LoginRejected (a ValueError)   a login that breaks the rules below
+    LoginTaken    (a ValueError)   another account has that login already
+"""
+
+from __future__ import annotations
+
+import re
+import unicodedata
+from typing import Any
+
+from redis.asyncio import Redis
+from redis.exceptions import WatchError
+
+from . import keys
+from .scripts import source
+
+__all__ = ["MAX_LOGIN_LENGTH", "Credentials", "LoginRejected", "LoginTaken", "normalise_login"]
+
+MAX_LOGIN_LENGTH = 254  # the longest e-mail address a mail server accepts
+_NAME = re.compile(r"[a-z0-9][a-z0-9._-]{2,63}")
+_EMAIL = re.compile(r"[^@\s]+@[^@\s]+\.[^@\s.]+")
+
+
+class LoginRejected(ValueError):
+    """A login that is neither an e-mail address nor a name of 3 to 64 letters, digits, '.', '_' or '-'."""
+
+
+class LoginTaken(ValueError):
+    """Another account signs in with this login already."""
+
+    def __init__(self, login: str) -> None:
+        super().__init__(f"the login {login.strip()!r} belongs to another account")
+
+
+def normalise_login(login: str) -> str:
+    """The form two spellings of one login share (NFKC, case-folded); ``LoginRejected`` for a bad one."""
+    text = unicodedata.normalize("NFKC", login.strip()).casefold()
+    if not text or len(text) > MAX_LOGIN_LENGTH or not text.isprintable():
+        raise LoginRejected(f"a login has 1 to {MAX_LOGIN_LENGTH} printable characters")
+    if "@" in text:
+        if not _EMAIL.fullmatch(text):
+            raise LoginRejected(f"{login.strip()!r} is not an e-mail address (name@example.com)")
+    elif not _NAME.fullmatch(text):
+        raise LoginRejected(
+            "a login is an e-mail address, or a name of 3 to 64 letters, digits, '.', '_' and '-' "
+            "starting with a letter or digit"
+        )
+    return text
+
+
+class Credentials:
+    def __init__(self, redis: Redis) -> None:
+        # A client created with decode_responses=True (text), as the store's.
+        self.redis: Any = redis
+        self._sessions = redis.register_script(source("account_sessions"))
+
+    async def lookup(self, login: str) -> tuple[str, str] | None:
+        """(account id, password hash, '' when none is set) of a login; None for one nobody has."""
+        try:
+            normalised = normalise_login(login)
+        except LoginRejected:
+            return None
+        account = await self.redis.get(keys.login(normalised))
+        if not account:
+            return None
+        stored = await self.redis.hget(keys.account(account), "password")
+        return str(account), str(stored or "")
+
+    async def login_of(self, account: str) -> str | None:
+        login = await self.redis.hget(keys.account(account), "login")
+        return str(login) if login else None
+
+    async def has_password(self, account: str) -> bool:
+        return bool(await self.redis.hexists(keys.account(account), "password"))
+
+    async def set_password(self, account: str, password_hash: str, *, keep_session: str | None = None) -> int:
+        """Store the hash and end every console session of the account but ``keep_session`` (its Redis key).
+
+        Returns the new session epoch; ``LookupError`` if there is no such account.
+        """
+        return await self._run(account, password_hash, keep_session)
+
+    async def end_sessions(self, account: str, *, keep_session: str | None = None) -> int:
+        """Sign out everywhere: end every console session of the account (but ``keep_session``)."""
+        return await self._run(account, "", keep_session)
+
+    async def replace_hash(self, account: str, old_hash: str, new_hash: str) -> None:
+        """Store a hash made with today's parameters, unless the password changed meanwhile."""
+        async with self.redis.pipeline(transaction=True) as pipe:
+            await pipe.watch(keys.account(account))
+            if await pipe.hget(keys.account(account), "password") != old_hash:
+                return
+            pipe.multi()
+            pipe.hset(keys.account(account), "password", new_hash)
+            try:
+                await pipe.execute()
+            except WatchError:
+                return  # the password changed meanwhile: the new one stands
+
+    async def _run(self, account: str, password_hash: str, keep_session: str | None) -> int:
+        epoch = int(await self._sessions(keys=[keys.account(account), keep_session or ""], args=[password_hash]))
+        if epoch < 0:
+            raise LookupError(f"no account {account!r}")
+        return epoch
