@@ -23,6 +23,8 @@ from urllib.parse import quote
 from redis import Redis
 from redis.exceptions import RedisError
 
+from svcgw import redisconf
+
 __all__ = ["EmbeddedRedis"]
 
 
@@ -93,6 +95,7 @@ class EmbeddedRedis:
             "--save", "",
             "--protected-mode", "yes",
             "--logfile", str(self.dir / "server.log"),
+            *redisconf.server_args(),
         ]  # fmt: skip
         # Its own session: a Ctrl-C meant for ``svcgw up`` must not stop Redis
         # before the workers that write to it.

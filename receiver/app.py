@@ -86,6 +86,7 @@ def create_app(settings: Settings, *, services: Services | None = None) -> Starl
             if services.callback_sender is not None:
                 await services.callback_sender.aclose()
                 services.callback_sender = None
+            await services.ingest.aclose()  # the posts' counters still held, before the client closes
             await services.redis.aclose()
             await services.text_redis.aclose()
 

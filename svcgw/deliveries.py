@@ -248,7 +248,7 @@ def queue_delivery(
     )
     pipe.eval(
         QUEUE_SCRIPT,
-        9,
+        8,
         keys.delivery(delivery_id),
         keys.rq_job(delivery_id),
         queue_key,
@@ -257,7 +257,6 @@ def queue_delivery(
         keys.service_events(appid),
         keys.service_event_seq(appid),
         keys.rq_deferred(settings.queue_name),
-        keys.deliveries_by_appid(appid),
         appid,
         account,
         event_type,

@@ -12,11 +12,13 @@ seconds, newest first, whatever became of it:
 Each comes with every attempt (time, HTTP status or error, duration, the
 first 1 KB of the answer's body) and the time of the next attempt.
 
-The list is read from the instance's index ``svcgw:deliveries:<appid>`` (a
-sorted set of delivery ids by receipt time, written by the script that
-acknowledges the post and trimmed to the log's retention there) and the
-delivery records themselves. A delivery still retrying after the log's
-retention has passed drops out of the list, but :func:`show` still finds it.
+The list is read from the instance's callback log (``svcgw.calllog``: each
+post's entry names the delivery it made, and a service event's delivery is
+logged the same way) and the delivery records themselves. The log is the
+index: a separate one cost every post three Redis commands and every event
+50 to 200 bytes for the day. A page's cursor is a log entry id. A delivery
+still retrying after the log's retention has passed drops out of the list,
+but :func:`show` still finds it.
 
 The module has two halves: pure functions that turn stored fields into a
 :class:`Delivery` (:func:`build`, :func:`event_ids`, :func:`state_of`) and
@@ -34,6 +36,7 @@ Errors::
 from __future__ import annotations
 
 import json
+import re
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -55,9 +58,11 @@ __all__ = [
     "Page",
     "build",
     "event_ids",
+    "ids_of",
     "list_deliveries",
     "show",
     "state_of",
+    "stored_ids",
 ]
 
 State = Literal["pending", "retrying", "delivered", "dead"]
@@ -65,8 +70,10 @@ STATES: tuple[State, ...] = ("pending", "retrying", "delivered", "dead")
 
 # The delivery hash fields the list reads (the body only when it needs the event ids).
 FIELDS = ("appid", "account", "event_type", "state", "received_at", "next_at", "delivered_at", "dead_at")
+# Where the event ids are: the body, or, once delivered, the list kept instead of it (stored_ids).
+_ID_FIELDS = ("body", "ids")
 SCAN_CHUNK = 200
-# At most this many deliveries are looked at for one page: a filter that matches little
+# At most this many posts of the log are looked at for one page: a filter that matches little
 # answers with what it found and a cursor to go on from, never a scan of a whole day.
 SCAN_LIMIT = 5000
 MAX_LIMIT = 200
@@ -186,6 +193,26 @@ def event_ids(body: bytes | str | None) -> tuple[str, ...]:
     return tuple(found)
 
 
+def stored_ids(body: bytes) -> bytes:
+    """What a delivered delivery keeps instead of its body (the ``ids`` field): its event ids, a JSON list.
+
+    The callback log holds the post already; the list needs only the ids.
+    """
+    return orjson.dumps(list(event_ids(body)))
+
+
+def ids_of(fields: Mapping[str, bytes | str | None]) -> tuple[str, ...]:
+    """The event ids of a delivery hash: from its body, or, once delivered, from its ``ids``."""
+    body = fields.get("body")
+    if body:
+        return event_ids(body)
+    try:
+        listed = orjson.loads(fields.get("ids") or b"[]")
+    except orjson.JSONDecodeError:
+        return ()
+    return tuple(str(value) for value in listed) if isinstance(listed, list) else ()
+
+
 def _ids(document: Any) -> list[str] | None:
     """The ids' texts; None when one is a number orjson could not keep exactly."""
     events = document.get("events") if isinstance(document, dict) else None
@@ -231,7 +258,7 @@ def build(
     *,
     scheduled_at: float | None = None,
 ) -> Delivery | None:
-    """The delivery for its hash's fields (``body`` among them for the event ids); None if it expired.
+    """The delivery for its hash's fields (``body`` and ``ids`` among them for the event ids); None if it expired.
 
     ``scheduled_at`` is its score in the scheduled registry, when it is
     there: the exact time of the next attempt.
@@ -250,7 +277,7 @@ def build(
         appid=appid,
         account=_text(fields.get("account")),
         event_type=_text(fields.get("event_type")),
-        event_ids=event_ids(fields.get("body")),
+        event_ids=ids_of(fields),
         state=state,
         received_at=_float(fields.get("received_at")),
         next_attempt_at=next_at,
@@ -260,20 +287,18 @@ def build(
     )
 
 
-def parse_cursor(before: str) -> tuple[float, str]:
-    """``<receipt time>:<delivery id>`` of the last delivery of the previous page."""
-    score, _, delivery_id = before.partition(":")
-    try:
-        value = float(score)
-    except ValueError:
-        raise Invalid("before must be the next_before of a previous page") from None
-    if not delivery_id or len(delivery_id) > 200 or value != value:
+_ENTRY_ID = re.compile(r"[0-9]{1,20}-[0-9]{1,20}")
+
+
+def parse_cursor(before: str) -> str:
+    """The log entry id of the last delivery looked at on the previous page."""
+    if not _ENTRY_ID.fullmatch(before):
         raise Invalid("before must be the next_before of a previous page")
-    return value, delivery_id
+    return before
 
 
-def cursor(score: float, delivery_id: str) -> str:
-    return f"{score!r}:{delivery_id}"
+def cursor(entry_id: str) -> str:
+    return entry_id
 
 
 # --- reading Redis ----------------------------------------------------------------------
@@ -293,7 +318,7 @@ async def list_deliveries(
     """One page of the instance's deliveries, newest first, with their attempts.
 
     Filters combine (all must match). ``before`` is the previous page's
-    ``next_before``. At most :data:`SCAN_LIMIT` deliveries are looked at per
+    ``next_before``. At most :data:`SCAN_LIMIT` posts of the log are looked at per
     call; when the filters matched fewer than ``limit`` of them, the page is
     short and ``next_before`` says where to go on.
     """
@@ -306,46 +331,41 @@ async def list_deliveries(
     if account is None and not await redis.exists(keys.instance(appid)):
         raise NotFound(f"no instance {appid[:200]!r}")
     moment = time.time() if now is None else now
-    oldest = moment - settings.log_retention
-    index = keys.deliveries_by_appid(appid)
-    top: str = "+inf"
-    after_id: str | None = None
-    if before:
-        score, after_id = parse_cursor(before)
-        top = repr(score)
+    oldest = str(max(int((moment - settings.log_retention) * 1000), 0))
+    log_key = keys.callback_log(appid)
+    top = "(" + parse_cursor(before) if before else "+"
     found: list[Delivery] = []
     scanned = 0
-    last: tuple[str, float] | None = None
-    exhausted = False
+    last: str | None = None  # the entry id the next page starts below
     while len(found) < limit and scanned < SCAN_LIMIT:
-        asked = SCAN_CHUNK + 16
-        rows = [
-            (_text(member), float(score))
-            for member, score in cast(
-                list[tuple[bytes | str, float]],
-                await redis.zrevrangebyscore(index, top, oldest, start=0, num=asked, withscores=True),
-            )
-        ]
-        # Deliveries received at the cursor's very time come in descending id order:
-        # those up to the cursor's own were on the previous page.
-        chunk = [(m, s) for m, s in rows if after_id is None or not (repr(s) == top and m >= after_id)]
-        if not chunk:
-            if len(rows) == asked:
-                top, after_id = "(" + top, None  # a page's worth of one receipt time: step past it
-                continue
-            exhausted = True
+        asked = min(SCAN_CHUNK, SCAN_LIMIT - scanned)
+        rows = cast(
+            list[tuple[bytes | str, dict[bytes | str, bytes | str]]],
+            await redis.xrevrange(log_key, top, oldest, count=asked),
+        )
+        if not rows:
+            last = None  # nothing older: no next page
             break
-        chunk = chunk[: min(SCAN_CHUNK, SCAN_LIMIT - scanned)]
+        # Posts whose every event was a repeat made no delivery.
+        chunk = [
+            (_text(fields.get(b"delivery") or fields.get("delivery") or ""), _text(entry_id))
+            for entry_id, fields in rows
+        ]
+        chunk = [(delivery_id, entry_id) for delivery_id, entry_id in chunk if delivery_id]
         matched = await _matching(redis, settings, chunk, state, event_type, event_id, limit - len(found))
         found.extend(delivery for delivery, _ in matched)
-        consumed = chunk[: matched[-1][1] + 1] if matched and len(found) >= limit else chunk
-        scanned += len(consumed)
-        last = consumed[-1]
-        top, after_id = repr(last[1]), last[0]
+        if matched and len(found) >= limit:
+            # Stopped within the chunk: the next page starts below the last delivery taken.
+            last = chunk[matched[-1][1]][1]
+            scanned += next(n for n, (entry_id, _) in enumerate(rows, 1) if _text(entry_id) == last)
+            break
+        scanned += len(rows)
+        last = _text(rows[-1][0])
+        top = "(" + last
     await _complete(redis, found, bodies_read=event_id is not None)
     following = None
-    if not exhausted and last is not None and await _older_exists(redis, index, last, oldest):
-        following = cursor(last[1], last[0])
+    if last is not None and await redis.xrevrange(log_key, "(" + last, oldest, count=1):
+        following = cursor(last)
     return Page(found, following, scanned)
 
 
@@ -354,11 +374,11 @@ async def show(redis: Redis, settings: Settings, delivery_id: str, *, account: s
     if not delivery_id or len(delivery_id) > 200:
         raise NotFound("no such delivery")
     async with redis.pipeline(transaction=False) as pipe:
-        pipe.hmget(keys.delivery(delivery_id), [*FIELDS, "body"])
+        pipe.hmget(keys.delivery(delivery_id), [*FIELDS, *_ID_FIELDS])
         pipe.lrange(keys.delivery_attempts(delivery_id), 0, -1)
         pipe.zscore(keys.rq_scheduled(settings.queue_name), delivery_id)
         values, attempts, scheduled = await pipe.execute()
-    data = dict(zip((*FIELDS, "body"), values, strict=True))
+    data = dict(zip((*FIELDS, *_ID_FIELDS), values, strict=True))
     if account is not None and _text(data["account"]) != account:
         raise NotFound(f"no delivery {delivery_id!r}")
     delivery = build(delivery_id, data, attempts, scheduled_at=_float(scheduled))
@@ -370,7 +390,7 @@ async def show(redis: Redis, settings: Settings, delivery_id: str, *, account: s
 async def _matching(
     redis: Redis,
     settings: Settings,
-    chunk: Sequence[tuple[str, float]],
+    chunk: Sequence[tuple[str, str]],  # (delivery id, log entry id)
     state: str | None,
     event_type: str | None,
     event_id: str | None,
@@ -381,7 +401,7 @@ async def _matching(
     Bodies are read here only to look for an event id; the others' are read
     for the matches alone (:func:`_complete`).
     """
-    names = (*FIELDS, "body") if event_id is not None else FIELDS
+    names = (*FIELDS, *_ID_FIELDS) if event_id is not None else FIELDS
     scheduled_key = keys.rq_scheduled(settings.queue_name)
     async with redis.pipeline(transaction=False) as pipe:
         for delivery_id, _ in chunk:
@@ -397,7 +417,7 @@ async def _matching(
         if state is not None and state_of(_text(data["state"])) != state:
             continue
         if event_id is not None:
-            body = data["body"]
+            body = data["body"] or data["ids"]
             if not body or event_id.encode() not in _bytes(body):
                 continue  # a cheap look first: most bodies do not hold the id at all
         delivery = build(delivery_id, data, scheduled_at=_float(scores[position]))
@@ -417,22 +437,13 @@ async def _complete(redis: Redis, found: list[Delivery], *, bodies_read: bool) -
         for delivery in found:
             pipe.lrange(keys.delivery_attempts(delivery.id), 0, -1)
             if not bodies_read:
-                pipe.hget(keys.delivery(delivery.id), "body")
+                pipe.hmget(keys.delivery(delivery.id), list(_ID_FIELDS))
         replies = iter(await pipe.execute())
     for index, delivery in enumerate(found):
         records = next(replies)
-        ids = delivery.event_ids if bodies_read else event_ids(next(replies))
+        ids = delivery.event_ids if bodies_read else ids_of(dict(zip(_ID_FIELDS, next(replies), strict=True)))
         attempts = tuple(attempt_of(record, number + 1) for number, record in enumerate(records))
         found[index] = replace(delivery, attempts=attempts, event_ids=ids)
-
-
-async def _older_exists(redis: Redis, index: str, last: tuple[str, float], oldest: float) -> bool:
-    """Whether the index holds a delivery older than ``last`` (within the retention)."""
-    member, score = last
-    if await redis.zcount(index, oldest, f"({score!r}"):
-        return True
-    ties = cast(list[bytes | str], await redis.zrangebyscore(index, score, score))
-    return any(_text(tie) < member for tie in ties)
 
 
 def _bytes(value: bytes | str) -> bytes:

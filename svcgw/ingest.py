@@ -7,7 +7,13 @@ which, atomically:
 2. drops repeated events one by one (``svcgw.envelope`` defines the keys;
    an event without an ``id`` has none and is always forwarded);
 3. writes one delivery, an RQ job queued for the workers, if any event is new;
-4. appends the post, raw as received, to the instance's callback log.
+4. appends the post, as received (compressed when that pays:
+   ``svcgw.calllog.stored_body``), to the instance's callback log, whose
+   entry also lists the delivery for the deliveries list.
+
+The /metrics counters of the posts are kept in memory and written twice a
+second (:class:`svcgw.metrics.BufferedCounts`); :meth:`Ingest.aclose`
+writes what is left.
 
 Before anything is read or parsed, :meth:`Ingest.check_receiver` checks the
 token with one ``GET`` (or a recent answer for the same token), so a
@@ -42,17 +48,16 @@ from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
 from . import keys, liveness
+from .calllog import stored_body
 from .deliveries import INGEST_SCRIPT, job_description, new_delivery_id, template
 from .envelope import EnvelopeError, Post, build_envelope, parse_post
-from .metrics import DUPLICATES, EVENTS, POSTS
+from .metrics import BufferedCounts, ingest_commands
 from .settings import Settings
 from .store import digest
 
 __all__ = ["Ingest", "IngestResult", "ReplicaNotConfirmed", "UnknownReceiver"]
 
 log = logging.getLogger("svcgw.receiver")
-
-_COUNTER_FIELDS = (POSTS, EVENTS, DUPLICATES)
 
 # Bodies above this are parsed in a worker thread: below it, parsing takes
 # less time than handing it over.
@@ -97,6 +102,12 @@ class Ingest:
         self._queue_key = keys.rq_queue(settings.queue_name)
         self._job = template(settings.queue_name, settings.dead_letter_retention)
         self._known: OrderedDict[str, tuple[str, float]] = OrderedDict()
+        # The /metrics counters of the posts: in memory, written twice a second.
+        self.counts = BufferedCounts(settings, redis)
+
+    async def aclose(self) -> None:
+        """Write the counts still held (the app's shutdown calls it); the client is the caller's."""
+        await self.counts.aclose()
 
     async def check_receiver(self, appid: str, token: str) -> None:
         """Raise :class:`UnknownReceiver` unless ``token`` is ``appid``'s receiver token.
@@ -174,6 +185,10 @@ class Ingest:
         return result
 
     async def _store(self, appid: str, token: str, body: bytes, post: Post) -> IngestResult:
+        if len(body) <= PARSE_IN_THREAD_BYTES:
+            logged = stored_body(body)
+        else:
+            logged = await asyncio.to_thread(stored_body, body)
         delivery_id = new_delivery_id()
         now = time.time()
         flat = self._job.flat(delivery_id, job_description(post.event_type, appid))
@@ -195,15 +210,13 @@ class Ingest:
                     keys.rq_job(delivery_id),
                     self._queue_key,
                     keys.RQ_QUEUES,
-                    keys.METRICS_COUNTERS,
-                    keys.deliveries_by_appid(appid),
                     *dedup_keys,
                 ],
                 args=[
                     appid,
                     repr(now),
                     self.settings.log_retention,
-                    body,
+                    logged,
                     post.event_type,
                     head,
                     self._keyed_ttl,
@@ -211,7 +224,6 @@ class Ingest:
                     self._queue_key,
                     len(flat) // 2,
                     *flat,
-                    *_COUNTER_FIELDS,
                     *events,
                 ],
             ),
@@ -219,4 +231,5 @@ class Ingest:
         status, accepted, duplicates = (int(x) for x in result)
         if status < 0:
             raise UnknownReceiver(appid)
+        self.counts.add(ingest_commands(accepted, duplicates))
         return IngestResult(accepted, duplicates, delivery_id if accepted else None)

@@ -102,7 +102,10 @@ def callback_instance(appid: str) -> str:
 
 # --- ingest: callback log and de-duplication --------------------------------
 def callback_log(appid: str) -> str:
-    """Stream of raw posts as received: body, delivery, accepted, duplicates."""
+    """Stream of posts as received: body (compressed when that pays, svcgw.calllog), delivery, accepted, duplicates.
+
+    Also the index of the instance's deliveries (svcgw.deliverylist): each entry names its delivery.
+    """
     return f"{PREFIX}log:{appid}"
 
 
@@ -113,18 +116,16 @@ def dedup(appid: str, event_key: str) -> str:
 
 # --- deliveries --------------------------------------------------------------
 def delivery(delivery_id: str) -> str:
-    """Hash: appid, account, event_type, body, state, attempts, received_at, ..."""
+    """Hash: appid, account, event_type, body, state, attempts, received_at, ...
+
+    Once delivered, the body is emptied and ``ids`` holds its event ids (the log has the post).
+    """
     return f"{PREFIX}delivery:{delivery_id}"
 
 
 def delivery_attempts(delivery_id: str) -> str:
     """List of JSON attempt records, oldest first."""
     return f"{PREFIX}delivery:{delivery_id}:attempts"
-
-
-def deliveries_by_appid(appid: str) -> str:
-    """Sorted set of one instance's delivery ids scored by receipt time, trimmed to the log's retention."""
-    return f"{PREFIX}deliveries:{appid}"
 
 
 # Hash: a destination (a callback address's origin, svcgw.failing) whose attempts have all

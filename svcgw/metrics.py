@@ -11,11 +11,12 @@ memory:
 * counters are fields of the hash ``svcgw:metrics:counters``, bumped with
   ``HINCRBY``; the latency histogram is the hash ``svcgw:metrics:latency``
   (one field per bucket, plus ``count`` and ``sum``);
-* the receiver's ingest script bumps a post's counters itself, in the
-  round trip that stores the post (``ingest_commands`` says which); a
-  worker counts its attempts in memory, and a task on its event loop
-  writes them every half second, all in one pipeline, so the delivery
-  path itself does no metrics I/O (:class:`AttemptRecorder`);
+* the receiver counts its posts in memory (``ingest_commands`` says
+  which counters a post bumps) and a worker its attempts, and a task on
+  each event loop writes them every half second, all in one pipeline, so
+  neither the ingest script nor the delivery path does metrics I/O
+  (:class:`BufferedCounts`, :class:`AttemptRecorder`). Counting in the
+  ingest script cost two Redis commands per post;
 * instances are counted by liveness status in the hash
   ``svcgw:metrics:instances``, updated in the same transaction as every
   status change (registration, ``svcgw.liveness`` and the prober; see
@@ -66,8 +67,10 @@ __all__ = [
     "COUNTERS",
     "LATENCY_BUCKETS",
     "AttemptRecorder",
+    "BufferedCounts",
     "attempt_commands",
     "count_change",
+    "ingest_commands",
     "rebuild_instance_counts",
     "record_probe",
     "snapshot",
@@ -179,17 +182,17 @@ async def _apply(redis: AsyncRedis, commands: Sequence[Command]) -> None:
         log.warning("metrics not recorded: %s", type(exc).__name__)
 
 
-class AttemptRecorder:
-    """The delivery engine's ``on_attempt`` hook.
+class BufferedCounts:
+    """Counts added in memory and written to Redis every :attr:`flush_every` seconds, in one pipeline.
 
-    The hook runs on the engine's hot path, so it does no I/O: it adds to
-    counts held in memory. A task on the same event loop, started by the
-    first count, writes them to Redis every :attr:`flush_every` seconds, all
-    of them in one pipeline; :meth:`aclose` stops that task after a last
-    write (the engine calls it when it stops). A flush that fails keeps its
-    counts for the next one.
+    For counts bumped on a hot path (each post, each attempt): :meth:`add`
+    does no I/O. A task on the event loop, started by the first count, writes
+    what is held; :meth:`aclose` stops it after a last write. A flush that
+    fails keeps its counts for the next one. What a process held when it was
+    killed (at most half a second of counts) is lost, never a post or a
+    delivery.
 
-    ``redis`` is a ``redis.asyncio`` client; without one the recorder opens
+    ``redis`` is a ``redis.asyncio`` client; without one the buffer opens
     its own from ``settings`` when it first writes, and closes it in
     :meth:`aclose`.
     """
@@ -204,8 +207,8 @@ class AttemptRecorder:
         self._task: asyncio.Task[None] | None = None
         self._closing: asyncio.Event | None = None
 
-    def __call__(self, prepared: Received, attempt: object, step: str) -> None:
-        for command, key, name, amount in attempt_commands(step, received_at=prepared.received_at):
+    def add(self, commands: Iterable[Command]) -> None:
+        for command, key, name, amount in commands:
             slot = (command, key, name)
             self._pending[slot] = self._pending.get(slot, 0) + amount
         if self._task is None:
@@ -247,6 +250,13 @@ class AttemptRecorder:
         if self._given_redis is None and self._redis is not None:
             redis, self._redis = self._redis, None
             await redis.aclose()
+
+
+class AttemptRecorder(BufferedCounts):
+    """The delivery engine's ``on_attempt`` hook: each finished attempt's counts, buffered."""
+
+    def __call__(self, prepared: Received, attempt: object, step: str) -> None:
+        self.add(attempt_commands(step, received_at=prepared.received_at))
 
 
 async def record_probe(redis: AsyncRedis, result: str) -> None:

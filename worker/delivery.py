@@ -112,7 +112,7 @@ def prepare(redis: Redis, vault: TokenVault, delivery_id: str) -> Prepared | Non
     """The delivery and its current destination; None if the delivery no longer exists."""
     values = cast(list[bytes | None], redis.hmget(keys.delivery(delivery_id), list(DELIVERY_FIELDS)))
     data = dict(zip(DELIVERY_FIELDS, values, strict=True))
-    if not data["appid"] or data["body"] is None:
+    if not data["appid"] or not data["body"]:
         return None
     appid = _text(data["appid"])
     with redis.pipeline(transaction=False) as pipe:
@@ -136,7 +136,9 @@ def _prepared(
     default: Mapping[str, str],
     vault: TokenVault,
 ) -> Prepared | None:
-    if not data["appid"] or data["body"] is None:
+    # A delivered delivery keeps its event ids, not its body (worker.queue.Finish.event_ids):
+    # a copy of it claimed again (a lease ran out meanwhile) has nothing left to send.
+    if not data["appid"] or not data["body"]:
         return None
     destination = choose_destination(own, default)
     token = None

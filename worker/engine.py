@@ -60,6 +60,7 @@ from redis.exceptions import RedisError
 from svcgw import failing
 from svcgw.connections import async_client
 from svcgw.deliveries import exc_info_field
+from svcgw.deliverylist import stored_ids
 from svcgw.metrics import AttemptRecorder
 from svcgw.outbound import Sender, sender_for
 from svcgw.settings import Settings
@@ -372,6 +373,7 @@ class Engine:
                 retention=retention,
                 error=exc_info_field(attempt.error or "") if step == "dead" else b"",
                 destination=destination,
+                event_ids=stored_ids(prepared.body) if step == "delivered" else b"",
             )
         )
         _log_failing(destination, finished, attempt)

@@ -93,6 +93,9 @@ class Finish:
     retention: int = 0  # seconds the delivery record is kept from now
     error: bytes = b""  # dead: RQ's exc_info (zlib)
     destination: str = ""  # the attempt's destination (svcgw.failing.destination_of); '' for none
+    # delivered: the body's event ids (svcgw.deliverylist.stored_ids), kept instead of the body,
+    # which the callback log holds already; b"" keeps the body
+    event_ids: bytes = b""
 
 
 @dataclass(frozen=True)
@@ -247,6 +250,7 @@ class DeliveryQueue:
                     item.error,
                     item.destination,
                     self._chains.get(item.delivery_id, _CHAIN_UNKNOWN),
+                    item.event_ids,
                 )
             )
         script_keys = [

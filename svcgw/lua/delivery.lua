@@ -4,15 +4,16 @@
 -- write_delivery(k, appid, account, event_type, body, now, count, delivery_id, queue_key, job)
 --   k: {delivery=, job=, queue=, rq_queues=} keys; job: RQ's job hash as field, value, ...
 -- log_post(log_key, retention, raw, now, delivery_id, accepted, duplicates)
--- index_delivery(index_key, retention, now, delivery_id)
+--   (the log entry naming the delivery is also what lists it: svcgw.deliverylist)
 
 local function write_delivery(k, appid, account, event_type, body, now, count, delivery_id, queue_key, job)
   redis.call('HSET', k.delivery, 'appid', appid, 'account', account, 'event_type', event_type,
     'body', body, 'state', 'queued', 'received_at', now, 'attempts', 0, 'failures', 0,
     'events', count)
   redis.call('HSET', k.job, unpack(job))
-  redis.call('RPUSH', k.queue, delivery_id)
-  redis.call('SADD', k.rq_queues, queue_key)
+  -- RQ lists a queue by its name in rq:queues. Added when the queue's list is created,
+  -- not on every push: the name stays there once added (one command fewer per post).
+  if redis.call('RPUSH', k.queue, delivery_id) == 1 then redis.call('SADD', k.rq_queues, queue_key) end
 end
 
 -- One entry of the instance's callback log, trimmed to the retention by age.
@@ -22,12 +23,4 @@ local function log_post(log_key, retention, raw, now, delivery_id, accepted, dup
   redis.call('XADD', log_key, 'MINID', '~', oldest, '*', 'body', raw, 'received_at', now,
     'delivery', delivery_id, 'accepted', accepted, 'duplicates', duplicates)
   redis.call('EXPIRE', log_key, retention)
-end
-
--- The instance's index of deliveries (svcgw.deliverylist): the id scored by its receipt,
--- trimmed to the log's retention, in the write that acknowledges the post.
-local function index_delivery(index_key, retention, now, delivery_id)
-  redis.call('ZADD', index_key, now, delivery_id)
-  redis.call('ZREMRANGEBYSCORE', index_key, '-inf', '(' .. (tonumber(now) - tonumber(retention)))
-  redis.call('EXPIRE', index_key, retention)
 end

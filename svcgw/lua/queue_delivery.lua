@@ -2,8 +2,7 @@
 -- delivery.lua and chain.lua are prepended. Sent as EVAL, so it can be queued inside MULTI.
 -- Each event gets the next sequence number of its instance (the seq member), and the
 -- delivery waits behind the instance's earlier service events (chain.lua).
--- KEYS: delivery, job, queue, rq:queues, log, chain, seq counter, deferred registry,
---       deliveries index
+-- KEYS: delivery, job, queue, rq:queues, log, chain, seq counter, deferred registry
 -- ARGV: appid, account, event_type, now, event count, delivery id, queue key,
 --       log retention, rq now, job prefix, delivery prefix, number of body pieces,
 --       body pieces (the envelope cut where each event's seq goes: one more than the
@@ -27,5 +26,4 @@ redis.call('HSET', KEYS[1], 'chain', KEYS[6], 'seq', first)
 chain_add({chain = KEYS[6], queue = KEYS[3], deferred = KEYS[8], job_prefix = ARGV[10],
   delivery_prefix = ARGV[11], rq_now = ARGV[9]}, ARGV[6], ARGV[4])
 log_post(KEYS[5], ARGV[8], body, ARGV[4], ARGV[6], ARGV[5], 0)
-index_delivery(KEYS[9], ARGV[8], ARGV[4], ARGV[6])
 return first

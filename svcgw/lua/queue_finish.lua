@@ -1,17 +1,18 @@
 -- Ends claims: records attempts and moves each job on (worker.queue.DeliveryQueue.finish_many).
 -- chain.lua is prepended: a service event delivered, dead or dropped lets its instance's next one go.
 -- KEYS: inflight, scheduled, failed, queue, deferred, failing destinations
--- ARGV: now, rq ended_at, 'failing after:forget after' (seconds), then 12 per job: kind, id,
+-- ARGV: now, rq ended_at, 'failing after:forget after' (seconds), then 13 per job: kind, id,
 --       delivery key, attempts key, job key, dead index key, attempt record,
 --       due (retry, defer) or expiry (dead), ttl of the delivery record,
 --       error text (zlib), destination ('' when the attempt had none), chain
---       (the service-event chain key, '' for a customer event, '?' if unknown)
+--       (the service-event chain key, '' for a customer event, '?' if unknown),
+--       event ids (delivered: a JSON list kept instead of the body; '' keeps the body)
 -- Returns per job: 1 if the claim was still ours, else 0; plus 2 when this
 -- attempt's destination started failing, 4 when it recovered (svcgw.failing).
-local n = (#ARGV - 3) / 12
+local n = (#ARGV - 3) / 13
 if n < 1 then return {} end
 local ids = {}
-for i = 0, n - 1 do ids[#ids + 1] = ARGV[5 + i * 12] end
+for i = 0, n - 1 do ids[#ids + 1] = ARGV[5 + i * 13] end
 local held = redis.call('ZMSCORE', KEYS[1], unpack(ids))
 redis.call('ZREM', KEYS[1], unpack(ids))
 local now = ARGV[1]
@@ -47,7 +48,7 @@ local function track(destination, ok)
 end
 -- --- end of failing destinations ---
 for i = 0, n - 1 do
-  local b = 4 + i * 12
+  local b = 4 + i * 13
   local kind, id = ARGV[b], ARGV[b + 1]
   local delivery, attempts, job, dead = ARGV[b + 2], ARGV[b + 3], ARGV[b + 4], ARGV[b + 5]
   local record, due, ttl = ARGV[b + 6], ARGV[b + 7], ARGV[b + 8]
@@ -58,7 +59,14 @@ for i = 0, n - 1 do
   elseif kind == 'retry' or kind == 'dead' then failing = track(ARGV[b + 10], false) end
   if kind == 'delivered' then
     local count = redis.call('RPUSH', attempts, record)
-    redis.call('HSET', delivery, 'state', 'delivered', 'delivered_at', now, 'attempts', count)
+    if ARGV[b + 12] ~= '' then
+      -- The body is in the callback log already; the deliveries list needs only its event ids.
+      -- Emptied in the same HSET rather than deleted: one command fewer.
+      redis.call('HSET', delivery, 'state', 'delivered', 'delivered_at', now, 'attempts', count,
+        'body', '', 'ids', ARGV[b + 12])
+    else
+      redis.call('HSET', delivery, 'state', 'delivered', 'delivered_at', now, 'attempts', count)
+    end
     redis.call('EXPIRE', delivery, ttl)
     redis.call('EXPIRE', attempts, ttl)
     redis.call('DEL', job)

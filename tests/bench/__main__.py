@@ -23,7 +23,7 @@ from typing import Any
 
 import orjson
 
-from . import gateway, scenarios
+from . import gateway, memory, scenarios
 from .scenarios import Bench, Plan
 
 # name: (figure, comparison, target, what it says)
@@ -40,6 +40,7 @@ TARGETS: list[tuple[str, str, str, float, str]] = [
     ("isolation_ratio", "ratios.isolation", ">=", 0.9, "healthy throughput with 10% hanging / end to end"),
     ("commands_per_delivery", "redis.commands_per_delivery", "<=", 20, "Redis commands per delivery (worker)"),
     ("retry_lateness_max_s", "retry.lateness_max_s", "<=", 1, "latest start of 10,000 retries due at once"),
+    *memory.targets(),
 ]
 
 
@@ -102,6 +103,9 @@ def run(plan: Plan, appendfsync: str, workdir: Path) -> dict[str, Any]:
         }
     finally:
         bench.stop()
+    # On a Redis, sink and workers of its own, once the others have stopped.
+    step("memory")
+    figures["memory"] = memory.run(plan, workdir)
     e2e = figures["e2e"]["deliveries_per_s"]
     reference = figures["reference"]
     figures["redis"] = {
@@ -164,6 +168,7 @@ def table(figures: dict[str, Any]) -> str:
          f" + {redis['stock_rq_commands_per_enqueue']}"),
         ("5 Redis memory", f"{redis['bytes_per_event_logged']} B/event logged",
          f"{redis['bytes_per_event_after_delivery']} B/event after delivery"),
+        *memory.table_rows(figures["memory"]),
         ("6 retries due at once", f"{retry['due_at_once']}, promoted in {retry['promoted_within_s']} s",
          f"late p50 {retry['lateness_p50_s']} s, p99 {retry['lateness_p99_s']} s, "
          f"max {retry['lateness_max_s']} s"),

@@ -15,6 +15,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -125,8 +126,9 @@ class Bench:
     log: list[str] = field(default_factory=list)
 
     # --- set-up and tear-down -----------------------------------------------------
-    def start(self) -> None:
-        self.redis = RedisServer(self.workdir, self.appendfsync).start()
+    def start(self, *, serve: bool = True, appendonly: bool = True, extra_env: dict[str, str] | None = None) -> None:
+        """Redis, the sink and (``serve``) the HTTP server; ``extra_env`` adds settings for every role."""
+        self.redis = RedisServer(self.workdir, self.appendfsync, appendonly=appendonly).start()
         env = {k: v for k, v in os.environ.items() if not k.startswith("SVCGW_")}
         env.update(
             SVCGW_REDIS_URL=self.redis.url,
@@ -138,16 +140,22 @@ class Bench:
             SVCGW_DELIVERY_TIMEOUT=str(self.plan.delivery_timeout),
             PYTHONUNBUFFERED="1",
         )
+        env.update(extra_env or {})
         self.env = env
         self.settings = Settings.from_env(env)
         self.sink = Sink()
-        self.server, self.base = start_server(env, self.workdir / "serve.log")
+        self.server: Role | None = None
+        if serve:
+            self.server, self.base = start_server(env, self.workdir / "serve.log")
         self.workers: list[Role] = []
         self.fast = self.provision(self.sink.listen("fast", self.plan.fast_ports))
 
     def stop(self) -> None:
         self.stop_workers()
-        for closer in (self.server.stop, self.sink.stop, self.redis.stop):
+        closers = [self.sink.stop, self.redis.stop]
+        if self.server is not None:
+            closers.insert(0, self.server.stop)
+        for closer in closers:
             try:
                 closer()
             except Exception as exc:  # tear-down goes on whatever failed
@@ -181,8 +189,14 @@ class Bench:
 
         return asyncio.run(run())
 
-    def fill(self, tenants: list[Tenant], count: int, prefix: str) -> None:
-        """Queue ``count`` deliveries through the receiver's own code, without HTTP (workers stopped)."""
+    def fill(
+        self, tenants: list[Tenant], count: int, prefix: str, post: Callable[[str, int], bytes] | None = None
+    ) -> None:
+        """Queue ``count`` deliveries through the receiver's own code, without HTTP (workers stopped).
+
+        ``post(prefix, n)`` makes the n-th body; by default one event with the id ``prefix + n``.
+        """
+        make = post or _one_event
 
         async def run() -> None:
             client = AsyncRedis.from_url(self.redis.url)
@@ -191,7 +205,7 @@ class Bench:
 
             async def one(n: int) -> None:
                 tenant = tenants[n % len(tenants)]
-                body = b'{"event_type":"Msg","events":[{"id":"%s%d"}]}' % (prefix.encode(), n)
+                body = make(prefix, n)
                 async with limit:
                     await ingest.accept(tenant.appid, tenant.token, body)
 
@@ -205,7 +219,8 @@ class Bench:
         self.redis.client.delete(keys.rq_queue(name), keys.rq_scheduled(name), keys.inflight(name))
 
     def service_rss(self) -> int:
-        return self.server.rss_bytes() + sum(w.rss_bytes() for w in self.workers)
+        served = self.server.rss_bytes() if self.server is not None else 0
+        return served + sum(w.rss_bytes() for w in self.workers)
 
     def drain(self, expected: int, timeout: float, sample: list[int] | None = None) -> list[tuple[str, float]]:
         """Wait until the sink has ``expected`` requests (or no progress for a while); its arrivals."""
@@ -234,6 +249,10 @@ class Bench:
             subprocess.run([sys.executable, "-m", "tests.bench.loadgen", str(spec_path)], cwd=REPO, check=True,
                            timeout=spec["duration"] + 60)  # fmt: skip
             return dict(orjson.loads(out.read_bytes()))
+
+
+def _one_event(prefix: str, n: int) -> bytes:
+    return b'{"event_type":"Msg","events":[{"id":"%s%d"}]}' % (prefix.encode(), n)
 
 
 # --- 1. ingest ------------------------------------------------------------------------

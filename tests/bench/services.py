@@ -16,6 +16,7 @@ import httpx
 import orjson
 from redis import Redis
 
+from svcgw import redisconf
 from tests.support import free_port
 
 REPO = Path(__file__).resolve().parents[2]
@@ -35,9 +36,10 @@ def wait_until(predicate: Callable[[], Any], timeout: float, what: str, interval
 class RedisServer:
     """A redis-server of the run's own on a free port, with an append-only file."""
 
-    def __init__(self, directory: Path, appendfsync: str) -> None:
+    def __init__(self, directory: Path, appendfsync: str, *, appendonly: bool = True) -> None:
         self.dir = directory
         self.appendfsync = appendfsync
+        self.appendonly = appendonly
         self.port = free_port()
         self.proc: subprocess.Popen[bytes] | None = None
 
@@ -48,8 +50,8 @@ class RedisServer:
     def start(self) -> RedisServer:
         self.proc = subprocess.Popen(
             ["redis-server", "--bind", "127.0.0.1", "--port", str(self.port), "--dir", str(self.dir),
-             "--appendonly", "yes", "--appendfsync", self.appendfsync, "--save", "",
-             "--maxclients", "10000", "--loglevel", "warning"],
+             "--appendonly", "yes" if self.appendonly else "no", "--appendfsync", self.appendfsync, "--save", "",
+             "--maxclients", "10000", "--loglevel", "warning", *redisconf.server_args()],
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, stdin=subprocess.DEVNULL,
         )  # fmt: skip
         self.client = Redis.from_url(self.url, socket_connect_timeout=0.5)

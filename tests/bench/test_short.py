@@ -23,7 +23,10 @@ EXPECTED = {
     "redis": {"commands_per_delivery", "commands_per_post", "bytes_per_event_logged"},
     "ratios": {"e2e_vs_simpleworker", "e2e_vs_aiohttp", "isolation"},
     "setup": {"appendfsync", "load_generator", "machine"},
+    "memory": {"small", "msg"},
 }
+MEMORY = {"payload_bytes", "logged_bytes_per_event", "delivered_bytes_per_event", "dead_letter_bytes",
+          "commands_per_event", "breakdown"}  # fmt: skip
 
 
 @pytest.mark.slow
@@ -43,6 +46,11 @@ def test_short_benchmark_prints_every_figure() -> None:
     )
     assert all({"value", "target", "met"} <= set(v) for v in figures["targets"].values())
     assert figures["setup"]["mode"] == "short"
+    for payload in figures["memory"].values():
+        assert MEMORY <= set(payload) and {"logged", "delivered", "dead"} <= set(payload["breakdown"])
+        assert payload["delivered_bytes_per_event"] > 0 and payload["dead_letter_bytes"] > 0
+        assert sum(payload["breakdown"]["delivered"].values()) == payload["delivered_bytes_per_event"]
+    assert {"memory_small_delivered", "memory_msg_logged", "memory_msg_commands"} <= set(figures["targets"])
     gateway = figures["gateway"]
     assert {"c50_w1_per_s", "c50_w2_per_s", "c1_added_p50_ms", "round_trips_per_call", "rss_after_mb"} <= set(
         gateway["after"]

@@ -32,6 +32,7 @@ import yaml
 from cryptography.fernet import Fernet
 from dockerfile_parse import DockerfileParser
 
+from svcgw import redisconf
 from svcgw.settings import Settings
 from tests.support import Process, free_port, wait_for
 
@@ -159,6 +160,8 @@ def test_compose_roles_health_checks_and_durability() -> None:
     assert services["worker"]["healthcheck"]["test"][2:] == ["redis"]
     redis_command = services["redis"]["command"]
     assert redis_command[redis_command.index("--appendonly") + 1] == "yes"
+    for name, value in redisconf.SETTINGS.items():
+        assert redis_command[redis_command.index(f"--{name}") + 1] == value
     assert services["redis"]["healthcheck"]["test"] == ["CMD", "redis-cli", "ping"]
     # Only the proxy is published; the API sits behind it.
     assert "ports" not in services["api"] and services["proxy"]["ports"] == ["8080:8080"]

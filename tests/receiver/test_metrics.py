@@ -43,7 +43,9 @@ def test_counters_move_when_events_flow(
 
     def settled() -> dict[str, float] | None:
         values = scrape(server)
-        return values if values.get("svcgw_deliveries_total{outcome=delivered}") == 2 else None
+        # Both roles write their counters twice a second.
+        settled = values.get("svcgw_deliveries_total{outcome=delivered}") == 2
+        return values if settled and values.get("svcgw_posts_received_total") == 2 else None
 
     after = wait_for(settled, timeout=10, interval=0.1, what="the delivery counters")
     assert after["svcgw_posts_received_total"] == 2

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import os
 import time
 from typing import Any
 
@@ -11,7 +12,7 @@ from redis import Redis
 from redis.asyncio import Redis as AsyncRedis
 
 from svcgw import keys
-from svcgw.calllog import LogEntry, parse_since
+from svcgw.calllog import COMPRESS_FROM, LogEntry, body_of, parse_since, stored_body
 from svcgw.calllog import read_log as read
 from svcgw.ingest import Ingest
 from svcgw.settings import Settings
@@ -103,3 +104,26 @@ def test_since_keeps_only_the_recent_stretch(settings: Settings, redis: Redis) -
     assert [e.body for e in recent] == [b'{"event_type":"Msg","events":[{"id":"recent"}]}']
     assert len(read_log(settings, tenant.appid, since_seconds=parse_since("3h"))) == 2
     assert read_log(settings, "we_nobody") == []
+
+
+def test_a_large_post_is_kept_compressed_and_read_back_byte_for_byte(settings: Settings, redis: Redis) -> None:
+    tenant = provision(settings)
+    text = "会议改到周四下午三点 " * 40
+    event = '{"id":"big","roomId":1688850000000000123,"content":"' + text + '"}'
+    large = ('{"event_type":"Msg","events":[' + event + "]}").encode()
+    small = b'{"event_type":"Msg","events":[{"id":"small","roomId":1688850000000000123}]}'
+    for body in (large, small):
+        ingest(settings, tenant, body)
+    stored = [fields[b"body"] for _, fields in redis.xrange(keys.callback_log(tenant.appid))]
+    assert stored[0].startswith(b"x") and len(stored[0]) < len(large) // 2
+    assert stored[1] == small
+    assert [entry.body for entry in read_log(settings, tenant.appid)] == [small, large]
+
+
+def test_only_what_pays_is_compressed() -> None:
+    assert stored_body(b" " * (COMPRESS_FROM - 1)) == b" " * (COMPRESS_FROM - 1)
+    random_text = b'{"k":"' + os.urandom(600).hex().encode() + b'"}'  # hex digits: about half of it saved
+    assert body_of(stored_body(random_text)) == random_text
+    noise = b"{" + os.urandom(600)  # nothing to save: kept as it is (a post is JSON; the rule is not)
+    assert stored_body(noise) == noise and body_of(noise) == noise
+    assert body_of(b'{"x":1}') == b'{"x":1}' and body_of(b' {"x":1}') == b' {"x":1}'

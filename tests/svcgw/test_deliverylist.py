@@ -13,7 +13,8 @@ from redis import Redis
 from redis.asyncio import Redis as AsyncRedis
 
 from svcgw import deliverylist, keys
-from svcgw.deliverylist import Delivery, Invalid, NotFound, Page, build, event_ids, state_of
+from svcgw.deliverylist import Delivery, Invalid, NotFound, Page, build, event_ids, state_of, stored_ids
+from svcgw.ingest import Ingest
 from svcgw.settings import Settings
 from tests.conftest import Tenant, provision
 from tests.svcgw.test_deadletters import ingest
@@ -101,10 +102,10 @@ def test_attempt_records_are_read_leniently() -> None:
 
 
 def test_a_cursor_that_is_not_one_is_refused() -> None:
-    for bad in ("", "x:dlv_1", "1.5:", "nan:dlv_1"):
+    for bad in ("", "x:dlv_1", "1.5:dlv_1", "nan", "12-", "-3", "1795319160000-0-1", "1" * 21 + "-0"):
         with pytest.raises(Invalid):
             deliverylist.parse_cursor(bad)
-    assert deliverylist.parse_cursor(deliverylist.cursor(12.25, "dlv_a")) == (12.25, "dlv_a")
+    assert deliverylist.parse_cursor(deliverylist.cursor("1795319160000-3")) == "1795319160000-3"
 
 
 # --- against Redis -----------------------------------------------------------------------
@@ -149,14 +150,35 @@ def test_filters_combine(settings: Settings) -> None:
         listed(settings, tenant.appid, state="lost")
 
 
+def test_a_delivered_delivery_keeps_its_event_ids_instead_of_its_body(settings: Settings, redis: Redis) -> None:
+    tenant = provision(settings)
+    delivery_id = post(settings, tenant, "m1", "needle")
+    other = post(settings, tenant, "m2")
+    body = redis.hget(keys.delivery(delivery_id), "body")
+    assert body and claim(settings, 1) == [delivery_id]
+    attempt = Attempt(ok=True, at=time.time(), duration=0.01, status=200, response="", destination="d")
+    delivered = Finish(delivery_id, tenant.appid, "delivered", attempt.record(1), retention=3600,
+                       event_ids=stored_ids(body))  # fmt: skip
+    assert finish(settings, delivered)
+
+    assert redis.hmget(keys.delivery(delivery_id), ["body", "ids"]) == [b"", b'["m1","needle"]']
+    assert shown(settings, delivery_id).event_ids == ("m1", "needle")
+    page = listed(settings, tenant.appid)
+    assert [(d.id, d.state, d.event_ids) for d in page.deliveries] == [
+        (other, "pending", ("m2",)),
+        (delivery_id, "delivered", ("m1", "needle")),
+    ]
+    assert [d.id for d in listed(settings, tenant.appid, event_id="needle").deliveries] == [delivery_id]
+    assert [d.id for d in listed(settings, tenant.appid, event_id="m2", state="pending").deliveries] == [other]
+
+
 def test_pages_follow_each_other_without_gaps_or_repeats(settings: Settings, redis: Redis) -> None:
     tenant = provision(settings)
     ids = [post(settings, tenant, f"p{i}") for i in range(7)]
-    # Two deliveries received at the very same time still each appear once.
-    index = keys.deliveries_by_appid(tenant.appid)
-    tie = redis.zscore(index, ids[3])
-    assert tie is not None
-    redis.zadd(index, {ids[2]: tie, ids[4]: tie}, xx=True)
+    repeat = b'{"event_type":"Msg","events":[{"id":"p1","text":"hi"}]}'  # a post without a delivery: not listed
+    accepted = call(settings, lambda r: Ingest(r, settings).accept(tenant.appid, tenant.receiver_token, repeat))
+    assert accepted.delivery_id is None and accepted.duplicates == 1
+    ids.append(post(settings, tenant, "p7"))
     seen: list[str] = []
     before = None
     for _ in range(10):
@@ -168,15 +190,19 @@ def test_pages_follow_each_other_without_gaps_or_repeats(settings: Settings, red
     assert sorted(seen) == sorted(ids) and len(seen) == len(ids)
 
 
-def test_the_index_is_written_with_the_post_and_kept_for_the_logs_retention(settings: Settings, redis: Redis) -> None:
+def test_the_list_is_the_callback_log_within_its_retention(settings: Settings, redis: Redis) -> None:
     tenant = provision(settings)
     old = post(settings, tenant, "old")
-    index = keys.deliveries_by_appid(tenant.appid)
-    redis.zadd(index, {old: time.time() - settings.log_retention - 5}, xx=True)
+    stream = keys.callback_log(tenant.appid)
+    # The same post logged a retention and a bit ago, as the log holds it until trimmed.
+    ((_, fields),) = redis.xrange(stream)
+    redis.delete(stream)
+    redis.xadd(stream, fields, id=f"{int((time.time() - settings.log_retention - 5) * 1000)}-0")
     assert listed(settings, tenant.appid).deliveries == []  # out of the retention: not listed
     new = post(settings, tenant, "new")
-    assert [m.decode() for m in redis.zrange(index, 0, -1)] == [new]  # trimmed by the next write
-    assert 0 < redis.ttl(index) <= settings.log_retention
+    page = listed(settings, tenant.appid)
+    assert [d.id for d in page.deliveries] == [new] and page.next_before is None
+    assert not redis.keys(keys.PREFIX + "deliveries:*")  # no index of its own
     assert shown(settings, old).id == old  # still shown by id while its record lives
 
 

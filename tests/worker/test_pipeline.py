@@ -220,6 +220,9 @@ def test_slow_sink_times_out_and_is_retried(
     sink.set(delay=0)
     wait_for(lambda: redis.hget(keys.delivery(delivery_id), "state") == b"delivered", timeout=20,
              what="delivery once the sink is fast again")
+    # Delivered, the record keeps the event ids for the deliveries list; the body is the log's alone.
+    assert redis.hmget(keys.delivery(delivery_id), ["body", "ids"]) == [b"", b'["slow"]']
+    assert sink.posts()[-1].body == sink.posts()[0].body
 
 
 def test_no_address_is_a_failed_attempt_and_nothing_is_dropped(

@@ -92,7 +92,8 @@ def status_of(redis: Redis, appid: str) -> str:
 
 
 def service_events(redis: Redis, appid: str, event_type: str) -> int:
-    ids = redis.zrange(keys.deliveries_by_appid(appid), 0, -1)
+    # The callback log names every delivery of the instance, service events included.
+    ids = [fields[b"delivery"] for _, fields in redis.xrange(keys.callback_log(appid)) if fields.get(b"delivery")]
     return sum(1 for i in ids if redis.hget(keys.delivery(i.decode()), "event_type") == event_type.encode())
 
 
