@@ -532,8 +532,11 @@ def assert_once_per_interval(sim: Sim, appids: list[str], rounds: int) -> None:
         what="probe rounds",
     )
     ended, after = read_counts(sim, appids)
-    # Counted between two clock readings that enclose both samples.
-    most = (ended - started) / INTERVAL + 1
+    # Counted between two clock readings that enclose both samples. A probe runs at its due time or
+    # later (a loaded machine), and the next one is due an interval after the due time, not after the
+    # late run: so one late probe just inside the window can add up to one more, hence half an interval
+    # of slack. Two workers probing one instance would count twice as many.
+    most = (ended - started) / INTERVAL + 1.5
     for appid in appids:
         assert after[appid] - before[appid] <= most, (appid, after[appid] - before[appid], most)
 
