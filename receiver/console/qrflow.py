@@ -261,12 +261,18 @@ class QrFlow:
         self.raw: Redis = services.redis
 
     # --- gateway calls -------------------------------------------------------------------
-    async def call(self, account: str, module: str, action: str, body: Mapping[str, Any]) -> Outcome:
-        response = await self.gateway.invoke(account, module, action, orjson.dumps(body))
+    async def call(
+        self, account: str, module: str, action: str, body: Mapping[str, Any], *, inherits_address: bool = False
+    ) -> Outcome:
+        response = await self.gateway.invoke(
+            account, module, action, orjson.dumps(body), inherits_address=inherits_address
+        )
         return Outcome.of(f"{module}/{action}", response)
 
-    async def _required(self, account: str, module: str, action: str, body: Mapping[str, Any]) -> Outcome:
-        outcome = await self.call(account, module, action, body)
+    async def _required(
+        self, account: str, module: str, action: str, body: Mapping[str, Any], *, inherits_address: bool = False
+    ) -> Outcome:
+        outcome = await self.call(account, module, action, body, inherits_address=inherits_address)
         if not outcome.ok:
             raise FlowError(outcome)
         return outcome
@@ -474,21 +480,22 @@ class QrFlow:
     async def start(self, account: str, appid: str, callback_url: str = "") -> Outcome:
         """``long/start`` towards the address given, else the instance's own, else the account default.
 
-        The gateway records ``callbackUrl`` as the instance's own address.
-        With the account default, that record is taken back at once, so the
-        instance keeps inheriting the default's address, secret and token.
+        The gateway records ``callbackUrl`` as the instance's own address,
+        except the account default: the instance keeps inheriting it, with
+        its secret and token.
         """
         if await self.store.owner(appid) != account:
             # The gateway's own answer, before any address of the account is looked at.
             kind = errors.NOT_FOUND
             raise FlowError(Outcome("long/start", kind.status, kind.code, kind.message))
         url, inherited = await self._forward_address(account, appid, callback_url)
-        outcome = await self._required(
-            account, "long", "start", {"appid": appid, "callbackUrl": url, "pushHistory": False}
+        return await self._required(
+            account,
+            "long",
+            "start",
+            {"appid": appid, "callbackUrl": url, "pushHistory": False},
+            inherits_address=inherited,
         )
-        if inherited:
-            await self.store.clear_callback(Scope(appid=appid))
-        return outcome
 
     async def stop(self, account: str, appid: str) -> Outcome:
         return await self._required(account, "long", "stop", {"appid": appid})

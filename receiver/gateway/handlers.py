@@ -10,6 +10,7 @@ liveness-relevant ones have their own handling. Every refusal is a
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import re
 import time
@@ -102,6 +103,9 @@ class Call:
     members: list[Member]
     appid: str
     share: Share  # the body's bytes, held until the answer is sent
+    # long/start towards the account default for an instance that inherits it (the console's QR
+    # login): the address is checked and given to nobody, and not recorded as the instance's own.
+    inherits_address: bool = False
 
     @property
     def operation(self) -> str:
@@ -293,12 +297,17 @@ class Gateway:
             log.warning("gateway storage error on %s/%s: %s", module, action, type(exc).__name__)
             return GatewayError(errors.UNAVAILABLE).response()
 
-    async def invoke(self, account: str, module: str, action: str, raw: bytes) -> Response:
+    async def invoke(
+        self, account: str, module: str, action: str, raw: bytes, *, inherits_address: bool = False
+    ) -> Response:
         """A call for ``account`` (signed in elsewhere, the console), as if made with one of its keys.
 
         Every check after the key's runs, in the same order and with the same
         answers: rate limit, body, denial, callback fields, ownership, then the
         operation with its own behaviour (``instances/set-callback`` included).
+        ``inherits_address``: a ``long/start`` whose ``callbackUrl`` is the
+        account default leaves the instance inheriting it (address, secret and
+        token) instead of recording it as the instance's own.
         """
         operation = f"{module}/{action}"
         handler = self._set_callback if operation == SET_CALLBACK_OPERATION else self._operation
@@ -308,6 +317,8 @@ class Gateway:
             facts = await self.admission.admit(account=account, operation=operation, appid=pending.ask())
             assert facts is not None  # an account call has no key to refuse
             call = await self._judge(facts, pending, module, action, None)
+            if inherits_address:
+                call = dataclasses.replace(call, inherits_address=True)
             return await self._run(call, handler)
         except GatewayError as exc:
             return exc.response()
@@ -524,7 +535,8 @@ class Gateway:
             raise GatewayError(errors.REGISTRATION_FAILED) from exc
         if answer.ok or (call.operation == LONG_START and _is_started(answer)):
             try:
-                await self.store.set_callback(CallbackScope(appid=call.appid), url)
+                if not call.inherits_address:
+                    await self.store.set_callback(CallbackScope(appid=call.appid), url)
                 if call.operation == LONG_START:
                     await liveness.mark_started(self.redis, call.appid, self.settings.probe_interval)
             except RedisError as exc:

@@ -227,7 +227,9 @@ def test_without_any_address_nothing_is_created(developer: Developer, redis: Red
     assert redis.scard(keys.account_instances(developer.account)) == 0
 
 
-def test_the_account_default_is_used_and_stays_inherited(stack: Stack, developer: Developer, sink: Sink) -> None:
+def test_the_account_default_is_used_and_stays_inherited(
+    stack: Stack, developer: Developer, sink: Sink, redis: Redis
+) -> None:
     async def set_default(store: Store) -> None:
         await store.set_callback(Scope(account=developer.account), sink.url)
 
@@ -237,6 +239,8 @@ def test_the_account_default_is_used_and_stays_inherited(stack: Stack, developer
     assert developer.poll(attempt["id"])["stage"] == "done"
     shown = developer.console.get(f"/instances/{attempt['appid']}").json()["data"]
     assert (shown["forward_url"], shown["forward_source"]) == (sink.url, "account")
+    # Never the instance's own, not even for a moment: no address, secret or token of its own was made.
+    assert redis.hgetall(keys.callback_instance(attempt["appid"])) == {}
 
 
 def test_a_controlled_operation_is_refused_as_through_the_gateway(developer: Developer, redis: Redis) -> None:
