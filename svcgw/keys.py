@@ -110,7 +110,7 @@ def callback_log(appid: str) -> str:
 
 
 def dedup(appid: str, event_key: str) -> str:
-    """String with a TTL: present while an event with this key was seen."""
+    """String ``1`` with a TTL: present while an event with this key was seen (only its presence is read)."""
     return f"{PREFIX}dedup:{appid}:{event_key}"
 
 
