@@ -30,7 +30,7 @@ from typing import Any, Literal, cast
 import orjson
 from redis.asyncio import Redis
 
-from svcgw import keys
+from svcgw import attemptrecords, keys
 from svcgw.settings import Settings
 
 from .scripts import source
@@ -180,13 +180,14 @@ async def show(
     if not await _is_dead(redis, settings, delivery_id):
         raise NotFound(f"no dead letter {delivery_id!r}")
     async with redis.pipeline(transaction=False) as pipe:
-        pipe.hmget(keys.delivery(delivery_id), [*_FIELDS, "body"])
-        pipe.lrange(keys.delivery_attempts(delivery_id), 0, -1)
-        values, raw_attempts = await pipe.execute()
-    data = dict(zip((*_FIELDS, "body"), values, strict=True))
+        pipe.hgetall(keys.delivery(delivery_id))  # with its attempt records, fields a1 .. aN
+        pipe.lrange(keys.delivery_attempts(delivery_id), 0, -1)  # records of earlier versions
+        whole, legacy = await pipe.execute()
+    stored = {_text(name): value for name, value in whole.items()}
+    data = {name: stored.get(name) for name in (*_FIELDS, "body")}
     if not data["appid"] or (account is not None and _text(data["account"]) != account):
         raise NotFound(f"no dead letter {delivery_id!r}")
-    attempts = [_attempt(record) for record in raw_attempts]
+    attempts = [_attempt(record) for record in attemptrecords.from_hash(stored, legacy)]
     body = data["body"]
     return DeadLetterDetail(
         id=delivery_id,
@@ -330,12 +331,20 @@ async def _load(redis: Redis, ids: Sequence[str]) -> list[DeadLetter]:
     async with redis.pipeline(transaction=False) as pipe:
         for delivery_id in ids:
             pipe.hmget(keys.delivery(delivery_id), list(_FIELDS))
-            pipe.lindex(keys.delivery_attempts(delivery_id), -1)
+            pipe.lindex(keys.delivery_attempts(delivery_id), -1)  # records of earlier versions
         replies = await pipe.execute()
+    found = [dict(zip(_FIELDS, replies[2 * index], strict=True)) for index in range(len(ids))]
+    counts = [attemptrecords.count_of(data["attempts"]) for data in found]
+    # The last record is field a<count>, known once the count is read: a second round trip.
+    async with redis.pipeline(transaction=False) as pipe:
+        for delivery_id, count in zip(ids, counts, strict=True):
+            if count:
+                pipe.hget(keys.delivery(delivery_id), attemptrecords.field(count))
+        lasts = iter(await pipe.execute())
     letters: list[DeadLetter] = []
     for index, delivery_id in enumerate(ids):
-        values, last = replies[2 * index], replies[2 * index + 1]
-        data = dict(zip(_FIELDS, values, strict=True))
+        data = found[index]
+        last = (next(lasts) if counts[index] else None) or replies[2 * index + 1]
         if not data["appid"]:
             continue
         letters.append(

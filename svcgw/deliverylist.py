@@ -45,7 +45,7 @@ from typing import Any, Literal, cast
 import orjson
 from redis.asyncio import Redis
 
-from . import keys
+from . import attemptrecords, keys
 from .settings import Settings
 
 __all__ = [
@@ -335,6 +335,7 @@ async def list_deliveries(
     log_key = keys.callback_log(appid)
     top = "(" + parse_cursor(before) if before else "+"
     found: list[Delivery] = []
+    counts: dict[str, int] = {}  # attempts per delivery found, to read their records by field name
     scanned = 0
     last: str | None = None  # the entry id the next page starts below
     while len(found) < limit and scanned < SCAN_LIMIT:
@@ -353,7 +354,8 @@ async def list_deliveries(
         ]
         chunk = [(delivery_id, entry_id) for delivery_id, entry_id in chunk if delivery_id]
         matched = await _matching(redis, settings, chunk, state, event_type, event_id, limit - len(found))
-        found.extend(delivery for delivery, _ in matched)
+        found.extend(delivery for delivery, _, _ in matched)
+        counts.update((delivery.id, count) for delivery, _, count in matched)
         if matched and len(found) >= limit:
             # Stopped within the chunk: the next page starts below the last delivery taken.
             last = chunk[matched[-1][1]][1]
@@ -362,7 +364,7 @@ async def list_deliveries(
         scanned += len(rows)
         last = _text(rows[-1][0])
         top = "(" + last
-    await _complete(redis, found, bodies_read=event_id is not None)
+    await _complete(redis, found, counts, bodies_read=event_id is not None)
     following = None
     if last is not None and await redis.xrevrange(log_key, "(" + last, oldest, count=1):
         following = cursor(last)
@@ -374,13 +376,15 @@ async def show(redis: Redis, settings: Settings, delivery_id: str, *, account: s
     if not delivery_id or len(delivery_id) > 200:
         raise NotFound("no such delivery")
     async with redis.pipeline(transaction=False) as pipe:
-        pipe.hmget(keys.delivery(delivery_id), [*FIELDS, *_ID_FIELDS])
-        pipe.lrange(keys.delivery_attempts(delivery_id), 0, -1)
+        pipe.hgetall(keys.delivery(delivery_id))  # with its attempt records, fields a1 .. aN
+        pipe.lrange(keys.delivery_attempts(delivery_id), 0, -1)  # records of earlier versions
         pipe.zscore(keys.rq_scheduled(settings.queue_name), delivery_id)
-        values, attempts, scheduled = await pipe.execute()
-    data = dict(zip((*FIELDS, *_ID_FIELDS), values, strict=True))
+        whole, legacy, scheduled = await pipe.execute()
+    stored = {_text(name): value for name, value in whole.items()}
+    data = {name: stored.get(name) for name in (*FIELDS, *_ID_FIELDS)}
     if account is not None and _text(data["account"]) != account:
         raise NotFound(f"no delivery {delivery_id!r}")
+    attempts = attemptrecords.from_hash(stored, legacy)
     delivery = build(delivery_id, data, attempts, scheduled_at=_float(scheduled))
     if delivery is None:
         raise NotFound(f"no delivery {delivery_id!r}")
@@ -395,13 +399,13 @@ async def _matching(
     event_type: str | None,
     event_id: str | None,
     wanted: int,
-) -> list[tuple[Delivery, int]]:
-    """The deliveries of ``chunk`` that pass the filters, with their positions in it.
+) -> list[tuple[Delivery, int, int]]:
+    """The deliveries of ``chunk`` that pass the filters, with their positions in it and attempt counts.
 
     Bodies are read here only to look for an event id; the others' are read
     for the matches alone (:func:`_complete`).
     """
-    names = (*FIELDS, *_ID_FIELDS) if event_id is not None else FIELDS
+    names = (*FIELDS, attemptrecords.COUNT, *_ID_FIELDS) if event_id is not None else (*FIELDS, attemptrecords.COUNT)
     scheduled_key = keys.rq_scheduled(settings.queue_name)
     async with redis.pipeline(transaction=False) as pipe:
         for delivery_id, _ in chunk:
@@ -409,7 +413,7 @@ async def _matching(
         pipe.zmscore(scheduled_key, [delivery_id for delivery_id, _ in chunk])
         replies = await pipe.execute()
     scores = replies[-1]
-    result: list[tuple[Delivery, int]] = []
+    result: list[tuple[Delivery, int, int]] = []
     for position, ((delivery_id, _), values) in enumerate(zip(chunk, replies[:-1], strict=True)):
         data = dict(zip(names, values, strict=True))
         if event_type is not None and _text(data["event_type"]) != event_type:
@@ -423,25 +427,31 @@ async def _matching(
         delivery = build(delivery_id, data, scheduled_at=_float(scores[position]))
         if delivery is None or (event_id is not None and event_id not in delivery.event_ids):
             continue
-        result.append((delivery, position))
+        result.append((delivery, position, attemptrecords.count_of(data[attemptrecords.COUNT])))
         if len(result) >= wanted:
             break
     return result
 
 
-async def _complete(redis: Redis, found: list[Delivery], *, bodies_read: bool) -> None:
-    """Give each delivery found its attempts, and its event ids unless its body was read already."""
+async def _complete(redis: Redis, found: list[Delivery], counts: Mapping[str, int], *, bodies_read: bool) -> None:
+    """Give each delivery found its attempts, and its event ids unless its body was read already.
+
+    ``counts`` are the deliveries' attempt counts: their records are the hash's fields of those numbers.
+    """
     if not found:
         return
     async with redis.pipeline(transaction=False) as pipe:
         for delivery in found:
-            pipe.lrange(keys.delivery_attempts(delivery.id), 0, -1)
-            if not bodies_read:
-                pipe.hmget(keys.delivery(delivery.id), list(_ID_FIELDS))
+            names = attemptrecords.fields(counts.get(delivery.id, 0))
+            pipe.lrange(keys.delivery_attempts(delivery.id), 0, -1)  # records of earlier versions
+            wanted = [*names, *([] if bodies_read else _ID_FIELDS)]
+            pipe.hmget(keys.delivery(delivery.id), wanted or [attemptrecords.COUNT])  # HMGET needs a field
         replies = iter(await pipe.execute())
     for index, delivery in enumerate(found):
-        records = next(replies)
-        ids = delivery.event_ids if bodies_read else ids_of(dict(zip(_ID_FIELDS, next(replies), strict=True)))
+        count = counts.get(delivery.id, 0)
+        legacy, values = next(replies), next(replies)
+        records = attemptrecords.merged(count, values[:count], legacy)
+        ids = delivery.event_ids if bodies_read else ids_of(dict(zip(_ID_FIELDS, values[count:], strict=True)))
         attempts = tuple(attempt_of(record, number + 1) for number, record in enumerate(records))
         found[index] = replace(delivery, attempts=attempts, event_ids=ids)
 

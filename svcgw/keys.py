@@ -110,7 +110,7 @@ def callback_log(appid: str) -> str:
 
 
 def dedup(appid: str, event_key: str) -> str:
-    """String with a TTL: present while an event with this key was seen."""
+    """String ``1`` with a TTL: present while an event with this key was seen (only its presence is read)."""
     return f"{PREFIX}dedup:{appid}:{event_key}"
 
 
@@ -118,13 +118,17 @@ def dedup(appid: str, event_key: str) -> str:
 def delivery(delivery_id: str) -> str:
     """Hash: appid, account, event_type, body, state, attempts, received_at, ...
 
+    Attempt records are its fields ``a1`` .. ``a<attempts>`` (svcgw.attemptrecords).
     Once delivered, the body is emptied and ``ids`` holds its event ids (the log has the post).
     """
     return f"{PREFIX}delivery:{delivery_id}"
 
 
 def delivery_attempts(delivery_id: str) -> str:
-    """List of JSON attempt records, oldest first."""
+    """List of JSON attempt records, oldest first, as earlier versions kept them (svcgw.attemptrecords).
+
+    Read and expired for deliveries attempted before an upgrade; nothing writes it now.
+    """
     return f"{PREFIX}delivery:{delivery_id}:attempts"
 
 

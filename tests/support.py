@@ -31,6 +31,17 @@ def wait_for(predicate: Callable[[], T], timeout: float = 10.0, interval: float 
         time.sleep(interval)
 
 
+def attempt_records(redis: Any, delivery_id: str) -> list[dict[str, Any]]:
+    """A delivery's attempt records, oldest first, decoded, wherever they are kept (svcgw.attemptrecords)."""
+    import orjson
+
+    from svcgw import attemptrecords, keys
+
+    stored = {name.decode(): value for name, value in redis.hgetall(keys.delivery(delivery_id)).items()}
+    legacy = redis.lrange(keys.delivery_attempts(delivery_id), 0, -1)
+    return [orjson.loads(record) for record in attemptrecords.from_hash(stored, legacy)]
+
+
 def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))

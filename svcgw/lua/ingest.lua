@@ -24,7 +24,9 @@ while i <= #ARGV do
   if ARGV[i + 1] ~= '1' then
     kept[#kept + 1] = ARGV[i]
   else
-    if redis.call('SET', KEYS[k], ARGV[8], 'NX', 'EX', ARGV[7]) then
+    -- Only the key's presence is read. The value 1 is one of Redis's shared integers (under
+    -- noeviction, svcgw.redisconf): no allocation of its own, 48 bytes fewer than the delivery id.
+    if redis.call('SET', KEYS[k], 1, 'NX', 'EX', ARGV[7]) then
       kept[#kept + 1] = ARGV[i]
     end
     k = k + 1

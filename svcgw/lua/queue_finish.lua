@@ -2,7 +2,7 @@
 -- chain.lua is prepended: a service event delivered, dead or dropped lets its instance's next one go.
 -- KEYS: inflight, scheduled, failed, queue, deferred, failing destinations
 -- ARGV: now, rq ended_at, 'failing after:forget after' (seconds), then 13 per job: kind, id,
---       delivery key, attempts key, job key, dead index key, attempt record,
+--       delivery key, old attempts list key (svcgw.attemptrecords), job key, dead index key, attempt record,
 --       due (retry, defer) or expiry (dead), ttl of the delivery record,
 --       error text (zlib), destination ('' when the attempt had none), chain
 --       (the service-event chain key, '' for a customer event, '?' if unknown),
@@ -50,7 +50,7 @@ end
 for i = 0, n - 1 do
   local b = 4 + i * 13
   local kind, id = ARGV[b], ARGV[b + 1]
-  local delivery, attempts, job, dead = ARGV[b + 2], ARGV[b + 3], ARGV[b + 4], ARGV[b + 5]
+  local delivery, legacy, job, dead = ARGV[b + 2], ARGV[b + 3], ARGV[b + 4], ARGV[b + 5]
   local record, due, ttl = ARGV[b + 6], ARGV[b + 7], ARGV[b + 8]
   local claimed = 0
   if held[i + 1] then claimed = 1 end
@@ -58,17 +58,19 @@ for i = 0, n - 1 do
   if kind == 'delivered' then failing = track(ARGV[b + 10], true)
   elseif kind == 'retry' or kind == 'dead' then failing = track(ARGV[b + 10], false) end
   if kind == 'delivered' then
-    local count = redis.call('RPUSH', attempts, record)
+    -- The record is field a<count> of the delivery hash (svcgw.attemptrecords), in the HSET below.
+    local count = redis.call('HINCRBY', delivery, 'attempts', 1)
     if ARGV[b + 12] ~= '' then
       -- The body is in the callback log already; the deliveries list needs only its event ids.
       -- Emptied in the same HSET rather than deleted: one command fewer.
-      redis.call('HSET', delivery, 'state', 'delivered', 'delivered_at', now, 'attempts', count,
+      redis.call('HSET', delivery, 'state', 'delivered', 'delivered_at', now, 'a' .. count, record,
         'body', '', 'ids', ARGV[b + 12])
     else
-      redis.call('HSET', delivery, 'state', 'delivered', 'delivered_at', now, 'attempts', count)
+      redis.call('HSET', delivery, 'state', 'delivered', 'delivered_at', now, 'a' .. count, record)
     end
     redis.call('EXPIRE', delivery, ttl)
-    redis.call('EXPIRE', attempts, ttl)
+    -- Only a delivery attempted before an upgrade can have the old list; it expires with the hash.
+    if count > 1 then redis.call('EXPIRE', legacy, ttl) end
     redis.call('DEL', job)
     if claimed == 0 then
       -- Our lease ran out and the job was handed back; it is done now.
@@ -76,23 +78,23 @@ for i = 0, n - 1 do
       redis.call('ZREM', KEYS[2], id)
     end
   elseif kind == 'retry' or kind == 'dead' then
-    local count = redis.call('RPUSH', attempts, record)
+    local count = redis.call('HINCRBY', delivery, 'attempts', 1)
     redis.call('HINCRBY', delivery, 'failures', 1)
     if claimed == 0 then
       -- Another copy of this job is queued or running; it owns what comes next.
-      redis.call('HSET', delivery, 'attempts', count)
+      redis.call('HSET', delivery, 'a' .. count, record)
     elseif kind == 'retry' then
-      redis.call('HSET', delivery, 'attempts', count, 'state', 'retrying', 'next_at', due)
+      redis.call('HSET', delivery, 'a' .. count, record, 'state', 'retrying', 'next_at', due)
       redis.call('ZADD', KEYS[2], due, id)
       redis.call('HSET', job, 'status', 'scheduled')
     else
-      redis.call('HSET', delivery, 'attempts', count, 'state', 'dead', 'dead_at', now)
+      redis.call('HSET', delivery, 'a' .. count, record, 'state', 'dead', 'dead_at', now)
       redis.call('HDEL', delivery, 'next_at')
       redis.call('ZADD', KEYS[3], due, id)
       redis.call('HSET', job, 'status', 'failed', 'exc_info', ARGV[b + 9], 'ended_at', ARGV[2])
       redis.call('EXPIRE', job, ttl)
       redis.call('EXPIRE', delivery, ttl)
-      redis.call('EXPIRE', attempts, ttl)
+      if count > 1 then redis.call('EXPIRE', legacy, ttl) end
       redis.call('SADD', dead, id)
       redis.call('EXPIRE', dead, ttl)
     end

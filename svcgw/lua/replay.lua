@@ -1,5 +1,6 @@
 -- A dead letter back to the queue for one fresh attempt (svcgw.deadletters.replay).
--- KEYS: failed, queue, delivery, attempts, job, dead index, rq:queues
+-- KEYS: failed, queue, delivery, old attempts list (svcgw.attemptrecords; most have none), job,
+--       dead index, rq:queues
 -- ARGV: id, failures that exhaust the schedule, queue key
 -- Returns 1 if replayed, 0 if it is not a dead letter, -1 if its data expired.
 if redis.call('ZREM', KEYS[1], ARGV[1]) == 0 then return 0 end

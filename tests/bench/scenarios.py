@@ -24,7 +24,7 @@ import orjson
 from cryptography.fernet import Fernet
 from redis.asyncio import Redis as AsyncRedis
 
-from svcgw import keys
+from svcgw import attemptrecords, keys
 from svcgw.ingest import Ingest
 from svcgw.receivers import receiver_path
 from svcgw.settings import Settings
@@ -510,7 +510,7 @@ def retry_timing(bench: Bench) -> dict[str, Any]:
     for chunk in range(0, len(ids), 1000):
         with bench.redis.client.pipeline(transaction=False) as pipe:
             for delivery_id in ids[chunk : chunk + 1000]:
-                pipe.lindex(keys.delivery_attempts(delivery_id), 0)
+                pipe.hget(keys.delivery(delivery_id), attemptrecords.field(1))
             for record in pipe.execute():
                 if record:
                     started.append(float(orjson.loads(record)["at"]))

@@ -104,6 +104,11 @@ def test_a_post_mixing_events_with_and_without_an_id(settings: Settings, server:
     second = redis.hget(keys.delivery(queued(redis)[1].decode()), "body")
     assert second is not None and second.endswith(b'"events":[{"code":0},{"code":0}]}')
     assert len(redis.keys(f"svcgw:dedup:{tenant.appid}:*")) == 1
+    # Only its presence counts: a shared integer, nothing of the delivery's, for the whole window.
+    (dedup_key,) = redis.keys(f"svcgw:dedup:{tenant.appid}:*")
+    assert redis.get(dedup_key) == b"1"
+    window = max(settings.log_retention, 86400)
+    assert window - 5 <= redis.ttl(dedup_key) <= window
 
 
 def test_the_old_unkeyed_window_setting_is_ignored(env: dict[str, str]) -> None:

@@ -8,7 +8,6 @@ import time
 from collections.abc import Mapping
 from urllib.parse import urlsplit
 
-import orjson
 import pytest
 from redis import Redis
 
@@ -18,7 +17,7 @@ from svcgw.settings import Settings
 from svcgw.store import Scope, Store
 from svcgw.vault import TokenVault
 from tests.conftest import Tenant, provision, with_store
-from tests.support import Sink, wait_for
+from tests.support import Sink, attempt_records, wait_for
 from tests.svcgw.test_deadletters import ingest
 from tests.worker.support import claim_batch, with_queue
 from worker.engine import Engine
@@ -167,7 +166,7 @@ def test_an_exception_in_an_attempt_is_a_failed_attempt_and_ends_a_dead_letter(
             timeout=15,
             what="the delivery to become a dead letter",
         )
-    attempts = [orjson.loads(a) for a in redis.lrange(keys.delivery_attempts(delivery_id), 0, -1)]
+    attempts = attempt_records(redis, delivery_id)
     assert len(attempts) == len(settings.retry_schedule) + 1
     assert [a["attempt"] for a in attempts] == list(range(1, len(attempts) + 1))
     assert all(not a["ok"] and a["error"].startswith("ValueError: Newline") for a in attempts)

@@ -16,7 +16,7 @@ from svcgw import keys
 from svcgw.settings import Settings
 from svcgw.store import Scope, Store
 from tests.conftest import Tenant, provision, with_store
-from tests.support import Process, Received, Sink, start_server, wait_for
+from tests.support import Process, Received, Sink, attempt_records, start_server, wait_for
 from tests.worker.support import failing_first, flip, kind, started
 
 # Real processes of the service: run by .ci/run with the rest; `-m 'not slow'` skips them.
@@ -131,9 +131,10 @@ def test_failing_sink_retries_on_schedule_then_dead_letter_then_replay(
     assert [int(p.headers["x-svc-attempt"]) for p in attempts] == list(range(1, 8))
 
     delivery_id = dead[0].decode()
-    history = redis.lrange(keys.delivery_attempts(delivery_id), 0, -1)
+    history = attempt_records(redis, delivery_id)
     assert len(history) == 7
-    last = orjson.loads(history[-1])
+    assert redis.exists(keys.delivery_attempts(delivery_id)) == 0  # in the delivery hash, no list of their own
+    last = history[-1]
     assert last["status"] == 503 and last["error"] == "HTTP 503" and last["duration_ms"] >= 0
     assert redis.hget(keys.delivery(delivery_id), "state") == b"dead"
     # rq-dashboard and `rq requeue` see it in RQ's own failed registry.
@@ -150,7 +151,7 @@ def test_failing_sink_retries_on_schedule_then_dead_letter_then_replay(
 
     assert [r.status for r in replay(settings, ids=[delivery_id])] == ["replayed"]
     wait_for(lambda: len(sink.posts()) == 8 and _dead(redis), what="the failed replay")
-    assert redis.llen(keys.delivery_attempts(delivery_id)) == 8
+    assert [a["attempt"] for a in attempt_records(redis, delivery_id)] == list(range(1, 9))
 
     sink.set(status=200)
     assert [r.status for r in replay(settings, ids=[delivery_id])] == ["replayed"]
@@ -198,7 +199,7 @@ def test_redirect_is_a_failure_and_is_not_followed(
         wait_for(lambda: len(sink.posts()) >= 2, what="a retry after the redirect")
         assert other.posts() == []
         delivery_id = sink.posts()[0].headers["x-svc-delivery-id"]
-        first = orjson.loads(redis.lindex(keys.delivery_attempts(delivery_id), 0))
+        first = attempt_records(redis, delivery_id)[0]
         assert first["ok"] is False and first["status"] == 302 and "redirect" in first["error"]
     finally:
         other.stop()
@@ -212,9 +213,8 @@ def test_slow_sink_times_out_and_is_retried(
     post_events(server, tenant, b'{"event_type":"Msg","events":[{"id":"slow"}]}')
     posted = wait_for(sink.posts, what="the first attempt")
     delivery_id = posted[0].headers["x-svc-delivery-id"]
-    record = wait_for(lambda: redis.lindex(keys.delivery_attempts(delivery_id), 0), timeout=15,
-                      what="the timed-out attempt")
-    attempt = orjson.loads(record)
+    attempt = wait_for(lambda: attempt_records(redis, delivery_id)[:1], timeout=15,
+                       what="the timed-out attempt")[0]
     assert attempt["ok"] is False and "timed out" in attempt["error"]
     assert attempt["duration_ms"] >= settings.delivery_timeout * 1000 * 0.9
     sink.set(delay=0)
@@ -231,7 +231,7 @@ def test_no_address_is_a_failed_attempt_and_nothing_is_dropped(
     tenant = provision(settings)
     post_events(server, tenant, b'{"event_type":"Msg","events":[{"id":"nowhere"}]}')
     dead = wait_for(lambda: _dead(redis), timeout=20, what="the dead letter")
-    history = [orjson.loads(r) for r in redis.lrange(keys.delivery_attempts(dead[0].decode()), 0, -1)]
+    history = attempt_records(redis, dead[0].decode())
     assert len(history) == 7
     assert all(h["error"] == "no callback address configured" for h in history)
 
@@ -246,7 +246,7 @@ def test_loopback_destination_is_refused_at_connect_time_unless_allowed(
         tenant = provision(settings, url=sink.url.replace("127.0.0.1", "localhost"))
         post_events(server, tenant, b'{"event_type":"Msg","events":[{"id":"rebind"}]}')
         dead = wait_for(lambda: _dead(redis), timeout=20, what="the refused delivery")
-        history = [orjson.loads(r) for r in redis.lrange(keys.delivery_attempts(dead[0].decode()), 0, -1)]
+        history = attempt_records(redis, dead[0].decode())
         assert all("destination refused" in h["error"] for h in history)
         assert sink.posts() == []
     finally:
