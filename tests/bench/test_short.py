@@ -30,12 +30,13 @@ MEMORY = {"payload_bytes", "logged_bytes_per_event", "delivered_bytes_per_event"
 
 
 @pytest.mark.slow
-@pytest.mark.timeout(150)
+# About a minute alone; three times that when other suites share the two cores. Bounded either way.
+@pytest.mark.timeout(300)
 def test_short_benchmark_prints_every_figure() -> None:
     env = {k: v for k, v in os.environ.items() if not k.startswith("SVCGW_")}
     done = subprocess.run(
         [sys.executable, "-m", "tests.bench", "--short"], cwd=REPO, env=env, capture_output=True, text=True,
-        timeout=140,
+        timeout=280,
     )  # fmt: skip
     assert done.returncode == 0, done.stderr[-3000:]
     figures = orjson.loads(done.stdout.strip().splitlines()[-1])
