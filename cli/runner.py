@@ -50,7 +50,7 @@ def settle_collector() -> None:
 
 
 def run_server(settings: Settings) -> None:
-    """The HTTP server; with ``SVCGW_HTTP_WORKERS`` > 1, that many processes share the port."""
+    """The HTTP server; with ``SVCGW_HTTP_WORKERS`` > 1, that many processes share the port (cli.listeners)."""
     import uvicorn
 
     settings.require_upstream()
@@ -71,8 +71,11 @@ def run_server(settings: Settings) -> None:
         "http": "cli.protocol:OneWriteProtocol",
     }
     if settings.http_workers > 1:
-        # Each worker process builds its app from the same environment.
-        uvicorn.run("cli.runner:app_from_env", factory=True, workers=settings.http_workers, **options)  # type: ignore[arg-type]
+        from cli.listeners import run_supervised
+
+        # Each worker process builds its app from the same environment, and listens on its own socket.
+        config = uvicorn.Config("cli.runner:app_from_env", factory=True, workers=settings.http_workers, **options)  # type: ignore[arg-type]
+        run_supervised(config)
         return
     from receiver.app import create_app
 

@@ -1,0 +1,113 @@
+"""Several server processes (SVCGW_HTTP_WORKERS): a listening socket each, connections spread over them."""
+
+from __future__ import annotations
+
+import os
+import socket
+
+import httpx
+import pytest
+from uvicorn.config import STARTUP_FAILURE
+
+from cli.listeners import check_port, reuse_port_socket
+from tests.support import free_port, start_server, wait_for
+
+
+def _listening_inodes(port: int) -> set[str]:
+    """Inodes of the IPv4 sockets listening on ``port`` (``/proc/net/tcp``, state 0A)."""
+    found = set()
+    with open("/proc/net/tcp", encoding="ascii") as table:
+        next(table)
+        for line in table:
+            fields = line.split()
+            if fields[3] == "0A" and int(fields[1].rsplit(":", 1)[1], 16) == port:
+                found.add(fields[9])
+    return found
+
+
+def _socket_inodes(pid: int) -> set[str]:
+    inodes = set()
+    for fd in os.listdir(f"/proc/{pid}/fd"):
+        try:
+            target = os.readlink(f"/proc/{pid}/fd/{fd}")
+        except OSError:
+            continue  # closed meanwhile
+        if target.startswith("socket:["):
+            inodes.add(target[len("socket:[") : -1])
+    return inodes
+
+
+def _established_inodes(port: int) -> set[str]:
+    """Inodes of the server side of established connections to ``port`` (state 01)."""
+    found = set()
+    with open("/proc/net/tcp", encoding="ascii") as table:
+        next(table)
+        for line in table:
+            fields = line.split()
+            if fields[3] == "01" and int(fields[1].rsplit(":", 1)[1], 16) == port:
+                found.add(fields[9])
+    return found
+
+
+def _children(pid: int) -> list[int]:
+    with open(f"/proc/{pid}/task/{pid}/children", encoding="ascii") as handle:
+        return [int(child) for child in handle.read().split()]
+
+
+def test_processes_of_one_user_may_bind_the_same_port() -> None:
+    port = free_port()
+    first = reuse_port_socket("127.0.0.1", port)
+    second = reuse_port_socket("127.0.0.1", port)
+    try:
+        assert first.getsockname() == second.getsockname() == ("127.0.0.1", port)
+    finally:
+        first.close()
+        second.close()
+
+
+def test_a_port_taken_by_another_program_stops_the_start() -> None:
+    taken = socket.socket()
+    taken.bind(("127.0.0.1", 0))
+    taken.listen()
+    try:
+        with pytest.raises(SystemExit) as stopped:
+            check_port("127.0.0.1", taken.getsockname()[1])
+        assert stopped.value.code == STARTUP_FAILURE
+    finally:
+        taken.close()
+
+
+@pytest.mark.slow
+def test_each_worker_listens_and_connections_reach_both(env: dict[str, str]) -> None:
+    process, base = start_server(dict(env, SVCGW_HTTP_WORKERS="2"))
+    port = int(base.rsplit(":", 1)[1])
+    clients: list[httpx.Client] = []
+    try:
+        assert process.proc is not None
+        pid = process.proc.pid
+        listening = wait_for(
+            lambda: _listening_inodes(port) if len(_listening_inodes(port)) == 2 else None,
+            what="a listening socket per worker",
+        )
+        # One socket each, not one shared: the kernel spreads new connections over them. (The
+        # supervisor's other children, such as multiprocessing's resource tracker, hold none.)
+        held = {child: _socket_inodes(child) & listening for child in _children(pid)}
+        workers = [child for child, inodes in held.items() if inodes]
+        assert len(workers) == 2
+        assert [len(held[worker]) for worker in workers] == [1, 1]
+        assert held[workers[0]] != held[workers[1]]
+
+        # 40 kept-alive connections: with a shared accept queue one process may take them all;
+        # spread by the kernel's hash, each process gets some (all 40 on one: 2 in 10^12).
+        for _ in range(40):
+            client = httpx.Client(base_url=base, trust_env=False, timeout=10)
+            assert client.get("/healthz").status_code == 200
+            clients.append(client)
+        established = _established_inodes(port)
+        per_worker = [len(_socket_inodes(pid) & established) for pid in workers]
+        assert sum(per_worker) == 40
+        assert min(per_worker) >= 1, per_worker
+    finally:
+        for client in clients:
+            client.close()
+        process.stop()
