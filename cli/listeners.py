@@ -44,12 +44,20 @@ def reuse_port_socket(host: str, port: int) -> socket.socket:
 
 
 def check_port(host: str, port: int) -> None:
-    """Fail before any worker starts when the address cannot be bound (taken, or not ours)."""
-    try:
-        reuse_port_socket(host, port).close()
-    except OSError as exc:
-        log.error("cannot listen on %s:%d: %s", host, port, exc)
-        sys.exit(STARTUP_FAILURE)
+    """Fail before any worker starts when something listens on the address already.
+
+    The check binds without ``SO_REUSEPORT``, so it fails against every
+    listener, another ``svcgw serve``'s workers included: two servers
+    started on one port would otherwise share its connections silently.
+    """
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as probe:
+        try:
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            probe.bind((host, port))
+        except OSError as exc:
+            log.error("cannot listen on %s:%d: %s", host, port, exc)
+            sys.exit(STARTUP_FAILURE)
 
 
 class OwnSocketProcess(multiprocess.Process):

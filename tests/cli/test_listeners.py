@@ -77,6 +77,28 @@ def test_a_port_taken_by_another_program_stops_the_start() -> None:
         taken.close()
 
 
+def test_a_port_another_server_s_workers_listen_on_stops_the_start() -> None:
+    # Their sockets allow sharing the port; a second server must still not join them unnoticed.
+    port = free_port()
+    workers = [reuse_port_socket("127.0.0.1", port) for _ in range(2)]
+    try:
+        for worker in workers:
+            worker.listen()
+        with pytest.raises(SystemExit) as stopped:
+            check_port("127.0.0.1", port)
+        assert stopped.value.code == STARTUP_FAILURE
+    finally:
+        for worker in workers:
+            worker.close()
+
+
+def test_a_free_port_passes_the_check() -> None:
+    port = free_port()
+    check_port("127.0.0.1", port)
+    # The check leaves nothing bound: the workers' sockets can take the port.
+    reuse_port_socket("127.0.0.1", port).close()
+
+
 @pytest.mark.slow
 def test_each_worker_listens_and_connections_reach_both(env: dict[str, str]) -> None:
     process, base = start_server(dict(env, SVCGW_HTTP_WORKERS="2"))
