@@ -13,14 +13,14 @@ from cli.listeners import check_port, reuse_port_socket
 from tests.support import free_port, start_server, wait_for
 
 
-def _listening_inodes(port: int) -> set[str]:
-    """Inodes of the IPv4 sockets listening on ``port`` (``/proc/net/tcp``, state 0A)."""
+def _inodes(port: int, state: str) -> set[str]:
+    """Inodes of the IPv4 sockets on local ``port`` in ``state`` (``/proc/net/tcp``: 0A listening, 01 established)."""
     found = set()
     with open("/proc/net/tcp", encoding="ascii") as table:
         next(table)
         for line in table:
             fields = line.split()
-            if fields[3] == "0A" and int(fields[1].rsplit(":", 1)[1], 16) == port:
+            if fields[3] == state and int(fields[1].rsplit(":", 1)[1], 16) == port:
                 found.add(fields[9])
     return found
 
@@ -35,18 +35,6 @@ def _socket_inodes(pid: int) -> set[str]:
         if target.startswith("socket:["):
             inodes.add(target[len("socket:[") : -1])
     return inodes
-
-
-def _established_inodes(port: int) -> set[str]:
-    """Inodes of the server side of established connections to ``port`` (state 01)."""
-    found = set()
-    with open("/proc/net/tcp", encoding="ascii") as table:
-        next(table)
-        for line in table:
-            fields = line.split()
-            if fields[3] == "01" and int(fields[1].rsplit(":", 1)[1], 16) == port:
-                found.add(fields[9])
-    return found
 
 
 def _children(pid: int) -> list[int]:
@@ -108,7 +96,7 @@ def test_each_worker_listens_and_connections_reach_both(env: dict[str, str]) -> 
         assert process.proc is not None
         pid = process.proc.pid
         listening = wait_for(
-            lambda: _listening_inodes(port) if len(_listening_inodes(port)) == 2 else None,
+            lambda: _inodes(port, "0A") if len(_inodes(port, "0A")) == 2 else None,
             what="a listening socket per worker",
         )
         # One socket each, not one shared: the kernel spreads new connections over them. (The
@@ -125,7 +113,7 @@ def test_each_worker_listens_and_connections_reach_both(env: dict[str, str]) -> 
             client = httpx.Client(base_url=base, trust_env=False, timeout=10)
             assert client.get("/healthz").status_code == 200
             clients.append(client)
-        established = _established_inodes(port)
+        established = _inodes(port, "01")
         per_worker = [len(_socket_inodes(pid) & established) for pid in workers]
         assert sum(per_worker) == 40
         assert min(per_worker) >= 1, per_worker
