@@ -31,16 +31,7 @@ log = logging.getLogger("svcgw")
 
 def reuse_port_socket(host: str, port: int) -> socket.socket:
     """A socket bound to ``host:port`` that other processes of this user may bind too (not yet listening)."""
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    sock = socket.socket(family, socket.SOCK_STREAM)
-    try:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
-        sock.bind((host, port))
-    except OSError:
-        sock.close()
-        raise
-    return sock
+    return _bind(host, port, share=True)
 
 
 def check_port(host: str, port: int) -> None:
@@ -50,26 +41,37 @@ def check_port(host: str, port: int) -> None:
     listener, another ``svcgw serve``'s workers included: two servers
     started on one port would otherwise share its connections silently.
     """
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    with socket.socket(family, socket.SOCK_STREAM) as probe:
-        try:
-            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-            probe.bind((host, port))
-        except OSError as exc:
-            log.error("cannot listen on %s:%d: %s", host, port, exc)
-            sys.exit(STARTUP_FAILURE)
+    _bind_or_exit(host, port, share=False).close()
 
 
 class OwnSocketProcess(multiprocess.Process):
     """A worker process of uvicorn's supervisor that listens on a socket of its own."""
 
     def target(self, sockets: list[socket.socket] | None = None) -> None:  # pragma: no cover - child process
-        try:
-            own = reuse_port_socket(self.config.host, self.config.port)
-        except OSError as exc:
-            log.error("cannot listen on %s:%d: %s", self.config.host, self.config.port, exc)
-            sys.exit(STARTUP_FAILURE)
-        super().target([own])
+        super().target([_bind_or_exit(self.config.host, self.config.port, share=True)])
+
+
+def _bind(host: str, port: int, *, share: bool) -> socket.socket:
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        if share:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+        sock.bind((host, port))
+    except OSError:
+        sock.close()
+        raise
+    return sock
+
+
+def _bind_or_exit(host: str, port: int, *, share: bool) -> socket.socket:
+    # uvicorn's supervisor stops, instead of restarting the worker, on this exit code.
+    try:
+        return _bind(host, port, share=share)
+    except OSError as exc:
+        log.error("cannot listen on %s:%d: %s", host, port, exc)
+        sys.exit(STARTUP_FAILURE)
 
 
 def run_supervised(config: Config) -> None:
