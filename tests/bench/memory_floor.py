@@ -56,31 +56,27 @@ def _digest(i: int) -> bytes:
     return hashlib.sha256(b"evt-%d" % i).digest()[:16]
 
 
-def rq_job_hashes(r: redis.Redis) -> None:
-    """RQ's job hash of a queued delivery, as the receiver writes it (every non-empty field)."""
-    job = template("svcgw", 30 * DAY)
-    now = datetime.now(UTC).replace(tzinfo=None)
-    pipe = r.pipeline(transaction=False)
-    for i in range(N):
-        d = _delivery_id(i)
-        fields = job.flat(d, "Msg for we_123456789012345678", now)
-        mapping: dict[Any, Any] = dict(zip(fields[::2], fields[1::2], strict=True))
-        pipe.hset(f"rq:job:{d}", mapping=mapping)
-    pipe.execute()
+def _rq_jobs(description: str, only: frozenset[bytes] | None) -> Callable[[redis.Redis], None]:
+    def write(r: redis.Redis) -> None:
+        job = template("svcgw", 30 * DAY)
+        now = datetime.now(UTC).replace(tzinfo=None)
+        pipe = r.pipeline(transaction=False)
+        for i in range(N):
+            d = _delivery_id(i)
+            flat = job.flat(d, description, now)
+            fields: dict[Any, Any] = {
+                k: v for k, v in zip(flat[::2], flat[1::2], strict=True) if only is None or k in only
+            }
+            pipe.hset(f"rq:job:{d}", mapping=fields)
+        pipe.execute()
+
+    return write
 
 
-def rq_job_hashes_minimal(r: redis.Redis) -> None:
-    """The fewest fields RQ reads a job back from: data, origin, status, created_at."""
-    job = template("svcgw", 30 * DAY)
-    now = datetime.now(UTC).replace(tzinfo=None)
-    pipe = r.pipeline(transaction=False)
-    for i in range(N):
-        d = _delivery_id(i)
-        flat = job.flat(d, "", now)
-        fields = dict(zip(flat[::2], flat[1::2], strict=True))
-        keep: dict[Any, Any] = {k: v for k, v in fields.items() if k in (b"data", b"origin", b"status", b"created_at")}
-        pipe.hset(f"rq:job:{d}", mapping=keep)
-    pipe.execute()
+# RQ's job hash of a queued delivery, as the receiver writes it (every non-empty field).
+rq_job_hashes = _rq_jobs("Msg for we_123456789012345678", None)
+# The fewest fields RQ reads a job back from.
+rq_job_hashes_minimal = _rq_jobs("", frozenset((b"data", b"origin", b"status", b"created_at")))
 
 
 def _log(fields_of: Callable[[int, bytes], dict[Any, Any]]) -> Callable[[redis.Redis], None]:
