@@ -32,6 +32,11 @@ included); and the resident memory of the one-worker server before and
 after ``soak`` calls. wrk drives the load when installed (one thread; it
 is not the bottleneck), else ``tests/bench/gateway_load.py``; either way a
 sample of answers is checked byte for byte against the upstream's own.
+
+The targets (:data:`GATEWAY_TARGETS`, judged by :mod:`.verdict`) judge the
+gateway both ways: its capacity, in front of ``fast``, over the simulator
+straight; and like for like, in front of ``sim``, over the simulator
+straight, the two sharing the cores. None is met if a call failed.
 """
 
 from __future__ import annotations
