@@ -62,6 +62,7 @@ log = logging.getLogger("svcgw.console")
 
 MAX_JSON_BYTES = 64 * 1024
 
+
 class ConsoleHTTPError(Refusal):
     """A refusal of the console; turned into JSON (API, :meth:`response`) or a page (``pages``)."""
 
@@ -120,7 +121,7 @@ def json_ok(data: object, status: int = 200) -> Response:
 
 def json_error(status: int, code: int, message: str, headers: dict[str, str] | None = None) -> Response:
     return Response(
-        orjson.dumps({"code": code, "message": message, "data": None}),
+        errors.error_body(code, message),
         status_code=status,
         media_type="application/json",
         headers={"Cache-Control": "no-store", **(headers or {})},

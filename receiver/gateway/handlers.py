@@ -225,7 +225,6 @@ class Gateway:
             raise
 
 
-
 def _refused(exc: GatewayError | RedisError, module: str, action: str) -> Response:
     """The one mapping of the gateway's failures to answers: a refusal as it is, Redis as -50002."""
     if isinstance(exc, RedisError):
