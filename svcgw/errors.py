@@ -41,6 +41,7 @@ whole tree (each class's module in brackets when it is not this one)::
     ├── FlowError                a step of the console's QR login refused [receiver.console.qrattempt]
     ├── AttemptGone              (also Missing) no such QR login attempt [receiver.console.qrattempt]
     ├── PageError                a console page's refusal, as an HTML page [receiver.console.pagekit]
+    ├── Abandoned                the worker stops; a probe gives its claim back undecided [worker.prober]
     └── Failure                  an internal failure, not a refusal: the edge that meets it
         │                        answers with a row of the table (``raise X(...) from exc``)
         ├── UpstreamError        the capability layer [svcgw.upstream]
@@ -51,6 +52,7 @@ whole tree (each class's module in brackets when it is not this one)::
         │   ├── TimedOut
         │   └── SendFailed
         ├── ReplicaNotConfirmed  (also RedisError) a post not confirmed by replicas [svcgw.ingest]
+        ├── _Unavailable         a probe could not ask the capability layer [worker.prober]
         └── VaultError           encryption at rest [svcgw.vault]
 
 Classes that were ``LookupError``, ``ValueError`` or ``RedisError`` stay so,

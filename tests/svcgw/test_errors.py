@@ -14,6 +14,7 @@ import pytest
 
 import receiver
 import svcgw
+import worker
 from svcgw import errors
 from svcgw.errors import ErrorKind, Failure, GatewayError, Missing, Refusal, Rejected, SvcgwError
 
@@ -31,7 +32,7 @@ def _modules(package: object) -> list[object]:
 def _own_exceptions() -> dict[str, type[BaseException]]:
     """Every exception class defined in the service's packages, by its qualified name."""
     found: dict[str, type[BaseException]] = {}
-    for package in (svcgw, receiver):
+    for package in (svcgw, receiver, worker):
         for module in _modules(package):
             for value in vars(module).values():
                 if (
