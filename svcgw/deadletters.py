@@ -31,6 +31,7 @@ import orjson
 from redis.asyncio import Redis
 
 from svcgw import attemptrecords, keys
+from svcgw.errors import Missing, SvcgwError
 from svcgw.settings import Settings
 
 from .scripts import source
@@ -53,11 +54,11 @@ _CHUNK = 500
 ReplayStatus = Literal["replayed", "not_found", "expired", "died_earlier"]
 
 
-class DeadLetterError(Exception):
+class DeadLetterError(SvcgwError):
     """Base class of this module's errors."""
 
 
-class NotFound(DeadLetterError, LookupError):
+class NotFound(DeadLetterError, Missing, LookupError):
     """No such dead letter (or it belongs to another account)."""
 
 

@@ -46,6 +46,7 @@ import orjson
 from redis.asyncio import Redis
 
 from . import attemptrecords, keys
+from .errors import Missing, SvcgwError
 from .settings import Settings
 
 __all__ = [
@@ -79,11 +80,11 @@ SCAN_LIMIT = 5000
 MAX_LIMIT = 200
 
 
-class DeliveryListError(Exception):
+class DeliveryListError(SvcgwError):
     """Base class of this module's errors."""
 
 
-class NotFound(DeliveryListError, LookupError):
+class NotFound(DeliveryListError, Missing, LookupError):
     """No such delivery or instance (or it belongs to another account)."""
 
 

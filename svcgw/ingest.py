@@ -51,6 +51,7 @@ from . import keys, liveness
 from .calllog import stored_body
 from .deliveries import INGEST_SCRIPT, job_description, new_delivery_id, template
 from .envelope import EnvelopeError, Post, build_envelope, parse_post
+from .errors import Failure, Missing
 from .metrics import BufferedCounts, ingest_commands
 from .settings import Settings
 from .store import digest
@@ -76,11 +77,11 @@ class IngestResult:
     delivery_id: str | None
 
 
-class UnknownReceiver(LookupError):
+class UnknownReceiver(Missing, LookupError):
     """No instance has this receiver URL."""
 
 
-class ReplicaNotConfirmed(RedisError):
+class ReplicaNotConfirmed(Failure, RedisError):
     """Durable mode: fewer replicas than ``SVCGW_REDIS_WAIT_REPLICAS`` confirmed a post in time.
 
     A ``RedisError``, so the post is answered 503 like any storage failure:

@@ -55,6 +55,7 @@ from .addresses import (
     forbidden_reason,
     port_allowed,
 )
+from .errors import Failure
 from .settings import DEFAULT_DESTINATION_PORTS, PortRanges, Settings
 
 __all__ = [
@@ -75,7 +76,7 @@ RESPONSE_SNIPPET_BYTES = 2048
 
 
 # --- errors -------------------------------------------------------------------
-class SendError(Exception):
+class SendError(Failure):
     """A callback request that got no HTTP answer."""
 
 

@@ -27,6 +27,7 @@ from redis.exceptions import WatchError
 from . import keys
 from .callbacks import Destination, choose_destination, new_signing_secret, open_secret, seal_secret
 from .credentials import LoginTaken, normalise_login
+from .errors import Missing, Rejected
 from .origins import same_origin
 from .scripts import source
 from .vault import TokenVault, VaultError
@@ -45,11 +46,11 @@ __all__ = [
 ]
 
 
-class NotFound(LookupError):
+class NotFound(Missing, LookupError):
     """The account, key or instance does not exist."""
 
 
-class OperatorDenied(ValueError):
+class OperatorDenied(Rejected, ValueError):
     """The account asked to allow operations that the operator denied it; nothing was changed."""
 
     def __init__(self, operations: Iterable[str]) -> None:
