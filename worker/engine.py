@@ -342,7 +342,7 @@ class Engine:
             token = self.slots.acquire_all(destinations) if destinations else None
             if token is not None or not destinations:
                 return _Slots(destinations, token, prepared.account, account_token)
-            self.accounts.release(prepared.account, account_token)
+            self.accounts.give_back(prepared.account, account_token)
             delay = max(self.slots.defer_delay(key) for key in self.slots.full(destinations))
         await self._finish(Finish(prepared.delivery_id, prepared.appid, "defer", due=time.time() + delay))
         return None

@@ -79,6 +79,11 @@ class DestinationSlots:
         """Those of ``hosts`` at their cap."""
         return [host for host in hosts if self._counts.get(host, 0) >= self.cap]
 
+    def give_back(self, host: str, token: int) -> None:
+        """Free a slot taken for no attempt (another cap refused the job): its time says nothing of ``host``."""
+        self._started.get(host, {}).pop(token, None)
+        self.release(host, token)
+
     def release(self, host: str, token: int) -> None:
         started = self._started.get(host, {}).pop(token, None)
         if started is not None:

@@ -89,6 +89,18 @@ def test_the_cap_bites_again_once_another_account_wants_slots() -> None:
     assert accounts.acquire("a") is not None
 
 
+def test_a_slot_given_back_without_an_attempt_says_nothing_of_the_answer_time() -> None:
+    clock = Clock()
+    accounts = AccountSlots(cap=2, timeout=10, clock=clock)
+    first, second = accounts.acquire("a"), accounts.acquire("a")
+    assert first is not None and second is not None
+    accounts.give_back("a", first)  # its destination was at its cap: no attempt
+    assert accounts.acquire("a") is not None and accounts.acquire("a") is None  # still not known to be quick
+    clock.now += 0.1
+    accounts.release("a", second)
+    assert accounts.acquire("a") is not None and accounts.acquire("a") is not None
+
+
 def test_an_account_whose_attempts_hang_does_not_borrow() -> None:
     clock = Clock()
     accounts = AccountSlots(cap=2, timeout=10, clock=clock)
