@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import urlsplit
 
-__all__ = ["DEFAULT_DESTINATION_PORTS", "PortRanges", "Settings", "SettingsError"]
+__all__ = ["DEFAULT_DESTINATION_PORTS", "PortRanges", "Settings", "SettingsError", "derived_public_url"]
 
 
 class SettingsError(ValueError):
@@ -108,13 +108,14 @@ class Settings:
                         "with SVCGW_REDIS_URL, put the password and database in the URL"
                     )
         gateway_bodies = reader.gateway_bodies()
+        host = env.get("SVCGW_HOST", "127.0.0.1") or "127.0.0.1"
+        port = reader.integer("SVCGW_PORT", 8080, minimum=0, maximum=65535)
         return cls(
             redis_url=redis_url,
             upstream_url=reader.url("SVCGW_UPSTREAM_URL", schemes=("http", "https")),
-            public_url=reader.url("SVCGW_PUBLIC_URL", schemes=("http", "https"))
-            or "http://127.0.0.1:8080",
-            host=env.get("SVCGW_HOST", "127.0.0.1") or "127.0.0.1",
-            port=reader.integer("SVCGW_PORT", 8080, minimum=0, maximum=65535),
+            public_url=reader.url("SVCGW_PUBLIC_URL", schemes=("http", "https")) or derived_public_url(host, port),
+            host=host,
+            port=port,
             state_dir=Path(env.get("SVCGW_STATE_DIR", ".svcgw") or ".svcgw"),
             retry_schedule=reader.schedule("SVCGW_RETRY_SCHEDULE"),
             delivery_timeout=reader.number("SVCGW_DELIVERY_TIMEOUT", 10.0, minimum=0.01),
@@ -173,6 +174,19 @@ class Settings:
         if not self.upstream_url:
             raise SettingsError("SVCGW_UPSTREAM_URL is required to serve the gateway API")
         return self.upstream_url.rstrip("/")
+
+
+# A wildcard bind address listens everywhere but is nobody's destination: the derived public
+# URL names loopback instead, which this machine's processes (and the simulator) reach.
+_WILDCARD_HOSTS = {"0.0.0.0": "127.0.0.1", "::": "::1", "": "127.0.0.1", "*": "127.0.0.1"}
+
+
+def derived_public_url(host: str, port: int) -> str:
+    """``SVCGW_PUBLIC_URL`` when it is unset: ``http://`` + ``SVCGW_HOST`` + ``:`` + ``SVCGW_PORT`` (CONTRACT)."""
+    reachable = _WILDCARD_HOSTS.get(host.strip(), host.strip())
+    if ":" in reachable and not reachable.startswith("["):
+        reachable = f"[{reachable}]"
+    return f"http://{reachable}:{port}"
 
 
 class _Reader:
