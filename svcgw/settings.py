@@ -54,6 +54,8 @@ class Settings:
     delivery_concurrency: int = 1024
     destination_concurrency: int = 16
     queue_name: str = "svcgw"
+    # Seconds a worker's RQ registration (rq:worker:<name>) outlives its last heartbeat.
+    worker_ttl: float = 420.0
     http_workers: int = 1
     # Operators' credentials for rq-dashboard at /rq; without both, /rq is not mounted.
     dashboard_user: str | None = None
@@ -133,6 +135,7 @@ class Settings:
                 "SVCGW_DESTINATION_CONCURRENCY", 16, minimum=1, maximum=1024
             ),
             queue_name=env.get("SVCGW_QUEUE", "svcgw") or "svcgw",
+            worker_ttl=reader.number("SVCGW_WORKER_TTL", 420.0, minimum=1.0),
             http_workers=reader.integer("SVCGW_HTTP_WORKERS", 1, minimum=1, maximum=64),
             **reader.credentials("SVCGW_DASHBOARD_USER", "SVCGW_DASHBOARD_PASSWORD"),
             redis_sentinels=sentinels,
