@@ -52,9 +52,7 @@ def _now() -> str:
 class Presence:
     """One worker's RQ registration: born at :meth:`start`, kept alive by :meth:`serve`, dead at :meth:`stop`."""
 
-    def __init__(
-        self, settings: Settings, redis: AsyncRedis, name: str, held: Callable[[], list[str]] = list
-    ) -> None:
+    def __init__(self, settings: Settings, redis: AsyncRedis, name: str, held: Callable[[], list[str]] = list) -> None:
         self.redis = redis
         self.name = name
         self.key = Worker.redis_worker_namespace_prefix + name
