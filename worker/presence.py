@@ -12,7 +12,8 @@ names and formats, so rq's ``Worker.all()`` reads them:
 * its key in the set ``rq:workers`` and in ``rq:workers:<queue>``.
 
 Nothing is written per delivery: attempts are counted in memory and written
-with the heartbeat, every third of ``SVCGW_WORKER_TTL``. The hash expires
+with the heartbeat, every 5 seconds (or a third of ``SVCGW_WORKER_TTL``
+when that is shorter): one pipeline of a few commands, whatever the load. The hash expires
 ``SVCGW_WORKER_TTL`` seconds after the last heartbeat, so a worker killed
 without a word leaves the list by itself (rq drops a set member whose hash
 is gone); one that stops cleanly records its death as RQ does.
@@ -44,6 +45,8 @@ __all__ = ["Presence", "attach"]
 
 log = logging.getLogger("svcgw")
 
+HEARTBEAT_EVERY = 5.0  # seconds at most between heartbeats
+
 
 def _now() -> str:
     return utcformat(datetime.now(UTC))
@@ -59,7 +62,8 @@ class Presence:
         self.queue_key = WORKERS_BY_QUEUE_KEY % settings.queue_name
         self.queue_name = settings.queue_name
         self.ttl = settings.worker_ttl
-        self.interval = max(settings.worker_ttl / 3, 0.2)
+        # Often enough for the dashboard's counts to be current, rarely enough to cost nothing.
+        self.interval = max(min(settings.worker_ttl / 3, HEARTBEAT_EVERY), 0.2)
         self._held = held
         self._successful = self._failed = 0
         self._working = 0.0
