@@ -72,3 +72,12 @@ def test_verify_raises_with_the_reason_and_explicit_values_work() -> None:
     assert info.value.reason == NO_MATCH
     headers = signed("s")
     verify(BODY, secrets="s", now=NOW, signature=headers["X-Svc-Signature"], timestamp=NOW)
+
+
+def test_the_headers_of_http_server_are_read_as_they_are() -> None:
+    from http.client import HTTPMessage
+
+    message = HTTPMessage()
+    for name, value in signed("s").items():
+        message[name.lower()] = value
+    verify(BODY, message, secrets="s", now=NOW)  # type: ignore[arg-type]
