@@ -13,9 +13,10 @@ given a little traffic, so the signed callbacks can be watched arriving.
 
 It prints (``cli.demotext``) a gateway call with the demo key, a dead
 letter and its replay within a minute (an address of the simulator that
-always fails, and the demo's short retry schedule), and how to walk through onboarding in the browser (a new
-instance by QR login in the console, the simulator playing the phone: its
-QR codes wait for ``/_sim/qr``), and turns on rq-dashboard at ``/rq``, by
+always fails, and the demo's short retry schedule), and how to walk through
+onboarding in the browser (a new instance by QR login in the console, the
+simulator playing the phone: its QR codes wait for ``/_sim/qr``), and turns
+on rq-dashboard at ``/rq``, by
 which the service is monitored, with credentials generated into the state
 dir (owner-only) the first time, printed on the terminal and nowhere else.
 """
@@ -77,7 +78,7 @@ _APPID_ALPHABET = string.ascii_lowercase + string.digits
 
 
 class DemoError(click.ClickException):
-    """The demo could not be prepared (the HTTP server never became ready)."""
+    """The demo could not be prepared (an operation or the simulator refused a step)."""
 
 
 @dataclass(frozen=True)
