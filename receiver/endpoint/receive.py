@@ -19,7 +19,7 @@ from svcgw import errors
 from svcgw.envelope import EnvelopeError
 from svcgw.ingest import Ingest, UnknownReceiver
 
-from .http import BadContentLength, BodyTooLarge, json_answer, read_body
+from ..http import BadContentLength, BodyTooLarge, json_answer, read_body
 
 __all__ = ["make_endpoint"]
 
