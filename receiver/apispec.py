@@ -5,7 +5,7 @@ Each product of the HTTP role (``receiver.endpoint``, ``receiver.gateway``,
 the types of their requests and answers (msgspec ``Struct`` types, and
 ``Annotated`` types for parameters and headers). ``receiver.openapi`` turns
 every operation into the document with ``msgspec.json.schema_components``:
-nothing in the document is written by hand apart from words. The console
+no schema in the document is written by hand (words and security schemes are). The console
 parses its request bodies with the same types (``receiver.console.requests``).
 """
 
