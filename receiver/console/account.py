@@ -319,8 +319,8 @@ class AccountApi:
 
     async def change_password(self, request: Request, session: Session) -> Response:
         async def work() -> Response:
-            passwords = await parsed_body(request, PasswordRequest)
-            await self.shared.change_password(request, session, passwords.current_password, passwords.new_password)
+            asked = await parsed_body(request, PasswordRequest)
+            await self.shared.change_password(request, session, asked.current_password, asked.new_password)
             return json_ok({"changed": True, "other_sessions_ended": True})
 
         return await self._answer(work)
