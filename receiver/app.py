@@ -25,9 +25,9 @@ from svcgw.upstream import Upstream
 from .console import console_routes
 from .dashboard import make_dashboard
 from .docs import docs_routes
+from .endpoint import make_endpoint
 from .gateway import Gateway, PathGuard, direct_operation
 from .headers import NoSniff
-from .ingest import make_endpoint
 from .metrics import metrics_endpoint
 from .openapi import openapi_endpoint
 from .services import Services, build_services
