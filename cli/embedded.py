@@ -8,10 +8,16 @@ asks for a password generated on first start into
 ``SVCGW_STATE_DIR/redis/password`` (readable by its owner only): any local
 user could otherwise reach the data. The password goes to the server in a
 configuration file, never on its command line, where ``ps`` would show it.
+
+Its port is kept in ``SVCGW_STATE_DIR/redis/port`` too, so the
+``SVCGW_REDIS_URL`` printed for a state dir keeps working across restarts;
+when something else has taken that port meanwhile, another is chosen, kept,
+and the change is logged (``moved_from``).
 """
 
 from __future__ import annotations
 
+import logging
 import os
 import secrets
 import socket
@@ -27,11 +33,32 @@ from svcgw import redisconf
 
 __all__ = ["EmbeddedRedis"]
 
+log = logging.getLogger("svcgw")
+
 
 def _free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind(("127.0.0.1", 0))
         return int(sock.getsockname()[1])
+
+
+def _port_is_free(port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        # As Redis binds: connections of its last run still in TIME_WAIT do not hold the port.
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
+
+
+def _kept_port(path: Path) -> int | None:
+    try:
+        port = int(path.read_text(encoding="utf-8").strip())
+    except (OSError, ValueError):
+        return None
+    return port if 0 < port < 65536 else None
 
 
 def server_binary() -> str:
@@ -66,7 +93,9 @@ def load_or_create_password(directory: Path) -> str:
 class EmbeddedRedis:
     def __init__(self, state_dir: Path, *, port: int | None = None, fsync: str = "always") -> None:
         self.dir = (state_dir / "redis").resolve()
-        self.port = port or _free_port()
+        self.port = port or 0
+        # The port kept for this state dir, when it was taken by something else at this start.
+        self.moved_from: int | None = None
         self.fsync = fsync
         self.process: subprocess.Popen[bytes] | None = None
         self.password = ""
@@ -82,6 +111,8 @@ class EmbeddedRedis:
         self.dir.mkdir(parents=True, exist_ok=True)
         self.dir.chmod(0o700)
         self.password = load_or_create_password(self.dir)
+        if not self.port:
+            self.port = self._choose_port()
         config = self.dir / "redis.conf"
         _private_file(config, f"requirepass {self.password}\n")
         command = [
@@ -115,6 +146,25 @@ class EmbeddedRedis:
             client.close()
         self.stop()
         raise RuntimeError(f"embedded Redis did not answer within {timeout}s")
+
+    def _choose_port(self) -> int:
+        """The port of the last start of this state dir, while it is free; else a new one, kept for the next."""
+        path = self.dir / "port"
+        kept = _kept_port(path)
+        if kept is not None and _port_is_free(kept):
+            return kept
+        port = _free_port()
+        if kept is not None:
+            self.moved_from = kept
+            log.warning(
+                "embedded Redis: port %d of %s is taken by another process; using %d from now on "
+                "(update SVCGW_REDIS_URL in your shells)",
+                kept,
+                self.dir,
+                port,
+            )
+        path.write_text(f"{port}\n", encoding="utf-8")
+        return port
 
     def stop(self, timeout: float = 10.0) -> None:
         if self.process is None or self.process.poll() is not None:

@@ -45,7 +45,7 @@ async def instances_list(admin: Admin, account: str | None, as_json: bool) -> No
                     r["appid"],
                     r["account"],
                     _status_text(r),
-                    r.get("since"),
+                    when(r.get("since")),
                     r["forward_url"],
                     r["forward_source"],
                     r["dead_letters"],
@@ -65,7 +65,11 @@ async def instances_show(admin: Admin, appid: str, as_json: bool) -> None:
     """Show one instance."""
     view = await read_model.load(admin.store(), admin.redis, admin.settings, appid, dead_letters=True)
     data = view.for_operator()
-    emit(as_json, data, lambda: record({**data, "created_at": when(data["created_at"])}, appid))
+    emit(
+        as_json,
+        data,
+        lambda: record({**data, "created_at": when(data["created_at"]), "since": when(data.get("since"))}, appid),
+    )
 
 
 def _status_text(row: dict[str, object]) -> str | None:

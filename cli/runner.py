@@ -132,15 +132,20 @@ def run_up(settings: Settings, *, demo: bool = False, workers: int = 1) -> int:
         dashboard_generated = False
         if demo:
             from .demo import demo_dashboard, prepare_demo
+            from .demotext import DEMO_RETRY_SCHEDULE
 
             dashboard_generated = demo_dashboard(env, settings.state_dir)
             sim_port = int(env.get("SVCGW_SIM_PORT", "8090"))
             children.append(("sim", _spawn(["sim", "--port", str(sim_port)], env)))
             env.setdefault("SVCGW_UPSTREAM_URL", f"http://127.0.0.1:{sim_port}")
             env.setdefault("SVCGW_ALLOW_PRIVATE_DESTINATIONS", "127.0.0.0/8,::1/128")
+            env.setdefault("SVCGW_RETRY_SCHEDULE", DEMO_RETRY_SCHEDULE)  # a dead letter within a minute
         children.append(("serve", _spawn(["serve"], env)))
         for _ in range(workers):
             children.append(("worker", _spawn(["worker"], env)))
+        from .reachable import report_public_url
+
+        report_public_url(Settings.from_env(env))  # says so plainly when events could not reach us
         if demo:
             prepare_demo(Settings.from_env(env), dashboard_generated=dashboard_generated)
         print(f"svcgw is up: {settings.public_url}  (Ctrl-C stops it)", flush=True)

@@ -24,9 +24,10 @@ from svcgw.upstream import Upstream
 
 from .console import console_routes
 from .dashboard import make_dashboard
+from .docs import docs_routes
+from .endpoint import make_endpoint
 from .gateway import Gateway, PathGuard, direct_operation
 from .headers import NoSniff
-from .ingest import make_endpoint
 from .metrics import metrics_endpoint
 from .openapi import openapi_endpoint
 from .services import Services, build_services
@@ -103,6 +104,7 @@ def create_app(settings: Settings, *, services: Services | None = None) -> Starl
         ),
         *gateway.routes(),
         Route("/openapi.json", openapi_endpoint, methods=["GET"], name="openapi"),
+        *docs_routes(),  # /docs: the interactive reference of /openapi.json
         *console_routes(services, gateway),
     ]
     if (dashboard := make_dashboard(settings)) is not None:

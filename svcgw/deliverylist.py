@@ -406,6 +406,8 @@ async def _matching(
     Bodies are read here only to look for an event id; the others' are read
     for the matches alone (:func:`_complete`).
     """
+    if not chunk:
+        return []  # posts that made no delivery; and ZMSCORE takes at least one member
     names = (*FIELDS, attemptrecords.COUNT, *_ID_FIELDS) if event_id is not None else (*FIELDS, attemptrecords.COUNT)
     scheduled_key = keys.rq_scheduled(settings.queue_name)
     async with redis.pipeline(transaction=False) as pipe:

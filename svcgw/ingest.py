@@ -23,7 +23,7 @@ most ``SVCGW_MAX_EVENTS_PER_POST`` events (413), and a large body is parsed
 in a worker thread, off the event loop.
 
 In the durable mode (``SVCGW_REDIS_WAIT_REPLICAS``) the script is followed
-by ``WAIT``. The HTTP endpoint is :mod:`receiver.ingest`.
+by ``WAIT``. The HTTP endpoint is :mod:`receiver.endpoint`.
 
 Errors raised by :meth:`Ingest.accept`::
 

@@ -37,6 +37,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import ipaddress
+import os
 import socket
 import ssl
 from collections.abc import Mapping, Sequence
@@ -279,7 +280,7 @@ class CallbackSender:
         except aiohttp.ClientConnectorError as exc:
             if isinstance(exc.os_error, _ForbiddenAddress):
                 raise Refused(str(exc.os_error)) from exc
-            raise SendFailed("ConnectError", _first_line(exc)) from exc
+            raise SendFailed("ConnectError", _connect_error(exc)) from exc
         except aiohttp.InvalidURL as exc:
             raise SendFailed("InvalidURL", _first_line(exc)) from exc
         except (aiohttp.ServerDisconnectedError, aiohttp.ClientPayloadError) as exc:
@@ -301,6 +302,22 @@ async def _read_snippet(content: aiohttp.StreamReader) -> str:
             break
         collected += chunk
     return collected.decode("utf-8", "replace")
+
+
+def _connect_error(exc: aiohttp.ClientConnectorError) -> str:
+    """The host and port that did not answer, and why.
+
+    aiohttp's own text says ``ssl:default`` even for a plain-http address (it
+    names the connector's TLS setting, not the request's scheme); a TLS
+    failure keeps aiohttp's text, which is about TLS.
+    """
+    if isinstance(exc, aiohttp.ClientSSLError):
+        return _first_line(exc)
+    host = f"[{exc.host}]" if ":" in exc.host else exc.host
+    error = exc.os_error
+    # asyncio's strerror repeats the address ("Connect call failed (...)"); the errno's name is the reason.
+    reason = os.strerror(error.errno) if error.errno else str(error) or type(error).__name__
+    return f"cannot connect to {host}:{exc.port}: {reason}"[:300]
 
 
 def _first_line(exc: BaseException) -> str:

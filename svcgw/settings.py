@@ -16,7 +16,7 @@ from urllib.parse import urlsplit
 
 from svcgw.errors import Rejected
 
-__all__ = ["DEFAULT_DESTINATION_PORTS", "PortRanges", "Settings", "SettingsError"]
+__all__ = ["DEFAULT_DESTINATION_PORTS", "PortRanges", "Settings", "SettingsError", "derived_public_url"]
 
 
 class SettingsError(Rejected, ValueError):
@@ -56,6 +56,8 @@ class Settings:
     delivery_concurrency: int = 1024
     destination_concurrency: int = 16
     queue_name: str = "svcgw"
+    # Seconds a worker's RQ registration (rq:worker:<name>) outlives its last heartbeat.
+    worker_ttl: float = 420.0
     http_workers: int = 1
     # Operators' credentials for rq-dashboard at /rq; without both, /rq is not mounted.
     dashboard_user: str | None = None
@@ -110,13 +112,14 @@ class Settings:
                         "with SVCGW_REDIS_URL, put the password and database in the URL"
                     )
         gateway_bodies = reader.gateway_bodies()
+        host = env.get("SVCGW_HOST", "127.0.0.1") or "127.0.0.1"
+        port = reader.integer("SVCGW_PORT", 8080, minimum=0, maximum=65535)
         return cls(
             redis_url=redis_url,
             upstream_url=reader.url("SVCGW_UPSTREAM_URL", schemes=("http", "https")),
-            public_url=reader.url("SVCGW_PUBLIC_URL", schemes=("http", "https"))
-            or "http://127.0.0.1:8080",
-            host=env.get("SVCGW_HOST", "127.0.0.1") or "127.0.0.1",
-            port=reader.integer("SVCGW_PORT", 8080, minimum=0, maximum=65535),
+            public_url=reader.url("SVCGW_PUBLIC_URL", schemes=("http", "https")) or derived_public_url(host, port),
+            host=host,
+            port=port,
             state_dir=Path(env.get("SVCGW_STATE_DIR", ".svcgw") or ".svcgw"),
             retry_schedule=reader.schedule("SVCGW_RETRY_SCHEDULE"),
             delivery_timeout=reader.number("SVCGW_DELIVERY_TIMEOUT", 10.0, minimum=0.01),
@@ -134,6 +137,7 @@ class Settings:
                 "SVCGW_DESTINATION_CONCURRENCY", 16, minimum=1, maximum=1024
             ),
             queue_name=env.get("SVCGW_QUEUE", "svcgw") or "svcgw",
+            worker_ttl=reader.number("SVCGW_WORKER_TTL", 420.0, minimum=1.0),
             http_workers=reader.integer("SVCGW_HTTP_WORKERS", 1, minimum=1, maximum=64),
             **reader.credentials("SVCGW_DASHBOARD_USER", "SVCGW_DASHBOARD_PASSWORD"),
             redis_sentinels=sentinels,
@@ -175,6 +179,19 @@ class Settings:
         if not self.upstream_url:
             raise SettingsError("SVCGW_UPSTREAM_URL is required to serve the gateway API")
         return self.upstream_url.rstrip("/")
+
+
+# A wildcard bind address listens everywhere but is nobody's destination: the derived public
+# URL names loopback instead, which this machine's processes (and the simulator) reach.
+_WILDCARD_HOSTS = {"0.0.0.0": "127.0.0.1", "::": "::1", "": "127.0.0.1", "*": "127.0.0.1"}
+
+
+def derived_public_url(host: str, port: int) -> str:
+    """``SVCGW_PUBLIC_URL`` when it is unset: ``http://`` + ``SVCGW_HOST`` + ``:`` + ``SVCGW_PORT`` (CONTRACT)."""
+    reachable = _WILDCARD_HOSTS.get(host.strip(), host.strip())
+    if ":" in reachable and not reachable.startswith("["):
+        reachable = f"[{reachable}]"
+    return f"http://{reachable}:{port}"
 
 
 class _Reader:

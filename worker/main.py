@@ -19,7 +19,7 @@ from svcgw.connections import async_client
 from svcgw.settings import Settings
 from svcgw.vault import TokenVault
 
-from . import prober
+from . import presence, prober
 from .engine import Engine, loop_factory
 
 __all__ = ["run", "serve"]
@@ -52,11 +52,15 @@ async def serve(settings: Settings, *, burst: bool = False) -> None:
     redis = async_client(settings)
     engine = Engine(settings, redis, TokenVault.from_settings(settings))
     probing = asyncio.create_task(prober.serve(settings, redis, prober_stop), name="prober")
+    registered = presence.attach(engine, settings, redis)  # rq info and rq-dashboard list the worker
+    await registered.start()
+    beating = asyncio.create_task(registered.serve(prober_stop), name="presence")
     try:
         await engine.serve(engine_stop, burst=burst)
     finally:
         prober_stop.set()
-        await asyncio.gather(probing, return_exceptions=True)
+        await asyncio.gather(probing, beating, return_exceptions=True)
+        await registered.stop()
         for signum in SIGNALS:
             loop.remove_signal_handler(signum)
         await redis.aclose()

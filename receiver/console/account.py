@@ -39,16 +39,22 @@ from starlette.routing import BaseRoute, Route
 from svcgw import errors, passwords
 from svcgw.passwords import PasswordRejected
 
-from .api import Api, _text
+from .api import Api
 from .pages import Pages, _field, _path, _redirect, _safe_next
+from .requests import parse, parsed_body
+from .schemas import (
+    MAX_KEY_FIELD,
+    MAX_LOGIN_FIELD,
+    InvitationRequest,
+    PasswordRequest,
+    SignInWithKey,
+    SignInWithPassword,
+)
 from .session import CSRF_FIELD, LOGIN_COOKIE, PATH, Session
 from .signin import Attempt
 from .web import ConsoleHTTPError, Context, json_body, json_ok
 
 __all__ = ["AccountApi", "AccountPages", "client_address", "invitation_path"]
-
-MAX_LOGIN_FIELD = 512  # longer is no login (254 at most): cut before it is counted
-MAX_KEY_FIELD = 512  # longer is no API key this service issued
 
 
 def invitation_path(token: str) -> str:
@@ -283,12 +289,12 @@ class AccountApi:
         async def work() -> Response:
             document = await json_body(request)
             if "api_key" in document:
-                found = await self.sessions.key_account(_text(document, "api_key", required=True, limit=MAX_KEY_FIELD))
+                found = await self.sessions.key_account(parse(document, SignInWithKey).api_key)
                 if found is None:
                     raise ConsoleHTTPError(errors.KEY_REFUSED)
                 return await self._session(request, *found)
-            login = _text(document, "login", required=True, limit=MAX_LOGIN_FIELD)
-            attempt = await self.shared.sign_in(request, login, _text(document, "password", required=True, limit=1024))
+            form = parse(document, SignInWithPassword)
+            attempt = await self.shared.sign_in(request, form.login, form.password)
             if attempt.retry_after:
                 raise ConsoleHTTPError(errors.SIGN_IN_LIMITED, headers={"Retry-After": str(attempt.retry_after)})
             if attempt.account is None:
@@ -299,10 +305,8 @@ class AccountApi:
 
     async def accept_invitation(self, request: Request) -> Response:
         async def work() -> Response:
-            document = await json_body(request)
-            token = _text(document, "token", required=True, limit=256)
-            password = _text(document, "password", required=True, limit=1024)
-            account = await self.shared.accept_invitation(token, password)
+            invitation = await parsed_body(request, InvitationRequest)
+            account = await self.shared.accept_invitation(invitation.token, invitation.password)
             return await self._session(request, account)
 
         return await self._answer(work)
@@ -315,10 +319,8 @@ class AccountApi:
 
     async def change_password(self, request: Request, session: Session) -> Response:
         async def work() -> Response:
-            document = await json_body(request)
-            current = _text(document, "current_password", required=True, limit=1024)
-            new = _text(document, "new_password", required=True, limit=1024)
-            await self.shared.change_password(request, session, current, new)
+            asked = await parsed_body(request, PasswordRequest)
+            await self.shared.change_password(request, session, asked.current_password, asked.new_password)
             return json_ok({"changed": True, "other_sessions_ended": True})
 
         return await self._answer(work)

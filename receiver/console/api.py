@@ -13,8 +13,8 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Awaitable, Callable
-from typing import Any
 
+from msgspec import UNSET
 from redis.exceptions import RedisError
 from starlette.requests import Request
 from starlette.responses import Response
@@ -24,9 +24,11 @@ from svcgw import errors
 from svcgw.addresses import AddressError
 from svcgw.calllog import parse_since
 
+from .requests import parsed_body
+from .schemas import CallbackRequest, OperationsRequest, ReplayRequest
 from .service import ConsoleError
 from .session import Session
-from .web import ConsoleHTTPError, Context, console_refusal, int_param, json_body, json_ok
+from .web import ConsoleHTTPError, Context, console_refusal, int_param, json_ok
 
 __all__ = ["Api"]
 
@@ -35,22 +37,6 @@ log = logging.getLogger("svcgw.console")
 Handler = Callable[[Request, Session], Awaitable[Response]]
 
 
-def _text(document: dict[str, Any], name: str, *, required: bool = False, limit: int = 4096) -> str:
-    value = document.get(name)
-    if value is None and not required:
-        return ""
-    if not isinstance(value, str):
-        raise ConsoleHTTPError(errors.BAD_REQUEST, f"{name} must be a string")
-    if len(value) > limit:
-        raise ConsoleHTTPError(errors.BAD_REQUEST, f"{name} is longer than {limit} characters")
-    return value
-
-
-def _strings(document: dict[str, Any], name: str) -> list[str]:
-    value = document.get(name)
-    if not isinstance(value, list) or not all(isinstance(item, str) for item in value):
-        raise ConsoleHTTPError(errors.BAD_REQUEST, f"{name} must be a list of strings")
-    return value
 
 
 class Api:
@@ -143,17 +129,14 @@ class Api:
         if appid is not None:
             # Ownership before the body: another account's appid answers 404 whatever is sent.
             await self.service.check_owner(session.account, appid)
-        document = await json_body(request)
-        url = _text(document, "url", required=True)
-        token = _text(document, "bearer_token", limit=1024)
-        bearer = document.get("bearer")
-        if bearer is not None and not isinstance(bearer, bool):
-            raise ConsoleHTTPError(errors.BAD_REQUEST, "bearer must be true or false")
-        keep_token = document.get("keep_token", False)
-        if not isinstance(keep_token, bool):
-            raise ConsoleHTTPError(errors.BAD_REQUEST, "keep_token must be true or false")
+        body = await parsed_body(request, CallbackRequest)
         result = await self.service.save_callback(
-            session.account, appid, url, bearer_token=token, bearer=bearer, keep_token=keep_token
+            session.account,
+            appid,
+            body.url,
+            bearer_token=body.bearer_token or "",
+            bearer=body.bearer,
+            keep_token=body.keep_token is True,
         )
         return json_ok(result.as_dict())
 
@@ -181,10 +164,10 @@ class Api:
         return json_ok(await self.service.dead_letter(session.account, request.path_params["delivery_id"]))
 
     async def replay(self, request: Request, session: Session) -> Response:
-        document = await json_body(request)
-        ids = _strings(document, "ids") if "ids" in document else None
-        appid = _text(document, "appid", limit=200) or None
-        since = _text(document, "since", limit=32) or None
+        body = await parsed_body(request, ReplayRequest)
+        ids = body.ids if body.ids is not UNSET else None
+        appid = body.appid or None
+        since = body.since or None
         try:
             since_seconds = parse_since(since) if since is not None else None
         except ValueError as exc:
@@ -228,9 +211,9 @@ class Api:
         return json_ok(await self.service.denied(session.account))
 
     async def deny(self, request: Request, session: Session) -> Response:
-        operations = _strings(await json_body(request), "operations")
-        return json_ok(await self.service.deny(session.account, operations))
+        body = await parsed_body(request, OperationsRequest)
+        return json_ok(await self.service.deny(session.account, body.operations))
 
     async def allow(self, request: Request, session: Session) -> Response:
-        operations = _strings(await json_body(request), "operations")
-        return json_ok(await self.service.allow(session.account, operations))
+        body = await parsed_body(request, OperationsRequest)
+        return json_ok(await self.service.allow(session.account, body.operations))

@@ -35,11 +35,13 @@ from svcgw import errors
 from svcgw.store import MAX_LABEL_LENGTH, ApiKey, Store
 from svcgw.store import NotFound as StoreNotFound
 
-from .api import Api, _text
+from .api import Api
 from .pages import CONTENT_SECURITY_POLICY, Pages, _field, _path, _redirect
+from .requests import parsed_body
+from .schemas import NewKeyRequest
 from .service import NotFound
 from .session import Session
-from .web import ConsoleHTTPError, json_body, json_ok
+from .web import ConsoleHTTPError, json_ok
 
 __all__ = ["KeyApi", "KeyPages", "Keys"]
 
@@ -155,7 +157,7 @@ class KeyApi:
         return json_ok({"keys": [_view(key) for key in await self.keys.of(session.account)]})
 
     async def create(self, request: Request, session: Session) -> Response:
-        label = _text(await json_body(request), "label", limit=MAX_LABEL_LENGTH)
+        label = (await parsed_body(request, NewKeyRequest)).label or ""
         key, clear = await self.keys.create(session.account, label)
         return json_ok({**_view(key), "key": clear}, status=201)
 

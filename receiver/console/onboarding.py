@@ -46,8 +46,10 @@ from starlette.routing import BaseRoute, Route
 from svcgw import errors
 
 from .qrflow import Attempt, AttemptGone, FlowError, Outcome, QrFlow, action_needed
+from .requests import parsed_body
+from .schemas import MAX_FIELD, CodeRequest, LoginOptions, ReloginRequest, StartRequest
 from .session import PATH, Session
-from .web import ConsoleHTTPError, json_body, json_error, json_ok
+from .web import ConsoleHTTPError, json_error, json_ok
 
 if TYPE_CHECKING:
     from .api import Api
@@ -57,7 +59,6 @@ __all__ = ["POLL_SECONDS", "OnboardingApi", "OnboardingPages"]
 
 POLL_SECONDS = 2
 CLOSING_POLL_SECONDS = 1
-MAX_FIELD = 2048
 
 Handler = Callable[[Request, Session], Awaitable[Response]]
 
@@ -85,15 +86,8 @@ def refresh_seconds(attempt: Attempt) -> int | None:
 
 
 # --- JSON API ---------------------------------------------------------------------------------
-def _text(document: dict[str, Any], name: str) -> str:
-    value = document.get(name, "")
-    if value is None:
-        return ""
-    if not isinstance(value, str):
-        raise ConsoleHTTPError(errors.BAD_REQUEST, f"{name} must be a string")
-    if len(value) > MAX_FIELD:
-        raise ConsoleHTTPError(errors.BAD_REQUEST, f"{name} is longer than {MAX_FIELD} characters")
-    return value.strip()
+def _stripped(value: str | None) -> str:
+    return (value or "").strip()
 
 
 def refused(outcome: Outcome) -> Response:
@@ -142,9 +136,9 @@ class OnboardingApi:
         return guarded
 
     async def begin(self, request: Request, session: Session) -> Response:
-        document = await json_body(request)
+        body = await parsed_body(request, LoginOptions)
         attempt = await self.flow.begin(
-            session.account, proxy=_text(document, "proxy"), callback_url=_text(document, "callback_url")
+            session.account, proxy=_stripped(body.proxy), callback_url=_stripped(body.callback_url)
         )
         return json_ok(attempt.view(), status=201)
 
@@ -152,7 +146,7 @@ class OnboardingApi:
         return json_ok((await self.flow.advance(session.account, request.path_params["attempt"])).view())
 
     async def code(self, request: Request, session: Session) -> Response:
-        code = _text(await json_body(request), "code")
+        code = _stripped((await parsed_body(request, CodeRequest)).code)
         attempt = await self.flow.submit_code(session.account, request.path_params["attempt"], code)
         return json_ok(attempt.view())
 
@@ -160,18 +154,18 @@ class OnboardingApi:
         return json_ok((await self.flow.renew(session.account, request.path_params["attempt"])).view())
 
     async def relogin(self, request: Request, session: Session) -> Response:
-        document = await json_body(request)
-        proxy = _text(document, "proxy") if document.get("proxy") is not None else None
+        body = await parsed_body(request, ReloginRequest)
+        proxy = body.proxy.strip() if body.proxy is not None else None
         attempt = await self.flow.relogin(session.account, request.path_params["appid"], proxy)
         return json_ok({"recovered": attempt is None, "login": attempt.view() if attempt else None})
 
     async def qr_login(self, request: Request, session: Session) -> Response:
-        document = await json_body(request)
+        body = await parsed_body(request, LoginOptions)
         attempt = await self.flow.begin_existing(
             session.account,
             request.path_params["appid"],
-            proxy=_text(document, "proxy"),
-            callback_url=_text(document, "callback_url"),
+            proxy=_stripped(body.proxy),
+            callback_url=_stripped(body.callback_url),
         )
         return json_ok(attempt.view(), status=201)
 
@@ -180,9 +174,9 @@ class OnboardingApi:
         return json_ok({"appid": request.path_params["appid"], "stopped": True})
 
     async def start(self, request: Request, session: Session) -> Response:
-        document = await json_body(request)
+        body = await parsed_body(request, StartRequest)
         appid = request.path_params["appid"]
-        await self.flow.start(session.account, appid, _text(document, "callback_url"))
+        await self.flow.start(session.account, appid, _stripped(body.callback_url))
         return json_ok({"appid": appid, "started": True})
 
     async def logout(self, request: Request, session: Session) -> Response:

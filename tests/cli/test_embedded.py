@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import socket
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -58,3 +59,30 @@ def test_runs_with_the_settings_the_service_relies_on(embedded: EmbeddedRedis) -
     with redis.Redis.from_url(embedded.url, decode_responses=True) as client:
         for name, value in redisconf.SETTINGS.items():
             assert client.config_get(name) == {name: value}
+
+
+def test_the_port_survives_a_restart_unless_it_was_taken(tmp_path: Path) -> None:
+    first = EmbeddedRedis(tmp_path)
+    first.start()
+    first.stop()
+    again = EmbeddedRedis(tmp_path)
+    again.start()
+    try:
+        assert again.port == first.port and again.moved_from is None
+        with redis.Redis.from_url(again.url) as client:
+            assert client.ping()
+    finally:
+        again.stop()
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as squatter:
+        squatter.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        squatter.bind(("127.0.0.1", first.port))
+        squatter.listen()
+        moved = EmbeddedRedis(tmp_path)
+        moved.start()
+        try:
+            assert moved.port != first.port and moved.moved_from == first.port
+            with redis.Redis.from_url(moved.url) as client:
+                assert client.ping()
+        finally:
+            moved.stop()
+    assert (tmp_path / "redis" / "port").read_text().strip() == str(moved.port)

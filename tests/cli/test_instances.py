@@ -7,7 +7,7 @@ from redis import Redis
 
 from svcgw import keys
 from svcgw.settings import Settings
-from tests.cli.commands import fails, ok
+from tests.cli.commands import fails, ok, svcgw
 from tests.conftest import provision
 
 
@@ -25,6 +25,11 @@ def test_instances_list_and_show(env: dict[str, str], settings: Settings, redis:
     assert (shown["status"], shown["reason"], shown["since"]) == ("offline", "relogin", "1700")
     assert shown["account"] == first.account and shown["dead_letters"] == 0
     assert "receiver_token" not in shown and first.receiver_token not in orjson.dumps(everything).decode()
+
+    # The table shows when as readable UTC; --json keeps the number.
+    table = svcgw(env, "instances", "list", "--account", first.account)
+    assert table.exit_code == 0 and "1970-01-01 00:28:20Z" in table.stdout and "1700" not in table.stdout
+    assert "1970-01-01 00:28:20Z" in svcgw(env, "instances", "show", first.appid).stdout
 
     assert "no instance 'we_nope'" in fails(env, "instances", "show", "we_nope")
     assert "no account" in fails(env, "instances", "list", "--account", "acc_nope")

@@ -236,3 +236,15 @@ def test_a_filter_that_matches_little_stops_after_a_bounded_scan(
     while pages[-1].next_before:
         pages.append(listed(settings, tenant.appid, event_id="wanted", before=pages[-1].next_before))
     assert [d.id for p in pages for d in p.deliveries] == [wanted]
+
+
+def test_posts_that_made_no_delivery_list_as_an_empty_page(settings: Settings) -> None:
+    tenant = provision(settings)
+
+    async def empty_post(client: AsyncRedis) -> str | None:
+        body = b'{"event_type":"Msg","events":[]}'
+        return (await Ingest(client, settings).accept(tenant.appid, tenant.receiver_token, body)).delivery_id
+
+    assert call(settings, empty_post) is None  # logged, with no delivery
+    page = listed(settings, tenant.appid)
+    assert page.deliveries == [] and page.next_before is None

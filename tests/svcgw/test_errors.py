@@ -148,7 +148,7 @@ def test_each_surface_maps_refusals_in_one_place() -> None:
     gateway = ROOT / "receiver" / "gateway"
     assert _handlers_of(gateway / "handlers.py", ("GatewayError", "RedisError")) == 1
     # The receiver: one clause, one mapping.
-    assert _handlers_of(ROOT / "receiver" / "ingest.py", ("RedisError", "BodyTooLarge")) == 1
+    assert _handlers_of(ROOT / "receiver" / "endpoint" / "receive.py", ("RedisError", "BodyTooLarge")) == 1
     # The console's JSON API: every handler's errors go through web.console_refusal, in one clause.
     assert _handlers_of(ROOT / "receiver" / "console" / "api.py", ("ConsoleHTTPError", "RedisError")) == 1
     # The CLI: every administration command through admin_command.
@@ -168,7 +168,7 @@ SURFACES = (
     *sorted(str(path.relative_to(ROOT)) for path in (ROOT / "receiver" / "gateway").glob("*.py")),
     *(f"receiver/console/{name}.py" for name in ("pages", "pagekit", "history", "qrflow", "qrattempt", "web")),
     "receiver/http.py",
-    "receiver/ingest.py",
+    "receiver/endpoint/receive.py",
     "svcgw/errors.py",
     "cli/context.py",
 )

@@ -20,7 +20,7 @@ from svcgw.envelope import EnvelopeError
 from svcgw.errors import GatewayError
 from svcgw.ingest import Ingest, UnknownReceiver
 
-from .http import BadContentLength, BodyTooLarge, json_answer, read_body, refusal_response
+from ..http import BadContentLength, BodyTooLarge, json_answer, read_body, refusal_response
 
 __all__ = ["make_endpoint"]
 

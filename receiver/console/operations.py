@@ -1,0 +1,399 @@
+"""The console JSON API's operations in ``/openapi.json``, from the types of ``receiver.console.schemas``.
+
+``receiver.openapi`` turns them into the document. The shape every console
+operation shares is here: who may call it (a session or an API key), and
+the errors each kind of call can answer.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+from msgspec import Meta
+
+from ..apispec import Answer, Error, Header, Ok, Operation, Param, path_param
+from . import schemas as s
+
+__all__ = ["LIMITED", "OPERATIONS", "SECURITY_SCHEMES", "err", "ok", "op"]
+
+API = "/console/api"
+SECURITY = ("ConsoleSession", "ConsoleApiKey")
+SECURITY_SCHEMES: dict[str, Any] = {
+    "ConsoleSession": {"type": "apiKey", "in": "cookie", "name": "svcgw_console"},
+    "ConsoleApiKey": {"type": "apiKey", "in": "header", "name": "Svc-Key"},
+    "DashboardBasic": {"type": "http", "scheme": "basic"},
+}
+CHANGE_NOTE = " A change made with the session cookie needs the X-CSRF-Token header (the token from GET /session)."
+COUNTED_NOTE = " It counts against the account's rate limit (SVCGW_RATE_LIMIT), shared with the gateway API."
+
+APPID = path_param("appid")
+DELIVERY_ID = path_param("delivery_id")
+KEY_ID = path_param("key_id")
+Limit = Annotated[int, Meta(ge=1, le=200)]
+RETRY_AFTER = Header(Annotated[int, Meta(ge=1)])
+
+
+def err(description: str) -> Answer:
+    return Answer(description, Error)
+
+
+LIMITED = Answer(
+    "code -42900: over the account's rate limit; retry after the seconds in Retry-After",
+    Error,
+    headers={"Retry-After": RETRY_AFTER},
+)
+CSRF = err("code -40310: CSRF token missing or wrong")
+
+
+def op(
+    method: str,
+    path: str,
+    operation_id: str,
+    summary: str,
+    ok: Answer,
+    *,
+    change: bool = False,
+    found: bool = False,
+    bad: bool = False,
+    counted: bool | None = None,
+    description: str = "",
+    note: str = "",
+    body: Any = None,
+    body_required: bool = True,
+    params: tuple[Param, ...] = (),
+    status: int = 200,
+    extra: dict[int, Answer] | None = None,
+) -> Operation:
+    """A console operation; ``counted`` (a change by default): it counts against the rate limit.
+
+    ``status`` is the success's; ``note`` ends the description; ``extra`` adds or replaces answers.
+    """
+    counted = change if counted is None else counted
+    answers: dict[int, Answer] = {status: ok, 401: err("code 401: not signed in")}
+    if change:
+        answers[403] = CSRF
+        description += CHANGE_NOTE + (COUNTED_NOTE if counted else "")
+    if counted:
+        answers[429] = LIMITED
+    if found:
+        answers[404] = err(
+            "code -40404: no such appid, dead letter or delivery, or another account's (the same answer)"
+        )
+    if bad:
+        answers[400] = err("code -40000 bad value; -40011/-40012/-40013 callback address refused")
+    if change or bad:
+        answers[415] = err("code -41500: a JSON body was expected")
+    answers[503] = err("code -50002: storage temporarily unavailable")
+    answers.update(extra or {})
+    return Operation(
+        method,
+        API + path,
+        operation_id,
+        summary,
+        answers,
+        description=(description + note).strip(),
+        security=SECURITY,
+        params=params,
+        body=body,
+        body_required=body_required,
+        tags=("console",),
+    )
+
+
+def ok(data: Any, description: str = "success") -> Answer:
+    return Answer(description, Ok[data])
+
+
+def _callback(scope: str, params: tuple[Param, ...]) -> list[Operation]:
+    path = "/instances/{appid}/callback" if params else "/callback"
+    found = bool(params)
+    return [
+        op(
+            "get",
+            path,
+            f"consoleGet{scope}Callback",
+            f"The {scope.lower()} callback settings",
+            ok(s.ConsoleCallback),
+            params=params,
+            found=found,
+        ),
+        op(
+            "put",
+            path,
+            f"consoleSet{scope}Callback",
+            f"Save the {scope.lower()} callback address; a non-empty one gets one SvcCallbackTest POST",
+            ok(s.SavedCallback),
+            change=True,
+            found=found,
+            bad=True,
+            params=params,
+            body=s.CallbackRequest,
+            description=(
+                "An empty url removes the address and its Bearer token. A blank bearer_token keeps the stored "
+                "token while the address keeps its origin (scheme, host, port); on a new origin the token is "
+                "deleted unless keep_token is true. bearer false deletes it. The address is saved even when "
+                "the test fails; test is null when no test was sent."
+            ),
+        ),
+    ]
+
+
+DENIED = ok(s.Denied)
+OPERATOR_DENIAL = {
+    403: err(
+        "code -40310: CSRF token missing or wrong; code -40320: denied by the operator, only the operator "
+        "can allow it again (nothing was changed)"
+    )
+}
+APPID_QUERY = Param("appid", str)
+BEFORE = Param("before", str)
+LIMITED_SIGN_IN = Answer(
+    "code -42900: too many failed sign-ins for the login or the address (the same message as a failure)",
+    Error,
+    headers={"Retry-After": RETRY_AFTER},
+)
+SIGN_IN = Operation(
+    "post",
+    API + "/session",
+    "consoleSignIn",
+    "Sign in with a login and password, or an API key; sets the session cookie",
+    {
+        200: ok(s.SignedIn),
+        400: err("code -40000: a field is missing or not a string"),
+        401: err("code 401: login and password do not match (or API key invalid or revoked)"),
+        415: err("code -41500: a JSON body was expected"),
+        429: LIMITED_SIGN_IN,
+    },
+    description=(
+        "Failed sign-ins are limited per login and per client address (SVCGW_SIGNIN_FAILURES_PER_LOGIN, "
+        "SVCGW_SIGNIN_FAILURES_PER_ADDRESS); every failure has the same message, whether the login "
+        "exists or not. Signing in does not count against the account's rate limit."
+    ),
+    body=(s.SignInWithPassword, s.SignInWithKey),
+    tags=("console",),
+)
+INVITATION = Operation(
+    "post",
+    API + "/invitation",
+    "consoleAcceptInvitation",
+    "Choose the password with a one-time invitation (svcgw accounts invite); signs in",
+    {
+        200: ok(s.SignedIn),
+        400: err("code -40000: the password breaks a rule (the message says which)"),
+        410: err("code -41000: the invitation was used, has expired or does not exist"),
+        415: err("code -41500: a JSON body was expected"),
+        503: err("code -50002: storage temporarily unavailable"),
+    },
+    body=s.InvitationRequest,
+    tags=("console",),
+)
+
+OPERATIONS: tuple[Operation, ...] = (
+    # Signing in, the session, the account (receiver.console.account, .api).
+    SIGN_IN,
+    op("get", "/session", "consoleSession", "Who is signed in, and the CSRF token", ok(s.SignedIn)),
+    op(
+        "delete",
+        "/session",
+        "consoleSignOut",
+        "Sign out (ends the session)",
+        ok(s.SignedOut),
+        change=True,
+        counted=False,
+    ),
+    INVITATION,
+    op(
+        "put",
+        "/password",
+        "consoleChangePassword",
+        "Change the password; every other session of the account ends, this one stays",
+        ok(s.PasswordChanged),
+        change=True,
+        bad=True,
+        body=s.PasswordRequest,
+        description="A wrong current password is -40330 (403) and counts as a failed sign-in.",
+        extra={403: err("code -40310: CSRF token missing or wrong; code -40330: the current password is wrong")},
+    ),
+    op(
+        "delete",
+        "/sessions",
+        "consoleSignOutEverywhere",
+        "Sign out everywhere: every session of the account ends, this one too (API keys keep working)",
+        ok(s.SignedOut),
+        change=True,
+        counted=False,
+    ),
+    # Instances and their callbacks (receiver.console.api).
+    op("get", "/instances", "consoleInstances", "The account's instances", ok(list[s.ConsoleInstance])),
+    op(
+        "get",
+        "/instances/{appid}",
+        "consoleInstance",
+        "One instance",
+        ok(s.ConsoleInstance),
+        params=(APPID,),
+        found=True,
+    ),
+    *_callback("Account", ()),
+    op(
+        "post",
+        "/callback/rotate-secret",
+        "consoleRotateAccountSecret",
+        "New signing secret for the account default",
+        ok(s.ConsoleCallback),
+        change=True,
+    ),
+    *_callback("Instance", (APPID,)),
+    op(
+        "post",
+        "/instances/{appid}/callback/rotate-secret",
+        "consoleRotateInstanceSecret",
+        "New signing secret for the instance's own address",
+        ok(s.ConsoleCallback),
+        change=True,
+        params=(APPID,),
+        found=True,
+    ),
+    # The callback log, dead letters and deliveries.
+    op(
+        "get",
+        "/instances/{appid}/log",
+        "consoleCallbackLog",
+        "The callback log: last 24 h, raw bodies as received, newest first",
+        ok(s.LogPage),
+        found=True,
+        bad=True,
+        params=(APPID, Param("limit", Limit), BEFORE),
+    ),
+    op(
+        "get",
+        "/dead-letters",
+        "consoleDeadLetters",
+        "Dead letters, newest first",
+        ok(s.DeadLetterPage),
+        found=True,
+        bad=True,
+        params=(APPID_QUERY, Param("limit", Limit), Param("offset", Annotated[int, Meta(ge=0)])),
+    ),
+    op(
+        "get",
+        "/dead-letters/{delivery_id}",
+        "consoleDeadLetter",
+        "One dead letter with its attempts (time, status, error) and body",
+        ok(dict[str, Any]),
+        found=True,
+        params=(DELIVERY_ID,),
+    ),
+    op(
+        "post",
+        "/dead-letters/replay",
+        "consoleReplay",
+        "Replay dead letters: the ones named, or all of one instance",
+        ok(s.Replayed),
+        change=True,
+        found=True,
+        bad=True,
+        body=s.ReplayRequest,
+    ),
+    op(
+        "get",
+        "/instances/{appid}/deliveries",
+        "consoleDeliveries",
+        "The instance's deliveries of the log's retention, newest first, with every attempt",
+        ok(s.DeliveryPage),
+        found=True,
+        bad=True,
+        description=(
+            "Filters combine. At most 5,000 deliveries are looked at per call: with filters that match "
+            "little, a page can be short and next_before still says where to go on."
+        ),
+        params=(
+            APPID,
+            Param("state", s.DeliveryState),
+            Param("event_type", str),
+            Param("event_id", str),
+            Param("limit", Limit),
+            BEFORE,
+        ),
+    ),
+    op(
+        "get",
+        "/deliveries/{delivery_id}",
+        "consoleDelivery",
+        "One delivery with every attempt",
+        ok(s.ConsoleDelivery),
+        found=True,
+        params=(DELIVERY_ID,),
+    ),
+    op(
+        "post",
+        "/deliveries/{delivery_id}/retry",
+        "consoleRetryNow",
+        "Retry now: a retrying delivery's next attempt, at once",
+        ok(s.ConsoleDelivery),
+        change=True,
+        found=True,
+        params=(DELIVERY_ID,),
+        description=(
+            "The attempt is the one the retry schedule planned next, brought forward: it counts as an "
+            "attempt, and if it fails the schedule goes on from it. No body. code -40900 (409) when the "
+            "delivery is not retrying (pending, delivered, dead) or its attempt is already under way."
+        ),
+        extra={409: err("code -40900: the delivery is not retrying, or its next attempt is already under way")},
+    ),
+    op(
+        "get",
+        "/failing-destinations",
+        "consoleFailing",
+        "The account's destinations whose every attempt has failed for SVCGW_FAILING_AFTER seconds",
+        ok(s.Failing),
+        found=True,
+        params=(APPID_QUERY,),
+    ),
+    # Controlled operations.
+    op("get", "/operations", "consoleDenied", "Controlled operations the account may not call", DENIED),
+    op(
+        "post",
+        "/operations/deny",
+        "consoleDeny",
+        "Deny operations (the gateway then answers 403)",
+        DENIED,
+        change=True,
+        bad=True,
+        body=s.OperationsRequest,
+    ),
+    op(
+        "post",
+        "/operations/allow",
+        "consoleAllow",
+        "Allow operations again (the account's own denials; -40320 for one the operator denied)",
+        DENIED,
+        change=True,
+        bad=True,
+        body=s.OperationsRequest,
+        extra=OPERATOR_DENIAL,
+    ),
+    # API keys (receiver.console.apikeys).
+    op("get", "/keys", "consoleKeys", "The account's API keys: in use first, then revoked", ok(s.KeyList)),
+    op(
+        "post",
+        "/keys",
+        "consoleCreateKey",
+        "Create an API key; the answer holds the key, shown this once",
+        ok(s.ConsoleNewKey),
+        status=201,
+        change=True,
+        bad=True,
+        body=s.NewKeyRequest,
+    ),
+    op(
+        "delete",
+        "/keys/{key_id}",
+        "consoleRevokeKey",
+        "Revoke a key: the gateway refuses the very next call made with it",
+        ok(s.ConsoleApiKey),
+        change=True,
+        found=True,
+        params=(KEY_ID,),
+    ),
+)

@@ -1,0 +1,185 @@
+"""A worker's presence in RQ's own registry, so ``rq info`` and rq-dashboard list it.
+
+An ``svcgw worker`` is not an RQ worker (see ``worker.engine``), yet it is
+monitored as one: it writes the keys a stock RQ worker writes, with rq's own
+names and formats, so rq's ``Worker.all()`` reads them:
+
+* the hash ``rq:worker:<name>``: birth, last_heartbeat, queues, pid, hostname,
+  version, python_version, state (busy or idle), current_job (one of the
+  deliveries it holds), successful_job_count (delivered attempts),
+  failed_job_count (failed attempts) and total_working_time (seconds spent
+  in attempts);
+* its key in the set ``rq:workers`` and in ``rq:workers:<queue>``.
+
+Nothing is written per delivery: attempts are counted in memory and written
+with the heartbeat, every 5 seconds (or a third of ``SVCGW_WORKER_TTL``
+when that is shorter): one pipeline of a few commands, whatever the load. The hash expires
+``SVCGW_WORKER_TTL`` seconds after the last heartbeat, so a worker killed
+without a word leaves the list by itself (rq drops a set member whose hash
+is gone); one that stops cleanly records its death as RQ does.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import socket
+import sys
+from collections.abc import Callable
+from datetime import UTC, datetime
+
+from redis.asyncio import Redis as AsyncRedis
+from redis.exceptions import RedisError
+from rq.utils import utcformat
+from rq.version import VERSION
+from rq.worker import Worker
+from rq.worker_registration import REDIS_WORKER_KEYS, WORKERS_BY_QUEUE_KEY
+
+from svcgw.settings import Settings
+
+from .delivery import Attempt, Prepared
+from .engine import AttemptHook, Engine
+
+__all__ = ["Presence", "attach"]
+
+log = logging.getLogger("svcgw")
+
+HEARTBEAT_EVERY = 5.0  # seconds at most between heartbeats
+
+
+def _now() -> str:
+    return utcformat(datetime.now(UTC))
+
+
+class Presence:
+    """One worker's RQ registration: born at :meth:`start`, kept alive by :meth:`serve`, dead at :meth:`stop`."""
+
+    def __init__(self, settings: Settings, redis: AsyncRedis, name: str, held: Callable[[], list[str]] = list) -> None:
+        self.redis = redis
+        self.name = name
+        self.key = Worker.redis_worker_namespace_prefix + name
+        self.queue_key = WORKERS_BY_QUEUE_KEY % settings.queue_name
+        self.queue_name = settings.queue_name
+        self.ttl = settings.worker_ttl
+        # Often enough for the dashboard's counts to be current, rarely enough to cost nothing.
+        self.interval = max(min(settings.worker_ttl / 3, HEARTBEAT_EVERY), 0.2)
+        self._held = held
+        self._successful = self._failed = 0
+        self._working = 0.0
+        self._born = False
+
+    def count(self, attempt: Attempt) -> None:
+        """Counted in memory; written with the next heartbeat."""
+        if attempt.ok:
+            self._successful += 1
+        else:
+            self._failed += 1
+        self._working += attempt.duration
+
+    async def start(self) -> None:
+        """Register (RQ's ``register_birth``); with Redis away, the next heartbeat tries again."""
+        try:
+            await self._register()
+        except RedisError as exc:
+            log.warning("could not register as an RQ worker yet (%s)", type(exc).__name__)
+
+    async def _register(self) -> None:
+        now = _now()
+        async with self.redis.pipeline(transaction=True) as pipe:
+            pipe.delete(self.key)
+            pipe.hset(
+                self.key,
+                mapping={
+                    "birth": now,
+                    "last_heartbeat": now,
+                    "queues": self.queue_name,
+                    "pid": os.getpid(),
+                    "hostname": socket.gethostname(),
+                    "ip_address": "",
+                    "version": VERSION,
+                    "python_version": sys.version,
+                    "state": "idle",
+                    "successful_job_count": 0,
+                    "failed_job_count": 0,
+                    "total_working_time": 0,
+                },
+            )
+            pipe.sadd(REDIS_WORKER_KEYS, self.key)
+            pipe.sadd(self.queue_key, self.key)
+            pipe.expire(self.key, self._expiry())
+            await pipe.execute()
+        self._born = True
+        log.info("registered as RQ worker %s", self.name)
+
+    def _expiry(self) -> int:
+        return max(int(self.ttl + 0.999), 1)
+
+    async def heartbeat(self) -> None:
+        if not self._born:
+            await self._register()
+        held = sorted(self._held())
+        successful, failed, working = self._successful, self._failed, self._working
+        self._successful = self._failed = 0
+        self._working = 0.0
+        async with self.redis.pipeline(transaction=True) as pipe:
+            pipe.hset(self.key, mapping={"last_heartbeat": _now(), "state": "busy" if held else "idle"})
+            if held:
+                pipe.hset(self.key, "current_job", held[0])
+            else:
+                pipe.hdel(self.key, "current_job")
+            pipe.hincrby(self.key, "successful_job_count", successful)
+            pipe.hincrby(self.key, "failed_job_count", failed)
+            pipe.hincrbyfloat(self.key, "total_working_time", working)
+            # Put back what a hash that expired meanwhile (a long pause) no longer lists.
+            pipe.sadd(REDIS_WORKER_KEYS, self.key)
+            pipe.sadd(self.queue_key, self.key)
+            pipe.expire(self.key, self._expiry())
+            try:
+                await pipe.execute()
+            except RedisError:
+                # Counted again with the next heartbeat rather than lost.
+                self._successful += successful
+                self._failed += failed
+                self._working += working
+                raise
+
+    async def serve(self, stop: asyncio.Event) -> None:
+        """Heartbeats until ``stop`` is set; Redis being away costs a heartbeat, not the worker."""
+        while not stop.is_set():
+            try:
+                await asyncio.wait_for(stop.wait(), self.interval)
+            except TimeoutError:
+                pass
+            try:
+                await self.heartbeat()
+            except RedisError as exc:
+                log.warning("worker heartbeat failed (%s)", type(exc).__name__)
+
+    async def stop(self) -> None:
+        """RQ's death record: out of both sets, ``death`` set, the hash kept a minute."""
+        try:
+            async with self.redis.pipeline(transaction=True) as pipe:
+                pipe.srem(REDIS_WORKER_KEYS, self.key)
+                pipe.srem(self.queue_key, self.key)
+                pipe.hset(self.key, mapping={"death": _now(), "state": "dead"})
+                pipe.hdel(self.key, "current_job")
+                pipe.expire(self.key, 60)
+                await pipe.execute()
+        except RedisError as exc:
+            # The hash expires by itself within SVCGW_WORKER_TTL.
+            log.warning("could not record the worker's death (%s)", type(exc).__name__)
+
+
+def attach(engine: Engine, settings: Settings, redis: AsyncRedis) -> Presence:
+    """The engine's presence; its attempts are counted through the engine's ``on_attempt`` hook."""
+    presence = Presence(settings, redis, engine.name, held=engine.held)
+    previous: AttemptHook | None = engine.on_attempt
+
+    def counted(prepared: Prepared, attempt: Attempt, step: str) -> None:
+        presence.count(attempt)
+        if previous is not None:
+            previous(prepared, attempt, step)
+
+    engine.on_attempt = counted
+    return presence
