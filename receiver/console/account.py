@@ -86,9 +86,7 @@ class _Shared:
     async def sign_in(self, request: Request, login: str, password: str) -> Attempt:
         if len(login) > MAX_LOGIN_FIELD:
             login = login[:MAX_LOGIN_FIELD]  # counted all the same, under what was sent
-        return await self.signin.attempt(
-            login, password, client_address(request), self.sessions.device_of(request)
-        )
+        return await self.signin.attempt(login, password, client_address(request), self.sessions.device_of(request))
 
     async def key_sign_in(self, request: Request, presented: str) -> tuple[tuple[str, str] | None, int]:
         """(account, key id) of a valid API key, or None; and the wait when the address's window is full."""
