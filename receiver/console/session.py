@@ -100,6 +100,17 @@ class Session:
         return "" if self.direct else keys.console_session(self.id_digest)
 
 
+def _signed(serializer: URLSafeTimedSerializer, request: Request, name: str, max_age: int) -> Any:
+    """What the cookie ``name`` of ``request`` holds, if ``serializer`` signed it within ``max_age``; else None."""
+    raw = request.cookies.get(name)
+    if not raw:
+        return None
+    try:
+        return serializer.loads(raw, max_age=max_age)
+    except BadSignature:
+        return None
+
+
 def _device_cookie(account: str) -> str:
     """One device cookie per account, named by its digest."""
     return f"{DEVICE_COOKIE}_{digest(account)[:16]}"
@@ -162,13 +173,7 @@ class Sessions:
 
     # --- reading a request -----------------------------------------------------
     async def from_cookie(self, request: Request) -> Session | None:
-        raw = request.cookies.get(COOKIE)
-        if not raw:
-            return None
-        try:
-            session_id = self._cookie.loads(raw, max_age=SESSION_SECONDS)
-        except BadSignature:
-            return None
+        session_id = _signed(self._cookie, request, COOKIE, SESSION_SECONDS)
         if not isinstance(session_id, str):
             return None
         id_digest = digest(session_id)
@@ -243,13 +248,7 @@ class Sessions:
         """For an account, the device id its valid device cookie on ``request`` carries, or None."""
 
         def of(account: str) -> str | None:
-            raw = request.cookies.get(_device_cookie(account))
-            if not raw:
-                return None
-            try:
-                value = self._device.loads(raw, max_age=DEVICE_SECONDS)
-            except BadSignature:
-                return None
+            value = _signed(self._device, request, _device_cookie(account), DEVICE_SECONDS)
             if isinstance(value, list) and len(value) == 2 and value[0] == account and isinstance(value[1], str):
                 return value[1]
             return None
