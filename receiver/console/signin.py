@@ -13,9 +13,10 @@ argon2 is slow on purpose: every verification and hash runs in a worker
 thread, at most :data:`HASHING_AT_ONCE` at a time per process (each takes 64
 MiB). In front of them, a process holds at most :data:`WAITING_AT_ONCE`
 attempts waiting or running, and one client address at most
-:data:`PER_ADDRESS` of them: an attempt that finds no room is refused at
-once (429, ``Retry-After``), so a flood from one address neither queues
-without bound nor keeps everyone else waiting behind it. An unknown login,
+:data:`PER_ADDRESS` of them, its checks one at a time: an attempt that
+finds no room is refused at once (429, ``Retry-After``), so a flood from one
+address neither queues without bound nor holds more than one of the
+threads, and someone else's sign-in waits for one check at most. An unknown login,
 or one without a password, still costs one verification
 (``svcgw.passwords.verify_nothing``).
 """
@@ -61,6 +62,16 @@ class Attempt:
     retry_after: int = 0
 
 
+class _Share:
+    """One address's places, and its turn at the checks (one at a time)."""
+
+    __slots__ = ("places", "turn")
+
+    def __init__(self) -> None:
+        self.places = 0
+        self.turn = anyio.Lock()
+
+
 class Room:
     """Places for attempts waiting for a password check or in one, in this process, bounded per address."""
 
@@ -68,23 +79,28 @@ class Room:
         self.total = total
         self.per_address = per_address
         self.held = 0
-        self._by_address: dict[str, int] = {}
+        self._shares: dict[str, _Share] = {}
 
     def take(self, address: str) -> bool:
-        mine = self._by_address.get(address, 0)
-        if self.held >= self.total or mine >= self.per_address:
+        share = self._shares.get(address)
+        if self.held >= self.total or (share is not None and share.places >= self.per_address):
             return False
+        if share is None:
+            share = self._shares[address] = _Share()
         self.held += 1
-        self._by_address[address] = mine + 1
+        share.places += 1
         return True
+
+    def turn(self, address: str) -> anyio.Lock:
+        """Held while one of the address's attempts waits for a check or runs it (the address must hold a place)."""
+        return self._shares[address].turn
 
     def give_back(self, address: str) -> None:
         self.held -= 1
-        left = self._by_address[address] - 1
-        if left:
-            self._by_address[address] = left
-        else:
-            del self._by_address[address]
+        share = self._shares[address]
+        share.places -= 1
+        if not share.places:
+            del self._shares[address]
 
 
 class PasswordSignIn:
@@ -123,11 +139,12 @@ class PasswordSignIn:
         reservation = await self.windows.reserve(who, address)
         if reservation.wait:
             return Attempt(None, reservation.wait)
-        if stored:
-            ok = await self._in_thread(lambda: passwords.verify(stored, password))
-        else:
-            await self._in_thread(passwords.verify_nothing)
-            ok = False
+        async with self.room.turn(address):
+            if stored:
+                ok = await self._in_thread(lambda: passwords.verify(stored, password))
+            else:
+                await self._in_thread(passwords.verify_nothing)
+                ok = False
         if not ok:
             return Attempt(None)
         await self.windows.succeeded(reservation)
