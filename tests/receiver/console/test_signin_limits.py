@@ -18,6 +18,7 @@ from svcgw import errors
 from svcgw.settings import Settings, SettingsError
 from tests.receiver.console.conftest import make_developer
 from tests.receiver.console.members import PASSWORD, make_member, sign_in
+from tests.receiver.console.test_pages import csrf_of
 from tests.support import free_port, wait_for
 
 LIMITED = {"code": -42900, "message": errors.SIGN_IN_MESSAGE, "data": None}
@@ -111,6 +112,22 @@ def test_a_browser_that_signed_in_before_is_not_locked_out_by_someone_who_knows_
             cookies={device[0].name: "forged.value.here"},
         )
         assert forged.status_code == 429
+
+
+def test_the_sign_in_form_leaves_a_device_cookie_and_an_api_key_none(env: dict[str, str]) -> None:
+    with served(env) as (base, settings):
+        member = make_member(settings)
+        developer = make_developer(settings)
+        with httpx.Client(base_url=base, timeout=15) as browser:
+            token = csrf_of(browser.get("/console/login").text)
+            form = {"login": member.login, "password": PASSWORD, "csrf_token": token}
+            assert browser.post("/console/login", data=form).status_code == 303
+            assert [c.name for c in browser.cookies.jar if c.name.startswith("svcgw_device_")]
+        with httpx.Client(base_url=base, timeout=15) as browser:
+            token = csrf_of(browser.get("/console/login").text)
+            by_key = browser.post("/console/login", data={"api_key": developer.key, "csrf_token": token})
+            assert by_key.status_code == 303
+            assert not [c.name for c in browser.cookies.jar if c.name.startswith("svcgw_device_")]
 
 
 def test_wrong_api_keys_count_against_the_address(env: dict[str, str]) -> None:
