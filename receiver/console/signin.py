@@ -47,7 +47,7 @@ PER_ADDRESS = HASHING_AT_ONCE  # of those, one client address's at most: others 
 BUSY_SECONDS = 1  # Retry-After of an attempt that found no room
 
 T = TypeVar("T")
-DeviceOf = Callable[[str], "str | None"]  # an account: the device its cookie proves on this request, or None
+DeviceOf = Callable[[str], str | None]  # an account: the device its cookie proves on this request, or None
 
 
 def _no_device(account: str) -> str | None:

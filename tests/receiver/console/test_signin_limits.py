@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import socket
 import threading
+import time
 from collections.abc import Iterator
 
 import httpx
@@ -19,7 +21,7 @@ from svcgw.settings import Settings, SettingsError
 from tests.receiver.console.conftest import make_developer
 from tests.receiver.console.members import PASSWORD, make_member, sign_in
 from tests.receiver.console.test_pages import csrf_of
-from tests.support import free_port, wait_for
+from tests.support import free_port, start_server, wait_for
 
 LIMITED = {"code": -42900, "message": errors.SIGN_IN_MESSAGE, "data": None}
 
@@ -157,3 +159,34 @@ def test_sign_ins_beyond_the_room_for_checks_get_429_at_once_never_503(env: dict
         assert 503 not in statuses and set(statuses) <= {401, 429}
         busy = [answer for answer in answers if answer.status_code == 429]
         assert busy and all(a.json() == LIMITED and a.headers["retry-after"] == "1" for a in busy)
+
+
+@pytest.mark.slow
+def test_during_a_flood_from_one_address_another_address_signs_in_quickly(env: dict[str, str]) -> None:
+    process, base = start_server(env)
+    port = int(base.rsplit(":", 1)[1])
+    body = b'{"login": "flood@example.com", "password": "wrong password!"}'
+    request = (
+        b"POST /console/api/session HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+        b"Content-Length: %d\r\nConnection: close\r\n\r\n%s" % (len(body), body)
+    )
+    with contextlib.ExitStack() as stack:
+        stack.callback(process.stop)
+        member = make_member(Settings.from_env(env))
+        # 400 sign-ins at once from 127.0.0.1, sent as fast as sockets go (no client work in the way)...
+        flood = []
+        for _ in range(400):
+            conn = stack.enter_context(socket.create_connection(("127.0.0.1", port), timeout=60))
+            flood.append(conn)
+        for conn in flood:
+            conn.sendall(request)
+        # ...and one from another address (loopback has all of 127.0.0.0/8).
+        transport = httpx.HTTPTransport(local_address="127.0.0.2")
+        with httpx.Client(base_url=base, timeout=60, transport=transport) as other:
+            started = time.monotonic()
+            mine = other.post("/console/api/session", json={"login": member.login, "password": PASSWORD})
+            took = time.monotonic() - started
+        statuses = [int(conn.recv(65536).split(b" ", 2)[1]) for conn in flood]
+    assert mine.status_code == 200, mine.text
+    assert took < 2.0, took
+    assert 503 not in statuses and set(statuses) <= {401, 429} and statuses.count(429) >= 300
