@@ -121,7 +121,7 @@ def test_reserving_is_atomic_under_concurrency(settings: Settings) -> None:
 def test_a_flood_from_one_address_leaves_room_for_another(settings: Settings) -> None:
     member = make_member(settings)
 
-    async def flood(signin: PasswordSignIn) -> tuple[list[Attempt], Attempt, float]:
+    async def flood(signin: PasswordSignIn) -> tuple[list[Attempt], Attempt, float, float]:
         flood = [
             asyncio.ensure_future(signin.attempt(f"flood{n}@example.com", "wrong password!", "192.0.2.66"))
             for n in range(400)
@@ -131,11 +131,15 @@ def test_a_flood_from_one_address_leaves_room_for_another(settings: Settings) ->
         signed_in = await signin.attempt(member.login, PASSWORD, "192.0.2.7")
         took = time.monotonic() - mine
         outcomes = await asyncio.gather(*flood)
-        return outcomes, signed_in, took
+        # The same sign-in alone, now: what the machine's own load costs it.
+        alone = time.monotonic()
+        assert (await signin.attempt(member.login, PASSWORD, "192.0.2.7")).account == member.account
+        return outcomes, signed_in, took, time.monotonic() - alone
 
-    outcomes, signed_in, took = with_signin(settings, flood)
+    outcomes, signed_in, took, alone = with_signin(settings, flood)
     assert signed_in.account == member.account
-    assert took < 2.0, took
+    # Under 2 s (a machine busy with other work may stretch that, never to the 200 checks of the queue).
+    assert took < max(2.0, 3 * alone), (took, alone)
     # What found no room was refused with a wait, not queued: the flood got its share of places, no more.
     busy = [o for o in outcomes if o.retry_after == BUSY_SECONDS and o.account is None]
     assert len(busy) >= 400 - PER_ADDRESS

@@ -186,7 +186,12 @@ def test_during_a_flood_from_one_address_another_address_signs_in_quickly(env: d
             started = time.monotonic()
             mine = other.post("/console/api/session", json={"login": member.login, "password": PASSWORD})
             took = time.monotonic() - started
-        statuses = [int(conn.recv(65536).split(b" ", 2)[1]) for conn in flood]
+            statuses = [int(conn.recv(65536).split(b" ", 2)[1]) for conn in flood]
+            # The same sign-in alone, on the same server now: what the machine's own load costs it.
+            started = time.monotonic()
+            assert other.post("/console/api/session", json={"login": member.login, "password": PASSWORD}).is_success
+            alone = time.monotonic() - started
     assert mine.status_code == 200, mine.text
-    assert took < 2.0, took
+    # Under 2 s (a machine busy with other work may stretch that, never to the 200 checks of the queue).
+    assert took < max(2.0, 3 * alone), (took, alone)
     assert 503 not in statuses and set(statuses) <= {401, 429} and statuses.count(429) >= 300
