@@ -33,7 +33,7 @@ from redis.asyncio import Redis
 from svcgw import attemptrecords, keys
 from svcgw.settings import Settings
 
-from .scripts import source
+from .scripts import register
 
 __all__ = [
     "DeadLetter",
@@ -233,7 +233,7 @@ async def replay(
         chosen = await _live_ids(redis, settings, await _candidates(redis, account=account))
     else:
         chosen = await _newest(redis, keys.rq_failed(settings.queue_name))
-    script = redis.register_script(source("replay"))
+    script = register(redis, "replay")
     failed_key, queue_key = keys.rq_failed(settings.queue_name), keys.rq_queue(settings.queue_name)
     exhausted = len(settings.retry_schedule)
     results: list[ReplayResult] = []

@@ -1,6 +1,6 @@
 """Storing a post to a receiver: one script call, one round trip.
 
-:class:`Ingest` runs the ingest script (:data:`svcgw.deliveries.INGEST_SCRIPT`),
+:class:`Ingest` runs the ingest script (``ingest`` of :mod:`svcgw.scripts`),
 which, atomically:
 
 1. checks the receiver token's digest against the appid;
@@ -49,9 +49,10 @@ from redis.exceptions import RedisError
 
 from . import keys, liveness
 from .calllog import stored_body
-from .deliveries import INGEST_SCRIPT, job_description, new_delivery_id, template
+from .deliveries import job_description, new_delivery_id, template
 from .envelope import EnvelopeError, Post, build_envelope, parse_post
 from .metrics import BufferedCounts, ingest_commands
+from .scripts import register
 from .settings import Settings
 from .store import digest
 
@@ -95,7 +96,7 @@ class Ingest:
     def __init__(self, redis: Redis, settings: Settings) -> None:
         self.redis = redis
         self.settings = settings
-        self._script = redis.register_script(INGEST_SCRIPT)
+        self._script = register(redis, "ingest")
         self._wait_replicas = settings.redis_wait_replicas
         self._wait_ms = max(1, round(settings.redis_wait_timeout * 1000))
         self._keyed_ttl = max(settings.log_retention, 86400)

@@ -28,7 +28,7 @@ from . import keys
 from .callbacks import Destination, choose_destination, new_signing_secret, open_secret, seal_secret
 from .credentials import LoginTaken, normalise_login
 from .origins import same_origin
-from .scripts import source
+from .scripts import text
 from .vault import TokenVault, VaultError
 
 __all__ = [
@@ -423,7 +423,7 @@ class Store:
             pipe.sadd(keys.account_instances(account_id), appid)
             # Adds it to every instance and, when it is new, to the instance counts of /metrics.
             pipe.eval(
-                source("liveness_registered"), 3, keys.INSTANCES, keys.METRICS_INSTANCES, keys.instance(appid), appid
+                text("liveness_registered"), 3, keys.INSTANCES, keys.METRICS_INSTANCES, keys.instance(appid), appid
             )
             await pipe.execute()
         return token
