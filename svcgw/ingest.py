@@ -37,7 +37,6 @@ Errors raised by :meth:`Ingest.accept`::
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import time
 from collections import OrderedDict
@@ -55,6 +54,7 @@ from .metrics import BufferedCounts, ingest_commands
 from .scripts import register
 from .settings import Settings
 from .store import digest
+from .threads import in_thread
 
 __all__ = ["Ingest", "IngestResult", "ReplicaNotConfirmed", "UnknownReceiver"]
 
@@ -150,7 +150,7 @@ class Ingest:
         limits = {"max_bytes": self.settings.max_body_bytes, "max_events": self.settings.max_events_per_post}
         if len(body) <= PARSE_IN_THREAD_BYTES:
             return parse_post(body, **limits)
-        return await asyncio.to_thread(lambda: parse_post(body, **limits))
+        return await in_thread(lambda: parse_post(body, **limits))
 
     async def _gap_closed(self, appid: str, post: Post) -> None:
         """Liveness hook: a GapClosed changes what the prober does next (``svcgw.liveness.on_gap_closed``).
@@ -189,7 +189,7 @@ class Ingest:
         if len(body) <= PARSE_IN_THREAD_BYTES:
             logged = stored_body(body)
         else:
-            logged = await asyncio.to_thread(stored_body, body)
+            logged = await in_thread(stored_body, body)
         delivery_id = new_delivery_id()
         now = time.time()
         flat = self._job.flat(delivery_id, job_description(post.event_type, appid))

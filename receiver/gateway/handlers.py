@@ -9,7 +9,6 @@ liveness-relevant ones have their own handling. Every refusal is a
 
 from __future__ import annotations
 
-import asyncio
 import dataclasses
 import logging
 import re
@@ -21,7 +20,6 @@ from typing import TYPE_CHECKING, Any
 import orjson
 from redis.asyncio import Redis
 from redis.exceptions import RedisError
-from starlette.concurrency import run_in_threadpool
 from starlette.requests import ClientDisconnect, Request
 from starlette.responses import PlainTextResponse, Response
 from starlette.routing import BaseRoute, Route
@@ -35,6 +33,7 @@ from svcgw.jsonspan import Member, replace_member
 from svcgw.receivers import receiver_url
 from svcgw.store import NotFound
 from svcgw.store import Scope as CallbackScope
+from svcgw.threads import in_thread
 from svcgw.upstream import Answer, Upstream, UpstreamError
 
 from ..headers import NOSNIFF
@@ -123,7 +122,7 @@ async def _parse_body(raw: bytes) -> tuple[dict[str, Any], list[Member]]:
     """Check 4's parsing; a large body in a worker thread, so the event loop keeps answering."""
     if len(raw) <= PARSE_IN_THREAD_BYTES:
         return parse_body(raw)
-    return await asyncio.to_thread(parse_body, raw)
+    return await in_thread(parse_body, raw)
 
 
 def direct_operation(scope: Scope) -> tuple[str, str] | None:
@@ -503,7 +502,7 @@ class Gateway:
 
     async def _check_url(self, value: object) -> str:
         try:
-            checked = await run_in_threadpool(check_for_service, value, self.settings)
+            checked = await in_thread(check_for_service, value, self.settings, abandon_on_cancel=False)
         except AddressError as exc:
             raise GatewayError(errors.address_kind(exc), exc.message) from None
         return checked.url
