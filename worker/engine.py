@@ -49,7 +49,6 @@ import logging
 import os
 import secrets
 import socket
-import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -159,14 +158,9 @@ class Engine:
         self._pending: list[_Pending] = []
         self._low_water = max(1, min(CLAIM_BATCH, self.capacity // 8))
 
-    # --- entry points --------------------------------------------------------------
-    def run(self, stop: threading.Event, *, burst: bool = False) -> None:
-        """Deliver until ``stop`` is set (or, with ``burst``, until nothing is left to do)."""
-        with asyncio.Runner(loop_factory=loop_factory()) as runner:
-            runner.run(self.serve(stop, burst=burst))
-
-    async def serve(self, stop: threading.Event, *, burst: bool = False) -> None:
-        """The engine on the running event loop; ``run`` starts a loop of its own for it."""
+    # --- entry point ---------------------------------------------------------------
+    async def serve(self, stop: asyncio.Event, *, burst: bool = False) -> None:
+        """Deliver on the running event loop until ``stop`` is set (or, with ``burst``, until nothing is left)."""
         redis = self._given_redis or async_client(self.settings)
         sender = self._sender()
         self.queue = DeliveryQueue(
@@ -205,7 +199,7 @@ class Engine:
         return sender_for(self.settings)
 
     # --- main loop -----------------------------------------------------------------
-    async def _main(self, stop: threading.Event, burst: bool) -> None:
+    async def _main(self, stop: asyncio.Event, burst: bool) -> None:
         next_promote = next_reclaim = next_extend = 0.0
         failures = 0
         while not stop.is_set():
@@ -439,7 +433,9 @@ def _log_failing(destination: str, finished: Finished, attempt: Attempt) -> None
         log.info("destination recovered", extra={"destination": destination, "status": attempt.status})
 
 
-async def _sleep_unless(stop: threading.Event, seconds: float) -> None:
-    deadline = time.monotonic() + seconds
-    while not stop.is_set() and time.monotonic() < deadline:
-        await asyncio.sleep(min(0.05, max(deadline - time.monotonic(), 0)))
+async def _sleep_unless(stop: asyncio.Event, seconds: float) -> None:
+    """Wait ``seconds``, or less if ``stop`` is set meanwhile."""
+    try:
+        await asyncio.wait_for(stop.wait(), seconds)
+    except TimeoutError:
+        pass

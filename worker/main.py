@@ -13,7 +13,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import signal
-import threading
 
 from svcgw.connections import async_client
 from svcgw.settings import Settings
@@ -37,25 +36,23 @@ def run(settings: Settings, *, burst: bool = False) -> None:
 
 async def serve(settings: Settings, *, burst: bool = False) -> None:
     """The worker on the running loop; :func:`run` starts a loop of its own for it."""
-    # The engine polls a threading.Event between its steps; the prober waits on an asyncio one.
-    engine_stop = threading.Event()
-    prober_stop = asyncio.Event()
+    # One stop signal for the whole process: the engine and the prober both wait on it.
+    stop = asyncio.Event()
     loop = asyncio.get_running_loop()
 
     def on_signal(signum: int) -> None:
         log.info("worker stopping (signal %d)", signum)
-        engine_stop.set()
-        prober_stop.set()
+        stop.set()
 
     for signum in SIGNALS:
         loop.add_signal_handler(signum, on_signal, signum)
     redis = async_client(settings)
     engine = Engine(settings, redis, TokenVault.from_settings(settings))
-    probing = asyncio.create_task(prober.serve(settings, redis, prober_stop), name="prober")
+    probing = asyncio.create_task(prober.serve(settings, redis, stop), name="prober")
     try:
-        await engine.serve(engine_stop, burst=burst)
+        await engine.serve(stop, burst=burst)
     finally:
-        prober_stop.set()
+        stop.set()
         await asyncio.gather(probing, return_exceptions=True)
         for signum in SIGNALS:
             loop.remove_signal_handler(signum)
