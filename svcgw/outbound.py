@@ -134,11 +134,7 @@ class DestinationRefused(aiohttp.ClientConnectionError):
 
 
 async def dialable(
-    host: str,
-    port: int,
-    allow: Sequence[Network] = (),
-    resolve: Resolver | None = None,
-    ports: PortRanges = DEFAULT_DESTINATION_PORTS,
+    host: str, port: int, allow: Sequence[Network], resolve: Resolver | None, ports: PortRanges
 ) -> list[str]:
     """The addresses of ``host`` the connect-time rules let us dial (:func:`svcgw.addresses.filter_addresses`).
 
