@@ -25,6 +25,7 @@ async def in_thread(func: Callable[[*Ts], T], *args: *Ts, abandon_on_cancel: boo
     A cancelled caller stops waiting at once and the thread finishes on its
     own (``abandon_on_cancel``), so a timeout around a slow DNS look-up
     fires on time. Work that holds something until it is done (a slot of a
-    semaphore) passes False: the caller then waits for the thread.
+    semaphore) passes False: the caller then waits for the thread when it
+    is cancelled by an anyio cancel scope (as Starlette's are).
     """
     return await anyio.to_thread.run_sync(func, *args, abandon_on_cancel=abandon_on_cancel)
