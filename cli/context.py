@@ -8,11 +8,11 @@ exit status 1, never a traceback:
 
 * Redis unreachable or refusing (``redis.exceptions.RedisError``): the message
   names the Redis without its password;
-* a callback address that breaks the address rules (``AddressError``): its
-  message and code;
-* an unknown account, key, appid or dead letter, a bad value, unusable
-  encryption keys (``svcgw.store.NotFound``, ``LookupError``, ``VaultError``,
-  ``SettingsError``, ``ValueError``): their message.
+* any error of the service's own tree (``svcgw.errors.SvcgwError``: an unknown
+  account, key, appid or dead letter, a bad value, unusable encryption keys,
+  ...) and any other ``LookupError`` or ``ValueError``: its message, and for
+  a callback address that breaks the address rules (``AddressError``) its
+  code too. :func:`error_message` is the one place that words them.
 
 The commands need ``SVCGW_REDIS_URL`` (or ``SVCGW_REDIS_SENTINELS``); they use
 the same settings, key names and ``Store`` as the service itself.
@@ -35,12 +35,12 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from svcgw.addresses import AddressError
 from svcgw.connections import async_client
+from svcgw.errors import SvcgwError
 from svcgw.settings import Settings, SettingsError
-from svcgw.store import NotFound as StoreNotFound
 from svcgw.store import Store
-from svcgw.vault import KEY_FILE, TokenVault, VaultError
+from svcgw.vault import KEY_FILE, TokenVault
 
-__all__ = ["Admin", "admin_command", "load_settings", "safe_redis_url"]
+__all__ = ["Admin", "admin_command", "error_message", "load_settings", "safe_redis_url"]
 
 _CONNECT_TIMEOUT = 5
 
@@ -137,9 +137,14 @@ def admin_command(func: Command) -> Callable[..., None]:
             raise click.ClickException(f"cannot reach Redis at {admin.safe_url}") from None
         except RedisError as exc:
             raise click.ClickException(f"Redis at {admin.safe_url} answered: {exc}") from None
-        except AddressError as exc:
-            raise click.ClickException(f"{exc.message} (code {exc.code})") from None
-        except (StoreNotFound, LookupError, VaultError, SettingsError, ValueError) as exc:
-            raise click.ClickException(str(exc)) from None
+        except (SvcgwError, LookupError, ValueError) as exc:
+            raise click.ClickException(error_message(exc)) from None
 
     return wrapper
+
+
+def error_message(exc: Exception) -> str:
+    """What an administration command prints on stderr for an error of the service (exit status 1)."""
+    if isinstance(exc, AddressError):
+        return f"{exc.message} (code {exc.code})"
+    return str(exc)

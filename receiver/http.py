@@ -5,10 +5,14 @@
   many bytes it is about to hold (so a budget can refuse it sooner).
 * :func:`presented_key` is the one meaning of "the API key of a request",
   for the gateway API and the console's JSON API alike.
-* :func:`json_answer` is the ``{code, message, data}`` shape of a success
-  (errors come from the table in ``svcgw.errors``).
+* :func:`json_answer` is the ``{code, message, data}`` shape of a success.
+* :func:`refusal_response` is the one place a refusal (``svcgw.errors.Refusal``,
+  a row of the table in ``svcgw.errors``) becomes the JSON answer of the
+  gateway API and of the receiver: ``{code, message, data: null}``, the
+  row's status and the refusal's headers.
 
-Errors (plain exceptions; each endpoint turns them into its own answer)::
+Errors (in the one tree of ``svcgw.errors``, under ``Rejected``; each endpoint
+maps them to its own row)::
 
     BodyError
     ├── BodyTooLarge      the declared or the received size is over the limit
@@ -24,6 +28,8 @@ import orjson
 from starlette.requests import Request
 from starlette.responses import Response
 
+from svcgw.errors import Refusal, Rejected, error_body
+
 __all__ = [
     "KEY_HEADERS",
     "BadContentLength",
@@ -33,12 +39,13 @@ __all__ = [
     "json_answer",
     "presented_key",
     "read_body",
+    "refusal_response",
 ]
 
 KEY_HEADERS = ("svc-key", "x-svc-key")
 
 
-class BodyError(Exception):
+class BodyError(Rejected):
     """A request body that is refused before it is read in full."""
 
 
@@ -99,7 +106,7 @@ async def read_body(
     return b"".join(chunks)
 
 
-class ConflictingKeys(Exception):
+class ConflictingKeys(Rejected):
     """The request carries several different API keys (a blank one counts as one of them)."""
 
 
@@ -132,5 +139,15 @@ def json_answer(code: int, message: str, data: object = None, *, status: int = 2
     return Response(
         orjson.dumps({"code": code, "message": message, "data": data}),
         status_code=status,
+        media_type="application/json",
+    )
+
+
+def refusal_response(refusal: Refusal) -> Response:
+    """A refusal as the gateway's and the receiver's JSON answer (the console has its own, in its ``web``)."""
+    return Response(
+        error_body(refusal.kind.code, refusal.message),
+        status_code=refusal.kind.status,
+        headers=refusal.headers,
         media_type="application/json",
     )

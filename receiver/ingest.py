@@ -17,9 +17,10 @@ from starlette.responses import Response
 
 from svcgw import errors
 from svcgw.envelope import EnvelopeError
+from svcgw.errors import GatewayError
 from svcgw.ingest import Ingest, UnknownReceiver
 
-from .http import BadContentLength, BodyTooLarge, json_answer, read_body
+from .http import BadContentLength, BodyTooLarge, json_answer, read_body, refusal_response
 
 __all__ = ["make_endpoint"]
 
@@ -33,19 +34,24 @@ def make_endpoint(ingest: Ingest) -> Callable[[Request], Awaitable[Response]]:
             await ingest.check_receiver(appid, token)
             body = await read_body(request, ingest.settings.max_body_bytes, strict=True)
             result = await ingest.accept(appid, token, body)
-        except BadContentLength as exc:
-            return errors.RECEIVER_BAD_BODY.response(str(exc))
-        except BodyTooLarge as exc:
-            return errors.RECEIVER_TOO_LARGE.response(str(exc))
-        except EnvelopeError as exc:
-            return errors.receiver_kind(exc.status).response(str(exc))
-        except UnknownReceiver:
-            return errors.RECEIVER_NOT_FOUND.response()
-        except RedisError:
-            # Not stored, so not acknowledged: the sender must try again.
-            response = errors.RECEIVER_UNAVAILABLE.response()
-            response.headers["Retry-After"] = "1"
-            return response
+        except (BadContentLength, BodyTooLarge, EnvelopeError, UnknownReceiver, RedisError) as exc:
+            return _refused(exc)
         return json_answer(0, "ok", {"accepted": result.accepted, "duplicates": result.duplicates})
 
     return receive
+
+
+def _refused(exc: Exception) -> Response:
+    """The answer to a post that was not stored: the receiver's rows of the table."""
+    if isinstance(exc, BadContentLength):
+        return refusal_response(GatewayError(errors.RECEIVER_BAD_BODY, str(exc)))
+    if isinstance(exc, BodyTooLarge):
+        return refusal_response(GatewayError(errors.RECEIVER_TOO_LARGE, str(exc)))
+    if isinstance(exc, EnvelopeError):
+        return refusal_response(GatewayError(errors.receiver_kind(exc.status), str(exc)))
+    if isinstance(exc, UnknownReceiver):
+        return refusal_response(GatewayError(errors.RECEIVER_NOT_FOUND))
+    # Redis: not stored, so not acknowledged, and the sender must try again.
+    response = refusal_response(GatewayError(errors.RECEIVER_UNAVAILABLE))
+    response.headers["Retry-After"] = "1"
+    return response

@@ -16,12 +16,13 @@ from redis.exceptions import WatchError
 
 from . import keys
 from .credentials import LoginTaken, normalise_login
+from .errors import Rejected
 from .storebase import NotFound, StoreBase, new_id
 
 __all__ = ["Account", "AccountStore", "Denials", "OperatorDenied", "normalise_operation"]
 
 
-class OperatorDenied(ValueError):
+class OperatorDenied(Rejected, ValueError):
     """The account asked to allow operations that the operator denied it; nothing was changed."""
 
     def __init__(self, operations: Iterable[str]) -> None:

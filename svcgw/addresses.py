@@ -52,6 +52,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from urllib.parse import unquote, urlsplit
 
+from svcgw.errors import Rejected
 from svcgw.settings import DEFAULT_DESTINATION_PORTS, Network, PortRanges, Settings
 
 from .netblocks import IPAddress, forbidden_reason
@@ -85,7 +86,7 @@ MAX_URL_LENGTH = 2048
 Resolver = Callable[[str, int], Sequence[str]]
 
 
-class AddressError(ValueError):
+class AddressError(Rejected, ValueError):
     """A destination address breaks the rules.
 
     ``code`` is the gateway error code (-40011, -40012 or -40013) and

@@ -30,6 +30,7 @@ from redis.asyncio import Redis
 from redis.exceptions import WatchError
 
 from . import keys
+from .errors import Rejected
 from .scripts import register
 
 __all__ = ["MAX_LOGIN_LENGTH", "Credentials", "LoginRejected", "LoginTaken", "normalise_login"]
@@ -39,11 +40,11 @@ _NAME = re.compile(r"[a-z0-9][a-z0-9._-]{2,63}")
 _EMAIL = re.compile(r"[^@\s]+@[^@\s]+\.[^@\s.]+")
 
 
-class LoginRejected(ValueError):
+class LoginRejected(Rejected, ValueError):
     """A login that is neither an e-mail address nor a name of 3 to 64 letters, digits, '.', '_' or '-'."""
 
 
-class LoginTaken(ValueError):
+class LoginTaken(Rejected, ValueError):
     """Another account signs in with this login already."""
 
     def __init__(self, login: str) -> None:

@@ -28,6 +28,7 @@ import orjson
 from redis.asyncio import Redis
 
 from svcgw import attemptrecords, keys
+from svcgw.errors import Missing, SvcgwError
 from svcgw.settings import Settings
 
 from .deadindex import candidates, is_dead, live_ids, newest
@@ -49,11 +50,11 @@ __all__ = [
 _FIELDS = ("appid", "account", "event_type", "attempts", "dead_at", "received_at", "state")
 
 
-class DeadLetterError(Exception):
+class DeadLetterError(SvcgwError):
     """Base class of this module's errors."""
 
 
-class NotFound(DeadLetterError, LookupError):
+class NotFound(DeadLetterError, Missing, LookupError):
     """No such dead letter (or it belongs to another account)."""
 
 

@@ -58,6 +58,7 @@ from .deliveryview import (
     state_of,
     stored_ids,
 )
+from .errors import Missing, SvcgwError
 from .settings import Settings
 
 __all__ = [
@@ -88,11 +89,11 @@ SCAN_LIMIT = 5000
 MAX_LIMIT = 200
 
 
-class DeliveryListError(Exception):
+class DeliveryListError(SvcgwError):
     """Base class of this module's errors."""
 
 
-class NotFound(DeliveryListError, LookupError):
+class NotFound(DeliveryListError, Missing, LookupError):
     """No such delivery or instance (or it belongs to another account)."""
 
 

@@ -30,11 +30,12 @@ from typing import Any
 import orjson
 
 from svcgw import jsonspan
+from svcgw.errors import Rejected
 
 __all__ = ["EnvelopeError", "Post", "RawEvent", "build_envelope", "parse_post"]
 
 
-class EnvelopeError(ValueError):
+class EnvelopeError(Rejected, ValueError):
     """A receiver post that cannot be accepted; ``status`` is the HTTP answer."""
 
     def __init__(self, message: str, status: int = 400) -> None:

@@ -1,25 +1,90 @@
-"""The error table: every ``{code, message, data: null}`` answer of the service.
+"""The service's errors: one root, one table of ``{code, message, data: null}`` answers.
 
-Every one is ``{"code": ..., "message": ..., "data": null}`` with the HTTP
-status the spec pairs with the code, so a client may check either. An
-:class:`ErrorKind` names one row of that table; :class:`GatewayError`
-carries a kind, a message for this occurrence and any extra headers
-(``Retry-After``), and turns itself into the response.
+Every exception the service raises on purpose is a :class:`SvcgwError`. The
+whole tree (each class's module in brackets when it is not this one)::
 
-Two parts, one per audience:
+    SvcgwError
+    ├── Refusal                  an answer to a caller: an ErrorKind (code, HTTP status, message),
+    │   │                        this occurrence's message and extra headers (Retry-After)
+    │   ├── GatewayError         the gateway API's and the receiver's refusals
+    │   └── ConsoleHTTPError     the console's refusals [receiver.console.web]
+    │       └── RateLimited      a change over the account's rate limit
+    ├── Rejected                 input the service cannot use; each surface picks its row
+    │   ├── AddressError         a callback address against the address rules [svcgw.addresses]
+    │   ├── EnvelopeError        a receiver post that is not an envelope [svcgw.envelope]
+    │   ├── NotUnicode           JSON text that is not UTF-8 [svcgw.jsonspan]
+    │   ├── SettingsError        an SVCGW_* variable out of its range [svcgw.settings]
+    │   ├── PasswordRejected     a password against the password rules [svcgw.passwords]
+    │   ├── LoginRejected, LoginTaken    a console login [svcgw.credentials]
+    │   ├── OperatorDenied       an operation only the operator can allow [svcgw.store]
+    │   ├── BodyError            a request body refused before it is read in full [receiver.http]
+    │   │   ├── BodyTooLarge
+    │   │   └── BadContentLength
+    │   └── ConflictingKeys      several different API keys in one request [receiver.http]
+    ├── Missing                  what was asked for does not exist, or is not the caller's
+    │   ├── NotFound             an account, key or instance [svcgw.store]
+    │   └── UnknownReceiver      an appid and token that are no receiver [svcgw.ingest]
+    ├── DeadLetterError          [svcgw.deadletters]
+    │   └── NotFound             (also Missing)
+    ├── DeliveryListError        [svcgw.deliverylist]
+    │   ├── NotFound             (also Missing)
+    │   └── Invalid              a filter or page the list cannot use
+    ├── RetryNowError            [svcgw.retrynow]
+    │   ├── NotFound             (also Missing)
+    │   └── NotRetrying          retry now of a delivery that is not retrying
+    ├── ConsoleError             what the console's service refuses [receiver.console.service]
+    │   ├── NotFound             (also Missing)
+    │   │   └── DeliveryNotFound
+    │   ├── Invalid
+    │   ├── DeniedByOperator
+    │   └── NotRetrying
+    ├── FlowError                a step of the console's QR login refused [receiver.console.qrattempt]
+    ├── AttemptGone              (also Missing) no such QR login attempt [receiver.console.qrattempt]
+    ├── PageError                a console page's refusal, as an HTML page [receiver.console.pagekit]
+    ├── Abandoned                the worker stops; a probe gives its claim back undecided [worker.prober]
+    └── Failure                  an internal failure, not a refusal: the edge that meets it
+        │                        answers with a row of the table (``raise X(...) from exc``)
+        ├── UpstreamError        the capability layer [svcgw.upstream]
+        │   ├── UpstreamUnreachable
+        │   └── UpstreamUnusable
+        ├── SendError            one delivery attempt [svcgw.outbound]
+        │   ├── Refused          the destination is refused by the address rules
+        │   ├── TimedOut
+        │   └── SendFailed
+        ├── ReplicaNotConfirmed  (also RedisError) a post not confirmed by replicas [svcgw.ingest]
+        ├── _Unavailable         a probe could not ask the capability layer [worker.prober]
+        └── VaultError           encryption at rest [svcgw.vault]
+
+Classes that were ``LookupError``, ``ValueError`` or ``RedisError`` stay so,
+so ``except`` clauses written against those keep working. Two exceptions of
+``svcgw.outbound`` stay outside the tree on purpose: they are what aiohttp's
+connector expects (an ``OSError``, a ``ClientConnectionError``), raised and
+caught inside that module and turned into ``Refused`` there.
+
+A :class:`Refusal` carries no answer of its own: each surface renders it in
+one place, ``receiver.http.refusal_response`` (gateway and receiver JSON),
+``receiver.console.web`` (the console's JSON API and its pages) and
+``cli.context`` (exit status 1 and the message on stderr). The core imports
+no web framework.
+
+The table: every answer is ``{"code": ..., "message": ..., "data": null}``
+with the HTTP status the spec pairs with the code, so a client may check
+either. An :class:`ErrorKind` names one row.
+
+Three parts, one per audience:
 
 * the gateway API (:data:`ALL_KINDS`, the codes ``receiver.openapi``
   documents): the rows below down to :data:`UNAVAILABLE`;
 * the receiver, where the capability layer posts events: its code is the
   negated HTTP status (``-400``, ``-404``, ``-413``, ``-422``), except a
   storage failure, ``-50002`` with 503 so the sender posts again
-  (:data:`RECEIVER_KINDS`; :func:`receiver_kind` maps a status to its row).
+  (:data:`RECEIVER_KINDS`; :func:`receiver_kind` maps a status to its row);
+* the console (:data:`CONSOLE_KINDS`, below).
 
 An address that breaks the address rules (``svcgw.addresses.AddressError``)
 maps to its row with :func:`address_kind`.
 
-The hierarchy is flat on purpose: one exception class, and the kind says
-which branch it is. ``kind.status`` groups them the way HTTP does:
+``kind.status`` groups the rows the way HTTP does:
 
 * 4xx: the caller has to change something (key, path, body, address) or
   wait (429);
@@ -35,11 +100,9 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Protocol
 
 import orjson
-from starlette.responses import Response
-
-from svcgw.addresses import AddressError
 
 __all__ = [
     "ALL_KINDS",
@@ -67,27 +130,41 @@ __all__ = [
     "UNAUTHORIZED",
     "UNAVAILABLE",
     "ErrorKind",
+    "Failure",
     "GatewayError",
+    "Missing",
+    "Refusal",
+    "Rejected",
+    "SvcgwError",
     "address_kind",
     "error_body",
     "receiver_kind",
 ]
 
 
+class SvcgwError(Exception):
+    """The root of every exception the service raises on purpose (the tree is above)."""
+
+
+class Rejected(SvcgwError):
+    """Input the service cannot use; the surface that meets it answers with its own row."""
+
+
+class Missing(SvcgwError):
+    """What was asked for does not exist, or is not the caller's."""
+
+
+class Failure(SvcgwError):
+    """An internal failure (not a refusal): the edge that meets it answers with a row of the table."""
+
+
 @dataclass(frozen=True)
 class ErrorKind:
+    """One row of the table: the code, the HTTP status paired with it, the row's own message."""
+
     code: int
     status: int
     message: str
-
-    def response(self, message: str | None = None, *, headers: Mapping[str, str] | None = None) -> Response:
-        """This answer, with ``message`` for this occurrence (the row's own message if None)."""
-        return Response(
-            error_body(self.code, message or self.message),
-            status_code=self.status,
-            headers=dict(headers or {}),
-            media_type="application/json",
-        )
 
 
 UNAUTHORIZED = ErrorKind(401, 401, "API key missing, invalid or revoked")
@@ -157,7 +234,11 @@ def receiver_kind(status: int) -> ErrorKind:
     return _RECEIVER_BY_STATUS.get(status) or ErrorKind(-status, status, "bad request")
 
 
-def address_kind(error: AddressError) -> ErrorKind:
+class _Coded(Protocol):
+    code: int
+
+
+def address_kind(error: _Coded) -> ErrorKind:
     """The row of an address that breaks the address rules (-40011 for a code it does not know)."""
     return _ADDRESS_KINDS.get(error.code, CALLBACK_URL_INVALID)
 
@@ -166,8 +247,11 @@ def error_body(code: int, message: str) -> bytes:
     return orjson.dumps({"code": code, "message": message, "data": None})
 
 
-class GatewayError(Exception):
-    """An error answer of the gateway itself; ``response()`` renders it."""
+class Refusal(SvcgwError):
+    """An answer to a caller: a row of the table, this occurrence's message, extra headers.
+
+    Only the surfaces render it (see the module docstring); it holds no answer of its own.
+    """
 
     def __init__(
         self, kind: ErrorKind, message: str | None = None, *, headers: Mapping[str, str] | None = None
@@ -185,11 +269,12 @@ class GatewayError(Exception):
     def status(self) -> int:
         return self.kind.status
 
-    def response(self) -> Response:
-        return self.kind.response(self.message, headers=self.headers)
-
     def __repr__(self) -> str:
-        return f"GatewayError({self.kind.code}, {self.message!r})"
+        return f"{type(self).__name__}({self.kind.code}, {self.message!r})"
+
+
+class GatewayError(Refusal):
+    """A refusal of the gateway API or of the receiver."""
 
 
 # --- the console's answers ------------------------------------------------------

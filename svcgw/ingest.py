@@ -50,6 +50,7 @@ from . import keys, liveness
 from .calllog import stored_body
 from .deliveries import job_description, new_delivery_id, template
 from .envelope import EnvelopeError, Post, build_envelope, parse_post
+from .errors import Failure, Missing
 from .metrics import BufferedCounts, ingest_commands
 from .scripts import register
 from .settings import Settings
@@ -77,11 +78,11 @@ class IngestResult:
     delivery_id: str | None
 
 
-class UnknownReceiver(LookupError):
+class UnknownReceiver(Missing, LookupError):
     """No instance has this receiver URL."""
 
 
-class ReplicaNotConfirmed(RedisError):
+class ReplicaNotConfirmed(Failure, RedisError):
     """Durable mode: fewer replicas than ``SVCGW_REDIS_WAIT_REPLICAS`` confirmed a post in time.
 
     A ``RedisError``, so the post is answered 503 like any storage failure:

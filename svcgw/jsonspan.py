@@ -37,6 +37,8 @@ import re
 from collections.abc import Iterable
 from typing import Any, NamedTuple
 
+from svcgw.errors import Rejected
+
 __all__ = [
     "Member",
     "NotUnicode",
@@ -76,7 +78,7 @@ _SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F]")
 _SURROGATE = re.compile("[\ud800-\udfff]")
 
 
-class NotUnicode(ValueError):
+class NotUnicode(Rejected, ValueError):
     """JSON whose strings are not Unicode text: an escaped lone surrogate such as ``"\\ud800"``."""
 
 

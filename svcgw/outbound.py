@@ -54,6 +54,7 @@ from .addresses import (
     is_ip_literal,
     port_allowed,
 )
+from .errors import Failure
 from .settings import DEFAULT_DESTINATION_PORTS, PortRanges, Settings
 from .threads import in_thread
 
@@ -76,7 +77,7 @@ RESPONSE_SNIPPET_BYTES = 2048
 
 
 # --- errors -------------------------------------------------------------------
-class SendError(Exception):
+class SendError(Failure):
     """A callback request that got no HTTP answer."""
 
 

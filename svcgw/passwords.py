@@ -23,6 +23,8 @@ import functools
 from argon2 import PasswordHasher
 from argon2.exceptions import InvalidHashError, VerificationError, VerifyMismatchError
 
+from svcgw.errors import Rejected
+
 __all__ = [
     "MAX_LENGTH",
     "MIN_LENGTH",
@@ -41,7 +43,7 @@ MAX_LENGTH = 256
 _hasher = PasswordHasher()
 
 
-class PasswordRejected(ValueError):
+class PasswordRejected(Rejected, ValueError):
     """A new password breaks a rule; the message says which, never the password."""
 
 

@@ -31,17 +31,18 @@ import time
 from redis.asyncio import Redis
 
 from . import keys
+from .errors import Missing, SvcgwError
 from .scripts import register
 from .settings import Settings
 
 __all__ = ["NotFound", "NotRetrying", "RetryNowError", "retry_now"]
 
 
-class RetryNowError(Exception):
+class RetryNowError(SvcgwError):
     """Base class of this module's errors."""
 
 
-class NotFound(RetryNowError, LookupError):
+class NotFound(RetryNowError, Missing, LookupError):
     """No such delivery (or it belongs to another account)."""
 
 

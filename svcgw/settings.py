@@ -14,10 +14,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import urlsplit
 
+from svcgw.errors import Rejected
+
 __all__ = ["DEFAULT_DESTINATION_PORTS", "PortRanges", "Settings", "SettingsError"]
 
 
-class SettingsError(ValueError):
+class SettingsError(Rejected, ValueError):
     """A configuration variable has a value the service cannot use."""
 
 

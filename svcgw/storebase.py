@@ -12,12 +12,13 @@ from typing import Any
 
 from redis.asyncio import Redis
 
+from .errors import Missing
 from .vault import TokenVault
 
 __all__ = ["NotFound", "StoreBase", "digest", "new_id", "optional_float"]
 
 
-class NotFound(LookupError):
+class NotFound(Missing, LookupError):
     """The account, key or instance does not exist."""
 
 

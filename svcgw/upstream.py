@@ -51,6 +51,8 @@ import orjson
 from aiohttp.client_proto import ResponseHandler
 from yarl import URL
 
+from svcgw.errors import Failure
+
 __all__ = [
     "DEFAULT_CONNECT_TIMEOUT",
     "DEFAULT_TIMEOUT",
@@ -75,7 +77,7 @@ SKIPPED_HEADERS = ("User-Agent", "Accept", "Accept-Encoding")
 URLS_KEPT = 1024
 
 
-class UpstreamError(Exception):
+class UpstreamError(Failure):
     """The capability layer could not be used for this call."""
 
 

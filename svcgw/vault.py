@@ -14,6 +14,7 @@ from pathlib import Path
 
 from cryptography.fernet import Fernet, InvalidToken, MultiFernet
 
+from .errors import Failure
 from .settings import Settings, SettingsError
 
 __all__ = ["TokenVault", "VaultError"]
@@ -21,7 +22,7 @@ __all__ = ["TokenVault", "VaultError"]
 KEY_FILE = "encryption.key"
 
 
-class VaultError(Exception):
+class VaultError(Failure):
     """A sealed value could not be opened with any configured key."""
 
 

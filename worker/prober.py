@@ -58,6 +58,7 @@ from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
 from svcgw import keys, liveness
+from svcgw.errors import Failure, SvcgwError
 from svcgw.metrics import record_probe
 from svcgw.scripts import register
 from svcgw.settings import Settings
@@ -85,11 +86,11 @@ GAP_GRACE_SECONDS = 2.0  # how long a fresh loss waits for a GapClosed that expl
 CLAIM_FIELDS = ("status", "since", "proxy", "offline_since", "gap_code", "gap_message", "gap_at")
 
 
-class Abandoned(Exception):
+class Abandoned(SvcgwError):
     """The worker is stopping; the probe gives its claim back undecided."""
 
 
-class _Unavailable(Exception):
+class _Unavailable(Failure):
     """The capability layer could not be asked; the message names the operation."""
 
 

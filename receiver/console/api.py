@@ -24,9 +24,9 @@ from svcgw import errors
 from svcgw.addresses import AddressError
 from svcgw.calllog import parse_since
 
-from .service import DeliveryNotFound, DeniedByOperator, Invalid, NotFound, NotRetrying
+from .service import ConsoleError
 from .session import Session
-from .web import ConsoleHTTPError, Context, address_error, int_param, json_body, json_ok
+from .web import ConsoleHTTPError, Context, console_refusal, int_param, json_body, json_ok
 
 __all__ = ["Api"]
 
@@ -51,26 +51,6 @@ def _strings(document: dict[str, Any], name: str) -> list[str]:
     if not isinstance(value, list) or not all(isinstance(item, str) for item in value):
         raise ConsoleHTTPError(errors.BAD_REQUEST, f"{name} must be a list of strings")
     return value
-
-
-def _http_error(
-    exc: NotFound | Invalid | DeniedByOperator | NotRetrying | AddressError | RedisError,
-) -> ConsoleHTTPError:
-    """The error table's row for what the service raised."""
-    if isinstance(exc, DeniedByOperator):
-        return ConsoleHTTPError(errors.DENIED_BY_OPERATOR, str(exc))
-    if isinstance(exc, DeliveryNotFound):
-        return ConsoleHTTPError(errors.NO_DELIVERY)
-    if isinstance(exc, NotRetrying):
-        return ConsoleHTTPError(errors.NOT_RETRYING, str(exc))
-    if isinstance(exc, NotFound):
-        return ConsoleHTTPError(errors.NO_DEAD_LETTER if "dead letter" in str(exc) else errors.NOT_THE_CALLERS)
-    if isinstance(exc, Invalid):
-        return ConsoleHTTPError(errors.BAD_REQUEST, str(exc))
-    if isinstance(exc, AddressError):
-        return address_error(exc)
-    log.warning("console storage error: %s", type(exc).__name__)
-    return ConsoleHTTPError(errors.STORAGE_UNAVAILABLE)
 
 
 class Api:
@@ -134,10 +114,8 @@ class Api:
             if count:
                 await self.context.count_change(session)
             return await handler(request, session)
-        except ConsoleHTTPError as exc:
-            return exc.response()
-        except (NotFound, Invalid, DeniedByOperator, NotRetrying, AddressError, RedisError) as exc:
-            return _http_error(exc).response()
+        except (ConsoleHTTPError, ConsoleError, AddressError, RedisError) as exc:
+            return console_refusal(exc).response()
 
     # --- session (signing in: receiver.console.account) ---------------------------------------
     async def whoami(self, request: Request, session: Session) -> Response:

@@ -29,6 +29,7 @@ from svcgw import instances as instance_views
 from svcgw.addresses import check_for_service
 from svcgw.callbacktest import CallbackTestResult, send_test
 from svcgw.calllog import LogEntry, read_log
+from svcgw.errors import Missing, SvcgwError
 from svcgw.store import CallbackConfig, OperatorDenied, Scope, normalise_operation
 from svcgw.store import NotFound as StoreNotFound
 from svcgw.threads import in_thread
@@ -51,11 +52,11 @@ __all__ = [
 MAX_OPERATION_LENGTH = 128
 
 
-class ConsoleError(Exception):
+class ConsoleError(SvcgwError):
     """Base class of this module's errors."""
 
 
-class NotFound(ConsoleError, LookupError):
+class NotFound(ConsoleError, Missing, LookupError):
     """No such instance or dead letter, or it belongs to another account."""
 
 

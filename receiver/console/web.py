@@ -16,25 +16,30 @@ never spends its victim's quota. Reads do not count, and neither do signing
 in and out, which touch only the caller's own session (a sign-out must
 always work).
 
-Errors::
+Errors (in the one tree of ``svcgw.errors``)::
 
-    ConsoleHTTPError    an answer other than success: an ``ErrorKind`` and a message
+    Refusal
+    └── ConsoleHTTPError    an answer other than success: an ``ErrorKind``, a message, headers
+        └── RateLimited     a change over the account's rate limit (429, ``Retry-After``)
 """
 
 from __future__ import annotations
 
+import logging
 from typing import TYPE_CHECKING, Any
 
 import orjson
+from redis.exceptions import RedisError
 from starlette.requests import Request
 from starlette.responses import Response
 
 from svcgw import errors
 from svcgw.addresses import AddressError
-from svcgw.errors import ErrorKind
+from svcgw.errors import Refusal
 
 from ..http import BodyTooLarge, ConflictingKeys, presented_key, read_body
 from ..ratelimit import RateLimiter
+from .service import ConsoleError, DeliveryNotFound, DeniedByOperator, Invalid, NotFound, NotRetrying
 from .session import CSRF_HEADER, Session, Sessions
 
 if TYPE_CHECKING:
@@ -48,24 +53,21 @@ __all__ = [
     "Context",
     "RateLimited",
     "address_error",
+    "console_refusal",
     "json_error",
     "json_ok",
 ]
 
+log = logging.getLogger("svcgw.console")
+
 MAX_JSON_BYTES = 64 * 1024
 
-class ConsoleHTTPError(Exception):
-    """An answer other than success; turned into JSON (API) or a page (console)."""
 
-    def __init__(self, kind: ErrorKind, message: str | None = None, *, headers: dict[str, str] | None = None) -> None:
-        super().__init__(message or kind.message)
-        self.kind = kind
-        self.status = kind.status
-        self.code = kind.code
-        self.message = message or kind.message
-        self.headers = dict(headers or {})
+class ConsoleHTTPError(Refusal):
+    """A refusal of the console; turned into JSON (API, :meth:`response`) or a page (``pages``)."""
 
     def response(self) -> Response:
+        """The console's JSON answer to a refusal: the one place it is built."""
         headers = dict(self.headers)
         if self.status == 401:
             # A 401 names the scheme an API client can use instead of a session.
@@ -86,6 +88,28 @@ def address_error(exc: AddressError) -> ConsoleHTTPError:
     return ConsoleHTTPError(errors.address_kind(exc), exc.message)
 
 
+def console_refusal(exc: ConsoleHTTPError | ConsoleError | AddressError | RedisError) -> ConsoleHTTPError:
+    """The console's one mapping of what its handlers raise to the error table's rows."""
+    if isinstance(exc, ConsoleHTTPError):
+        return exc
+    if isinstance(exc, DeniedByOperator):
+        return ConsoleHTTPError(errors.DENIED_BY_OPERATOR, str(exc))
+    if isinstance(exc, DeliveryNotFound):
+        return ConsoleHTTPError(errors.NO_DELIVERY)
+    if isinstance(exc, NotRetrying):
+        return ConsoleHTTPError(errors.NOT_RETRYING, str(exc))
+    if isinstance(exc, NotFound):
+        return ConsoleHTTPError(errors.NO_DEAD_LETTER if "dead letter" in str(exc) else errors.NOT_THE_CALLERS)
+    if isinstance(exc, Invalid):
+        return ConsoleHTTPError(errors.BAD_REQUEST, str(exc))
+    if isinstance(exc, AddressError):
+        return address_error(exc)
+    if isinstance(exc, ConsoleError):
+        raise exc  # a ConsoleError this table has no row for: a bug, not an answer
+    log.warning("console storage error: %s", type(exc).__name__)
+    return ConsoleHTTPError(errors.STORAGE_UNAVAILABLE)
+
+
 def json_ok(data: object, status: int = 200) -> Response:
     return Response(
         orjson.dumps({"code": 0, "message": "ok", "data": data}),
@@ -97,7 +121,7 @@ def json_ok(data: object, status: int = 200) -> Response:
 
 def json_error(status: int, code: int, message: str, headers: dict[str, str] | None = None) -> Response:
     return Response(
-        orjson.dumps({"code": code, "message": message, "data": None}),
+        errors.error_body(code, message),
         status_code=status,
         media_type="application/json",
         headers={"Cache-Control": "no-store", **(headers or {})},

@@ -97,7 +97,9 @@ Modules: :mod:`.paths` (check 1), :mod:`.admission` (what checks 2, 3, 7
 and 9 read), :mod:`.body` (checks 4, 5, 6, 8),
 :mod:`.inflight` (the bytes of check 4 held per account), :mod:`.quota`
 (the device quota of check 10), :mod:`.scrub` (the receiver token out of
-answers) and :mod:`.handlers` (the routes, and the order above).
+answers), :mod:`.intake` (a call's path, key and body as read),
+:mod:`.handlers` (the routes, the order above, and the one mapping of
+refusals to answers) and :mod:`.operations` (checks 10 and 11, forwarding).
 """
 
 from __future__ import annotations

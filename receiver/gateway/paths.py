@@ -16,6 +16,8 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from svcgw import errors
 from svcgw.errors import GatewayError
 
+from ..http import refusal_response
+
 __all__ = ["PathGuard", "path_problem"]
 
 _GUARDED_TREES = (("svc", "api"), ("svc", "instances"))
@@ -56,7 +58,7 @@ class PathGuard:
             raw = scope.get("raw_path") or scope["path"].encode("utf-8")
             problem = path_problem(raw)
             if problem is not None:
-                response = GatewayError(errors.AMBIGUOUS_PATH, problem).response()
+                response = refusal_response(GatewayError(errors.AMBIGUOUS_PATH, problem))
                 await response(scope, receive, send)
                 return
         await self.app(scope, receive, send)

@@ -32,6 +32,11 @@ included); and the resident memory of the one-worker server before and
 after ``soak`` calls. wrk drives the load when installed (one thread; it
 is not the bottleneck), else ``tests/bench/gateway_load.py``; either way a
 sample of answers is checked byte for byte against the upstream's own.
+
+The targets (:data:`GATEWAY_TARGETS`, judged by :mod:`.verdict`) judge the
+gateway both ways: its capacity, in front of ``fast``, over the simulator
+straight; and like for like, in front of ``sim``, over the simulator
+straight, the two sharing the cores. None is met if a call failed.
 """
 
 from __future__ import annotations
@@ -59,9 +64,11 @@ from svcgw.store import Store
 from svcgw.vault import TokenVault
 from tests.support import free_port
 
+from . import verdict
 from .fast_upstream import BODY as FAST_ANSWER
 from .redis_counter import CountingProxy
 from .services import REPO, RedisServer, Role, _tree, wait_until, wrk_path
+from .verdict import Target, judge, none, ratio
 
 __all__ = ["GATEWAY_TARGETS", "GatewayPlan", "gateway", "gateway_table", "in_bench"]
 
@@ -70,15 +77,28 @@ PATH = "/svc/api/user/getProfile"
 REQUEST = b'{"appid":"' + APPID.encode() + b'"}'
 RATE_LIMIT = "100000000/minute"
 
-# name: (figure, comparison, target, what it says); figures under "gateway".
-GATEWAY_TARGETS: list[tuple[str, str, str, float, str]] = [
-    ("gateway_w1_vs_direct", "gateway.ratios.w1_vs_direct", ">=", 0.5, "gateway c=50, 1 worker / upstream direct"),
-    ("gateway_w2_vs_direct", "gateway.ratios.w2_vs_direct", ">=", 0.8, "gateway c=50, 2 workers / upstream direct"),
-    ("gateway_added_p50_ms", "gateway.after.c1_added_p50_ms", "<=", 0.5, "gateway c=1 added latency, p50"),
-    ("gateway_added_p99_ms", "gateway.after.c1_added_p99_ms", "<=", 2, "gateway c=1 added latency, p99"),
-    ("gateway_round_trips", "gateway.after.round_trips_per_call", "<=", 1, "Redis round trips per gateway call"),
-    ("gateway_rss_growth_mb", "gateway.after.rss_growth_mb", "<=", 5, "server RSS growth over the soak, MB"),
-]
+# Figures under "gateway". Every target needs every call of the scenario answered 2xx (the check
+# runs' answers byte for byte as the upstream's); the soak and the count, their own calls too.
+ALL_CALLS = (none("gateway.setup.failed_calls"), none("gateway.setup.answers_not_byte_exact"))
+GATEWAY_TARGETS: list[Target] = [
+    # Capacity: the gateway in front of the near-free fast upstream, against the issue's "direct",
+    # the capability layer's (the simulator's) own rate.
+    Target("gateway_w1_vs_direct", "gateway.ratios.w1_vs_direct", ">=", 0.5,
+           "gateway c=50, 1 worker, in front of the fast upstream / the simulator straight", ALL_CALLS),
+    Target("gateway_w2_vs_direct", "gateway.ratios.w2_vs_direct", ">=", 0.8,
+           "gateway c=50, 2 workers, in front of the fast upstream / the simulator straight", ALL_CALLS),
+    # Like for like: the gateway in front of the simulator, the two sharing the cores.
+    Target("gateway_sim_w1_vs_sim_direct", "gateway.ratios.sim_w1_vs_sim_direct", ">=", 0.5,
+           "gateway c=50, 1 worker, in front of the simulator / the simulator straight, same cores", ALL_CALLS),
+    Target("gateway_added_p50_ms", "gateway.after.c1_added_p50_ms", "<=", 0.5,
+           "gateway c=1 added latency over the fast upstream, p50", ALL_CALLS),
+    Target("gateway_added_p99_ms", "gateway.after.c1_added_p99_ms", "<=", 2,
+           "gateway c=1 added latency over the fast upstream, p99", ALL_CALLS),
+    Target("gateway_round_trips", "gateway.after.round_trips_per_call", "<=", 1,
+           "Redis round trips per gateway call", (*ALL_CALLS, none("gateway.after.counted_failed"))),
+    Target("gateway_rss_growth_mb", "gateway.after.rss_growth_mb", "<=", 5, "server RSS growth over the soak, MB",
+           (*ALL_CALLS, none("gateway.after.soak_failed"))),
+]  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -444,11 +464,11 @@ def gateway(rig: Rig, plan: GatewayPlan, trees: list[Tree]) -> dict[str, Any]:
     result["ratios"] = {
         # The issue's "direct" is the capability layer's (the simulator's) own rate; the gateway
         # is measured in front of the fast upstream so that the upstream is not its bottleneck.
-        "w1_vs_direct": round(after["c50_w1_per_s"]["median"] / sim_direct, 2),
-        "w2_vs_direct": round(after["c50_w2_per_s"]["median"] / sim_direct, 2),
-        "sim_w1_vs_sim_direct": round(after["sim_c50_w1_per_s"]["median"] / sim_direct, 2),
-        "w1_vs_fast_direct": round(after["c50_w1_per_s"]["median"] / fast_direct, 2),
-        "w2_vs_fast_direct": round(after["c50_w2_per_s"]["median"] / fast_direct, 2),
+        "w1_vs_direct": ratio(after["c50_w1_per_s"]["median"], sim_direct),
+        "w2_vs_direct": ratio(after["c50_w2_per_s"]["median"], sim_direct),
+        "sim_w1_vs_sim_direct": ratio(after["sim_c50_w1_per_s"]["median"], sim_direct),
+        "w1_vs_fast_direct": ratio(after["c50_w1_per_s"]["median"], fast_direct),
+        "w2_vs_fast_direct": ratio(after["c50_w2_per_s"]["median"], fast_direct),
     }
     generators = {r["generator"] for results in runs.values() for r in results}
     result["setup"] = {
@@ -477,6 +497,8 @@ def redis_per_call(rig: Rig, tree: Tree, upstream: str, key: str, calls: int) ->
         proxy.stop()
     count = max(int(done["requests"]), 1)
     return {
+        "counted_calls": int(done["requests"]),
+        "counted_failed": int(done["bad"]),
         "round_trips_per_call": round(sent / count, 2),
         "redis_commands_per_call": round((ran - 2) / count, 2),  # less the two INFO of the count itself
     }
@@ -486,13 +508,15 @@ def soak(rig: Rig, base: str, key: str, calls: int) -> dict[str, float | int]:
     """RSS of the one-worker server before and after ``calls`` more calls."""
     role = next(r for r in rig.children if isinstance(r, TreeRole) and r.env["SVCGW_PORT"] == base.rsplit(":", 1)[1])
     before = role.rss_bytes()
-    done = 0
+    done = failed = 0
     while done < calls:
         result = load(rig, base, key, 50, max(1.0, min(20.0, (calls - done) / 2000)))
         done += int(result["requests"])
+        failed += int(result["bad"])
     after = role.rss_bytes()
     return {
         "soak_calls": done,
+        "soak_failed": failed,
         "rss_before_mb": round(before / 2**20, 1),
         "rss_after_mb": round(after / 2**20, 1),
         "rss_growth_mb": round((after - before) / 2**20, 1),
@@ -523,8 +547,10 @@ def gateway_table(figures: dict[str, Any]) -> str:
         )
     ratios = figures["ratios"]
     lines.append(
-        f"ratios: 1 worker {ratios['w1_vs_direct']}, 2 workers {ratios['w2_vs_direct']} of the simulator direct; "
-        f"{ratios['w1_vs_fast_direct']} / {ratios['w2_vs_fast_direct']} of the fast upstream direct"
+        f"ratios: in front of the fast upstream, 1 worker {ratios['w1_vs_direct']}, 2 workers "
+        f"{ratios['w2_vs_direct']} of the simulator direct ({ratios['w1_vs_fast_direct']} / "
+        f"{ratios['w2_vs_fast_direct']} of the fast upstream direct); in front of the simulator, 1 worker "
+        f"{ratios['sim_w1_vs_sim_direct']} of the simulator direct"
     )
     return "\n".join(lines)
 
@@ -586,12 +612,17 @@ def main(argv: list[str] | None = None) -> int:
         mode="short" if args.short else "full", appendfsync=args.appendfsync, before=args.before,
         cores=os.cpu_count(), elapsed_s=round(time.monotonic() - started, 1), notes=rig.log,
     )  # fmt: skip
+    judged = judge({"gateway": figures}, GATEWAY_TARGETS)
+    figures["targets"] = {j.name: j.as_json() for j in judged}
+    figures["verdict"] = verdict.summary(judged, short=args.short)
     print(gateway_table(figures))
+    print("\n".join(verdict.rows(figures["targets"])))
+    print(verdict.line(figures["verdict"]))
     line = orjson.dumps({"gateway": figures}).decode()
     if args.out is not None:
         args.out.write_text(line + "\n")
     print(line, flush=True)
-    return 0
+    return verdict.exit_status(figures["verdict"])
 
 
 if __name__ == "__main__":

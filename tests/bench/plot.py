@@ -13,6 +13,11 @@ from typing import Any
 import orjson
 
 
+def _ms(seconds: float | None) -> float | None:
+    """Seconds to milliseconds; None (nothing attempted) stays None."""
+    return None if seconds is None else seconds * 1000
+
+
 def plot(figures: dict[str, Any], out: Path) -> None:
     import matplotlib
 
@@ -35,8 +40,8 @@ def plot(figures: dict[str, Any], out: Path) -> None:
         (f"receiver at\nsaturation\n({ingest['saturation_per_s']:.0f}/s)", ingest["saturation_p50_ms"],
          ingest["saturation_p99_ms"]),
         (f"ingest to sink\nat {lat['rate']:.0f}/s", lat["p50_ms"], lat["p99_ms"]),
-        (f"retry start,\n{retry['due_at_once']} due\nat once", retry["lateness_p50_s"] * 1000,
-         retry["lateness_p99_s"] * 1000),
+        (f"retry start,\n{retry['due_at_once']} due\nat once", _ms(retry["lateness_p50_s"]),
+         _ms(retry["lateness_p99_s"])),
     ]  # fmt: skip
 
     fig, (left, right) = plt.subplots(1, 2, figsize=(13, 5.2), gridspec_kw={"width_ratios": [1.5, 1]})

@@ -32,6 +32,7 @@ from svcgw.store import Scope, Store
 from svcgw.vault import TokenVault
 
 from .services import REPO, RedisServer, Role, Sink, start_server, wait_until, wrk_path
+from .verdict import ratio
 
 
 @dataclass(frozen=True)
@@ -322,6 +323,9 @@ def ingest(bench: Bench) -> dict[str, Any]:
     return {
         "fixed_rate": plan.fixed_rate,
         "fixed_ok_per_s": round(fixed["ok"] / plan.fixed_seconds, 1),
+        # As many as the open-loop client sends (a post that got no answer is neither ok nor failed).
+        "fixed_posts_due": int(plan.fixed_rate * plan.fixed_seconds),
+        "fixed_ok": fixed["ok"],
         "fixed_failed": fixed["failed"],
         "fixed_p50_ms": fixed["p50_ms"],
         "fixed_p99_ms": fixed["p99_ms"],
@@ -399,13 +403,20 @@ def latency(bench: Bench, rate: float) -> dict[str, Any]:
     delays = [first[i] - due for i, due in sent.items() if i in first]
     return {
         "rate": round(rate, 1),
+        "posts_due": int(rate * plan.latency_seconds),  # as many as the open-loop client sends
         "posted": len(sent),
+        "ingest_failed": result["failed"],
         "delivered": len(delays),
-        "p50_ms": round((percentile(delays, 50) or 0) * 1000, 2),
-        "p99_ms": round((percentile(delays, 99) or 0) * 1000, 2),
-        "max_ms": round((percentile(delays, 100) or 0) * 1000, 2),
+        "p50_ms": milliseconds(percentile(delays, 50)),
+        "p99_ms": milliseconds(percentile(delays, 99)),
+        "max_ms": milliseconds(percentile(delays, 100)),
         "ingest_p99_ms": result["p99_ms"],
     }
+
+
+def milliseconds(seconds: float | None) -> float | None:
+    """None stays None: an empty sample has no latency (not a latency of 0)."""
+    return None if seconds is None else round(seconds * 1000, 2)
 
 
 # --- 3. slow endpoints -----------------------------------------------------------------
@@ -421,9 +432,10 @@ def slow(bench: Bench) -> dict[str, Any]:
     times = [t for _, t in arrivals]
     return {
         "endpoint_delay_ms": 200,
-        "delivered": len(arrivals),
+        "expected": count,
+        "delivered": len({event_id for event_id, _ in arrivals}),
         "deliveries_per_s": round(rate_of(times), 1),
-        "rss_mb": round(max(rss, default=0) / 2**20, 1),
+        "rss_mb": round(max(rss) / 2**20, 1) if rss else None,
     }
 
 
@@ -451,8 +463,9 @@ def isolation(bench: Bench) -> dict[str, Any]:
         "healthy_expected": expected,
         "healthy_delivered": with_hanging[1],
         "healthy_per_s": with_hanging[0],
+        "control_delivered": control[1],
         "control_per_s": control[0],
-        "vs_control": round(with_hanging[0] / control[0], 2) if control[0] else None,
+        "vs_control": ratio(with_hanging[0], control[0]),
     }
 
 
@@ -465,10 +478,10 @@ def _healthy_rate(bench: Bench, tenants: list[Tenant], count: int, prefix: str, 
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline and bench.sink.count("fast") < expected:
         time.sleep(0.1)
-    good = [t for i, t in bench.sink.arrivals() if ports.get(i) not in hanging]
+    good = [(i, t) for i, t in bench.sink.arrivals() if ports.get(i) not in hanging]
     bench.stop_workers()
     bench.clear_queue()
-    return round(rate_of(good), 1), len(good)
+    return round(rate_of([t for _, t in good]), 1), len({i for i, _ in good})
 
 
 # --- 6. retry timing -------------------------------------------------------------------
@@ -515,13 +528,18 @@ def retry_timing(bench: Bench) -> dict[str, Any]:
                 if record:
                     started.append(float(orjson.loads(record)["at"]))
     late = [max(at - due, 0.0) for at in started]
+
+    def lateness(p: float) -> float | None:
+        value = percentile(late, p)  # None when nothing was attempted: no lateness, not a lateness of 0
+        return None if value is None else round(value, 3)
+
     return {
         "due_at_once": count,
         "attempted": len(started),
         "promoted_within_s": round(promoted_at - due, 3),
-        "lateness_p50_s": round(percentile(late, 50) or 0, 3),
-        "lateness_p99_s": round(percentile(late, 99) or 0, 3),
-        "lateness_max_s": round(max(late, default=0), 3),
+        "lateness_p50_s": lateness(50),
+        "lateness_p99_s": lateness(99),
+        "lateness_max_s": lateness(100),
     }
 
 

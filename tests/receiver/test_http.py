@@ -149,3 +149,17 @@ def test_receiver_answers_come_from_the_error_table(client: TestClient, settings
     assert bad.status_code == 422 and bad.json()["code"] == -422
     accepted = client.post(url, content=b'{"event_type":"Msg","events":[{"id":"a"}]}')
     assert accepted.json() == {"code": 0, "message": "ok", "data": {"accepted": 1, "duplicates": 0}}
+
+
+def test_a_refusal_is_the_gateways_json_with_its_rows_status_and_its_headers() -> None:
+    from receiver.http import refusal_response
+    from svcgw import errors
+    from svcgw.errors import GatewayError
+
+    response = refusal_response(GatewayError(errors.RATE_LIMITED, headers={"Retry-After": "7"}))
+    assert response.status_code == 429
+    assert response.headers["retry-after"] == "7"
+    assert response.headers["content-type"] == "application/json"
+    assert orjson.loads(response.body) == {"code": -42900, "message": errors.RATE_LIMITED.message, "data": None}
+    told = refusal_response(GatewayError(errors.NOT_FOUND, "no such appid"))
+    assert (told.status_code, told.body) == (404, b'{"code":-40404,"message":"no such appid","data":null}')

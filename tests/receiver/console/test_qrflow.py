@@ -9,7 +9,7 @@ import pytest
 from starlette.responses import Response
 
 from receiver.console.onboarding import refresh_seconds
-from receiver.console.qrflow import Attempt, Outcome, action_needed, image_data_url, login_status_words
+from receiver.console.qrattempt import Attempt, Outcome, action_needed, image_data_url, login_status_words
 
 PNG = b"\x89PNG\r\n\x1a\n" + b"\x00" * 40
 PNG64 = base64.b64encode(PNG).decode()

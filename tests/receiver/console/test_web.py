@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import orjson
 import pytest
+from redis.exceptions import ConnectionError as RedisConnectionError
 
-from receiver.console.web import ConsoleHTTPError, address_error
+from receiver.console.service import DeliveryNotFound, DeniedByOperator, Invalid, NotFound, NotRetrying
+from receiver.console.web import ConsoleHTTPError, address_error, console_refusal
 from svcgw import errors
 from svcgw.addresses import OWN_ADDRESS, AddressError
 
@@ -38,3 +40,22 @@ def test_a_message_of_its_own_and_a_refused_address() -> None:
     refused = address_error(AddressError(OWN_ADDRESS, "callbackUrl points at this service's own address"))
     assert (refused.status, refused.code) == (400, -40012)
     assert refused.message == "callbackUrl points at this service's own address"
+
+
+@pytest.mark.parametrize(
+    ("raised", "status", "code", "message"),
+    [
+        (DeniedByOperator("denied by the operator"), 403, -40320, "denied by the operator"),
+        (DeliveryNotFound("no delivery 'x'"), 404, -40404, errors.NO_DELIVERY.message),
+        (NotRetrying("it is delivered"), 409, -40900, "it is delivered"),
+        (NotFound("no dead letter 'x'"), 404, -40404, errors.NO_DEAD_LETTER.message),
+        (NotFound("no instance 'x'"), 404, -40404, errors.NOT_THE_CALLERS.message),
+        (Invalid("state must be one of ..."), 400, -40000, "state must be one of ..."),
+        (AddressError(OWN_ADDRESS, "own address"), 400, -40012, "own address"),
+        (RedisConnectionError("down"), 503, -50002, errors.STORAGE_UNAVAILABLE.message),
+    ],
+)
+def test_the_one_mapping_of_what_a_handler_raises(raised: Exception, status: int, code: int, message: str) -> None:
+    refusal = console_refusal(raised)  # type: ignore[arg-type]
+    assert (refusal.status, refusal.code, refusal.message) == (status, code, message)
+    assert console_refusal(refusal) is refusal

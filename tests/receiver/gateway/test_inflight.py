@@ -229,7 +229,7 @@ def test_a_large_body_is_parsed_off_the_event_loop(env: dict[str, str], sim: str
         appid = "we_" + "5" * 15
         running.sim_seed(appid)
         running.own(account, appid)
-        with mock.patch("receiver.gateway.handlers.parse_body", side_effect=recording):
+        with mock.patch("receiver.gateway.intake.parse_body", side_effect=recording):
             assert running.api(key, "long/check", padded(appid, PARSE_IN_THREAD_BYTES)).status_code == 200
             assert running.api(key, "long/check", padded(appid, PARSE_IN_THREAD_BYTES + 1)).status_code == 200
     finally:

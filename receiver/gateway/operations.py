@@ -1,0 +1,236 @@
+"""The gateway's operations, once a call passed checks 1 to 9 (see the package docstring).
+
+Most are forwarded as received; ``device/create`` (the quota, check 10),
+the callback operations (check 11: the address is checked and the
+receiver's own given to the capability layer) and the liveness-relevant
+ones have their own handling. Every answer from the capability layer has
+the instance's receiver token scrubbed out (:mod:`.scrub`). An upstream
+failure is converted here to its row, -50002 or -50000 for a callback
+registration (``raise GatewayError(...) from exc``).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import TYPE_CHECKING, Any
+
+import orjson
+from redis.asyncio import Redis
+from redis.exceptions import RedisError
+from starlette.responses import Response
+
+from svcgw import errors, liveness
+from svcgw.addresses import AddressError, check_for_service
+from svcgw.errors import GatewayError
+from svcgw.jsonspan import replace_member
+from svcgw.receivers import receiver_url
+from svcgw.store import NotFound
+from svcgw.store import Scope as CallbackScope
+from svcgw.threads import in_thread
+from svcgw.upstream import Answer, Upstream, UpstreamError
+
+from .body import DEVICE_CREATE, LONG_START, UPDATE_CALLBACK
+from .intake import Call
+from .quota import DeviceQuota, Reservation
+from .scrub import mentions, might_mention, scrub
+
+if TYPE_CHECKING:
+    from ..services import Services
+
+__all__ = ["LONG_STOP", "PROXY_OPERATIONS", "Operations"]
+
+log = logging.getLogger("svcgw.gateway")
+
+LONG_STOP = "long/stop"
+
+# The proxy of the caller's login calls, kept for the prober's reconnects (same egress as at login).
+PROXY_OPERATIONS = frozenset({"login/getQr", "login/checkQr", "login/submitQrCode", "login/reconnect"})
+
+RECEIVER_TOKENS_KEPT = 10_000
+
+
+def _json(document: Any, status: int = 200) -> Response:
+    return Response(orjson.dumps(document), status_code=status, media_type="application/json")
+
+
+def _pass_on(raw: bytes) -> Response:
+    return Response(raw, status_code=200, media_type="application/json")
+
+
+def _is_started(answer: Answer) -> bool:
+    """``long/start`` on a running connection: reset, and still running."""
+    message = answer.message.strip()
+    return answer.code == -1 and (message == "started" or message.endswith("|started"))
+
+
+class Operations:
+    """What the gateway does with an admitted call: :meth:`run` for every route but one,
+    :meth:`set_callback` for ``instances/set-callback``."""
+
+    def __init__(self, services: Services) -> None:
+        self.services = services
+        self.settings = services.settings
+        self.store = services.store
+        self.redis: Redis = services.text_redis
+        self.quota = DeviceQuota(services.text_redis)
+        # appid -> receiver token. A token never changes for its appid, and every forwarded answer
+        # is searched for it: one look-up and one decryption per instance and process, not per call.
+        self._tokens: dict[str, str] = {}
+
+    def _upstream(self) -> Upstream:
+        upstream = self.services.upstream
+        if upstream is None:
+            raise GatewayError(errors.UNAVAILABLE, "the capability layer is not configured")
+        return upstream
+
+    async def _forward(self, call: Call, body: bytes) -> Answer:
+        try:
+            return await self._upstream().call(call.module, call.action, body)
+        except UpstreamError as exc:
+            log.warning("upstream %s failed: %s", call.operation, exc)
+            raise GatewayError(errors.UNAVAILABLE) from exc
+
+    async def run(self, call: Call) -> Response:
+        if call.operation == DEVICE_CREATE:
+            return await self._device_create(call)
+        if call.operation in (LONG_START, UPDATE_CALLBACK):
+            return await self._configure_callback(call)
+        if call.operation == LONG_STOP:
+            return await self._long_stop(call)
+        answer = await self._forward(call, call.raw)
+        if answer.ok:
+            await self._after(call)
+        return _pass_on(await self._scrub_other(call, answer))
+
+    async def _long_stop(self, call: Call) -> Response:
+        """``long/stop`` ends the service's maintenance of the instance, whatever the layer answers.
+
+        The caller asked that the connection stay down, and the spec says the
+        probe does not restart it after a stop: so maintenance ends on code 0,
+        on "long connection closed" (it was down already), on any other
+        refusal, and when the layer fails or cannot be reached (-50002: the
+        connection may still be up, but the prober must not bring it back
+        against the caller's wish). The answer is passed on unchanged; the
+        next ``long/start`` resumes maintenance.
+        """
+        try:
+            answer = await self._forward(call, call.raw)
+        except GatewayError:
+            await liveness.mark_stopped(self.redis, call.appid)
+            raise
+        await liveness.mark_stopped(self.redis, call.appid)
+        return _pass_on(await self._scrub_other(call, answer))
+
+    async def _after(self, call: Call) -> None:
+        """Liveness bookkeeping once the capability layer accepted the operation."""
+        if call.operation == "login/logout":
+            await liveness.mark_logged_out(self.redis, call.appid)
+        elif call.operation in PROXY_OPERATIONS:
+            proxy = call.document.get("proxy")
+            if isinstance(proxy, str):
+                await liveness.record_proxy(self.redis, call.appid, proxy)
+
+    async def _scrub_other(self, call: Call, answer: Answer) -> bytes:
+        """The answer without the instance's receiver token, looked for in every answer (see .scrub)."""
+        try:
+            token = await self._receiver_token(call.appid)
+        except NotFound:
+            return answer.raw  # no instance (removed meanwhile): no token to leak
+        if not might_mention(answer.raw, token) or not mentions(answer.envelope, token):
+            return answer.raw
+        config = await self.store.get_callback(CallbackScope(appid=call.appid))
+        return scrub(answer, receiver_url(self.settings, call.appid, token), token, config.url or "")
+
+    async def _device_create(self, call: Call) -> Response:
+        try:
+            account = await self.store.get_account(call.account)
+        except NotFound:
+            raise GatewayError(errors.UNAUTHORIZED) from None
+        if account.expired():
+            raise GatewayError(errors.ENTITLEMENT_EXPIRED)
+        reservation: Reservation | None = None
+        if account.devices is not None:
+            reservation = await self.quota.reserve(account.id, account.devices)
+            if reservation is None:
+                raise GatewayError(errors.QUOTA_FULL, f"the account's device quota ({account.devices}) is full")
+        try:
+            answer = await self._forward(call, call.raw)
+            data = answer.data
+            appid = data.get("appid") if answer.ok and isinstance(data, dict) else None
+            if isinstance(appid, str) and appid:
+                if reservation is not None:
+                    await self.quota.hold(reservation, appid)
+                await self._register(account.id, appid)
+        finally:
+            if reservation is not None:
+                await self.quota.release(reservation)
+        return _pass_on(answer.raw)
+
+    async def _register(self, account_id: str, appid: str) -> None:
+        owner = await self.store.owner(appid)
+        if owner is None:
+            await self.store.register_instance(appid, account_id)
+        elif owner != account_id:
+            log.error("device/create returned an appid registered to another account")
+            raise GatewayError(errors.UNAVAILABLE)
+
+    async def _check_url(self, value: object) -> str:
+        try:
+            checked = await in_thread(check_for_service, value, self.settings, abandon_on_cancel=False)
+        except AddressError as exc:
+            raise GatewayError(errors.address_kind(exc), exc.message) from None
+        return checked.url
+
+    async def _receiver_token(self, appid: str) -> str:
+        token = self._tokens.get(appid)
+        if token is None:
+            token = await self.store.receiver_token(appid)
+            if len(self._tokens) >= RECEIVER_TOKENS_KEPT:
+                del self._tokens[next(iter(self._tokens))]  # the oldest
+            self._tokens[appid] = token
+        return token
+
+    async def _receiver_url(self, appid: str) -> tuple[str, str]:
+        token = await self._receiver_token(appid)
+        return receiver_url(self.settings, appid, token), token
+
+    async def _configure_callback(self, call: Call) -> Response:
+        url = await self._check_url(call.document.get("callbackUrl"))
+        try:
+            receiver_url, token = await self._receiver_url(call.appid)
+        except NotFound:
+            raise GatewayError(errors.NOT_FOUND) from None
+        body = replace_member(call.raw, call.members, "callbackUrl", receiver_url)
+        try:
+            answer = await self._upstream().call(call.module, call.action, body)
+        except UpstreamError as exc:
+            log.warning("upstream %s failed: %s", call.operation, exc)
+            raise GatewayError(errors.REGISTRATION_FAILED) from exc
+        if answer.ok or (call.operation == LONG_START and _is_started(answer)):
+            try:
+                if not call.inherits_address:
+                    await self.store.set_callback(CallbackScope(appid=call.appid), url)
+                if call.operation == LONG_START:
+                    await liveness.mark_started(self.redis, call.appid, self.settings.probe_interval)
+            except RedisError as exc:
+                log.warning("storing the callback address of an instance failed: %s", type(exc).__name__)
+                raise GatewayError(errors.REGISTRATION_FAILED) from exc
+        return _pass_on(scrub(answer, receiver_url, token, url))
+
+    async def set_callback(self, call: Call) -> Response:
+        url = await self._check_url(call.document.get("callbackUrl"))
+        try:
+            config = await self.store.set_callback(CallbackScope(appid=call.appid), url)
+        except NotFound:
+            raise GatewayError(errors.NOT_FOUND) from None
+        except RedisError as exc:
+            raise GatewayError(errors.REGISTRATION_FAILED) from exc
+        return _json(
+            {
+                "code": 0,
+                "message": "ok",
+                "time": time.strftime("%Y-%m-%d %H:%M:%S"),
+                "data": {"appid": call.appid, "callbackUrl": config.url},
+            }
+        )
