@@ -28,11 +28,11 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, TypeVar
 
 import anyio
-import anyio.to_thread
 
 from svcgw import passwords
 from svcgw.credentials import Credentials, LoginRejected, normalise_login
 from svcgw.store import digest
+from svcgw.threads import in_thread
 
 from .failures import FailureWindows
 
@@ -116,7 +116,7 @@ class PasswordSignIn:
     # --- the work of argon2, in a thread ------------------------------------------------
     async def _in_thread(self, work: Callable[[], T]) -> T:
         async with self._hashing:
-            return await anyio.to_thread.run_sync(work)
+            return await in_thread(work, abandon_on_cancel=False)
 
     async def hash_password(self, password: str) -> str:
         return await self._in_thread(lambda: passwords.hash_password(password))
