@@ -13,10 +13,9 @@ import click
 from rich.console import RenderableType
 
 from svcgw import deadletters
-from svcgw.calllog import parse_since
 
 from .context import Admin, admin_command
-from .output import console, emit, json_option, record, table, when
+from .output import console, emit, json_option, record, table, valid_since, when
 
 __all__ = ["dlq"]
 
@@ -96,22 +95,13 @@ async def dlq_show(admin: Admin, delivery_id: str, as_json: bool) -> None:
     click.echo(detail.body)
 
 
-def _valid_since(ctx: click.Context, param: click.Parameter, value: str | None) -> int | None:
-    if value is None:
-        return None
-    try:
-        return parse_since(value)
-    except ValueError as exc:
-        raise click.BadParameter(str(exc)) from None
-
-
 @dlq.command("replay")
 @click.argument("ids", nargs=-1, metavar="[ID]...")
 @click.option("--appid", default=None, help="Every dead letter of this instance.")
 @click.option("--all", "replay_all", is_flag=True, help="Every dead letter.")
 @click.option(
     "--since",
-    callback=_valid_since,
+    callback=valid_since,
     metavar="DURATION",
     help="Only those that died in this last stretch of time, e.g. 30m, 2h, 1d. Alone: of every instance.",
 )

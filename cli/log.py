@@ -5,26 +5,17 @@ from __future__ import annotations
 import click
 
 from svcgw import keys
-from svcgw.calllog import parse_since, read_log
+from svcgw.calllog import read_log
 
 from .context import Admin, admin_command
-from .output import emit, json_option, when
+from .output import emit, json_option, valid_since, when
 
 __all__ = ["log_command"]
 
 
-def _valid_since(ctx: click.Context, param: click.Parameter, value: str | None) -> int | None:
-    if value is None:
-        return None
-    try:
-        return parse_since(value)
-    except ValueError as exc:
-        raise click.BadParameter(str(exc)) from None
-
-
 @click.command("log")
 @click.argument("appid")
-@click.option("--since", callback=_valid_since, metavar="DURATION", help="e.g. 45s, 30m, 1h, 2d.")
+@click.option("--since", callback=valid_since, metavar="DURATION", help="e.g. 45s, 30m, 1h, 2d.")
 @click.option("--limit", type=click.IntRange(min=1), default=100, show_default=True)
 @click.option("--before", default=None, metavar="ENTRY_ID", help="Older than this entry (paging).")
 @json_option

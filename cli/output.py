@@ -19,13 +19,25 @@ from rich.console import Console, RenderableType
 from rich.table import Table
 from rich.text import Text
 
-__all__ = ["console", "emit", "json_option", "record", "table", "when"]
+from svcgw.calllog import parse_since
+
+__all__ = ["console", "emit", "json_option", "record", "table", "valid_since", "when"]
 
 
 def json_option(func: Callable[..., None]) -> Callable[..., None]:
     return click.option(
         "--json", "as_json", is_flag=True, help="Print one JSON document (for scripts) instead of a table."
     )(func)
+
+
+def valid_since(ctx: click.Context, param: click.Parameter, value: str | None) -> int | None:
+    """The callback of a ``--since DURATION`` option: its seconds, or click's own error for a bad value."""
+    if value is None:
+        return None
+    try:
+        return parse_since(value)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc)) from None
 
 
 def console() -> Console:

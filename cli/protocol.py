@@ -9,6 +9,14 @@ protocol a transport that keeps what is written during one turn of the
 event loop and writes it at the end of that turn (or before closing), in
 order, as one piece. Nothing else changes: the bytes on the wire are the
 same, and no answer waits longer than the turn it was written in.
+
+It also sheds slow clients itself, with or without a proxy in front: a
+request whose head has not arrived within :attr:`OneWriteProtocol.header_timeout`
+seconds (``SVCGW_HTTP_HEADER_TIMEOUT``) of its first byte (or of the
+connection, before any byte), or whose body stalls that long, has its
+connection closed. One timer per connection does it (``loop.call_later``,
+re-armed only when it fires while a request is being read); a request reading
+its head or body notes the time it moved, nothing more.
 """
 
 from __future__ import annotations
@@ -19,6 +27,9 @@ from typing import Any
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 __all__ = ["OneWriteProtocol", "TurnWriter"]
+
+# What a connection is reading: a request's head, its body, or nothing (answering, or idle between requests).
+_HEAD, _BODY, _IDLE = 0, 1, 2
 
 
 class TurnWriter:
@@ -76,13 +87,65 @@ class TurnWriter:
 
 
 class OneWriteProtocol(HttpToolsProtocol):
-    """uvicorn's httptools protocol writing through a :class:`TurnWriter`."""
+    """uvicorn's httptools protocol writing through a :class:`TurnWriter`, closing on slow heads and bodies."""
+
+    # SVCGW_HTTP_HEADER_TIMEOUT: set by cli.runner before the server starts (each process of several too).
+    header_timeout: float = 10.0
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         writer = TurnWriter(transport, self.loop)
         super().connection_made(writer)  # type: ignore[arg-type]
+        self._reading = _HEAD
+        self._since = self.loop.time()
+        self._deadline: asyncio.TimerHandle | None = self.loop.call_later(self.header_timeout, self._late)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._stop_timer()
+        super().connection_lost(exc)
+
+    # --- the clock of the request being read -------------------------------------------------
+    def on_message_begin(self) -> None:
+        super().on_message_begin()
+        self._reading = _HEAD
+        self._since = self.loop.time()
+        if self._deadline is None:
+            self._deadline = self.loop.call_later(self.header_timeout, self._late)
+
+    def on_headers_complete(self) -> None:
+        self._reading = _BODY
+        self._since = self.loop.time()
+        super().on_headers_complete()
+
+    def on_body(self, body: bytes) -> None:
+        self._since = self.loop.time()
+        super().on_body(body)
+
+    def on_message_complete(self) -> None:
+        self._reading = _IDLE
+        super().on_message_complete()
+
+    def _late(self) -> None:
+        """The timer: close the connection if the head or body it reads made no way in time, else wait on."""
+        self._deadline = None
+        if self._reading == _IDLE or self.transport.is_closing():
+            return  # the next request's first byte arms it again
+        now = self.loop.time()
+        if self._reading == _BODY and (self.flow.read_paused or (self.cycle and self.cycle.waiting_for_100_continue)):
+            self._since = now  # the server is the one not reading: not the client's stall
+        left = self._since + self.header_timeout - now
+        if left > 0:
+            self._deadline = self.loop.call_later(left, self._late)
+            return
+        self.transport.close()
+
+    def _stop_timer(self) -> None:
+        self._reading = _IDLE
+        if self._deadline is not None:
+            self._deadline.cancel()
+            self._deadline = None
 
     def handle_websocket_upgrade(self) -> None:
+        self._stop_timer()
         # A WebSocket protocol gets the socket's own transport, with what was written so far sent.
         if isinstance(self.transport, TurnWriter):
             writer = self.transport

@@ -23,7 +23,7 @@ from typing import Any
 
 from svcgw.settings import Settings
 
-__all__ = ["run_server", "run_up", "run_worker"]
+__all__ = ["run_server", "run_up", "run_worker", "server_options"]
 
 log = logging.getLogger("svcgw")
 
@@ -49,12 +49,12 @@ def settle_collector() -> None:
     gc.set_threshold(SERVER_GC_THRESHOLD, *gc.get_threshold()[1:])
 
 
-def run_server(settings: Settings) -> None:
-    """The HTTP server; with ``SVCGW_HTTP_WORKERS`` > 1, that many processes share the port (cli.listeners)."""
-    import uvicorn
+def server_options(settings: Settings) -> dict[str, Any]:
+    """uvicorn's options for the HTTP server of ``settings`` (its protocol's header timeout set too)."""
+    from .protocol import OneWriteProtocol
 
-    settings.require_upstream()
-    options: dict[str, object] = {
+    OneWriteProtocol.header_timeout = settings.http_header_timeout
+    return {
         "host": settings.host,
         "port": settings.port,
         "log_config": None,
@@ -69,17 +69,29 @@ def run_server(settings: Settings) -> None:
         # The protocol is uvicorn's httptools one, writing each answer in one piece (cli.protocol).
         "loop": "uvloop",
         "http": "cli.protocol:OneWriteProtocol",
+        # X-Forwarded-For is read only from the proxies named in SVCGW_TRUSTED_PROXIES; by default
+        # from none, so a client cannot choose the address its failed sign-ins are counted against.
+        "proxy_headers": bool(settings.trusted_proxies),
+        "forwarded_allow_ips": list(settings.trusted_proxies),
     }
+
+
+def run_server(settings: Settings) -> None:
+    """The HTTP server; with ``SVCGW_HTTP_WORKERS`` > 1, that many processes share the port (cli.listeners)."""
+    import uvicorn
+
+    settings.require_upstream()
+    options = server_options(settings)
     if settings.http_workers > 1:
         from cli.listeners import run_supervised
 
         # Each worker process builds its app from the same environment, and listens on its own socket.
-        config = uvicorn.Config("cli.runner:app_from_env", factory=True, workers=settings.http_workers, **options)  # type: ignore[arg-type]
+        config = uvicorn.Config("cli.runner:app_from_env", factory=True, workers=settings.http_workers, **options)
         run_supervised(config)
         return
     from receiver.app import create_app
 
-    config = uvicorn.Config(create_app(settings), **options)  # type: ignore[arg-type]
+    config = uvicorn.Config(create_app(settings), **options)
     settle_collector()
     uvicorn.Server(config).run()
 
@@ -90,7 +102,9 @@ def app_from_env() -> Any:
     from svcgw.logs import configure
 
     configure()
-    app = create_app(Settings.from_env())
+    settings = Settings.from_env()
+    server_options(settings)  # this process's protocol reads its header timeout
+    app = create_app(settings)
     settle_collector()
     return app
 

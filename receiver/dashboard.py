@@ -18,9 +18,11 @@ unchecked:
    keep the service's own bookkeeping right;
 3. every answer carries a Content-Security-Policy, ``X-Frame-Options: DENY``
    and ``X-Content-Type-Options: nosniff``. The dashboard's pages run one
-   inline script, so each HTML page gets a fresh nonce written into its
-   inline ``<script>`` tags and allowed by the policy: markup that reaches a
-   page from job data (an event handler attribute, a script tag) does not run.
+   inline script of their own, the last tag of its layout (``base.html``,
+   right after the bootstrap bundle), so each HTML page gets a fresh nonce
+   written into that one tag, matched exactly, and allowed by the policy:
+   markup that reaches a page from job data (an event handler attribute, a
+   script tag of any shape) gets no nonce and does not run.
 """
 
 from __future__ import annotations
@@ -52,8 +54,11 @@ _READ_ONLY = re.compile(
 )
 
 
-# Inline script tags of a page: no src attribute.
-_INLINE_SCRIPT = re.compile(rb"<script(?![^>]*\bsrc=)([^>]*)>", re.IGNORECASE)
+# The dashboard's own inline script, exactly as its layout writes it: after the bootstrap bundle.
+_OWN_SCRIPT = re.compile(
+    rb'(<script src="[^"<>]*/js/bootstrap\.bundle\.min\.js" type="text/javascript"></script>\s*)'
+    rb'<script type="text/javascript">'
+)
 
 
 def security_headers(nonce: str) -> list[tuple[bytes, bytes]]:
@@ -73,9 +78,17 @@ def security_headers(nonce: str) -> list[tuple[bytes, bytes]]:
 
 
 def add_nonce(html: bytes, nonce: str) -> bytes:
-    """``html`` with ``nonce`` on every inline ``<script>`` tag."""
-    attribute = f' nonce="{nonce}"'.encode()
-    return _INLINE_SCRIPT.sub(lambda m: b"<script" + attribute + m.group(1) + b">", html)
+    """``html`` with ``nonce`` on the dashboard's own inline script, and on no other tag.
+
+    Only the last match counts: job data is rendered in the page's content,
+    before the layout's closing scripts, so it can come nowhere after them.
+    """
+    matches = list(_OWN_SCRIPT.finditer(html))
+    if not matches:
+        return html
+    found = matches[-1]
+    tag = f'<script nonce="{nonce}" type="text/javascript">'.encode()
+    return html[: found.end(1)] + tag + html[found.end() :]
 
 
 def _credentials(scope: Scope) -> tuple[bytes, bytes] | None:

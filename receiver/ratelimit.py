@@ -38,7 +38,7 @@ from limits import RateLimitItem, parse_many
 from redis.asyncio import Redis
 
 from svcgw import keys
-from svcgw.scripts import source
+from svcgw.scripts import register
 
 __all__ = ["Clock", "RateLimiter", "Verdict", "window_key"]
 
@@ -69,7 +69,7 @@ class RateLimiter:
         self.items: list[RateLimitItem] = parse_many(rate)
         if not self.items or any(item.amount < 1 for item in self.items):
             raise ValueError(f"a rate limit needs at least one call per window, got {rate!r}")
-        self._script = redis.register_script(source("rate_window"))
+        self._script = register(redis, "rate_window")
         self._clock = clock
         self._args: list[int] = []
         for item in self.items:

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import secrets
 import time
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
 
 import orjson
@@ -85,14 +85,7 @@ class CallbackTestResult:
     response: str = ""
 
     def as_dict(self) -> dict[str, object]:
-        return {
-            "ok": self.ok,
-            "event_id": self.event_id,
-            "status": self.status,
-            "error": self.error,
-            "duration_ms": self.duration_ms,
-            "response": self.response,
-        }
+        return asdict(self)
 
 
 async def send_test(

@@ -16,10 +16,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from redis import BlockingConnectionPool, Redis
+from redis import Redis
 from redis.asyncio import Redis as AsyncRedis
 from redis.asyncio.sentinel import Sentinel as AsyncSentinel
-from redis.sentinel import Sentinel, SentinelConnectionPool
+from redis.sentinel import Sentinel
 
 from .settings import Settings, SettingsError
 
@@ -27,10 +27,6 @@ __all__ = ["AsyncSentinelRedis", "SentinelRedis", "async_client", "sync_client"]
 
 # A sentinel that does not answer must not hold up the search for the primary.
 SENTINEL_TIMEOUT = 2.0
-
-
-class BlockingSentinelConnectionPool(SentinelConnectionPool, BlockingConnectionPool):
-    """Sentinel's pool with a bounded size: a thread waits for a free connection instead of opening more."""
 
 
 class SentinelRedis(Redis):
@@ -85,40 +81,18 @@ def _primary_kwargs(settings: Settings, decode: bool, connect_timeout: float | N
     }
 
 
-def sync_client(
-    settings: Settings, *, decode: bool = False, threads: int | None = None, connect_timeout: float | None = None
-) -> Redis:
-    """A client for ``threads`` threads at once: they wait for a free connection, never fail for lack of one.
-
-    ``connect_timeout`` bounds how long an unreachable Redis can hold up a
-    command-line call; the long-running roles keep redis-py's default.
-    """
+def sync_client(settings: Settings) -> Redis:
+    """A blocking client, for the one caller that has no event loop: the container health check."""
     if settings.redis_sentinels:
         sentinel = Sentinel(  # type: ignore[no-untyped-call]
             list(settings.redis_sentinels), sentinel_kwargs=_sentinel_kwargs(settings)
         )
-        kwargs = _primary_kwargs(settings, decode, connect_timeout)
-        if threads is not None:
-            kwargs.update(
-                connection_pool_class=BlockingSentinelConnectionPool, max_connections=threads + 4, timeout=30
-            )
         client: SentinelRedis = sentinel.master_for(  # type: ignore[no-untyped-call]
-            settings.redis_sentinel_master, redis_class=SentinelRedis, **kwargs
+            settings.redis_sentinel_master, redis_class=SentinelRedis, **_primary_kwargs(settings, False)
         )
         client.sentinels = sentinel
         return client
-    if threads is None:
-        return Redis.from_url(
-            _url(settings), decode_responses=decode, health_check_interval=30, socket_connect_timeout=connect_timeout
-        )
-    pool = BlockingConnectionPool.from_url(
-        _url(settings),
-        decode_responses=decode,
-        health_check_interval=30,
-        max_connections=threads + 4,
-        timeout=30,
-    )
-    return Redis(connection_pool=pool)
+    return Redis.from_url(_url(settings), health_check_interval=30)
 
 
 def async_client(settings: Settings, *, decode: bool = False, connect_timeout: float | None = None) -> AsyncRedis:

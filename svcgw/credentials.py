@@ -31,7 +31,7 @@ from redis.exceptions import WatchError
 
 from . import keys
 from .errors import Rejected
-from .scripts import source
+from .scripts import register
 
 __all__ = ["MAX_LOGIN_LENGTH", "Credentials", "LoginRejected", "LoginTaken", "normalise_login"]
 
@@ -71,7 +71,7 @@ class Credentials:
     def __init__(self, redis: Redis) -> None:
         # A client created with decode_responses=True (text), as the store's.
         self.redis: Any = redis
-        self._sessions = redis.register_script(source("account_sessions"))
+        self._sessions = register(redis, "account_sessions")
 
     async def lookup(self, login: str) -> tuple[str, str] | None:
         """(account id, password hash, '' when none is set) of a login; None for one nobody has."""

@@ -3,7 +3,7 @@
 This module is the only writer of a new delivery. The records are written by
 one piece of Lua, ``svcgw/lua/delivery.lua``, which both writers include:
 
-* the ingest script (:data:`INGEST_SCRIPT`, run by :mod:`svcgw.ingest` for a
+* the ingest script (``ingest``, run by :mod:`svcgw.ingest` for a
   post to a receiver) checks the token, drops repeats, and writes the
   delivery of the new events;
 * :func:`queue_delivery` (service events such as ``InstanceOffline``) adds
@@ -56,13 +56,11 @@ from rq.utils import utcformat
 
 from . import keys
 from .envelope import build_envelope
-from .scripts import source
+from .scripts import text
 from .settings import Settings
 
 __all__ = [
     "FUNC_NAME",
-    "INGEST_SCRIPT",
-    "QUEUE_SCRIPT",
     "JobTemplate",
     "exc_info_field",
     "job_description",
@@ -79,10 +77,6 @@ FUNC_NAME = "worker.jobs.deliver"
 # Job.create wants a connection but only builds the object here; a client
 # opens no socket until it sends a command, and this one never does.
 _UNUSED_CONNECTION = Redis()
-
-# The shared write first, then the script that calls it (svcgw/lua/).
-INGEST_SCRIPT = source("delivery") + "\n" + source("ingest")
-QUEUE_SCRIPT = source("delivery") + "\n" + source("chain") + "\n" + source("queue_delivery")
 
 # Where each event's seq goes in the envelope built for queue_delivery.lua: a
 # byte that serialised JSON never holds raw, so cutting the envelope at it
@@ -228,7 +222,7 @@ def queue_delivery(
 ) -> None:
     """Add to ``pipe`` (sync or asyncio, in MULTI mode) the command that queues one service-event delivery.
 
-    Only buffers: one ``EVAL`` of :data:`QUEUE_SCRIPT`, which writes the same
+    Only buffers: one ``EVAL`` of ``queue_delivery`` (:mod:`svcgw.scripts`), which writes the same
     records as the ingest script writes for an accepted post, with the events
     as the envelope's ``events`` and nothing counted as a duplicate. It also
     gives each event the instance's next ``seq`` and queues the delivery
@@ -247,7 +241,7 @@ def queue_delivery(
         failure_ttl=settings.dead_letter_retention,
     )
     pipe.eval(
-        QUEUE_SCRIPT,
+        text("queue_delivery"),
         8,
         keys.delivery(delivery_id),
         keys.rq_job(delivery_id),

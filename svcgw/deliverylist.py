@@ -20,9 +20,9 @@ index: a separate one cost every post three Redis commands and every event
 still retrying after the log's retention has passed drops out of the list,
 but :func:`show` still finds it.
 
-The module has two halves: pure functions that turn stored fields into a
-:class:`Delivery` (:func:`build`, :func:`event_ids`, :func:`state_of`) and
-coroutines that read Redis (:func:`list_deliveries`, :func:`show`). With an
+The pure half, stored fields to a :class:`Delivery` (:func:`build`,
+:func:`event_ids`, :func:`state_of`), is :mod:`svcgw.deliveryview`; this
+module reads Redis (:func:`list_deliveries`, :func:`show`). With an
 ``account``, a delivery or an instance of another account is treated
 exactly like one that does not exist.
 
@@ -35,17 +35,29 @@ Errors::
 
 from __future__ import annotations
 
-import json
 import re
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field, replace
-from typing import Any, Literal, cast
+from dataclasses import replace
+from typing import cast
 
-import orjson
 from redis.asyncio import Redis
 
 from . import attemptrecords, keys
+from .deliveryview import (
+    STATES,
+    Attempt,
+    Delivery,
+    Page,
+    attempt_of,
+    build,
+    event_ids,
+    field_float,
+    field_text,
+    ids_of,
+    state_of,
+    stored_ids,
+)
 from .errors import Missing, SvcgwError
 from .settings import Settings
 
@@ -65,9 +77,6 @@ __all__ = [
     "state_of",
     "stored_ids",
 ]
-
-State = Literal["pending", "retrying", "delivered", "dead"]
-STATES: tuple[State, ...] = ("pending", "retrying", "delivered", "dead")
 
 # The delivery hash fields the list reads (the body only when it needs the event ids).
 FIELDS = ("appid", "account", "event_type", "state", "received_at", "next_at", "delivered_at", "dead_at")
@@ -90,202 +99,6 @@ class NotFound(DeliveryListError, Missing, LookupError):
 
 class Invalid(DeliveryListError, ValueError):
     """A filter or cursor that cannot be used; the message says which."""
-
-
-@dataclass(frozen=True)
-class Attempt:
-    number: int
-    at: float | None
-    ok: bool
-    status: int | None
-    error: str | None
-    duration_ms: float | None
-    response: str
-    destination: str | None
-
-    def as_dict(self) -> dict[str, object]:
-        return {
-            "attempt": self.number,
-            "at": self.at,
-            "ok": self.ok,
-            "status": self.status,
-            "error": self.error,
-            "duration_ms": self.duration_ms,
-            "response": self.response,
-            "destination": self.destination,
-        }
-
-    @property
-    def outcome(self) -> str:
-        """``HTTP 200``, ``HTTP 503``, or the error text."""
-        if self.error:
-            return self.error
-        return f"HTTP {self.status}" if self.status is not None else "no answer"
-
-
-@dataclass(frozen=True)
-class Delivery:
-    id: str
-    appid: str
-    account: str
-    event_type: str
-    event_ids: tuple[str, ...]
-    state: State
-    received_at: float | None
-    next_attempt_at: float | None  # None: none is scheduled (pending ones are attempted as soon as a worker is free)
-    delivered_at: float | None
-    dead_at: float | None
-    attempts: tuple[Attempt, ...] = field(default=())
-
-    @property
-    def last_outcome(self) -> str | None:
-        return self.attempts[-1].outcome if self.attempts else None
-
-    def as_dict(self) -> dict[str, object]:
-        return {
-            "id": self.id,
-            "appid": self.appid,
-            "event_type": self.event_type,
-            "event_ids": list(self.event_ids),
-            "state": self.state,
-            "received_at": self.received_at,
-            "next_attempt_at": self.next_attempt_at,
-            "delivered_at": self.delivered_at,
-            "dead_at": self.dead_at,
-            "attempts": [attempt.as_dict() for attempt in self.attempts],
-        }
-
-
-@dataclass(frozen=True)
-class Page:
-    deliveries: list[Delivery]
-    next_before: str | None  # the cursor of the next (older) page; None at the end
-    scanned: int  # how many deliveries were looked at
-
-    def as_dict(self) -> dict[str, object]:
-        return {"deliveries": [d.as_dict() for d in self.deliveries], "next_before": self.next_before}
-
-
-# --- pure: stored fields to a Delivery ---------------------------------------------
-def state_of(stored: str) -> State:
-    """The state shown for the delivery hash's ``state`` field."""
-    if stored in ("retrying", "delivered", "dead"):
-        return cast(State, stored)
-    return "pending"  # 'queued', and anything unexpected: not finished
-
-
-def event_ids(body: bytes | str | None) -> tuple[str, ...]:
-    """The ``id`` of each event of a forward body, as its text (events without one are skipped).
-
-    Numbers keep their digits: an id beyond 64 bits (which orjson reads as a
-    float) is read again with the standard library, keeping the number's text.
-    """
-    if not body:
-        return ()
-    try:
-        found = _ids(orjson.loads(body))
-    except orjson.JSONDecodeError:
-        found = None
-    if found is None:
-        try:
-            found = _ids(json.loads(body, parse_int=str, parse_float=str)) or []
-        except ValueError:
-            return ()
-    return tuple(found)
-
-
-def stored_ids(body: bytes) -> bytes:
-    """What a delivered delivery keeps instead of its body (the ``ids`` field): its event ids, a JSON list.
-
-    The callback log holds the post already; the list needs only the ids.
-    """
-    return orjson.dumps(list(event_ids(body)))
-
-
-def ids_of(fields: Mapping[str, bytes | str | None]) -> tuple[str, ...]:
-    """The event ids of a delivery hash: from its body, or, once delivered, from its ``ids``."""
-    body = fields.get("body")
-    if body:
-        return event_ids(body)
-    try:
-        listed = orjson.loads(fields.get("ids") or b"[]")
-    except orjson.JSONDecodeError:
-        return ()
-    return tuple(str(value) for value in listed) if isinstance(listed, list) else ()
-
-
-def _ids(document: Any) -> list[str] | None:
-    """The ids' texts; None when one is a number orjson could not keep exactly."""
-    events = document.get("events") if isinstance(document, dict) else None
-    if not isinstance(events, list):
-        return []
-    found: list[str] = []
-    for event in events:
-        value = event.get("id") if isinstance(event, dict) else None
-        if isinstance(value, float):
-            return None
-        if isinstance(value, bool) or value is None or value == "":
-            continue
-        if isinstance(value, str | int):
-            found.append(str(value))
-    return found
-
-
-def attempt_of(record: bytes | str, number: int) -> Attempt:
-    """One stored attempt record; an unreadable one says so instead of failing the page."""
-    try:
-        data = orjson.loads(record)
-    except orjson.JSONDecodeError:
-        data = None
-    if not isinstance(data, dict):
-        return Attempt(number, None, False, None, "unreadable attempt record", None, "", None)
-    status = data.get("status")
-    return Attempt(
-        number=_int(data.get("attempt"), number),
-        at=_number(data.get("at")),
-        ok=bool(data.get("ok")),
-        status=status if isinstance(status, int) and not isinstance(status, bool) else None,
-        error=str(data["error"]) if data.get("error") else None,
-        duration_ms=_number(data.get("duration_ms")),
-        response=str(data.get("response") or ""),
-        destination=str(data["destination"]) if data.get("destination") else None,
-    )
-
-
-def build(
-    delivery_id: str,
-    fields: Mapping[str, bytes | str | None],
-    attempts: Sequence[bytes | str] = (),
-    *,
-    scheduled_at: float | None = None,
-) -> Delivery | None:
-    """The delivery for its hash's fields (``body`` and ``ids`` among them for the event ids); None if it expired.
-
-    ``scheduled_at`` is its score in the scheduled registry, when it is
-    there: the exact time of the next attempt.
-    """
-    appid = _text(fields.get("appid"))
-    if not appid:
-        return None
-    state = state_of(_text(fields.get("state")))
-    next_at: float | None = None
-    if state == "retrying":
-        next_at = scheduled_at if scheduled_at is not None else _float(fields.get("next_at"))
-    elif state == "pending" and scheduled_at is not None:
-        next_at = scheduled_at  # held back a moment (its destination or account was busy)
-    return Delivery(
-        id=delivery_id,
-        appid=appid,
-        account=_text(fields.get("account")),
-        event_type=_text(fields.get("event_type")),
-        event_ids=ids_of(fields),
-        state=state,
-        received_at=_float(fields.get("received_at")),
-        next_attempt_at=next_at,
-        delivered_at=_float(fields.get("delivered_at")) if state == "delivered" else None,
-        dead_at=_float(fields.get("dead_at")) if state == "dead" else None,
-        attempts=tuple(attempt_of(record, index + 1) for index, record in enumerate(attempts)),
-    )
 
 
 _ENTRY_ID = re.compile(r"[0-9]{1,20}-[0-9]{1,20}")
@@ -327,7 +140,7 @@ async def list_deliveries(
         raise Invalid(f"state must be one of {', '.join(STATES)}")
     if not 1 <= limit <= MAX_LIMIT:
         raise Invalid(f"limit must be from 1 to {MAX_LIMIT}")
-    if account is not None and _text(await redis.hget(keys.instance(appid), "account")) != account:
+    if account is not None and field_text(await redis.hget(keys.instance(appid), "account")) != account:
         raise NotFound(f"no instance {appid[:200]!r}")
     if account is None and not await redis.exists(keys.instance(appid)):
         raise NotFound(f"no instance {appid[:200]!r}")
@@ -350,7 +163,7 @@ async def list_deliveries(
             break
         # Posts whose every event was a repeat made no delivery.
         chunk = [
-            (_text(fields.get(b"delivery") or fields.get("delivery") or ""), _text(entry_id))
+            (field_text(fields.get(b"delivery") or fields.get("delivery") or ""), field_text(entry_id))
             for entry_id, fields in rows
         ]
         chunk = [(delivery_id, entry_id) for delivery_id, entry_id in chunk if delivery_id]
@@ -360,10 +173,10 @@ async def list_deliveries(
         if matched and len(found) >= limit:
             # Stopped within the chunk: the next page starts below the last delivery taken.
             last = chunk[matched[-1][1]][1]
-            scanned += next(n for n, (entry_id, _) in enumerate(rows, 1) if _text(entry_id) == last)
+            scanned += next(n for n, (entry_id, _) in enumerate(rows, 1) if field_text(entry_id) == last)
             break
         scanned += len(rows)
-        last = _text(rows[-1][0])
+        last = field_text(rows[-1][0])
         top = "(" + last
     await _complete(redis, found, counts, bodies_read=event_id is not None)
     following = None
@@ -381,12 +194,12 @@ async def show(redis: Redis, settings: Settings, delivery_id: str, *, account: s
         pipe.lrange(keys.delivery_attempts(delivery_id), 0, -1)  # records of earlier versions
         pipe.zscore(keys.rq_scheduled(settings.queue_name), delivery_id)
         whole, legacy, scheduled = await pipe.execute()
-    stored = {_text(name): value for name, value in whole.items()}
+    stored = {field_text(name): value for name, value in whole.items()}
     data = {name: stored.get(name) for name in (*FIELDS, *_ID_FIELDS)}
-    if account is not None and _text(data["account"]) != account:
+    if account is not None and field_text(data["account"]) != account:
         raise NotFound(f"no delivery {delivery_id!r}")
     attempts = attemptrecords.from_hash(stored, legacy)
-    delivery = build(delivery_id, data, attempts, scheduled_at=_float(scheduled))
+    delivery = build(delivery_id, data, attempts, scheduled_at=field_float(scheduled))
     if delivery is None:
         raise NotFound(f"no delivery {delivery_id!r}")
     return delivery
@@ -419,15 +232,15 @@ async def _matching(
     result: list[tuple[Delivery, int, int]] = []
     for position, ((delivery_id, _), values) in enumerate(zip(chunk, replies[:-1], strict=True)):
         data = dict(zip(names, values, strict=True))
-        if event_type is not None and _text(data["event_type"]) != event_type:
+        if event_type is not None and field_text(data["event_type"]) != event_type:
             continue
-        if state is not None and state_of(_text(data["state"])) != state:
+        if state is not None and state_of(field_text(data["state"])) != state:
             continue
         if event_id is not None:
             body = data["body"] or data["ids"]
             if not body or event_id.encode() not in _bytes(body):
                 continue  # a cheap look first: most bodies do not hold the id at all
-        delivery = build(delivery_id, data, scheduled_at=_float(scores[position]))
+        delivery = build(delivery_id, data, scheduled_at=field_float(scores[position]))
         if delivery is None or (event_id is not None and event_id not in delivery.event_ids):
             continue
         result.append((delivery, position, attemptrecords.count_of(data[attemptrecords.COUNT])))
@@ -461,29 +274,3 @@ async def _complete(redis: Redis, found: list[Delivery], counts: Mapping[str, in
 
 def _bytes(value: bytes | str) -> bytes:
     return value if isinstance(value, bytes) else value.encode("utf-8")
-
-
-def _text(value: Any) -> str:
-    if value is None:
-        return ""
-    return value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value)
-
-
-def _float(value: Any) -> float | None:
-    text = _text(value)
-    if not text:
-        return None
-    try:
-        return float(text)
-    except ValueError:
-        return None
-
-
-def _number(value: Any) -> float | None:
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        return None
-    return float(value)
-
-
-def _int(value: Any, default: int) -> int:
-    return value if isinstance(value, int) and not isinstance(value, bool) else default

@@ -1,6 +1,6 @@
 """Storing a post to a receiver: one script call, one round trip.
 
-:class:`Ingest` runs the ingest script (:data:`svcgw.deliveries.INGEST_SCRIPT`),
+:class:`Ingest` runs the ingest script (``ingest`` of :mod:`svcgw.scripts`),
 which, atomically:
 
 1. checks the receiver token's digest against the appid;
@@ -37,7 +37,6 @@ Errors raised by :meth:`Ingest.accept`::
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import time
 from collections import OrderedDict
@@ -49,12 +48,14 @@ from redis.exceptions import RedisError
 
 from . import keys, liveness
 from .calllog import stored_body
-from .deliveries import INGEST_SCRIPT, job_description, new_delivery_id, template
+from .deliveries import job_description, new_delivery_id, template
 from .envelope import EnvelopeError, Post, build_envelope, parse_post
 from .errors import Failure, Missing
 from .metrics import BufferedCounts, ingest_commands
+from .scripts import register
 from .settings import Settings
 from .store import digest
+from .threads import in_thread
 
 __all__ = ["Ingest", "IngestResult", "ReplicaNotConfirmed", "UnknownReceiver"]
 
@@ -96,7 +97,7 @@ class Ingest:
     def __init__(self, redis: Redis, settings: Settings) -> None:
         self.redis = redis
         self.settings = settings
-        self._script = redis.register_script(INGEST_SCRIPT)
+        self._script = register(redis, "ingest")
         self._wait_replicas = settings.redis_wait_replicas
         self._wait_ms = max(1, round(settings.redis_wait_timeout * 1000))
         self._keyed_ttl = max(settings.log_retention, 86400)
@@ -150,7 +151,7 @@ class Ingest:
         limits = {"max_bytes": self.settings.max_body_bytes, "max_events": self.settings.max_events_per_post}
         if len(body) <= PARSE_IN_THREAD_BYTES:
             return parse_post(body, **limits)
-        return await asyncio.to_thread(lambda: parse_post(body, **limits))
+        return await in_thread(lambda: parse_post(body, **limits))
 
     async def _gap_closed(self, appid: str, post: Post) -> None:
         """Liveness hook: a GapClosed changes what the prober does next (``svcgw.liveness.on_gap_closed``).
@@ -189,7 +190,7 @@ class Ingest:
         if len(body) <= PARSE_IN_THREAD_BYTES:
             logged = stored_body(body)
         else:
-            logged = await asyncio.to_thread(stored_body, body)
+            logged = await in_thread(stored_body, body)
         delivery_id = new_delivery_id()
         now = time.time()
         flat = self._job.flat(delivery_id, job_description(post.event_type, appid))

@@ -71,8 +71,8 @@ def invitation(token_hash: str) -> str:
     return f"{PREFIX}invitation:{token_hash}"
 
 
-# Prefix of the console's sign-in failure windows, per login and per client address (``limits``'
-# moving window, receiver.console.signin; ``limits`` names the keys after it).
+# Prefix of the console's sign-in failure windows, per login, device or client address: one sorted
+# set of attempts per window, ``<prefix>:<kind>:<identity>:<amount>-<seconds>`` (receiver.console.failures).
 SIGNIN_FAILURES = PREFIX + "signin-failures"
 
 

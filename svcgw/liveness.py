@@ -56,7 +56,7 @@ from .events import (
     iso8601,
 )
 from .metrics import count_change
-from .scripts import source
+from .scripts import register
 from .settings import Settings
 
 __all__ = [
@@ -109,7 +109,7 @@ async def mark_started(redis: Redis, appid: str, probe_interval: float) -> None:
     """
     now = time.time()
     due = now + random.uniform(0.5, 1.0) * probe_interval
-    script = redis.register_script(source("liveness_started"))
+    script = register(redis, "liveness_started")
     await script(
         keys=[keys.instance(appid), keys.PROBE_SCHEDULE, keys.METRICS_INSTANCES, keys.INSTANCES],
         args=[repr(now), repr(due), appid],
@@ -178,7 +178,7 @@ async def on_gap_closed(redis: Redis, appid: str, closes: Sequence[GapClose]) ->
     if not (manual or other):
         return "none"
     code, message = (manual or other)[0]
-    script = redis.register_script(source("liveness_gap_closed"))
+    script = register(redis, "liveness_gap_closed")
     applied = await script(
         keys=[keys.instance(appid), keys.PROBE_SCHEDULE],
         args=[code, message, repr(time.time()), appid, "1" if manual else "0"],

@@ -53,7 +53,7 @@ from redis.exceptions import RedisError
 
 from . import failing, keys
 from .connections import async_client
-from .scripts import source
+from .scripts import register, text
 from .settings import Settings
 
 
@@ -276,7 +276,7 @@ def count_change(pipe: Any, appid: str, *, status: str = "", probe_error: ProbeE
     ``status`` is the new status ("" when it does not change).
     """
     pipe.eval(
-        source("liveness_count"),
+        text("liveness_count"),
         3,
         keys.instance(appid),
         keys.METRICS_INSTANCES,
@@ -293,7 +293,7 @@ async def rebuild_instance_counts(redis: AsyncRedis) -> bool:
     One script over every instance, so it blocks Redis for about a
     millisecond per thousand instances, once.
     """
-    script = redis.register_script(source("liveness_counts"))
+    script = register(redis, "liveness_counts")
     done = await script(keys=[keys.INSTANCES, keys.METRICS_INSTANCES], args=[repr(time.time()), keys.instance("")])
     return bool(int(done))
 

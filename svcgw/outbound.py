@@ -34,8 +34,6 @@ Nothing above the sender sees an aiohttp or socket exception.
 
 from __future__ import annotations
 
-import asyncio
-import functools
 import ipaddress
 import os
 import socket
@@ -54,10 +52,12 @@ from .addresses import (
     Resolver,
     filter_addresses,
     forbidden_reason,
+    is_ip_literal,
     port_allowed,
 )
 from .errors import Failure
 from .settings import DEFAULT_DESTINATION_PORTS, PortRanges, Settings
+from .threads import in_thread
 
 __all__ = [
     "RESPONSE_SNIPPET_BYTES",
@@ -69,6 +69,7 @@ __all__ = [
     "SendFailed",
     "Sender",
     "TimedOut",
+    "dialable",
     "guarded_connector",
     "sender_for",
 ]
@@ -134,19 +135,24 @@ class DestinationRefused(aiohttp.ClientConnectionError):
         self.code = error.code
 
 
-def _is_literal(host: str) -> bool:
-    try:
-        ipaddress.ip_address(host)
-    except ValueError:
-        return False
-    return True
+async def dialable(
+    host: str, port: int, allow: Sequence[Network], resolve: Resolver | None, ports: PortRanges
+) -> list[str]:
+    """The addresses of ``host`` the connect-time rules let us dial (:func:`svcgw.addresses.filter_addresses`).
+
+    An IP literal is read at once; a name is looked up in a worker thread,
+    since ``getaddrinfo`` blocks. Raises :class:`AddressError` as the rules do.
+    """
+    if is_ip_literal(host):
+        return filter_addresses(host, port, allow, resolve, ports)
+    return await in_thread(filter_addresses, host, port, allow, resolve, ports)
 
 
 class GuardedResolver(AbstractResolver):
     """Resolves with :func:`filter_addresses` and returns only the addresses it kept.
 
     ``resolve`` replaces ``getaddrinfo`` (tests). A lookup that may block runs
-    in the loop's default executor.
+    in a worker thread (:func:`dialable`).
     """
 
     def __init__(
@@ -163,8 +169,7 @@ class GuardedResolver(AbstractResolver):
         self, host: str, port: int = 0, family: socket.AddressFamily = socket.AF_INET
     ) -> list[ResolveResult]:
         try:
-            check = functools.partial(filter_addresses, host, port, self._allow, self._resolve, self._ports)
-            kept = check() if _is_literal(host) else await asyncio.get_running_loop().run_in_executor(None, check)
+            kept = await dialable(host, port, self._allow, self._resolve, self._ports)
         except AddressError as exc:
             raise DestinationRefused(exc) from exc
         return [

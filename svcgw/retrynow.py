@@ -32,7 +32,7 @@ from redis.asyncio import Redis
 
 from . import keys
 from .errors import Missing, SvcgwError
-from .scripts import source
+from .scripts import register
 from .settings import Settings
 
 __all__ = ["NotFound", "NotRetrying", "RetryNowError", "retry_now"]
@@ -55,7 +55,7 @@ async def retry_now(redis: Redis, settings: Settings, delivery_id: str, *, accou
     if not delivery_id or len(delivery_id) > 200:
         raise NotFound("no such delivery")
     queue_key = keys.rq_queue(settings.queue_name)
-    script = redis.register_script(source("retry_now"))
+    script = register(redis, "retry_now")
     outcome = int(
         await script(
             keys=[

@@ -1,19 +1,78 @@
-"""The service's Lua scripts, one ``.lua`` file each under ``svcgw/lua/``.
+"""The service's Lua scripts: one registry, one ``.lua`` file each under ``svcgw/lua/``.
 
-Each file starts with a comment that names its KEYS and ARGV. Scripts are
-read once and registered with a client by their callers
-(``redis.register_script(source("ingest"))``).
+Each file starts with a comment that names its KEYS and ARGV. Every file is
+read once. A caller asks for a script by name: :func:`register` gives it a
+script object of its client (done once, when the caller is built), or
+:func:`text` the whole text for a ``pipe.eval``.
+
+Some scripts call code they share with others: ``delivery.lua`` (the one
+writer of a delivery) and ``chain.lua`` (service events' order). Those are
+put together here, once, the shared parts first (:data:`_PARTS`); the
+gateway's admission script, which also holds the key names it reads, is
+put together by :func:`admission`. No caller joins script text itself.
 """
 
 from __future__ import annotations
 
 import functools
+from collections.abc import Sequence
 from importlib import resources
+from typing import overload
 
-__all__ = ["source"]
+from redis import Redis
+from redis.asyncio import Redis as AsyncRedis
+from redis.commands.core import AsyncScript, Script
+
+__all__ = ["admission", "register", "source", "text"]
+
+# The scripts made of several files, in order: what they call first, the script itself last.
+_PARTS: dict[str, tuple[str, ...]] = {
+    "ingest": ("delivery", "ingest"),
+    "queue_delivery": ("delivery", "chain", "queue_delivery"),
+    # A service event delivered or dead lets its instance's next one go.
+    "queue_finish": ("chain", "queue_finish"),
+}
 
 
 @functools.cache
 def source(name: str) -> str:
-    """The text of ``svcgw/lua/<name>.lua``."""
+    """The text of the one file ``svcgw/lua/<name>.lua``."""
     return resources.files("svcgw").joinpath("lua", f"{name}.lua").read_text(encoding="utf-8")
+
+
+@functools.cache
+def text(name: str) -> str:
+    """The whole script ``name``: its file, after the files of the code it calls."""
+    return "\n".join(source(part) for part in _PARTS.get(name, (name,)))
+
+
+@overload
+def register(redis: AsyncRedis, name: str) -> AsyncScript: ...
+@overload
+def register(redis: Redis, name: str) -> Script: ...
+def register(redis: AsyncRedis | Redis, name: str) -> AsyncScript | Script:
+    """The script ``name`` registered with ``redis`` (EVALSHA, loaded again when Redis lost it)."""
+    return redis.register_script(text(name))
+
+
+def admission(names: Sequence[str]) -> str:
+    """The gateway's admission script, with the key-name pieces ``names`` it reads (``NAMES``).
+
+    The rate window runs inside it as a function, so the limit has one
+    implementation (``rate_window.lua``, also run alone by the rate limiter).
+    """
+    return (
+        "local function rate_window(KEYS, ARGV)\n"
+        + source("rate_window")
+        + "\nend\nlocal NAMES = {"
+        + ", ".join(_lua_string(name) for name in names)
+        + "}\n"
+        + source("gateway_admit")
+    )
+
+
+def _lua_string(value: str) -> str:
+    """``value`` as a Lua string literal (key names: printable ASCII)."""
+    if not value.isascii() or not value.isprintable():
+        raise ValueError(f"a key name the admission script cannot spell: {value!r}")
+    return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'

@@ -95,6 +95,11 @@ class Settings:
     # over either, sign-in is refused without checking the password.
     signin_failures_per_login: str = "10/15minutes"
     signin_failures_per_address: str = "100/15minutes"
+    # Peers whose X-Forwarded-For names the client (addresses or CIDRs, or '*'); by default none:
+    # the peer is the client, and the header is ignored.
+    trusted_proxies: tuple[str, ...] = ()
+    # Seconds a request's head may take to arrive, and its body may stall, before the server closes it.
+    http_header_timeout: float = 10.0
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> Settings:
@@ -160,6 +165,8 @@ class Settings:
             failing_after=reader.integer("SVCGW_FAILING_AFTER", 900, minimum=1, maximum=30 * 86400),
             signin_failures_per_login=reader.rate("SVCGW_SIGNIN_FAILURES_PER_LOGIN", "10/15minutes"),
             signin_failures_per_address=reader.rate("SVCGW_SIGNIN_FAILURES_PER_ADDRESS", "100/15minutes"),
+            trusted_proxies=reader.proxies("SVCGW_TRUSTED_PROXIES"),
+            http_header_timeout=reader.number("SVCGW_HTTP_HEADER_TIMEOUT", 10.0, minimum=0.1),
         )
 
     @property
@@ -300,6 +307,15 @@ class _Reader:
             except ValueError:
                 raise SettingsError(f"{name} must be comma-separated CIDRs, got {part!r}") from None
         return tuple(networks)
+
+    def proxies(self, name: str) -> tuple[str, ...]:
+        """Comma-separated addresses or CIDRs, or ``*`` (every peer: only where nothing else can connect)."""
+        value = self._get(name)
+        if value is None:
+            return ()
+        if value == "*":
+            return ("*",)
+        return tuple(str(network) for network in self.networks(name))
 
     def credentials(self, user_name: str, password_name: str) -> dict[str, str | None]:
         """Both set, or neither: half a pair of credentials is a mistake worth stopping for."""

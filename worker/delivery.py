@@ -6,7 +6,7 @@
   opened with the vault here; one that cannot be opened fails the attempt
   in ``send`` with a message saying so, and nothing is sent. The engine reads both in its claim script
   (:meth:`worker.queue.DeliveryQueue.claim_batch`) and calls
-  :func:`prepare_claimed`; :func:`prepare` reads them for one delivery;
+  :func:`prepare_claimed`;
 * ``send`` signs and POSTs the exact body bytes and never raises: every
   failure (no address, blocked address, timeout, connection error, 3xx,
   4xx, 5xx, and any exception the client raises) becomes an ``Attempt``
@@ -22,20 +22,18 @@ from __future__ import annotations
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
-from typing import Literal, cast
+from typing import Literal
 from urllib.parse import urlsplit, urlunsplit
 
 import orjson
-from redis import Redis
 
-from svcgw import keys
 from svcgw.callbacks import Destination, choose_destination, open_secret
 from svcgw.outbound import RESPONSE_SNIPPET_BYTES, Refused, Sender, SendError, TimedOut
 from svcgw.retry import next_delay
 from svcgw.signing import signed_headers
 from svcgw.vault import TokenVault, VaultError
 
-from .queue import DELIVERY_FIELDS, Claimed
+from .queue import Claimed
 
 __all__ = [
     "ANSWER_BODY_BYTES",
@@ -43,7 +41,6 @@ __all__ = [
     "Attempt",
     "Prepared",
     "decide",
-    "prepare",
     "prepare_claimed",
     "send",
     "stand_in",
@@ -106,22 +103,6 @@ class Attempt:
 
 def _text(value: bytes | None) -> str:
     return value.decode("utf-8") if value else ""
-
-
-def prepare(redis: Redis, vault: TokenVault, delivery_id: str) -> Prepared | None:
-    """The delivery and its current destination; None if the delivery no longer exists."""
-    values = cast(list[bytes | None], redis.hmget(keys.delivery(delivery_id), list(DELIVERY_FIELDS)))
-    data = dict(zip(DELIVERY_FIELDS, values, strict=True))
-    if not data["appid"] or not data["body"]:
-        return None
-    appid = _text(data["appid"])
-    with redis.pipeline(transaction=False) as pipe:
-        pipe.hgetall(keys.callback_instance(appid))
-        pipe.hgetall(keys.callback_account(_text(data["account"])))
-        own_raw, default_raw = pipe.execute()
-    own = {k.decode(): v.decode() for k, v in own_raw.items()}
-    default = {k.decode(): v.decode() for k, v in default_raw.items()}
-    return _prepared(delivery_id, data, own, default, vault)
 
 
 def prepare_claimed(claimed: Claimed, vault: TokenVault) -> Prepared | None:

@@ -9,8 +9,8 @@ attempt takes a slot on every one of them.
 
 Resolution goes through :func:`svcgw.addresses.filter_addresses`, the rules
 the connect-time check applies, so the keys are the addresses the sender may
-dial. IP literals in any spelling are read without a lookup; names are
-looked up in the loop's default executor (``getaddrinfo`` blocks) and the
+dial (:func:`svcgw.outbound.dialable`). IP literals in any spelling are read
+without a lookup; names are looked up in a worker thread and the
 answer is kept for :data:`TTL` seconds, as aiohttp keeps its own. A host
 that does not resolve, or only to forbidden addresses, is keyed by its
 normalised ``host:port``: the send will fail anyway, and it is still capped.
@@ -28,7 +28,9 @@ import time
 from collections.abc import Iterable, Sequence
 from urllib.parse import urlsplit
 
-from svcgw.addresses import AddressError, Network, Resolver, filter_addresses, is_ip_literal
+from svcgw.addresses import AddressError, Network, Resolver
+from svcgw.origins import origin
+from svcgw.outbound import dialable
 from svcgw.settings import DEFAULT_DESTINATION_PORTS, PortRanges
 
 __all__ = ["TTL", "DestinationKeys", "address_key", "netloc_of"]
@@ -52,18 +54,6 @@ def address_key(address: str, port: int) -> str:
             return f"{ip.ipv4_mapped}:{port}"
         return f"[{ip}]:{port}"
     return f"{ip}:{port}"
-
-
-def _host_port(url: str) -> tuple[str, int] | None:
-    try:
-        parts = urlsplit(url)
-        port = parts.port
-    except ValueError:
-        return None
-    host = (parts.hostname or "").rstrip(".")
-    if not host:
-        return None
-    return host, port or (443 if parts.scheme.lower() == "https" else 80)
 
 
 class DestinationKeys:
@@ -114,18 +104,12 @@ class DestinationKeys:
         return found
 
     async def _lookup(self, url: str, netloc: str) -> tuple[str, ...]:
-        target = _host_port(url)
+        target = origin(url)
         if target is None:
             return (netloc,)
-        host, port = target
+        _scheme, host, port = target
         try:
-            if is_ip_literal(host):
-                kept = filter_addresses(host, port, self._allow, self._resolve, self._ports)
-            else:
-                loop = asyncio.get_running_loop()
-                kept = await loop.run_in_executor(
-                    None, filter_addresses, host, port, self._allow, self._resolve, self._ports
-                )
+            kept = await dialable(host, port, self._allow, self._resolve, self._ports)
         except AddressError:
             return (f"{host.lower()}:{port}",)
         return tuple(sorted({address_key(address, port) for address in kept}))

@@ -10,7 +10,7 @@ batches:
   delivery's fields and its callback configuration (the prepare stage reads
   nothing more);
 * finished attempts are collected and recorded by one script call for all
-  of them, whatever their outcome.
+  of them, whatever their outcome (:mod:`worker.outcomes`).
 
 The main loop:
 
@@ -51,7 +51,6 @@ import logging
 import os
 import secrets
 import socket
-import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -61,16 +60,15 @@ from redis.exceptions import RedisError
 
 from svcgw import failing
 from svcgw.connections import async_client
-from svcgw.deliveries import exc_info_field
-from svcgw.deliverylist import stored_ids
 from svcgw.metrics import AttemptRecorder
 from svcgw.outbound import Sender, sender_for
 from svcgw.settings import Settings
 from svcgw.vault import TokenVault
 
-from .delivery import Attempt, Prepared, decide, prepare_claimed, send, stand_in, unexpected
+from .delivery import Attempt, Prepared, prepare_claimed, send, stand_in, unexpected
 from .destinations import DestinationKeys
-from .queue import Claimed, DeliveryQueue, Finish, Finished
+from .outcomes import AttemptHook, Outcomes
+from .queue import Claimed, DeliveryQueue, Finish
 from .slots import AccountSlots, DestinationSlots
 
 __all__ = ["Engine", "loop_factory"]
@@ -81,11 +79,8 @@ PROMOTE_EVERY = 0.1
 PROMOTE_LIMIT = 1000
 RECLAIM_EVERY = 1.0
 CLAIM_BATCH = 100
-FINISH_BATCH = 500
 IDLE_WAIT = 0.25
 ACCOUNT_DEFER_SECONDS = 0.05  # the shortest deferral of a job whose account is at its cap
-
-AttemptHook = Callable[[Prepared, Attempt, str], None]
 
 
 def worker_name() -> str:
@@ -99,12 +94,6 @@ def loop_factory() -> Callable[[], asyncio.AbstractEventLoop]:
     except ImportError:
         return asyncio.new_event_loop
     return uvloop.new_event_loop
-
-
-@dataclass
-class _Pending:
-    item: Finish
-    done: asyncio.Future[Finished]
 
 
 @dataclass(frozen=True)
@@ -158,17 +147,11 @@ class Engine:
         self._given_client = client
         self._held: set[str] = set()
         self._tasks: set[asyncio.Task[None]] = set()
-        self._pending: list[_Pending] = []
         self._low_water = max(1, min(CLAIM_BATCH, self.capacity // 8))
 
-    # --- entry points --------------------------------------------------------------
-    def run(self, stop: threading.Event, *, burst: bool = False) -> None:
-        """Deliver until ``stop`` is set (or, with ``burst``, until nothing is left to do)."""
-        with asyncio.Runner(loop_factory=loop_factory()) as runner:
-            runner.run(self.serve(stop, burst=burst))
-
-    async def serve(self, stop: threading.Event, *, burst: bool = False) -> None:
-        """The engine on the running event loop; ``run`` starts a loop of its own for it."""
+    # --- entry point ---------------------------------------------------------------
+    async def serve(self, stop: asyncio.Event, *, burst: bool = False) -> None:
+        """Deliver on the running event loop until ``stop`` is set (or, with ``burst``, until nothing is left)."""
         redis = self._given_redis or async_client(self.settings)
         sender = self._sender()
         self.queue = DeliveryQueue(
@@ -178,9 +161,9 @@ class Engine:
             failing_argument=failing.script_argument(self.settings),
         )
         self.sender = sender
+        self.outcomes = Outcomes(self.settings, self.queue, self.on_attempt)
         self._slot_freed = asyncio.Event()
-        self._flush_wanted = asyncio.Event()
-        flusher = asyncio.create_task(self._flush_finished(), name="finish-flusher")
+        flusher = asyncio.create_task(self.outcomes.run(), name="finish-flusher")
         log.info("delivery engine %s started with %d slots", self.name, self.capacity)
         try:
             await self._main(stop, burst)
@@ -207,7 +190,7 @@ class Engine:
         return sender_for(self.settings)
 
     # --- main loop -----------------------------------------------------------------
-    async def _main(self, stop: threading.Event, burst: bool) -> None:
+    async def _main(self, stop: asyncio.Event, burst: bool) -> None:
         next_promote = next_reclaim = next_extend = 0.0
         failures = 0
         while not stop.is_set():
@@ -239,7 +222,7 @@ class Engine:
                     if claimed:
                         continue
                 failures = 0
-                if burst and not self._held and not self._pending and not await self.queue.pending():
+                if burst and not self._held and not self.outcomes.waiting and not await self.queue.pending():
                     break
                 wait = min(next_promote, next_reclaim, next_extend) - time.time()
                 wait = min(max(wait, 0.005), IDLE_WAIT)
@@ -303,7 +286,8 @@ class Engine:
             log.exception("delivery %s: the attempt failed unexpectedly", delivery_id)
             now = time.time()
             try:
-                await self._record(stand_in(job), Attempt(ok=False, at=now, duration=0.0, error=unexpected(exc)))
+                failed = Attempt(ok=False, at=now, duration=0.0, error=unexpected(exc))
+                await self.outcomes.record(stand_in(job), failed)
             except Exception:
                 # The claim stays in Redis and its lease is no longer extended:
                 # the job is handed back and tried again, nothing is lost.
@@ -317,7 +301,7 @@ class Engine:
         prepared = prepare_claimed(job, self.vault)
         if prepared is None:
             log.warning("delivery %s: its data expired; dropping the job", delivery_id)
-            await self._finish(Finish(delivery_id, "", "drop"))
+            await self.outcomes.finish(Finish(delivery_id, "", "drop"))
             return
         held = await self._take_slots(prepared)
         if held is None:
@@ -330,7 +314,7 @@ class Engine:
             attempt = Attempt(ok=False, at=time.time(), duration=0.0, error=unexpected(exc))
         finally:
             self._free(held)
-        await self._record(prepared, attempt)
+        await self.outcomes.record(prepared, attempt)
 
     async def _take_slots(self, prepared: Prepared) -> _Slots | None:
         """Slots on the attempt's destination and account; None when one is at its cap (the job is then deferred)."""
@@ -344,7 +328,7 @@ class Engine:
                 return _Slots(destinations, token, prepared.account, account_token)
             self.accounts.give_back(prepared.account, account_token)
             delay = max(self.slots.defer_delay(key) for key in self.slots.full(destinations))
-        await self._finish(Finish(prepared.delivery_id, prepared.appid, "defer", due=time.time() + delay))
+        await self.outcomes.finish(Finish(prepared.delivery_id, prepared.appid, "defer", due=time.time() + delay))
         return None
 
     def _free(self, held: _Slots) -> None:
@@ -353,95 +337,10 @@ class Engine:
         if held.account_token is not None:
             self.accounts.release(held.account, held.account_token)
 
-    async def _record(self, prepared: Prepared, attempt: Attempt) -> None:
-        """Store the attempt's outcome and what comes next, then tell the ``on_attempt`` hook."""
-        delivery_id = prepared.delivery_id
-        step, delay = decide(prepared, attempt, self.settings.retry_schedule)
-        number = prepared.attempts + 1
-        if step == "dead":
-            due: float | None = time.time() + self.settings.dead_letter_retention
-            retention = self.settings.dead_letter_retention
-        else:
-            due = time.time() + delay if delay is not None else None
-            retention = max(self.settings.log_retention, 86400)
-        destination = failing.destination_of(prepared.destination.url) if prepared.destination else ""
-        finished = await self._finish(
-            Finish(
-                delivery_id,
-                prepared.appid,
-                step,
-                attempt.record(number),
-                due=due,
-                retention=retention,
-                error=exc_info_field(attempt.error or "") if step == "dead" else b"",
-                destination=destination,
-                event_ids=stored_ids(prepared.body) if step == "delivered" else b"",
-            )
-        )
-        _log_failing(destination, finished, attempt)
-        log.info(
-            "delivery attempt",
-            extra={
-                "appid": prepared.appid,
-                "delivery_id": delivery_id,
-                "attempt": number,
-                "outcome": step,
-                "status": attempt.status,
-                "error": attempt.error,
-                "duration_ms": round(attempt.duration * 1000, 1),
-            },
-        )
-        if self.on_attempt is not None:
-            try:
-                self.on_attempt(prepared, attempt, step)
-            except Exception:
-                log.exception("delivery %s: the on_attempt hook failed", delivery_id)
 
-    # --- recording outcomes in batches ---------------------------------------------------
-    async def _finish(self, item: Finish) -> Finished:
-        """Queue ``item`` for the next batch and wait until it is stored (``held`` False: the claim was lost)."""
-        done: asyncio.Future[Finished] = asyncio.get_running_loop().create_future()
-        self._pending.append(_Pending(item, done))
-        self._flush_wanted.set()
-        return await done
-
-    async def _flush_finished(self) -> None:
-        """Store finished attempts, all that are waiting in one script call."""
-        failures = 0
-        while True:
-            await self._flush_wanted.wait()
-            self._flush_wanted.clear()
-            while self._pending:
-                batch = self._pending[:FINISH_BATCH]
-                del self._pending[:FINISH_BATCH]
-                try:
-                    results = await self.queue.finish_detailed([p.item for p in batch])
-                except RedisError as exc:
-                    # Still claimed and still extended: try again until Redis is back.
-                    self._pending[:0] = batch
-                    failures += 1
-                    delay = min(0.05 * 2**failures, 2.0)
-                    log.warning("could not record %d attempts (%s); retrying", len(batch), type(exc).__name__)
-                    await asyncio.sleep(delay)
-                    continue
-                failures = 0
-                for pending, held in zip(batch, results, strict=True):
-                    if not pending.done.done():
-                        pending.done.set_result(held)
-
-
-def _log_failing(destination: str, finished: Finished, attempt: Attempt) -> None:
-    """The one record of a destination that started failing or recovered (svcgw.failing)."""
-    if finished.started_failing:
-        log.warning(
-            "destination failing",
-            extra={"destination": destination, "status": attempt.status, "error": attempt.error},
-        )
-    if finished.recovered:
-        log.info("destination recovered", extra={"destination": destination, "status": attempt.status})
-
-
-async def _sleep_unless(stop: threading.Event, seconds: float) -> None:
-    deadline = time.monotonic() + seconds
-    while not stop.is_set() and time.monotonic() < deadline:
-        await asyncio.sleep(min(0.05, max(deadline - time.monotonic(), 0)))
+async def _sleep_unless(stop: asyncio.Event, seconds: float) -> None:
+    """Wait ``seconds``, or less if ``stop`` is set meanwhile."""
+    try:
+        await asyncio.wait_for(stop.wait(), seconds)
+    except TimeoutError:
+        pass

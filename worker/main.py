@@ -13,7 +13,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import signal
-import threading
 
 from svcgw.connections import async_client
 from svcgw.settings import Settings
@@ -37,28 +36,26 @@ def run(settings: Settings, *, burst: bool = False) -> None:
 
 async def serve(settings: Settings, *, burst: bool = False) -> None:
     """The worker on the running loop; :func:`run` starts a loop of its own for it."""
-    # The engine polls a threading.Event between its steps; the prober waits on an asyncio one.
-    engine_stop = threading.Event()
-    prober_stop = asyncio.Event()
+    # One stop signal for the whole process: the engine and the prober both wait on it.
+    stop = asyncio.Event()
     loop = asyncio.get_running_loop()
 
     def on_signal(signum: int) -> None:
         log.info("worker stopping (signal %d)", signum)
-        engine_stop.set()
-        prober_stop.set()
+        stop.set()
 
     for signum in SIGNALS:
         loop.add_signal_handler(signum, on_signal, signum)
     redis = async_client(settings)
     engine = Engine(settings, redis, TokenVault.from_settings(settings))
-    probing = asyncio.create_task(prober.serve(settings, redis, prober_stop), name="prober")
+    probing = asyncio.create_task(prober.serve(settings, redis, stop), name="prober")
     registered = presence.attach(engine, settings, redis)  # rq info and rq-dashboard list the worker
     await registered.start()
-    beating = asyncio.create_task(registered.serve(prober_stop), name="presence")
+    beating = asyncio.create_task(registered.serve(stop), name="presence")
     try:
-        await engine.serve(engine_stop, burst=burst)
+        await engine.serve(stop, burst=burst)
     finally:
-        prober_stop.set()
+        stop.set()
         await asyncio.gather(probing, beating, return_exceptions=True)
         await registered.stop()
         for signum in SIGNALS:

@@ -39,7 +39,8 @@ from rq.worker_registration import REDIS_WORKER_KEYS, WORKERS_BY_QUEUE_KEY
 from svcgw.settings import Settings
 
 from .delivery import Attempt, Prepared
-from .engine import AttemptHook, Engine
+from .engine import Engine
+from .outcomes import AttemptHook
 
 __all__ = ["Presence", "attach"]
 

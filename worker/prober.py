@@ -60,7 +60,7 @@ from redis.exceptions import RedisError
 from svcgw import keys, liveness
 from svcgw.errors import Failure, SvcgwError
 from svcgw.metrics import record_probe
-from svcgw.scripts import source
+from svcgw.scripts import register
 from svcgw.settings import Settings
 from svcgw.upstream import Answer, Upstream, UpstreamError
 
@@ -160,9 +160,9 @@ class Prober:
         self.pool_size = pool_size
         self.clock = clock
         self.interval = settings.probe_interval
-        self._claim = redis.register_script(source("probe_claim"))
-        self._finish = redis.register_script(source("probe_finish"))
-        self._release = redis.register_script(source("probe_release"))
+        self._claim = register(redis, "probe_claim")
+        self._finish = register(redis, "probe_finish")
+        self._release = register(redis, "probe_release")
         self._stop = asyncio.Event()
 
     # --- the schedule ---------------------------------------------------------------

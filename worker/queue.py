@@ -42,7 +42,7 @@ from redis.asyncio import Redis as AsyncRedis
 from rq.utils import utcformat
 
 from svcgw import failing, keys
-from svcgw.scripts import source
+from svcgw.scripts import register
 from svcgw.settings import Settings
 
 __all__ = [
@@ -148,12 +148,12 @@ class DeliveryQueue:
         self.inflight_key = keys.inflight(queue_name)
         self.scheduled_key = keys.rq_scheduled(queue_name)
         self.failed_key = keys.rq_failed(queue_name)
-        self._claim = redis.register_script(source("queue_claim"))
-        self._promote = redis.register_script(source("queue_promote"))
-        # chain.lua: a service event delivered or dead lets its instance's next one go.
-        self._finish = redis.register_script(source("chain") + "\n" + source("queue_finish"))
+        self._claim = register(redis, "queue_claim")
+        self._promote = register(redis, "queue_promote")
+        # With chain.lua: a service event delivered or dead lets its instance's next one go.
+        self._finish = register(redis, "queue_finish")
         self.deferred_key = keys.rq_deferred(queue_name)
-        self._release = redis.register_script(source("queue_release"))
+        self._release = register(redis, "queue_release")
         # The chain key of each claim this queue holds ("" for a customer event), read
         # with the claim, so that finishing a customer event costs no read of its own.
         self._chains: dict[str, str] = {}

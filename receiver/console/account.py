@@ -19,11 +19,12 @@ JSON API: ``POST /console/api/session`` with ``{"login", "password"}`` or ``{"ap
 /console/api/password`` with ``{"current_password", "new_password"}``,
 ``DELETE /console/api/sessions`` (sign out everywhere).
 
-Failed sign-ins are limited per login and per client address
-(``receiver.console.signin``) and all answered with one message
-(``errors.SIGN_IN_MESSAGE``): 401, or 429 with ``Retry-After`` while a limit
-is reached. Signing in, accepting an invitation and signing out everywhere do
-not count against the account's rate limit; changing the password does.
+Failed sign-ins are limited per login (or per device cookie) and per client
+address, and wrong API keys per address too (``receiver.console.signin``);
+all are answered with one message (``errors.SIGN_IN_MESSAGE``): 401, or 429
+with ``Retry-After`` while a limit is reached or no room is left. Signing
+in, accepting an invitation and signing out everywhere do not count against
+the account's rate limit; changing the password does.
 """
 
 from __future__ import annotations
@@ -56,6 +57,8 @@ from .web import ConsoleHTTPError, Context, json_body, json_ok
 
 __all__ = ["AccountApi", "AccountPages", "client_address", "invitation_path"]
 
+_KEY_REFUSED = "That API key is not valid (or has been revoked)."
+
 
 def invitation_path(token: str) -> str:
     """The console path of an invitation (``svcgw accounts invite`` puts SVCGW_PUBLIC_URL before it)."""
@@ -63,7 +66,12 @@ def invitation_path(token: str) -> str:
 
 
 def client_address(request: Request) -> str:
-    """The address failed sign-ins are counted against: the connection's peer."""
+    """The address failed sign-ins are counted against: the connection's peer.
+
+    Behind a proxy named in ``SVCGW_TRUSTED_PROXIES``, uvicorn has already put
+    the client that proxy reports (``X-Forwarded-For``) in its place; from any
+    other peer that header is ignored.
+    """
     return request.client.host if request.client else "unknown"
 
 
@@ -85,7 +93,13 @@ class _Shared:
     async def sign_in(self, request: Request, login: str, password: str) -> Attempt:
         if len(login) > MAX_LOGIN_FIELD:
             login = login[:MAX_LOGIN_FIELD]  # counted all the same, under what was sent
-        return await self.signin.attempt(login, password, client_address(request))
+        return await self.signin.attempt(login, password, client_address(request), self.sessions.device_of(request))
+
+    async def key_sign_in(self, request: Request, presented: str) -> tuple[tuple[str, str] | None, int]:
+        """(account, key id) of a valid API key, or None; and the wait when the address's window is full."""
+        if len(presented) > MAX_KEY_FIELD:
+            presented = ""  # no key this service issued: refused, and counted all the same
+        return await self.signin.key_attempt(client_address(request), lambda: self.sessions.key_account(presented))
 
     async def accept_invitation(self, token: str, password: str) -> str:
         """Set the invited account's password; its account id. ``PasswordRejected``, or ``ConsoleHTTPError`` 410."""
@@ -102,7 +116,9 @@ class _Shared:
 
     async def change_password(self, request: Request, session: Session, current: str, new: str) -> None:
         """``ConsoleHTTPError`` (-40330, or 429 over the failure limits) or ``PasswordRejected``; else changed."""
-        attempt = await self.signin.check_current(session.account, current, client_address(request))
+        attempt = await self.signin.check_current(
+            session.account, current, client_address(request), self.sessions.device_of(request)
+        )
         if attempt.retry_after:
             raise ConsoleHTTPError(errors.SIGN_IN_LIMITED, headers={"Retry-After": str(attempt.retry_after)})
         if attempt.account is None:
@@ -140,9 +156,13 @@ class AccountPages:
         login, key = _field(form, "login").strip(), _field(form, "api_key").strip()
         try:
             if key and not login:
-                found = await self.sessions.key_account(key) if len(key) <= MAX_KEY_FIELD else None
+                found, wait = await self.shared.key_sign_in(request, key)
                 if found is None:
-                    return await self.pages.login_page(request, "That API key is not valid (or has been revoked).", 401)
+                    status, text = (429, _sentence(errors.SIGN_IN_MESSAGE)) if wait else (401, _KEY_REFUSED)
+                    response = await self.pages.login_page(request, text, status)
+                    if wait:
+                        response.headers["Retry-After"] = str(wait)
+                    return response
                 return await self._signed_in(request, *found, then=then)
             attempt = await self.shared.sign_in(request, login, _field(form, "password"))
         except RedisError:
@@ -161,7 +181,9 @@ class AccountPages:
             if attempt.retry_after:
                 response.headers["Retry-After"] = str(attempt.retry_after)
             return response
-        return await self._signed_in(request, attempt.account, then=then)
+        response = await self._signed_in(request, attempt.account, then=then)
+        self.sessions.set_device_cookie(request, response, attempt.account)
+        return response
 
     async def _signed_in(
         self, request: Request, account: str, key_id: str = "", *, then: str | None = None, flash: str | None = None
@@ -289,7 +311,10 @@ class AccountApi:
         async def work() -> Response:
             document = await json_body(request)
             if "api_key" in document:
-                found = await self.sessions.key_account(parse(document, SignInWithKey).api_key)
+                presented = parse(document, SignInWithKey).api_key
+                found, wait = await self.shared.key_sign_in(request, presented)
+                if wait:
+                    raise ConsoleHTTPError(errors.SIGN_IN_LIMITED, headers={"Retry-After": str(wait)})
                 if found is None:
                     raise ConsoleHTTPError(errors.KEY_REFUSED)
                 return await self._session(request, *found)
@@ -299,7 +324,9 @@ class AccountApi:
                 raise ConsoleHTTPError(errors.SIGN_IN_LIMITED, headers={"Retry-After": str(attempt.retry_after)})
             if attempt.account is None:
                 raise ConsoleHTTPError(errors.SIGN_IN_REFUSED)
-            return await self._session(request, attempt.account)
+            response = await self._session(request, attempt.account)
+            self.sessions.set_device_cookie(request, response, attempt.account)
+            return response
 
         return await self._answer(work)
 

@@ -22,7 +22,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-import anyio.to_thread
 from redis.asyncio import Redis
 
 from svcgw import deadletters, deliverylist, failing, keys, retrynow
@@ -33,6 +32,7 @@ from svcgw.calllog import LogEntry, read_log
 from svcgw.errors import Missing, SvcgwError
 from svcgw.store import CallbackConfig, OperatorDenied, Scope, normalise_operation
 from svcgw.store import NotFound as StoreNotFound
+from svcgw.threads import in_thread
 from svcgw.vault import VaultError
 
 if TYPE_CHECKING:
@@ -153,7 +153,7 @@ class ConsoleService:
         if not url:
             config = await self.store.clear_callback(scope)
             return SaveResult(_callback_dict(scope, config), None)
-        checked = await anyio.to_thread.run_sync(check_for_service, url, self.settings)
+        checked = await in_thread(check_for_service, url, self.settings, abandon_on_cancel=False)
         token = bearer_token if bearer is not False else ""
         config = await self.store.set_callback(
             scope, checked.url, bearer_token=token or None, no_bearer=bearer is False, keep_token=keep_token

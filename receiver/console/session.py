@@ -24,6 +24,14 @@ gateway reads them: ``receiver.http.presented_key``; headers carrying
 different keys are refused with 401): such a request has no ambient
 credential to abuse, so it needs no CSRF token.
 
+A password sign-in also leaves a device cookie (OWASP's "device cookies"):
+``svcgw_device_<account digest>``, signed, holding the account and a random
+device id, for :data:`DEVICE_SECONDS`. A browser that shows it is counted in
+a failure window of its own instead of the login's
+(``receiver.console.failures``), so someone who only knows the login and
+fills its window does not lock out a browser that signed in before; a
+browser without it still meets the login's limit.
+
 The signing key is derived from the first encryption key
 (``SVCGW_ENCRYPTION_KEYS``, or the generated one in the state directory),
 so every server process of one deployment accepts the same cookies.
@@ -35,6 +43,7 @@ import hashlib
 import hmac
 import secrets
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -53,6 +62,7 @@ __all__ = [
     "COOKIE",
     "CSRF_FIELD",
     "CSRF_HEADER",
+    "DEVICE_SECONDS",
     "LOGIN_COOKIE",
     "PATH",
     "Session",
@@ -66,6 +76,8 @@ CSRF_FIELD = "csrf_token"
 CSRF_HEADER = "x-csrf-token"
 SESSION_SECONDS = 12 * 3600
 LOGIN_SECONDS = 3600
+DEVICE_COOKIE = "svcgw_device"
+DEVICE_SECONDS = 365 * 86400
 
 
 @dataclass(frozen=True)
@@ -88,6 +100,22 @@ class Session:
         return "" if self.direct else keys.console_session(self.id_digest)
 
 
+def _signed(serializer: URLSafeTimedSerializer, request: Request, name: str, max_age: int) -> Any:
+    """What the cookie ``name`` of ``request`` holds, if ``serializer`` signed it within ``max_age``; else None."""
+    raw = request.cookies.get(name)
+    if not raw:
+        return None
+    try:
+        return serializer.loads(raw, max_age=max_age)
+    except BadSignature:
+        return None
+
+
+def _device_cookie(account: str) -> str:
+    """One device cookie per account, named by its digest."""
+    return f"{DEVICE_COOKIE}_{digest(account)[:16]}"
+
+
 def signing_key(settings: Settings) -> bytes:
     base = settings.encryption_keys[0] if settings.encryption_keys else load_or_create_key(settings.state_dir)
     return hmac.new(base.encode("utf-8"), b"svcgw console session cookie v1", hashlib.sha256).digest()
@@ -102,6 +130,7 @@ class Sessions:
         key = signing_key(settings)
         self._cookie = URLSafeTimedSerializer(key, salt="svcgw-console-session")
         self._login = URLSafeTimedSerializer(key, salt="svcgw-console-login")
+        self._device = URLSafeTimedSerializer(key, salt="svcgw-console-device")
 
     # --- signing in and out --------------------------------------------------
     async def key_account(self, presented: str) -> tuple[str, str] | None:
@@ -144,13 +173,7 @@ class Sessions:
 
     # --- reading a request -----------------------------------------------------
     async def from_cookie(self, request: Request) -> Session | None:
-        raw = request.cookies.get(COOKIE)
-        if not raw:
-            return None
-        try:
-            session_id = self._cookie.loads(raw, max_age=SESSION_SECONDS)
-        except BadSignature:
-            return None
+        session_id = _signed(self._cookie, request, COOKIE, SESSION_SECONDS)
         if not isinstance(session_id, str):
             return None
         id_digest = digest(session_id)
@@ -219,6 +242,30 @@ class Sessions:
 
     def clear_cookie(self, request: Request, response: Response) -> None:
         response.delete_cookie(COOKIE, path=PATH, secure=self.secure(request), httponly=True, samesite="strict")
+
+    # --- device cookies -----------------------------------------------------------------
+    def device_of(self, request: Request) -> Callable[[str], str | None]:
+        """For an account, the device id its valid device cookie on ``request`` carries, or None."""
+
+        def of(account: str) -> str | None:
+            value = _signed(self._device, request, _device_cookie(account), DEVICE_SECONDS)
+            if isinstance(value, list) and len(value) == 2 and value[0] == account and isinstance(value[1], str):
+                return value[1]
+            return None
+
+        return of
+
+    def set_device_cookie(self, request: Request, response: Response, account: str) -> None:
+        """A new device id for this browser and account (after a right password)."""
+        response.set_cookie(
+            _device_cookie(account),
+            self._device.dumps([account, secrets.token_urlsafe(24)]),
+            max_age=DEVICE_SECONDS,
+            path=PATH,
+            secure=self.secure(request),
+            httponly=True,
+            samesite="strict",
+        )
 
     # --- the sign-in form's own CSRF token -------------------------------------------
     def login_token(self, request: Request) -> tuple[str, bool]:

@@ -1,49 +1,57 @@
-"""Signing in with a login and password: failure limits, and argon2 off the event loop.
+"""Signing in with a login and password: failure limits, room for password checks, argon2 off the loop.
 
-Failed attempts are counted per login and per client address, each in a
-moving window of ``limits`` kept in Redis (``SVCGW_SIGNIN_FAILURES_PER_LOGIN``,
-``SVCGW_SIGNIN_FAILURES_PER_ADDRESS``; keys under ``keys.SIGNIN_FAILURES``),
-so every server process shares the count. Only failures count: an office
-behind one address signs in as often as it needs. While either window is
-full, an attempt is refused before any password is looked at, with the same
-generic answer as a wrong password, and how long to wait. A login nobody
-has is counted like any other, so the limits behave the same whether a
-login exists or not; a successful sign-in clears its login's window.
+Every attempt is first counted in its failure windows (``receiver.console.failures``):
+per login, or per device when the browser shows the account's device cookie
+(``receiver.console.session``), and per client address (``client_address``:
+the peer, or what a trusted proxy says it is). While a window is full the
+attempt is refused before any password is looked at, with the same generic
+answer as a wrong password, and how long to wait. A login nobody has is
+counted like any other, so the limits behave the same whether a login exists
+or not. A right password gives its attempt back.
 
 argon2 is slow on purpose: every verification and hash runs in a worker
 thread, at most :data:`HASHING_AT_ONCE` at a time per process (each takes 64
-MiB), so a storm of sign-ins queues here instead of stalling the gateway's
-event loop or exhausting memory. An unknown login, or one without a
-password, still costs one verification (``svcgw.passwords.verify_nothing``).
+MiB). In front of them, a process holds at most :data:`WAITING_AT_ONCE`
+attempts waiting or running, and one client address at most
+:data:`PER_ADDRESS` of them, its checks one at a time: an attempt that
+finds no room is refused at once (429, ``Retry-After``), so a flood from one
+address neither queues without bound nor holds more than one of the
+threads, and someone else's sign-in waits for one check at most. An unknown login,
+or one without a password, still costs one verification
+(``svcgw.passwords.verify_nothing``).
 """
 
 from __future__ import annotations
 
-import math
-import time
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, TypeVar
 
 import anyio
-import anyio.to_thread
-from limits import RateLimitItem, parse_many
-from limits.aio.storage import RedisStorage
-from limits.aio.strategies import MovingWindowRateLimiter
 
-from svcgw import keys, passwords
+from svcgw import passwords
 from svcgw.credentials import Credentials, LoginRejected, normalise_login
 from svcgw.store import digest
+from svcgw.threads import in_thread
+
+from .failures import FailureWindows
 
 if TYPE_CHECKING:
     from receiver.services import Services
 
-__all__ = ["HASHING_AT_ONCE", "Attempt", "PasswordSignIn"]
+__all__ = ["BUSY_SECONDS", "HASHING_AT_ONCE", "PER_ADDRESS", "WAITING_AT_ONCE", "Attempt", "PasswordSignIn", "Room"]
 
 HASHING_AT_ONCE = 2  # argon2 runs per process; two cores, 64 MiB each
+WAITING_AT_ONCE = 8 * HASHING_AT_ONCE  # attempts waiting for a check or in one, per process
+PER_ADDRESS = HASHING_AT_ONCE  # of those, one client address's at most: others wait one check at most
+BUSY_SECONDS = 1  # Retry-After of an attempt that found no room
 
 T = TypeVar("T")
-Window = tuple[RateLimitItem, tuple[str, ...]]  # a limit and whose failures it counts
+DeviceOf = Callable[[str], str | None]  # an account: the device its cookie proves on this request, or None
+
+
+def _no_device(account: str) -> str | None:
+    return None
 
 
 @dataclass(frozen=True)
@@ -54,84 +62,120 @@ class Attempt:
     retry_after: int = 0
 
 
+class _Share:
+    """One address's places, and its turn at the checks (one at a time)."""
+
+    __slots__ = ("places", "turn")
+
+    def __init__(self) -> None:
+        self.places = 0
+        self.turn = anyio.Lock()
+
+
+class Room:
+    """Places for attempts waiting for a password check or in one, in this process, bounded per address."""
+
+    def __init__(self, total: int, per_address: int) -> None:
+        self.total = total
+        self.per_address = per_address
+        self.held = 0
+        self._shares: dict[str, _Share] = {}
+
+    def take(self, address: str) -> bool:
+        share = self._shares.get(address)
+        if self.held >= self.total or (share is not None and share.places >= self.per_address):
+            return False
+        if share is None:
+            share = self._shares[address] = _Share()
+        self.held += 1
+        share.places += 1
+        return True
+
+    def turn(self, address: str) -> anyio.Lock:
+        """Held while one of the address's attempts waits for a check or runs it (the address must hold a place)."""
+        return self._shares[address].turn
+
+    def give_back(self, address: str) -> None:
+        self.held -= 1
+        share = self._shares[address]
+        share.places -= 1
+        if not share.places:
+            del self._shares[address]
+
+
 class PasswordSignIn:
     def __init__(self, services: Services) -> None:
         self.credentials = Credentials(services.text_redis)
-        # limits' own scripts on the service's Redis (its bytes client's pool: Sentinel included).
-        storage = RedisStorage(
-            "async+redis://",
-            implementation="redispy",
-            key_prefix=keys.SIGNIN_FAILURES,
-            connection_pool=services.redis.connection_pool,  # type: ignore[arg-type]  # typed for URL options only
+        settings = services.settings
+        self.windows = FailureWindows(
+            services.text_redis, settings.signin_failures_per_login, settings.signin_failures_per_address
         )
-        self._windows = MovingWindowRateLimiter(storage)
-        self._per_login = parse_many(services.settings.signin_failures_per_login)
-        self._per_address = parse_many(services.settings.signin_failures_per_address)
+        self.room = Room(WAITING_AT_ONCE, PER_ADDRESS)
         self._hashing = anyio.Semaphore(HASHING_AT_ONCE)
 
     # --- the work of argon2, in a thread ------------------------------------------------
     async def _in_thread(self, work: Callable[[], T]) -> T:
         async with self._hashing:
-            return await anyio.to_thread.run_sync(work)
+            return await in_thread(work, abandon_on_cancel=False)
 
     async def hash_password(self, password: str) -> str:
         return await self._in_thread(lambda: passwords.hash_password(password))
 
     # --- signing in ---------------------------------------------------------------------
-    async def attempt(self, login: str, password: str, address: str) -> Attempt:
-        """Check ``login`` and ``password`` coming from ``address``, within the failure limits."""
-        windows = self._windows_of(login, address)
-        wait = await self._wait(windows)
-        if wait:
-            return Attempt(None, wait)
+    async def attempt(self, login: str, password: str, address: str, device_of: DeviceOf = _no_device) -> Attempt:
+        """Check ``login`` and ``password`` coming from ``address``, within the room and the failure limits."""
+        if not self.room.take(address):
+            return Attempt(None, BUSY_SECONDS)
+        try:
+            return await self._attempt(login, password, address, device_of)
+        finally:
+            self.room.give_back(address)
+
+    async def _attempt(self, login: str, password: str, address: str, device_of: DeviceOf) -> Attempt:
         account, stored = await self.credentials.lookup(login) or ("", "")
-        if stored:
-            ok = await self._in_thread(lambda: passwords.verify(stored, password))
-        else:
-            await self._in_thread(passwords.verify_nothing)
-            ok = False
+        device = device_of(account) if account else None
+        who = ("device", digest(device)) if device else ("login", digest(_normalised(login)))
+        # Counted before the check, and before waiting for it.
+        reservation = await self.windows.reserve(who, address)
+        if reservation.wait:
+            return Attempt(None, reservation.wait)
+        async with self.room.turn(address):
+            if stored:
+                ok = await self._in_thread(lambda: passwords.verify(stored, password))
+            else:
+                await self._in_thread(passwords.verify_nothing)
+                ok = False
         if not ok:
-            for item, identity in windows:
-                await self._windows.hit(item, *identity)
             return Attempt(None)
-        for item, identity in windows[: len(self._per_login)]:
-            await self._windows.clear(item, *identity)
+        await self.windows.succeeded(reservation)
         if passwords.needs_rehash(stored):
             await self.credentials.replace_hash(account, stored, await self.hash_password(password))
         return Attempt(account)
 
-    async def check_current(self, account: str, password: str, address: str) -> Attempt:
+    async def check_current(
+        self, account: str, password: str, address: str, device_of: DeviceOf = _no_device
+    ) -> Attempt:
         """The account's own password, asked again before it is changed; counted like a sign-in."""
         login = await self.credentials.login_of(account)
         if login is None:
             return Attempt(None)
-        attempt = await self.attempt(login, password, address)
+        attempt = await self.attempt(login, password, address, device_of)
         return attempt if attempt.account == account else Attempt(None, attempt.retry_after)
 
-    async def key_failed(self, address: str) -> None:
-        """A wrong API key given to sign in: counted against the address."""
-        for item in self._per_address:
-            await self._windows.hit(item, "address", address)
+    async def key_attempt(self, address: str, check: Callable[[], Awaitable[T | None]]) -> tuple[T | None, int]:
+        """An API key given to sign in, counted against ``address`` like a password: (what ``check`` found, wait)."""
+        reservation = await self.windows.reserve(None, address)
+        if reservation.wait:
+            return None, reservation.wait
+        found = await check()
+        if found is not None:
+            await self.windows.succeeded(reservation)
+        return found, 0
 
-    async def address_wait(self, address: str) -> int:
-        return await self._wait([(item, ("address", address)) for item in self._per_address])
 
-    # --- the windows ----------------------------------------------------------------------
-    def _windows_of(self, login: str, address: str) -> list[Window]:
-        """The login's windows first, then the address's."""
-        try:
-            who = normalise_login(login)
-        except LoginRejected:
-            who = login.strip().casefold()
-        by_login: tuple[str, ...] = ("login", digest(who))
-        by_address: tuple[str, ...] = ("address", address)
-        return [(item, by_login) for item in self._per_login] + [(item, by_address) for item in self._per_address]
-
-    async def _wait(self, windows: Sequence[Window]) -> int:
-        """Whole seconds until every window has room again (at least 1 when one is full); 0 when all have."""
-        wait = 0
-        for item, identity in windows:
-            if not await self._windows.test(item, *identity):
-                stats = await self._windows.get_window_stats(item, *identity)
-                wait = max(wait, 1, math.ceil(stats.reset_time - time.time()))
-        return wait
+def _normalised(login: str) -> str:
+    """The login's one spelling, so its case and width variants share one window."""
+    try:
+        return normalise_login(login)
+    except LoginRejected:
+        return login.strip().casefold()

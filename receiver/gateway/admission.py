@@ -29,7 +29,7 @@ from typing import Any, cast
 from redis.asyncio import Redis
 
 from svcgw import keys
-from svcgw.scripts import source
+from svcgw.scripts import admission
 from svcgw.store import digest
 
 from ..ratelimit import RateLimiter, Verdict, window_key
@@ -68,15 +68,7 @@ class Admission:
         for item in limiter.items:
             names.extend((*_around(window_key(_MARK, item)), str(item.amount), str(item.get_expiry() * 1000)))
         # The calls of one turn of the event loop go to Redis in one pipeline (see .batch).
-        self._script = ScriptBatch(
-            redis,
-            "local function rate_window(KEYS, ARGV)\n"
-            + source("rate_window")
-            + "\nend\nlocal NAMES = {"
-            + ", ".join(_lua_string(name) for name in names)
-            + "}\n"
-            + source("gateway_admit"),
-        )
+        self._script = ScriptBatch(redis, admission(names))
         self._clock = limiter.clock
 
     async def admit(self, *, key: str | None = None, account: str | None = None, operation: str,
@@ -108,13 +100,6 @@ class Admission:
         verdict = Verdict(True, 0) if allowed else Verdict(False, Verdict.seconds(wait))
         owner = _text(result[6])
         return Facts(found, verdict, bool(int(result[5])), owner or None)
-
-
-def _lua_string(text: str) -> str:
-    """``text`` as a Lua string literal (key names: printable ASCII)."""
-    if not text.isascii() or not text.isprintable():
-        raise ValueError(f"a key name the admission script cannot spell: {text!r}")
-    return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
 
 
 def _text(value: object) -> str:

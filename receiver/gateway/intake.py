@@ -9,7 +9,6 @@ A call that passed checks 1 to 9 is a :class:`Call`.
 
 from __future__ import annotations
 
-import asyncio
 import re
 from dataclasses import dataclass
 from typing import Any
@@ -21,6 +20,7 @@ from svcgw import errors
 from svcgw.errors import GatewayError
 from svcgw.ingest import PARSE_IN_THREAD_BYTES
 from svcgw.jsonspan import Member
+from svcgw.threads import in_thread
 
 from ..http import BodyTooLarge, ConflictingKeys, presented_key, read_body
 from .body import CALLBACK_OPERATIONS, DEVICE_CREATE, instance_id, parse_body
@@ -83,7 +83,7 @@ async def _parse_body(raw: bytes) -> tuple[dict[str, Any], list[Member]]:
     """Check 4's parsing; a large body in a worker thread, so the event loop keeps answering."""
     if len(raw) <= PARSE_IN_THREAD_BYTES:
         return parse_body(raw)
-    return await asyncio.to_thread(parse_body, raw)
+    return await in_thread(parse_body, raw)
 
 
 def direct_operation(scope: Scope) -> tuple[str, str] | None:

@@ -18,7 +18,6 @@ from typing import TYPE_CHECKING, Any
 import orjson
 from redis.asyncio import Redis
 from redis.exceptions import RedisError
-from starlette.concurrency import run_in_threadpool
 from starlette.responses import Response
 
 from svcgw import errors, liveness
@@ -28,6 +27,7 @@ from svcgw.jsonspan import replace_member
 from svcgw.receivers import receiver_url
 from svcgw.store import NotFound
 from svcgw.store import Scope as CallbackScope
+from svcgw.threads import in_thread
 from svcgw.upstream import Answer, Upstream, UpstreamError
 
 from .body import DEVICE_CREATE, LONG_START, UPDATE_CALLBACK
@@ -177,7 +177,7 @@ class Operations:
 
     async def _check_url(self, value: object) -> str:
         try:
-            checked = await run_in_threadpool(check_for_service, value, self.settings)
+            checked = await in_thread(check_for_service, value, self.settings, abandon_on_cancel=False)
         except AddressError as exc:
             raise GatewayError(errors.address_kind(exc), exc.message) from None
         return checked.url

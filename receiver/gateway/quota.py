@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from redis.asyncio import Redis
 
 from svcgw import keys
-from svcgw.scripts import source
+from svcgw.scripts import register
 
 __all__ = ["RESERVATION_SECONDS", "DeviceQuota", "Reservation"]
 
@@ -43,8 +43,8 @@ class DeviceQuota:
 
     def __init__(self, redis: Redis) -> None:
         self.redis = redis
-        self._reserve = redis.register_script(source("device_reserve"))
-        self._hold = redis.register_script(source("device_hold"))
+        self._reserve = register(redis, "device_reserve")
+        self._hold = register(redis, "device_hold")
 
     async def reserve(self, account_id: str, quota: int) -> Reservation | None:
         reservation = Reservation(account_id, "rsv_" + secrets.token_hex(8))

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import threading
 import time
 
 import orjson
@@ -16,6 +15,7 @@ from tests.cli.commands import fails, ok, svcgw
 from tests.conftest import Tenant, provision
 from tests.support import Sink
 from tests.svcgw.test_deadletters import ingest, kill
+from tests.worker.support import deliver_all
 from worker.engine import Engine
 
 
@@ -29,7 +29,7 @@ def deliver(settings: Settings) -> None:
     redis = Redis.from_url(settings.redis_url or "")
     try:
         engine = Engine(settings, redis, TokenVault.from_settings(settings))
-        engine.run(threading.Event(), burst=True)
+        deliver_all(engine)
     finally:
         redis.close()
 

@@ -1,10 +1,13 @@
-"""The server's protocol writes what one turn of the event loop wrote as one piece, in order."""
+"""The server's protocol: one write per turn of the event loop, in order; slow clients closed."""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import socket
 import threading
+import time
+from collections.abc import Iterator
 from typing import Any
 
 import uvicorn
@@ -80,14 +83,24 @@ async def _app(scope: dict[str, Any], receive: Any, send: Any) -> None:
     await send({"type": "http.response.body", "body": b"second"})
 
 
-def test_a_server_with_the_protocol_answers_streamed_and_kept_alive_requests_byte_for_byte() -> None:
+@contextlib.contextmanager
+def serving(app: Any) -> Iterator[int]:
+    """``app`` behind uvicorn with the protocol, in a thread; its port."""
     port = free_port()
-    config = uvicorn.Config(_app, host="127.0.0.1", port=port, http=OneWriteProtocol, log_config=None, lifespan="off")
+    config = uvicorn.Config(app, host="127.0.0.1", port=port, http=OneWriteProtocol, log_config=None, lifespan="off")
     server = uvicorn.Server(config)
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
     try:
         wait_for(lambda: server.started, timeout=20, interval=0.01, what="the server")
+        yield port
+    finally:
+        server.should_exit = True
+        thread.join(20)
+
+
+def test_a_server_with_the_protocol_answers_streamed_and_kept_alive_requests_byte_for_byte() -> None:
+    with serving(_app) as port:
         with socket.create_connection(("127.0.0.1", port), timeout=5) as conn:
             for _ in range(2):  # the same connection twice: keep-alive works through the writer
                 conn.sendall(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")
@@ -99,6 +112,37 @@ def test_a_server_with_the_protocol_answers_streamed_and_kept_alive_requests_byt
                 head, _, body = received.partition(b"\r\n\r\n")
                 assert head.startswith(b"HTTP/1.1 200 OK") and b"transfer-encoding: chunked" in head
                 assert body == b"6\r\nfirst \r\n6\r\nsecond\r\n0\r\n\r\n"
-    finally:
-        server.should_exit = True
-        thread.join(20)
+
+
+async def _slow_app(scope: dict[str, Any], receive: Any, send: Any) -> None:
+    if scope["type"] != "http":
+        return
+    body = b""
+    while True:
+        message = await receive()
+        body += message.get("body", b"")
+        if not message.get("more_body"):
+            break
+    await asyncio.sleep(0.6)  # longer than the header timeout: the server's own time, not the client's
+    await send({"type": "http.response.start", "status": 200, "headers": [(b"content-length", b"%d" % len(body))]})
+    await send({"type": "http.response.body", "body": body})
+
+
+def test_slow_heads_and_stalled_bodies_are_closed_but_a_slow_answer_or_a_moving_body_is_not(
+    monkeypatch: Any,
+) -> None:
+    monkeypatch.setattr(OneWriteProtocol, "header_timeout", 0.4)
+    with serving(_slow_app) as port:
+        with socket.create_connection(("127.0.0.1", port), timeout=5) as conn:
+            # A body in pieces, each within the timeout though the whole takes longer: answered.
+            conn.sendall(b"POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 6\r\n\r\n")
+            for piece in (b"ab", b"cd", b"ef"):
+                time.sleep(0.25)
+                conn.sendall(piece)
+            assert conn.recv(65536).endswith(b"\r\n\r\nabcdef")
+        for stalled in (b"GET / HTTP/1.1\r\nHost: x\r\n", b"POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 6\r\n\r\nab"):
+            with socket.create_connection(("127.0.0.1", port), timeout=5) as conn:
+                conn.sendall(stalled)
+                started = time.monotonic()
+                assert conn.recv(65536) == b""  # closed by the server, with nothing said
+                assert 0.3 < time.monotonic() - started < 2.5

@@ -164,7 +164,7 @@ def test_clients_through_sentinel_run_scripts_and_close_everything(cluster: Sent
     import asyncio
 
     settings = Settings.from_env({"SVCGW_REDIS_SENTINELS": cluster.addresses})
-    sync = sync_client(settings, threads=2)
+    sync = sync_client(settings)
     try:
         incr = sync.register_script("return redis.call('INCR', KEYS[1])")
         assert incr(keys=["n"]) == 1 and sync.get("n") == b"1"

@@ -47,13 +47,14 @@ def test_dashboard_needs_credentials_and_is_read_only(
         page = http.get(base + "/", auth=(USER, PASSWORD))
         assert page.status_code == 200 and "/rq/static/" in page.text and "<title>" in page.text
         assert PASSWORD not in page.text
-        # The page's inline script runs under a per-page nonce, and nothing else inline does.
+        # The page's own inline script runs under a per-page nonce, and nothing else inline does.
         assert_hardened(page)
         policy = page.headers["content-security-policy"]
         nonce = re.search(r"'nonce-([^']+)'", policy)
         assert nonce is not None and "'unsafe-inline'" not in policy.split("style-src")[0]
         inline = re.findall(r"<script(?![^>]*\bsrc=)[^>]*>", page.text)
-        assert inline and all(f'nonce="{nonce.group(1)}"' in tag for tag in inline)
+        with_nonce = [tag for tag in inline if f'nonce="{nonce.group(1)}"' in tag]
+        assert with_nonce == [f'<script nonce="{nonce.group(1)}" type="text/javascript">'] and len(inline) > 1
         assert int(page.headers["content-length"]) == len(page.content)
         again = http.get(base + "/", auth=(USER, PASSWORD))
         assert again.headers["content-security-policy"] != page.headers["content-security-policy"]
@@ -102,12 +103,18 @@ def assert_hardened(answer: httpx.Response) -> None:
     assert answer.headers["x-content-type-options"] == "nosniff"
 
 
-def test_nonce_goes_on_inline_scripts_only() -> None:
-    html = b'<script src="/rq/static/a.js"></script><script type="text/javascript">go()</script><SCRIPT>x</SCRIPT>'
+def test_nonce_goes_on_the_dashboards_own_script_only() -> None:
+    bundle = b'<script src="/rq/static/js/bootstrap.bundle.min.js" type="text/javascript"></script>\n  '
+    own = b'<script type="text/javascript">go()</script>'
+    # Script tags that reached the content, of any shape (the layout's own too), come before its end.
+    content = b"<SCRIPT>x</SCRIPT>" + bundle + b'<script type="text/javascript">evil()</script>'
+    html = b'<script src="/rq/static/a.js"></script>' + content + bundle + own
     assert add_nonce(html, "n0") == (
-        b'<script src="/rq/static/a.js"></script><script nonce="n0" type="text/javascript">go()</script>'
-        b'<script nonce="n0">x</SCRIPT>'
-    )
+        b'<script src="/rq/static/a.js"></script>' + content + bundle
+        + b'<script nonce="n0" type="text/javascript">go()</script>'
+    )  # fmt: skip
+    # A page without the layout's script gets no nonce at all.
+    assert add_nonce(b"<script>x</script><script type='text/javascript'>y</script>", "n0").count(b"nonce") == 0
 
 
 def test_no_dashboard_without_credentials(server: str) -> None:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import threading
 import time
 from typing import Any
 
@@ -26,7 +25,8 @@ from svcgw.vault import TokenVault
 from tests.conftest import Tenant, provision, run
 from tests.support import Sink
 from tests.svcgw.test_calllog import read_log
-from worker.delivery import prepare
+from tests.worker.support import claim_batch, deliver_all
+from worker.delivery import prepare_claimed
 from worker.engine import Engine
 
 APPID = "we_0123456789abcde"
@@ -128,7 +128,10 @@ def test_a_service_event_is_queued_like_a_received_post(settings: Settings, redi
     assert (entry.accepted, entry.duplicates) == (1, 0)
     assert redis.ttl(keys.callback_log(tenant.appid)) > 0
 
-    prepared = prepare(redis, TokenVault.from_settings(settings), delivery_id)
+    # What the engine does with it: claim it with its data, then prepare the attempt.
+    (claimed,) = claim_batch(settings, 10)
+    assert claimed.delivery_id == delivery_id
+    prepared = prepare_claimed(claimed, TokenVault.from_settings(settings))
     assert prepared is not None
     assert prepared.destination is not None and prepared.destination.url == sink.url
 
@@ -138,7 +141,7 @@ def test_a_service_event_is_signed_and_delivered_by_the_engine(settings: Setting
     event = instance_recovered(tenant.appid, recovered_at=1795319160, offline_since=1795319097, auto_reconnected=False)
     delivery_id = enqueue_service_event(settings, tenant, "InstanceRecovered", [event])
 
-    Engine(settings, redis, TokenVault.from_settings(settings)).run(threading.Event(), burst=True)
+    deliver_all(Engine(settings, redis, TokenVault.from_settings(settings)))
 
     (received,) = sink.posts()
     assert orjson.loads(received.body)["events"] == [{**event, "seq": 1}]

@@ -12,7 +12,7 @@ import fakeredis
 import pytest
 
 from svcgw import keys
-from svcgw.scripts import source
+from svcgw.scripts import admission, register, source, text
 
 
 @pytest.fixture
@@ -86,3 +86,28 @@ def test_replay_of_an_expired_dead_letter_says_so(fake: fakeredis.FakeRedis) -> 
     assert _replay(fake, "dlv_gone") == -1
     assert fake.llen(keys.rq_queue("svcgw")) == 0
     assert fake.zscore(keys.rq_failed("svcgw"), "dlv_gone") is None
+
+
+def test_the_registry_puts_shared_code_before_the_script_that_calls_it() -> None:
+    assert text("ingest") == source("delivery") + "\n" + source("ingest")
+    assert text("queue_delivery") == "\n".join((source("delivery"), source("chain"), source("queue_delivery")))
+    assert text("queue_finish") == source("chain") + "\n" + source("queue_finish")
+    assert text("replay") == source("replay")
+
+
+def test_the_admission_script_spells_its_key_names_and_refuses_what_it_cannot() -> None:
+    script = admission(["svcgw:key:", ':a"b\\'])
+    assert 'local NAMES = {"svcgw:key:", ":a\\"b\\\\"}' in script
+    assert script.startswith("local function rate_window(KEYS, ARGV)\n" + source("rate_window"))
+    assert script.endswith(source("gateway_admit"))
+    with pytest.raises(ValueError):
+        admission(["svcgw:\n"])
+
+
+def test_a_script_registered_by_name_runs(fake: fakeredis.FakeRedis) -> None:
+    _dead(fake, "dlv_2")
+    replayed = register(fake, "replay")
+    queue = keys.rq_queue("svcgw")
+    keys_ = [keys.rq_failed("svcgw"), queue, keys.delivery("dlv_2"), keys.delivery_attempts("dlv_2"),
+             keys.rq_job("dlv_2"), keys.dead_letters_by_appid("we_a"), keys.RQ_QUEUES]  # fmt: skip
+    assert replayed(keys=keys_, args=["dlv_2", 6, queue]) == 1

@@ -13,6 +13,7 @@ from svcgw import failing, liveness
 from svcgw.settings import Settings
 from tests.conftest import Tenant, provision
 from tests.support import Received
+from worker.engine import Engine, loop_factory
 from worker.queue import Claimed, DeliveryQueue, Finish
 
 T = TypeVar("T")
@@ -102,3 +103,9 @@ def failing_first(times: int, event_type: str = "InstanceOffline") -> SinkRule:
         return 200, 0.0
 
     return rule
+
+
+def deliver_all(engine: Engine) -> None:
+    """Run ``engine`` as ``svcgw worker --burst`` runs it: on a loop of its own, until nothing is left to deliver."""
+    with asyncio.Runner(loop_factory=loop_factory()) as runner:
+        runner.run(engine.serve(asyncio.Event(), burst=True))

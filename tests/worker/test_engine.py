@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
 import threading
 import time
@@ -20,7 +21,7 @@ from tests.conftest import Tenant, provision, with_store
 from tests.support import Sink, attempt_records, wait_for
 from tests.svcgw.test_deadletters import ingest
 from tests.worker.support import claim_batch, with_queue
-from worker.engine import Engine
+from worker.engine import Engine, loop_factory
 
 
 @pytest.mark.parametrize(
@@ -66,15 +67,29 @@ class Running:
 
     def __init__(self, settings: Settings, client: Sender | None = None) -> None:
         self.engine = Engine(settings, None, TokenVault.from_settings(settings), client=client)
-        self.stop_event = threading.Event()
-        self.thread = threading.Thread(target=self.engine.run, args=(self.stop_event,), daemon=True)
+        self.thread = threading.Thread(target=self._run, daemon=True)
+        self._started = threading.Event()
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._stop: asyncio.Event | None = None
+
+    def _run(self) -> None:
+        async def main() -> None:
+            self._loop, self._stop = asyncio.get_running_loop(), asyncio.Event()
+            self._started.set()
+            await self.engine.serve(self._stop)
+
+        with asyncio.Runner(loop_factory=loop_factory()) as runner:
+            runner.run(main())
 
     def __enter__(self) -> Running:
         self.thread.start()
+        assert self._started.wait(10)
         return self
 
     def __exit__(self, *exc: object) -> None:
-        self.stop_event.set()
+        # The engine's stop signal belongs to its loop: set it there.
+        assert self._loop is not None and self._stop is not None
+        self._loop.call_soon_threadsafe(self._stop.set)
         self.thread.join(30)
         assert not self.thread.is_alive()
 

@@ -1,0 +1,85 @@
+"""The failure windows of signing in: an attempt is counted before it is checked, and given back if right.
+
+Every limit (``SVCGW_SIGNIN_FAILURES_PER_LOGIN``, ``..._PER_ADDRESS``, in
+``limits`` notation) is a moving window kept in Redis as a sorted set of
+attempts, one per login (or per device: ``receiver.console.session``) and
+one per client address, under ``keys.SIGNIN_FAILURES``, so every server
+process shares them. One script (``svcgw/lua/signin_reserve.lua``) checks
+every window of an attempt and counts it in all of them in one step, before
+any password is looked at: however many attempts arrive at once, no more of
+them reach a password check than the smallest limit allows. A right password
+gives its attempt back to the address, and clears its login's (or device's)
+window; only failures stay counted.
+"""
+
+from __future__ import annotations
+
+import math
+import secrets
+from dataclasses import dataclass
+from typing import Any
+
+from limits import parse_many
+
+from svcgw import keys, scripts
+
+__all__ = ["FailureWindows", "Limit", "Reservation", "limits_of"]
+
+
+@dataclass(frozen=True)
+class Limit:
+    amount: int
+    milliseconds: int
+
+    @property
+    def name(self) -> str:
+        return f"{self.amount}-{self.milliseconds // 1000}"
+
+
+def limits_of(text: str) -> tuple[Limit, ...]:
+    return tuple(Limit(item.amount, item.get_expiry() * 1000) for item in parse_many(text))
+
+
+@dataclass(frozen=True)
+class Reservation:
+    """One attempt counted in its windows, or refused (``wait`` > 0: whole seconds until one has room)."""
+
+    member: str
+    own: tuple[str, ...] = ()  # the login's (or device's) windows: cleared by a success
+    by_address: tuple[str, ...] = ()  # the address's windows: the attempt is given back by a success
+    wait: int = 0
+
+
+class FailureWindows:
+    def __init__(self, redis: Any, per_login: str, per_address: str) -> None:
+        self._redis = redis
+        self._script = redis.register_script(scripts.source("signin_reserve"))
+        self._per_login = limits_of(per_login)
+        self._per_address = limits_of(per_address)
+
+    @staticmethod
+    def _keys(limits: tuple[Limit, ...], kind: str, identity: str) -> tuple[str, ...]:
+        return tuple(f"{keys.SIGNIN_FAILURES}:{kind}:{identity}:{limit.name}" for limit in limits)
+
+    async def reserve(self, who: tuple[str, str] | None, address: str) -> Reservation:
+        """Count an attempt of ``who`` (``("login" | "device", digest)``; None: an API key) from ``address``."""
+        own = self._keys(self._per_login, *who) if who else ()
+        by_address = self._keys(self._per_address, "address", address)
+        limits = (self._per_login if who else ()) + self._per_address
+        member = secrets.token_hex(12)
+        args: list[str | int] = [member]
+        for limit in limits:
+            args += [limit.amount, limit.milliseconds]
+        taken, wait = await self._script(keys=[*own, *by_address], args=args)
+        if not int(taken):
+            return Reservation(member, wait=max(1, math.ceil(int(wait) / 1000)))
+        return Reservation(member, own, by_address)
+
+    async def succeeded(self, reservation: Reservation) -> None:
+        """A right password (or key): the failures of its login or device cleared, its address's place given back."""
+        async with self._redis.pipeline(transaction=True) as pipe:
+            if reservation.own:
+                pipe.delete(*reservation.own)
+            for key in reservation.by_address:
+                pipe.zrem(key, reservation.member)
+            await pipe.execute()

@@ -1,0 +1,45 @@
+"""What every part of the store shares: its Redis client and vault, ``NotFound``, ids and digests.
+
+API keys and receiver tokens are kept only as SHA-256 digests for look-up
+(a high-entropy secret needs no slow hash): :func:`digest`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import secrets
+from typing import Any
+
+from redis.asyncio import Redis
+
+from .errors import Missing
+from .vault import TokenVault
+
+__all__ = ["NotFound", "StoreBase", "digest", "new_id", "optional_float"]
+
+
+class NotFound(Missing, LookupError):
+    """The account, key or instance does not exist."""
+
+
+def digest(secret: str) -> str:
+    return hashlib.sha256(secret.encode("utf-8")).hexdigest()
+
+
+def new_id(prefix: str) -> str:
+    return prefix + secrets.token_hex(8)
+
+
+def optional_float(value: str | None) -> float | None:
+    return float(value) if value not in (None, "") else None
+
+
+class StoreBase:
+    """The client and vault every part of :class:`svcgw.store.Store` works with."""
+
+    def __init__(self, redis: Redis, vault: TokenVault) -> None:
+        # ``redis`` must be created with decode_responses=True. redis-py types
+        # every answer as ``bytes | str`` whatever that flag says; with it set,
+        # answers are ``str``, so the client is handled untyped here.
+        self.redis: Any = redis
+        self.vault = vault

@@ -1,0 +1,197 @@
+"""Sign-in's limits over real HTTP, served with the options of ``svcgw serve`` (cli.runner.server_options):
+the client address behind (or without) a trusted proxy, device cookies, wrong API keys, no room for checks."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import socket
+import threading
+import time
+from collections.abc import Iterator
+
+import httpx
+import pytest
+import uvicorn
+
+from cli.runner import server_options
+from receiver.app import create_app
+from svcgw import errors
+from svcgw.settings import Settings, SettingsError
+from tests.receiver.console.conftest import make_developer
+from tests.receiver.console.members import PASSWORD, make_member, sign_in
+from tests.receiver.console.test_pages import csrf_of
+from tests.support import free_port, start_server, wait_for
+
+LIMITED = {"code": -42900, "message": errors.SIGN_IN_MESSAGE, "data": None}
+
+
+@contextlib.contextmanager
+def served(env: dict[str, str], **extra: str) -> Iterator[tuple[str, Settings]]:
+    """The app of ``env`` + ``extra`` behind uvicorn configured as ``svcgw serve`` configures it, in a thread."""
+    settings = Settings.from_env({**env, **extra, "SVCGW_PORT": str(free_port())})
+    server = uvicorn.Server(uvicorn.Config(create_app(settings), **server_options(settings)))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    try:
+        wait_for(lambda: server.started, timeout=20, interval=0.01, what="the server")
+        yield f"http://127.0.0.1:{settings.port}", settings
+    finally:
+        server.should_exit = True
+        thread.join(20)
+
+
+def attempt(base: str, login: str, password: str, forwarded: str | None = None) -> httpx.Response:
+    headers = {"X-Forwarded-For": forwarded} if forwarded else {}
+    return httpx.post(base + "/console/api/session", json={"login": login, "password": password}, headers=headers)
+
+
+def test_without_trusted_proxies_x_forwarded_for_is_ignored(env: dict[str, str]) -> None:
+    with served(env, SVCGW_SIGNIN_FAILURES_PER_ADDRESS="3/15minutes") as (base, settings):
+        member = make_member(settings)
+        for number in range(3):
+            assert attempt(base, f"guess{number}@example.com", "wrong!", f"203.0.113.{number}").status_code == 401
+        # A fresh header value is no fresh window: the peer is the client.
+        refused = attempt(base, member.login, PASSWORD, "203.0.113.99")
+        assert refused.status_code == 429 and refused.json() == LIMITED
+
+
+def test_behind_a_trusted_proxy_failures_count_against_the_client_it_names(env: dict[str, str]) -> None:
+    extra = {"SVCGW_SIGNIN_FAILURES_PER_ADDRESS": "3/15minutes", "SVCGW_TRUSTED_PROXIES": "127.0.0.1"}
+    with served(env, **extra) as (base, settings):
+        member = make_member(settings)
+        for number in range(3):
+            assert attempt(base, f"guess{number}@example.com", "wrong!", "198.51.100.7").status_code == 401
+        assert attempt(base, member.login, PASSWORD, "198.51.100.7").status_code == 429
+        # Everyone else behind the same proxy still signs in.
+        assert attempt(base, member.login, PASSWORD, "198.51.100.8").status_code == 200
+
+
+def test_trusted_proxies_are_addresses_or_networks() -> None:
+    assert Settings.from_env({}).trusted_proxies == ()
+    found = Settings.from_env({"SVCGW_TRUSTED_PROXIES": "10.0.0.0/8, 127.0.0.1"}).trusted_proxies
+    assert found == ("10.0.0.0/8", "127.0.0.1/32")
+    assert Settings.from_env({"SVCGW_TRUSTED_PROXIES": "*"}).trusted_proxies == ("*",)
+    with pytest.raises(SettingsError, match="SVCGW_TRUSTED_PROXIES"):
+        Settings.from_env({"SVCGW_TRUSTED_PROXIES": "the proxy"})
+
+
+def test_a_browser_that_signed_in_before_is_not_locked_out_by_someone_who_knows_the_login(
+    env: dict[str, str],
+) -> None:
+    with served(env, SVCGW_SIGNIN_FAILURES_PER_LOGIN="3/15minutes") as (base, settings):
+        member = make_member(settings)
+        with httpx.Client(base_url=base, timeout=15) as browser:
+            first = browser.post("/console/api/session", json={"login": member.login, "password": PASSWORD})
+            assert first.status_code == 200
+            device = [c for c in browser.cookies.jar if c.name.startswith("svcgw_device_")]
+            assert len(device) == 1 and device[0].path == "/console" and device[0].has_nonstandard_attr("HttpOnly")
+            # Someone without the cookie fills the login's window, in any case or width of the login.
+            for login in (member.login.upper(), member.login, "\uff44" + member.login[1:]):
+                assert sign_in(base, login, "wrong password!").status_code == 401
+            assert sign_in(base, member.login, PASSWORD).status_code == 429
+            # The browser with the cookie still signs in, and may change the password.
+            again = browser.post("/console/api/session", json={"login": member.login, "password": PASSWORD})
+            assert again.status_code == 200, again.text
+            changed = browser.put(
+                "/console/api/password",
+                json={"current_password": PASSWORD, "new_password": "another good password"},
+                headers={"X-CSRF-Token": again.json()["data"]["csrf_token"]},
+            )
+            assert changed.status_code == 200, changed.text
+            # The cookie is no key of its own: wrong passwords from the browser meet a limit too.
+            for _ in range(3):
+                wrong = browser.post("/console/api/session", json={"login": member.login, "password": "wrong!"})
+                assert wrong.status_code == 401
+            late = browser.post(
+                "/console/api/session", json={"login": member.login, "password": "another good password"}
+            )
+            assert late.status_code == 429
+        # A cookie of the right name that this service did not sign does nothing.
+        forged = httpx.post(
+            base + "/console/api/session",
+            json={"login": member.login, "password": "another good password"},
+            cookies={device[0].name: "forged.value.here"},
+        )
+        assert forged.status_code == 429
+
+
+def test_the_sign_in_form_leaves_a_device_cookie_and_an_api_key_none(env: dict[str, str]) -> None:
+    with served(env) as (base, settings):
+        member = make_member(settings)
+        developer = make_developer(settings)
+        with httpx.Client(base_url=base, timeout=15) as browser:
+            token = csrf_of(browser.get("/console/login").text)
+            form = {"login": member.login, "password": PASSWORD, "csrf_token": token}
+            assert browser.post("/console/login", data=form).status_code == 303
+            assert [c.name for c in browser.cookies.jar if c.name.startswith("svcgw_device_")]
+        with httpx.Client(base_url=base, timeout=15) as browser:
+            token = csrf_of(browser.get("/console/login").text)
+            by_key = browser.post("/console/login", data={"api_key": developer.key, "csrf_token": token})
+            assert by_key.status_code == 303
+            assert not [c.name for c in browser.cookies.jar if c.name.startswith("svcgw_device_")]
+
+
+def test_wrong_api_keys_count_against_the_address(env: dict[str, str]) -> None:
+    with served(env, SVCGW_SIGNIN_FAILURES_PER_ADDRESS="3/15minutes") as (base, settings):
+        developer = make_developer(settings)
+        # Right keys give their place back: they never fill the window.
+        for _ in range(4):
+            assert httpx.post(base + "/console/api/session", json={"api_key": developer.key}).status_code == 200
+        for number in range(3):
+            wrong = httpx.post(base + "/console/api/session", json={"api_key": f"svc_wrong{number}"})
+            assert wrong.status_code == 401
+        refused = httpx.post(base + "/console/api/session", json={"api_key": developer.key})
+        assert refused.status_code == 429 and refused.json() == LIMITED and int(refused.headers["retry-after"]) >= 1
+
+
+def test_sign_ins_beyond_the_room_for_checks_get_429_at_once_never_503(env: dict[str, str]) -> None:
+    with served(env) as (base, settings):
+        member = make_member(settings)
+
+        async def burst() -> list[httpx.Response]:
+            async with httpx.AsyncClient(base_url=base, timeout=30) as client:
+                body = {"login": member.login, "password": "wrong password!"}
+                return await asyncio.gather(*(client.post("/console/api/session", json=body) for _ in range(20)))
+
+        answers = asyncio.run(burst())
+        statuses = sorted(answer.status_code for answer in answers)
+        assert 503 not in statuses and set(statuses) <= {401, 429}
+        busy = [answer for answer in answers if answer.status_code == 429]
+        assert busy and all(a.json() == LIMITED and a.headers["retry-after"] == "1" for a in busy)
+
+
+@pytest.mark.slow
+def test_during_a_flood_from_one_address_another_address_signs_in_quickly(env: dict[str, str]) -> None:
+    process, base = start_server(env)
+    port = int(base.rsplit(":", 1)[1])
+    body = b'{"login": "flood@example.com", "password": "wrong password!"}'
+    request = (
+        b"POST /console/api/session HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+        b"Content-Length: %d\r\nConnection: close\r\n\r\n%s" % (len(body), body)
+    )
+    with contextlib.ExitStack() as stack:
+        stack.callback(process.stop)
+        member = make_member(Settings.from_env(env))
+        # 400 sign-ins at once from 127.0.0.1, sent as fast as sockets go (no client work in the way)...
+        flood = []
+        for _ in range(400):
+            conn = stack.enter_context(socket.create_connection(("127.0.0.1", port), timeout=60))
+            flood.append(conn)
+        for conn in flood:
+            conn.sendall(request)
+        # ...and one from another address (loopback has all of 127.0.0.0/8).
+        transport = httpx.HTTPTransport(local_address="127.0.0.2")
+        with httpx.Client(base_url=base, timeout=60, transport=transport) as other:
+            started = time.monotonic()
+            mine = other.post("/console/api/session", json={"login": member.login, "password": PASSWORD})
+            took = time.monotonic() - started
+            statuses = [int(conn.recv(65536).split(b" ", 2)[1]) for conn in flood]
+            # The same sign-in alone, on the same server now: what the machine's own load costs it.
+            started = time.monotonic()
+            assert other.post("/console/api/session", json={"login": member.login, "password": PASSWORD}).is_success
+            alone = time.monotonic() - started
+    assert mine.status_code == 200, mine.text
+    # Under 2 s (a machine busy with other work may stretch that, never to the 200 checks of the queue).
+    assert took < max(2.0, 3 * alone), (took, alone)
+    assert 503 not in statuses and set(statuses) <= {401, 429} and statuses.count(429) >= 300

@@ -1,0 +1,145 @@
+"""Attempts' outcomes stored in Redis: what comes next for each, recorded with others in one script call.
+
+:meth:`Outcomes.record` decides an attempt's next step with the retry
+policy (:func:`worker.delivery.decide`), writes its log line and the one
+record of a destination that started failing or recovered, and tells the
+``on_attempt`` hook, once the outcome is stored. :meth:`Outcomes.finish`
+queues any end of a claim (also a drop or a deferral) and waits until it
+is stored: :meth:`Outcomes.run` stores all that are waiting in one call of
+the finish script (:meth:`worker.queue.DeliveryQueue.finish_detailed`),
+and keeps trying while Redis is away (the claims stay held meanwhile).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from redis.exceptions import RedisError
+
+from svcgw import failing
+from svcgw.deliveries import exc_info_field
+from svcgw.deliveryview import stored_ids
+from svcgw.settings import Settings
+
+from .delivery import Attempt, Prepared, decide
+from .queue import DeliveryQueue, Finish, Finished
+
+__all__ = ["FINISH_BATCH", "AttemptHook", "Outcomes"]
+
+log = logging.getLogger("svcgw.delivery")
+
+FINISH_BATCH = 500
+
+AttemptHook = Callable[[Prepared, Attempt, str], None]
+
+
+@dataclass
+class _Pending:
+    item: Finish
+    done: asyncio.Future[Finished]
+
+
+class Outcomes:
+    """The outcomes of one engine's attempts, on its queue; :meth:`run` is a task of its loop."""
+
+    def __init__(self, settings: Settings, queue: DeliveryQueue, on_attempt: AttemptHook | None) -> None:
+        self.settings = settings
+        self.queue = queue
+        self.on_attempt = on_attempt
+        self._pending: list[_Pending] = []
+        self._wanted = asyncio.Event()
+
+    @property
+    def waiting(self) -> bool:
+        """Whether an outcome is waiting to be stored."""
+        return bool(self._pending)
+
+    async def record(self, prepared: Prepared, attempt: Attempt) -> None:
+        """Store the attempt's outcome and what comes next, then tell the ``on_attempt`` hook."""
+        delivery_id = prepared.delivery_id
+        step, delay = decide(prepared, attempt, self.settings.retry_schedule)
+        number = prepared.attempts + 1
+        if step == "dead":
+            due: float | None = time.time() + self.settings.dead_letter_retention
+            retention = self.settings.dead_letter_retention
+        else:
+            due = time.time() + delay if delay is not None else None
+            retention = max(self.settings.log_retention, 86400)
+        destination = failing.destination_of(prepared.destination.url) if prepared.destination else ""
+        finished = await self.finish(
+            Finish(
+                delivery_id,
+                prepared.appid,
+                step,
+                attempt.record(number),
+                due=due,
+                retention=retention,
+                error=exc_info_field(attempt.error or "") if step == "dead" else b"",
+                destination=destination,
+                event_ids=stored_ids(prepared.body) if step == "delivered" else b"",
+            )
+        )
+        _log_failing(destination, finished, attempt)
+        log.info(
+            "delivery attempt",
+            extra={
+                "appid": prepared.appid,
+                "delivery_id": delivery_id,
+                "attempt": number,
+                "outcome": step,
+                "status": attempt.status,
+                "error": attempt.error,
+                "duration_ms": round(attempt.duration * 1000, 1),
+            },
+        )
+        if self.on_attempt is not None:
+            try:
+                self.on_attempt(prepared, attempt, step)
+            except Exception:
+                log.exception("delivery %s: the on_attempt hook failed", delivery_id)
+
+    async def finish(self, item: Finish) -> Finished:
+        """Queue ``item`` for the next batch and wait until it is stored (``held`` False: the claim was lost)."""
+        done: asyncio.Future[Finished] = asyncio.get_running_loop().create_future()
+        self._pending.append(_Pending(item, done))
+        self._wanted.set()
+        return await done
+
+    async def run(self) -> None:
+        """Store finished attempts, all that are waiting in one script call."""
+        failures = 0
+        while True:
+            await self._wanted.wait()
+            self._wanted.clear()
+            while self._pending:
+                batch = self._pending[:FINISH_BATCH]
+                del self._pending[:FINISH_BATCH]
+                try:
+                    results = await self.queue.finish_detailed([p.item for p in batch])
+                except RedisError as exc:
+                    # Still claimed and still extended: try again until Redis is back.
+                    self._pending[:0] = batch
+                    failures += 1
+                    delay = min(0.05 * 2**failures, 2.0)
+                    log.warning("could not record %d attempts (%s); retrying", len(batch), type(exc).__name__)
+                    await asyncio.sleep(delay)
+                    continue
+                failures = 0
+                for pending, held in zip(batch, results, strict=True):
+                    if not pending.done.done():
+                        pending.done.set_result(held)
+
+
+def _log_failing(destination: str, finished: Finished, attempt: Attempt) -> None:
+    """The one record of a destination that started failing or recovered (svcgw.failing)."""
+    if finished.started_failing:
+        log.warning(
+            "destination failing",
+            extra={"destination": destination, "status": attempt.status, "error": attempt.error},
+        )
+    if finished.recovered:
+        log.info("destination recovered", extra={"destination": destination, "status": attempt.status})
