@@ -24,7 +24,9 @@ One failing destination cannot take every slot: at most
 once (:class:`worker.slots.DestinationSlots`). A destination is the socket a
 URL reaches, whatever the URL's spelling of the host: its resolved addresses
 and port (:mod:`worker.destinations`). Nor can one account: at most
-``SVCGW_ACCOUNT_CONCURRENCY`` of its attempts run at once. A job whose
+``SVCGW_ACCOUNT_CONCURRENCY`` of its attempts run at once while another
+account wants slots; alone, an account whose endpoints answer quickly may
+use every slot (:class:`worker.slots.AccountSlots`). A job whose
 destination or account is at its cap goes back to the scheduled registry
 without counting an attempt, for longer the slower that destination has been
 answering. The claim script does that itself for the destinations (as the
@@ -67,7 +69,7 @@ from .delivery import Attempt, Prepared, prepare_claimed, send, stand_in, unexpe
 from .destinations import DestinationKeys
 from .outcomes import AttemptHook, Outcomes
 from .queue import Claimed, DeliveryQueue, Finish
-from .slots import DestinationSlots
+from .slots import AccountSlots, DestinationSlots
 
 __all__ = ["Engine", "loop_factory"]
 
@@ -137,7 +139,7 @@ class Engine:
         self.slots = DestinationSlots(settings.destination_concurrency, settings.delivery_timeout)
         # An account at its cap is usually busy rather than stuck: its deliveries
         # free slots within milliseconds, so its waits start short.
-        self.accounts = DestinationSlots(
+        self.accounts = AccountSlots(
             settings.account_concurrency, settings.delivery_timeout, shortest=ACCOUNT_DEFER_SECONDS
         )
         self.destinations = DestinationKeys(settings.allow_private_destinations, settings.destination_ports)
@@ -324,7 +326,7 @@ class Engine:
             token = self.slots.acquire_all(destinations) if destinations else None
             if token is not None or not destinations:
                 return _Slots(destinations, token, prepared.account, account_token)
-            self.accounts.release(prepared.account, account_token)
+            self.accounts.give_back(prepared.account, account_token)
             delay = max(self.slots.defer_delay(key) for key in self.slots.full(destinations))
         await self.outcomes.finish(Finish(prepared.delivery_id, prepared.appid, "defer", due=time.time() + delay))
         return None

@@ -5,8 +5,9 @@ One failing destination must not take every slot of a worker: at most
 destination at once. The engine keys destinations by the sockets a URL
 reaches (:mod:`worker.destinations`), and an attempt takes a slot on each of
 them at once (:meth:`DestinationSlots.acquire_all`), so every spelling of a
-host shares its cap. The same class counts attempts per account
-(``SVCGW_ACCOUNT_CONCURRENCY``).
+host shares its cap. :class:`AccountSlots` counts attempts per account
+(``SVCGW_ACCOUNT_CONCURRENCY``), a cap that bites only while another
+account wants slots of the same worker.
 
 A job whose key is at its cap is deferred for about as long as the key takes
 to free a slot (:meth:`DestinationSlots.defer_delay`). The counts are this
@@ -18,19 +19,33 @@ from __future__ import annotations
 import random
 import time
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
-__all__ = ["DEFER_SECONDS", "DestinationSlots"]
+__all__ = ["BORROW_SECONDS", "CONTENDED_SECONDS", "DEFER_SECONDS", "AccountSlots", "DestinationSlots"]
 
 DEFER_SECONDS = 0.25  # the shortest deferral of a job whose host is at its cap
+# An account alone may go over its cap while its attempts free their slots within this long
+# (or half the delivery timeout, if shorter), so the slots it borrowed come back soon.
+BORROW_SECONDS = 1.0
+# Another account whose job this worker took up within this long still wants slots.
+CONTENDED_SECONDS = 1.0
 
 
 class DestinationSlots:
     """Counts attempts in flight per destination host, and how long that host takes to answer."""
 
-    def __init__(self, cap: int, timeout: float, *, shortest: float = DEFER_SECONDS) -> None:
+    def __init__(
+        self,
+        cap: int,
+        timeout: float,
+        *,
+        shortest: float = DEFER_SECONDS,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self.cap = cap
         self.timeout = timeout
+        self.clock = clock
         self.shortest = shortest  # the first deferral while a key is at its cap
         self._counts: Counter[str] = Counter()
         self._started: dict[str, dict[int, float]] = {}
@@ -46,8 +61,11 @@ class DestinationSlots:
         """One token for a slot on every one of ``hosts``, or None (and no slot taken) when one is at its cap."""
         if any(self._counts[host] >= self.cap for host in hosts):
             return None
+        return self._take(hosts)
+
+    def _take(self, hosts: Sequence[str]) -> int:
         self._tokens += 1
-        now = time.monotonic()
+        now = self.clock()
         for host in hosts:
             self._counts[host] += 1
             self._started.setdefault(host, {})[self._tokens] = now
@@ -61,19 +79,27 @@ class DestinationSlots:
         """Those of ``hosts`` at their cap."""
         return [host for host in hosts if self._counts.get(host, 0) >= self.cap]
 
+    def give_back(self, host: str, token: int) -> None:
+        """Free a slot taken for no attempt (another cap refused the job): its time says nothing of ``host``."""
+        self._started.get(host, {}).pop(token, None)
+        self.release(host, token)
+
     def release(self, host: str, token: int) -> None:
         started = self._started.get(host, {}).pop(token, None)
         if started is not None:
-            took = time.monotonic() - started
+            took = self.clock() - started
             before = self._typical.get(host)
             self._typical[host] = took if before is None else 0.8 * before + 0.2 * took
         self._deferred.pop(host, None)
         self._counts[host] -= 1
         if self._counts[host] <= 0:
-            # Forget idle hosts, or a long-running worker would remember every host it ever saw.
-            del self._counts[host]
-            self._started.pop(host, None)
-            self._typical.pop(host, None)
+            self._forget(host)
+
+    def _forget(self, host: str) -> None:
+        """Forget an idle host, or a long-running worker would remember every host it ever saw."""
+        del self._counts[host]
+        self._started.pop(host, None)
+        self._typical.pop(host, None)
 
     def saturated(self) -> dict[str, float]:
         """Hosts with no free slot, each with when its jobs should be claimed again."""
@@ -92,7 +118,94 @@ class DestinationSlots:
         """
         streak = self._deferred[host]
         self._deferred[host] += 1
-        now = time.monotonic()
+        now = self.clock()
         oldest = min(self._started.get(host, {}).values(), default=now)
         estimate = max(self._typical.get(host, 0.0), now - oldest, self.shortest * 2 ** min(streak, 16))
         return float(min(estimate, max(self.timeout, self.shortest)) * random.uniform(0.8, 1.2))
+
+
+class AccountSlots(DestinationSlots):
+    """Attempts in flight per account, under a cap that exists for fairness between accounts.
+
+    The cap bites only while another account wants slots of this worker:
+    one of its attempts is in flight, or one of its jobs was taken up
+    within ``CONTENDED_SECONDS``. Alone, an account may use every slot
+    (the engine's ``SVCGW_DELIVERY_CONCURRENCY``), so a single account's
+    slow endpoints are not held to a fraction of the worker.
+
+    Going over the cap borrows slots that another account may want the next
+    moment, so only an account whose attempts free their slots quickly may
+    borrow: its usual answer time, and the age of its oldest attempt in
+    flight, within ``BORROW_SECONDS`` (or half the delivery timeout). An
+    account whose endpoints hang therefore stays at its cap even alone, and
+    the slots it would otherwise hold until the timeout stay free for the
+    next account that turns up.
+    """
+
+    def __init__(self, cap: int, timeout: float, *, borrow: float = BORROW_SECONDS, **options: Any) -> None:
+        """``options`` are :class:`DestinationSlots`'s; ``borrow`` stands for ``BORROW_SECONDS``."""
+        super().__init__(cap, timeout, **options)
+        self.quick = min(borrow, timeout / 2)
+        self._seen: dict[str, float] = {}  # when a job of each account was last taken up
+        self._pruned = self.clock()
+
+    def acquire(self, host: str) -> int | None:
+        """A token for a slot of account ``host``: under its cap, or over it while it may borrow."""
+        now = self._seen[host] = self.clock()
+        if now - self._pruned > CONTENDED_SECONDS:
+            self._prune(now)
+        if self._counts[host] >= self.cap and not self.may_borrow(host):
+            return None
+        return self._take((host,))
+
+    def may_borrow(self, account: str) -> bool:
+        """Whether ``account`` may go over its cap now: it is alone and its attempts are quick."""
+        now = self.clock()
+        typical = self._typical.get(account)
+        if typical is None or self._contended(account, now):
+            return False
+        oldest = min(self._started.get(account, {}).values(), default=now)
+        return max(typical, now - oldest) <= self.quick
+
+    def saturated(self) -> dict[str, float]:
+        """Accounts at their cap that may not borrow, each with when its jobs should be claimed again."""
+        now = time.time()
+        return {
+            account: now + self.defer_delay(account)
+            for account, count in self._counts.items()
+            if count >= self.cap and not self.may_borrow(account)
+        }
+
+    def defer_delay(self, host: str) -> float:
+        """How long a job of account ``host`` over its cap waits before it is claimed again.
+
+        An account alone whose first attempts have not answered yet may be
+        about to borrow: its jobs are looked at again about when its oldest
+        attempt could answer, rather than after waits that double.
+        """
+        now = self.clock()
+        if host not in self._typical and not self._contended(host, now):
+            age = now - min(self._started.get(host, {}).values(), default=now)
+            if age <= self.quick:
+                return float(max(self.shortest, age) * random.uniform(0.8, 1.2))
+        return super().defer_delay(host)
+
+    def _contended(self, account: str, now: float) -> bool:
+        """Whether another account has an attempt in flight or had a job taken up lately."""
+        if any(other != account for other in self._counts):
+            return True
+        cutoff = now - CONTENDED_SECONDS
+        return any(seen >= cutoff for other, seen in self._seen.items() if other != account)
+
+    def _forget(self, host: str) -> None:
+        # Its attempts all finished at once (they often do): keep how long they take, so that
+        # its next ones may borrow at once. Accounts not seen lately are forgotten by _prune.
+        del self._counts[host]
+        self._started.pop(host, None)
+
+    def _prune(self, now: float) -> None:
+        """Forget accounts neither in flight nor seen lately, or a worker would remember every account."""
+        cutoff = now - CONTENDED_SECONDS
+        self._seen = {account: seen for account, seen in self._seen.items() if seen >= cutoff}
+        self._typical = {a: took for a, took in self._typical.items() if a in self._seen or a in self._counts}
+        self._pruned = now

@@ -452,14 +452,40 @@ def isolation(bench: Bench) -> dict[str, Any]:
     healthy = bench.fast[:90]
     hanging = bench.provision(bench.sink.listen("hang", 10))
     tenants = healthy[:45] + hanging[:5] + healthy[45:] + hanging[5:]  # 1 in 10 never answers
+    figures = _against_control(bench, healthy, tenants, hanging, ("ctl-", "iso-"))
+    return {"destinations": len(tenants), "never_answering": len(hanging), **figures}
+
+
+# --- 4b. one account's endpoints hang ---------------------------------------------------
+def accounts(bench: Bench) -> dict[str, Any]:
+    """One account's deliveries while another account's endpoints never answer.
+
+    The hanging account has 60 destinations: under their caps
+    (``SVCGW_DESTINATION_CONCURRENCY``) they could hold every slot of a
+    worker, so what keeps the healthy account going is the per-account cap
+    (``SVCGW_ACCOUNT_CONCURRENCY``), which bites here because both accounts
+    want slots. One delivery in four is the hanging account's. The healthy
+    account's same deliveries alone are measured just before
+    (``control_per_s``), as in the isolation scenario.
+    """
+    bench.stop_workers()
+    bench.clear_queue()
+    healthy = bench.fast[:90]
+    hanging = bench.provision(bench.sink.listen("hang", 60))  # an account of their own
+    tenants = [t for k in range(60) for t in (*(healthy[(3 * k + j) % 90] for j in range(3)), hanging[k])]
+    figures = _against_control(bench, healthy, tenants, hanging, ("act-", "acc-"))
+    return {"hanging_destinations": len(hanging), **figures}
+
+
+def _against_control(
+    bench: Bench, healthy: list[Tenant], tenants: list[Tenant], hanging: list[Tenant], prefixes: tuple[str, str]
+) -> dict[str, Any]:
+    """The healthy deliveries' rate among ``tenants``, and the same deliveries to ``healthy`` alone just before."""
     count = bench.plan.isolation_deliveries
-    expected = sum(1 for n in range(count) if tenants[n % len(tenants)] in healthy)
-    control = _healthy_rate(bench, healthy, expected, "ctl-", set())
-    hanging_ports = {t.port for t in hanging}
-    with_hanging = _healthy_rate(bench, tenants, count, "iso-", hanging_ports)
+    expected = sum(1 for n in range(count) if tenants[n % len(tenants)] not in hanging)
+    control = _healthy_rate(bench, healthy, expected, prefixes[0], set())
+    with_hanging = _healthy_rate(bench, tenants, count, prefixes[1], {t.port for t in hanging})
     return {
-        "destinations": len(tenants),
-        "never_answering": len(hanging),
         "healthy_expected": expected,
         "healthy_delivered": with_hanging[1],
         "healthy_per_s": with_hanging[0],

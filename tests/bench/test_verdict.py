@@ -26,6 +26,8 @@ def good() -> dict[str, Any]:
         "slow": {"expected": 8000, "delivered": 8000, "deliveries_per_s": 5000, "rss_mb": 380},
         "isolation": {"healthy_expected": 27000, "healthy_delivered": 27000, "control_delivered": 27000,
                       "vs_control": 1.0},
+        "accounts": {"healthy_expected": 22500, "healthy_delivered": 22500, "control_delivered": 22500,
+                     "vs_control": 0.95},
         "retry": {"due_at_once": 10000, "attempted": 10000, "lateness_max_s": 0.5},
         "reference": {"rq_simpleworker_x2": {"jobs": 1500, "delivered": 1500},
                       "aiohttp_loop_c50": {"requests": 50000, "failed": 0}},
@@ -108,6 +110,8 @@ def test_an_empty_sample_is_not_met(sample: dict[str, Any], targets: set[str]) -
         ("slow.delivered", 7000, {"slow_per_s", "slow_rss_mb"}),
         ("isolation.healthy_delivered", 26000, {"isolation_vs_control", "isolation_ratio"}),
         ("isolation.control_delivered", 26000, {"isolation_vs_control"}),
+        ("accounts.healthy_delivered", 22000, {"accounts_vs_control"}),
+        ("accounts.control_delivered", 22000, {"accounts_vs_control"}),
         ("reference.rq_simpleworker_x2.delivered", 1499, {"e2e_vs_simpleworker"}),
         ("ingest.stored", 39999, {"ingest_per_s"}),  # an acknowledged post not stored
         ("ingest.fixed_ok", 4999, {"ingest_p99_ms_at_1000"}),

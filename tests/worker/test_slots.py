@@ -1,8 +1,12 @@
-"""Destination slots: a cap per host, and deferrals that grow while a host frees no slot."""
+"""Slots: a cap per host, deferrals that grow while a host frees no slot, and a work-conserving cap per account."""
 
 from __future__ import annotations
 
-from worker.slots import DEFER_SECONDS, DestinationSlots
+from svcgw.settings import Settings
+from tests.conftest import provision
+from tests.support import Received, Sink, wait_for
+from tests.worker.test_engine import Running, _post
+from worker.slots import BORROW_SECONDS, CONTENDED_SECONDS, DEFER_SECONDS, AccountSlots, DestinationSlots
 
 
 def test_slots_cap_a_host_and_free_on_release() -> None:
@@ -28,3 +32,138 @@ def test_the_wait_doubles_while_a_host_frees_no_slot() -> None:
     slots.release("hang:1", token)
     slots.acquire("hang:1")
     assert slots.defer_delay("hang:1") <= 1.2  # answered quickly this time: short waits again
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_an_account_alone_with_quick_attempts_may_use_more_than_its_cap() -> None:
+    clock = Clock()
+    accounts = AccountSlots(cap=2, timeout=10, clock=clock)
+    first, second = accounts.acquire("a"), accounts.acquire("a")
+    assert first is not None and second is not None
+    # How long its attempts take is not known yet: it waits like any account at its cap.
+    assert accounts.acquire("a") is None and set(accounts.saturated()) == {"a"}
+    clock.now += 0.2
+    accounts.release("a", first)
+    assert accounts.acquire("a") is not None
+    assert accounts.acquire("a") is not None  # over the cap: 3 in flight of a cap of 2
+    assert accounts.saturated() == {}
+
+
+def test_the_cap_bites_again_once_another_account_wants_slots() -> None:
+    clock = Clock()
+    accounts = AccountSlots(cap=1, timeout=10, clock=clock)
+    token = accounts.acquire("a")
+    assert token is not None
+    clock.now += 0.1
+    accounts.release("a", token)
+    # With nothing in flight, it is still known to be quick.
+    first, second = accounts.acquire("a"), accounts.acquire("a")
+    assert first is not None and second is not None
+    clock.now += CONTENDED_SECONDS * 3
+    accounts.acquire("b")  # a while later: a is forgotten, its next attempts start under the cap again
+    accounts.release("a", first)
+    accounts.release("a", second)
+    assert accounts.acquire("a") is not None and accounts.acquire("a") is None
+    # Attempts quick enough to borrow even after the wait below.
+    accounts = AccountSlots(cap=2, timeout=10, clock=clock, borrow=CONTENDED_SECONDS + 1)
+    token, _ = accounts.acquire("a"), accounts.acquire("a")
+    assert token is not None
+    clock.now += 0.1
+    accounts.release("a", token)
+    assert accounts.acquire("a") is not None and accounts.acquire("a") is not None
+    other = accounts.acquire("b")
+    assert other is not None
+    assert accounts.acquire("a") is None and "a" in accounts.saturated()
+    clock.now += 0.1
+    accounts.release("b", other)
+    # b has nothing in flight, but a job of it was taken up a moment ago: it may have more waiting.
+    assert accounts.acquire("a") is None
+    clock.now += CONTENDED_SECONDS + 0.1
+    assert accounts.acquire("a") is not None
+
+
+def test_a_slot_given_back_without_an_attempt_says_nothing_of_the_answer_time() -> None:
+    clock = Clock()
+    accounts = AccountSlots(cap=2, timeout=10, clock=clock)
+    first, second = accounts.acquire("a"), accounts.acquire("a")
+    assert first is not None and second is not None
+    accounts.give_back("a", first)  # its destination was at its cap: no attempt
+    assert accounts.acquire("a") is not None and accounts.acquire("a") is None  # still not known to be quick
+    clock.now += 0.1
+    accounts.release("a", second)
+    assert accounts.acquire("a") is not None and accounts.acquire("a") is not None
+
+
+def test_an_account_whose_attempts_hang_does_not_borrow() -> None:
+    clock = Clock()
+    accounts = AccountSlots(cap=2, timeout=10, clock=clock)
+    token, _ = accounts.acquire("a"), accounts.acquire("a")
+    assert token is not None
+    clock.now += BORROW_SECONDS + 0.5
+    accounts.release("a", token)  # its usual answer time is now longer than a borrowed slot may be held
+    assert accounts.acquire("a") is not None and accounts.acquire("a") is None
+    slow = AccountSlots(cap=2, timeout=10, clock=clock)
+    quick, _ = slow.acquire("a"), slow.acquire("a")
+    assert quick is not None
+    clock.now += 0.1
+    slow.release("a", quick)
+    assert slow.acquire("a") is not None
+    clock.now += BORROW_SECONDS  # the attempts in flight have been waiting too long
+    assert slow.acquire("a") is None and "a" in slow.saturated()
+
+
+# --- the engine in this process, against real loopback sinks ----------------------------
+def _most_at_once(posts: list[Received], took: float) -> int:
+    """The most posts that arrived within one answer time of each other: attempts in flight at once."""
+    times = sorted(post.at for post in posts)
+    return max((sum(1 for t in times if start <= t < start + took * 0.8) for start in times), default=0)
+
+
+def _four_slots_two_an_account(env: dict[str, str]) -> Settings:
+    return Settings.from_env(
+        dict(env, SVCGW_DELIVERY_CONCURRENCY="4", SVCGW_ACCOUNT_CONCURRENCY="2", SVCGW_DELIVERY_TIMEOUT="4")
+    )
+
+
+def test_one_account_alone_uses_every_slot_of_the_worker(env: dict[str, str], sink: Sink) -> None:
+    settings = _four_slots_two_an_account(env)
+    sink.set(delay=0.4)
+    tenant = provision(settings, url=sink.url)
+    for n in range(16):
+        _post(settings, tenant, f"a{n}")
+    with Running(settings):
+        wait_for(lambda: len(sink.posts()) >= 16, timeout=20, what="every delivery")
+    assert _most_at_once(sink.posts(), 0.4) == 4
+
+
+def test_the_first_account_goes_back_to_its_cap_while_a_second_one_delivers(
+    env: dict[str, str], sink: Sink
+) -> None:
+    settings = _four_slots_two_an_account(env)
+    sink.set(delay=0.3)
+    first = provision(settings, url=sink.url)
+    for n in range(12):
+        _post(settings, first, f"a{n}")
+    other = Sink(delay=0.3).start()
+    try:
+        second = provision(settings, url=other.url)
+        with Running(settings):
+            wait_for(lambda: _most_at_once(sink.posts(), 0.3) > 2, timeout=10, what="the first account to borrow")
+            for n in range(16):
+                _post(settings, first, f"b{n}")
+                _post(settings, second, f"c{n}")
+            wait_for(lambda: len(other.posts()) >= 16, timeout=20, what="the second account's deliveries")
+        begun, ended = other.posts()[0].at + 0.3, other.posts()[-1].at  # once the borrowed slots came back
+        meanwhile = [post for post in sink.posts() if begun <= post.at < ended]
+        assert meanwhile, "the first account had nothing in flight while the second delivered"
+        assert _most_at_once(meanwhile, 0.3) <= 2
+        assert _most_at_once(other.posts(), 0.3) == 2
+    finally:
+        other.stop()
