@@ -12,7 +12,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any, TypeVar
+from typing import Any, NoReturn, TypeVar
 
 import httpx
 
@@ -40,6 +40,20 @@ def attempt_records(redis: Any, delivery_id: str) -> list[dict[str, Any]]:
     stored = {name.decode(): value for name, value in redis.hgetall(keys.delivery(delivery_id)).items()}
     legacy = redis.lrange(keys.delivery_attempts(delivery_id), 0, -1)
     return [orjson.loads(record) for record in attemptrecords.from_hash(stored, legacy)]
+
+
+def tools_required() -> bool:
+    """Whether a test's missing tool fails it instead of skipping it (``.ci/run`` sets this when CI=true)."""
+    return os.environ.get("SVCGW_TEST_REQUIRE_TOOLS", "") not in ("", "0")
+
+
+def missing_tool(reason: str) -> NoReturn:
+    """Skip the test for a tool that is not installed, or fail it where the tool must be (:func:`tools_required`)."""
+    import pytest
+
+    if tools_required():
+        pytest.fail(f"{reason}; SVCGW_TEST_REQUIRE_TOOLS is set, so this is a failure, not a skip")
+    pytest.skip(reason)
 
 
 def free_port() -> int:
@@ -276,6 +290,50 @@ class ThreadedServer:
         self.server.should_exit = True
         self.thread.join(timeout)
         logging.getLogger().removeHandler(self.logs)
+
+
+class ThreadedWorker:
+    """The delivery worker (``worker.main``: the engine and the prober) on its own event loop, in a thread.
+
+    The same code as ``svcgw worker``, without an interpreter started for it;
+    setting the stop event does what SIGTERM does to the process. Tests about
+    the process itself (kill -9, signals, restarts) start it with ``Process``.
+    """
+
+    def __init__(self, settings: Any) -> None:
+        self.settings = settings
+        self.stop_event = threading.Event()
+        self.error: BaseException | None = None
+        self.thread = threading.Thread(target=self._run, name="worker", daemon=True)
+        self.logs = LogCapture()
+
+    def _run(self) -> None:
+        from worker.main import run
+
+        try:
+            run(self.settings, stop=self.stop_event)
+        except BaseException as error:  # kept for stop() to report
+            self.error = error
+
+    def start(self) -> ThreadedWorker:
+        logging.getLogger().addHandler(self.logs)
+        self.thread.start()
+        return self
+
+    def alive(self) -> bool:
+        return self.thread.is_alive()
+
+    def output(self) -> str:
+        return self.logs.output()
+
+    def stop(self, timeout: float = 20.0) -> None:
+        self.stop_event.set()
+        self.thread.join(timeout)
+        logging.getLogger().removeHandler(self.logs)
+        if self.thread.is_alive():
+            raise AssertionError(f"the worker did not stop within {timeout}s:\n{self.output()}")
+        if self.error is not None:
+            raise AssertionError(f"the worker failed: {self.error!r}\n{self.output()}") from self.error
 
 
 def fake_resolver(table: Mapping[str, Sequence[str]]) -> Callable[[str, int], list[str]]:

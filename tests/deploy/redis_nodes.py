@@ -12,11 +12,10 @@ import time
 from pathlib import Path
 from typing import Any, cast
 
-import pytest
 from redis import Redis
 from redis.exceptions import RedisError
 
-from tests.support import free_port, wait_for
+from tests.support import free_port, missing_tool, wait_for
 
 MASTER = "mymaster"
 
@@ -24,7 +23,7 @@ MASTER = "mymaster"
 def require_binaries(*names: str) -> None:
     missing = [name for name in names if shutil.which(name) is None]
     if missing:
-        pytest.skip(f"needs {', '.join(missing)} (Debian: apt-get install -y redis-server redis-sentinel)")
+        missing_tool(f"needs {', '.join(missing)} (Debian: apt-get install -y redis-server redis-sentinel)")
 
 
 class Node:

@@ -88,7 +88,7 @@ def stranger(stack: Stack) -> Iterator[Developer]:
 
 
 def status_of(redis: Redis, appid: str) -> str:
-    return liveness.describe(redis.hgetall(keys.instance(appid)))["status"]  # type: ignore[arg-type]
+    return liveness.describe(redis.hgetall(keys.instance(appid)))["status"]
 
 
 def service_events(redis: Redis, appid: str, event_type: str) -> int:

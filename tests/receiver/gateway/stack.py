@@ -60,7 +60,7 @@ class Stack:
             _, key = await store.create_key(account.id)
             return account.id, key
 
-        return with_store(self.settings, action)  # type: ignore[no-any-return]
+        return with_store(self.settings, action)
 
     def store(self, action: Any) -> Any:
         return with_store(self.settings, action)
