@@ -12,15 +12,17 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any, NoReturn, TypeVar
+from typing import Any, Literal, NoReturn, TypeVar
 
 import httpx
 
 T = TypeVar("T")
 
 
-def wait_for(predicate: Callable[[], T], timeout: float = 10.0, interval: float = 0.02, what: str = "") -> T:
-    """Poll until ``predicate()`` is truthy; fail the test with ``what`` at the deadline."""
+def wait_for(
+    predicate: Callable[[], T | Literal[False] | None], timeout: float = 10.0, interval: float = 0.02, what: str = ""
+) -> T:
+    """Poll until ``predicate()`` is truthy and return that; fail the test with ``what`` at the deadline."""
     deadline = time.monotonic() + timeout
     while True:
         value = predicate()
