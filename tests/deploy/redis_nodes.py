@@ -170,7 +170,7 @@ class SentinelCluster:
                 client.close()
 
         started = time.monotonic()
-        new = cast(tuple[str, int], wait_for(promoted, timeout=timeout, interval=0.1, what="a promoted replica"))
+        new = wait_for(promoted, timeout=timeout, interval=0.1, what="a promoted replica")
         print(f"failover: {old[1]} -> {new[1]} in {time.monotonic() - started:.1f}s")
         return new
 

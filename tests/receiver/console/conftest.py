@@ -63,7 +63,7 @@ class ConsoleClient:
         self.account: str = answer.json()["data"]["account"]
 
     def get(self, path: str, **kwargs: object) -> httpx.Response:
-        return self.http.get("/console/api" + path, **kwargs)  # type: ignore[arg-type]
+        return self.http.get("/console/api" + path, **kwargs)
 
     def change(self, method: str, path: str, json: object | None = None, csrf: bool = True) -> httpx.Response:
         headers = {"X-CSRF-Token": self.csrf} if csrf else {}

@@ -148,7 +148,7 @@ def test_console_in_a_browser(
 
     def delivered_shown() -> bool:
         page.reload()
-        return page.locator("#log .badge.state-delivered").count() == 1
+        return bool(page.locator("#log .badge.state-delivered").count() == 1)
 
     wait_for(delivered_shown, timeout=15, interval=0.2, what="the log to show the delivery")
     assert page.locator("#log li.entry").count() == 2

@@ -69,7 +69,7 @@ def test_deliveries_page_in_a_browser(
     # A second post a second later fails too: the address is now failing, on every page.
     def banner_shown() -> bool:
         page.reload()
-        return page.locator("#failing-banner").count() == 1
+        return bool(page.locator("#failing-banner").count() == 1)
 
     wait_for(lambda: time.time() - sink.posts()[0].at > 1.2, timeout=5, what="a second to pass")
     httpx.post(receiver, content=b'{"event_type":"Ping","events":[{"id":"br2"}]}', timeout=10).raise_for_status()
