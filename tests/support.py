@@ -206,7 +206,8 @@ def wait_answering(process: Process, url: str, what: str) -> None:
         except httpx.HTTPError:
             return False
 
-    wait_for(ready, timeout=20, interval=0.05, what=what)
+    # Generous: an interpreter starting on two cores shared with other work can take that long.
+    wait_for(ready, timeout=40, interval=0.05, what=what)
 
 
 def start_server(env: dict[str, str], name: str = "serve") -> tuple[Process, str]:
@@ -215,7 +216,7 @@ def start_server(env: dict[str, str], name: str = "serve") -> tuple[Process, str
     server_env = dict(env, SVCGW_PORT=str(port))
     process = Process(["serve"], server_env, f"{name}-{port}").start()
     base = f"http://127.0.0.1:{port}"
-    wait_answering(process, base + "/readyz", "the HTTP server")
+    wait_ready_or_stop(process, base + "/readyz", "the HTTP server")
     return process, base
 
 
@@ -226,8 +227,17 @@ def start_sim(state_dir: str) -> tuple[Process, str]:
     env.update(SVCGW_STATE_DIR=state_dir, PYTHONUNBUFFERED="1")
     process = Process(["sim", "--port", str(port)], env, "sim").start()
     base = f"http://127.0.0.1:{port}"
-    wait_answering(process, base + "/_sim/instances", "the simulator")
+    wait_ready_or_stop(process, base + "/_sim/instances", "the simulator")
     return process, base
+
+
+def wait_ready_or_stop(process: Process, url: str, what: str) -> None:
+    """:func:`wait_answering`; a process that never answers is stopped, not left running after the test."""
+    try:
+        wait_answering(process, url, what)
+    except BaseException:
+        process.stop()
+        raise
 
 
 class LogCapture(logging.Handler):
