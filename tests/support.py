@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import os
 import socket
@@ -308,28 +309,37 @@ class ThreadedWorker:
     """The delivery worker (``worker.main``: the engine and the prober) on its own event loop, in a thread.
 
     The same code as ``svcgw worker``, without an interpreter started for it;
-    setting the stop event does what SIGTERM does to the process. Tests about
+    :meth:`stop` sets the event that SIGTERM sets in the process. Tests about
     the process itself (kill -9, signals, restarts) start it with ``Process``.
     """
 
     def __init__(self, settings: Any) -> None:
         self.settings = settings
-        self.stop_event = threading.Event()
         self.error: BaseException | None = None
         self.thread = threading.Thread(target=self._run, name="worker", daemon=True)
         self.logs = LogCapture()
+        self._running = threading.Event()
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._stop: asyncio.Event | None = None
 
     def _run(self) -> None:
-        from worker.main import run
+        from worker.engine import loop_factory
+        from worker.main import serve
 
         try:
-            run(self.settings, stop=self.stop_event)
+            with asyncio.Runner(loop_factory=loop_factory()) as runner:
+                self._loop, self._stop = runner.get_loop(), asyncio.Event()
+                self._running.set()
+                runner.run(serve(self.settings, stop=self._stop))
         except BaseException as error:  # kept for stop() to report
             self.error = error
+        finally:
+            self._running.set()
 
     def start(self) -> ThreadedWorker:
         logging.getLogger().addHandler(self.logs)
         self.thread.start()
+        self._running.wait(20)
         return self
 
     def alive(self) -> bool:
@@ -339,7 +349,8 @@ class ThreadedWorker:
         return self.logs.output()
 
     def stop(self, timeout: float = 20.0) -> None:
-        self.stop_event.set()
+        if self._loop is not None and self._stop is not None and self.thread.is_alive():
+            self._loop.call_soon_threadsafe(self._stop.set)
         self.thread.join(timeout)
         logging.getLogger().removeHandler(self.logs)
         if self.thread.is_alive():
