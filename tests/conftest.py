@@ -5,9 +5,10 @@ from __future__ import annotations
 import asyncio
 import os
 import socket
-from collections.abc import Iterator
+from collections.abc import Awaitable, Callable, Coroutine, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, TypeVar, cast
 
 import pytest
 from cryptography.fernet import Fernet
@@ -17,7 +18,9 @@ from redis.asyncio import Redis as AsyncRedis
 from svcgw.settings import Settings
 from svcgw.store import Scope, Store
 from svcgw.vault import TokenVault
-from tests.support import Process, Sink, start_server
+from tests.support import Sink, ThreadedServer, ThreadedWorker
+
+T = TypeVar("T")
 
 REDIS_HOST = os.environ.get("SVCGW_TEST_REDIS_HOST", "127.0.0.1")
 REDIS_PORT = int(os.environ.get("SVCGW_TEST_REDIS_PORT", "6379"))
@@ -39,7 +42,7 @@ def redis_db() -> Iterator[int]:
     for db in range(1, 16):
         if lessor.set(f"svcgw-test:db:{db}", owner, nx=True, ex=6 * 3600):
             break
-        lease = lessor.get(f"svcgw-test:db:{db}")
+        lease = cast(bytes | None, lessor.get(f"svcgw-test:db:{db}"))
         # A run that was killed never gave its lease back; its process is gone.
         # SET ... GET tells whether another run took the lease over first.
         if _abandoned(lease) and lessor.set(f"svcgw-test:db:{db}", owner, ex=6 * 3600, get=True) == lease:
@@ -112,7 +115,7 @@ def settings(env: dict[str, str]) -> Settings:
     return Settings.from_env(env)
 
 
-def run(coro):  # type: ignore[no-untyped-def]
+def run(coro: Coroutine[Any, Any, T]) -> T:
     return asyncio.run(coro)
 
 
@@ -126,7 +129,7 @@ class Tenant:
         return f"{base}/svc/receiver/{self.appid}/{self.receiver_token}"
 
 
-async def _with_store(settings: Settings, action):  # type: ignore[no-untyped-def]
+async def _with_store(settings: Settings, action: Callable[[Store], Awaitable[T]]) -> T:
     client = AsyncRedis.from_url(settings.redis_url or "", decode_responses=True)
     try:
         return await action(Store(client, TokenVault.from_settings(settings)))
@@ -134,7 +137,7 @@ async def _with_store(settings: Settings, action):  # type: ignore[no-untyped-de
         await client.aclose()
 
 
-def with_store(settings: Settings, action):  # type: ignore[no-untyped-def]
+def with_store(settings: Settings, action: Callable[[Store], Awaitable[T]]) -> T:
     """Run ``action(store)`` (a coroutine function) against the test database."""
     return asyncio.run(_with_store(settings, action))
 
@@ -148,7 +151,7 @@ def provision(settings: Settings, url: str | None = None, bearer: str | None = N
             await store.set_callback(Scope(appid=instance), url, bearer_token=bearer)
         return Tenant(account.id, instance, token)
 
-    return with_store(settings, action)  # type: ignore[no-any-return]
+    return with_store(settings, action)
 
 
 @pytest.fixture
@@ -159,14 +162,23 @@ def sink() -> Iterator[Sink]:
 
 
 @pytest.fixture
-def server(env: dict[str, str]) -> Iterator[str]:
-    process, base = start_server(env)
-    yield base
-    process.stop()
+def server(settings: Settings) -> Iterator[str]:
+    """The real HTTP app (``receiver.app``) of ``settings``, served by uvicorn in a thread of the test process.
+
+    Reached over real HTTP on loopback, on the test's own Redis database,
+    without an interpreter started per test. Tests about the ``svcgw serve``
+    process itself (its signals, limits, logs) start it with ``start_server``.
+    """
+    from receiver.app import create_app
+
+    served = ThreadedServer(create_app(settings)).start()
+    yield served.base
+    served.stop()
 
 
 @pytest.fixture
-def worker(env: dict[str, str]) -> Iterator[Process]:
-    process = Process(["worker"], env, "worker").start()
-    yield process
-    process.stop()
+def worker(settings: Settings) -> Iterator[ThreadedWorker]:
+    """The delivery worker of ``settings`` in a thread of the test process (``tests.support.ThreadedWorker``)."""
+    running = ThreadedWorker(settings).start()
+    yield running
+    running.stop()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import os
 import socket
@@ -12,15 +13,17 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any, TypeVar
+from typing import Any, Literal, NoReturn, TypeVar
 
 import httpx
 
 T = TypeVar("T")
 
 
-def wait_for(predicate: Callable[[], T], timeout: float = 10.0, interval: float = 0.02, what: str = "") -> T:
-    """Poll until ``predicate()`` is truthy; fail the test with ``what`` at the deadline."""
+def wait_for(
+    predicate: Callable[[], T | Literal[False] | None], timeout: float = 10.0, interval: float = 0.02, what: str = ""
+) -> T:
+    """Poll until ``predicate()`` is truthy and return that; fail the test with ``what`` at the deadline."""
     deadline = time.monotonic() + timeout
     while True:
         value = predicate()
@@ -40,6 +43,20 @@ def attempt_records(redis: Any, delivery_id: str) -> list[dict[str, Any]]:
     stored = {name.decode(): value for name, value in redis.hgetall(keys.delivery(delivery_id)).items()}
     legacy = redis.lrange(keys.delivery_attempts(delivery_id), 0, -1)
     return [orjson.loads(record) for record in attemptrecords.from_hash(stored, legacy)]
+
+
+def tools_required() -> bool:
+    """Whether a test's missing tool fails it instead of skipping it (``.ci/run`` sets this when CI=true)."""
+    return os.environ.get("SVCGW_TEST_REQUIRE_TOOLS", "") not in ("", "0")
+
+
+def missing_tool(reason: str) -> NoReturn:
+    """Skip the test for a tool that is not installed, or fail it where the tool must be (:func:`tools_required`)."""
+    import pytest
+
+    if tools_required():
+        pytest.fail(f"{reason}; SVCGW_TEST_REQUIRE_TOOLS is set, so this is a failure, not a skip")
+    pytest.skip(reason)
 
 
 def free_port() -> int:
@@ -190,7 +207,8 @@ def wait_answering(process: Process, url: str, what: str) -> None:
         except httpx.HTTPError:
             return False
 
-    wait_for(ready, timeout=20, interval=0.05, what=what)
+    # Generous: an interpreter starting on two cores shared with other work can take that long.
+    wait_for(ready, timeout=40, interval=0.05, what=what)
 
 
 def start_server(env: dict[str, str], name: str = "serve") -> tuple[Process, str]:
@@ -199,7 +217,7 @@ def start_server(env: dict[str, str], name: str = "serve") -> tuple[Process, str
     server_env = dict(env, SVCGW_PORT=str(port))
     process = Process(["serve"], server_env, f"{name}-{port}").start()
     base = f"http://127.0.0.1:{port}"
-    wait_answering(process, base + "/readyz", "the HTTP server")
+    wait_ready_or_stop(process, base + "/readyz", "the HTTP server")
     return process, base
 
 
@@ -210,8 +228,17 @@ def start_sim(state_dir: str) -> tuple[Process, str]:
     env.update(SVCGW_STATE_DIR=state_dir, PYTHONUNBUFFERED="1")
     process = Process(["sim", "--port", str(port)], env, "sim").start()
     base = f"http://127.0.0.1:{port}"
-    wait_answering(process, base + "/_sim/instances", "the simulator")
+    wait_ready_or_stop(process, base + "/_sim/instances", "the simulator")
     return process, base
+
+
+def wait_ready_or_stop(process: Process, url: str, what: str) -> None:
+    """:func:`wait_answering`; a process that never answers is stopped, not left running after the test."""
+    try:
+        wait_answering(process, url, what)
+    except BaseException:
+        process.stop()
+        raise
 
 
 class LogCapture(logging.Handler):
@@ -276,6 +303,60 @@ class ThreadedServer:
         self.server.should_exit = True
         self.thread.join(timeout)
         logging.getLogger().removeHandler(self.logs)
+
+
+class ThreadedWorker:
+    """The delivery worker (``worker.main``: the engine and the prober) on its own event loop, in a thread.
+
+    The same code as ``svcgw worker``, without an interpreter started for it;
+    :meth:`stop` sets the event that SIGTERM sets in the process. Tests about
+    the process itself (kill -9, signals, restarts) start it with ``Process``.
+    """
+
+    def __init__(self, settings: Any) -> None:
+        self.settings = settings
+        self.error: BaseException | None = None
+        self.thread = threading.Thread(target=self._run, name="worker", daemon=True)
+        self.logs = LogCapture()
+        self._running = threading.Event()
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._stop: asyncio.Event | None = None
+
+    def _run(self) -> None:
+        from worker.engine import loop_factory
+        from worker.main import serve
+
+        try:
+            with asyncio.Runner(loop_factory=loop_factory()) as runner:
+                self._loop, self._stop = runner.get_loop(), asyncio.Event()
+                self._running.set()
+                runner.run(serve(self.settings, stop=self._stop))
+        except BaseException as error:  # kept for stop() to report
+            self.error = error
+        finally:
+            self._running.set()
+
+    def start(self) -> ThreadedWorker:
+        logging.getLogger().addHandler(self.logs)
+        self.thread.start()
+        self._running.wait(20)
+        return self
+
+    def alive(self) -> bool:
+        return self.thread.is_alive()
+
+    def output(self) -> str:
+        return self.logs.output()
+
+    def stop(self, timeout: float = 20.0) -> None:
+        if self._loop is not None and self._stop is not None and self.thread.is_alive():
+            self._loop.call_soon_threadsafe(self._stop.set)
+        self.thread.join(timeout)
+        logging.getLogger().removeHandler(self.logs)
+        if self.thread.is_alive():
+            raise AssertionError(f"the worker did not stop within {timeout}s:\n{self.output()}")
+        if self.error is not None:
+            raise AssertionError(f"the worker failed: {self.error!r}\n{self.output()}") from self.error
 
 
 def fake_resolver(table: Mapping[str, Sequence[str]]) -> Callable[[str, int], list[str]]:

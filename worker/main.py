@@ -34,17 +34,23 @@ def run(settings: Settings, *, burst: bool = False) -> None:
         runner.run(serve(settings, burst=burst))
 
 
-async def serve(settings: Settings, *, burst: bool = False) -> None:
-    """The worker on the running loop; :func:`run` starts a loop of its own for it."""
+async def serve(settings: Settings, *, burst: bool = False, stop: asyncio.Event | None = None) -> None:
+    """The worker on the running loop; :func:`run` starts a loop of its own for it.
+
+    ``stop``, when given, stops it instead of the signals: signal handlers
+    belong to the main thread, and a worker on another thread (the tests')
+    is stopped by setting that event from its loop.
+    """
     # One stop signal for the whole process: the engine and the prober both wait on it.
-    stop = asyncio.Event()
+    signals = SIGNALS if stop is None else ()
+    stop = stop if stop is not None else asyncio.Event()
     loop = asyncio.get_running_loop()
 
     def on_signal(signum: int) -> None:
         log.info("worker stopping (signal %d)", signum)
         stop.set()
 
-    for signum in SIGNALS:
+    for signum in signals:
         loop.add_signal_handler(signum, on_signal, signum)
     redis = async_client(settings)
     engine = Engine(settings, redis, TokenVault.from_settings(settings))
@@ -58,6 +64,6 @@ async def serve(settings: Settings, *, burst: bool = False) -> None:
         stop.set()
         await asyncio.gather(probing, beating, return_exceptions=True)
         await registered.stop()
-        for signum in SIGNALS:
+        for signum in signals:
             loop.remove_signal_handler(signum)
         await redis.aclose()

@@ -430,9 +430,9 @@ def gateway(rig: Rig, plan: GatewayPlan, trees: list[Tree]) -> dict[str, Any]:
 
         def added(label: str, name: str, direct: str) -> float:
             # Per round, the gateway's figure minus the upstream's of the same round, then the median.
-            return round(statistics.median(
+            return round(float(statistics.median(
                 r[name] - d[name] for r, d in zip(runs[label], runs[direct], strict=True)
-            ), 3)  # fmt: skip
+            )), 3)  # fmt: skip
 
         figures: dict[str, Any] = {
             "c50_w1_per_s": figure(f"{n} w1 c50", "per_s"),

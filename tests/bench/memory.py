@@ -130,7 +130,7 @@ def by_kind(bench: Bench) -> Counter[str]:
     def flush() -> None:
         with client.pipeline(transaction=False) as pipe:
             for key in batch:
-                pipe.execute_command("MEMORY", "USAGE", key, "SAMPLES", 0)
+                pipe.execute_command("MEMORY", "USAGE", key, "SAMPLES", 0)  # type: ignore[no-untyped-call]
             for key, usage in zip(batch, pipe.execute(), strict=True):
                 sizes[kind_of(key)] += int(usage or 0)
         batch.clear()

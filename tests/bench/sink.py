@@ -111,7 +111,7 @@ async def main() -> None:
             ports = []
             for _ in range(count):
                 server = await loop.create_server(
-                    lambda mode=mode, delay=delay: SinkProtocol(state, mode, delay),  # type: ignore[misc]
+                    lambda mode=mode, delay=delay: SinkProtocol(state, mode, delay),
                     "127.0.0.1",
                     0,
                     backlog=4096,

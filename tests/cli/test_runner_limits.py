@@ -29,11 +29,19 @@ def test_requests_beyond_the_concurrency_limit_are_refused_at_once(env: dict[str
             drip.sendall(b"POST /svc/receiver/we_x/y HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n{")
             drips.append(drip)
 
-        # ...so the next request is answered 503 straight away, not queued behind them.
+        # ...once the server has taken both (the first 503 tells; until then a request may still get in)...
         def refused() -> bool:
             return httpx.get(base + "/healthz", timeout=5).status_code == 503
 
-        wait_for(refused, timeout=10, what="a 503 beyond the concurrency limit")
+        wait_for(refused, timeout=10, what="the server to hold both connections (a first 503)")
+
+        # ...every further request is answered 503 straight away, not queued behind them.
+        for _ in range(3):
+            started = time.monotonic()
+            answer = httpx.get(base + "/healthz", timeout=10)
+            elapsed = time.monotonic() - started
+            assert answer.status_code == 503, answer.text
+            assert elapsed < 2.0, f"the 503 took {elapsed:.2f}s: queued, not refused at once"
     finally:
         for drip in drips:
             drip.close()

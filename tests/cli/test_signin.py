@@ -27,7 +27,7 @@ def lookup(settings: Settings, login: str) -> tuple[str, str] | None:
     async def action(store: Store) -> tuple[str, str] | None:
         return await Credentials(store.redis).lookup(login)
 
-    return with_store(settings, action)  # type: ignore[no-any-return]
+    return with_store(settings, action)
 
 
 def test_create_with_a_login_and_a_password_from_stdin(env: dict[str, str], settings: Settings) -> None:

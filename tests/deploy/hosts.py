@@ -135,6 +135,8 @@ class HostProcess(Process):
 
     def __init__(self, hosts: Hosts, host: str, args: list[str], env: dict[str, str], name: str) -> None:
         super().__init__(args, env, name)
+        self.host = host
+        self.address = hosts.addresses[host]
         self.prefix = hosts.exec_prefix(host)
 
     def start(self) -> HostProcess:
@@ -147,13 +149,14 @@ class HostProcess(Process):
 
 @dataclass
 class HostSink:
-    """An HTTP sink on a given address that counts event ids and notes when each post arrived."""
+    """An HTTP sink on a given address that counts event ids and notes when and from which host each post arrived."""
 
     host: str
     status: int = 200
     delay: float = 0.0
     ids: Counter[str] = field(default_factory=Counter)
     times: list[float] = field(default_factory=list)
+    senders: list[str] = field(default_factory=list)
     lock: threading.Lock = field(default_factory=threading.Lock)
     server: ThreadingHTTPServer | None = None
 
@@ -173,6 +176,7 @@ class HostSink:
                     with sink.lock:
                         sink.ids.update(str(event["id"]) for event in events)
                         sink.times.append(time.monotonic())
+                        sink.senders.append(self.client_address[0])
                 self.send_response(sink.status)
                 self.send_header("Content-Length", "0")
                 self.end_headers()
@@ -206,6 +210,11 @@ class HostSink:
             return 0.0
         first, last = len(times) // 10, len(times) - 1 - len(times) // 10
         return (last - first) / max(times[last] - times[first], 1e-9)
+
+    def senders_since(self, mark: int) -> Counter[str]:
+        """Posts taken after the first ``mark`` ones, by the address of the host that sent them."""
+        with self.lock:
+            return Counter(self.senders[mark:])
 
     def received(self) -> int:
         with self.lock:

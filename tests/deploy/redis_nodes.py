@@ -12,11 +12,10 @@ import time
 from pathlib import Path
 from typing import Any, cast
 
-import pytest
 from redis import Redis
 from redis.exceptions import RedisError
 
-from tests.support import free_port, wait_for
+from tests.support import free_port, missing_tool, wait_for
 
 MASTER = "mymaster"
 
@@ -24,7 +23,7 @@ MASTER = "mymaster"
 def require_binaries(*names: str) -> None:
     missing = [name for name in names if shutil.which(name) is None]
     if missing:
-        pytest.skip(f"needs {', '.join(missing)} (Debian: apt-get install -y redis-server redis-sentinel)")
+        missing_tool(f"needs {', '.join(missing)} (Debian: apt-get install -y redis-server redis-sentinel)")
 
 
 class Node:
@@ -171,7 +170,7 @@ class SentinelCluster:
                 client.close()
 
         started = time.monotonic()
-        new = cast(tuple[str, int], wait_for(promoted, timeout=timeout, interval=0.1, what="a promoted replica"))
+        new = wait_for(promoted, timeout=timeout, interval=0.1, what="a promoted replica")
         print(f"failover: {old[1]} -> {new[1]} in {time.monotonic() - started:.1f}s")
         return new
 

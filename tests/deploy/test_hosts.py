@@ -69,6 +69,10 @@ def throughput(hosts: Hosts, sink: HostSink, workers: list[HostProcess], load: L
     finally:
         for worker in workers:
             worker.stop()
+    # Sharing the work means every worker host delivered some of it, not one host all of it.
+    senders = sink.senders_since(mark)
+    for worker in workers:
+        assert senders[worker.address] > 0, f"{worker.host} delivered nothing of {count}: {dict(senders)}"
     return sink.rate_since(mark)
 
 

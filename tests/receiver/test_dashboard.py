@@ -11,20 +11,21 @@ import pytest
 from receiver.dashboard import add_nonce
 from svcgw.settings import Settings, SettingsError
 from tests.conftest import provision
-from tests.support import start_server
+from tests.support import ThreadedServer
 from tests.worker.support import flip, started
-
-# Real processes of the service: run by .ci/run with the rest; `-m 'not slow'` skips them.
-pytestmark = pytest.mark.slow
 
 USER, PASSWORD = "operator", "dashboard-pass-123"
 
 
 @pytest.fixture
 def dashboard_server(env: dict[str, str]) -> Iterator[str]:
-    process, base = start_server(dict(env, SVCGW_DASHBOARD_USER=USER, SVCGW_DASHBOARD_PASSWORD=PASSWORD))
-    yield base
-    process.stop()
+    """The real app with the dashboard's credentials set, served in-process (as the ``server`` fixture)."""
+    from receiver.app import create_app
+
+    configured = Settings.from_env(dict(env, SVCGW_DASHBOARD_USER=USER, SVCGW_DASHBOARD_PASSWORD=PASSWORD))
+    served = ThreadedServer(create_app(configured)).start()
+    yield served.base
+    served.stop()
 
 
 def test_dashboard_needs_credentials_and_is_read_only(

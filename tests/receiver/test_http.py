@@ -42,7 +42,7 @@ def _request(headers: list[tuple[str, str]], chunks: list[bytes] | None = None) 
         "path": "/",
         "headers": [(name.lower().encode(), value.encode()) for name, value in headers],
     }
-    return Request(scope, receive)  # type: ignore[arg-type]
+    return Request(scope, receive)
 
 
 def _read(headers: list[tuple[str, str]], chunks: list[bytes], limit: int, **options: bool) -> bytes:

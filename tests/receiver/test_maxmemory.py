@@ -10,14 +10,15 @@ import orjson
 import pytest
 from redis import Redis
 
+from receiver.app import create_app
 from svcgw import keys, redisconf
 from svcgw.calllog import body_of
 from svcgw.settings import Settings
 from tests.conftest import provision
 from tests.deploy.redis_nodes import Node, require_binaries
-from tests.support import Process, Sink, start_server, wait_for
+from tests.support import Sink, ThreadedServer, ThreadedWorker, wait_for
 
-# Real processes of the service: run by .ci/run with the rest; `-m 'not slow'` skips them.
+# A redis-server of its own: run by .ci/run with the rest; `-m 'not slow'` skips it.
 pytestmark = pytest.mark.slow
 
 # Room for this many bytes of posts above what the service's connections use at the start.
@@ -37,9 +38,11 @@ def full_redis(tmp_path: Path) -> Iterator[Node]:
 def test_a_full_redis_refuses_posts_with_503_and_loses_none(
     env: dict[str, str], full_redis: Node, sink: Sink, tmp_path: Path
 ) -> None:
-    own_env = dict(env, SVCGW_REDIS_URL=f"redis://{full_redis.address}/0")
-    tenant = provision(Settings.from_env(own_env), url=sink.url)
-    server, base = start_server(own_env)
+    own = Settings.from_env(dict(env, SVCGW_REDIS_URL=f"redis://{full_redis.address}/0"))
+    tenant = provision(own, url=sink.url)
+    # The real app and worker, in threads of the test process; the Redis is what this test is about.
+    server = ThreadedServer(create_app(own)).start()
+    base = server.base
     client: Redis = full_redis.client(decode_responses=False)
     acknowledged: list[str] = []
     try:
@@ -70,7 +73,7 @@ def test_a_full_redis_refuses_posts_with_503_and_loses_none(
             assert not client.exists(keys.dedup(tenant.appid, event_id))
         # Still full: the workers deliver what was acknowledged (claiming and finishing start
         # with commands that free memory, so Redis lets those scripts run).
-        worker = Process(["worker"], own_env, "worker").start()
+        worker = ThreadedWorker(own).start()
         try:
 
             def delivered() -> list[str]:

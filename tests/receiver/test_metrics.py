@@ -12,7 +12,7 @@ from svcgw import keys
 from svcgw.metrics import LATENCY_BUCKETS, attempt_commands, ingest_commands
 from svcgw.settings import Settings, SettingsError
 from tests.conftest import provision
-from tests.support import Process, Sink, wait_for
+from tests.support import Sink, ThreadedWorker, wait_for
 
 
 def scrape(server: str) -> dict[str, float]:
@@ -28,7 +28,7 @@ def scrape(server: str) -> dict[str, float]:
 
 
 def test_counters_move_when_events_flow(
-    settings: Settings, server: str, worker: Process, sink: Sink, redis: Redis
+    settings: Settings, server: str, worker: ThreadedWorker, sink: Sink, redis: Redis
 ) -> None:
     tenant = provision(settings, url=sink.url)
     before = scrape(server)

@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import Any
 
 import pytest
 import schemathesis
@@ -96,7 +97,7 @@ def test_every_documented_operation_answers_as_documented(fuzzed: Fuzzed) -> Non
         # checks (another account's appid is fuzzed by tests/receiver/test_openapi.py).
         names = {param.name for param in operation.path_parameters}
         pinned = {name: value for name, value in (("appid", fuzzed.appid), ("token", fuzzed.token)) if name in names}
-        strategy: SearchStrategy[schemathesis.Case] = operation.as_strategy(path_parameters=pinned or None)
+        strategy: SearchStrategy[schemathesis.Case[Any]] = operation.as_strategy(path_parameters=pinned or None)
 
         @hypothesis_settings(
             max_examples=EXAMPLES,
@@ -107,7 +108,7 @@ def test_every_documented_operation_answers_as_documented(fuzzed: Fuzzed) -> Non
             suppress_health_check=list(HealthCheck),
         )
         @given(case=strategy)
-        def call(case: schemathesis.Case) -> None:
+        def call(case: schemathesis.Case[Any]) -> None:
             nonlocal calls
             response = case.call(headers=headers)
             calls += 1

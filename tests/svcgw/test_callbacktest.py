@@ -9,7 +9,7 @@ from collections.abc import Mapping
 import orjson
 import pytest
 
-from svcgw.callbacktest import RESPONSE_SNIPPET_BYTES, TEST_EVENT_TYPE, send_test
+from svcgw.callbacktest import RESPONSE_SNIPPET_BYTES, TEST_EVENT_TYPE, CallbackTestResult, send_test
 from svcgw.outbound import CallbackSender, Refused, Response, SendError, SendFailed, TimedOut
 from svcgw.signing import USER_AGENT, verify
 from tests.support import Sink
@@ -83,7 +83,7 @@ def test_the_answer_shown_is_cut() -> None:
 
 
 def test_through_the_guarded_client_to_a_real_sink(sink: Sink) -> None:
-    async def main():  # type: ignore[no-untyped-def]
+    async def main() -> tuple[CallbackTestResult, CallbackTestResult]:
         allowed, guarded = CallbackSender(allow=LOOPBACK, timeout=5), CallbackSender(allow=(), timeout=5)
         try:
             ok = await send_test(allowed, sink.url, secret="whsec_k", token=None, appid=None)

@@ -141,8 +141,8 @@ def test_queue_delivery_only_buffers_on_an_asyncio_transaction(settings: Setting
         try:
             async with client.pipeline(transaction=True) as pipe:
                 await pipe.watch(keys.instance(tenant.appid))
-                pipe.multi()
-                result = queue_delivery(pipe, settings, appid=tenant.appid, account=tenant.account,
+                pipe.multi()  # type: ignore[no-untyped-call]
+                result = queue_delivery(pipe, settings, appid=tenant.appid, account=tenant.account,  # type: ignore[func-returns-value]
                                         event_type="InstanceOffline", events=[{"id": "x"}],
                                         delivery_id=delivery_id, now=time.time())
                 assert result is None

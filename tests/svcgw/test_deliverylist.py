@@ -37,7 +37,7 @@ def call(settings: Settings, action: Callable[[AsyncRedis], Awaitable[T]]) -> T:
 
 
 def listed(settings: Settings, appid: str, **filters: object) -> Page:
-    return call(settings, lambda r: deliverylist.list_deliveries(r, settings, appid, **filters))  # type: ignore[arg-type]
+    return call(settings, lambda r: deliverylist.list_deliveries(r, settings, appid, **filters))
 
 
 def shown(settings: Settings, delivery_id: str, account: str | None = None) -> Delivery:
@@ -85,8 +85,8 @@ def test_event_ids_keep_big_integers_and_skip_events_without_one() -> None:
 
 def test_build_reads_the_next_attempt_from_the_registry_first() -> None:
     fields = {"appid": b"a", "account": b"acc", "event_type": b"Msg", "state": b"retrying", "next_at": b"100.5"}
-    assert build("dlv_1", fields).next_attempt_at == 100.5  # type: ignore[union-attr]
-    assert build("dlv_1", fields, scheduled_at=200.0).next_attempt_at == 200.0  # type: ignore[union-attr]
+    assert build("dlv_1", fields).next_attempt_at == 100.5
+    assert build("dlv_1", fields, scheduled_at=200.0).next_attempt_at == 200.0
     delivered = build("dlv_1", {**fields, "state": b"delivered", "delivered_at": b"7"})
     assert delivered is not None and delivered.next_attempt_at is None and delivered.delivered_at == 7.0
     assert build("dlv_1", {"appid": None}) is None  # expired

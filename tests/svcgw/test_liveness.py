@@ -29,7 +29,7 @@ def with_async(settings: Settings, action: Callable[[AsyncRedis], Awaitable[T]])
         finally:
             await client.aclose()
 
-    return run(go())  # type: ignore[no-any-return]
+    return run(go())
 
 
 @pytest.fixture

@@ -24,7 +24,7 @@ def _snapshot(settings: Settings) -> dict[str, Any]:
         finally:
             await client.aclose()
 
-    return run(go())  # type: ignore[no-any-return]
+    return run(go())
 
 
 def _live(settings: Settings, action: Any) -> Any:

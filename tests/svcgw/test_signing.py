@@ -34,7 +34,8 @@ def test_verify_accepts_the_signature_and_uppercase_hex() -> None:
 )
 def test_verify_rejects_any_change(change) -> None:  # type: ignore[no-untyped-def]
     secret, timestamp, body, expected = VECTORS[0]
-    assert not verify(*change(secret, timestamp, body), expected)
+    changed_secret, changed_timestamp, changed_body = change(secret, timestamp, body)
+    assert not verify(changed_secret, changed_timestamp, changed_body, expected)
 
 
 def test_secret_is_used_as_utf8_bytes_not_decoded() -> None:

@@ -85,9 +85,9 @@ def _bearer_after(settings: Settings, first: str, second: str, **options: object
     tenant = provision(settings, url=first, bearer="tok-" + "x" * 20)
 
     async def move(store: Store) -> bool:
-        return (await store.set_callback(Scope(appid=tenant.appid), second, **options)).bearer  # type: ignore[arg-type]
+        return (await store.set_callback(Scope(appid=tenant.appid), second, **options)).bearer
 
-    return with_store(settings, move)  # type: ignore[no-any-return]
+    return with_store(settings, move)
 
 
 def test_the_token_stays_while_the_origin_stays(settings: Settings) -> None:

@@ -80,4 +80,4 @@ def test_the_headers_of_http_server_are_read_as_they_are() -> None:
     message = HTTPMessage()
     for name, value in signed("s").items():
         message[name.lower()] = value
-    verify(BODY, message, secrets="s", now=NOW)  # type: ignore[arg-type]
+    verify(BODY, message, secrets="s", now=NOW)

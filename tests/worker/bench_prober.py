@@ -145,7 +145,7 @@ def main() -> None:
                 claims += 1
                 return await claim(limit)
 
-            prober.probe = counted  # type: ignore[method-assign]
+            prober.probe = counted  # type: ignore[method-assign,assignment]
             prober.claim = counted_claim  # type: ignore[method-assign]
             stop = asyncio.Event()
             cpu0, sim_cpu0, wall0 = cpu_seconds(), child_cpu_seconds(sim_pid), time.monotonic()

@@ -107,7 +107,7 @@ def _instance(settings: Settings, account: str, url: str) -> Tenant:
         await store.set_callback(Scope(appid=appid), url)
         return Tenant(account, appid, token)
 
-    return with_store(settings, action)  # type: ignore[no-any-return]
+    return with_store(settings, action)
 
 
 def _hanging_sink() -> Sink:

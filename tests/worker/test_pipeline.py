@@ -16,7 +16,7 @@ from svcgw import keys
 from svcgw.settings import Settings
 from svcgw.store import Scope, Store
 from tests.conftest import Tenant, provision, with_store
-from tests.support import Process, Received, Sink, attempt_records, start_server, wait_for
+from tests.support import Process, Received, Sink, ThreadedWorker, attempt_records, start_server, wait_for
 from tests.worker.support import failing_first, flip, kind, started
 
 # Real processes of the service: run by .ci/run with the rest; `-m 'not slow'` skips them.
@@ -36,7 +36,7 @@ def secret_of(settings: Settings, tenant: Tenant) -> str:
         assert config.secret
         return config.secret
 
-    return with_store(settings, action)  # type: ignore[no-any-return]
+    return with_store(settings, action)
 
 
 def post_events(server: str, tenant: Tenant, body: bytes) -> None:
@@ -45,7 +45,7 @@ def post_events(server: str, tenant: Tenant, body: bytes) -> None:
 
 
 def test_signed_delivery_with_bearer_and_exact_big_integers(
-    settings: Settings, server: str, worker: Process, sink: Sink
+    settings: Settings, server: str, worker: ThreadedWorker, sink: Sink
 ) -> None:
     tenant = provision(settings, url=sink.url, bearer="customer-token-1")
     body = b'{"event_type":"Msg","events":[{"id":"m1","roomId":1688850000000000000123456,"n":1e2,"t":"\\u4f60"}]}'
@@ -68,7 +68,7 @@ def test_signed_delivery_with_bearer_and_exact_big_integers(
     assert orjson.loads(received.body)["appid"] == tenant.appid
 
 
-def test_no_bearer_header_without_a_token(settings: Settings, server: str, worker: Process, sink: Sink) -> None:
+def test_no_bearer_header_without_a_token(settings: Settings, server: str, worker: ThreadedWorker, sink: Sink) -> None:
     tenant = provision(settings, url=sink.url)
     post_events(server, tenant, b'{"event_type":"Msg","events":[{"id":"1"}]}')
     (received,) = wait_for(sink.posts, what="the delivery")
@@ -76,7 +76,7 @@ def test_no_bearer_header_without_a_token(settings: Settings, server: str, worke
 
 
 def test_account_default_is_used_when_the_instance_has_no_address(
-    settings: Settings, server: str, worker: Process, sink: Sink
+    settings: Settings, server: str, worker: ThreadedWorker, sink: Sink
 ) -> None:
     tenant = provision(settings)
 
@@ -98,7 +98,7 @@ def test_account_default_is_used_when_the_instance_has_no_address(
 
 
 def test_duplicates_posted_twice_are_forwarded_once(
-    settings: Settings, server: str, worker: Process, sink: Sink
+    settings: Settings, server: str, worker: ThreadedWorker, sink: Sink
 ) -> None:
     tenant = provision(settings, url=sink.url)
     body = b'{"event_type":"Msg","events":[{"id":"dup-1"},{"id":"dup-2"}]}'
@@ -115,7 +115,7 @@ def _dead(redis: Redis) -> list[bytes]:
 
 
 def test_failing_sink_retries_on_schedule_then_dead_letter_then_replay(
-    settings: Settings, server: str, worker: Process, sink: Sink, redis: Redis
+    settings: Settings, server: str, worker: ThreadedWorker, sink: Sink, redis: Redis
 ) -> None:
     sink.set(status=503)
     tenant = provision(settings, url=sink.url)
@@ -161,7 +161,7 @@ def test_failing_sink_retries_on_schedule_then_dead_letter_then_replay(
 
 
 def test_rotated_secret_signs_the_next_attempt(
-    settings: Settings, server: str, worker: Process, sink: Sink
+    settings: Settings, server: str, worker: ThreadedWorker, sink: Sink
 ) -> None:
     sink.set(status=500)
     tenant = provision(settings, url=sink.url)
@@ -189,7 +189,7 @@ def test_rotated_secret_signs_the_next_attempt(
 
 
 def test_redirect_is_a_failure_and_is_not_followed(
-    settings: Settings, server: str, worker: Process, sink: Sink, redis: Redis
+    settings: Settings, server: str, worker: ThreadedWorker, sink: Sink, redis: Redis
 ) -> None:
     other = Sink().start()
     try:
@@ -206,7 +206,7 @@ def test_redirect_is_a_failure_and_is_not_followed(
 
 
 def test_slow_sink_times_out_and_is_retried(
-    settings: Settings, server: str, worker: Process, sink: Sink, redis: Redis
+    settings: Settings, server: str, worker: ThreadedWorker, sink: Sink, redis: Redis
 ) -> None:
     sink.set(delay=settings.delivery_timeout + 1)
     tenant = provision(settings, url=sink.url)
@@ -226,7 +226,7 @@ def test_slow_sink_times_out_and_is_retried(
 
 
 def test_no_address_is_a_failed_attempt_and_nothing_is_dropped(
-    settings: Settings, server: str, worker: Process, sink: Sink, redis: Redis
+    settings: Settings, server: str, worker: ThreadedWorker, sink: Sink, redis: Redis
 ) -> None:
     tenant = provision(settings)
     post_events(server, tenant, b'{"event_type":"Msg","events":[{"id":"nowhere"}]}')

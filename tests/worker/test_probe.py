@@ -25,7 +25,7 @@ CLOSED = Judgement(False, "long connection closed", STARTED + 1)
 
 def facts(status: str = "online", **more: object) -> Facts:
     base = Facts(status=status, owes_recovery=False, since=STARTED - 60, gap=None, gap_at=None, started=STARTED)
-    return replace(base, **more)  # type: ignore[arg-type]
+    return replace(base, **more)
 
 
 def test_a_usable_read_is_online_and_flips_only_an_offline_instance() -> None:

@@ -21,7 +21,8 @@ from svcgw import keys, liveness
 from svcgw.settings import Settings
 from svcgw.upstream import Upstream
 from tests.conftest import Tenant, provision, run
-from tests.support import Process, Sink, start_sim, wait_for
+from tests.receiver.gateway.stack import sim as sim  # the simulator, in-process behind a real HTTP server
+from tests.support import Process, Sink, ThreadedWorker, wait_for
 from worker import prober as prober_module
 from worker.prober import Claim, Prober
 
@@ -358,13 +359,6 @@ def test_a_manual_gap_closed_goes_offline_without_calling_the_layer(
 
 
 # --- whole workers against the simulator ----------------------------------------------------
-@pytest.fixture(scope="module")
-def sim(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    process, base = start_sim(str(tmp_path_factory.mktemp("sim")))
-    yield base
-    process.stop()
-
-
 @pytest.fixture
 def env(env: dict[str, str], sim: str) -> dict[str, str]:
     return dict(env, SVCGW_UPSTREAM_URL=sim, SVCGW_PROBE_INTERVAL=str(INTERVAL))
@@ -429,7 +423,7 @@ def wait_rounds(sim: Sim, appid: str, rounds: int) -> None:
 
 
 def test_a_brief_drop_healed_by_reconnect_sends_no_event(
-    settings: Settings, text: Any, sim_control: Sim, worker: Process, sink: Sink
+    settings: Settings, text: Any, sim_control: Sim, worker: ThreadedWorker, sink: Sink
 ) -> None:
     appid = maintained(settings, sim_control, sink).appid
     wait_rounds(sim_control, appid, 1)
@@ -443,7 +437,7 @@ def test_a_brief_drop_healed_by_reconnect_sends_no_event(
 
 
 def test_a_failed_reconnect_sends_one_offline_and_the_heal_one_recovered(
-    settings: Settings, sim_control: Sim, worker: Process, sink: Sink
+    settings: Settings, sim_control: Sim, worker: ThreadedWorker, sink: Sink
 ) -> None:
     appid = maintained(settings, sim_control, sink).appid
     wait_rounds(sim_control, appid, 1)
@@ -467,7 +461,7 @@ def test_a_failed_reconnect_sends_one_offline_and_the_heal_one_recovered(
 
 
 def test_logged_in_elsewhere_is_offline_manual_until_the_next_start(
-    settings: Settings, sim_control: Sim, server: str, worker: Process, sink: Sink
+    settings: Settings, sim_control: Sim, server: str, worker: ThreadedWorker, sink: Sink
 ) -> None:
     tenant = provision(settings, url=sink.url)
     appid = tenant.appid
@@ -504,7 +498,7 @@ def test_logged_in_elsewhere_is_offline_manual_until_the_next_start(
 
 
 def test_long_stop_stops_probing_and_long_start_resumes_it(
-    settings: Settings, sim_control: Sim, worker: Process, sink: Sink
+    settings: Settings, sim_control: Sim, worker: ThreadedWorker, sink: Sink
 ) -> None:
     appid = maintained(settings, sim_control, sink).appid
     witness = maintained(settings, sim_control, sink).appid

@@ -48,7 +48,7 @@ def make_developer(settings: Settings, instances: int = 1) -> Developer:
             appids.append(appid)
         return Developer(account.id, clear, key.id, appids, tokens)
 
-    return with_store(settings, action)  # type: ignore[no-any-return]
+    return with_store(settings, action)
 
 
 class ConsoleClient:
@@ -63,7 +63,7 @@ class ConsoleClient:
         self.account: str = answer.json()["data"]["account"]
 
     def get(self, path: str, **kwargs: object) -> httpx.Response:
-        return self.http.get("/console/api" + path, **kwargs)  # type: ignore[arg-type]
+        return self.http.get("/console/api" + path, **kwargs)
 
     def change(self, method: str, path: str, json: object | None = None, csrf: bool = True) -> httpx.Response:
         headers = {"X-CSRF-Token": self.csrf} if csrf else {}
@@ -112,13 +112,3 @@ def serve(settings: Settings) -> Iterator[str]:
     finally:
         server.stop()
 
-
-@pytest.fixture
-def server(settings: Settings) -> Iterator[str]:
-    """The app served in-process (:func:`serve`).
-
-    It overrides the ``svcgw serve`` subprocess of ``tests.conftest``: the same
-    app from the same settings, without starting an interpreter per test.
-    """
-    with serve(settings) as base:
-        yield base

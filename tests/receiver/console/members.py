@@ -35,7 +35,7 @@ def make_member(settings: Settings, login: str | None = None, password: str | No
             await Credentials(store.redis).set_password(account.id, passwords.hash_password(password))
         return Member(account.id, login, password or "")
 
-    return with_store(settings, action)  # type: ignore[no-any-return]
+    return with_store(settings, action)
 
 
 def invite(settings: Settings, account: str, seconds: int = 3600) -> str:
@@ -44,7 +44,7 @@ def invite(settings: Settings, account: str, seconds: int = 3600) -> str:
     async def action(store: Store) -> str:
         return (await Invitations(store.redis).issue(account, seconds)).token
 
-    return with_store(settings, action)  # type: ignore[no-any-return]
+    return with_store(settings, action)
 
 
 class PasswordClient(ConsoleClient):

@@ -322,7 +322,7 @@ def _key(settings: Settings, account: str) -> tuple[str, str]:
         key, clear = await store.create_key(account, "test")
         return key.id, clear
 
-    return with_store(settings, action)  # type: ignore[no-any-return]
+    return with_store(settings, action)
 
 
 def test_the_new_routes_are_in_the_openapi_document(server: str) -> None:

@@ -394,7 +394,7 @@ def test_dead_letters_list_show_and_replay(
 
 
 # --- controlled operations -----------------------------------------------------------------------
-NO_DENIALS = {"denied": [], "own": [], "by_operator": []}
+NO_DENIALS: dict[str, list[str]] = {"denied": [], "own": [], "by_operator": []}
 
 
 def test_controlled_operations(console: ConsoleClient, developer: Developer, stranger: Developer, redis: Redis) -> None:

@@ -21,7 +21,7 @@ from tests.conftest import with_store
 from tests.receiver.console import test_browser
 from tests.receiver.console.conftest import Developer
 from tests.receiver.console.test_browser import Shots
-from tests.support import Process, Sink, wait_for
+from tests.support import Sink, ThreadedWorker, wait_for
 
 pytestmark = test_browser.pytestmark
 # The same real server process and Chromium as the console's other browser test.
@@ -48,7 +48,7 @@ def addressed(developer: Developer, settings: Settings, sink: Sink) -> str:
 
 
 def test_deliveries_page_in_a_browser(
-    server: str, worker: Process, sink: Sink, developer: Developer, redis: Redis, addressed: str, browser: Any
+    server: str, worker: ThreadedWorker, sink: Sink, developer: Developer, redis: Redis, addressed: str, browser: Any
 ) -> None:
     appid = addressed
     sink.set(status=500)
@@ -69,7 +69,7 @@ def test_deliveries_page_in_a_browser(
     # A second post a second later fails too: the address is now failing, on every page.
     def banner_shown() -> bool:
         page.reload()
-        return page.locator("#failing-banner").count() == 1
+        return bool(page.locator("#failing-banner").count() == 1)
 
     wait_for(lambda: time.time() - sink.posts()[0].at > 1.2, timeout=5, what="a second to pass")
     httpx.post(receiver, content=b'{"event_type":"Ping","events":[{"id":"br2"}]}', timeout=10).raise_for_status()

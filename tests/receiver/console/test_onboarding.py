@@ -88,7 +88,7 @@ def stranger(stack: Stack) -> Iterator[Developer]:
 
 
 def status_of(redis: Redis, appid: str) -> str:
-    return liveness.describe(redis.hgetall(keys.instance(appid)))["status"]  # type: ignore[arg-type]
+    return str(liveness.describe(redis.hgetall(keys.instance(appid)))["status"])
 
 
 def service_events(redis: Redis, appid: str, event_type: str) -> int:
@@ -394,7 +394,7 @@ def test_the_pages_walk_the_flow_with_plain_refreshes(stack: Stack, developer: D
     assert '<meta http-equiv="refresh" content="2">' in page.text
     assert re.search(r'<img id="qr-image" src="data:image/png;base64,[A-Za-z0-9+/=]+"', page.text)
     assert "script" not in page.text.lower()
-    appid = re.search(r'id="login-appid">(we_\w+)<', page.text).group(1)  # type: ignore[union-attr]
+    appid = re.search(r'id="login-appid">(we_\w+)<', page.text).group(1)
 
     developer.phone(appid, "scan")
     developer.phone(appid, "code", code=CODE)

@@ -56,6 +56,6 @@ def test_a_message_of_its_own_and_a_refused_address() -> None:
     ],
 )
 def test_the_one_mapping_of_what_a_handler_raises(raised: Exception, status: int, code: int, message: str) -> None:
-    refusal = console_refusal(raised)  # type: ignore[arg-type]
+    refusal = console_refusal(raised)
     assert (refusal.status, refusal.code, refusal.message) == (status, code, message)
     assert console_refusal(refusal) is refusal

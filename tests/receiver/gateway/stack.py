@@ -26,7 +26,7 @@ from simulator.app import create_app as create_sim
 from svcgw.settings import Settings
 from svcgw.store import Scope, Store
 from tests.conftest import with_store
-from tests.support import Process, ThreadedServer, free_port, wait_answering
+from tests.support import Process, ThreadedServer, free_port, wait_ready_or_stop
 
 JSON_HEADERS = {"Content-Type": "application/json"}
 BIG = 1688850000000001234  # 19 digits, beyond a double's exact range
@@ -60,7 +60,7 @@ class Stack:
             _, key = await store.create_key(account.id)
             return account.id, key
 
-        return with_store(self.settings, action)  # type: ignore[no-any-return]
+        return with_store(self.settings, action)
 
     def store(self, action: Any) -> Any:
         return with_store(self.settings, action)
@@ -148,7 +148,7 @@ def start_stack(
     process: ThreadedServer | Process
     if subprocess:
         process = Process(["serve"], server_env, f"gateway-{port}").start()
-        wait_answering(process, base + "/readyz", "the gateway")
+        wait_ready_or_stop(process, base + "/readyz", "the gateway")
     else:
         app = create_app(settings, services=build_services(settings, clock=clock))
         process = ThreadedServer(app, port).start()

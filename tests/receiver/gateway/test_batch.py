@@ -44,7 +44,7 @@ def run(redis_url: str, body: Callable[[AsyncRedis, AsyncRedis], Awaitable[Any]]
 
 
 async def connections_named(observer: AsyncRedis, client: AsyncRedis) -> int:
-    name = client.get_connection_kwargs()["client_name"]
+    name = client.get_connection_kwargs()["client_name"]  # type: ignore[no-untyped-call]
     return sum(1 for entry in await observer.client_list() if entry["name"] == name)
 
 

@@ -18,7 +18,7 @@ from svcgw.settings import Settings
 from svcgw.signing import verify
 from svcgw.store import Scope, Store
 from tests.conftest import with_store
-from tests.support import Process, Sink, wait_for
+from tests.support import Sink, ThreadedWorker, wait_for
 
 from .stack import BIG, JSON_HEADERS, Stack, error, raw_post, start_stack, without_time
 from .stack import sim as sim
@@ -418,7 +418,7 @@ def test_unusable_upstream_answer_is_50002(stack: Stack, fault: int | str) -> No
 
 @pytest.mark.slow
 def test_long_start_gives_upstream_the_receiver_and_events_reach_the_caller_signed(
-    env: dict[str, str], sim: str, sink: Sink, worker: Process, redis: Redis
+    env: dict[str, str], sim: str, sink: Sink, worker: ThreadedWorker, redis: Redis
 ) -> None:
     stack = start_stack(env, sim, subprocess=True)
     try:
@@ -783,7 +783,7 @@ def test_only_plain_api_posts_skip_the_router() -> None:
         scope("/svc/instances/set-callback"),
         {"type": "websocket", "path": "/svc/api/a/b"},
     ):
-        assert direct_operation(refused) is None  # type: ignore[arg-type]
+        assert direct_operation(refused) is None
 
 
 def test_other_methods_on_an_api_path_still_get_the_routers_answer(stack: Stack) -> None:

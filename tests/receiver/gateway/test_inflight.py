@@ -81,7 +81,7 @@ class HalfSent:
 
 def _ledger(stack: Stack) -> InflightBytes:
     """The in-flight ledger of the in-process gateway under test."""
-    app = stack.process.server.config.app  # type: ignore[union-attr]
+    app = stack.process.server.config.app
     route = next(route for route in app.routes if getattr(route, "name", None) == "gateway")
     return route.endpoint.__self__.inflight  # type: ignore[no-any-return]
 
@@ -234,5 +234,5 @@ def test_a_large_body_is_parsed_off_the_event_loop(env: dict[str, str], sim: str
             assert running.api(key, "long/check", padded(appid, PARSE_IN_THREAD_BYTES + 1)).status_code == 200
     finally:
         running.stop()
-    server_thread = running.process.thread.name  # type: ignore[union-attr]
+    server_thread = running.process.thread.name
     assert threads[0] == server_thread and threads[1] != server_thread
