@@ -11,7 +11,6 @@ account's rate limit, shared with the gateway (``receiver.console.web``).
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Awaitable, Callable
 
 from msgspec import UNSET
@@ -32,7 +31,6 @@ from .web import ConsoleHTTPError, Context, console_refusal, int_param, json_ok
 
 __all__ = ["Api"]
 
-log = logging.getLogger("svcgw.console")
 
 Handler = Callable[[Request, Session], Awaitable[Response]]
 

@@ -49,7 +49,7 @@ def step(
         path,
         operation_id,
         summary,
-        answers.pop(200) if status == 200 else answers.pop(status),
+        answers.pop(status),
         status=status,
         change=change,
         counted=False,
