@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import asyncio
 import time
+from unittest import mock
 
+import httpx
 import pytest
 from redis import Redis
 from redis.asyncio import Redis as AsyncRedis
@@ -139,4 +141,14 @@ def test_a_hexpire_marker_on_a_server_without_it_stops_the_ingest(settings: Sett
 
     with pytest.raises(LayoutError, match=r"Redis 7\.4 or Valkey 9"):
         asyncio.run(post())
+    assert redis.exists(keys.callback_log(tenant.appid)) == 0
+
+
+def test_the_receiver_answers_503_and_says_why(settings: Settings, server: str, redis: Redis) -> None:
+    tenant = provision(settings)
+    redis.hset(keys.LAYOUT, mapping={"version": 3, "since": 0, "dedup": "buckets"})
+    with mock.patch("receiver.endpoint.receive.log") as log:
+        answer = httpx.post(tenant.receiver_url(server), content=b'{"event_type":"M","events":[{"id":"x"}]}')
+    assert answer.status_code == 503 and answer.headers["retry-after"] == "1"
+    assert "key layout 3" in log.error.call_args.args[1].args[0]
     assert redis.exists(keys.callback_log(tenant.appid)) == 0
