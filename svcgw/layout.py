@@ -6,10 +6,13 @@ one transaction: the first writer's values stand, and every process, started
 before or after, reads the same ones (docs/redis-layout.md, "Upgrade in place"):
 
 * ``version``: :data:`VERSION`, the layout of docs/redis-layout.md;
-* ``since``: unix seconds, when it was written. What was written before is in
-  the earlier layout; a reader that must still find it (the ingest script's
-  look-up of the old de-duplication keys, :mod:`svcgw.dedup`) looks until
-  ``since`` plus the retention of what it looks for;
+* ``since``: unix seconds, when it was written over the data of an earlier
+  version. What was written before is in the earlier layout; a reader that
+  must still find it (the ingest script's look-up of the old de-duplication
+  keys, :mod:`svcgw.dedup`) looks until ``since`` plus the retention of what
+  it looks for. ``0`` when the deployment started on this layout (no instance
+  was registered yet, so nothing of an earlier one can exist): nothing to
+  look for, from the first post;
 * ``dedup``: how the de-duplication window is kept, :data:`HEXPIRE` (fields
   that expire one by one) or :data:`BUCKETS` (a hash per window), from the
   server's version at that first start. It stays what it was when the server
@@ -80,9 +83,11 @@ class Layout:
     dedup: str  # HEXPIRE or BUCKETS
 
 
-def first_marker(server: Server, now: float) -> dict[str, str]:
-    """The fields the first process writes: this layout, from now, on what ``server`` allows."""
-    return {"version": str(VERSION), "since": str(int(now)), "dedup": HEXPIRE if server.field_expiry else BUCKETS}
+def first_marker(server: Server, now: float, *, earlier_data: bool = True) -> dict[str, str]:
+    """The fields the first process writes: this layout, from now (or from the start when there is no
+    ``earlier_data``), on what ``server`` allows."""
+    since = str(int(now)) if earlier_data else "0"
+    return {"version": str(VERSION), "since": since, "dedup": HEXPIRE if server.field_expiry else BUCKETS}
 
 
 def parse(fields: Mapping[bytes | str, bytes | str], server: Server) -> Layout | None:
@@ -118,12 +123,15 @@ async def read(redis: Redis, *, now: float | None = None) -> tuple[Layout, Serve
     async with redis.pipeline(transaction=False) as pipe:
         pipe.hgetall(keys.LAYOUT)
         pipe.info("server")
-        fields, info = await pipe.execute()
+        # Every earlier version registered its instances here before it stored anything of theirs.
+        pipe.exists(keys.INSTANCES)
+        fields, info, registered = await pipe.execute()
     server = Server.from_info(info)
     layout = parse(fields, server)
     if layout is None:
+        first = first_marker(server, time.time() if now is None else now, earlier_data=bool(registered))
         async with redis.pipeline(transaction=True) as pipe:
-            for name, value in first_marker(server, time.time() if now is None else now).items():
+            for name, value in first.items():
                 pipe.hsetnx(keys.LAYOUT, name, value)
             pipe.hgetall(keys.LAYOUT)
             *_, fields = await pipe.execute()

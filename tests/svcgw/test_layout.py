@@ -44,6 +44,8 @@ def test_the_first_marker() -> None:
         "since": "1795645968",
         "dedup": "hexpire",
     }
+    # A deployment that starts on this layout has nothing of an earlier one to look for.
+    assert layout.first_marker(Server.from_info(VALKEY_9), 1795645968.7, earlier_data=False)["since"] == "0"
 
 
 def test_a_marker_this_version_cannot_follow_is_refused() -> None:
@@ -74,7 +76,12 @@ def _read(url: str, now: float | None = None) -> tuple[Layout, Server]:
 
 def test_the_first_start_writes_the_mode_its_server_allows(redis_url: str, valkey_url: str) -> None:
     before = int(time.time())
-    assert _read(redis_url)[0].dedup == BUCKETS  # the tests' Redis 7.0
+    with Redis.from_url(redis_url) as client:
+        client.delete(keys.INSTANCES)
+    marker = _read(redis_url)[0]
+    assert marker.dedup == BUCKETS and marker.since == 0  # the tests' Redis 7.0, a deployment without data
+    with Redis.from_url(valkey_url) as client:
+        client.sadd(keys.INSTANCES, "we_registered_before")  # an earlier version's data
     marker, server = _read(valkey_url)
     assert marker.dedup == HEXPIRE and server.hsetex
     assert before <= marker.since <= time.time()
@@ -87,6 +94,9 @@ def test_the_first_start_writes_the_mode_its_server_allows(redis_url: str, valke
 
 
 def test_the_marker_is_written_once_and_every_process_reads_the_same(valkey_url: str) -> None:
+    with Redis.from_url(valkey_url) as client:
+        client.sadd(keys.INSTANCES, "we_registered_before")
+
     async def main() -> list[Layout]:
         clients = [AsyncRedis.from_url(valkey_url) for _ in range(8)]
         try:
