@@ -25,17 +25,32 @@ follow (a later layout, or ``hexpire`` on a server without it) raises
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from redis.asyncio import Redis
+from redis.exceptions import RedisError
 
 from . import keys
 from .errors import Failure
 
-__all__ = ["BUCKETS", "HEXPIRE", "VERSION", "Layout", "LayoutError", "Server", "first_marker", "parse", "read"]
+__all__ = [
+    "BUCKETS",
+    "HEXPIRE",
+    "VERSION",
+    "Layout",
+    "LayoutError",
+    "Server",
+    "first_marker",
+    "mark_at_start",
+    "parse",
+    "read",
+]
+
+log = logging.getLogger("svcgw")
 
 VERSION = 2
 HEXPIRE = "hexpire"
@@ -139,3 +154,17 @@ async def read(redis: Redis, *, now: float | None = None) -> tuple[Layout, Serve
     if layout is None:  # pragma: no cover - HSETNX of every field has just run
         raise LayoutError(f"{keys.LAYOUT} could not be written")
     return layout, server
+
+
+async def mark_at_start(redis: Redis) -> None:
+    """Read (or write) the marker when a process starts, before it stores anything.
+
+    A deployment's very first process writes it while no instance is registered yet, so its
+    ``since`` says there is nothing of an earlier layout to look for. Redis not answering yet
+    does not stop the start: the ingest reads the marker at its first post instead. A marker
+    this version cannot follow does (:class:`LayoutError`).
+    """
+    try:
+        await read(redis)
+    except RedisError as exc:
+        log.warning("layout marker not read at start (%s); read at the first post instead", type(exc).__name__)

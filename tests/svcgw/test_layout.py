@@ -16,6 +16,7 @@ from svcgw.ingest import Ingest
 from svcgw.layout import BUCKETS, HEXPIRE, Layout, LayoutError, Server
 from svcgw.settings import Settings
 from tests.conftest import provision
+from tests.support import free_port
 
 REDIS_7_0 = {"redis_version": "7.0.15"}
 VALKEY_9 = {"redis_version": "7.2.4", "server_name": "valkey", "valkey_version": "9.1.2"}
@@ -162,3 +163,18 @@ def test_the_receiver_answers_503_and_says_why(settings: Settings, server: str, 
     assert answer.status_code == 503 and answer.headers["retry-after"] == "1"
     assert "key layout 3" in log.error.call_args.args[1].args[0]
     assert redis.exists(keys.callback_log(tenant.appid)) == 0
+
+
+def test_a_process_start_marks_a_new_deployment_and_a_redis_not_yet_up_does_not_stop_it(redis_url: str) -> None:
+    async def start(url: str) -> None:
+        client = AsyncRedis.from_url(url, socket_connect_timeout=1)
+        try:
+            await layout.mark_at_start(client)
+        finally:
+            await client.aclose()
+
+    asyncio.run(start(redis_url))
+    with Redis.from_url(redis_url) as client:
+        # Written before any instance was registered: nothing of an earlier layout to look for.
+        assert client.hget(keys.LAYOUT, "since") == b"0"
+    asyncio.run(start(f"redis://127.0.0.1:{free_port()}/0"))  # nothing listens there: logged, not raised
