@@ -53,6 +53,7 @@ whole tree (each class's module in brackets when it is not this one)::
         │   └── SendFailed
         ├── ReplicaNotConfirmed  (also RedisError) a post not confirmed by replicas [svcgw.ingest]
         ├── _Unavailable         a probe could not ask the capability layer [worker.prober]
+        ├── NoOpenShard          placement with every shard closed [svcgw.shards]
         └── VaultError           encryption at rest [svcgw.vault]
 
 Classes that were ``LookupError``, ``ValueError`` or ``RedisError`` stay so,
