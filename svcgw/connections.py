@@ -20,6 +20,7 @@ shard 0, which holds what belongs to the whole service.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 from redis import Redis
@@ -114,10 +115,42 @@ def _cluster_kwargs(deployment: Deployment, decode: bool, connect_timeout: float
     }
 
 
+@dataclass(frozen=True)
+class _Flavour:
+    """The classes of one flavour of client, blocking or asyncio: the same recipe builds both."""
+
+    redis: type[Any]
+    cluster: type[Any]
+    node: type[Any]
+    sentinel: type[Any]
+    sentinel_redis: type[Any]
+
+
+_BLOCKING = _Flavour(Redis, RedisCluster, ClusterNode, Sentinel, SentinelRedis)
+_ASYNCIO = _Flavour(AsyncRedis, AsyncRedisCluster, AsyncClusterNode, AsyncSentinel, AsyncSentinelRedis)
+
+
+def _build(
+    flavour: _Flavour, settings: Settings, deployment: Deployment, decode: bool, connect_timeout: float | None
+) -> Any:
+    if deployment.kind == "cluster":
+        # A Cluster client finds each key's master itself, and follows resharding and failover.
+        nodes = [flavour.node(host, port) for host, port in deployment.addresses]
+        return flavour.cluster(startup_nodes=nodes, **_cluster_kwargs(deployment, decode, connect_timeout))
+    if deployment.kind == "sentinel":
+        sentinel = flavour.sentinel(list(deployment.addresses), sentinel_kwargs=_sentinel_kwargs(settings))
+        kwargs = _primary_kwargs(deployment, decode, connect_timeout)
+        client = sentinel.master_for(deployment.master, redis_class=flavour.sentinel_redis, **kwargs)
+        client.sentinels = sentinel
+        return client
+    return flavour.redis.from_url(
+        deployment.url or "", decode_responses=decode, health_check_interval=30, socket_connect_timeout=connect_timeout
+    )
+
+
 def sync_client(settings: Settings) -> Redis:
     """A blocking client, for the one caller that has no event loop: the container health check."""
-    client = sync_deployment_client(settings, _first(settings))
-    assert isinstance(client, Redis)  # _first is never a Cluster
+    client: Redis = _build(_BLOCKING, settings, _first(settings), False, None)  # never a Cluster (_first)
     return client
 
 
@@ -125,48 +158,19 @@ def sync_deployment_client(
     settings: Settings, deployment: Deployment, *, decode: bool = False, connect_timeout: float | None = None
 ) -> Redis | RedisCluster:
     """A blocking client of one deployment."""
-    if deployment.kind == "cluster":
-        nodes = [ClusterNode(host, port) for host, port in deployment.addresses]  # type: ignore[no-untyped-call]
-        return RedisCluster(startup_nodes=nodes, **_cluster_kwargs(deployment, decode, connect_timeout))
-    if deployment.kind == "sentinel":
-        sentinel = Sentinel(  # type: ignore[no-untyped-call]
-            list(deployment.addresses), sentinel_kwargs=_sentinel_kwargs(settings)
-        )
-        client: SentinelRedis = sentinel.master_for(  # type: ignore[no-untyped-call]
-            deployment.master, redis_class=SentinelRedis, **_primary_kwargs(deployment, decode, connect_timeout)
-        )
-        client.sentinels = sentinel
-        return client
-    return Redis.from_url(
-        deployment.url or "", decode_responses=decode, health_check_interval=30, socket_connect_timeout=connect_timeout
-    )
+    client: Redis | RedisCluster = _build(_BLOCKING, settings, deployment, decode, connect_timeout)
+    return client
 
 
 def async_client(settings: Settings, *, decode: bool = False, connect_timeout: float | None = None) -> AsyncRedis:
     """The client of shard 0's Redis: every role's, until ingest and delivery are sharded."""
-    client = async_deployment_client(settings, _first(settings), decode=decode, connect_timeout=connect_timeout)
-    assert isinstance(client, AsyncRedis)  # _first is never a Cluster
+    client: AsyncRedis = _build(_ASYNCIO, settings, _first(settings), decode, connect_timeout)  # never a Cluster
     return client
 
 
 def async_deployment_client(
     settings: Settings, deployment: Deployment, *, decode: bool = False, connect_timeout: float | None = None
 ) -> AsyncRedis | AsyncRedisCluster:
-    """An asyncio client of one deployment: a Cluster's finds each key's master itself."""
-    if deployment.kind == "cluster":
-        nodes = [AsyncClusterNode(host, port) for host, port in deployment.addresses]
-        return AsyncRedisCluster(startup_nodes=nodes, **_cluster_kwargs(deployment, decode, connect_timeout))
-    if deployment.kind == "sentinel":
-        sentinel = AsyncSentinel(  # type: ignore[no-untyped-call]
-            list(deployment.addresses), sentinel_kwargs=_sentinel_kwargs(settings)
-        )
-        client: AsyncSentinelRedis = sentinel.master_for(
-            deployment.master,
-            redis_class=AsyncSentinelRedis,
-            **_primary_kwargs(deployment, decode, connect_timeout),
-        )
-        client.sentinels = sentinel
-        return client
-    return AsyncRedis.from_url(
-        deployment.url or "", decode_responses=decode, health_check_interval=30, socket_connect_timeout=connect_timeout
-    )
+    """An asyncio client of one deployment."""
+    client: AsyncRedis | AsyncRedisCluster = _build(_ASYNCIO, settings, deployment, decode, connect_timeout)
+    return client

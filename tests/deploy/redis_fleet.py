@@ -117,7 +117,7 @@ class RedisClusterFleet:
         """(masters holding slots, replicas) in ``node``'s ``CLUSTER NODES``."""
         client = node.client(decode_responses=True)
         try:
-            text = str(client.execute_command("CLUSTER", "NODES"))
+            text = str(client.execute_command("CLUSTER", "NODES"))  # type: ignore[no-untyped-call]
         finally:
             client.close()
         masters: set[str] = set()
@@ -136,7 +136,7 @@ class RedisClusterFleet:
         for node in self.nodes:
             client = node.client(decode_responses=True)
             try:
-                info = str(client.execute_command("CLUSTER", "INFO"))
+                info = str(client.execute_command("CLUSTER", "INFO"))  # type: ignore[no-untyped-call]
             except RedisError:
                 return False
             finally:

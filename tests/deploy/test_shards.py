@@ -162,7 +162,7 @@ def test_the_cluster_clients_reach_every_virtual_shard_and_run_a_script_of_one_t
                 client = clients.of(shard)
                 assert await client.set(f"svcgw:probe:{shard.tag}", str(shard.index)) is True
                 assert await client.get(f"svcgw:probe:{shard.tag}") == str(shard.index)
-                nodes[shard.index] = client.get_node_from_key(shard.tag).name  # type: ignore[union-attr]
+                nodes[shard.index] = client.get_node_from_key(shard.tag).name
             # Two keys of one tag: one slot, one script.
             script = (
                 "redis.call('SET', KEYS[1], ARGV[1]); redis.call('RPUSH', KEYS[2], ARGV[1]); "
