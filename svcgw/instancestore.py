@@ -46,6 +46,9 @@ class InstanceStore(StoreBase):
         """
         token = token_for_shard(secrets.token_urlsafe(24), shard)
         now = time.time()
+        if self.copies is not None:
+            # Its shard first: once the registry names the instance, its posts can be stored.
+            await self.copies.instance(appid, account_id, token, shard)
         async with self.redis.pipeline(transaction=True) as pipe:
             pipe.hset(
                 keys.instance(appid),
