@@ -36,6 +36,7 @@ from svcgw.addresses import AddressError
 from svcgw.connections import async_client
 from svcgw.errors import SvcgwError
 from svcgw.settings import Settings, SettingsError
+from svcgw.shardclients import aclose_all, role_clients
 from svcgw.shards import safe_url
 from svcgw.store import Store
 from svcgw.vault import KEY_FILE, TokenVault
@@ -70,6 +71,7 @@ class Admin:
         self.settings = settings
         self._redis: Redis | None = None
         self._text: Redis | None = None
+        self._shards: tuple[Redis, ...] = ()
 
     @property
     def safe_url(self) -> str:
@@ -83,9 +85,16 @@ class Admin:
     @property
     def redis(self) -> Redis:
         """The client returning bytes (raw bodies stay raw)."""
-        if self._redis is None:
-            self._redis = async_client(self.settings, connect_timeout=CONNECT_TIMEOUT)
-        return self._redis
+        return self.shards[0]
+
+    @property
+    def shards(self) -> tuple[Redis, ...]:
+        """The client of every shard (bytes), by shard index: shard 0's is :attr:`redis`."""
+        if not self._shards:
+            # No connection is opened before a command is sent: a shard not read costs nothing.
+            self._shards = role_clients(self.settings, connect_timeout=CONNECT_TIMEOUT)
+            self._redis = self._shards[0]
+        return self._shards
 
     @property
     def text(self) -> Redis:
@@ -106,10 +115,11 @@ class Admin:
         return TokenVault([Fernet.generate_key().decode("ascii")])
 
     async def aclose(self) -> None:
-        for client in (self._redis, self._text):
-            if client is not None:
-                await client.aclose()
+        await aclose_all(self._shards)
+        if self._text is not None:
+            await self._text.aclose()
         self._redis = self._text = None
+        self._shards = ()
 
 
 Command = Callable[..., Awaitable[None]]

@@ -78,7 +78,9 @@ class ShardClients(_ShardClients[Redis | RedisCluster]):
             client.close()
 
 
-def role_clients(settings: Settings, *, decode: bool = False) -> tuple[AsyncRedis, ...]:
+def role_clients(
+    settings: Settings, *, decode: bool = False, connect_timeout: float | None = None
+) -> tuple[AsyncRedis, ...]:
     """The asyncio client of each shard, by shard index, for serve and worker: shard 0's is :func:`async_client`'s.
 
     Shards of one deployment share its client. A Cluster is refused here as
@@ -86,8 +88,11 @@ def role_clients(settings: Settings, *, decode: bool = False) -> tuple[AsyncRedi
     on one yet), so every client is a plain (or Sentinel) one.
     """
     layout = layout_of(settings)
-    first = async_client(settings, decode=decode)
-    others = (cast(AsyncRedis, async_deployment_client(settings, d, decode=decode)) for d in layout.deployments[1:])
+    first = async_client(settings, decode=decode, connect_timeout=connect_timeout)
+    others = (
+        cast(AsyncRedis, async_deployment_client(settings, d, decode=decode, connect_timeout=connect_timeout))
+        for d in layout.deployments[1:]
+    )
     by_deployment = (first, *others)
     return tuple(by_deployment[shard.deployment] for shard in layout.shards)
 

@@ -21,6 +21,8 @@ __all__ = ["RedisClusterFleet", "RedisFleet", "stop"]
 
 # Neither keeps data on disk: a test's Redis lives as long as the test.
 _EPHEMERAL = ["--save", "", "--appendonly", "no", "--protected-mode", "no"]
+# ``durable``: every write on disk before it is answered, so a SIGKILLed shard restarted on its dir has it all.
+_DURABLE = ["--save", "", "--appendonly", "yes", "--appendfsync", "always", "--protected-mode", "no"]
 
 
 def stop(node: Node, timeout: float = 10.0) -> None:
@@ -39,9 +41,10 @@ def stop(node: Node, timeout: float = 10.0) -> None:
 class RedisFleet:
     """``k`` independent ``redis-server``s: the deployments of ``SVCGW_REDIS_SHARDS``."""
 
-    def __init__(self, root: Path, k: int) -> None:
+    def __init__(self, root: Path, k: int, *, durable: bool = False) -> None:
         require_binaries("redis-server")
-        self.nodes = [Node("redis-server", root / f"shard-{i}", list(_EPHEMERAL)) for i in range(k)]
+        args = _DURABLE if durable else _EPHEMERAL
+        self.nodes = [Node("redis-server", root / f"shard-{i}", list(args)) for i in range(k)]
 
     def start(self) -> RedisFleet:
         try:
