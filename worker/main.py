@@ -11,7 +11,8 @@ again after one (:func:`_deliver`), while the other shards' go on.
 SIGTERM and SIGINT stop them all: each engine lets attempts in flight
 finish within the delivery timeout and hands back what it still holds, and
 each prober hands back the probes it has not finished (see
-``worker.engine`` and ``worker.prober``). With ``burst`` each engine stops
+``worker.engine`` and ``worker.prober``). The engines share one callback
+client and the process's caps per destination and per account. With ``burst`` each engine stops
 once nothing is left to deliver on its shard, and the probers once every
 engine has.
 """
@@ -23,6 +24,7 @@ import logging
 import signal
 
 from svcgw import layout
+from svcgw.outbound import sender_for
 from svcgw.settings import Settings
 from svcgw.shardclients import aclose_all, role_clients
 from svcgw.vault import TokenVault
@@ -67,7 +69,13 @@ async def serve(settings: Settings, *, burst: bool = False, stop: asyncio.Event 
         loop.add_signal_handler(signum, on_signal, signum)
     clients = role_clients(settings)
     vault = TokenVault.from_settings(settings)
-    engines = [Engine(settings, redis, vault) for redis in clients]
+    # The shards' engines share the process's callback client and its caps per destination and per
+    # account, as one engine had them: more shards is not more connections to one destination.
+    sender = sender_for(settings)
+    first = Engine(settings, clients[0], vault, client=sender)
+    engines = [first, *(Engine(settings, redis, vault, client=sender, name=first.name) for redis in clients[1:])]
+    for engine in engines[1:]:
+        engine.slots, engine.accounts, engine.destinations = first.slots, first.accounts, first.destinations
     registrations: list[Presence] = []
     helpers: list[asyncio.Task[None]] = []
     try:
@@ -87,6 +95,7 @@ async def serve(settings: Settings, *, burst: bool = False, stop: asyncio.Event 
         for signum in signals:
             loop.remove_signal_handler(signum)
         await aclose_all(clients)
+        await sender.aclose()
 
 
 async def _deliver(engine: Engine, shard: int, stop: asyncio.Event, burst: bool) -> None:
