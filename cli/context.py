@@ -37,7 +37,9 @@ from svcgw.connections import async_client
 from svcgw.errors import SvcgwError
 from svcgw.settings import Settings, SettingsError
 from svcgw.shardclients import aclose_all, role_clients
+from svcgw.shardcopy import ShardCopies
 from svcgw.shards import safe_url
+from svcgw.shardspec import layout_of
 from svcgw.store import Store
 from svcgw.vault import KEY_FILE, TokenVault
 
@@ -72,6 +74,7 @@ class Admin:
         self._redis: Redis | None = None
         self._text: Redis | None = None
         self._shards: tuple[Redis, ...] = ()
+        self._text_shards: tuple[Redis, ...] = ()  # by shard index; shard 0's is ``text``
 
     @property
     def safe_url(self) -> str:
@@ -104,8 +107,18 @@ class Admin:
         return self._text
 
     def store(self, *, sealing: bool = False) -> Store:
-        """The ``Store``; ``sealing`` when the command may encrypt or decrypt a token."""
-        return Store(self.text, self._vault(sealing))
+        """The ``Store``; ``sealing`` when the command may encrypt or decrypt a token.
+
+        With several shards it also writes the copies of callback settings
+        that instances' shards read (:mod:`svcgw.shardcopy`).
+        """
+        store = Store(self.text, self._vault(sealing))
+        if len(layout_of(self.settings).shards) > 1:
+            if not self._text_shards:
+                others = role_clients(self.settings, decode=True, connect_timeout=CONNECT_TIMEOUT)[1:]
+                self._text_shards = (self.text, *others)
+            store.copies = ShardCopies(self._text_shards)
+        return store
 
     def _vault(self, sealing: bool) -> TokenVault:
         settings = self.settings
@@ -116,10 +129,9 @@ class Admin:
 
     async def aclose(self) -> None:
         await aclose_all(self._shards)
-        if self._text is not None:
-            await self._text.aclose()
+        await aclose_all(self._text_shards or ((self._text,) if self._text is not None else ()))
         self._redis = self._text = None
-        self._shards = ()
+        self._shards = self._text_shards = ()
 
 
 Command = Callable[..., Awaitable[None]]

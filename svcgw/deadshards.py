@@ -17,21 +17,12 @@ from collections.abc import Sequence
 
 from redis.asyncio import Redis
 
-from . import deadletters, keys
+from . import deadletters
 from .deadletters import DeadLetter, DeadLetterDetail, NotFound, ReplayResult
 from .settings import Settings
+from .shardreads import first_found, instance_shard
 
-__all__ = ["instance_shard", "list_dead", "replay", "show"]
-
-
-async def instance_shard(clients: Sequence[Redis], appid: str) -> Redis:
-    """The client of ``appid``'s shard, from the registry (shard 0's for an unknown one, or one shard)."""
-    if len(clients) == 1:
-        return clients[0]
-    field = await clients[0].hget(keys.instance(appid), "shard")
-    text = field.decode() if isinstance(field, bytes) else field
-    index = int(text) if text and text.isdigit() else 0
-    return clients[index] if index < len(clients) else clients[0]
+__all__ = ["count_dead", "list_dead", "replay", "show"]
 
 
 async def list_dead(
@@ -59,12 +50,13 @@ async def show(
     clients: Sequence[Redis], settings: Settings, delivery_id: str, *, account: str | None = None
 ) -> DeadLetterDetail:
     """The dead letter ``delivery_id`` from the shard that holds it; ``NotFound`` when none does."""
-    for client in clients:
-        try:
-            return await deadletters.show(client, settings, delivery_id, account=account)
-        except NotFound:
-            continue
-    raise NotFound(f"no dead letter {delivery_id!r}")
+    return await first_found(clients, lambda c: deadletters.show(c, settings, delivery_id, account=account), NotFound)
+
+
+async def count_dead(clients: Sequence[Redis], settings: Settings, *, account: str | None = None) -> int:
+    """How many dead letters every shard holds (of ``account``'s instances when given)."""
+    counts = await asyncio.gather(*(deadletters.count_dead(c, settings, account=account) for c in clients))
+    return sum(counts)
 
 
 async def replay(

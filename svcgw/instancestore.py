@@ -62,10 +62,13 @@ class InstanceStore(StoreBase):
             pipe.hincrby(SHARD_INSTANCES, str(shard), 1)
             pipe.set(keys.receiver_lookup(digest(token)), appid)
             pipe.sadd(keys.account_instances(account_id), appid)
-            # Adds it to every instance and, when it is new, to the instance counts of /metrics.
-            pipe.eval(
-                text("liveness_registered"), 3, keys.INSTANCES, keys.METRICS_INSTANCES, keys.instance(appid), appid
-            )
+            if shard == 0:
+                # Adds it to every instance and, when it is new, to the instance counts of /metrics.
+                pipe.eval(
+                    text("liveness_registered"), 3, keys.INSTANCES, keys.METRICS_INSTANCES, keys.instance(appid), appid
+                )
+            else:  # counted by its own shard, where its liveness is (svcgw.shardcopy)
+                pipe.sadd(keys.INSTANCES, appid)
             await pipe.execute()
         return token
 

@@ -11,7 +11,8 @@ them read registry data with their keys, in the same round trip:
 
 So the instance's shard holds a copy of those: the look-up key and the
 instance hash's ``account`` and ``shard`` (written before the registry's
-own, so that no token is handed out whose shard cannot take its posts), and
+own, so that no token is handed out whose shard cannot take its posts; the
+shard's set of instances lists it, and its liveness is counted there), and
 the callback hashes, copied after every change on shard 0 -- an instance's
 to its shard, an account default to every other shard, as the account's
 instances may be on any of them. Copies are whole hashes (``DEL`` then
@@ -30,6 +31,7 @@ from typing import Any
 from redis.asyncio import Redis
 
 from . import keys
+from .scripts import text
 from .storebase import digest
 
 __all__ = ["ShardCopies"]
@@ -52,6 +54,9 @@ class ShardCopies:
         async with self.shards[shard].pipeline(transaction=True) as pipe:
             pipe.hset(keys.instance(appid), mapping={"account": account, "shard": str(shard)})
             pipe.set(keys.receiver_lookup(digest(token)), appid)
+            # One of the shard's instances: its liveness changes count in the shard's /metrics counts.
+            counts = (keys.INSTANCES, keys.METRICS_INSTANCES, keys.instance(appid))
+            pipe.eval(text("liveness_registered"), len(counts), *counts, appid)
             await pipe.execute()
 
     async def callback(self, key: str, appid: str | None) -> None:
