@@ -53,8 +53,13 @@ async def show(
     return await first_found(clients, lambda c: deadletters.show(c, settings, delivery_id, account=account), NotFound)
 
 
-async def count_dead(clients: Sequence[Redis], settings: Settings, *, account: str | None = None) -> int:
-    """How many dead letters every shard holds (of ``account``'s instances when given)."""
+async def count_dead(
+    clients: Sequence[Redis], settings: Settings, *, appid: str | None = None, account: str | None = None
+) -> int:
+    """How many dead letters every shard holds (of ``appid``'s shard alone, or ``account``'s instances, when given)."""
+    if appid is not None:
+        client = await instance_shard(clients, appid)
+        return await deadletters.count_dead(client, settings, appid=appid, account=account)
     counts = await asyncio.gather(*(deadletters.count_dead(c, settings, account=account) for c in clients))
     return sum(counts)
 

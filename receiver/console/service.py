@@ -96,6 +96,7 @@ class ConsoleService:
         self.store = services.store
         self.raw: Redis = services.redis  # bytes: log bodies
         self.shards: tuple[Redis, ...] = services.shard_redis or (services.redis,)  # bytes, by shard index
+        self.texts: tuple[Redis, ...] = services.shard_text or (services.text_redis,)
         self.text: Redis = services.text_redis
         self.vault = services.vault
         self._callbacks = services.callbacks
@@ -211,16 +212,11 @@ class ConsoleService:
     async def dead_letters(
         self, account: str, appid: str | None, *, limit: int = 20, offset: int = 0, detailed: bool = False
     ) -> tuple[list[dict[str, Any]], int]:
-        if appid is not None:
-            raw = await self.check_owner(account, appid)
-            letters = await deadletters.list_dead(
-                raw, self.settings, appid=appid, account=account, limit=limit, offset=offset
-            )
-            total = await deadletters.count_dead(raw, self.settings, appid=appid, account=account)
-        else:  # the account's instances are on every shard
-            shards = self.shards
-            letters = await deadshards.list_dead(shards, self.settings, account=account, limit=limit, offset=offset)
-            total = await deadshards.count_dead(self.shards, self.settings, account=account)
+        shards = self.shards if appid is None else (await self.check_owner(account, appid),)
+        letters = await deadshards.list_dead(
+            shards, self.settings, appid=appid, account=account, limit=limit, offset=offset
+        )
+        total = await deadshards.count_dead(shards, self.settings, appid=appid, account=account)
         rows: list[dict[str, Any]] = []
         for letter in letters:
             if detailed:
@@ -342,7 +338,7 @@ class ConsoleService:
                 users.setdefault(destination, []).append(one)
         if appid is None and default:
             users.setdefault(failing.destination_of(default), [])
-        found = await failing.failing(self.text, self.settings, users)
+        found = await failing.failing_anywhere(self.texts, self.settings, users)
         return [
             {**record.as_dict(), "appids": users.get(name, [])}
             for name, record in sorted(found.items(), key=lambda item: item[1].first_failure)
