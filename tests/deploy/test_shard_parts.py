@@ -10,6 +10,7 @@ answered.
 from __future__ import annotations
 
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 
 import httpx
@@ -77,7 +78,8 @@ def test_posts_go_to_their_tokens_shard_and_a_shard_the_deployment_lacks_is_no_r
     two: Settings, fleet: RedisFleet, sink: Sink
 ) -> None:
     zero, one = on_shards(two, sink.url)
-    server = ThreadedServer(create_app(two)).start()
+    with_dashboard = replace(two, dashboard_user="operator", dashboard_password="dashboard-pass-123")
+    server = ThreadedServer(create_app(with_dashboard)).start()
     try:
         assert one.receiver_token.startswith("s1.")
         assert post(zero.receiver_url(server.base), "a") == 200
@@ -85,13 +87,19 @@ def test_posts_go_to_their_tokens_shard_and_a_shard_the_deployment_lacks_is_no_r
         secret = one.receiver_token.removeprefix("s1.")
         assert post(f"{server.base}/svc/receiver/we_one/s7.{secret}", "c") == 404  # no shard 7 here
         assert post(f"{server.base}/svc/receiver/we_one/{secret}", "d") == 404  # shard 0 has no such token
+        assert post(one.receiver_url(server.base), "e") == 200
+        # rq-dashboard switches between the shards: its instance number is the shard's index.
+        auth = ("operator", "dashboard-pass-123")
+        for shard, queued in ((0, 1), (1, 2)):
+            data = httpx.get(f"{server.base}/rq/{shard}/data/queues.json", auth=auth, timeout=10).json()
+            assert [q["count"] for q in data["queues"] if q["name"] == "svcgw"] == [queued]
     finally:
         server.stop()
     first, second = (node.client() for node in fleet.nodes)
     try:
         assert first.exists(keys.callback_log("we_zero")) and not second.exists(keys.callback_log("we_zero"))
         assert second.exists(keys.callback_log("we_one")) and not first.exists(keys.callback_log("we_one"))
-        assert first.llen("rq:queue:svcgw") == 1 and second.llen("rq:queue:svcgw") == 1
+        assert first.llen("rq:queue:svcgw") == 1 and second.llen("rq:queue:svcgw") == 2
     finally:
         first.close()
         second.close()
