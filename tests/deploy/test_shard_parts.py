@@ -20,12 +20,9 @@ import pytest
 from receiver.app import create_app
 from svcgw import keys
 from svcgw.settings import Settings
-from svcgw.shardclients import aclose_all, role_clients
-from svcgw.shardcopy import ShardCopies
-from svcgw.store import Scope, Store
-from svcgw.vault import TokenVault
+from svcgw.store import Scope
 from tests.conftest import Tenant, run
-from tests.deploy.redis_fleet import RedisFleet
+from tests.deploy.redis_fleet import RedisFleet, sharded_store
 from tests.support import Sink, ThreadedServer, ThreadedWorker, wait_for
 
 pytestmark = pytest.mark.slow
@@ -33,11 +30,8 @@ pytestmark = pytest.mark.slow
 
 @pytest.fixture
 def fleet(tmp_path: Path) -> Iterator[RedisFleet]:
-    nodes = RedisFleet(tmp_path / "fleet", 2).start()
-    try:
+    with RedisFleet(tmp_path / "fleet", 2).start() as nodes:
         yield nodes
-    finally:
-        nodes.close()
 
 
 @pytest.fixture
@@ -50,17 +44,12 @@ def on_shards(settings: Settings, url: str) -> tuple[Tenant, Tenant]:
     """An account whose default address is ``url``, with one instance on each shard."""
 
     async def action() -> tuple[Tenant, Tenant]:
-        texts = role_clients(settings, decode=True)
-        try:
-            store = Store(texts[0], TokenVault.from_settings(settings))
-            store.copies = ShardCopies(texts)
+        async with sharded_store(settings) as store:
             account = await store.create_account("two shards")
             await store.set_callback(Scope(account=account.id), url)
             zero = await store.register_instance("we_zero", account.id, 0)
             one = await store.register_instance("we_one", account.id, 1)
             return Tenant(account.id, "we_zero", zero), Tenant(account.id, "we_one", one)
-        finally:
-            await aclose_all(texts)
 
     return run(action())
 
@@ -110,18 +99,13 @@ def test_callback_settings_are_copied_to_the_shards_whose_claims_read_them(two: 
     first, second = (node.client(decode_responses=True) for node in fleet.nodes)
 
     async def change(step: str) -> None:
-        texts = role_clients(two, decode=True)
-        try:
-            store = Store(texts[0], TokenVault.from_settings(two))
-            store.copies = ShardCopies(texts)
+        async with sharded_store(two) as store:
             if step == "own":
                 await store.set_callback(Scope(appid="we_one"), "http://127.0.0.1:9/own", bearer_token="t0ken")
             elif step == "rotate":
                 await store.rotate_secret(Scope(account=zero.account))
             else:
                 await store.clear_callback(Scope(appid="we_one"))
-        finally:
-            await aclose_all(texts)
 
     try:
         account_key = keys.callback_account(zero.account)
@@ -170,10 +154,7 @@ def test_a_worker_started_with_a_shard_down_delivers_the_other_and_that_one_once
 
 
 async def _recopy(settings: Settings, tenant: Tenant) -> None:
-    texts = role_clients(settings, decode=True)
-    try:
-        copies = ShardCopies(texts)
-        await copies.instance(tenant.appid, tenant.account, tenant.receiver_token, 1)
-        await copies.callback(keys.callback_account(tenant.account), None)
-    finally:
-        await aclose_all(texts)
+    async with sharded_store(settings) as store:
+        assert store.copies is not None
+        await store.copies.instance(tenant.appid, tenant.account, tenant.receiver_token, 1)
+        await store.copies.callback(keys.callback_account(tenant.account), None)

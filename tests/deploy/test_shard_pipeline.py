@@ -21,16 +21,13 @@ import pytest
 from svcgw import keys
 from svcgw.receivers import RECEIVER_PREFIX
 from svcgw.settings import Settings
-from svcgw.shardclients import aclose_all, role_clients
-from svcgw.shardcopy import ShardCopies
 from svcgw.shards import place
 from svcgw.shardspec import layout_of
-from svcgw.store import Scope, Store
-from svcgw.vault import TokenVault
+from svcgw.store import Scope
 from tests.cli.commands import ok
 from tests.conftest import run
 from tests.deploy.load import Load
-from tests.deploy.redis_fleet import RedisFleet
+from tests.deploy.redis_fleet import RedisFleet, sharded_store
 from tests.support import Process, Received, Sink, start_server, wait_for
 
 pytestmark = pytest.mark.slow
@@ -65,21 +62,15 @@ class Answering:
 
 @pytest.fixture
 def fleet(tmp_path: Path) -> Iterator[RedisFleet]:
-    nodes = RedisFleet(tmp_path / "fleet", 3, durable=True).start()
-    try:
+    with RedisFleet(tmp_path / "fleet", 3, durable=True).start() as nodes:
         yield nodes
-    finally:
-        nodes.close()
 
 
 def register(settings: Settings, sink_url: str) -> tuple[Placed, str]:
     """300 instances placed as device/create places them, an account default address, one instance's own."""
 
     async def action() -> tuple[Placed, str]:
-        texts = role_clients(settings, decode=True)
-        try:
-            store = Store(texts[0], TokenVault.from_settings(settings))
-            store.copies = ShardCopies(texts)
+        async with sharded_store(settings) as store:
             account = await store.create_account("shards")
             await store.set_callback(Scope(account=account.id), sink_url)  # copied to every shard
             shards = layout_of(settings).shards
@@ -92,8 +83,6 @@ def register(settings: Settings, sink_url: str) -> tuple[Placed, str]:
             own = next(appid for appid, _, shard in placed if shard == 2)
             await store.set_callback(Scope(appid=own), sink_url + "/own")  # copied to shard 2 only
             return placed, own
-        finally:
-            await aclose_all(texts)
 
     return run(action())
 
