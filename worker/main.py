@@ -8,11 +8,13 @@ that is down or failing over holds up only its own: its engine and prober
 retry with a growing pause, and an engine that fails outright is started
 again after one (:func:`_deliver`), while the other shards' go on.
 
+The engines share one callback client and the process's caps per
+destination and per account, as one engine had them.
+
 SIGTERM and SIGINT stop them all: each engine lets attempts in flight
 finish within the delivery timeout and hands back what it still holds, and
 each prober hands back the probes it has not finished (see
-``worker.engine`` and ``worker.prober``). The engines share one callback
-client and the process's caps per destination and per account. With ``burst`` each engine stops
+``worker.engine`` and ``worker.prober``). With ``burst`` each engine stops
 once nothing is left to deliver on its shard, and the probers once every
 engine has.
 """

@@ -68,7 +68,6 @@ class QrFlow:
         self.settings = services.settings
         self.store = services.store
         self.text: Redis = services.text_redis
-        self.raw: Redis = services.redis
         # By shard index: an instance's log and liveness fields are on its shard (svcgw.shardreads).
         self.shards: tuple[Redis, ...] = services.shard_redis or (services.redis,)
         self.shard_texts: tuple[Redis, ...] = services.shard_text or (services.text_redis,)

@@ -124,6 +124,12 @@ def test_three_shards_deliver_once_replay_across_shards_and_survive_one_shard_ki
             assert [bool(c.exists(keys.callback_log(appid))) for c in clients] == [i == shard for i in range(3)]
         assert answering.paths[own] == {"/hook/own"}
         assert all(paths == {"/hook"} for appid, paths in answering.paths.items() if appid != own)
+        # The operator's commands read each instance on its shard.
+        for appid, _, _ in (next(p for p in placed if p[2] == shard) for shard in (1, 2)):
+            assert len(ok(service_env, "log", appid)) == 2
+            states = [d["state"] for d in ok(service_env, "deliveries", "list", appid)["deliveries"]]
+            assert states == ["delivered", "delivered"]
+        assert len(ok(service_env, "instances", "list")) == INSTANCES
 
         # 2. A dead letter on shard 1 and one on shard 2, replayed by one command.
         dying = {shard: next(n for n, p in enumerate(placed) if p[2] == shard) for shard in (1, 2)}
@@ -150,6 +156,8 @@ def test_three_shards_deliver_once_replay_across_shards_and_survive_one_shard_ki
             killed = fleet.nodes[2].proc
             assert killed is not None and killed.poll() is not None  # still down: the deliveries came without it
             assert load.refusals() > 0  # shard 2's posts refused (503), not acknowledged and lost
+            scrape = httpx.get(f"{bases[0]}/metrics", timeout=10).text
+            assert 'svcgw_shard_up{shard="2"} 0.0' in scrape and 'svcgw_shard_up{shard="1"} 1.0' in scrape
             fleet.nodes[2].start()
 
             def acked_on_shard_2() -> int:
