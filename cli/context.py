@@ -36,7 +36,10 @@ from svcgw.addresses import AddressError
 from svcgw.connections import async_client
 from svcgw.errors import SvcgwError
 from svcgw.settings import Settings, SettingsError
+from svcgw.shardclients import aclose_all, role_clients
+from svcgw.shardcopy import ShardCopies
 from svcgw.shards import safe_url
+from svcgw.shardspec import layout_of
 from svcgw.store import Store
 from svcgw.vault import KEY_FILE, TokenVault
 
@@ -70,6 +73,8 @@ class Admin:
         self.settings = settings
         self._redis: Redis | None = None
         self._text: Redis | None = None
+        self._shards: tuple[Redis, ...] = ()
+        self._text_shards: tuple[Redis, ...] = ()  # by shard index; shard 0's is ``text``
 
     @property
     def safe_url(self) -> str:
@@ -83,9 +88,16 @@ class Admin:
     @property
     def redis(self) -> Redis:
         """The client returning bytes (raw bodies stay raw)."""
-        if self._redis is None:
-            self._redis = async_client(self.settings, connect_timeout=CONNECT_TIMEOUT)
-        return self._redis
+        return self.shards[0]
+
+    @property
+    def shards(self) -> tuple[Redis, ...]:
+        """The client of every shard (bytes), by shard index: shard 0's is :attr:`redis`."""
+        if not self._shards:
+            # No connection is opened before a command is sent: a shard not read costs nothing.
+            self._shards = role_clients(self.settings, connect_timeout=CONNECT_TIMEOUT)
+            self._redis = self._shards[0]
+        return self._shards
 
     @property
     def text(self) -> Redis:
@@ -95,8 +107,18 @@ class Admin:
         return self._text
 
     def store(self, *, sealing: bool = False) -> Store:
-        """The ``Store``; ``sealing`` when the command may encrypt or decrypt a token."""
-        return Store(self.text, self._vault(sealing))
+        """The ``Store``; ``sealing`` when the command may encrypt or decrypt a token.
+
+        With several shards it also writes the copies of callback settings
+        that instances' shards read (:mod:`svcgw.shardcopy`).
+        """
+        store = Store(self.text, self._vault(sealing))
+        if len(layout_of(self.settings).shards) > 1:
+            if not self._text_shards:
+                others = role_clients(self.settings, decode=True, connect_timeout=CONNECT_TIMEOUT)[1:]
+                self._text_shards = (self.text, *others)
+            store.copies = ShardCopies(self._text_shards)
+        return store
 
     def _vault(self, sealing: bool) -> TokenVault:
         settings = self.settings
@@ -106,10 +128,10 @@ class Admin:
         return TokenVault([Fernet.generate_key().decode("ascii")])
 
     async def aclose(self) -> None:
-        for client in (self._redis, self._text):
-            if client is not None:
-                await client.aclose()
+        await aclose_all(self._shards)
+        await aclose_all(self._text_shards or ((self._text,) if self._text is not None else ()))
         self._redis = self._text = None
+        self._shards = self._text_shards = ()
 
 
 Command = Callable[..., Awaitable[None]]

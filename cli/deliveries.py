@@ -14,6 +14,7 @@ from rich.console import Group, RenderableType
 
 from svcgw import deliverylist, retrynow
 from svcgw.deliverylist import STATES, Delivery
+from svcgw.shardreads import first_found, instance_shard
 
 from .context import Admin, admin_command
 from .output import console, emit, json_option, record, table, when
@@ -53,7 +54,7 @@ async def deliveries_list(
 ) -> None:
     """List an instance's deliveries, newest first."""
     page = await deliverylist.list_deliveries(
-        admin.redis,
+        await instance_shard(admin.shards, appid),
         admin.settings,
         appid,
         state=state,
@@ -93,7 +94,7 @@ async def deliveries_list(
 @admin_command
 async def deliveries_show(admin: Admin, delivery_id: str, as_json: bool) -> None:
     """Show one delivery: its state, next attempt, and every attempt with the answer's first 1 KB."""
-    delivery = await deliverylist.show(admin.redis, admin.settings, delivery_id)
+    delivery = await _show(admin, delivery_id)
     if as_json:
         emit(True, delivery.as_dict(), lambda: None)
         return
@@ -133,8 +134,15 @@ async def deliveries_retry(admin: Admin, delivery_id: str, as_json: bool) -> Non
     It counts as the attempt the schedule planned next; if it fails, the
     schedule goes on from it. Refused for a delivery that is not retrying.
     """
-    await retrynow.retry_now(admin.redis, admin.settings, delivery_id)
-    delivery = await deliverylist.show(admin.redis, admin.settings, delivery_id)
+    await first_found(admin.shards, lambda r: retrynow.retry_now(r, admin.settings, delivery_id), retrynow.NotFound)
+    delivery = await _show(admin, delivery_id)
     emit(as_json, {"id": delivery_id, "queued": True, "delivery": delivery.as_dict()}, lambda: None)
     if not as_json:
         click.echo(f"{delivery_id} queued for its next attempt now (attempt {len(delivery.attempts) + 1})")
+
+
+async def _show(admin: Admin, delivery_id: str) -> Delivery:
+    """The delivery from whichever shard holds it (a delivery id does not name its shard)."""
+    return await first_found(
+        admin.shards, lambda r: deliverylist.show(r, admin.settings, delivery_id), deliverylist.NotFound
+    )

@@ -1,5 +1,8 @@
 """``svcgw dlq``: dead letters (deliveries whose retries ran out), listed, shown and replayed.
 
+Every command reads every shard (``svcgw.deadshards``): one list, newest
+first, whichever shard each dead letter is on.
+
 ``replay`` exits with status 1 when any dead letter named could not be
 replayed (unknown, its data expired, or it died before ``--since``), after
 printing every outcome.
@@ -12,7 +15,7 @@ import time
 import click
 from rich.console import RenderableType
 
-from svcgw import deadletters
+from svcgw import deadshards
 
 from .context import Admin, admin_command
 from .output import console, emit, json_option, record, table, valid_since, when
@@ -36,8 +39,8 @@ async def dlq_list(
     admin: Admin, appid: str | None, account: str | None, limit: int, offset: int, as_json: bool
 ) -> None:
     """List dead letters, newest first."""
-    letters = await deadletters.list_dead(
-        admin.redis, admin.settings, appid=appid, account=account, limit=limit, offset=offset
+    letters = await deadshards.list_dead(
+        admin.shards, admin.settings, appid=appid, account=account, limit=limit, offset=offset
     )
     emit(
         as_json,
@@ -55,7 +58,7 @@ async def dlq_list(
 @admin_command
 async def dlq_show(admin: Admin, delivery_id: str, as_json: bool) -> None:
     """Show one dead letter: its attempts and its body."""
-    detail = await deadletters.show(admin.redis, admin.settings, delivery_id)
+    detail = await deadshards.show(admin.shards, admin.settings, delivery_id)
     if as_json:
         emit(True, detail.as_dict(), lambda: None)
         return
@@ -127,8 +130,8 @@ async def dlq_replay(
         raise click.UsageError("give dead letter IDs, or --appid APPID, or --all (exactly one), or --since DURATION")
     if account is not None and (ids or appid is not None):
         raise click.UsageError("--account goes with --since or --all, not with IDs or --appid")
-    results = await deadletters.replay(
-        admin.redis,
+    results = await deadshards.replay(
+        admin.shards,
         admin.settings,
         ids=list(ids) or None,
         appid=appid,

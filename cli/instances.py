@@ -33,7 +33,9 @@ async def instances_list(admin: Admin, account: str | None, as_json: bool) -> No
         appids = await store.instances_of(account)
     else:
         appids = await store.all_instances()
-    views = await read_model.load_many(store, admin.redis, admin.settings, appids, dead_letters=True)
+    views = await read_model.load_many(
+        store, admin.redis, admin.settings, appids, dead_letters=True, shards=admin.shards
+    )
     rows = [view.for_operator() for view in views]
     emit(
         as_json,
@@ -63,7 +65,9 @@ async def instances_list(admin: Admin, account: str | None, as_json: bool) -> No
 @admin_command
 async def instances_show(admin: Admin, appid: str, as_json: bool) -> None:
     """Show one instance."""
-    view = await read_model.load(admin.store(), admin.redis, admin.settings, appid, dead_letters=True)
+    view = await read_model.load(
+        admin.store(), admin.redis, admin.settings, appid, dead_letters=True, shards=admin.shards
+    )
     data = view.for_operator()
     emit(
         as_json,

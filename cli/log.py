@@ -6,6 +6,7 @@ import click
 
 from svcgw import keys
 from svcgw.calllog import read_log
+from svcgw.shardreads import instance_shard
 
 from .context import Admin, admin_command
 from .output import emit, json_option, valid_since, when
@@ -26,7 +27,8 @@ async def log_command(
     """The callback log of an instance, newest first, bodies exactly as received."""
     if not await admin.redis.exists(keys.instance(appid)):
         raise click.ClickException(f"no instance {appid!r}")
-    entries = await read_log(admin.redis, admin.settings, appid, since_seconds=since, limit=limit, before=before)
+    redis = await instance_shard(admin.shards, appid)  # the registry names the shard its log is on
+    entries = await read_log(redis, admin.settings, appid, since_seconds=since, limit=limit, before=before)
     if as_json:
         emit(True, [entry.as_dict() for entry in entries], lambda: None)
         return

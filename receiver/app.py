@@ -89,9 +89,7 @@ def create_app(settings: Settings, *, services: Services | None = None) -> Starl
             if services.callback_sender is not None:
                 await services.callback_sender.aclose()
                 services.callback_sender = None
-            await services.ingest.aclose()  # the posts' counters still held, before the client closes
-            await services.redis.aclose()
-            await services.text_redis.aclose()
+            await services.aclose_clients()  # the posts' counters still held, before the clients close
 
     gateway = Gateway(services)
     routes: list[BaseRoute] = [
@@ -100,7 +98,7 @@ def create_app(settings: Settings, *, services: Services | None = None) -> Starl
         Route("/metrics", metrics_endpoint, methods=["GET"], name="metrics"),
         Route(
             RECEIVER_PREFIX + "{appid}/{token}",
-            make_endpoint(services.ingest),
+            make_endpoint(services.ingests or (services.ingest,)),
             methods=["POST"],
             name="receiver",
         ),

@@ -4,7 +4,9 @@ The dashboard is a Flask app (``rq_dashboard.cli.make_flask_app``) run
 through a2wsgi's ``WSGIMiddleware``, configured with the service's Redis and
 RQ's JSON serializer (the deliveries are JSON-serialized jobs). It is
 mounted only when both ``SVCGW_DASHBOARD_USER`` and
-``SVCGW_DASHBOARD_PASSWORD`` are set; otherwise ``/rq`` answers 404.
+``SVCGW_DASHBOARD_PASSWORD`` are set; otherwise ``/rq`` answers 404. With
+several ``redis://`` shards it is given every shard's URL and switches
+between them (``/rq/<shard>/view``; :func:`dashboard_urls`).
 
 :class:`DashboardGuard` stands in front of Flask, so no request reaches it
 unchecked:
@@ -190,9 +192,25 @@ class _Hardened:
 _REPLACED = frozenset(name for name, _ in security_headers("x"))
 
 
+def dashboard_urls(settings: Settings) -> tuple[str, ...]:
+    """The Redis URLs the dashboard switches between, shard 0's first (its instance number is the shard's index).
+
+    rq-dashboard takes a list of URLs; a Sentinel group or a Cluster is not
+    one it can take, so then there is no dashboard (as with one Sentinel
+    group): ``svcgw shards`` and ``svcgw dlq`` read every shard.
+    """
+    if settings.redis_shards is None:
+        return (settings.redis_url,) if settings.redis_url else ()
+    deployments = settings.redis_shards.deployments
+    if any(deployment.kind != "redis" or not deployment.url for deployment in deployments):
+        return ()
+    return tuple(deployment.url or "" for deployment in deployments)
+
+
 def make_dashboard(settings: Settings) -> ASGIApp | None:
-    """The guarded dashboard, or None when its credentials are not configured."""
-    if not (settings.dashboard_user and settings.dashboard_password and settings.redis_url):
+    """The guarded dashboard, or None when its credentials (or Redis URLs) are not configured."""
+    urls = dashboard_urls(settings)
+    if not (settings.dashboard_user and settings.dashboard_password and urls):
         return None
     from a2wsgi import WSGIMiddleware
     from rq.serializers import JSONSerializer
@@ -201,7 +219,7 @@ def make_dashboard(settings: Settings) -> ASGIApp | None:
 
     # Credentials are checked by DashboardGuard, not by Flask.
     flask_app: Any = make_flask_app(None, None, None, "")
-    flask_app.config["RQ_DASHBOARD_REDIS_URL"] = settings.redis_url
+    flask_app.config["RQ_DASHBOARD_REDIS_URL"] = urls
     flask_app.config["RQ_DASHBOARD_DISABLE_DELETE"] = True
     flask_app.config["RQ_DASHBOARD_POLL_INTERVAL"] = 5000
     # The dashboard keeps its serializer in a module-level setting.

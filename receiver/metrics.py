@@ -7,14 +7,21 @@ Who may scrape: with ``SVCGW_METRICS_TOKEN`` set, a request carrying
 ``Authorization: Bearer <token>`` (compared in constant time; anything else
 is 401); without it, only clients on a loopback address (403 for the rest).
 Queue depths and tenant counts are not for the public internet.
+
+With several shards, each shard's snapshot is read (at once) and the
+counts are summed (:func:`merge`); each shard's queue depth and dead
+letters are shown again with a ``shard`` label, and ``svcgw_shard_up`` says
+which answered. A shard that does not answer leaves its numbers out of the
+sums; shard 0 not answering (the service's own data) fails the scrape (503).
 """
 
 from __future__ import annotations
 
+import asyncio
 import hmac
 import ipaddress
 import logging
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 from prometheus_client import CollectorRegistry, generate_latest
@@ -26,7 +33,10 @@ from starlette.responses import Response
 
 from svcgw.metrics import COUNTERS, LATENCY_BUCKETS, snapshot
 
-__all__ = ["metrics_endpoint", "render"]
+__all__ = ["merge", "metrics_endpoint", "render"]
+
+_SUMMED_MAPS = ("counters", "latency", "queue", "instances")
+_SUMMED = ("dead", "probe_errors", "failing_destinations")
 
 log = logging.getLogger("svcgw.metrics")
 
@@ -82,6 +92,40 @@ class _Snapshot(Collector):
             "Destinations (callback address origins) whose every attempt has failed for SVCGW_FAILING_AFTER seconds.",
             value=self.data.get("failing_destinations", 0),
         )
+        shards: list[dict[str, Any] | None] | None = self.data.get("shards")
+        if shards is not None:
+            yield from _by_shard(shards)
+
+
+def _by_shard(shards: Sequence[dict[str, Any] | None]) -> Iterator[Metric]:
+    up = GaugeMetricFamily("svcgw_shard_up", "Whether the shard's Redis answered this scrape.", labels=["shard"])
+    depth = GaugeMetricFamily(
+        "svcgw_shard_queue_depth", "Deliveries waiting on each shard, by state.", labels=["shard", "state"]
+    )
+    dead = GaugeMetricFamily("svcgw_shard_dead_letters", "Dead letters held on each shard.", labels=["shard"])
+    for index, data in enumerate(shards):
+        up.add_metric([str(index)], 0 if data is None else 1)
+        if data is not None:
+            for state, value in data["queue"].items():
+                depth.add_metric([str(index), state], value)
+            dead.add_metric([str(index)], data["dead"])
+    yield from (up, depth, dead)
+
+
+def merge(snapshots: Sequence[dict[str, Any] | None]) -> dict[str, Any]:
+    """The snapshots of every shard (None: it did not answer) as one: every count summed, each shard kept."""
+    merged: dict[str, Any] = {part: {} for part in _SUMMED_MAPS} | dict.fromkeys(_SUMMED, 0)
+    for data in snapshots:
+        if data is None:
+            continue
+        for part in _SUMMED_MAPS:
+            for name, value in data[part].items():
+                merged[part][name] = merged[part].get(name, 0) + value
+        for part in _SUMMED:
+            merged[part] += data.get(part, 0)
+    if len(snapshots) > 1:
+        merged["shards"] = list(snapshots)
+    return merged
 
 
 def render(data: dict[str, Any]) -> bytes:
@@ -116,9 +160,17 @@ async def metrics_endpoint(request: Request) -> Response:
     refusal = _refusal(request, services.settings.metrics_token)
     if refusal is not None:
         return refusal
-    try:
-        data = await snapshot(services.redis, services.settings.queue_name, services.settings)
-    except RedisError as exc:
-        log.warning("metrics scrape failed: %s", type(exc).__name__)
+    settings = services.settings
+    clients = services.shard_redis or (services.redis,)
+    read = await asyncio.gather(
+        *(snapshot(client, settings.queue_name, settings) for client in clients), return_exceptions=True
+    )
+    for index, answer in enumerate(read):
+        if isinstance(answer, BaseException) and not isinstance(answer, RedisError):
+            raise answer
+        if isinstance(answer, RedisError):
+            log.warning("metrics of shard %d not read: %s", index, type(answer).__name__)
+    if isinstance(read[0], BaseException):
         return Response("storage unavailable\n", status_code=503, media_type="text/plain")
+    data = merge([None if isinstance(answer, BaseException) else answer for answer in read])
     return Response(render(data), media_type="text/plain; version=0.0.4; charset=utf-8")

@@ -3,6 +3,12 @@
 One :class:`Services` per app, built by :func:`build_services` and kept on
 ``app.state.services``; the app's lifespan opens the capability layer's
 client and closes everything.
+
+With several shards (``SVCGW_REDIS_SHARDS``) there is a client pair and an
+:class:`svcgw.ingest.Ingest` per shard: a post goes to its token's shard.
+``redis``, ``text_redis`` and ``store`` are shard 0's, which holds what
+belongs to the whole service; the store writes the copies instances' shards
+read (:mod:`svcgw.shardcopy`).
 """
 
 from __future__ import annotations
@@ -11,10 +17,11 @@ from dataclasses import dataclass
 
 from redis.asyncio import Redis
 
-from svcgw.connections import async_client
 from svcgw.ingest import Ingest
 from svcgw.outbound import Sender, sender_for
 from svcgw.settings import Settings
+from svcgw.shardclients import aclose_all, role_clients
+from svcgw.shardcopy import ShardCopies
 from svcgw.store import Store
 from svcgw.upstream import Upstream
 from svcgw.vault import TokenVault
@@ -37,6 +44,10 @@ class Services:
     vault: TokenVault
     # One budget per account, spent by gateway calls and console changes alike.
     limiter: RateLimiter
+    # By shard index; shard 0's are ``redis``, ``text_redis`` and ``ingest`` themselves.
+    shard_redis: tuple[Redis, ...] = ()
+    shard_text: tuple[Redis, ...] = ()
+    ingests: tuple[Ingest, ...] = ()
     upstream: Upstream | None = None  # the shared keep-alive client, open while the lifespan runs
     callback_sender: Sender | None = None  # opened by the first test POST, see callbacks()
 
@@ -50,18 +61,37 @@ class Services:
             self.callback_sender = sender_for(self.settings, limit=CALLBACK_TEST_CONNECTIONS)
         return self.callback_sender
 
+    def shard_text_of(self, shard: int | None) -> Redis:
+        """The text client of ``shard`` (shard 0's for None or a shard this deployment does not have)."""
+        if shard is None or not 0 <= shard < len(self.shard_text):
+            return self.text_redis
+        return self.shard_text[shard]
+
+    async def aclose_clients(self) -> None:
+        """The posts' counters still held, then every client."""
+        for ingest in self.ingests or (self.ingest,):
+            await ingest.aclose()
+        await aclose_all(self.shard_redis or (self.redis,))
+        await aclose_all(self.shard_text or (self.text_redis,))
 
 
 def build_services(settings: Settings, *, clock: Clock | None = None) -> Services:
     """The shared parts; ``clock`` replaces the Redis server's clock in the rate limit (tests)."""
-    raw, text = async_client(settings), async_client(settings, decode=True)
+    raws, texts = role_clients(settings), role_clients(settings, decode=True)
     vault = TokenVault.from_settings(settings)
+    store = Store(texts[0], vault)
+    if len(texts) > 1:
+        store.copies = ShardCopies(texts)
+    ingests = tuple(Ingest(raw, settings) for raw in raws)
     return Services(
         settings=settings,
-        redis=raw,
-        text_redis=text,
-        store=Store(text, vault),
-        ingest=Ingest(raw, settings),
+        redis=raws[0],
+        text_redis=texts[0],
+        store=store,
+        ingest=ingests[0],
         vault=vault,
-        limiter=RateLimiter(text, settings.rate_limit, clock=clock),
+        limiter=RateLimiter(texts[0], settings.rate_limit, clock=clock),
+        shard_redis=raws,
+        shard_text=texts,
+        ingests=ingests,
     )

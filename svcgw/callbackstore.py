@@ -120,18 +120,21 @@ class CallbackStore(AccountStore, InstanceStore):
                     break
                 except WatchError:
                     continue
+        await self._copy(scope)
         return await self.get_callback(scope)
 
     async def rotate_secret(self, scope: Scope) -> CallbackConfig:
         """A new signing secret; the old one is not kept, so pending retries use the new one."""
         await self._check_scope(scope)
         await self.redis.hset(scope.key, mapping={"secret": self.vault.seal(new_signing_secret())})
+        await self._copy(scope)
         return await self.get_callback(scope)
 
     async def clear_callback(self, scope: Scope) -> CallbackConfig:
         """Remove the address and its token; the secret stays paired with the scope."""
         await self._check_scope(scope)
         await self.redis.hdel(scope.key, "url", "token")
+        await self._copy(scope)
         return await self.get_callback(scope)
 
     async def destination(self, appid: str) -> Destination | None:
@@ -143,6 +146,11 @@ class CallbackStore(AccountStore, InstanceStore):
             pipe.hgetall(keys.callback_account(account))
             own, default = await pipe.execute()
         return choose_destination(own, default)
+
+    async def _copy(self, scope: Scope) -> None:
+        """After a change: the copy the delivery claim reads on the instance's shard(s) (svcgw.shardcopy)."""
+        if self.copies is not None:
+            await self.copies.callback(scope.key, scope.appid)
 
     async def _check_scope(self, scope: Scope) -> None:
         if scope.appid is not None:

@@ -24,13 +24,20 @@ threshold sets ``flagged``, the first success after it reports the recovery.
 A destination with no failed attempt for longer than the threshold plus the
 longest retry delay (:func:`forget_after`) is forgotten: its address was
 probably changed, and nothing tries it any more.
+
+With several shards each shard's engines keep the hash of that shard (the
+finish script runs there). A destination is failing for the service when it
+is failing on some shard (:func:`failing_anywhere`): its instances there get
+nothing through, whatever the others get; it is shown from the earliest
+first failure.
 """
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from redis.asyncio import Redis
@@ -45,6 +52,7 @@ __all__ = [
     "FailingDestination",
     "destination_of",
     "failing",
+    "failing_anywhere",
     "forget_after",
     "parse",
     "script_argument",
@@ -133,6 +141,19 @@ async def failing(
         record = parse(name, value)
         if record is not None and is_failing(record, settings, moment):
             found[name] = record
+    return found
+
+
+async def failing_anywhere(
+    shards: Sequence[Redis], settings: Settings, destinations: Iterable[str] | None = None, *, now: float | None = None
+) -> dict[str, FailingDestination]:
+    """:func:`failing` on every shard's hash (clients by shard index), merged: failing on any shard."""
+    wanted = None if destinations is None else list(destinations)
+    found: dict[str, FailingDestination] = {}
+    for answer in await asyncio.gather(*(failing(redis, settings, wanted, now=now) for redis in shards)):
+        for name, record in answer.items():
+            if name not in found or record.first_failure < found[name].first_failure:
+                found[name] = record
     return found
 
 

@@ -19,11 +19,15 @@ It has two projections, because its two audiences are told different things:
 
 A missing instance raises ``svcgw.store.NotFound``; :func:`load_many` skips
 ids that an index still lists but whose record is gone.
+
+With several shards (``shards``: clients by shard index), the liveness
+fields, dead letters and log are read on the instance's shard, which the
+registry's hash names (:func:`svcgw.shardreads.shard_client`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -32,6 +36,7 @@ from redis.asyncio import Redis
 from . import deadletters, keys, liveness
 from .callbacks import Destination
 from .settings import Settings
+from .shardreads import shard_client
 from .store import NotFound, Store
 
 __all__ = ["InstanceView", "load", "load_many"]
@@ -90,21 +95,30 @@ async def load(
     *,
     dead_letters: bool = False,
     last_event: bool = False,
+    shards: Sequence[Redis] = (),
 ) -> InstanceView:
     """The view of one instance; ``NotFound`` if it has no record.
 
-    ``redis`` must not decode responses when ``last_event`` is asked for:
-    the newest log entry comes back with its body, which may be any bytes.
+    ``redis`` (and ``shards``) must not decode responses when ``last_event``
+    is asked for: the newest log entry comes back with its body, which may
+    be any bytes.
     """
     instance = await store.get_instance(appid)
     destination = await store.destination(appid)
+    fields = instance.fields
+    if len(shards) > 1 and fields.get("shard", "0") != "0":
+        redis = shard_client(shards, fields.get("shard"))
+        # Liveness lives with the instance's data; the registry's own fields stay the registry's.
+        kept = {"account", "shard"}
+        own = {_text(k): _text(v) for k, v in (await redis.hgetall(keys.instance(appid))).items()}
+        fields = {**fields, **{k: v for k, v in own.items() if k not in kept}}
     dead = await deadletters.count_dead(redis, settings, appid=appid) if dead_letters else None
     last = await _last_event_at(redis, appid) if last_event else None
     return InstanceView(
         appid=instance.appid,
         account=instance.account,
         created_at=instance.created_at,
-        fields=instance.fields,
+        fields=fields,
         destination=destination,
         dead_letters=dead,
         last_event_at=last,
@@ -119,13 +133,16 @@ async def load_many(
     *,
     dead_letters: bool = False,
     last_event: bool = False,
+    shards: Sequence[Redis] = (),
 ) -> list[InstanceView]:
     """Views of the instances named, in order, without those whose record is gone."""
     views: list[InstanceView] = []
     for appid in appids:
         try:
             views.append(
-                await load(store, redis, settings, appid, dead_letters=dead_letters, last_event=last_event)
+                await load(
+                    store, redis, settings, appid, dead_letters=dead_letters, last_event=last_event, shards=shards
+                )
             )
         except NotFound:
             continue  # listed in an index but its record is gone

@@ -46,6 +46,9 @@ class InstanceStore(StoreBase):
         """
         token = token_for_shard(secrets.token_urlsafe(24), shard)
         now = time.time()
+        if self.copies is not None:
+            # Its shard first: once the registry names the instance, its posts can be stored.
+            await self.copies.instance(appid, account_id, token, shard)
         async with self.redis.pipeline(transaction=True) as pipe:
             pipe.hset(
                 keys.instance(appid),
@@ -59,10 +62,13 @@ class InstanceStore(StoreBase):
             pipe.hincrby(SHARD_INSTANCES, str(shard), 1)
             pipe.set(keys.receiver_lookup(digest(token)), appid)
             pipe.sadd(keys.account_instances(account_id), appid)
-            # Adds it to every instance and, when it is new, to the instance counts of /metrics.
-            pipe.eval(
-                text("liveness_registered"), 3, keys.INSTANCES, keys.METRICS_INSTANCES, keys.instance(appid), appid
-            )
+            if shard == 0:
+                # Adds it to every instance and, when it is new, to the instance counts of /metrics.
+                pipe.eval(
+                    text("liveness_registered"), 3, keys.INSTANCES, keys.METRICS_INSTANCES, keys.instance(appid), appid
+                )
+            else:  # counted by its own shard, where its liveness is (svcgw.shardcopy)
+                pipe.sadd(keys.INSTANCES, appid)
             await pipe.execute()
         return token
 

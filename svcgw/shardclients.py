@@ -12,19 +12,20 @@ asks its seed nodes for the slots at once).
 
 from __future__ import annotations
 
-from typing import Generic, TypeVar
+from collections.abc import Sequence
+from typing import Generic, TypeVar, cast
 
 from redis import Redis
 from redis.asyncio import Redis as AsyncRedis
 from redis.asyncio.cluster import RedisCluster as AsyncRedisCluster
 from redis.cluster import RedisCluster
 
-from .connections import async_deployment_client, sync_deployment_client
+from .connections import async_client, async_deployment_client, sync_deployment_client
 from .settings import Settings
 from .shards import Shard
 from .shardspec import ShardLayout, layout_of
 
-__all__ = ["AsyncShardClients", "ShardClients"]
+__all__ = ["AsyncShardClients", "ShardClients", "aclose_all", "role_clients"]
 
 C = TypeVar("C")
 
@@ -75,3 +76,28 @@ class ShardClients(_ShardClients[Redis | RedisCluster]):
     def close(self) -> None:
         for client in self.clients:
             client.close()
+
+
+def role_clients(
+    settings: Settings, *, decode: bool = False, connect_timeout: float | None = None
+) -> tuple[AsyncRedis, ...]:
+    """The asyncio client of each shard, by shard index, for serve and worker: shard 0's is :func:`async_client`'s.
+
+    Shards of one deployment share its client. A Cluster is refused here as
+    :func:`svcgw.connections.async_client` refuses it (the roles do not run
+    on one yet), so every client is a plain (or Sentinel) one.
+    """
+    layout = layout_of(settings)
+    first = async_client(settings, decode=decode, connect_timeout=connect_timeout)
+    others = (
+        cast(AsyncRedis, async_deployment_client(settings, d, decode=decode, connect_timeout=connect_timeout))
+        for d in layout.deployments[1:]
+    )
+    by_deployment = (first, *others)
+    return tuple(by_deployment[shard.deployment] for shard in layout.shards)
+
+
+async def aclose_all(clients: Sequence[AsyncRedis]) -> None:
+    """Close each client once (shards of one deployment share theirs)."""
+    for client in {id(client): client for client in clients}.values():
+        await client.aclose()

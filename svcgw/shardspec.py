@@ -55,17 +55,16 @@ class ShardLayout:
     def refusal(self, role: str) -> str | None:
         """Why ``svcgw <role>`` (serve, worker, up) cannot run on this layout yet, or None.
 
-        Placement and the registry know shards, but ingest and delivery still
-        write to one Redis until the key layout change lands; an instance
-        placed on shard 2 whose events went to shard 0 would be lost to the
-        later routing. So the roles refuse more than one shard, and a Cluster.
+        Several URL or Sentinel deployments run end to end (each instance's
+        data on its shard, account-wide data on shard 0). A Cluster does not
+        yet: its keys must carry the shard's hash tag, which the ingest and
+        delivery scripts do not write yet.
         """
-        if len(self.shards) == 1 and not self.cluster:
+        if not self.cluster:
             return None
-        what = "a Redis Cluster" if self.cluster else f"{len(self.shards)} shards"
         return (
-            f"{SHARDS} names {what}; `svcgw {role}` runs on one Redis until ingest and delivery are "
-            "sharded: give it one redis:// or sentinel:// entry for now (`svcgw shards` reads them all)"
+            f"{SHARDS} names a Redis Cluster; `svcgw {role}` runs on redis:// or sentinel:// shards "
+            "until the scripts keep to one hash tag per shard (`svcgw shards` reads a Cluster)"
         )
 
 

@@ -48,9 +48,9 @@ class Store(KeyStore, CallbackStore):
         """Re-encrypt every stored Bearer and receiver token under the first key."""
         count = 0
         for account_id in await self.redis.smembers(keys.ACCOUNTS):
-            count += await self._reseal(keys.callback_account(account_id), "token")
+            count += await self._reseal_callback(Scope(account=account_id), "token")
         for appid in await self.redis.smembers(keys.INSTANCES):
-            count += await self._reseal(keys.callback_instance(appid), "token")
+            count += await self._reseal_callback(Scope(appid=appid), "token")
             count += await self._reseal(keys.instance(appid), "receiver_token")
         return count
 
@@ -58,9 +58,16 @@ class Store(KeyStore, CallbackStore):
         """Seal every stored signing secret under the first key: those in clear from before, and sealed ones."""
         count = 0
         for account_id in await self.redis.smembers(keys.ACCOUNTS):
-            count += await self._reseal(keys.callback_account(account_id), "secret", clear_ok=True)
+            count += await self._reseal_callback(Scope(account=account_id), "secret", clear_ok=True)
         for appid in await self.redis.smembers(keys.INSTANCES):
-            count += await self._reseal(keys.callback_instance(appid), "secret", clear_ok=True)
+            count += await self._reseal_callback(Scope(appid=appid), "secret", clear_ok=True)
+        return count
+
+    async def _reseal_callback(self, scope: Scope, name: str, *, clear_ok: bool = False) -> int:
+        """:meth:`_reseal` of a callback hash, and its copies on the shards that read it (svcgw.shardcopy)."""
+        count = await self._reseal(scope.key, name, clear_ok=clear_ok)
+        if count:
+            await self._copy(scope)
         return count
 
     async def _reseal(self, key: str, name: str, *, clear_ok: bool = False) -> int:

@@ -8,12 +8,15 @@ from __future__ import annotations
 
 import hashlib
 import secrets
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from redis.asyncio import Redis
 
 from .errors import Missing
 from .vault import TokenVault
+
+if TYPE_CHECKING:
+    from .shardcopy import ShardCopies
 
 __all__ = ["NotFound", "StoreBase", "digest", "new_id", "optional_float"]
 
@@ -43,3 +46,5 @@ class StoreBase:
         # answers are ``str``, so the client is handled untyped here.
         self.redis: Any = redis
         self.vault = vault
+        # With several shards: the copies of registry data that instances' shards read (svcgw.shardcopy).
+        self.copies: ShardCopies | None = None

@@ -1,11 +1,22 @@
 """One worker process: the delivery engine and the liveness prober on one event loop.
 
-Both roles run as tasks of one ``asyncio.Runner`` (uvloop when installed)
-and share one ``redis.asyncio`` client. SIGTERM and SIGINT stop both: the
-engine lets attempts in flight finish within the delivery timeout and hands
-back what it still holds, and the prober hands back the probes it has not
-finished (see ``worker.engine`` and ``worker.prober``). With ``burst`` the
-engine stops once nothing is left to deliver, and the prober with it.
+Both roles run as tasks of one ``asyncio.Runner`` (uvloop when installed).
+Every process delivers and probes for every shard (``SVCGW_REDIS_SHARDS``):
+each shard has its own ``redis.asyncio`` client, engine, prober and RQ
+registration, and they all wait on the process's one stop event. A shard
+that is down or failing over holds up only its own: its engine and prober
+retry with a growing pause, and an engine that fails outright is started
+again after one (:func:`_deliver`), while the other shards' go on.
+
+The engines share one callback client and the process's caps per
+destination and per account, as one engine had them.
+
+SIGTERM and SIGINT stop them all: each engine lets attempts in flight
+finish within the delivery timeout and hands back what it still holds, and
+each prober hands back the probes it has not finished (see
+``worker.engine`` and ``worker.prober``). With ``burst`` each engine stops
+once nothing is left to deliver on its shard, and the probers once every
+engine has.
 """
 
 from __future__ import annotations
@@ -15,18 +26,23 @@ import logging
 import signal
 
 from svcgw import layout
-from svcgw.connections import async_client
+from svcgw.outbound import sender_for
 from svcgw.settings import Settings
+from svcgw.shardclients import aclose_all, role_clients
 from svcgw.vault import TokenVault
 
 from . import presence, prober
 from .engine import Engine, loop_factory
+from .presence import Presence
 
 __all__ = ["run", "serve"]
 
 log = logging.getLogger("svcgw")
 
 SIGNALS = (signal.SIGTERM, signal.SIGINT)
+
+# An engine that ended on an error starts again after this long at most (doubling from a tenth of a second).
+RESTART_PAUSE_MAX = 5.0
 
 
 def run(settings: Settings, *, burst: bool = False) -> None:
@@ -53,19 +69,57 @@ async def serve(settings: Settings, *, burst: bool = False, stop: asyncio.Event 
 
     for signum in signals:
         loop.add_signal_handler(signum, on_signal, signum)
-    redis = async_client(settings)
-    await layout.mark_at_start(redis)
-    engine = Engine(settings, redis, TokenVault.from_settings(settings))
-    probing = asyncio.create_task(prober.serve(settings, redis, stop), name="prober")
-    registered = presence.attach(engine, settings, redis)  # rq info and rq-dashboard list the worker
-    await registered.start()
-    beating = asyncio.create_task(registered.serve(stop), name="presence")
+    clients = role_clients(settings)
+    vault = TokenVault.from_settings(settings)
+    # The shards' engines share the process's callback client and its caps per destination and per
+    # account, as one engine had them: more shards is not more connections to one destination.
+    sender = sender_for(settings)
+    first = Engine(settings, clients[0], vault, client=sender)
+    engines = [first, *(Engine(settings, redis, vault, client=sender, name=first.name) for redis in clients[1:])]
+    for engine in engines[1:]:
+        engine.slots, engine.accounts, engine.destinations = first.slots, first.accounts, first.destinations
+    registrations: list[Presence] = []
+    helpers: list[asyncio.Task[None]] = []
     try:
-        await engine.serve(stop, burst=burst)
+        for index, (redis, engine) in enumerate(zip(clients, engines, strict=True)):
+            await layout.mark_at_start(redis)  # a shard that is down is marked at its first post instead
+            helpers.append(asyncio.create_task(prober.serve(settings, redis, stop), name=f"prober-{index}"))
+            registered = presence.attach(engine, settings, redis)  # rq info and rq-dashboard list the worker
+            await registered.start()
+            registrations.append(registered)
+            helpers.append(asyncio.create_task(registered.serve(stop), name=f"presence-{index}"))
+        await asyncio.gather(*(_deliver(engine, index, stop, burst) for index, engine in enumerate(engines)))
     finally:
         stop.set()
-        await asyncio.gather(probing, beating, return_exceptions=True)
-        await registered.stop()
+        await asyncio.gather(*helpers, return_exceptions=True)
+        for registered in registrations:
+            await registered.stop()
         for signum in signals:
             loop.remove_signal_handler(signum)
-        await redis.aclose()
+        await aclose_all(clients)
+        await sender.aclose()
+
+
+async def _deliver(engine: Engine, shard: int, stop: asyncio.Event, burst: bool) -> None:
+    """One shard's engine until ``stop`` (or, with ``burst``, its shard is empty); started again after an error.
+
+    The engine rides out Redis errors itself; anything that still ends it
+    (its shard failing in its shutdown, say) must not end the process, nor
+    the other shards' engines.
+    """
+    failures = 0
+    while True:
+        try:
+            await engine.serve(stop, burst=burst)
+            return
+        except Exception:
+            if stop.is_set():
+                return
+            failures += 1
+            pause = min(0.1 * 2**failures, RESTART_PAUSE_MAX)
+            log.exception("delivery engine of shard %d stopped; starting it again in %.1fs", shard, pause)
+            try:
+                await asyncio.wait_for(stop.wait(), pause)
+            except TimeoutError:
+                pass
+

@@ -39,6 +39,7 @@ from redis.asyncio import Redis
 
 from svcgw import errors, keys, liveness
 from svcgw.calllog import read_log
+from svcgw.shardreads import instance_shard
 from svcgw.store import Scope
 
 from .qrattempt import ATTEMPT_SECONDS, BUSINESS_READ, DEVICE, GAP_WAIT_SECONDS, image_data_url
@@ -67,7 +68,9 @@ class QrFlow:
         self.settings = services.settings
         self.store = services.store
         self.text: Redis = services.text_redis
-        self.raw: Redis = services.redis
+        # By shard index: an instance's log and liveness fields are on its shard (svcgw.shardreads).
+        self.shards: tuple[Redis, ...] = services.shard_redis or (services.redis,)
+        self.shard_texts: tuple[Redis, ...] = services.shard_text or (services.text_redis,)
 
     # --- gateway calls -------------------------------------------------------------------
     async def call(
@@ -149,7 +152,8 @@ class QrFlow:
         await self._issue(account, attempt)
 
     async def _gap_closed_since(self, appid: str, since: float) -> bool:
-        entries = await read_log(self.raw, self.settings, appid, since_seconds=time.time() - since + 1, limit=50)
+        raw = await instance_shard(self.shards, appid)
+        entries = await read_log(raw, self.settings, appid, since_seconds=time.time() - since + 1, limit=50)
         for entry in entries:
             if entry.received_at < since:
                 continue
@@ -321,8 +325,9 @@ class QrFlow:
         begins (``long/stop``, its ``GapClosed``, ``getQr``) and is returned.
         ``proxy`` None reuses the one the gateway remembered.
         """
+        own = await instance_shard(self.shard_texts, appid)  # its liveness is on its shard
         if proxy is None:
-            remembered = await self.text.hget(keys.instance(appid), "proxy")
+            remembered = await own.hget(keys.instance(appid), "proxy")
             proxy = remembered if isinstance(remembered, str) else ""
         reconnected = await self.call(account, "login", "reconnect", {"appid": appid, "proxy": proxy})
         if reconnected.by_gateway:
@@ -333,6 +338,6 @@ class QrFlow:
             if read.by_gateway:
                 raise FlowError(read)
             if read.ok:
-                await liveness.go_online(self.text, self.settings, appid, auto_reconnected=False, at=time.time())
+                await liveness.go_online(own, self.settings, appid, auto_reconnected=False, at=time.time())
                 return None
         return await self.begin_existing(account, appid, proxy=proxy)

@@ -24,12 +24,13 @@ from typing import TYPE_CHECKING, Any
 
 from redis.asyncio import Redis
 
-from svcgw import deadletters, deliverylist, failing, keys, retrynow
+from svcgw import deadletters, deadshards, deliverylist, failing, keys, retrynow
 from svcgw import instances as instance_views
 from svcgw.addresses import check_for_service
 from svcgw.callbacktest import CallbackTestResult, send_test
 from svcgw.calllog import LogEntry, read_log
 from svcgw.errors import Missing, SvcgwError
+from svcgw.shardreads import first_found, shard_client
 from svcgw.store import CallbackConfig, OperatorDenied, Scope, normalise_operation
 from svcgw.store import NotFound as StoreNotFound
 from svcgw.threads import in_thread
@@ -94,14 +95,19 @@ class ConsoleService:
         self.settings = services.settings
         self.store = services.store
         self.raw: Redis = services.redis  # bytes: log bodies
+        self.shards: tuple[Redis, ...] = services.shard_redis or (services.redis,)  # bytes, by shard index
+        self.texts: tuple[Redis, ...] = services.shard_text or (services.text_redis,)
         self.text: Redis = services.text_redis
         self.vault = services.vault
         self._callbacks = services.callbacks
 
     # --- ownership -------------------------------------------------------------
-    async def check_owner(self, account: str, appid: str) -> None:
-        if not appid or len(appid) > 200 or await self.store.owner(appid) != account:
+    async def check_owner(self, account: str, appid: str) -> Redis:
+        """The (bytes) client of the instance's shard, read with its owner in one command."""
+        found = await self.text.hmget(keys.instance(appid), ["account", "shard"]) if 0 < len(appid) <= 200 else [0]
+        if found[0] != account:
             raise NotFound(f"no instance {appid[:200]!r}")
+        return shard_client(self.shards, found[1])
 
     async def _scope(self, account: str, appid: str | None) -> Scope:
         if appid is None:
@@ -112,13 +118,17 @@ class ConsoleService:
     # --- instances -------------------------------------------------------------
     async def instances(self, account: str) -> list[dict[str, Any]]:
         appids = await self.store.instances_of(account)
-        views = await instance_views.load_many(self.store, self.raw, self.settings, appids, last_event=True)
+        views = await instance_views.load_many(
+            self.store, self.raw, self.settings, appids, last_event=True, shards=self.shards
+        )
         return [view.for_owner() for view in views]
 
     async def instance(self, account: str, appid: str) -> dict[str, Any]:
         await self.check_owner(account, appid)
         try:
-            view = await instance_views.load(self.store, self.raw, self.settings, appid, last_event=True)
+            view = await instance_views.load(
+                self.store, self.raw, self.settings, appid, last_event=True, shards=self.shards
+            )
         except StoreNotFound:
             raise NotFound(f"no instance {appid!r}") from None
         return view.for_owner()
@@ -187,12 +197,12 @@ class ConsoleService:
         self, account: str, appid: str, *, limit: int = 20, before: str | None = None
     ) -> tuple[list[LogEntry], str | None]:
         """One page of the last 24 h of posts, newest first, and the ``before`` of the next page."""
-        await self.check_owner(account, appid)
+        raw = await self.check_owner(account, appid)
         if before is not None and not _stream_id(before):
             raise Invalid("before must be a callback log entry id such as 1700000000000-0")
         window = min(self.settings.log_retention, 86400)
         entries = await read_log(
-            self.raw, self.settings, appid, since_seconds=window, limit=limit + 1, before=before
+            raw, self.settings, appid, since_seconds=window, limit=limit + 1, before=before
         )
         more = len(entries) > limit
         entries = entries[:limit]
@@ -202,12 +212,11 @@ class ConsoleService:
     async def dead_letters(
         self, account: str, appid: str | None, *, limit: int = 20, offset: int = 0, detailed: bool = False
     ) -> tuple[list[dict[str, Any]], int]:
-        if appid is not None:
-            await self.check_owner(account, appid)
-        letters = await deadletters.list_dead(
-            self.raw, self.settings, appid=appid, account=account, limit=limit, offset=offset
+        shards = self.shards if appid is None else (await self.check_owner(account, appid),)
+        letters = await deadshards.list_dead(
+            shards, self.settings, appid=appid, account=account, limit=limit, offset=offset
         )
-        total = await deadletters.count_dead(self.raw, self.settings, appid=appid, account=account)
+        total = await deadshards.count_dead(shards, self.settings, appid=appid, account=account)
         rows: list[dict[str, Any]] = []
         for letter in letters:
             if detailed:
@@ -223,7 +232,7 @@ class ConsoleService:
         if not delivery_id or len(delivery_id) > 200:
             raise NotFound("no such dead letter")
         try:
-            detail = await deadletters.show(self.raw, self.settings, delivery_id, account=account)
+            detail = await deadshards.show(self.shards, self.settings, delivery_id, account=account)
         except deadletters.NotFound:
             raise NotFound(f"no dead letter {delivery_id!r}") from None
         return detail.as_dict()
@@ -244,20 +253,18 @@ class ConsoleService:
         if since_seconds is not None:
             if ids:
                 raise Invalid("replay since a time works on an instance or on every instance, not on ids")
-            if appid is not None:
-                await self.check_owner(account, appid)
-            results = await deadletters.replay(
-                self.raw, self.settings, appid=appid, account=account, since=time.time() - since_seconds
+            shards = self.shards if appid is None else (await self.check_owner(account, appid),)
+            results = await deadshards.replay(
+                shards, self.settings, appid=appid, account=account, since=time.time() - since_seconds
             )
             return [result.as_dict() for result in results]
         if bool(ids) == (appid is not None):
             raise Invalid("name dead letters by id, or give an appid for all of its dead letters (exactly one)")
-        if appid is not None:
-            await self.check_owner(account, appid)
+        shards = self.shards if appid is None else (await self.check_owner(account, appid),)
         if ids is not None and (len(ids) > 1000 or any(not isinstance(i, str) or len(i) > 200 for i in ids)):
             raise Invalid("ids must be at most 1000 dead letter ids")
-        results = await deadletters.replay(
-            self.raw, self.settings, ids=list(ids) if ids else None, appid=appid, account=account
+        results = await deadshards.replay(
+            shards, self.settings, ids=list(ids) if ids else None, appid=appid, account=account
         )
         return [result.as_dict() for result in results]
 
@@ -274,12 +281,12 @@ class ConsoleService:
         before: str | None = None,
     ) -> deliverylist.Page:
         """One page of the instance's deliveries, newest first (``svcgw.deliverylist``)."""
-        await self.check_owner(account, appid)
+        raw = await self.check_owner(account, appid)
         if len(event_type or "") > 200 or len(event_id or "") > 200:
             raise Invalid("event_type and event_id are at most 200 characters")
         try:
             return await deliverylist.list_deliveries(
-                self.raw,
+                raw,
                 self.settings,
                 appid,
                 account=account,
@@ -296,14 +303,16 @@ class ConsoleService:
 
     async def delivery(self, account: str, delivery_id: str) -> deliverylist.Delivery:
         try:
-            return await deliverylist.show(self.raw, self.settings, delivery_id, account=account)
+            show, settings = deliverylist.show, self.settings
+            return await first_found(self.shards, lambda r: show(r, settings, delivery_id, account=account), Missing)
         except deliverylist.NotFound:
             raise DeliveryNotFound(f"no delivery {delivery_id[:200]!r}") from None
 
     async def retry_now(self, account: str, delivery_id: str) -> deliverylist.Delivery:
         """Bring a retrying delivery's next attempt forward to now (``svcgw.retrynow``)."""
         try:
-            await retrynow.retry_now(self.raw, self.settings, delivery_id, account=account)
+            retry = retrynow.retry_now
+            await first_found(self.shards, lambda r: retry(r, self.settings, delivery_id, account=account), Missing)
         except retrynow.NotFound:
             raise DeliveryNotFound(f"no delivery {delivery_id[:200]!r}") from None
         except retrynow.NotRetrying as exc:
@@ -329,7 +338,7 @@ class ConsoleService:
                 users.setdefault(destination, []).append(one)
         if appid is None and default:
             users.setdefault(failing.destination_of(default), [])
-        found = await failing.failing(self.text, self.settings, users)
+        found = await failing.failing_anywhere(self.texts, self.settings, users)
         return [
             {**record.as_dict(), "appids": users.get(name, [])}
             for name, record in sorted(found.items(), key=lambda item: item[1].first_failure)

@@ -5,12 +5,17 @@ part of the URL; a wrong token or an unknown appid answers 404 and stores
 nothing; the token is checked before the body is read. The post is stored
 by :class:`svcgw.ingest.Ingest` in one script call, and only then answered
 200, so every acknowledged event is in Redis.
+
+With several shards, the token names the instance's shard
+(:func:`svcgw.receivers.receiver_shard`): the post goes to that shard's
+``Ingest``, one script on one shard, with no look-up elsewhere. A token
+naming a shard this deployment does not have is no receiver (404).
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 
 from redis.exceptions import RedisError
 from starlette.requests import Request
@@ -21,6 +26,7 @@ from svcgw.envelope import EnvelopeError
 from svcgw.errors import GatewayError
 from svcgw.ingest import Ingest, UnknownReceiver
 from svcgw.layout import LayoutError
+from svcgw.receivers import receiver_shard
 
 from ..http import BadContentLength, BodyTooLarge, json_answer, read_body, refusal_response
 
@@ -29,10 +35,17 @@ __all__ = ["make_endpoint"]
 log = logging.getLogger("svcgw.receiver")
 
 
-def make_endpoint(ingest: Ingest) -> Callable[[Request], Awaitable[Response]]:
+def make_endpoint(ingests: Sequence[Ingest]) -> Callable[[Request], Awaitable[Response]]:
+    """The route; ``ingests`` by shard index."""
+    shards = tuple(ingests)
+
     async def receive(request: Request) -> Response:
         appid = request.path_params["appid"]
         token = request.path_params["token"]
+        shard = receiver_shard(token)
+        if shard is None or shard >= len(shards):
+            return _refused(UnknownReceiver(appid))
+        ingest = shards[shard]
         try:
             # The token first: a stranger's post is neither read nor parsed.
             await ingest.check_receiver(appid, token)

@@ -24,7 +24,7 @@ from svcgw import errors, liveness
 from svcgw.addresses import AddressError, check_for_service
 from svcgw.errors import GatewayError
 from svcgw.jsonspan import replace_member
-from svcgw.receivers import receiver_url
+from svcgw.receivers import receiver_shard, receiver_url
 from svcgw.shards import place
 from svcgw.shardspec import layout_of
 from svcgw.store import NotFound
@@ -120,19 +120,19 @@ class Operations:
         try:
             answer = await self._forward(call, call.raw)
         except GatewayError:
-            await liveness.mark_stopped(self.redis, call.appid)
+            await liveness.mark_stopped(await self._liveness_redis(call.appid), call.appid)
             raise
-        await liveness.mark_stopped(self.redis, call.appid)
+        await liveness.mark_stopped(await self._liveness_redis(call.appid), call.appid)
         return _pass_on(await self._scrub_other(call, answer))
 
     async def _after(self, call: Call) -> None:
         """Liveness bookkeeping once the capability layer accepted the operation."""
         if call.operation == "login/logout":
-            await liveness.mark_logged_out(self.redis, call.appid)
+            await liveness.mark_logged_out(await self._liveness_redis(call.appid), call.appid)
         elif call.operation in PROXY_OPERATIONS:
             proxy = call.document.get("proxy")
             if isinstance(proxy, str):
-                await liveness.record_proxy(self.redis, call.appid, proxy)
+                await liveness.record_proxy(await self._liveness_redis(call.appid), call.appid, proxy)
 
     async def _scrub_other(self, call: Call, answer: Answer) -> bytes:
         """The answer without the instance's receiver token, looked for in every answer (see .scrub)."""
@@ -195,6 +195,20 @@ class Operations:
             self._tokens[appid] = token
         return token
 
+    async def _liveness_redis(self, appid: str) -> Redis:
+        """The client of the instance's shard, where its liveness and probe schedule live.
+
+        The shard is read from the receiver token, which this process keeps
+        once it has looked it up: no round trip of its own after the first.
+        """
+        if len(self.services.shard_text) <= 1:
+            return self.redis
+        try:
+            token = await self._receiver_token(appid)
+        except NotFound:
+            return self.redis
+        return self.services.shard_text_of(receiver_shard(token))
+
     async def _receiver_url(self, appid: str) -> tuple[str, str]:
         token = await self._receiver_token(appid)
         return receiver_url(self.settings, appid, token), token
@@ -216,7 +230,8 @@ class Operations:
                 if not call.inherits_address:
                     await self.store.set_callback(CallbackScope(appid=call.appid), url)
                 if call.operation == LONG_START:
-                    await liveness.mark_started(self.redis, call.appid, self.settings.probe_interval)
+                    redis = self.services.shard_text_of(receiver_shard(token))
+                    await liveness.mark_started(redis, call.appid, self.settings.probe_interval)
             except RedisError as exc:
                 log.warning("storing the callback address of an instance failed: %s", type(exc).__name__)
                 raise GatewayError(errors.REGISTRATION_FAILED) from exc

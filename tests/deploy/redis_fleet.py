@@ -8,19 +8,28 @@ whatever happens to the test.
 
 from __future__ import annotations
 
+import contextlib
 import signal
 import subprocess
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 from redis.exceptions import RedisError
 
+from svcgw.settings import Settings
+from svcgw.shardclients import aclose_all, role_clients
+from svcgw.shardcopy import ShardCopies
+from svcgw.store import Store
+from svcgw.vault import TokenVault
 from tests.deploy.redis_nodes import Node, require_binaries
 from tests.support import free_port, wait_for
 
-__all__ = ["RedisClusterFleet", "RedisFleet", "stop"]
+__all__ = ["RedisClusterFleet", "RedisFleet", "sharded_store", "stop"]
 
 # Neither keeps data on disk: a test's Redis lives as long as the test.
 _EPHEMERAL = ["--save", "", "--appendonly", "no", "--protected-mode", "no"]
+# ``durable``: every write on disk before it is answered, so a SIGKILLed shard restarted on its dir has it all.
+_DURABLE = ["--save", "", "--appendonly", "yes", "--appendfsync", "always", "--protected-mode", "no"]
 
 
 def stop(node: Node, timeout: float = 10.0) -> None:
@@ -39,9 +48,10 @@ def stop(node: Node, timeout: float = 10.0) -> None:
 class RedisFleet:
     """``k`` independent ``redis-server``s: the deployments of ``SVCGW_REDIS_SHARDS``."""
 
-    def __init__(self, root: Path, k: int) -> None:
+    def __init__(self, root: Path, k: int, *, durable: bool = False) -> None:
         require_binaries("redis-server")
-        self.nodes = [Node("redis-server", root / f"shard-{i}", list(_EPHEMERAL)) for i in range(k)]
+        args = _DURABLE if durable else _EPHEMERAL
+        self.nodes = [Node("redis-server", root / f"shard-{i}", list(args)) for i in range(k)]
 
     def start(self) -> RedisFleet:
         try:
@@ -51,6 +61,12 @@ class RedisFleet:
             self.close()
             raise
         return self
+
+    def __enter__(self) -> RedisFleet:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
     def urls(self, password: str | None = None) -> list[str]:
         auth = f":{password}@" if password else ""
@@ -151,3 +167,15 @@ class RedisClusterFleet:
     def close(self) -> None:
         for node in self.nodes:
             stop(node)
+
+
+@contextlib.asynccontextmanager
+async def sharded_store(settings: Settings) -> AsyncIterator[Store]:
+    """The registry's ``Store`` of a sharded deployment, writing the copies instances' shards read, as serve does."""
+    texts = role_clients(settings, decode=True)
+    try:
+        store = Store(texts[0], TokenVault.from_settings(settings))
+        store.copies = ShardCopies(texts)
+        yield store
+    finally:
+        await aclose_all(texts)

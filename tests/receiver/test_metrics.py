@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 from redis import Redis
 
-from receiver.metrics import render
+from receiver.metrics import merge, render
 from svcgw import keys
 from svcgw.metrics import LATENCY_BUCKETS, attempt_commands, ingest_commands
 from svcgw.settings import Settings, SettingsError
@@ -132,3 +134,22 @@ def test_the_metrics_token_is_a_secret_setting() -> None:
         Settings.from_env({"SVCGW_METRICS_TOKEN": "short"})
     settings = Settings.from_env({"SVCGW_METRICS_TOKEN": "t" * 20})
     assert settings.metrics_token == "t" * 20 and "t" * 20 not in repr(settings)
+
+
+def test_the_shards_snapshots_are_summed_and_each_shard_is_shown_by_its_label() -> None:
+    def shard(queued: int, dead: int, online: int) -> dict[str, Any]:
+        return {
+            "counters": {"posts_received": 2.0}, "latency": {"0.1": 1.0, "sum": 0.05},
+            "queue": {"queued": queued, "inflight": 0, "scheduled": 1}, "dead": dead,
+            "instances": {"online": online}, "probe_errors": 0, "failing_destinations": 1,
+        }  # fmt: skip
+
+    one = shard(3, 1, 5)
+    assert merge([one]) == one  # one shard: exactly its snapshot, no shard label
+    merged = merge([shard(3, 1, 5), None, shard(4, 2, 6)])
+    assert merged["queue"] == {"queued": 7, "inflight": 0, "scheduled": 2} and merged["dead"] == 3
+    assert merged["counters"] == {"posts_received": 4.0} and merged["instances"] == {"online": 11}
+    text = render(merged).decode()
+    assert 'svcgw_shard_up{shard="1"} 0.0' in text and 'svcgw_shard_dead_letters{shard="2"} 2.0' in text
+    assert 'svcgw_shard_queue_depth{shard="0",state="queued"} 3.0' in text
+    assert "svcgw_dead_letters 3.0" in text
