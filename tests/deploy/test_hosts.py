@@ -1,12 +1,15 @@
-"""Several hosts: Redis on one, two receivers and two workers on four others, all sharing the work.
+"""Several hosts: two Redis shards on two hosts, two receivers and two workers on four others, sharing the work.
 
 Each host is a network namespace; the sink is the test process, on the
-bridge. Every acknowledged event must reach the sink exactly once, and the
-dead letters must look the same from every host.
+bridge. The instances are placed over the two shards as ``device/create``
+places them; every acknowledged event must reach the sink exactly once,
+each instance's data must be on its shard's host, and the dead letters must
+look the same from every host.
 """
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -19,15 +22,20 @@ from redis import Redis
 
 from svcgw import keys
 from svcgw.settings import Settings
-from tests.conftest import provision
+from svcgw.shards import place
+from svcgw.shardspec import layout_of
+from svcgw.store import Scope
+from tests.conftest import Tenant, run
 from tests.deploy.hosts import HostProcess, Hosts, HostSink
 from tests.deploy.load import Load
+from tests.deploy.redis_fleet import sharded_store
 from tests.support import wait_for
 
 # Real processes of the service: run by .ci/run with the rest; `-m 'not slow'` skips them.
 pytestmark = pytest.mark.slow
 
-NAMES = ["redis", "api1", "api2", "worker1", "worker2"]
+NAMES = ["redis", "redis2", "api1", "api2", "worker1", "worker2"]
+SHARDS = ["redis", "redis2"]  # the hosts of shard 0 and shard 1
 FAST = 800  # deliveries to a sink that answers at once
 SLOW = 300  # ... and to one that takes 100 ms
 
@@ -46,8 +54,8 @@ def host_env(env: dict[str, str], hosts: Hosts, host: str, state: Path) -> dict[
     address = hosts.addresses[host]
     (state / host).mkdir(parents=True, exist_ok=True)
     return dict(
-        env,
-        SVCGW_REDIS_URL=f"redis://{hosts.addresses['redis']}:6379/0",
+        {k: v for k, v in env.items() if k != "SVCGW_REDIS_URL"},
+        SVCGW_REDIS_SHARDS=" ".join(f"redis://{hosts.addresses[shard]}:6379/0" for shard in SHARDS),
         SVCGW_HOST=address,
         SVCGW_PORT="8080",
         SVCGW_PUBLIC_URL=f"http://{address}:8080",
@@ -72,24 +80,30 @@ def deliver_through_both(sink: HostSink, workers: list[HostProcess], load: Load,
 def test_receivers_and_workers_on_several_hosts_share_the_work(
     env: dict[str, str], hosts: Hosts, tmp_path: Path
 ) -> None:
-    redis_dir = tmp_path / "redis"
-    redis_dir.mkdir()
-    redis_server = subprocess.Popen(
-        [*hosts.exec_prefix("redis"), "redis-server", "--bind", hosts.addresses["redis"], "--port", "6379",
-         "--dir", str(redis_dir), "--appendonly", "yes", "--save", "", "--protected-mode", "no"],
-        stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-    )  # fmt: skip
+    redis_servers = []
+    for shard in SHARDS:
+        (tmp_path / shard).mkdir()
+        redis_servers.append(subprocess.Popen(
+            [*hosts.exec_prefix(shard), "redis-server", "--bind", hosts.addresses[shard], "--port", "6379",
+             "--dir", str(tmp_path / shard), "--appendonly", "yes", "--save", "", "--protected-mode", "no"],
+            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        ))  # fmt: skip
     fast = HostSink(hosts.gateway).start()
     slow = HostSink(hosts.gateway, delay=0.1).start()
     failing = HostSink(hosts.gateway, status=500).start()
     processes: list[HostProcess] = []
     envs = {name: host_env(env, hosts, name, tmp_path) for name in NAMES}
     try:
-        redis = Redis(host=hosts.addresses["redis"], port=6379, socket_connect_timeout=1)
-        wait_for(lambda: _pings(redis), timeout=10, what="Redis on its host")
+        shards = [Redis(host=hosts.addresses[shard], port=6379, socket_connect_timeout=1) for shard in SHARDS]
+        for shard, client in zip(SHARDS, shards, strict=True):
+            wait_for(partial(_pings, client), timeout=10, what=f"Redis on {shard}")
+        redis = shards[0]
         settings = Settings.from_env(envs["api1"])
-        tenants = {name: provision(settings, url=sink.url) for name, sink in
+        # Placed by fewest instances: fast on shard 0, slow on shard 1, failing on shard 0.
+        tenants = {name: register(settings, sink.url) for name, sink in
                    (("fast", fast), ("slow", slow), ("failing", failing))}  # fmt: skip
+        placed = {name: shard for name, (_, shard) in tenants.items()}
+        assert placed == {"fast": 0, "slow": 1, "failing": 0}
         for api in ("api1", "api2"):
             processes.append(HostProcess(hosts, api, ["serve"], envs[api], "serve").start())
         workers = [HostProcess(hosts, host, ["worker"], envs[host], "worker").start()
@@ -102,7 +116,7 @@ def test_receivers_and_workers_on_several_hosts_share_the_work(
         wait_for(lambda: redis.scard("rq:workers") == 2, timeout=30, what="both worker hosts registered")
 
         def urls(tenant: str) -> list[str]:
-            return [tenants[tenant].receiver_url(base) for base in bases]
+            return [tenants[tenant][0].receiver_url(base) for base in bases]
 
         for sink, tenant, count in ((fast, "fast", FAST), (slow, "slow", SLOW)):
             deliver_through_both(sink, workers, Load(urls(tenant), prefix=tenant, limit=count, threads=4), count)
@@ -110,7 +124,7 @@ def test_receivers_and_workers_on_several_hosts_share_the_work(
         # Dead letters, made while both worker hosts run, seen from every host.
         with Load(urls("failing"), prefix="dead", limit=6) as dead:
             wait_for(lambda: dead.acked() == 6, timeout=20, what="posts to the failing destination")
-        appid = tenants["failing"].appid
+        appid = tenants["failing"][0].appid
         wait_for(lambda: redis.scard(keys.dead_letters_by_appid(appid)) == 6, timeout=30, what="six dead letters")
         members = redis.smembers(keys.dead_letters_by_appid(appid))
         expected = {m.decode() if isinstance(m, bytes) else m for m in members}
@@ -119,19 +133,43 @@ def test_receivers_and_workers_on_several_hosts_share_the_work(
             listed = orjson.loads(hosts.run(name, command, envs[name]))
             assert {letter["id"] for letter in listed} == expected, f"dead letters as seen from {name}"
 
+        # Each instance's log is on its shard's host, and only there.
+        for tenant, shard in placed.items():
+            logged = [bool(client.exists(keys.callback_log(tenants[tenant][0].appid))) for client in shards]
+            assert logged == [n == shard for n in range(len(SHARDS))], (tenant, logged)
+
         # Exactly once: every acknowledged event reached its sink, none twice.
         for sink, tenant, count in ((fast, "fast", FAST), (slow, "slow", SLOW)):
             counts = sink.counts()
             duplicates = sum(c - 1 for c in counts.values() if c > 1)
             assert set(counts) == {f"{tenant}-{i}" for i in range(count)} and duplicates == 0, tenant
-        redis.close()
+        for client in shards:
+            client.close()
     finally:
         for process in processes:
             process.stop()
-        redis_server.terminate()
-        redis_server.wait(timeout=10)
+        for server in redis_servers:
+            server.terminate()
+            server.wait(timeout=10)
         for sink in (fast, slow, failing):
             sink.stop()
+
+
+def register(settings: Settings, url: str) -> tuple[Tenant, int]:
+    """An account and one instance placed over the shards as ``device/create`` places it, its address set."""
+
+    async def action() -> tuple[Tenant, int]:
+        async with sharded_store(settings) as store:
+            account = await store.create_account("hosts", devices=10)
+            appid = "we_" + os.urandom(8).hex()[:15]
+            shards = layout_of(settings).shards
+            _, counts = await store.owner_and_counts(appid, shards)
+            shard = place(shards, counts).index
+            token = await store.register_instance(appid, account.id, shard)
+            await store.set_callback(Scope(appid=appid), url)
+            return Tenant(account.id, appid, token), shard
+
+    return run(action())
 
 
 def _pings(client: Redis) -> bool:
