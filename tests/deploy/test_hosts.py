@@ -134,9 +134,9 @@ def test_receivers_and_workers_on_several_hosts_share_the_work(
             assert {letter["id"] for letter in listed} == expected, f"dead letters as seen from {name}"
 
         # Each instance's log is on its shard's host, and only there.
-        for tenant, shard in placed.items():
-            logged = [bool(client.exists(keys.callback_log(tenants[tenant][0].appid))) for client in shards]
-            assert logged == [n == shard for n in range(len(SHARDS))], (tenant, logged)
+        for name, on in placed.items():
+            logged = [bool(client.exists(keys.callback_log(tenants[name][0].appid))) for client in shards]
+            assert logged == [n == on for n in range(len(SHARDS))], (name, logged)
 
         # Exactly once: every acknowledged event reached its sink, none twice.
         for sink, tenant, count in ((fast, "fast", FAST), (slow, "slow", SLOW)):
