@@ -1,7 +1,8 @@
 """Reading the callback log: every post the receiver accepted, as it was received.
 
 The receiver appends each post to the stream ``svcgw:log:<appid>`` (fields
-``body``, ``received_at``, ``delivery``, ``accepted``, ``duplicates``) and
+``body``, ``received_at``, ``accepted``, ``duplicates``; ``delivery`` when the
+entry does not name its delivery itself, svcgw.deliveryid) and
 trims it to ``SVCGW_LOG_RETENTION``. Bodies come back as the exact bytes
 received, so the (``redis.asyncio``) client must not decode responses.
 
@@ -25,6 +26,7 @@ from typing import cast
 from redis.asyncio import Redis
 
 from . import keys
+from .deliveryid import from_entry, parse
 from .settings import Settings
 
 __all__ = ["COMPRESS_FROM", "LogEntry", "body_of", "parse_since", "read_log", "stored_body"]
@@ -119,7 +121,7 @@ async def read_log(
     entries: list[tuple[str, dict[str, bytes]]] = []
     for entry_id, raw_fields in rows:
         entries.append((_text(entry_id), {_text(k): _bytes(v) for k, v in raw_fields.items()}))
-    deliveries = [fields.get("delivery", b"").decode() for _, fields in entries]
+    deliveries = [_delivery_of(appid, entry_id, fields) for entry_id, fields in entries]
     states: list[bytes | str | None] = []
     if any(deliveries):
         async with redis.pipeline(transaction=False) as pipe:
@@ -140,10 +142,22 @@ async def read_log(
                 accepted=int(fields.get("accepted", b"0") or 0),
                 duplicates=int(fields.get("duplicates", b"0") or 0),
                 delivery_id=delivery_id or None,
-                state=(_text(state) if state else "unknown") if delivery_id else None,
+                state=(_text(state) if state else _gone(delivery_id)) if delivery_id else None,
             )
         )
     return result
+
+
+def _delivery_of(appid: str, entry_id: str, fields: dict[str, bytes]) -> str:
+    """The delivery the entry made: named by the entry itself (svcgw.deliveryid), or in its ``delivery`` field."""
+    if "delivery" in fields:
+        return fields["delivery"].decode()
+    return from_entry(appid, entry_id) if int(fields.get("accepted", b"0") or 0) else ""
+
+
+def _gone(delivery_id: str) -> str:
+    """The state of a delivery with no record left: one named by its post is deleted only once delivered."""
+    return "delivered" if parse(delivery_id) is not None else "unknown"
 
 
 def _text(value: bytes | str) -> str:

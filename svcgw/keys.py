@@ -102,9 +102,11 @@ def callback_instance(appid: str) -> str:
 
 # --- ingest: callback log and de-duplication --------------------------------
 def callback_log(appid: str) -> str:
-    """Stream of posts as received: body (compressed when that pays, svcgw.calllog), delivery, accepted, duplicates.
+    """Stream of posts as received: body (compressed when that pays, svcgw.calllog), received_at, accepted, duplicates.
 
-    Also the index of the instance's deliveries (svcgw.deliverylist): each entry names its delivery.
+    Also the index of the instance's deliveries (svcgw.deliverylist): a post's entry id names its
+    delivery (svcgw.deliveryid); an entry whose delivery has a ``dlv_`` id (a service event's, or
+    one written by an earlier version) names it in a ``delivery`` field.
     """
     return f"{PREFIX}log:{appid}"
 
@@ -115,11 +117,27 @@ def dedup(appid: str, event_key: str) -> str:
 
 
 # --- deliveries --------------------------------------------------------------
+def outcomes(appid: str) -> str:
+    """Stream: the bare outcome of each delivery delivered within a minute of its post (svcgw.bareoutcome).
+
+    Fields ``l`` (the post's log entry id), ``o`` (the attempts), ``i`` (event ids, when the post had
+    duplicates); trimmed and expired like the callback log. ``{appid}`` is the instance's shard tag.
+    """
+    return f"{PREFIX}out:{{{appid}}}"
+
+
+def late_outcomes(appid: str, bucket: int) -> str:
+    """Hash: log entry id -> bare outcome of a delivery delivered later than that, per log retention."""
+    return f"{PREFIX}late:{{{appid}}}:{bucket}"
+
+
 def delivery(delivery_id: str) -> str:
     """Hash: appid, account, event_type, body, state, attempts, received_at, ...
 
-    Attempt records are its fields ``a1`` .. ``a<attempts>`` (svcgw.attemptrecords).
-    Once delivered, the body is emptied and ``ids`` holds its event ids (the log has the post).
+    Attempt records are its fields ``a1`` .. ``a<attempts>`` (svcgw.attemptrecords); ``dup``, the
+    post's duplicates, for a delivery named by its post. Such a delivery's hash is deleted once
+    delivered (its bare outcome is kept: :func:`outcomes`); a ``dlv_`` one keeps it until its
+    expiry, its body emptied and ``ids`` holding its event ids (the log has the post).
     """
     return f"{PREFIX}delivery:{delivery_id}"
 

@@ -41,7 +41,8 @@ from typing import Any, Literal, cast
 from redis.asyncio import Redis as AsyncRedis
 from rq.utils import utcformat
 
-from svcgw import failing, keys
+from svcgw import deliveryid, failing, keys
+from svcgw.bareoutcome import OUTCOME_WINDOW, late_bucket, late_expire_at
 from svcgw.scripts import register
 from svcgw.settings import Settings
 
@@ -138,8 +139,11 @@ class DeliveryQueue:
         *,
         lease_seconds: float = 30.0,
         failing_argument: str | None = None,
+        log_retention: int = 86400,
     ) -> None:
         self.redis = redis
+        # How long a delivered delivery's bare outcome is kept, like its post in the callback log.
+        self.log_retention = log_retention
         # The finish script's thresholds for failing destinations (svcgw.failing.script_argument).
         self.failing_argument = failing_argument or failing.script_argument(Settings())
         self.name = queue_name
@@ -234,8 +238,18 @@ class DeliveryQueue:
         """End claims; for each, whether the claim was still held and what changed for its destination."""
         if not items:
             return []
-        args: list[Any] = [time.time(), rq_now(), self.failing_argument]
+        now = time.time()
+        bucket = late_bucket(now, self.log_retention)
+        args: list[Any] = [
+            now,
+            rq_now(),
+            self.failing_argument,
+            self.log_retention,
+            late_expire_at(bucket, self.log_retention),
+            OUTCOME_WINDOW,
+        ]
         for item in items:
+            named = deliveryid.parse(item.delivery_id)
             args.extend(
                 (
                     item.kind,
@@ -251,6 +265,9 @@ class DeliveryQueue:
                     item.destination,
                     self._chains.get(item.delivery_id, _CHAIN_UNKNOWN),
                     item.event_ids,
+                    named[1] if named else "",
+                    keys.outcomes(item.appid),
+                    keys.late_outcomes(item.appid, bucket),
                 )
             )
         script_keys = [

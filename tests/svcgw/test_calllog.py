@@ -78,11 +78,16 @@ def test_entries_are_raw_and_newest_first(settings: Settings, redis: Redis) -> N
     assert [e.id for e in read_log(settings, tenant.appid, limit=1)] == [newest.id]
     assert [e.id for e in read_log(settings, tenant.appid, before=newest.id)] == [middle.id, oldest.id]
 
-    # A delivery whose record expired is 'unknown'; a changed one shows its current state.
+    # A delivery named by its post has no record left only once delivered (svcgw.bareoutcome);
+    # a changed one shows its current state.
     redis.delete(keys.delivery(delivery_ids[0]))
-    redis.hset(keys.delivery(delivery_ids[1]), "state", "delivered")
+    redis.hset(keys.delivery(delivery_ids[1]), "state", "retrying")
     states = [e.state for e in read_log(settings, tenant.appid)]
-    assert states == [None, "delivered", "unknown"]
+    assert states == [None, "retrying", "delivered"]
+    # An entry of an earlier version names its delivery; one whose record expired is 'unknown'.
+    stream = keys.callback_log(tenant.appid)
+    redis.xadd(stream, {"body": b"{}", "received_at": "1", "delivery": "dlv_gone", "accepted": 1, "duplicates": 0})
+    assert [(e.delivery_id, e.state) for e in read_log(settings, tenant.appid, limit=1)] == [("dlv_gone", "unknown")]
 
     as_json = middle.as_dict()
     assert as_json["body"] == bodies[1].decode() and as_json["delivery_id"] == delivery_ids[1]

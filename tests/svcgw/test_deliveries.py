@@ -17,7 +17,7 @@ from redis.asyncio import Redis as AsyncRedis
 from rq.job import Job
 from rq.serializers import JSONSerializer
 
-from svcgw import keys
+from svcgw import deliveryid, keys
 from svcgw.deliveries import (
     FUNC_NAME,
     job_fields,
@@ -80,6 +80,7 @@ def _written(redis: Redis, settings: Settings, appid: str, delivery_id: str) -> 
     fields = entry[1]
     fields.pop(b"received_at")
     return {
+        "entry": entry[0].decode(),
         "record": record,
         "job": job,
         "queued": delivery_id.encode() in redis.lrange(keys.rq_queue(settings.queue_name), 0, -1),
@@ -125,7 +126,13 @@ def test_queue_delivery_writes_what_the_ingest_script_writes(settings: Settings,
         data = written["job"].pop(b"data")
         assert json.loads(zlib.decompress(data)) == [FUNC_NAME, None, [delivery_id], {}]
         assert written["job"].pop(b"description") == f"Msg for {tenant.appid}".encode()
-        assert written["log"].pop(b"delivery") == delivery_id.encode()
+        # A post's delivery is named by its log entry (svcgw.deliveryid); a service event's entry names it.
+        if tenant is posted:
+            assert delivery_id == deliveryid.from_entry(tenant.appid, written.pop("entry"))
+            assert written["record"].pop(b"dup") == b"0"
+        else:
+            assert written["log"].pop(b"delivery") == delivery_id.encode()
+            written.pop("entry")
     assert one == other
     assert one["record"][b"events"] == b"2" and one["log"] == {b"accepted": b"2", b"duplicates": b"0"}
     # The service's job hash also keeps RQ's empty fields, as Job.create writes them.
