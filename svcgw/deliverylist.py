@@ -48,7 +48,7 @@ from typing import cast
 from redis.asyncio import Redis
 
 from . import attemptrecords, bareoutcome, deliveryid, keys, outcomestore
-from .calllog import body_of
+from .calllog import body_of, made_delivery
 from .deliveryview import (
     STATES,
     Attempt,
@@ -303,7 +303,7 @@ class _Posts:
         named = fields.get(b"delivery", fields.get("delivery"))
         if named is not None:
             return field_text(named)  # a service event's, or an entry of an earlier version
-        if not int(fields.get(b"accepted", fields.get("accepted", b"0")) or 0):
+        if not made_delivery(fields):
             return ""
         self.bodies[entry_id] = _bytes(fields.get(b"body", fields.get("body", b"")))
         return deliveryid.from_entry(self.appid, entry_id)

@@ -32,8 +32,13 @@ local function log_post(log_key, retention, raw, now, delivery_id, accepted, dup
   local oldest = math.floor(tonumber(now) * 1000) - tonumber(retention) * 1000
   if oldest < 0 then oldest = 0 end
   if entry then
-    redis.call('XADD', log_key, 'MINID', '~', oldest, entry, 'body', raw, 'received_at', now,
-      'accepted', accepted, 'duplicates', duplicates)
+    -- The entry id holds the time received; the counts are written only when they are not
+    -- "every event of the post went" (svcgw.calllog.counts).
+    if tonumber(duplicates) > 0 or tonumber(accepted) == 0 then
+      redis.call('XADD', log_key, 'MINID', '~', oldest, entry, 'body', raw, 'x', accepted .. ':' .. duplicates)
+    else
+      redis.call('XADD', log_key, 'MINID', '~', oldest, entry, 'body', raw)
+    end
   else
     redis.call('XADD', log_key, 'MINID', '~', oldest, '*', 'body', raw, 'received_at', now,
       'delivery', delivery_id, 'accepted', accepted, 'duplicates', duplicates)

@@ -11,7 +11,7 @@ import pytest
 from redis import Redis
 from redis.asyncio import Redis as AsyncRedis
 
-from svcgw import keys
+from svcgw import calllog, keys
 from svcgw.calllog import COMPRESS_FROM, LogEntry, body_of, parse_since, stored_body
 from svcgw.calllog import read_log as read
 from svcgw.ingest import Ingest
@@ -132,3 +132,15 @@ def test_only_what_pays_is_compressed() -> None:
     noise = b"{" + os.urandom(600)  # nothing to save: kept as it is (a post is JSON; the rule is not)
     assert stored_body(noise) == noise and body_of(noise) == noise
     assert body_of(b'{"x":1}') == b'{"x":1}' and body_of(b' {"x":1}') == b' {"x":1}'
+
+
+def test_entries_of_both_forms_read_alike() -> None:
+    post = b'{"event_type":"Msg","events":[{"id":"a"},{"id":"b"}]}'
+    older = {b"body": post, b"received_at": b"1000.25", b"delivery": b"dlv_x", b"accepted": b"1", b"duplicates": b"1"}
+    assert (calllog.received_at("1000250-0", older), calllog.counts(older)) == (1000.25, (1, 1))
+    # Named by its delivery: the time is the id's, the counts are the post's unless written.
+    assert (calllog.received_at("1000250-3", {b"body": post}), calllog.counts({b"body": post})) == (1000.25, (2, 0))
+    assert calllog.counts({b"body": post, b"x": b"1:1"}) == (1, 1)
+    assert calllog.made_delivery({b"body": post}) and calllog.made_delivery(older)
+    assert not calllog.made_delivery({b"body": post, b"x": b"0:2"})
+    assert not calllog.made_delivery({"accepted": b"0", "duplicates": b"2"})
