@@ -149,9 +149,10 @@ async def read_log(
         async with redis.pipeline(transaction=False) as pipe:
             for delivery_id in deliveries:
                 if delivery_id:
-                    pipe.hget(keys.delivery(delivery_id), "state")
+                    pipe.hmget(keys.delivery(delivery_id), ["state", "appid"])
             found = iter(await pipe.execute())
-        states = [next(found) if delivery_id else None for delivery_id in deliveries]
+        # A post's delivery has no state until an attempt ends (svcgw.keys.delivery): queued.
+        states = [_state(*next(found)) if delivery_id else None for delivery_id in deliveries]
     else:
         states = [None] * len(entries)
     result: list[LogEntry] = []
@@ -224,6 +225,10 @@ def _delivery_of(appid: str, entry_id: str, fields: dict[str, bytes]) -> str:
     if "delivery" in fields:
         return fields["delivery"].decode()
     return from_entry(appid, entry_id) if made_delivery(fields) else ""
+
+
+def _state(state: bytes | None, appid: bytes | None) -> bytes | None:
+    return state or (b"queued" if appid else None)
 
 
 def _gone(delivery_id: str) -> str:

@@ -23,7 +23,7 @@ import re
 import threading
 import time
 
-__all__ = ["EntryClock", "entry_ms", "from_entry", "parse", "takes_entry_ids"]
+__all__ = ["EntryClock", "entry_ms", "from_entry", "parse", "received_at", "takes_entry_ids"]
 
 _SAFE_APPID = re.compile(r"[A-Za-z0-9_-]{1,100}")
 _ID = re.compile(r"([A-Za-z0-9_-]{1,100})-([0-9]{1,15})-([0-9]{1,15})")
@@ -44,6 +44,12 @@ def parse(delivery_id: str) -> tuple[str, str] | None:
     if match is None:
         return None
     return match.group(1), f"{match.group(2)}-{match.group(3)}"
+
+
+def received_at(delivery_id: str) -> float | None:
+    """When the post of a delivery named by it was received (its entry id's time); None for a ``dlv_`` id."""
+    named = parse(delivery_id)
+    return entry_ms(named[1]) / 1000 if named else None
 
 
 def entry_ms(entry_id: str) -> int:

@@ -216,7 +216,10 @@ class Ingest:
         now = time.time()
         entry = self._entries.propose(now) if takes_entry_ids(appid) else ""
         delivery_id = from_entry(appid, entry) if entry else new_delivery_id()
-        flat = self._job.flat(delivery_id, job_description(post.event_type, appid))
+        if entry:  # one hash: RQ's fields and the delivery's (svcgw.keys.delivery)
+            flat = self._job.lean(delivery_id)
+        else:
+            flat = self._job.flat(delivery_id, job_description(post.event_type, appid))
         events: list[Any] = []
         dedup_keys = []
         for event in post.events:

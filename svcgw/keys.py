@@ -8,6 +8,8 @@ and they must agree with RQ to the letter.
 
 from __future__ import annotations
 
+from . import deliveryid
+
 PREFIX = "svcgw:"
 
 # --- accounts and API keys -------------------------------------------------
@@ -132,14 +134,27 @@ def late_outcomes(appid: str, bucket: int) -> str:
 
 
 def delivery(delivery_id: str) -> str:
-    """Hash: appid, account, event_type, body, state, attempts, received_at, ...
+    """Hash of the delivery's fields: appid, account, event_type, body, state, attempts, ...
 
-    Attempt records are its fields ``a1`` .. ``a<attempts>`` (svcgw.attemptrecords); ``dup``, the
-    post's duplicates, for a delivery named by its post. Such a delivery's hash is deleted once
-    delivered (its bare outcome is kept: :func:`outcomes`); a ``dlv_`` one keeps it until its
-    expiry, its body emptied and ``ids`` holding its event ids (the log has the post).
+    Attempt records are its fields ``a1`` .. ``a<attempts>`` (svcgw.attemptrecords).
+
+    A delivery named by its post (svcgw.deliveryid) has one hash, RQ's job hash
+    (:func:`rq_job`), which holds its fields besides RQ's: appid, account, event_type,
+    body, and ``dup`` (the post's duplicates) when there were any; ``state``, ``attempts``
+    and ``failures`` once attempted (none reads as queued, 0, 0), the time received is its id's.
+    It is deleted once delivered (its bare outcome is kept: :func:`outcomes`).
+
+    A ``dlv_`` delivery (service events; earlier versions) has ``svcgw:delivery:<id>`` of
+    its own, with ``state``, ``received_at`` and ``events`` from the start; once delivered it
+    is kept until its expiry, its body emptied and ``ids`` holding its event ids.
     """
+    if deliveryid.parse(delivery_id) is not None:
+        return rq_job(delivery_id)
     return f"{PREFIX}delivery:{delivery_id}"
+
+
+# The prefix of the hashes of dlv_ deliveries, for the scripts that name one by its id.
+DELIVERY_PREFIX = f"{PREFIX}delivery:"
 
 
 def delivery_attempts(delivery_id: str) -> str:

@@ -80,7 +80,8 @@ async def retry_now(redis: Redis, settings: Settings, delivery_id: str, *, accou
         raise NotFound(f"no delivery {delivery_id!r}")
     if outcome == -1:
         state = await redis.hget(keys.delivery(delivery_id), "state")
-        shown = {"queued": "pending"}.get(_text(state), _text(state) or "unknown")
+        # A post's delivery has no state until an attempt ends (svcgw.keys.delivery): pending.
+        shown = {"queued": "pending", "": "pending"}.get(_text(state), _text(state))
         raise NotRetrying(f"delivery {delivery_id} is {shown}; only a retrying delivery can be retried now")
     if outcome == -2:
         raise NotRetrying(f"delivery {delivery_id} is being attempted already")

@@ -196,7 +196,7 @@ class DeliveryQueue:
             worker_name,
             rq_now(),
             keys.rq_job(""),
-            keys.delivery(""),
+            keys.DELIVERY_PREFIX,
             keys.callback_instance(""),
             keys.callback_account(""),
             len(DELIVERY_FIELDS),

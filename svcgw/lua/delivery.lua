@@ -3,16 +3,27 @@
 -- KEYS, ARGV: none of its own; its functions take them from the script they are part of.
 -- write_delivery(k, appid, account, event_type, body, now, count, delivery_id, queue_key, job, extra)
 --   k: {delivery=, job=, queue=, rq_queues=} keys; job: RQ's job hash as field, value, ...;
---   extra: more fields of the delivery hash (field, value, ...), or nil
+--   extra: more fields of the delivery hash (field, value, ...), or nil; when k.delivery is
+--   k.job, the delivery's fields go into the job hash (svcgw.keys.delivery)
 -- log_post(log_key, retention, raw, now, delivery_id, accepted, duplicates, entry)
 --   (the log entry naming the delivery is also what lists it: svcgw.deliverylist); entry: the
 --   entry's id when the delivery id is made of it (svcgw.deliveryid; no delivery field), else nil
 
 local function write_delivery(k, appid, account, event_type, body, now, count, delivery_id, queue_key, job, extra)
-  redis.call('HSET', k.delivery, 'appid', appid, 'account', account, 'event_type', event_type,
-    'body', body, 'state', 'queued', 'received_at', now, 'attempts', 0, 'failures', 0,
-    'events', count, unpack(extra or {}))
-  redis.call('HSET', k.job, unpack(job))
+  if k.delivery == k.job then
+    -- Named by its post (svcgw.deliveryid): one hash, RQ's and the delivery's fields together;
+    -- the time is the id's, and a missing state, attempts and failures read as queued, 0, 0.
+    for _, value in ipairs({'appid', appid, 'account', account, 'event_type', event_type, 'body', body,
+        unpack(extra or {})}) do
+      job[#job + 1] = value
+    end
+    redis.call('HSET', k.job, unpack(job))
+  else
+    redis.call('HSET', k.delivery, 'appid', appid, 'account', account, 'event_type', event_type,
+      'body', body, 'state', 'queued', 'received_at', now, 'attempts', 0, 'failures', 0,
+      'events', count, unpack(extra or {}))
+    redis.call('HSET', k.job, unpack(job))
+  end
   -- RQ lists a queue by its name in rq:queues. Added when the queue's list is created,
   -- not on every push: the name stays there once added (one command fewer per post).
   if redis.call('RPUSH', k.queue, delivery_id) == 1 then redis.call('SADD', k.rq_queues, queue_key) end

@@ -48,7 +48,7 @@ if #kept > 0 then
   local job = {}
   for f = 12, 11 + nfields * 2 do job[#job + 1] = ARGV[f] end
   write_delivery({delivery = KEYS[4], job = KEYS[5], queue = KEYS[6], rq_queues = KEYS[7]},
-    appid, account, ARGV[5], body, ARGV[2], #kept, delivery, ARGV[9], job, {'dup', total - #kept})
+    appid, account, ARGV[5], body, ARGV[2], #kept, delivery, ARGV[9], job, total > #kept and {'dup', total - #kept} or nil)
 end
 log_post(KEYS[3], ARGV[3], ARGV[4], ARGV[2], delivery, #kept, total - #kept, entry)
 return {1, #kept, total - #kept}

@@ -92,7 +92,7 @@ local function outcome(delivery, record, entry, event_ids, out, late)
   local text = table.concat(parts, ',')
   -- The log entry says how many events were duplicates, not which: then the ids that went are kept.
   local ids = nil
-  if h.dup ~= '0' and event_ids ~= '' then ids = event_ids end
+  if h.dup and h.dup ~= '0' and event_ids ~= '' then ids = event_ids end
   if now_ms - base_ms > tonumber(ARGV[6]) * 1000 then
     if ids then text = text .. '\n' .. ids end
     redis.call('HSET', late, entry, text)
