@@ -248,28 +248,6 @@ class DeliveryQueue:
             late_expire_at(bucket, self.log_retention),
             OUTCOME_WINDOW,
         ]
-        for item in items:
-            named = deliveryid.parse(item.delivery_id)
-            args.extend(
-                (
-                    item.kind,
-                    item.delivery_id,
-                    keys.delivery(item.delivery_id),
-                    keys.delivery_attempts(item.delivery_id),
-                    keys.rq_job(item.delivery_id),
-                    keys.dead_letters_by_appid(item.appid),
-                    item.record,
-                    "" if item.due is None else repr(item.due),
-                    item.retention,
-                    item.error,
-                    item.destination,
-                    self._chains.get(item.delivery_id, _CHAIN_UNKNOWN),
-                    item.event_ids,
-                    named[1] if named else "",
-                    keys.outcomes(item.appid),
-                    keys.late_outcomes(item.appid, bucket),
-                )
-            )
         script_keys = [
             self.inflight_key,
             self.scheduled_key,
@@ -278,6 +256,32 @@ class DeliveryQueue:
             self.deferred_key,
             keys.FAILING_DESTINATIONS,
         ]
+        for item in items:
+            named = deliveryid.parse(item.delivery_id)
+            script_keys.extend(
+                (
+                    keys.delivery(item.delivery_id),
+                    keys.delivery_attempts(item.delivery_id),
+                    keys.rq_job(item.delivery_id),
+                    keys.dead_letters_by_appid(item.appid),
+                    keys.outcomes(item.appid),
+                    keys.late_outcomes(item.appid, bucket),
+                )
+            )
+            args.extend(
+                (
+                    item.kind,
+                    item.delivery_id,
+                    item.record,
+                    "" if item.due is None else repr(item.due),
+                    item.retention,
+                    item.error,
+                    item.destination,
+                    self._chains.get(item.delivery_id, _CHAIN_UNKNOWN),
+                    item.event_ids,
+                    named[1] if named else "",
+                )
+            )
         answers = cast(list[int], await self._finish(keys=script_keys, args=args))
         for item in items:
             self._chains.pop(item.delivery_id, None)  # the claim has ended
@@ -290,7 +294,8 @@ class DeliveryQueue:
         """Hand claimed jobs back to the front of the queue (shutdown)."""
         if not ids:
             return 0
-        answer = await self._release(keys=[self.inflight_key, self.queue_key], args=[keys.rq_job(""), *ids])
+        jobs = [keys.rq_job(delivery_id) for delivery_id in ids]
+        answer = await self._release(keys=[self.inflight_key, self.queue_key, *jobs], args=list(ids))
         for delivery_id in ids:
             self._chains.pop(delivery_id, None)
         return int(cast(int, answer))

@@ -1,21 +1,21 @@
 -- Ends claims: records attempts and moves each job on (worker.queue.DeliveryQueue.finish_many).
 -- chain.lua is prepended: a service event delivered, dead or dropped lets its instance's next one go.
--- KEYS: inflight, scheduled, failed, queue, deferred, failing destinations
+-- KEYS: inflight, scheduled, failed, queue, deferred, failing destinations, then 6 per job:
+--       delivery (the job hash itself for a delivery named by its post: svcgw.keys.delivery),
+--       old attempts list (svcgw.attemptrecords), job, dead index, outcome stream, late outcomes hash
 -- ARGV: now, rq ended_at, 'failing after:forget after' (seconds), log retention (seconds),
---       late hash expiry (unix seconds), outcome window (seconds), then 16 per job: kind, id,
---       delivery key, old attempts list key (svcgw.attemptrecords), job key, dead index key, attempt record,
---       due (retry, defer) or expiry (dead), ttl of the delivery record,
+--       late hash expiry (unix seconds), outcome window (seconds), then 10 per job: kind, id,
+--       attempt record, due (retry, defer) or expiry (dead), ttl of the delivery record,
 --       error text (zlib), destination ('' when the attempt had none), chain
 --       (the service-event chain key, '' for a customer event, '?' if unknown),
 --       event ids (delivered: a JSON list kept instead of the body; '' keeps the body),
---       log entry id of the post (svcgw.deliveryid; '' for a dlv_ delivery), outcome stream key,
---       late outcomes hash key
+--       log entry id of the post (svcgw.deliveryid; '' for a dlv_ delivery)
 -- A delivered delivery with a log entry id keeps only its bare outcome (svcgw.bareoutcome): its
 -- records are deleted and the outcome goes to the stream, or to the late hash when it ended more
 -- than the outcome window after its post. A dlv_ delivery keeps its hash until its ttl, as before.
 -- Returns per job: 1 if the claim was still ours, else 0; plus 2 when this
 -- attempt's destination started failing, 4 when it recovered (svcgw.failing).
-local HEAD, PER = 6, 16
+local HEAD, PER, KHEAD, KPER = 6, 10, 6, 6
 local n = (#ARGV - HEAD) / PER
 if n < 1 then return {} end
 local ids = {}
@@ -109,19 +109,19 @@ local function outcome(delivery, record, entry, event_ids, out, late)
 end
 -- --- end of bare outcomes ---
 for i = 0, n - 1 do
-  local b = HEAD + 1 + i * PER
+  local b, kb = HEAD + 1 + i * PER, KHEAD + 1 + i * KPER
   local kind, id = ARGV[b], ARGV[b + 1]
-  local delivery, legacy, job, dead = ARGV[b + 2], ARGV[b + 3], ARGV[b + 4], ARGV[b + 5]
-  local record, due, ttl = ARGV[b + 6], ARGV[b + 7], ARGV[b + 8]
+  local delivery, legacy, job, dead = KEYS[kb], KEYS[kb + 1], KEYS[kb + 2], KEYS[kb + 3]
+  local record, due, ttl = ARGV[b + 2], ARGV[b + 3], ARGV[b + 4]
   local claimed = 0
   if held[i + 1] then claimed = 1 end
   local failing = 0
-  if kind == 'delivered' then failing = track(ARGV[b + 10], true)
-  elseif kind == 'retry' or kind == 'dead' then failing = track(ARGV[b + 10], false) end
-  local entry = ARGV[b + 13]
+  if kind == 'delivered' then failing = track(ARGV[b + 6], true)
+  elseif kind == 'retry' or kind == 'dead' then failing = track(ARGV[b + 6], false) end
+  local entry = ARGV[b + 9]
   local chain_of_bare = nil
   if kind == 'delivered' and entry ~= '' then
-    chain_of_bare = outcome(delivery, record, entry, ARGV[b + 12], ARGV[b + 14], ARGV[b + 15]) or ''
+    chain_of_bare = outcome(delivery, record, entry, ARGV[b + 8], KEYS[kb + 4], KEYS[kb + 5]) or ''
     redis.call('DEL', delivery, job)
     if claimed == 0 then
       redis.call('LREM', KEYS[4], 0, id)
@@ -130,11 +130,11 @@ for i = 0, n - 1 do
   elseif kind == 'delivered' then
     -- The record is field a<count> of the delivery hash (svcgw.attemptrecords), in the HSET below.
     local count = redis.call('HINCRBY', delivery, 'attempts', 1)
-    if ARGV[b + 12] ~= '' then
+    if ARGV[b + 8] ~= '' then
       -- The body is in the callback log already; the deliveries list needs only its event ids.
       -- Emptied in the same HSET rather than deleted: one command fewer.
       redis.call('HSET', delivery, 'state', 'delivered', 'delivered_at', now, 'a' .. count, record,
-        'body', '', 'ids', ARGV[b + 12])
+        'body', '', 'ids', ARGV[b + 8])
     else
       redis.call('HSET', delivery, 'state', 'delivered', 'delivered_at', now, 'a' .. count, record)
     end
@@ -161,7 +161,7 @@ for i = 0, n - 1 do
       redis.call('HSET', delivery, 'a' .. count, record, 'state', 'dead', 'dead_at', now)
       redis.call('HDEL', delivery, 'next_at')
       redis.call('ZADD', KEYS[3], due, id)
-      redis.call('HSET', job, 'status', 'failed', 'exc_info', ARGV[b + 9], 'ended_at', ARGV[2])
+      redis.call('HSET', job, 'status', 'failed', 'exc_info', ARGV[b + 5], 'ended_at', ARGV[2])
       redis.call('EXPIRE', job, ttl)
       redis.call('EXPIRE', delivery, ttl)
       if count > 1 then redis.call('EXPIRE', legacy, ttl) end
@@ -178,7 +178,7 @@ for i = 0, n - 1 do
   end
   -- The order of service events (chain.lua): a job that ends for good lets the next go.
   if kind == 'delivered' or kind == 'drop' or (kind == 'dead' and claimed == 1) then
-    local chain = ARGV[b + 11]
+    local chain = ARGV[b + 7]
     if chain == '?' then chain = chain_of_bare or redis.call('HGET', delivery, 'chain') end
     if chain and chain ~= '' then chain_finished(chain, delivery, job, id, KEYS[4], KEYS[5], ARGV[2]) end
   end
