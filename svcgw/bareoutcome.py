@@ -9,7 +9,7 @@ status or a short error class (``timeout``, ``refused``, ``tls``, ``dns``,
 answers are not kept: only deliveries that did not succeed keep them.
 
 It goes to the instance's outcome stream (``keys.outcomes``; field ``l`` the
-log entry id, ``o`` the outcome, ``i`` the event ids when the post had
+log entry id, its ms alone when its sequence is 0, ``o`` the outcome, ``i`` the event ids when the post had
 duplicates, so that its log entry does not say which events went) when the
 delivery ends within :data:`OUTCOME_WINDOW` of its post, and to the late hash
 of the current bucket otherwise (``keys.late_outcomes``, field the log entry

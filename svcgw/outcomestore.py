@@ -23,6 +23,8 @@ from .deliveryid import entry_ms
 __all__ = ["SCAN_CHUNK", "SCAN_LIMIT", "find"]
 
 SCAN_CHUNK = 500
+# A post's time is its receiver's clock, an outcome's the Redis server's: read this much earlier.
+CLOCK_SKEW_MS = 2000
 SCAN_LIMIT = 20_000
 
 Row = tuple[bytes | str, dict[bytes | str, bytes | str]]
@@ -34,13 +36,15 @@ async def find(redis: Redis, appid: str, entry_ids: Sequence[str], *, now: float
     found: dict[str, Outcome] = {}
     if not wanted:
         return found
-    start = str(min(entry_ms(entry) for entry in wanted))
+    start = str(max(min(entry_ms(entry) for entry in wanted) - CLOCK_SKEW_MS, 0))
     end = str(max(entry_ms(entry) for entry in wanted) + OUTCOME_WINDOW * 1000)
     read = 0
     while wanted and read < SCAN_LIMIT:
         rows = cast(list[Row], await redis.xrange(keys.outcomes(appid), start, end, count=SCAN_CHUNK))
         for _, fields in rows:
             entry = _text(fields.get(b"l") or fields.get("l") or b"")
+            if "-" not in entry:
+                entry += "-0"  # written as its ms alone (queue_finish.lua)
             if entry in wanted:
                 wanted.discard(entry)
                 ids = fields.get(b"i") or fields.get("i")

@@ -98,10 +98,12 @@ local function outcome(delivery, record, entry, event_ids, out, late)
     redis.call('HSET', late, entry, text)
     redis.call('EXPIREAT', late, ARGV[5])
   else
+    -- An entry id of sequence 0 (most) is written as its ms alone: a listpack keeps it as an integer.
+    local l = string.gsub(entry, '%-0$', '')
     if ids then
-      redis.call('XADD', out, 'MINID', '~', oldest, '*', 'l', entry, 'o', text, 'i', ids)
+      redis.call('XADD', out, 'MINID', '~', oldest, '*', 'l', l, 'o', text, 'i', ids)
     else
-      redis.call('XADD', out, 'MINID', '~', oldest, '*', 'l', entry, 'o', text)
+      redis.call('XADD', out, 'MINID', '~', oldest, '*', 'l', l, 'o', text)
     end
     redis.call('EXPIRE', out, ARGV[4])
   end
@@ -120,7 +122,13 @@ for i = 0, n - 1 do
   elseif kind == 'retry' or kind == 'dead' then failing = track(ARGV[b + 6], false) end
   local entry = ARGV[b + 9]
   local chain_of_bare = nil
-  if kind == 'delivered' and entry ~= '' then
+  -- A delivery named by its post whose hash is gone was delivered by another copy of its job (a
+  -- lease ran out meanwhile): this claim's end records nothing, lest it leave a hash behind.
+  local gone = entry ~= '' and kind ~= 'drop' and redis.call('EXISTS', delivery) == 0
+  if gone then
+    if claimed == 0 then redis.call('LREM', KEYS[4], 0, id) end
+    redis.call('ZREM', KEYS[2], id)
+  elseif kind == 'delivered' and entry ~= '' then
     chain_of_bare = outcome(delivery, record, entry, ARGV[b + 8], KEYS[kb + 4], KEYS[kb + 5]) or ''
     redis.call('DEL', delivery, job)
     if claimed == 0 then
