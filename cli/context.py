@@ -24,7 +24,6 @@ import asyncio
 import functools
 from collections.abc import Awaitable, Callable
 from typing import Any
-from urllib.parse import urlsplit, urlunsplit
 
 import click
 from cryptography.fernet import Fernet
@@ -37,12 +36,13 @@ from svcgw.addresses import AddressError
 from svcgw.connections import async_client
 from svcgw.errors import SvcgwError
 from svcgw.settings import Settings, SettingsError
+from svcgw.shards import safe_url
 from svcgw.store import Store
 from svcgw.vault import KEY_FILE, TokenVault
 
-__all__ = ["Admin", "admin_command", "error_message", "load_settings", "safe_redis_url"]
+__all__ = ["CONNECT_TIMEOUT", "Admin", "admin_command", "error_message", "load_settings", "safe_redis_url"]
 
-_CONNECT_TIMEOUT = 5
+CONNECT_TIMEOUT = 5
 
 
 def load_settings() -> Settings:
@@ -55,12 +55,7 @@ def load_settings() -> Settings:
 
 def safe_redis_url(url: str) -> str:
     """The Redis URL without its password (and without a query, which may carry one)."""
-    parts = urlsplit(url)
-    netloc = parts.netloc.rsplit("@", 1)[-1]
-    # In ``user:password@`` the user is no secret; a lone ``secret@`` may be the password.
-    if parts.username and parts.password is not None:
-        netloc = f"{parts.username}@{netloc}"
-    return urlunsplit((parts.scheme, netloc, parts.path, "", ""))
+    return safe_url(url)
 
 
 class Admin:
@@ -78,6 +73,8 @@ class Admin:
 
     @property
     def safe_url(self) -> str:
+        if self.settings.redis_shards is not None:
+            return " ".join(deployment.name for deployment in self.settings.redis_shards.deployments)
         if self.settings.redis_sentinels:
             hosts = ",".join(f"{host}:{port}" for host, port in self.settings.redis_sentinels)
             return f"sentinels {hosts} (primary {self.settings.redis_sentinel_master})"
@@ -87,14 +84,14 @@ class Admin:
     def redis(self) -> Redis:
         """The client returning bytes (raw bodies stay raw)."""
         if self._redis is None:
-            self._redis = async_client(self.settings, connect_timeout=_CONNECT_TIMEOUT)
+            self._redis = async_client(self.settings, connect_timeout=CONNECT_TIMEOUT)
         return self._redis
 
     @property
     def text(self) -> Redis:
         """The client returning text (configuration)."""
         if self._text is None:
-            self._text = async_client(self.settings, decode=True, connect_timeout=_CONNECT_TIMEOUT)
+            self._text = async_client(self.settings, decode=True, connect_timeout=CONNECT_TIMEOUT)
         return self._text
 
     def store(self, *, sealing: bool = False) -> Store:

@@ -1,7 +1,7 @@
 """The ``svcgw`` command line.
 
 Roles (``up``, ``serve``, ``worker``, ``sim``) live here; the administration
-groups (accounts, keys, callback, instances, dlq, log, secrets) live in a
+groups (accounts, keys, callback, instances, dlq, log, secrets, shards) live in a
 module each and are attached to the same group. Every administration command
 runs in an event loop of its own (``cli.context``).
 """
@@ -23,6 +23,7 @@ from .instances import instances
 from .keys import keys_group
 from .log import log_command
 from .secrets import secrets_group
+from .shards import shards_command
 
 __all__ = ["cli", "main"]
 
@@ -87,7 +88,7 @@ def sim(host: str, port: int) -> None:
     run(host, port)
 
 
-for _group in (accounts, keys_group, callback, instances, deliveries, dlq, log_command, secrets_group):
+for _group in (accounts, keys_group, callback, instances, deliveries, dlq, log_command, secrets_group, shards_command):
     cli.add_command(_group)
 
 

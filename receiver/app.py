@@ -18,6 +18,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Mount, Route
 from starlette.types import Receive, Scope, Send
 
+from svcgw import layout
 from svcgw.receivers import RECEIVER_PREFIX
 from svcgw.settings import Settings
 from svcgw.upstream import Upstream
@@ -78,6 +79,7 @@ def create_app(settings: Settings, *, services: Services | None = None) -> Starl
                 timeout=settings.upstream_timeout,
                 connect_timeout=settings.upstream_connect_timeout,
             )
+        await layout.mark_at_start(services.redis)
         try:
             yield
         finally:

@@ -10,20 +10,39 @@ connection, so after a failover the next command reaches the promoted
 replica; a command cut off by the failover fails with a ``ConnectionError``
 like any other outage, and each role already treats that as "not stored,
 try again".
+
+With ``SVCGW_REDIS_SHARDS`` there are several Redis deployments (or one
+Cluster): :func:`async_deployment_client` and :func:`sync_deployment_client`
+build the client of each (:mod:`svcgw.shardclients` keeps one per
+deployment); :func:`async_client` and :func:`sync_client` stay the client of
+shard 0, which holds what belongs to the whole service.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 from redis import Redis
 from redis.asyncio import Redis as AsyncRedis
+from redis.asyncio.cluster import ClusterNode as AsyncClusterNode
+from redis.asyncio.cluster import RedisCluster as AsyncRedisCluster
 from redis.asyncio.sentinel import Sentinel as AsyncSentinel
+from redis.cluster import ClusterNode, RedisCluster
 from redis.sentinel import Sentinel
 
 from .settings import Settings, SettingsError
+from .shards import Deployment
+from .shardspec import layout_of
 
-__all__ = ["AsyncSentinelRedis", "SentinelRedis", "async_client", "sync_client"]
+__all__ = [
+    "AsyncSentinelRedis",
+    "SentinelRedis",
+    "async_client",
+    "async_deployment_client",
+    "sync_client",
+    "sync_deployment_client",
+]
 
 # A sentinel that does not answer must not hold up the search for the primary.
 SENTINEL_TIMEOUT = 2.0
@@ -53,12 +72,15 @@ class AsyncSentinelRedis(AsyncRedis):
             await sentinel.aclose()
 
 
-def _url(settings: Settings) -> str:
-    if not settings.redis_url:
+def _first(settings: Settings) -> Deployment:
+    deployments = layout_of(settings).deployments
+    if not deployments:
         raise SettingsError(
             "SVCGW_REDIS_URL (or SVCGW_REDIS_SENTINELS) is required here; only `svcgw up` starts an embedded Redis"
         )
-    return settings.redis_url
+    if deployments[0].kind == "cluster":
+        raise SettingsError("this role does not run on a Redis Cluster yet (SVCGW_REDIS_SHARDS): only `svcgw shards`")
+    return deployments[0]
 
 
 def _sentinel_kwargs(settings: Settings) -> dict[str, Any]:
@@ -71,42 +93,84 @@ def _sentinel_kwargs(settings: Settings) -> dict[str, Any]:
     return kwargs
 
 
-def _primary_kwargs(settings: Settings, decode: bool, connect_timeout: float | None = None) -> dict[str, Any]:
-    return {
+def _primary_kwargs(deployment: Deployment, decode: bool, connect_timeout: float | None = None) -> dict[str, Any]:
+    kwargs: dict[str, Any] = {
         "decode_responses": decode,
         "health_check_interval": 30,
-        "password": settings.redis_password,
-        "db": settings.redis_db,
+        "password": deployment.password,
+        "db": deployment.db,
+        "socket_connect_timeout": connect_timeout,
+    }
+    if deployment.username:
+        kwargs["username"] = deployment.username
+    return kwargs
+
+
+def _cluster_kwargs(deployment: Deployment, decode: bool, connect_timeout: float | None) -> dict[str, Any]:
+    return {
+        "decode_responses": decode,
+        "username": deployment.username,
+        "password": deployment.password,
         "socket_connect_timeout": connect_timeout,
     }
 
 
-def sync_client(settings: Settings) -> Redis:
-    """A blocking client, for the one caller that has no event loop: the container health check."""
-    if settings.redis_sentinels:
-        sentinel = Sentinel(  # type: ignore[no-untyped-call]
-            list(settings.redis_sentinels), sentinel_kwargs=_sentinel_kwargs(settings)
-        )
-        client: SentinelRedis = sentinel.master_for(  # type: ignore[no-untyped-call]
-            settings.redis_sentinel_master, redis_class=SentinelRedis, **_primary_kwargs(settings, False)
-        )
+@dataclass(frozen=True)
+class _Flavour:
+    """The classes of one flavour of client, blocking or asyncio: the same recipe builds both."""
+
+    redis: type[Any]
+    cluster: type[Any]
+    node: type[Any]
+    sentinel: type[Any]
+    sentinel_redis: type[Any]
+
+
+_BLOCKING = _Flavour(Redis, RedisCluster, ClusterNode, Sentinel, SentinelRedis)
+_ASYNCIO = _Flavour(AsyncRedis, AsyncRedisCluster, AsyncClusterNode, AsyncSentinel, AsyncSentinelRedis)
+
+
+def _build(
+    flavour: _Flavour, settings: Settings, deployment: Deployment, decode: bool, connect_timeout: float | None
+) -> Any:
+    if deployment.kind == "cluster":
+        # A Cluster client finds each key's master itself, and follows resharding and failover.
+        nodes = [flavour.node(host, port) for host, port in deployment.addresses]
+        return flavour.cluster(startup_nodes=nodes, **_cluster_kwargs(deployment, decode, connect_timeout))
+    if deployment.kind == "sentinel":
+        sentinel = flavour.sentinel(list(deployment.addresses), sentinel_kwargs=_sentinel_kwargs(settings))
+        kwargs = _primary_kwargs(deployment, decode, connect_timeout)
+        client = sentinel.master_for(deployment.master, redis_class=flavour.sentinel_redis, **kwargs)
         client.sentinels = sentinel
         return client
-    return Redis.from_url(_url(settings), health_check_interval=30)
+    return flavour.redis.from_url(
+        deployment.url or "", decode_responses=decode, health_check_interval=30, socket_connect_timeout=connect_timeout
+    )
+
+
+def sync_client(settings: Settings) -> Redis:
+    """A blocking client, for the one caller that has no event loop: the container health check."""
+    client: Redis = _build(_BLOCKING, settings, _first(settings), False, None)  # never a Cluster (_first)
+    return client
+
+
+def sync_deployment_client(
+    settings: Settings, deployment: Deployment, *, decode: bool = False, connect_timeout: float | None = None
+) -> Redis | RedisCluster:
+    """A blocking client of one deployment."""
+    client: Redis | RedisCluster = _build(_BLOCKING, settings, deployment, decode, connect_timeout)
+    return client
 
 
 def async_client(settings: Settings, *, decode: bool = False, connect_timeout: float | None = None) -> AsyncRedis:
-    if settings.redis_sentinels:
-        sentinel = AsyncSentinel(  # type: ignore[no-untyped-call]
-            list(settings.redis_sentinels), sentinel_kwargs=_sentinel_kwargs(settings)
-        )
-        client: AsyncSentinelRedis = sentinel.master_for(
-            settings.redis_sentinel_master,
-            redis_class=AsyncSentinelRedis,
-            **_primary_kwargs(settings, decode, connect_timeout),
-        )
-        client.sentinels = sentinel
-        return client
-    return AsyncRedis.from_url(
-        _url(settings), decode_responses=decode, health_check_interval=30, socket_connect_timeout=connect_timeout
-    )
+    """The client of shard 0's Redis: every role's, until ingest and delivery are sharded."""
+    client: AsyncRedis = _build(_ASYNCIO, settings, _first(settings), decode, connect_timeout)  # never a Cluster
+    return client
+
+
+def async_deployment_client(
+    settings: Settings, deployment: Deployment, *, decode: bool = False, connect_timeout: float | None = None
+) -> AsyncRedis | AsyncRedisCluster:
+    """An asyncio client of one deployment."""
+    client: AsyncRedis | AsyncRedisCluster = _build(_ASYNCIO, settings, deployment, decode, connect_timeout)
+    return client

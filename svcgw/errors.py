@@ -53,7 +53,9 @@ whole tree (each class's module in brackets when it is not this one)::
         │   └── SendFailed
         ├── ReplicaNotConfirmed  (also RedisError) a post not confirmed by replicas [svcgw.ingest]
         ├── EntryIdsTaken        (also RedisError) the log refused proposed entry ids [svcgw.ingest]
+        ├── LayoutError          the layout marker names a layout this version cannot keep [svcgw.layout]
         ├── _Unavailable         a probe could not ask the capability layer [worker.prober]
+        ├── NoOpenShard          placement with every shard closed [svcgw.shards]
         └── VaultError           encryption at rest [svcgw.vault]
 
 Classes that were ``LookupError``, ``ValueError`` or ``RedisError`` stay so,

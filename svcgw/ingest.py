@@ -5,7 +5,10 @@ which, atomically:
 
 1. checks the receiver token's digest against the appid;
 2. drops repeated events one by one (``svcgw.envelope`` defines the keys;
-   an event without an ``id`` has none and is always forwarded);
+   an event without an ``id`` has none and is always forwarded), against the
+   instance's de-duplication window (:mod:`svcgw.dedup`, kept as the
+   deployment's layout marker says, :mod:`svcgw.layout`: read at the first
+   post, once per process);
 3. writes one delivery, an RQ job queued for the workers, if any event is new;
 4. appends the post, as received (compressed when that pays:
    ``svcgw.calllog.stored_body``), to the instance's callback log, whose
@@ -34,6 +37,7 @@ Errors raised by :meth:`Ingest.accept`::
     redis.exceptions.RedisError    not stored
     ├── ReplicaNotConfirmed        durable mode: too few replicas confirmed in time
     └── EntryIdsTaken              the log refused one proposed entry id after another
+    svcgw.layout.LayoutError       the layout marker names a layout this version or this Redis cannot keep
 """
 
 from __future__ import annotations
@@ -47,7 +51,7 @@ from typing import Any, cast
 from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
-from . import keys, liveness
+from . import dedup, keys, layout, liveness
 from .calllog import stored_body
 from .deliveries import job_description, new_delivery_id, template
 from .deliveryid import EntryClock, from_entry, takes_entry_ids
@@ -110,7 +114,9 @@ class Ingest:
         self._script = register(redis, "ingest")
         self._wait_replicas = settings.redis_wait_replicas
         self._wait_ms = max(1, round(settings.redis_wait_timeout * 1000))
-        self._keyed_ttl = max(settings.log_retention, 86400)
+        self._window = dedup.window(settings)
+        # The deployment's layout and whether the server has HSETEX: read at the first post.
+        self._layout: tuple[layout.Layout, bool] | None = None
         self._queue_key = keys.rq_queue(settings.queue_name)
         self._job = template(settings.queue_name, settings.dead_letter_retention)
         self._known: OrderedDict[str, tuple[str, float]] = OrderedDict()
@@ -178,6 +184,13 @@ class Ingest:
         except Exception:
             log.exception("GapClosed not handed to the prober", extra={"appid": appid})
 
+    async def _dedup_layout(self) -> tuple[layout.Layout, bool]:
+        """The layout marker (written first if no process has yet), once per process."""
+        if self._layout is None:
+            marker, server = await layout.read(self.redis)
+            self._layout = (marker, server.hsetex)
+        return self._layout
+
     async def _run_script(self, *, keys: list[Any], args: list[Any]) -> Any:
         """The ingest script; in the durable mode, followed by ``WAIT`` for the replicas.
 
@@ -213,6 +226,7 @@ class Ingest:
 
     async def _store_once(self, appid: str, token: str, logged: bytes, post: Post) -> IngestResult | str:
         """One try of the ingest script; the log's last entry id when the proposed one was not above it."""
+        marker, hsetex = await self._dedup_layout()
         now = time.time()
         entry = self._entries.propose(now) if takes_entry_ids(appid) else ""
         delivery_id = from_entry(appid, entry) if entry else new_delivery_id()
@@ -221,11 +235,10 @@ class Ingest:
         else:
             flat = self._job.flat(delivery_id, job_description(post.event_type, appid))
         events: list[Any] = []
-        dedup_keys = []
         for event in post.events:
-            events.extend((event.raw, "0" if event.key is None else "1"))
-            if event.key is not None:
-                dedup_keys.append(keys.dedup(appid, event.key))
+            events.extend((event.raw, event.digest or b""))
+        event_keys = [event.key for event in post.events if event.key is not None]
+        window = dedup.plan(appid, event_keys, marker, now, self._window, hsetex=hsetex)
         head = build_envelope(appid, post.event_type, [])[:-2]  # up to and including '['
         result = cast(
             list[Any],
@@ -238,7 +251,7 @@ class Ingest:
                     keys.rq_job(delivery_id),
                     self._queue_key,
                     keys.RQ_QUEUES,
-                    *dedup_keys,
+                    *window.keys,
                 ],
                 args=[
                     appid,
@@ -247,7 +260,8 @@ class Ingest:
                     logged,
                     post.event_type,
                     head,
-                    self._keyed_ttl,
+                    window.mode,
+                    window.expiry,
                     delivery_id,
                     self._queue_key,
                     len(flat) // 2,

@@ -1,13 +1,25 @@
-"""Instances in Redis: registered under an account, with their receiver token sealed."""
+"""Instances in Redis: registered under an account, on a shard, with their receiver token sealed.
+
+The registry is account-wide data (shard 0): each instance's hash names its
+shard (``shard``; an instance registered before shards has none and is on
+shard 0), and the instance counts per shard (:data:`svcgw.shardkeys.SHARD_INSTANCES`)
+change in the same transaction, so that placement reads them with the owner
+check in one round trip (:meth:`InstanceStore.owner_and_counts`).
+"""
 
 from __future__ import annotations
 
 import secrets
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
+
+from redis.asyncio.client import Pipeline
 
 from . import keys
 from .scripts import text
+from .shardkeys import SHARD_INSTANCES
+from .shards import Shard, instance_counts, token_for_shard
 from .storebase import NotFound, StoreBase, digest
 
 __all__ = ["Instance", "InstanceStore"]
@@ -24,9 +36,15 @@ class Instance:
 class InstanceStore(StoreBase):
     """Instances and their receiver tokens: a part of :class:`svcgw.store.Store`."""
 
-    async def register_instance(self, appid: str, account_id: str) -> str:
-        """Register ``appid`` under the account; returns the receiver token (clear)."""
-        token = secrets.token_urlsafe(24)
+    async def register_instance(self, appid: str, account_id: str, shard: int = 0) -> str:
+        """Register ``appid`` under the account on ``shard``; returns the receiver token (clear), which names the shard.
+
+        The caller checked that ``appid`` has no owner (:meth:`owner_and_counts`).
+        Two registrations of one appid at once (the capability layer giving one
+        appid to two creations) would count it twice: placement is then off by
+        one, nothing else.
+        """
+        token = token_for_shard(secrets.token_urlsafe(24), shard)
         now = time.time()
         async with self.redis.pipeline(transaction=True) as pipe:
             pipe.hset(
@@ -35,8 +53,10 @@ class InstanceStore(StoreBase):
                     "account": account_id,
                     "created_at": repr(now),
                     "receiver_token": self.vault.seal(token),
+                    "shard": str(shard),
                 },
             )
+            pipe.hincrby(SHARD_INSTANCES, str(shard), 1)
             pipe.set(keys.receiver_lookup(digest(token)), appid)
             pipe.sadd(keys.account_instances(account_id), appid)
             # Adds it to every instance and, when it is new, to the instance counts of /metrics.
@@ -52,6 +72,25 @@ class InstanceStore(StoreBase):
             raise NotFound(f"no instance {appid!r}")
         public = {k: v for k, v in data.items() if k != "receiver_token"}
         return Instance(appid, data["account"], float(data.get("created_at", "0")), public)
+
+    async def owner_and_counts(self, appid: str, shards: Sequence[Shard]) -> tuple[str | None, dict[int, int]]:
+        """The owner of ``appid`` (None: not registered) and the instances of each shard, in one round trip."""
+        async with self.redis.pipeline(transaction=False) as pipe:
+            pipe.hget(keys.instance(appid), "account")
+            owner, stored, total = await self._read_counts(pipe).execute()
+        return (str(owner) if owner else None), instance_counts(stored, int(total), shards)
+
+    async def shard_counts(self, shards: Sequence[Shard]) -> dict[int, int]:
+        """The instances of each shard."""
+        async with self.redis.pipeline(transaction=False) as pipe:
+            stored, total = await self._read_counts(pipe).execute()
+        return instance_counts(stored, int(total), shards)
+
+    @staticmethod
+    def _read_counts(pipe: Pipeline) -> Pipeline:
+        pipe.hgetall(SHARD_INSTANCES)
+        pipe.scard(keys.INSTANCES)
+        return pipe
 
     async def owner(self, appid: str) -> str | None:
         owner = await self.redis.hget(keys.instance(appid), "account")

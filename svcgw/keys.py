@@ -113,8 +113,29 @@ def callback_log(appid: str) -> str:
     return f"{PREFIX}log:{appid}"
 
 
+def dedup_container(appid: str) -> str:
+    """Hash of the event ids in the de-duplication window, where fields expire one by one (svcgw.dedup).
+
+    Field: 16 raw bytes of the event id's SHA-256 (``svcgw.envelope.RawEvent.digest``), value ``1``;
+    each field expires after the window (``HEXPIRE``: Redis >= 7.4, Valkey >= 9), the key after the
+    last one. The ``{appid}`` tag keeps every key of one instance in one hash slot.
+    """
+    return f"{PREFIX}dd:{{{appid}}}"
+
+
+def dedup_bucket(appid: str, bucket: int) -> str:
+    """Hash of the event ids first seen in window number ``bucket`` (``floor(now / window)``), for servers
+    without per-field expiry (svcgw.dedup): fields as :func:`dedup_container`'s; the key expires at
+    the end of the next window."""
+    return f"{PREFIX}dd:{{{appid}}}:{bucket}"
+
+
 def dedup(appid: str, event_key: str) -> str:
-    """String ``1`` with a TTL: present while an event with this key was seen (only its presence is read)."""
+    """String ``1`` with a TTL: the de-duplication key of layout 1, one per event id (only its presence is read).
+
+    Nothing writes it any more; the ingest script looks for it (``EXISTS``) for one window after the
+    upgrade to layout 2 (svcgw.layout), when the last ones expire.
+    """
     return f"{PREFIX}dedup:{appid}:{event_key}"
 
 
@@ -217,6 +238,12 @@ def rq_scheduled(queue_name: str) -> str:
 def rq_deferred(queue_name: str) -> str:
     """RQ's deferred registry: service events waiting for an earlier one of their instance."""
     return f"rq:deferred:{queue_name}"
+
+
+# --- the key layout (svcgw.layout) -------------------------------------------
+# Hash written once per deployment (HSETNX): ``version``, ``since`` (unix seconds), ``dedup``
+# (``hexpire`` or ``buckets``): the layout every process reads and writes.
+LAYOUT = PREFIX + "layout"
 
 
 # --- demo (``svcgw up --demo``) ----------------------------------------------

@@ -4,13 +4,24 @@
 unguessable part; only its digest is stored for look-ups
 (``svcgw.keys.receiver_lookup``). Callback addresses under
 :func:`receiver_prefix` are the service itself (-40012).
+
+The token names the instance's shard (:func:`receiver_shard`): ``s<i>.``
+before the secret for shard ``i``, nothing for shard 0. So a post is routed
+to its shard without a look-up, the receiver route keeps its shape (and a
+deployment of one shard its URLs, token and all), tokens made before shards
+existed name shard 0, where their instances are, and adding a shard changes
+no URL the capability layer holds. In the token rather than in a path
+segment of its own because the token is already the part the service
+makes, and its digest covers the prefix: a token edited to name another
+shard is no receiver there.
 """
 
 from __future__ import annotations
 
 from .settings import Settings
+from .shards import shard_of_token
 
-__all__ = ["RECEIVER_PREFIX", "receiver_path", "receiver_prefix", "receiver_url"]
+__all__ = ["RECEIVER_PREFIX", "receiver_path", "receiver_prefix", "receiver_shard", "receiver_url"]
 
 RECEIVER_PREFIX = "/svc/receiver/"
 
@@ -26,3 +37,8 @@ def receiver_prefix(settings: Settings) -> str:
 
 def receiver_url(settings: Settings, appid: str, token: str) -> str:
     return settings.public_url.rstrip("/") + receiver_path(appid, token)
+
+
+def receiver_shard(token: str) -> int | None:
+    """The shard a receiver token routes its posts to; None when its shard prefix is malformed."""
+    return shard_of_token(token)

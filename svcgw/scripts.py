@@ -5,8 +5,9 @@ read once. A caller asks for a script by name: :func:`register` gives it a
 script object of its client (done once, when the caller is built), or
 :func:`text` the whole text for a ``pipe.eval``.
 
-Some scripts call code they share with others: ``delivery.lua`` (the one
-writer of a delivery) and ``chain.lua`` (service events' order). Those are
+Some scripts call code they share with others or keep apart: ``delivery.lua``
+(the one writer of a delivery), ``chain.lua`` (service events' order) and
+``dedup.lua`` (the de-duplication window). Those are
 put together here, once, the shared parts first (:data:`_PARTS`); the
 gateway's admission script, which also holds the key names it reads, is
 put together by :func:`admission`. No caller joins script text itself.
@@ -27,7 +28,7 @@ __all__ = ["admission", "register", "source", "text"]
 
 # The scripts made of several files, in order: what they call first, the script itself last.
 _PARTS: dict[str, tuple[str, ...]] = {
-    "ingest": ("delivery", "ingest"),
+    "ingest": ("delivery", "dedup", "ingest"),
     "queue_delivery": ("delivery", "chain", "queue_delivery"),
     # A service event delivered or dead lets its instance's next one go.
     "queue_finish": ("chain", "queue_finish"),

@@ -16,6 +16,8 @@ from urllib.parse import urlsplit
 
 from svcgw.errors import Rejected
 
+from .shardspec import ShardLayout, read_layout
+
 __all__ = ["DEFAULT_DESTINATION_PORTS", "PortRanges", "Settings", "SettingsError", "derived_public_url"]
 
 
@@ -68,6 +70,8 @@ class Settings:
     redis_sentinel_password: str | None = field(default=None, repr=False)
     redis_password: str | None = field(default=None, repr=False)
     redis_db: int = 0
+    # SVCGW_REDIS_SHARDS; None: one shard. The fields above name shard 0's Redis (svcgw.shardspec).
+    redis_shards: ShardLayout | None = None
     # Durable mode: an acknowledgement waits for this many replicas to hold the write.
     redis_wait_replicas: int = 0
     redis_wait_timeout: float = 1.0
@@ -109,7 +113,11 @@ class Settings:
         sentinels = reader.addresses("SVCGW_REDIS_SENTINELS")
         if redis_url and sentinels:
             raise SettingsError("set SVCGW_REDIS_URL or SVCGW_REDIS_SENTINELS, not both")
-        if not sentinels:
+        layout = reader.layout(other_redis=bool(redis_url or sentinels))
+        first = layout.deployments[0] if layout else None
+        if first is not None:
+            redis_url, sentinels = first.url, first.addresses if first.kind == "sentinel" else ()
+        elif not sentinels:
             for name in ("SVCGW_REDIS_PASSWORD", "SVCGW_REDIS_DB", "SVCGW_REDIS_SENTINEL_PASSWORD"):
                 if reader.present(name):
                     raise SettingsError(
@@ -146,10 +154,12 @@ class Settings:
             http_workers=reader.integer("SVCGW_HTTP_WORKERS", 1, minimum=1, maximum=64),
             **reader.credentials("SVCGW_DASHBOARD_USER", "SVCGW_DASHBOARD_PASSWORD"),
             redis_sentinels=sentinels,
-            redis_sentinel_master=env.get("SVCGW_REDIS_SENTINEL_MASTER", "").strip() or "mymaster",
+            redis_sentinel_master=first.master if first else env.get("SVCGW_REDIS_SENTINEL_MASTER", "").strip()
+            or "mymaster",
             redis_sentinel_password=env.get("SVCGW_REDIS_SENTINEL_PASSWORD") or None,
-            redis_password=env.get("SVCGW_REDIS_PASSWORD") or None,
-            redis_db=reader.integer("SVCGW_REDIS_DB", 0, minimum=0),
+            redis_password=first.password if first else env.get("SVCGW_REDIS_PASSWORD") or None,
+            redis_db=first.db if first else reader.integer("SVCGW_REDIS_DB", 0, minimum=0),
+            redis_shards=layout,
             redis_wait_replicas=reader.integer("SVCGW_REDIS_WAIT_REPLICAS", 0, minimum=0, maximum=64),
             redis_wait_timeout=reader.number("SVCGW_REDIS_WAIT_TIMEOUT", 1.0, minimum=0.001),
             http_limit_concurrency=reader.integer("SVCGW_HTTP_LIMIT_CONCURRENCY", 2048, minimum=1),
@@ -171,8 +181,8 @@ class Settings:
 
     @property
     def redis_configured(self) -> bool:
-        """An external Redis is named, by URL or through Sentinel (otherwise ``up`` embeds one)."""
-        return bool(self.redis_url or self.redis_sentinels)
+        """An external Redis is named: by URL, through Sentinel, as shards (otherwise ``up`` embeds one)."""
+        return bool(self.redis_url or self.redis_sentinels or self.redis_shards)
 
     @property
     def public_origin(self) -> tuple[str, str, int]:
@@ -221,6 +231,12 @@ class _Reader:
         if parts.scheme.lower() != "unix" and not parts.hostname:
             raise SettingsError(f"{name} has no host")
         return value
+
+    def layout(self, *, other_redis: bool) -> ShardLayout | None:
+        try:
+            return read_layout(self.env, other_redis=other_redis)
+        except ValueError as exc:
+            raise SettingsError(str(exc)) from None
 
     def present(self, name: str) -> bool:
         return self._get(name) is not None

@@ -14,6 +14,7 @@ import asyncio
 import logging
 import signal
 
+from svcgw import layout
 from svcgw.connections import async_client
 from svcgw.settings import Settings
 from svcgw.vault import TokenVault
@@ -53,6 +54,7 @@ async def serve(settings: Settings, *, burst: bool = False, stop: asyncio.Event 
     for signum in signals:
         loop.add_signal_handler(signum, on_signal, signum)
     redis = async_client(settings)
+    await layout.mark_at_start(redis)
     engine = Engine(settings, redis, TokenVault.from_settings(settings))
     probing = asyncio.create_task(prober.serve(settings, redis, stop), name="prober")
     registered = presence.attach(engine, settings, redis)  # rq info and rq-dashboard list the worker

@@ -9,6 +9,7 @@ by :class:`svcgw.ingest.Ingest` in one script call, and only then answered
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Awaitable, Callable
 
 from redis.exceptions import RedisError
@@ -19,10 +20,13 @@ from svcgw import errors
 from svcgw.envelope import EnvelopeError
 from svcgw.errors import GatewayError
 from svcgw.ingest import Ingest, UnknownReceiver
+from svcgw.layout import LayoutError
 
 from ..http import BadContentLength, BodyTooLarge, json_answer, read_body, refusal_response
 
 __all__ = ["make_endpoint"]
+
+log = logging.getLogger("svcgw.receiver")
 
 
 def make_endpoint(ingest: Ingest) -> Callable[[Request], Awaitable[Response]]:
@@ -35,6 +39,10 @@ def make_endpoint(ingest: Ingest) -> Callable[[Request], Awaitable[Response]]:
             body = await read_body(request, ingest.settings.max_body_bytes, strict=True)
             result = await ingest.accept(appid, token, body)
         except (BadContentLength, BodyTooLarge, EnvelopeError, UnknownReceiver, RedisError) as exc:
+            return _refused(exc)
+        except LayoutError as exc:
+            # Not stored, as when Redis fails: the sender posts again once the operator has fixed it.
+            log.error("post not stored: %s", exc)
             return _refused(exc)
         return json_answer(0, "ok", {"accepted": result.accepted, "duplicates": result.duplicates})
 
@@ -51,7 +59,7 @@ def _refused(exc: Exception) -> Response:
         return refusal_response(GatewayError(errors.receiver_kind(exc.status), str(exc)))
     if isinstance(exc, UnknownReceiver):
         return refusal_response(GatewayError(errors.RECEIVER_NOT_FOUND))
-    # Redis: not stored, so not acknowledged, and the sender must try again.
+    # Redis (or a layout it cannot keep): not stored, so not acknowledged, and the sender must try again.
     response = refusal_response(GatewayError(errors.RECEIVER_UNAVAILABLE))
     response.headers["Retry-After"] = "1"
     return response

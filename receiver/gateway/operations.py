@@ -25,6 +25,8 @@ from svcgw.addresses import AddressError, check_for_service
 from svcgw.errors import GatewayError
 from svcgw.jsonspan import replace_member
 from svcgw.receivers import receiver_url
+from svcgw.shards import place
+from svcgw.shardspec import layout_of
 from svcgw.store import NotFound
 from svcgw.store import Scope as CallbackScope
 from svcgw.threads import in_thread
@@ -74,6 +76,7 @@ class Operations:
         self.store = services.store
         self.redis: Redis = services.text_redis
         self.quota = DeviceQuota(services.text_redis)
+        self.shards = layout_of(self.settings).shards
         # appid -> receiver token. A token never changes for its appid, and every forwarded answer
         # is searched for it: one look-up and one decryption per instance and process, not per call.
         self._tokens: dict[str, str] = {}
@@ -168,9 +171,10 @@ class Operations:
         return _pass_on(answer.raw)
 
     async def _register(self, account_id: str, appid: str) -> None:
-        owner = await self.store.owner(appid)
+        """Register a new appid on the shard placement picks (svcgw.shards.place); a known one stays where it is."""
+        owner, counts = await self.store.owner_and_counts(appid, self.shards)
         if owner is None:
-            await self.store.register_instance(appid, account_id)
+            await self.store.register_instance(appid, account_id, place(self.shards, counts).index)
         elif owner != account_id:
             log.error("device/create returned an appid registered to another account")
             raise GatewayError(errors.UNAVAILABLE)

@@ -104,7 +104,8 @@ def kind_of(key: bytes) -> str:
     name = key.decode("utf-8", "replace")
     if name.startswith(keys.callback_log("")):
         return "callback log"
-    if name.startswith(keys.dedup("", "")[: -len("::")] + ":"):
+    # Layout 2's per-instance hashes (svcgw.dedup), and layout 1's key per id.
+    if name.startswith((keys.dedup_container("").removesuffix("{}"), keys.dedup("", "")[: -len("::")] + ":")):
         return "de-duplication"
     if name.startswith(keys.delivery("")) and name.endswith(keys.delivery_attempts("")[len(keys.delivery("")) :]):
         return "attempt records"

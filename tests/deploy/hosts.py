@@ -198,19 +198,6 @@ class HostSink:
         with self.lock:
             return Counter(self.ids)
 
-    def rate_since(self, mark: int) -> float:
-        """Posts per second after the first ``mark`` ones, in their steady state.
-
-        The first and last tenth are left out: they measure processes starting
-        up and the queue running dry, not throughput.
-        """
-        with self.lock:
-            times = self.times[mark:]
-        if len(times) < 10:
-            return 0.0
-        first, last = len(times) // 10, len(times) - 1 - len(times) // 10
-        return (last - first) / max(times[last] - times[first], 1e-9)
-
     def senders_since(self, mark: int) -> Counter[str]:
         """Posts taken after the first ``mark`` ones, by the address of the host that sent them."""
         with self.lock:

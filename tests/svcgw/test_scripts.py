@@ -89,7 +89,7 @@ def test_replay_of_an_expired_dead_letter_says_so(fake: fakeredis.FakeRedis) -> 
 
 
 def test_the_registry_puts_shared_code_before_the_script_that_calls_it() -> None:
-    assert text("ingest") == source("delivery") + "\n" + source("ingest")
+    assert text("ingest") == "\n".join((source("delivery"), source("dedup"), source("ingest")))
     assert text("queue_delivery") == "\n".join((source("delivery"), source("chain"), source("queue_delivery")))
     assert text("queue_finish") == source("chain") + "\n" + source("queue_finish")
     assert text("replay") == source("replay")

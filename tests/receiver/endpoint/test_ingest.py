@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+import time
 import warnings
 from collections.abc import Iterator
 from pathlib import Path
@@ -17,7 +18,7 @@ from redis.asyncio import Redis as AsyncRedis
 from starlette.exceptions import StarletteDeprecationWarning
 
 from receiver.app import create_app
-from svcgw import envelope, keys
+from svcgw import dedup, envelope, keys
 from svcgw.ingest import PARSE_IN_THREAD_BYTES, Ingest, UnknownReceiver
 from svcgw.settings import Settings, SettingsError
 from svcgw.store import digest
@@ -92,8 +93,8 @@ def test_events_without_an_id_are_never_dropped(settings: Settings, server: str,
         assert post(tenant.receiver_url(server), body).json()["data"] == {"accepted": 1, "duplicates": 0}
     assert len(queued(redis)) == 2
     assert redis.xlen(keys.callback_log(tenant.appid)) == 2
-    # No de-duplication key is written for them at all.
-    assert redis.keys(f"svcgw:dedup:{tenant.appid}:*") == []
+    # Nothing is written to the de-duplication window for them at all.
+    assert redis.keys("svcgw:dd:*") == []
 
 
 def test_a_post_mixing_events_with_and_without_an_id(settings: Settings, server: str, redis: Redis) -> None:
@@ -103,12 +104,16 @@ def test_a_post_mixing_events_with_and_without_an_id(settings: Settings, server:
     assert post(tenant.receiver_url(server), body).json()["data"] == {"accepted": 2, "duplicates": 1}
     second = redis.hget(keys.delivery(queued(redis)[1].decode()), "body")
     assert second is not None and second.endswith(b'"events":[{"code":0},{"code":0}]}')
-    assert len(redis.keys(f"svcgw:dedup:{tenant.appid}:*")) == 1
-    # Only its presence counts: a shared integer, nothing of the delivery's, for the whole window.
-    (dedup_key,) = redis.keys(f"svcgw:dedup:{tenant.appid}:*")
-    assert redis.get(dedup_key) == b"1"
-    window = max(settings.log_retention, 86400)
-    assert window - 5 <= redis.ttl(dedup_key) <= window
+    # The Redis of the tests has no HEXPIRE: the window is kept in buckets (svcgw.dedup).
+    now = time.time()
+    seconds = dedup.window(settings)
+    (bucket,) = redis.keys("svcgw:dd:*")
+    assert bucket == keys.dedup_bucket(tenant.appid, dedup.bucket(now, seconds)).encode()
+    # Only its presence counts: a shared integer under a 16-byte field, nothing of the delivery's.
+    event = envelope.parse_post(body, max_bytes=len(body)).events[0]
+    assert redis.hgetall(bucket) == {event.digest: b"1"}
+    assert abs(redis.expiretime(bucket) - dedup.bucket_expiry(dedup.bucket(now, seconds), seconds)) <= 1
+    assert redis.keys("svcgw:dedup:*") == []
 
 
 def test_the_old_unkeyed_window_setting_is_ignored(env: dict[str, str]) -> None:
@@ -138,7 +143,7 @@ def test_wrong_token_or_unknown_appid_is_404_and_stores_nothing(
         assert answer.json()["data"] is None
     assert queued(redis) == []
     assert redis.exists(keys.callback_log(tenant.appid)) == 0
-    assert redis.keys("svcgw:dedup:*") == []
+    assert redis.keys("svcgw:dd:*") == []
 
 
 def test_bad_bodies_get_a_clear_4xx_and_nothing_is_stored(
@@ -201,7 +206,7 @@ def test_a_strangers_post_is_refused_before_it_is_parsed(env: dict[str, str], pr
             used = {name.removeprefix("cmdstat_") for name in redis.info("commandstats")}
         assert not used & {"eval", "evalsha", "eval_ro", "evalsha_ro", "script|load"}, used
         assert "get" in used
-        assert redis.keys("svcgw:dedup:*") == [] and redis.exists(keys.callback_log(tenant.appid)) == 0
+        assert redis.keys("svcgw:dd:*") == [] and redis.exists(keys.callback_log(tenant.appid)) == 0
     finally:
         redis.close()
 
@@ -218,7 +223,7 @@ def test_more_events_than_the_cap_is_413_and_stores_nothing(settings: Settings, 
     }
     assert queued(redis) == []
     assert redis.exists(keys.callback_log(tenant.appid)) == 0
-    assert redis.keys("svcgw:dedup:*") == []
+    assert redis.keys("svcgw:dd:*") == []
 
     answer = post(tenant.receiver_url(server), many_events(settings.max_events_per_post))
     assert answer.status_code == 200
@@ -320,4 +325,4 @@ def test_an_event_type_that_cannot_be_a_header_is_422_and_stores_nothing(
         "data": None,
     }
     assert queued(redis) == [] and redis.exists(keys.callback_log(tenant.appid)) == 0
-    assert redis.keys("svcgw:dedup:*") == []
+    assert redis.keys("svcgw:dd:*") == []

@@ -1,0 +1,42 @@
+-- The de-duplication window (svcgw.dedup): prepended to the ingest script.
+-- KEYS, ARGV: none of its own; dedup_window takes the ingest script's.
+-- dedup_window(mode, expiry, k, first) -> w, over k[first], k[first + 1], ...: svcgw.dedup.Plan.keys
+--   w.fresh(field): whether no event with this field was seen in the window; if so it is now
+--   w.close(): the expiries, once per post, after the last w.fresh
+
+local function dedup_window(mode, expiry, k, first)
+  local current, previous, old = k[first], nil, first + 1
+  if mode == 'buckets' then previous, old = k[first + 1], first + 2 end
+  -- Layout 1's keys, one per keyed event in order, follow while they may be alive.
+  local look_old = #k >= old
+  local added = {}
+  local w = {}
+  function w.fresh(field)
+    if look_old then
+      local seen = redis.call('EXISTS', k[old]) == 1
+      old = old + 1
+      if seen then return false end
+    end
+    if mode == 'hsetex' then
+      -- FNX: set only when the field is absent (an expired field is absent).
+      if redis.call('HSETEX', current, 'FNX', 'EX', expiry, 'FIELDS', 1, field, 1) == 0 then return false end
+    else
+      if previous and redis.call('HEXISTS', previous, field) == 1 then return false end
+      -- The value 1 is one of Redis's shared integers under noeviction: no allocation of its own.
+      if redis.call('HSETNX', current, field, 1) == 0 then return false end
+    end
+    added[#added + 1] = field
+    return true
+  end
+  function w.close()
+    if #added == 0 then return end
+    if mode == 'buckets' then
+      redis.call('EXPIREAT', current, expiry)
+      return
+    end
+    if mode == 'hexpire' then redis.call('HEXPIRE', current, expiry, 'FIELDS', #added, unpack(added)) end
+    -- The fields expire by themselves; the key's own expiry is the net under them.
+    redis.call('EXPIRE', current, expiry)
+  end
+  return w
+end

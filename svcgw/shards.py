@@ -1,0 +1,147 @@
+"""Shards: the Redis deployments (or a Cluster's hash tags) instances are placed on, and placement.
+
+Pure: no I/O. A *deployment* is one Redis the service connects to (a URL, a
+Sentinel group or one Redis Cluster); a *shard* is where an instance's keys
+live: one deployment, or, on a Cluster, one virtual shard, the hash tag
+``{s<i>}`` (every key of the shard carries it, so every multi-key command and
+script of one shard stays in one slot, and resharding the Cluster moves
+slots, never our data).
+
+Shard 0 also holds what belongs to the whole service: accounts, keys,
+sessions, the instance registry, rate windows and the instance counts that
+placement reads (:mod:`svcgw.shardkeys`).
+
+Placement (:func:`place`) gives a new instance the open shard with the
+fewest instances relative to its weight, the lowest index on a tie. It is
+only ever asked for a new instance: nothing here moves a placed one.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Literal
+from urllib.parse import urlsplit, urlunsplit
+
+from .errors import Failure
+
+__all__ = [
+    "Deployment",
+    "NoOpenShard",
+    "Shard",
+    "instance_counts",
+    "place",
+    "safe_url",
+    "shard_of_token",
+    "token_for_shard",
+]
+
+Kind = Literal["redis", "sentinel", "cluster"]
+
+
+class NoOpenShard(Failure):
+    """Every shard is closed to new instances (the settings refuse that; a guard, not a path)."""
+
+
+def safe_url(url: str) -> str:
+    """A Redis URL without its password (and without a query, which may carry one)."""
+    parts = urlsplit(url)
+    netloc = parts.netloc.rsplit("@", 1)[-1]
+    # In ``user:password@`` the user is no secret; a lone ``secret@`` may be the password.
+    if parts.username and parts.password is not None:
+        netloc = f"{parts.username}@{netloc}"
+    return urlunsplit((parts.scheme, netloc, parts.path, "", ""))
+
+
+@dataclass(frozen=True)
+class Deployment:
+    """One Redis the service connects to: by URL, through Sentinel, or a Cluster from seed nodes."""
+
+    kind: Kind
+    url: str | None = field(default=None, repr=False)  # redis: may hold a password
+    addresses: tuple[tuple[str, int], ...] = ()  # sentinel: the sentinels; cluster: the seed nodes
+    master: str = "mymaster"  # sentinel: the name the sentinels monitor the primary under
+    username: str | None = None
+    password: str | None = field(default=None, repr=False)
+    db: int = 0
+
+    @property
+    def name(self) -> str:
+        """What an operator sees: never a password."""
+        if self.kind == "redis":
+            return safe_url(self.url or "")
+        hosts = ",".join(f"[{h}]:{p}" if ":" in h else f"{h}:{p}" for h, p in self.addresses)
+        if self.kind == "sentinel":
+            return f"sentinel://{hosts}/{self.master}" + (f"/{self.db}" if self.db else "")
+        return f"cluster://{hosts}"
+
+
+@dataclass(frozen=True)
+class Shard:
+    """Where instances are placed. ``tag`` is ``{s<i>}`` for a Cluster's virtual shard, else empty."""
+
+    index: int
+    name: str
+    deployment: int = 0  # index into the deployments
+    weight: float = 1.0
+    closed: bool = False
+    tag: str = ""
+
+
+def place(shards: Sequence[Shard], counts: Mapping[int, int]) -> Shard:
+    """The open shard with the fewest instances per weight (``counts``: index -> instances); ties: lowest index."""
+    open_shards = [shard for shard in shards if not shard.closed]
+    if not open_shards:
+        raise NoOpenShard("every shard is closed to new instances")
+    return min(open_shards, key=lambda shard: (counts.get(shard.index, 0) / shard.weight, shard.index))
+
+
+def instance_counts(stored: Mapping[str, str], total: int, shards: Sequence[Shard]) -> dict[int, int]:
+    """Instances per shard from the counts hash (field: index) and the number of every instance.
+
+    Instances registered before shards were counted are on shard 0 (there
+    was no other), so shard 0 holds what the other counts do not explain:
+    adding shards to a running deployment needs no change to Redis.
+    """
+    counts = {shard.index: _number(stored.get(str(shard.index))) for shard in shards}
+    others = sum(count for index, count in counts.items() if index != 0)
+    counts[0] = max(counts.get(0, 0), total - others)
+    return counts
+
+
+def _number(value: str | None) -> int:
+    try:
+        return int(value) if value is not None else 0
+    except ValueError:
+        return 0
+
+
+# A receiver token is ``token_urlsafe`` text (letters, digits, ``-`` and ``_``): the ``.`` after
+# the shard's ``s<i>`` cannot occur in it, so a token says its shard without a look-up.
+_SHARD_MARK = "s"
+_SHARD_END = "."
+
+
+def token_for_shard(secret: str, shard: int) -> str:
+    """The receiver token of an instance on ``shard``: the secret itself on shard 0, ``s<i>.<secret>`` else.
+
+    Shard 0's tokens are exactly today's, so a deployment of one shard keeps
+    its receiver URLs' shape, and every token made before shards existed
+    names shard 0, where its instance is. The token's digest (the receiver
+    look-up) covers the prefix, so a token edited to name another shard is
+    no receiver there.
+    """
+    if shard == 0:
+        return secret
+    return f"{_SHARD_MARK}{shard}{_SHARD_END}{secret}"
+
+
+def shard_of_token(token: str) -> int | None:
+    """The shard a receiver token names (0 without a prefix); None for a malformed prefix."""
+    head, sep, _ = token.partition(_SHARD_END)
+    if not sep:
+        return 0
+    number = head.removeprefix(_SHARD_MARK)
+    if head == number or not (number.isascii() and number.isdigit()) or number != str(int(number)) or number == "0":
+        return None
+    return int(number)

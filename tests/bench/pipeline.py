@@ -1,0 +1,222 @@
+"""``python -m tests.bench.pipeline [--before REF] [--rounds N] [--seconds S] [--short]``: ingest and
+delivery of two trees side by side.
+
+What a change on the hot path of events costs, against a reference commit in the same run: each
+round measures every tree once, the order swapped every round (``before`` then ``after``, then
+``after`` then ``before``), each on a Redis of its own with the append-only file and
+``appendfsync always``, as the full benchmark (docs/performance.md, "Method").
+
+One measurement of a tree:
+
+1. **ingest**: its ``svcgw serve`` (two HTTP workers) and no worker; wrk posts the benchmark's
+   84-byte post for ``--seconds`` at 64 connections over 100 receivers. Figures: posts
+   acknowledged per second, and per post stored: the server's CPU (every process of it), Redis's
+   CPU, Redis commands, Redis bytes;
+2. **delivery**: its two ``svcgw worker`` processes drain what was stored to the sink's 100
+   destinations. Figures: deliveries per second (middle 80 % of arrivals), and per delivery: the
+   workers' CPU from the moment both are registered (their start-up left out), Redis's CPU and
+   commands; Redis bytes per event once everything is delivered (what the log's 24 h keep).
+
+Rates move with whatever else the two cores run; CPU and bytes per event much less, which is why
+they are reported beside the rates. Every tree's figures are the medians over the rounds, then
+``after / before`` for each. The last line is one JSON object; before it, one verdict line: the
+after tree delivered every stored event in every round, and kept at least 0.9 of the before
+tree's end-to-end rate (issue: the lean key layout keeps end-to-end throughput within 10 %).
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from svcgw import keys
+from tests.support import free_port
+
+from . import verdict
+from .gateway import Tree, TreeRole, before_tree, cpu_seconds
+from .scenarios import Bench, Plan, rate_of, saturate_with_wrk
+from .services import REPO, _tree, wait_until, wrk_path
+from .verdict import Need, Target
+
+FIGURES = (
+    "ingest_per_s", "serve_cpu_us_per_post", "redis_cpu_us_per_post", "commands_per_post", "bytes_per_post_logged",
+    "deliveries_per_s", "worker_cpu_us_per_delivery", "redis_cpu_us_per_delivery", "commands_per_delivery",
+    "bytes_per_event_after_delivery",
+)  # fmt: skip
+
+TARGETS = [
+    Target("e2e_after_vs_before", "ratios.deliveries_per_s", ">=", 0.9,
+           "deliveries/s of this tree / the reference's, medians, same run",
+           (Need("after.undelivered", "==", 0), Need("before.undelivered", "==", 0))),
+]  # fmt: skip
+
+
+@dataclass
+class TreeBench(Bench):
+    """The benchmark's Redis, sink and destinations, with ``svcgw serve`` and workers run from ``tree``."""
+
+    tree: Path = REPO
+
+    def start_tree(self) -> None:
+        self.start(serve=False)
+        port = str(free_port())
+        self.server = TreeRole(["serve"], dict(self.env, SVCGW_PORT=port), self.workdir / "serve.log", self.tree)
+        self.server.start()
+        self.base = f"http://127.0.0.1:{port}"
+        wait_until(lambda: _ready(self.base), 30, f"svcgw serve of {self.tree}")
+
+    def start_workers(self) -> None:
+        self.workers = [
+            TreeRole(["worker"], self.env, self.workdir / f"worker-{n}.log", self.tree).start()
+            for n in range(self.plan.workers)
+        ]
+
+
+def _ready(base: str) -> bool:
+    import httpx
+
+    try:
+        return httpx.get(base + "/readyz", timeout=1, trust_env=False).status_code == 200
+    except httpx.HTTPError:
+        return False
+
+
+def redis_cpu(bench: Bench) -> float:
+    info = bench.redis.client.info("cpu")
+    return float(info["used_cpu_user"]) + float(info["used_cpu_sys"])
+
+
+def measure(tree: Tree, workdir: Path, seconds: float, short: bool) -> dict[str, Any]:
+    """One ingest and one drain of ``tree`` on a Redis of its own."""
+    bench = TreeBench(Plan(short=short), workdir, "always", tree=tree.path)
+    bench.start_tree()
+    try:
+        assert bench.server is not None and bench.server.proc is not None
+        serve_pids = _tree(bench.server.proc.pid)
+        used0, commands0, redis0, serve0 = (bench.redis.used_memory(), bench.redis.commands(), redis_cpu(bench),
+                                            cpu_seconds(serve_pids))  # fmt: skip
+        posted = saturate_with_wrk(bench, seconds, 64, prefix=f"{tree.name}-")
+        queue = keys.rq_queue(bench.settings.queue_name)
+        stored = _settled(lambda: int(bench.redis.client.llen(queue)))
+        used1, commands1, redis1, serve1 = (bench.redis.used_memory(), bench.redis.commands(), redis_cpu(bench),
+                                            cpu_seconds(serve_pids))  # fmt: skip
+        bench.sink.reset()
+        bench.start_workers()
+        wait_until(lambda: bench.redis.client.scard("rq:workers") == len(bench.workers), 30, "the workers registered")
+        worker_pids = [pid for w in bench.workers if w.proc is not None for pid in _tree(w.proc.pid)]
+        worker0, commands2, redis2 = cpu_seconds(worker_pids), bench.redis.commands(), redis_cpu(bench)
+        arrivals = bench.drain(stored, timeout=180)
+        inflight = keys.inflight(bench.settings.queue_name)
+        # The last finish scripts run after the sink answered: wait for them before reading Redis.
+        wait_until(lambda: bench.redis.client.llen(queue) == 0 and bench.redis.client.zcard(inflight) == 0, 30,
+                   "the queue drained")  # fmt: skip
+        worker1, commands3, redis3 = cpu_seconds(worker_pids), bench.redis.commands(), redis_cpu(bench)
+        used3 = bench.redis.used_memory()
+    finally:
+        bench.stop()
+    delivered = len({event_id for event_id, _ in arrivals})
+    per_post, per_delivery = max(stored, 1), max(delivered, 1)
+    return {
+        "posted_ok": posted["ok"], "stored": stored, "delivered": delivered, "undelivered": stored - delivered,
+        "ingest_per_s": posted["ok_per_s"],
+        "serve_cpu_us_per_post": round((serve1 - serve0) / per_post * 1e6),
+        "redis_cpu_us_per_post": round((redis1 - redis0) / per_post * 1e6),
+        "commands_per_post": round((commands1 - commands0) / per_post, 2),
+        "bytes_per_post_logged": round((used1 - used0) / per_post),
+        "deliveries_per_s": round(rate_of([t for _, t in arrivals]), 1),
+        "worker_cpu_us_per_delivery": round((worker1 - worker0) / per_delivery * 1e6),
+        "redis_cpu_us_per_delivery": round((redis3 - redis2) / per_delivery * 1e6),
+        "commands_per_delivery": round((commands3 - commands2) / per_delivery, 2),
+        "bytes_per_event_after_delivery": round((used3 - used0) / per_delivery),
+    }  # fmt: skip
+
+
+def _settled(read: Any, quiet: float = 0.5, timeout: float = 30.0) -> int:
+    """``read()`` once it stopped changing for ``quiet`` seconds: posts cut off by wrk's end still land."""
+    deadline = time.monotonic() + timeout
+    last, since = read(), time.monotonic()
+    while time.monotonic() < deadline:
+        time.sleep(0.1)
+        now = read()
+        if now != last:
+            last, since = now, time.monotonic()
+        elif time.monotonic() - since >= quiet:
+            break
+    return int(last)
+
+
+def summarise(rounds: list[dict[str, dict[str, Any]]]) -> dict[str, Any]:
+    """Medians per tree, the worst undelivered count, and ``after / before`` of every figure."""
+    names = list(rounds[0])
+    figures: dict[str, Any] = {"rounds": rounds}
+    for name in names:
+        runs = [r[name] for r in rounds]
+        figures[name] = {f: statistics.median(run[f] for run in runs) for f in FIGURES}
+        figures[name]["undelivered"] = max(run["undelivered"] for run in runs)
+    if "before" in names:
+        figures["ratios"] = {f: verdict.ratio(figures["after"][f], figures["before"][f]) for f in FIGURES}
+    return figures
+
+
+def table(figures: dict[str, Any]) -> list[str]:
+    names = [n for n in ("before", "after") if n in figures]
+    head = f"{'figure (median)':<34}" + "".join(f"{n:>12}" for n in names)
+    lines = [head + ("  after/before" if "ratios" in figures else "")]
+    for f in FIGURES:
+        row = f"{f:<34}" + "".join(f"{figures[n][f]:>12g}" for n in names)
+        if "ratios" in figures:
+            row += f"  {figures['ratios'][f]}"
+        lines.append(row)
+    return lines
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m tests.bench.pipeline", description=__doc__.splitlines()[0])
+    parser.add_argument("--before", metavar="REF", help="also measure this commit (git archive), alternating")
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--seconds", type=float, default=8.0, help="wrk's posting time per measurement")
+    parser.add_argument("--short", action="store_true", help="one round of one second (a smoke test)")
+    args = parser.parse_args(argv)
+    if wrk_path() is None:
+        print("wrk is not installed (apt-get install wrk)", file=sys.stderr)
+        return 2
+    rounds, seconds = (1, 1.0) if args.short else (args.rounds, args.seconds)
+    started = time.monotonic()
+    with tempfile.TemporaryDirectory(prefix="svcgw-bench-pipeline-") as tmp:
+        workdir = Path(tmp)
+        trees = [Tree("after", REPO)]
+        if args.before:
+            trees.insert(0, before_tree(workdir, args.before))
+        measured: list[dict[str, dict[str, Any]]] = []
+        for n in range(rounds):
+            order = trees if n % 2 == 0 else trees[::-1]
+            this: dict[str, dict[str, Any]] = {}
+            for tree in order:
+                print(f"... round {n + 1} of {rounds}: {tree.name}", file=sys.stderr, flush=True)
+                path = workdir / f"{tree.name}-{n}"
+                path.mkdir()
+                this[tree.name] = measure(tree, path, seconds, args.short)
+            measured.append(this)
+    figures = summarise(measured)
+    figures["setup"] = {"before": args.before, "rounds": rounds, "seconds": seconds, "mode": "short" if args.short
+                        else "full", "elapsed_s": round(time.monotonic() - started, 1)}  # fmt: skip
+    print("\n".join(table(figures)))
+    judged = verdict.judge(figures, TARGETS) if args.before else []
+    figures["targets"] = {j.name: j.as_json() for j in judged}
+    figures["verdict"] = verdict.summary(judged, short=args.short)
+    print("\n".join(verdict.rows(figures["targets"])))
+    print(verdict.line(figures["verdict"]))
+    print(orjson.dumps(figures).decode(), flush=True)
+    return verdict.exit_status(figures["verdict"])
+
+
+if __name__ == "__main__":
+    sys.exit(main())

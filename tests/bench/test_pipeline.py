@@ -1,0 +1,33 @@
+"""The side-by-side pipeline benchmark's summary: medians per tree, the worst round's losses, ratios."""
+
+from __future__ import annotations
+
+from tests.bench import verdict
+from tests.bench.pipeline import FIGURES, TARGETS, summarise, table
+
+
+def _run(rate: float, undelivered: int = 0) -> dict[str, float]:
+    return dict(dict.fromkeys(FIGURES, 1.0), deliveries_per_s=rate, undelivered=undelivered)
+
+
+def test_medians_ratios_and_the_worst_round_judged() -> None:
+    rounds = [
+        {"before": _run(100.0), "after": _run(95.0)},
+        {"after": _run(60.0, undelivered=3), "before": _run(110.0)},
+        {"before": _run(90.0), "after": _run(99.0)},
+    ]
+    figures = summarise(rounds)
+    assert figures["before"]["deliveries_per_s"] == 100.0 and figures["after"]["deliveries_per_s"] == 95.0
+    assert figures["ratios"]["deliveries_per_s"] == 0.95
+    # One round lost events: the target is not met, whatever the medians say.
+    assert figures["after"]["undelivered"] == 3
+    (judged,) = verdict.judge(figures, TARGETS)
+    assert not judged.met and "after.undelivered" in judged.why
+    assert len(table(figures)) == len(FIGURES) + 1
+
+
+def test_a_slower_tree_is_not_met_and_alone_nothing_is_compared() -> None:
+    figures = summarise([{"before": _run(100.0), "after": _run(80.0)}])
+    (judged,) = verdict.judge(figures, TARGETS)
+    assert not judged.met and judged.value == 0.8
+    assert "ratios" not in summarise([{"after": _run(80.0)}])

@@ -1,0 +1,153 @@
+"""Several Redis deployments of a test's own: k ``redis-server``s, or a real local Redis Cluster.
+
+Debian's binaries on loopback ports, data in the test's temporary directory
+(``tests.deploy.redis_nodes.Node``). ``close()`` stops every process it
+started (SIGTERM, then SIGKILL after a deadline), and the fixtures call it
+whatever happens to the test.
+"""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+from pathlib import Path
+
+from redis.exceptions import RedisError
+
+from tests.deploy.redis_nodes import Node, require_binaries
+from tests.support import free_port, wait_for
+
+__all__ = ["RedisClusterFleet", "RedisFleet", "stop"]
+
+# Neither keeps data on disk: a test's Redis lives as long as the test.
+_EPHEMERAL = ["--save", "", "--appendonly", "no", "--protected-mode", "no"]
+
+
+def stop(node: Node, timeout: float = 10.0) -> None:
+    """SIGTERM and wait (a clean shutdown); SIGKILL past the deadline."""
+    proc = node.proc
+    if proc is None or proc.poll() is not None:
+        return
+    proc.send_signal(signal.SIGTERM)
+    try:
+        proc.wait(timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+
+
+class RedisFleet:
+    """``k`` independent ``redis-server``s: the deployments of ``SVCGW_REDIS_SHARDS``."""
+
+    def __init__(self, root: Path, k: int) -> None:
+        require_binaries("redis-server")
+        self.nodes = [Node("redis-server", root / f"shard-{i}", list(_EPHEMERAL)) for i in range(k)]
+
+    def start(self) -> RedisFleet:
+        try:
+            for node in self.nodes:
+                node.start()
+        except BaseException:
+            self.close()
+            raise
+        return self
+
+    def urls(self, password: str | None = None) -> list[str]:
+        auth = f":{password}@" if password else ""
+        return [f"redis://{auth}{node.address}/0" for node in self.nodes]
+
+    @property
+    def setting(self) -> str:
+        """The value of ``SVCGW_REDIS_SHARDS``."""
+        return " ".join(self.urls())
+
+    def close(self) -> None:
+        for node in self.nodes:
+            stop(node)
+
+
+class RedisClusterFleet:
+    """A Redis Cluster: ``masters`` masters (``replicas`` replicas each), joined by ``redis-cli --cluster create``."""
+
+    def __init__(self, root: Path, *, masters: int = 3, replicas: int = 0) -> None:
+        require_binaries("redis-server", "redis-cli")
+        self.master_count = masters
+        self.replicas = replicas
+        count = masters * (1 + replicas)
+        self.nodes = [
+            Node("redis-server", root / f"node-{i}", [*_EPHEMERAL, "--cluster-enabled", "yes",
+                 "--cluster-config-file", "nodes.conf", "--cluster-node-timeout", "2000"])
+            for i in range(count)
+        ]  # fmt: skip
+        for node in self.nodes:
+            # The bus port defaults to the port + 10000, past 65535 for many free ports: give it its own.
+            node.args += ["--cluster-port", str(free_port())]
+
+    def start(self) -> RedisClusterFleet:
+        try:
+            for node in self.nodes:
+                node.start()
+            created = subprocess.run(
+                ["redis-cli", "--cluster", "create", *(n.address for n in self.nodes),
+                 "--cluster-replicas", str(self.replicas), "--cluster-yes"],
+                capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL,
+            )  # fmt: skip
+            if created.returncode != 0:
+                raise AssertionError(f"redis-cli --cluster create failed:\n{created.stdout}\n{created.stderr}")
+            wait_for(self._ok, timeout=30, interval=0.1, what="cluster_state:ok on every node")
+        except BaseException:
+            self.close()
+            raise
+        return self
+
+    @property
+    def seeds(self) -> str:
+        return ",".join(node.address for node in self.nodes[:2])
+
+    @property
+    def setting(self) -> str:
+        """The value of ``SVCGW_REDIS_SHARDS``: the Cluster from two of its nodes."""
+        return f"cluster://{self.seeds}"
+
+    def masters(self) -> set[str]:
+        """The addresses of the masters that hold slots, as the first node sees them."""
+        return self._view(self.nodes[0])[0]
+
+    def _view(self, node: Node) -> tuple[set[str], set[str]]:
+        """(masters holding slots, replicas) in ``node``'s ``CLUSTER NODES``."""
+        client = node.client(decode_responses=True)
+        try:
+            text = str(client.execute_command("CLUSTER", "NODES"))  # type: ignore[no-untyped-call]
+        finally:
+            client.close()
+        masters: set[str] = set()
+        replicas: set[str] = set()
+        for line in text.splitlines():
+            fields = line.split()
+            address, flags = fields[1].split("@")[0], fields[2].split(",")
+            if "master" in flags and len(fields) > 8:  # slot ranges follow the eighth field
+                masters.add(address)
+            elif "slave" in flags:
+                replicas.add(address)
+        return masters, replicas
+
+    def _ok(self) -> bool:
+        """Every node: the slots all served, and the masters and replicas as created (the gossip settled)."""
+        for node in self.nodes:
+            client = node.client(decode_responses=True)
+            try:
+                info = str(client.execute_command("CLUSTER", "INFO"))  # type: ignore[no-untyped-call]
+            except RedisError:
+                return False
+            finally:
+                client.close()
+            if "cluster_state:ok" not in info or "cluster_slots_ok:16384" not in info:
+                return False
+            masters, replicas = self._view(node)
+            if len(masters) != self.master_count or len(replicas) != self.master_count * self.replicas:
+                return False
+        return True
+
+    def close(self) -> None:
+        for node in self.nodes:
+            stop(node)

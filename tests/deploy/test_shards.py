@@ -1,0 +1,194 @@
+"""Shards over real Redis deployments: three ``redis-server``s, and a real local Redis Cluster.
+
+Placement runs through the gateway (in-process, over the simulator) with
+three deployments in ``SVCGW_REDIS_SHARDS``; ``svcgw shards`` reads every
+shard; on the Cluster, the clients reach every virtual shard and a script
+whose keys share one ``{s<i>}`` tag runs.
+"""
+
+from __future__ import annotations
+
+import socket
+from collections import Counter
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pytest
+from redis import Redis
+from redis.exceptions import RedisClusterException, ResponseError
+
+from svcgw import keys
+from svcgw.settings import Settings
+from svcgw.shardclients import AsyncShardClients, ShardClients
+from svcgw.shardkeys import SHARD_INSTANCES
+from svcgw.shards import shard_of_token
+from svcgw.store import Store
+from tests.cli.commands import svcgw
+from tests.conftest import run
+from tests.deploy.redis_fleet import RedisClusterFleet, RedisFleet, stop
+from tests.receiver.gateway.stack import sim as sim
+from tests.receiver.gateway.stack import start_stack
+
+# Real processes: run by .ci/run with the rest; `-m 'not slow'` skips them.
+pytestmark = pytest.mark.slow
+
+INSTANCES = 300
+
+
+@pytest.fixture
+def fleet(tmp_path: Path) -> Iterator[RedisFleet]:
+    nodes = RedisFleet(tmp_path / "fleet", 3).start()
+    try:
+        yield nodes
+    finally:
+        nodes.close()
+
+
+@pytest.fixture
+def cluster(tmp_path: Path) -> Iterator[RedisClusterFleet]:
+    nodes = RedisClusterFleet(tmp_path / "cluster").start()
+    try:
+        yield nodes
+    finally:
+        nodes.close()
+
+
+def sharded(env: dict[str, str], setting: str, **extra: str) -> dict[str, str]:
+    configured = {k: v for k, v in env.items() if k != "SVCGW_REDIS_URL"}
+    configured.update(SVCGW_REDIS_SHARDS=setting, **extra)
+    return configured
+
+
+def shards_json(env: dict[str, str]) -> tuple[int, list[dict[str, Any]]]:
+    result = svcgw(env, "shards", "--json")
+    assert "Traceback" not in result.output
+    return result.exit_code, orjson.loads(result.stdout)
+
+
+def refuses(port: int) -> bool:
+    with socket.socket() as sock:
+        return sock.connect_ex(("127.0.0.1", port)) != 0
+
+
+def test_the_fleet_and_the_cluster_start_and_stop_clean(tmp_path: Path) -> None:
+    fleet = RedisFleet(tmp_path / "fleet", 3).start()
+    cluster = RedisClusterFleet(tmp_path / "cluster", replicas=1).start()
+    try:
+        assert all(node.answers() for node in fleet.nodes + cluster.nodes)
+        assert len(cluster.masters()) == 3 and len(cluster.nodes) == 6
+    finally:
+        fleet.close()
+        cluster.close()
+    for node in fleet.nodes + cluster.nodes:
+        assert node.proc is not None and node.proc.returncode == 0, node.log()  # SIGTERM: a clean shutdown
+        assert refuses(node.port)
+
+
+def test_the_gateway_places_300_instances_a_third_on_each_of_three_shards(
+    env: dict[str, str], sim: str, fleet: RedisFleet
+) -> None:
+    service_env = sharded(env, fleet.setting, SVCGW_RATE_LIMIT="100000/minute")
+    stack = start_stack(service_env, sim)
+    try:
+        _, key = stack.account(devices=None)
+        with ThreadPoolExecutor(4) as pool:  # creations at once, as callers make them
+            appids = list(pool.map(lambda _: stack.create_device(key), range(INSTANCES)))
+        assert len(set(appids)) == INSTANCES
+
+        async def registry(store: Store) -> dict[str, tuple[str | None, int | None]]:
+            placed = {}
+            for appid in appids:
+                token = await store.receiver_token(appid)
+                placed[appid] = (await store.redis.hget(keys.instance(appid), "shard"), shard_of_token(token))
+            return placed
+
+        placed = stack.store(registry)
+    finally:
+        stack.stop()
+    # The registry records each instance's shard, and its receiver token names the same one.
+    assert all(field == str(token_shard) for field, token_shard in placed.values())
+    per_shard = Counter(token_shard for _, token_shard in placed.values())
+    print(f"placement of {INSTANCES} over 3 shards: {dict(sorted(per_shard.items()))}")
+    assert all(0.85 * INSTANCES / 3 <= per_shard[i] <= 1.15 * INSTANCES / 3 for i in range(3)), per_shard
+
+    code, rows = shards_json(service_env)
+    assert code == 0
+    assert [row["index"] for row in rows] == [0, 1, 2]
+    assert [row["name"] for row in rows] == fleet.urls()
+    assert [row["instances"] for row in rows] == [per_shard[i] for i in range(3)]
+    assert all(row["healthy"] and row["queue_depth"] == 0 and row["used_memory"] > 0 for row in rows)
+    counts = fleet.nodes[0].client(decode_responses=True).hgetall(SHARD_INSTANCES)
+    assert {int(i): int(n) for i, n in counts.items()} == dict(per_shard)
+
+
+def test_svcgw_shards_shows_a_shard_that_is_down_and_the_others(env: dict[str, str], fleet: RedisFleet) -> None:
+    for node in fleet.nodes[1:]:  # shards 1 and 2 with a password, which nothing may print
+        client = node.client()
+        client.config_set("requirepass", "hunter2")
+        client.close()
+    urls = [fleet.urls()[0], *fleet.urls(password="hunter2")[1:]]
+    service_env = sharded(env, " ".join(urls))
+    queued = Redis(host="127.0.0.1", port=fleet.nodes[2].port, password="hunter2")
+    queued.rpush("rq:queue:svcgw", "a", "b")
+    queued.close()
+    stop(fleet.nodes[1])
+
+    result = svcgw(service_env, "shards", "--json")
+    assert result.exit_code == 1 and "hunter2" not in result.output
+    assert "shard(s) 1 did not answer" in result.stderr
+    rows = orjson.loads(result.stdout)
+    assert [row["healthy"] for row in rows] == [True, False, True]
+    assert "Connection" in rows[1]["error"] and rows[1]["instances"] == 0
+    assert [row["name"] for row in rows] == fleet.urls()
+    assert rows[2]["queue_depth"] == 2
+    table = svcgw(service_env, "shards")
+    assert table.exit_code == 1 and "ok," in table.stdout and "hunter2" not in table.output
+
+
+def test_the_cluster_clients_reach_every_virtual_shard_and_run_a_script_of_one_tag(
+    env: dict[str, str], cluster: RedisClusterFleet
+) -> None:
+    service_env = sharded(env, cluster.setting, SVCGW_CLUSTER_SHARDS="16")
+    settings = Settings.from_env(service_env)
+
+    async def each_shard() -> dict[int, str]:
+        clients = AsyncShardClients(settings, decode=True)
+        try:
+            nodes = {}
+            for shard in clients.shards:
+                client = clients.of(shard)
+                assert await client.set(f"svcgw:probe:{shard.tag}", str(shard.index)) is True
+                assert await client.get(f"svcgw:probe:{shard.tag}") == str(shard.index)
+                nodes[shard.index] = client.get_node_from_key(shard.tag).name
+            # Two keys of one tag: one slot, one script.
+            script = (
+                "redis.call('SET', KEYS[1], ARGV[1]); redis.call('RPUSH', KEYS[2], ARGV[1]); "
+                "return redis.call('LLEN', KEYS[2])"
+            )
+            one = clients.of(clients.shards[3])
+            assert await one.eval(script, 2, "svcgw:a:{s3}", "rq:queue:svcgw{s3}", "x") == 1
+            assert await one.eval(script, 2, "svcgw:a:{s3}", "rq:queue:svcgw{s3}", "y") == 2
+            # Keys of two shards are refused: that is what the tags are for.
+            with pytest.raises((RedisClusterException, ResponseError)):
+                await one.eval(script, 2, "svcgw:a:{s3}", "svcgw:a:{s4}", "z")
+            return nodes
+        finally:
+            await clients.aclose()
+
+    nodes = run(each_shard())
+    assert set(nodes.values()) == cluster.masters()  # 16 tags spread over every master
+    blocking = ShardClients(settings, decode=True)
+    try:
+        assert blocking.of(blocking.shards[5]).get("svcgw:probe:{s5}") == "5"
+    finally:
+        blocking.close()
+
+    code, rows = shards_json(service_env)
+    assert code == 0 and len(rows) == 16
+    assert all(row["healthy"] and row["used_memory"] > 0 for row in rows)
+    assert {row["node"] for row in rows} == cluster.masters()
+    assert [row["queue_depth"] for row in rows if row["index"] == 3] == [2]
+    assert all(row["instances"] == 0 for row in rows)
