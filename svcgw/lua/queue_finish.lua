@@ -78,8 +78,11 @@ local function bare(record, base_ms)
 end
 local now_ms = math.floor(tonumber(now) * 1000)
 local oldest = math.max(now_ms - tonumber(ARGV[4]) * 1000, 0)
+-- The delivered delivery's bare outcome from its hash and this attempt's record; nothing is
+-- written when the hash is gone (another copy of the job delivered it already).
 local function outcome(delivery, record, entry, event_ids, out, late)
   local stored = redis.call('HGETALL', delivery)
+  if #stored == 0 then return nil end
   local h = {}
   for j = 1, #stored, 2 do h[stored[j]] = stored[j + 1] end
   local base_ms = tonumber(string.match(entry, '^(%d+)-'))
@@ -124,7 +127,9 @@ for i = 0, n - 1 do
   local chain_of_bare = nil
   -- A delivery named by its post whose hash is gone was delivered by another copy of its job (a
   -- lease ran out meanwhile): this claim's end records nothing, lest it leave a hash behind.
-  local gone = entry ~= '' and kind ~= 'drop' and redis.call('EXISTS', delivery) == 0
+  -- (A delivered one finds out from the hash it reads anyway: outcome() writes nothing then.)
+  local gone = entry ~= '' and (kind == 'retry' or kind == 'dead' or kind == 'defer')
+    and redis.call('EXISTS', delivery) == 0
   if gone then
     if claimed == 0 then redis.call('LREM', KEYS[4], 0, id) end
     redis.call('ZREM', KEYS[2], id)

@@ -212,6 +212,9 @@ def test_a_late_outcome_and_one_of_a_post_with_duplicates(
     assert not finish(settings, Finish(delivery_id, tenant.appid, "retry", failed.record(2), due=time.time() + 60))
     assert not redis.exists(keys.rq_job(delivery_id)) and shown(settings, delivery_id).as_dict() == one.as_dict()
     assert not redis.zscore(keys.rq_scheduled(settings.queue_name), delivery_id)
+    ok = Attempt(ok=True, at=time.time(), duration=0.01, status=200, response="", destination="d")
+    assert not finish(settings, Finish(delivery_id, tenant.appid, "delivered", ok.record(2)))  # nor a second outcome
+    assert not redis.exists(keys.rq_job(delivery_id), keys.outcomes(tenant.appid)) and redis.hlen(late) == 1
 
 
 def test_pages_follow_each_other_without_gaps_or_repeats(settings: Settings, redis: Redis) -> None:
