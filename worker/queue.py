@@ -124,11 +124,6 @@ def _claimed(rows: Any) -> list[Claimed]:
     return result
 
 
-def _promotion(answer: Any) -> Promotion:
-    moved, following = cast(list[Any], answer)
-    return Promotion(int(moved), float(following) if following else None)
-
-
 class DeliveryQueue:
     """The queue through a ``redis.asyncio`` client (bytes, not decoded)."""
 
@@ -154,6 +149,7 @@ class DeliveryQueue:
         self.failed_key = keys.rq_failed(queue_name)
         self._claim = register(redis, "queue_claim")
         self._promote = register(redis, "queue_promote")
+        self._mark = register(redis, "queue_mark")
         # With chain.lua: a service event delivered or dead lets its instance's next one go.
         self._finish = register(redis, "queue_finish")
         self.deferred_key = keys.rq_deferred(queue_name)
@@ -227,8 +223,14 @@ class DeliveryQueue:
         return await self._move(self.inflight_key, limit, front=True)
 
     async def _move(self, source_key: str, limit: int, *, front: bool) -> Promotion:
-        args: list[Any] = [time.time(), limit, keys.rq_job(""), "front" if front else "back"]
-        return _promotion(await self._promote(keys=[source_key, self.queue_key], args=args))
+        args: list[Any] = [time.time(), limit, "front" if front else "back"]
+        following, *moved = cast(list[Any], await self._promote(keys=[source_key, self.queue_key], args=args))
+        if moved:
+            # Reclaimed jobs were started; promoted ones scheduled (or, held back by a busy
+            # destination or account, scheduled by the claim).
+            had = "started" if front else "scheduled"
+            await self._mark(keys=[keys.rq_job(_text(job_id)) for job_id in moved], args=[had])
+        return Promotion(len(moved), float(following) if following else None)
 
     async def finish_many(self, items: Sequence[Finish]) -> list[bool]:
         """End claims; for each, False if the claim had been lost meanwhile (the lease ran out)."""
