@@ -20,7 +20,7 @@ from . import keys
 from .bareoutcome import OUTCOME_WINDOW, Outcome, late_buckets
 from .deliveryid import entry_ms
 
-__all__ = ["SCAN_CHUNK", "SCAN_LIMIT", "find"]
+__all__ = ["CLOCK_SKEW_MS", "SCAN_CHUNK", "SCAN_LIMIT", "find", "stream_outcome"]
 
 SCAN_CHUNK = 500
 # A post's time is its receiver's clock, an outcome's the Redis server's: read this much earlier.
@@ -42,13 +42,10 @@ async def find(redis: Redis, appid: str, entry_ids: Sequence[str], *, now: float
     while wanted and read < SCAN_LIMIT:
         rows = cast(list[Row], await redis.xrange(keys.outcomes(appid), start, end, count=SCAN_CHUNK))
         for _, fields in rows:
-            entry = _text(fields.get(b"l") or fields.get("l") or b"")
-            if "-" not in entry:
-                entry += "-0"  # written as its ms alone (queue_finish.lua)
+            entry, outcome = stream_outcome(fields)
             if entry in wanted:
                 wanted.discard(entry)
-                ids = fields.get(b"i") or fields.get("i")
-                found[entry] = Outcome(_text(fields.get(b"o") or fields.get("o") or b""), _bytes(ids) if ids else None)
+                found[entry] = outcome
         read += len(rows)
         if len(rows) < SCAN_CHUNK:
             break
@@ -64,6 +61,15 @@ async def find(redis: Redis, appid: str, entry_ids: Sequence[str], *, now: float
                 if value is not None and entry not in found:
                     found[entry] = Outcome.from_late(value)
     return found
+
+
+def stream_outcome(fields: dict[bytes | str, bytes | str]) -> tuple[str, Outcome]:
+    """The log entry id and the bare outcome of one entry of the outcome stream."""
+    entry = _text(fields.get(b"l") or fields.get("l") or b"")
+    if "-" not in entry:
+        entry += "-0"  # written as its ms alone (queue_finish.lua)
+    ids = fields.get(b"i") or fields.get("i")
+    return entry, Outcome(_text(fields.get(b"o") or fields.get("o") or b""), _bytes(ids) if ids else None)
 
 
 def _text(value: bytes | str) -> str:
