@@ -13,6 +13,7 @@ import click
 from rich.console import Group, RenderableType
 
 from svcgw import deliverylist, retrynow
+from svcgw.bareoutcome import ANSWERS_NOTE
 from svcgw.deliverylist import STATES, Delivery
 from svcgw.shardreads import first_found, instance_shard
 
@@ -121,6 +122,9 @@ def _detail(d: Delivery) -> RenderableType:
         ((a.number, when(a.at), a.outcome, a.duration_ms, a.response) for a in d.attempts),
         "attempts",
     )
+    if d.state == "delivered":
+        # What queue_finish.lua keeps of a delivered delivery (svcgw.bareoutcome).
+        return Group(facts, attempts, ANSWERS_NOTE)
     return Group(facts, attempts)
 
 

@@ -1,7 +1,6 @@
 """Reading the callback log: every post the receiver accepted, as it was received.
 
-The receiver appends each post to the stream ``svcgw:log:<appid>`` (fields
-``body``, ``received_at``, ``delivery``, ``accepted``, ``duplicates``) and
+The receiver appends each post to the stream ``svcgw:log:<appid>`` and
 trims it to ``SVCGW_LOG_RETENTION``. Bodies come back as the exact bytes
 received, so the (``redis.asyncio``) client must not decode responses.
 
@@ -11,6 +10,15 @@ keeps about 60 %): the log is most of what a day of events costs in Redis.
 A zlib stream starts with the byte ``x`` (0x78) and a JSON text never does
 (only whitespace or ``{`` can open a stored post), so :func:`body_of` tells
 the two apart without a field of its own, for entries of every version.
+
+An entry is in one of two forms. One that names its delivery itself
+(svcgw.deliveryid) holds ``body``, and ``x`` (``accepted:duplicates``) only
+when not every event of the post went (a repeat among them, or no event):
+the time received is its id's. One of a ``dlv_`` delivery (a service
+event's, or one written by an earlier version) holds ``body``,
+``received_at``, ``delivery`` ('' when none), ``accepted`` and
+``duplicates``. :func:`received_at`, :func:`counts` and
+:func:`made_delivery` read both.
 """
 
 from __future__ import annotations
@@ -19,15 +27,31 @@ import base64
 import re
 import time
 import zlib
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import cast
+from typing import Any, cast
 
+import orjson
 from redis.asyncio import Redis
 
 from . import keys
+from .deliveryid import from_entry, parse
 from .settings import Settings
 
-__all__ = ["COMPRESS_FROM", "LogEntry", "body_of", "parse_since", "read_log", "stored_body"]
+__all__ = [
+    "COMPRESS_FROM",
+    "LogEntry",
+    "body_of",
+    "counts",
+    "made_delivery",
+    "parse_since",
+    "read_log",
+    "received_at",
+    "stored_body",
+]
+
+# An entry's fields, named by bytes (a raw reply) or text.
+Fields = Mapping[Any, Any]
 
 # Below this, compressing saves a few bytes at best (an 84-byte post: 14) for the CPU it costs.
 COMPRESS_FROM = 256
@@ -119,31 +143,97 @@ async def read_log(
     entries: list[tuple[str, dict[str, bytes]]] = []
     for entry_id, raw_fields in rows:
         entries.append((_text(entry_id), {_text(k): _bytes(v) for k, v in raw_fields.items()}))
-    deliveries = [fields.get("delivery", b"").decode() for _, fields in entries]
+    deliveries = [_delivery_of(appid, entry_id, fields) for entry_id, fields in entries]
     states: list[bytes | str | None] = []
     if any(deliveries):
         async with redis.pipeline(transaction=False) as pipe:
             for delivery_id in deliveries:
                 if delivery_id:
-                    pipe.hget(keys.delivery(delivery_id), "state")
+                    pipe.hmget(keys.delivery(delivery_id), ["state", "appid"])
             found = iter(await pipe.execute())
-        states = [next(found) if delivery_id else None for delivery_id in deliveries]
+        # A post's delivery has no state until an attempt ends (svcgw.keys.delivery): queued.
+        states = [_state(*next(found)) if delivery_id else None for delivery_id in deliveries]
     else:
         states = [None] * len(entries)
     result: list[LogEntry] = []
     for (entry_id, fields), delivery_id, state in zip(entries, deliveries, states, strict=True):
+        accepted, duplicates = counts(fields)
         result.append(
             LogEntry(
                 id=entry_id,
-                received_at=float(fields.get("received_at", b"0") or 0),
+                received_at=received_at(entry_id, fields),
                 body=body_of(fields.get("body", b"")),
-                accepted=int(fields.get("accepted", b"0") or 0),
-                duplicates=int(fields.get("duplicates", b"0") or 0),
+                accepted=accepted,
+                duplicates=duplicates,
                 delivery_id=delivery_id or None,
-                state=(_text(state) if state else "unknown") if delivery_id else None,
+                state=(_text(state) if state else _gone(delivery_id)) if delivery_id else None,
             )
         )
     return result
+
+
+def _field(fields: Fields, name: str) -> bytes | None:
+    """A field of an entry read with names as bytes (a raw reply) or as text."""
+    found = fields.get(name.encode())
+    if found is None:
+        found = fields.get(name)
+    if found is None:
+        return None
+    return found if isinstance(found, bytes) else str(found).encode()
+
+
+def received_at(entry_id: str, fields: Fields) -> float:
+    """When the post was received: its ``received_at``, or its entry id's milliseconds."""
+    stored = _field(fields, "received_at")
+    if stored:
+        return float(stored)
+    return int(entry_id.partition("-")[0]) / 1000
+
+
+def counts(fields: Fields) -> tuple[int, int]:
+    """``(accepted, duplicates)`` of an entry; with neither field nor ``x``, every event of its post went."""
+    accepted = _field(fields, "accepted")
+    if accepted is not None:
+        return int(accepted or 0), int(_field(fields, "duplicates") or 0)
+    compact = _field(fields, "x")
+    if compact is not None:
+        went, _, repeats = compact.partition(b":")
+        return int(went or 0), int(repeats or 0)
+    return _event_count(body_of(_field(fields, "body") or b"")), 0
+
+
+def made_delivery(fields: Fields) -> bool:
+    """Whether the entry's post made a delivery (an event of it was not a repeat), without reading its body."""
+    accepted = _field(fields, "accepted")
+    if accepted is not None:
+        return int(accepted or 0) > 0
+    compact = _field(fields, "x")
+    return compact is None or int(compact.partition(b":")[0] or 0) > 0
+
+
+def _event_count(body: bytes) -> int:
+    try:
+        document = orjson.loads(body)
+    except orjson.JSONDecodeError:
+        return 0
+    events = document.get("events") if isinstance(document, dict) else None
+    return len(events) if isinstance(events, list) else 0
+
+
+def _delivery_of(appid: str, entry_id: str, fields: dict[str, bytes]) -> str:
+    """The delivery the entry made: named by the entry itself (svcgw.deliveryid), or in its ``delivery`` field."""
+    if "delivery" in fields:
+        return fields["delivery"].decode()
+    return from_entry(appid, entry_id) if made_delivery(fields) else ""
+
+
+def _state(state: bytes | None, appid: bytes | None) -> bytes | None:
+    return state or (b"queued" if appid else None)
+
+
+def _gone(delivery_id: str) -> str:
+    """The state of a delivery with no record left: one named by its post is deleted only once delivered."""
+    return "delivered" if parse(delivery_id) is not None else "unknown"
 
 
 def _text(value: bytes | str) -> str:

@@ -27,7 +27,7 @@ from typing import Any
 import orjson
 from redis.asyncio import Redis
 
-from svcgw import attemptrecords, keys
+from svcgw import attemptrecords, deliveryid, keys
 from svcgw.errors import Missing, SvcgwError
 from svcgw.settings import Settings
 
@@ -160,7 +160,7 @@ async def show(
         event_type=field_text(data["event_type"]),
         last_error=_last_error(attempts[-1]) if attempts else None,
         dead_at=field_float(data["dead_at"]),
-        received_at=field_float(data["received_at"]),
+        received_at=field_float(data["received_at"]) or deliveryid.received_at(delivery_id),
         body=body.decode("utf-8", "replace") if isinstance(body, bytes) else (body or ""),
         attempts=attempts,
     )
@@ -197,7 +197,7 @@ async def _load(redis: Redis, ids: Sequence[str]) -> list[DeadLetter]:
                 attempts=int(field_text(data["attempts"]) or 0),
                 last_error=_last_error(_attempt(last)) if last else None,
                 dead_at=field_float(data["dead_at"]),
-                received_at=field_float(data["received_at"]),
+                received_at=field_float(data["received_at"]) or deliveryid.received_at(delivery_id),
             )
         )
     return letters

@@ -27,9 +27,11 @@ any more: it gets its one attempt at once, neither waiting for nor holding
 back the instance's later service events, and keeps its ``seq``, by which
 a consumer tells it is older than those. Customer events are in no list.
 
-A delivery is: the delivery hash, RQ's job hash, the job id at the queue's
-tail, the queue in ``rq:queues``, and the post in the callback log.
- Every delivery is an RQ
+A delivery is: RQ's job hash, which also holds the delivery's fields for a
+post's delivery (named by its log entry, svcgw.deliveryid; a service event's
+has a delivery hash of its own, :func:`svcgw.keys.delivery`), the job id at
+the queue's tail, the queue in ``rq:queues``, and the post in the callback
+log. Every delivery is an RQ
 job (JSON serializer, id = delivery id, function ``worker.jobs.deliver``) in
 the queue ``SVCGW_QUEUE`` so that rq-dashboard lists it and RQ's registries hold it: retries wait in RQ's scheduled
 registry and dead letters in its failed registry, from which ``rq requeue``
@@ -116,6 +118,17 @@ class JobTemplate:
             flat.append(name.encode())
             flat.append(_bytes(value))
         return flat
+
+    def lean(self, delivery_id: str, now: datetime | None = None) -> list[bytes]:
+        """RQ's fields of a delivery named by its post (svcgw.deliveryid), whose job hash holds its fields too.
+
+        Only what ``Job.fetch`` and the worker read: origin, status, created_at and data. RQ
+        reads the others' absence as it reads them empty (rq-dashboard shows no description).
+        """
+        varying = self._varying(delivery_id, "", now)
+        lean = {"origin": self.fields["origin"], "status": self.fields["status"]}
+        lean.update(created_at=varying["created_at"], data=varying["data"])
+        return [_bytes(part) for name, value in lean.items() for part in (name, value)]
 
     @staticmethod
     def _varying(delivery_id: str, description: str, now: datetime | None) -> dict[str, Any]:
@@ -261,7 +274,7 @@ def queue_delivery(
         settings.log_retention,
         job["enqueued_at"],
         keys.rq_job(""),
-        keys.delivery(""),
+        keys.DELIVERY_PREFIX,
         len(pieces),
         *pieces,
         *(part for name, value in job.items() for part in (name, value)),

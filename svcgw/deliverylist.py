@@ -13,8 +13,12 @@ Each comes with every attempt (time, HTTP status or error, duration, the
 first 1 KB of the answer's body) and the time of the next attempt.
 
 The list is read from the instance's callback log (``svcgw.calllog``: each
-post's entry names the delivery it made, and a service event's delivery is
-logged the same way) and the delivery records themselves. The log is the
+post's entry is its delivery's name, ``svcgw.deliveryid``, or names it in a
+``delivery`` field: service events and entries of earlier versions) and the
+delivery records themselves; a delivered delivery named by its entry has no
+record left, only its post and a bare outcome (``svcgw.bareoutcome``: each
+attempt's time, status or error class and duration; the destination and the
+answers are kept only for deliveries that did not succeed). The log is the
 index: a separate one cost every post three Redis commands and every event
 50 to 200 bytes for the day. A page's cursor is a log entry id. A delivery
 still retrying after the log's retention has passed drops out of the list,
@@ -43,7 +47,8 @@ from typing import cast
 
 from redis.asyncio import Redis
 
-from . import attemptrecords, keys
+from . import attemptrecords, bareoutcome, deliveryid, keys, outcomestore
+from .calllog import body_of, made_delivery
 from .deliveryview import (
     STATES,
     Attempt,
@@ -140,9 +145,8 @@ async def list_deliveries(
         raise Invalid(f"state must be one of {', '.join(STATES)}")
     if not 1 <= limit <= MAX_LIMIT:
         raise Invalid(f"limit must be from 1 to {MAX_LIMIT}")
-    if account is not None and field_text(await redis.hget(keys.instance(appid), "account")) != account:
-        raise NotFound(f"no instance {appid[:200]!r}")
-    if account is None and not await redis.exists(keys.instance(appid)):
+    owner = field_text(await redis.hget(keys.instance(appid), "account"))
+    if not owner or (account is not None and owner != account):
         raise NotFound(f"no instance {appid[:200]!r}")
     moment = time.time() if now is None else now
     oldest = str(max(int((moment - settings.log_retention) * 1000), 0))
@@ -150,6 +154,7 @@ async def list_deliveries(
     top = "(" + parse_cursor(before) if before else "+"
     found: list[Delivery] = []
     counts: dict[str, int] = {}  # attempts per delivery found, to read their records by field name
+    posts = _Posts(appid, owner, moment, settings.log_retention)
     scanned = 0
     last: str | None = None  # the entry id the next page starts below
     while len(found) < limit and scanned < SCAN_LIMIT:
@@ -162,14 +167,11 @@ async def list_deliveries(
             last = None  # nothing older: no next page
             break
         # Posts whose every event was a repeat made no delivery.
-        chunk = [
-            (field_text(fields.get(b"delivery") or fields.get("delivery") or ""), field_text(entry_id))
-            for entry_id, fields in rows
-        ]
+        chunk = [(posts.delivery_of(field_text(entry_id), fields), field_text(entry_id)) for entry_id, fields in rows]
         chunk = [(delivery_id, entry_id) for delivery_id, entry_id in chunk if delivery_id]
-        matched = await _matching(redis, settings, chunk, state, event_type, event_id, limit - len(found))
+        matched = await _matching(redis, settings, chunk, state, event_type, event_id, limit - len(found), posts)
         found.extend(delivery for delivery, _, _ in matched)
-        counts.update((delivery.id, count) for delivery, _, count in matched)
+        counts.update((delivery.id, count) for delivery, _, count in matched if count >= 0)
         if matched and len(found) >= limit:
             # Stopped within the chunk: the next page starts below the last delivery taken.
             last = chunk[matched[-1][1]][1]
@@ -178,7 +180,11 @@ async def list_deliveries(
         scanned += len(rows)
         last = field_text(rows[-1][0])
         top = "(" + last
-    await _complete(redis, found, counts, bodies_read=event_id is not None)
+    # Delivered deliveries named by their posts came with their bare attempts already.
+    recorded = [delivery for delivery in found if delivery.id in counts]
+    await _complete(redis, recorded, counts, bodies_read=event_id is not None)
+    completed = {delivery.id: delivery for delivery in recorded}
+    found = [completed.get(delivery.id, delivery) for delivery in found]
     following = None
     if last is not None and await redis.xrevrange(log_key, "(" + last, oldest, count=1):
         following = cursor(last)
@@ -195,6 +201,9 @@ async def show(redis: Redis, settings: Settings, delivery_id: str, *, account: s
         pipe.zscore(keys.rq_scheduled(settings.queue_name), delivery_id)
         whole, legacy, scheduled = await pipe.execute()
     stored = {field_text(name): value for name, value in whole.items()}
+    named = deliveryid.parse(delivery_id)
+    if not stored and named is not None:
+        return await _show_delivered(redis, settings, delivery_id, *named, account=account)
     data = {name: stored.get(name) for name in (*FIELDS, *_ID_FIELDS)}
     if account is not None and field_text(data["account"]) != account:
         raise NotFound(f"no delivery {delivery_id!r}")
@@ -205,6 +214,22 @@ async def show(redis: Redis, settings: Settings, delivery_id: str, *, account: s
     return delivery
 
 
+async def _show_delivered(
+    redis: Redis, settings: Settings, delivery_id: str, appid: str, entry_id: str, *, account: str | None
+) -> Delivery:
+    """A delivery named by its post with no record left: delivered, shown from its post and bare outcome."""
+    async with redis.pipeline(transaction=False) as pipe:
+        pipe.hget(keys.instance(appid), "account")
+        pipe.xrange(keys.callback_log(appid), entry_id, entry_id)
+        owner, rows = await pipe.execute()
+    if not owner or (account is not None and field_text(owner) != account) or not rows:
+        raise NotFound(f"no delivery {delivery_id!r}")
+    posts = _Posts(appid, field_text(owner), time.time(), settings.log_retention)
+    if posts.delivery_of(entry_id, rows[0][1]) != delivery_id:
+        raise NotFound(f"no delivery {delivery_id!r}")
+    return posts.delivered(delivery_id, entry_id, (await posts.outcomes(redis, [entry_id])).get(entry_id))
+
+
 async def _matching(
     redis: Redis,
     settings: Settings,
@@ -213,8 +238,12 @@ async def _matching(
     event_type: str | None,
     event_id: str | None,
     wanted: int,
+    posts: _Posts,
 ) -> list[tuple[Delivery, int, int]]:
     """The deliveries of ``chunk`` that pass the filters, with their positions in it and attempt counts.
+
+    A delivered delivery with no record left (named by its post) comes with its bare attempts and
+    the count -1.
 
     Bodies are read here only to look for an event id; the others' are read
     for the matches alone (:func:`_complete`).
@@ -229,9 +258,22 @@ async def _matching(
         pipe.zmscore(scheduled_key, [delivery_id for delivery_id, _ in chunk])
         replies = await pipe.execute()
     scores = replies[-1]
+    records = [dict(zip(names, values, strict=True)) for values in replies[:-1]]
+    bare = [entry for (_, entry), data in zip(chunk, records, strict=True) if posts.bare(entry, data)]
+    outcomes = await posts.outcomes(redis, bare if state in (None, "delivered") else [])
     result: list[tuple[Delivery, int, int]] = []
-    for position, ((delivery_id, _), values) in enumerate(zip(chunk, replies[:-1], strict=True)):
-        data = dict(zip(names, values, strict=True))
+    for position, ((delivery_id, entry), data) in enumerate(zip(chunk, records, strict=True)):
+        if posts.bare(entry, data):
+            if state not in (None, "delivered"):
+                continue
+            shown = posts.delivered(delivery_id, entry, outcomes.get(entry))
+            if (event_type is None or shown.event_type == event_type) and (
+                event_id is None or event_id in shown.event_ids
+            ):
+                result.append((shown, position, -1))
+                if len(result) >= wanted:
+                    break
+            continue
         if event_type is not None and field_text(data["event_type"]) != event_type:
             continue
         if state is not None and state_of(field_text(data["state"])) != state:
@@ -247,6 +289,35 @@ async def _matching(
         if len(result) >= wanted:
             break
     return result
+
+
+class _Posts:
+    """One instance's log entries as a page reads them: the delivery each made, and the posts of those named by them."""
+
+    def __init__(self, appid: str, account: str, now: float, retention: int) -> None:
+        self.appid, self.account, self.now, self.retention = appid, account, now, retention
+        self.bodies: dict[str, bytes] = {}  # log entry id -> the post as stored, for deliveries it names
+
+    def delivery_of(self, entry_id: str, fields: Mapping[bytes | str, bytes | str]) -> str:
+        """The id of the delivery the entry made; '' when every event of its post was a repeat."""
+        named = fields.get(b"delivery", fields.get("delivery"))
+        if named is not None:
+            return field_text(named)  # a service event's, or an entry of an earlier version
+        if not made_delivery(fields):
+            return ""
+        self.bodies[entry_id] = _bytes(fields.get(b"body", fields.get("body", b"")))
+        return deliveryid.from_entry(self.appid, entry_id)
+
+    def bare(self, entry_id: str, record: Mapping[str, bytes | str | None]) -> bool:
+        """Whether the delivery is delivered with only its bare outcome left (no record, named by its post)."""
+        return entry_id in self.bodies and not record.get("appid")
+
+    async def outcomes(self, redis: Redis, entry_ids: Sequence[str]) -> dict[str, bareoutcome.Outcome]:
+        return await outcomestore.find(redis, self.appid, entry_ids, now=self.now, retention=self.retention)
+
+    def delivered(self, delivery_id: str, entry_id: str, outcome: bareoutcome.Outcome | None) -> Delivery:
+        body = body_of(self.bodies[entry_id])
+        return bareoutcome.delivered(delivery_id, self.appid, self.account, entry_id, body, outcome)
 
 
 async def _complete(redis: Redis, found: list[Delivery], counts: Mapping[str, int], *, bodies_read: bool) -> None:

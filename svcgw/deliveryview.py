@@ -16,6 +16,8 @@ from typing import Any, Literal, cast
 
 import orjson
 
+from . import deliveryid
+
 __all__ = [
     "STATES",
     "Attempt",
@@ -223,7 +225,7 @@ def build(
         event_type=field_text(fields.get("event_type")),
         event_ids=ids_of(fields),
         state=state,
-        received_at=field_float(fields.get("received_at")),
+        received_at=field_float(fields.get("received_at")) or deliveryid.received_at(delivery_id),
         next_attempt_at=next_at,
         delivered_at=field_float(fields.get("delivered_at")) if state == "delivered" else None,
         dead_at=field_float(fields.get("dead_at")) if state == "dead" else None,

@@ -52,6 +52,7 @@ whole tree (each class's module in brackets when it is not this one)::
         │   ├── TimedOut
         │   └── SendFailed
         ├── ReplicaNotConfirmed  (also RedisError) a post not confirmed by replicas [svcgw.ingest]
+        ├── EntryIdsTaken        (also RedisError) the log refused proposed entry ids [svcgw.ingest]
         ├── LayoutError          the layout marker names a layout this version cannot keep [svcgw.layout]
         ├── _Unavailable         a probe could not ask the capability layer [worker.prober]
         ├── NoOpenShard          placement with every shard closed [svcgw.shards]

@@ -35,7 +35,8 @@ Errors raised by :meth:`Ingest.accept`::
     UnknownReceiver                (a LookupError) no instance has this appid and token;
                                    also raised by check_receiver
     redis.exceptions.RedisError    not stored
-    └── ReplicaNotConfirmed        durable mode: too few replicas confirmed in time
+    ├── ReplicaNotConfirmed        durable mode: too few replicas confirmed in time
+    └── EntryIdsTaken              the log refused one proposed entry id after another
     svcgw.layout.LayoutError       the layout marker names a layout this version or this Redis cannot keep
 """
 
@@ -53,6 +54,7 @@ from redis.exceptions import RedisError
 from . import dedup, keys, layout, liveness
 from .calllog import stored_body
 from .deliveries import job_description, new_delivery_id, template
+from .deliveryid import EntryClock, from_entry, takes_entry_ids
 from .envelope import EnvelopeError, Post, build_envelope, parse_post
 from .errors import Failure, Missing
 from .metrics import BufferedCounts, ingest_commands
@@ -61,7 +63,7 @@ from .settings import Settings
 from .store import digest
 from .threads import in_thread
 
-__all__ = ["Ingest", "IngestResult", "ReplicaNotConfirmed", "UnknownReceiver"]
+__all__ = ["EntryIdsTaken", "Ingest", "IngestResult", "ReplicaNotConfirmed", "UnknownReceiver"]
 
 log = logging.getLogger("svcgw.receiver")
 
@@ -74,12 +76,20 @@ PARSE_IN_THREAD_BYTES = 64 * 1024
 KNOWN_TOKEN_SECONDS = 10.0
 KNOWN_TOKENS = 10_000
 
+# The ingest script's answer for a proposed log entry id not above the log's last, and how many are proposed.
+ENTRY_TAKEN = -2
+ENTRY_TRIES = 5
+
 
 @dataclass(frozen=True)
 class IngestResult:
     accepted: int
     duplicates: int
     delivery_id: str | None
+
+
+class EntryIdsTaken(Failure, RedisError):
+    """The log refused one proposed entry id after another (clocks far apart): answered 503 like a storage failure."""
 
 
 class UnknownReceiver(Missing, LookupError):
@@ -110,6 +120,7 @@ class Ingest:
         self._queue_key = keys.rq_queue(settings.queue_name)
         self._job = template(settings.queue_name, settings.dead_letter_retention)
         self._known: OrderedDict[str, tuple[str, float]] = OrderedDict()
+        self._entries = EntryClock()
         # The /metrics counters of the posts: in memory, written twice a second.
         self.counts = BufferedCounts(settings, redis)
 
@@ -204,10 +215,25 @@ class Ingest:
             logged = stored_body(body)
         else:
             logged = await in_thread(stored_body, body)
+        # The log's last entry is above the one proposed only when another receiver (or a
+        # service event) wrote the same instance's log this millisecond or with a clock ahead.
+        for _ in range(ENTRY_TRIES):
+            result = await self._store_once(appid, token, logged, post)
+            if not isinstance(result, str):
+                return result
+            self._entries.seen(result)
+        raise EntryIdsTaken(f"the callback log of {appid} refused {ENTRY_TRIES} entry ids in a row")
+
+    async def _store_once(self, appid: str, token: str, logged: bytes, post: Post) -> IngestResult | str:
+        """One try of the ingest script; the log's last entry id when the proposed one was not above it."""
         marker, hsetex = await self._dedup_layout()
-        delivery_id = new_delivery_id()
         now = time.time()
-        flat = self._job.flat(delivery_id, job_description(post.event_type, appid))
+        entry = self._entries.propose(now) if takes_entry_ids(appid) else ""
+        delivery_id = from_entry(appid, entry) if entry else new_delivery_id()
+        if entry:  # one hash: RQ's fields and the delivery's (svcgw.keys.delivery)
+            flat = self._job.lean(delivery_id)
+        else:
+            flat = self._job.flat(delivery_id, job_description(post.event_type, appid))
         events: list[Any] = []
         for event in post.events:
             events.extend((event.raw, event.digest or b""))
@@ -215,7 +241,7 @@ class Ingest:
         window = dedup.plan(appid, event_keys, marker, now, self._window, hsetex=hsetex)
         head = build_envelope(appid, post.event_type, [])[:-2]  # up to and including '['
         result = cast(
-            list[int],
+            list[Any],
             await self._run_script(
                 keys=[
                     keys.receiver_lookup(digest(token)),
@@ -239,13 +265,20 @@ class Ingest:
                     delivery_id,
                     self._queue_key,
                     len(flat) // 2,
+                    entry,
                     *flat,
                     *events,
                 ],
             ),
         )
+        if int(result[0]) == ENTRY_TAKEN:
+            return _text(result[1])
         status, accepted, duplicates = (int(x) for x in result)
         if status < 0:
             raise UnknownReceiver(appid)
         self.counts.add(ingest_commands(accepted, duplicates))
         return IngestResult(accepted, duplicates, delivery_id if accepted else None)
+
+
+def _text(value: bytes | str | int) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)

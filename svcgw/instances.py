@@ -33,7 +33,7 @@ from typing import Any
 
 from redis.asyncio import Redis
 
-from . import deadletters, keys, liveness
+from . import calllog, deadletters, keys, liveness
 from .callbacks import Destination
 from .settings import Settings
 from .shardreads import shard_client
@@ -153,9 +153,8 @@ async def _last_event_at(redis: Redis, appid: str) -> float | None:
     newest = await redis.xrevrange(keys.callback_log(appid), count=1)
     if not newest:
         return None
-    fields = {_text(name): value for name, value in (newest[0][1] or {}).items()}
-    received = fields.get("received_at")
-    return float(received) if received else None
+    entry_id, fields = newest[0]
+    return calllog.received_at(_text(entry_id or b"0-0"), fields or {})
 
 
 def _text(value: bytes | str) -> str:

@@ -8,6 +8,8 @@ and they must agree with RQ to the letter.
 
 from __future__ import annotations
 
+from . import deliveryid
+
 PREFIX = "svcgw:"
 
 # --- accounts and API keys -------------------------------------------------
@@ -102,9 +104,11 @@ def callback_instance(appid: str) -> str:
 
 # --- ingest: callback log and de-duplication --------------------------------
 def callback_log(appid: str) -> str:
-    """Stream of posts as received: body (compressed when that pays, svcgw.calllog), delivery, accepted, duplicates.
+    """Stream of posts as received: body (compressed when that pays, svcgw.calllog), received_at, accepted, duplicates.
 
-    Also the index of the instance's deliveries (svcgw.deliverylist): each entry names its delivery.
+    Also the index of the instance's deliveries (svcgw.deliverylist): a post's entry id names its
+    delivery (svcgw.deliveryid); an entry whose delivery has a ``dlv_`` id (a service event's, or
+    one written by an earlier version) names it in a ``delivery`` field.
     """
     return f"{PREFIX}log:{appid}"
 
@@ -136,13 +140,42 @@ def dedup(appid: str, event_key: str) -> str:
 
 
 # --- deliveries --------------------------------------------------------------
+def outcomes(appid: str) -> str:
+    """Stream: the bare outcome of each delivery delivered within a minute of its post (svcgw.bareoutcome).
+
+    Fields ``l`` (the post's log entry id), ``o`` (the attempts), ``i`` (event ids, when the post had
+    duplicates); trimmed and expired like the callback log. ``{appid}`` is the instance's shard tag.
+    """
+    return f"{PREFIX}out:{{{appid}}}"
+
+
+def late_outcomes(appid: str, bucket: int) -> str:
+    """Hash: log entry id -> bare outcome of a delivery delivered later than that, per log retention."""
+    return f"{PREFIX}late:{{{appid}}}:{bucket}"
+
+
 def delivery(delivery_id: str) -> str:
-    """Hash: appid, account, event_type, body, state, attempts, received_at, ...
+    """Hash of the delivery's fields: appid, account, event_type, body, state, attempts, ...
 
     Attempt records are its fields ``a1`` .. ``a<attempts>`` (svcgw.attemptrecords).
-    Once delivered, the body is emptied and ``ids`` holds its event ids (the log has the post).
+
+    A delivery named by its post (svcgw.deliveryid) has one hash, RQ's job hash
+    (:func:`rq_job`), which holds its fields besides RQ's: appid, account, event_type,
+    body, and ``dup`` (the post's duplicates) when there were any; ``state``, ``attempts``
+    and ``failures`` once attempted (none reads as queued, 0, 0), the time received is its id's.
+    It is deleted once delivered (its bare outcome is kept: :func:`outcomes`).
+
+    A ``dlv_`` delivery (service events; earlier versions) has ``svcgw:delivery:<id>`` of
+    its own, with ``state``, ``received_at`` and ``events`` from the start; once delivered it
+    is kept until its expiry, its body emptied and ``ids`` holding its event ids.
     """
+    if deliveryid.parse(delivery_id) is not None:
+        return rq_job(delivery_id)
     return f"{PREFIX}delivery:{delivery_id}"
+
+
+# The prefix of the hashes of dlv_ deliveries, for the scripts that name one by its id.
+DELIVERY_PREFIX = f"{PREFIX}delivery:"
 
 
 def delivery_attempts(delivery_id: str) -> str:

@@ -13,7 +13,7 @@ from typing import Literal
 
 from redis.asyncio import Redis
 
-from svcgw import keys
+from svcgw import deliveryid, keys
 from svcgw.settings import Settings
 
 from .deadindex import CHUNK, candidates, chunks, live_ids, newest
@@ -79,7 +79,8 @@ async def replay(
                 pipe.hmget(keys.delivery(delivery_id), ["appid", "account", "dead_at"])
             owners = await pipe.execute()
         for delivery_id, (raw_appid, raw_account, raw_dead_at) in zip(chunk, owners, strict=True):
-            owner_appid = field_text(raw_appid) if raw_appid else None
+            named = deliveryid.parse(delivery_id)  # its appid even once its hash is gone
+            owner_appid = field_text(raw_appid) if raw_appid else (named[0] if named else None)
             if account is not None and (raw_account is None or field_text(raw_account) != account):
                 results.append(ReplayResult(delivery_id, None, "not_found"))
                 continue

@@ -30,7 +30,7 @@ import time
 
 from redis.asyncio import Redis
 
-from . import keys
+from . import deliveryid, deliverylist, keys
 from .errors import Missing, SvcgwError
 from .scripts import register
 from .settings import Settings
@@ -68,11 +68,20 @@ async def retry_now(redis: Redis, settings: Settings, delivery_id: str, *, accou
             args=[delivery_id, account or "", queue_key, repr(time.time())],
         )
     )
+    if outcome == 0 and deliveryid.parse(delivery_id) is not None:
+        # Named by its post and without a record: delivered, if its post and outcome are still kept.
+        try:
+            await deliverylist.show(redis, settings, delivery_id, account=account)
+        except deliverylist.NotFound:
+            pass
+        else:
+            raise NotRetrying(f"delivery {delivery_id} is delivered; only a retrying delivery can be retried now")
     if outcome == 0:
         raise NotFound(f"no delivery {delivery_id!r}")
     if outcome == -1:
         state = await redis.hget(keys.delivery(delivery_id), "state")
-        shown = {"queued": "pending"}.get(_text(state), _text(state) or "unknown")
+        # A post's delivery has no state until an attempt ends (svcgw.keys.delivery): pending.
+        shown = {"queued": "pending", "": "pending"}.get(_text(state), _text(state))
         raise NotRetrying(f"delivery {delivery_id} is {shown}; only a retrying delivery can be retried now")
     if outcome == -2:
         raise NotRetrying(f"delivery {delivery_id} is being attempted already")

@@ -34,6 +34,15 @@ def wait_for(
         time.sleep(interval)
 
 
+def is_delivered(redis: Any, delivery_id: str) -> bool:
+    """Whether the delivery is delivered: its record says so, or (named by its post) it has none left."""
+    from svcgw import deliveryid, keys
+
+    if deliveryid.parse(delivery_id) is None:
+        return bool(redis.hget(keys.delivery(delivery_id), "state") == b"delivered")
+    return not redis.exists(keys.delivery(delivery_id), keys.rq_job(delivery_id))
+
+
 def attempt_records(redis: Any, delivery_id: str) -> list[dict[str, Any]]:
     """A delivery's attempt records, oldest first, decoded, wherever they are kept (svcgw.attemptrecords)."""
     import orjson

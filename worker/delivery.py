@@ -27,6 +27,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 import orjson
 
+from svcgw import deliveryid
 from svcgw.callbacks import Destination, choose_destination, open_secret
 from svcgw.outbound import RESPONSE_SNIPPET_BYTES, Refused, Sender, SendError, TimedOut
 from svcgw.retry import next_delay
@@ -145,7 +146,8 @@ def _prepared(
         body=data["body"] or b"",
         failures=int(data["failures"] or 0),
         attempts=int(data["attempts"] or 0),
-        received_at=float(data["received_at"] or 0),
+        # A delivery named by its post has its time in its id (svcgw.deliveryid), no field.
+        received_at=float(data["received_at"] or 0) or deliveryid.received_at(delivery_id) or 0.0,
         # A dead letter taken up again (``svcgw dlq replay`` or ``rq requeue``)
         # gets one fresh attempt.
         replay=_text(data["state"]) == "dead",

@@ -159,6 +159,7 @@ class Engine:
             self.settings.queue_name,
             lease_seconds=self.settings.lease_seconds,
             failing_argument=failing.script_argument(self.settings),
+            log_retention=self.settings.log_retention,
         )
         self.sender = sender
         self.outcomes = Outcomes(self.settings, self.queue, self.on_attempt)

@@ -41,7 +41,8 @@ from typing import Any, Literal, cast
 from redis.asyncio import Redis as AsyncRedis
 from rq.utils import utcformat
 
-from svcgw import failing, keys
+from svcgw import deliveryid, failing, keys
+from svcgw.bareoutcome import OUTCOME_WINDOW, late_bucket, late_expire_at
 from svcgw.scripts import register
 from svcgw.settings import Settings
 
@@ -123,11 +124,6 @@ def _claimed(rows: Any) -> list[Claimed]:
     return result
 
 
-def _promotion(answer: Any) -> Promotion:
-    moved, following = cast(list[Any], answer)
-    return Promotion(int(moved), float(following) if following else None)
-
-
 class DeliveryQueue:
     """The queue through a ``redis.asyncio`` client (bytes, not decoded)."""
 
@@ -138,8 +134,11 @@ class DeliveryQueue:
         *,
         lease_seconds: float = 30.0,
         failing_argument: str | None = None,
+        log_retention: int = 86400,
     ) -> None:
         self.redis = redis
+        # How long a delivered delivery's bare outcome is kept, like its post in the callback log.
+        self.log_retention = log_retention
         # The finish script's thresholds for failing destinations (svcgw.failing.script_argument).
         self.failing_argument = failing_argument or failing.script_argument(Settings())
         self.name = queue_name
@@ -150,6 +149,7 @@ class DeliveryQueue:
         self.failed_key = keys.rq_failed(queue_name)
         self._claim = register(redis, "queue_claim")
         self._promote = register(redis, "queue_promote")
+        self._mark = register(redis, "queue_mark")
         # With chain.lua: a service event delivered or dead lets its instance's next one go.
         self._finish = register(redis, "queue_finish")
         self.deferred_key = keys.rq_deferred(queue_name)
@@ -192,7 +192,7 @@ class DeliveryQueue:
             worker_name,
             rq_now(),
             keys.rq_job(""),
-            keys.delivery(""),
+            keys.DELIVERY_PREFIX,
             keys.callback_instance(""),
             keys.callback_account(""),
             len(DELIVERY_FIELDS),
@@ -223,8 +223,14 @@ class DeliveryQueue:
         return await self._move(self.inflight_key, limit, front=True)
 
     async def _move(self, source_key: str, limit: int, *, front: bool) -> Promotion:
-        args: list[Any] = [time.time(), limit, keys.rq_job(""), "front" if front else "back"]
-        return _promotion(await self._promote(keys=[source_key, self.queue_key], args=args))
+        args: list[Any] = [time.time(), limit, "front" if front else "back"]
+        following, *moved = cast(list[Any], await self._promote(keys=[source_key, self.queue_key], args=args))
+        if moved:
+            # Reclaimed jobs were started; promoted ones scheduled (or, held back by a busy
+            # destination or account, scheduled by the claim).
+            had = "started" if front else "scheduled"
+            await self._mark(keys=[keys.rq_job(_text(job_id)) for job_id in moved], args=[had])
+        return Promotion(len(moved), float(following) if following else None)
 
     async def finish_many(self, items: Sequence[Finish]) -> list[bool]:
         """End claims; for each, False if the claim had been lost meanwhile (the lease ran out)."""
@@ -234,25 +240,16 @@ class DeliveryQueue:
         """End claims; for each, whether the claim was still held and what changed for its destination."""
         if not items:
             return []
-        args: list[Any] = [time.time(), rq_now(), self.failing_argument]
-        for item in items:
-            args.extend(
-                (
-                    item.kind,
-                    item.delivery_id,
-                    keys.delivery(item.delivery_id),
-                    keys.delivery_attempts(item.delivery_id),
-                    keys.rq_job(item.delivery_id),
-                    keys.dead_letters_by_appid(item.appid),
-                    item.record,
-                    "" if item.due is None else repr(item.due),
-                    item.retention,
-                    item.error,
-                    item.destination,
-                    self._chains.get(item.delivery_id, _CHAIN_UNKNOWN),
-                    item.event_ids,
-                )
-            )
+        now = time.time()
+        bucket = late_bucket(now, self.log_retention)
+        args: list[Any] = [
+            now,
+            rq_now(),
+            self.failing_argument,
+            self.log_retention,
+            late_expire_at(bucket, self.log_retention),
+            OUTCOME_WINDOW,
+        ]
         script_keys = [
             self.inflight_key,
             self.scheduled_key,
@@ -261,6 +258,32 @@ class DeliveryQueue:
             self.deferred_key,
             keys.FAILING_DESTINATIONS,
         ]
+        for item in items:
+            named = deliveryid.parse(item.delivery_id)
+            script_keys.extend(
+                (
+                    keys.delivery(item.delivery_id),
+                    keys.delivery_attempts(item.delivery_id),
+                    keys.rq_job(item.delivery_id),
+                    keys.dead_letters_by_appid(item.appid),
+                    keys.outcomes(item.appid),
+                    keys.late_outcomes(item.appid, bucket),
+                )
+            )
+            args.extend(
+                (
+                    item.kind,
+                    item.delivery_id,
+                    item.record,
+                    "" if item.due is None else repr(item.due),
+                    item.retention,
+                    item.error,
+                    item.destination,
+                    self._chains.get(item.delivery_id, _CHAIN_UNKNOWN),
+                    item.event_ids,
+                    named[1] if named else "",
+                )
+            )
         answers = cast(list[int], await self._finish(keys=script_keys, args=args))
         for item in items:
             self._chains.pop(item.delivery_id, None)  # the claim has ended
@@ -273,7 +296,8 @@ class DeliveryQueue:
         """Hand claimed jobs back to the front of the queue (shutdown)."""
         if not ids:
             return 0
-        answer = await self._release(keys=[self.inflight_key, self.queue_key], args=[keys.rq_job(""), *ids])
+        jobs = [keys.rq_job(delivery_id) for delivery_id in ids]
+        answer = await self._release(keys=[self.inflight_key, self.queue_key, *jobs], args=list(ids))
         for delivery_id in ids:
             self._chains.pop(delivery_id, None)
         return int(cast(int, answer))

@@ -14,6 +14,7 @@ from starlette.datastructures import FormData
 from starlette.requests import Request
 from starlette.responses import Response
 
+from svcgw.bareoutcome import ANSWERS_NOTE
 from svcgw.calllog import parse_since
 from svcgw.deliverylist import STATES
 
@@ -165,7 +166,9 @@ class HistoryPages(PageKit):
 
     async def delivery(self, request: Request, session: Session) -> Response:
         found = await self.service.delivery(session.account, request.path_params["delivery_id"])
-        return await self.render(request, "delivery.html", session, nav="instances", delivery=found)
+        return await self.render(
+            request, "delivery.html", session, nav="instances", delivery=found, answers_note=ANSWERS_NOTE
+        )
 
     async def retry_now(self, request: Request, session: Session) -> Response:
         delivery_id = request.path_params["delivery_id"]

@@ -1,6 +1,6 @@
 -- Claims up to ARGV[1] jobs with what their attempts need (worker.queue.DeliveryQueue.claim_batch).
 -- KEYS: queue, inflight, scheduled
--- ARGV: count, lease until, worker name, rq now, job prefix, delivery prefix,
+-- ARGV: count, lease until, worker name, rq now, job prefix, delivery prefix (dlv_ ids),
 --       instance callback prefix, account callback prefix, number of
 --       delivery fields, delivery fields..., the number of saturated
 --       destinations, then pairs of a saturated destination (a URL's netloc,
@@ -35,7 +35,11 @@ local leases = {}
 local claimed = {}
 for _, id in ipairs(ids) do
   local job = ARGV[5] .. id
-  local data = redis.call('HMGET', ARGV[6] .. id, unpack(fields))
+  -- A delivery named by its post (svcgw.deliveryid: appid-ms-seq) keeps its fields in its job
+  -- hash; a dlv_ one in a hash of its own.
+  local record = ARGV[6] .. id
+  if string.find(id, '^[%w_%-]+%-%d+%-%d+$') then record = job end
+  local data = redis.call('HMGET', record, unpack(fields))
   local config = {{}, {}, ''}
   local appid = data[1]
   if appid then

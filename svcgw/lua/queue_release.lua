@@ -1,13 +1,13 @@
 -- Hands claimed jobs back to the front of the queue (worker.queue.DeliveryQueue.release).
--- KEYS: inflight, queue
--- ARGV: job prefix, ids...
+-- KEYS: inflight, queue, then each job's hash, in the order of the ids
+-- ARGV: ids...
 -- Returns how many were still claimed and went back.
 local released = 0
-for i = 2, #ARGV do
+for i = 1, #ARGV do
   local id = ARGV[i]
   if redis.call('ZREM', KEYS[1], id) == 1 then
     redis.call('LPUSH', KEYS[2], id)
-    redis.call('HSET', ARGV[1] .. id, 'status', 'queued')
+    redis.call('HSET', KEYS[2 + i], 'status', 'queued')
     released = released + 1
   end
 end

@@ -115,6 +115,10 @@ def kind_of(key: bytes) -> str:
         return "RQ job hashes"
     if name.startswith(f"{keys.PREFIX}deliveries:"):
         return "deliveries index"  # kept until the log became the index
+    if name.startswith(keys.outcomes("")[: -len("}")]):
+        return "bare outcomes"
+    if name.startswith(keys.late_outcomes("", 0)[: -len("}:0")]):
+        return "late outcomes"
     if name.startswith(keys.dead_letters_by_appid("")):
         return "dead-letter index"
     if name.startswith(("rq:", keys.inflight(""))):

@@ -24,8 +24,10 @@ import orjson
 from cryptography.fernet import Fernet
 from redis.asyncio import Redis as AsyncRedis
 
-from svcgw import attemptrecords, keys, layout
+from svcgw import attemptrecords, deliveryid, keys, layout
+from svcgw.bareoutcome import Outcome, attempts_of
 from svcgw.ingest import Ingest
+from svcgw.outcomestore import stream_outcome
 from svcgw.receivers import receiver_path
 from svcgw.settings import Settings
 from svcgw.store import Scope, Store
@@ -560,14 +562,7 @@ def retry_timing(bench: Bench) -> dict[str, Any]:
         lambda: time.time() if bench.redis.client.zcard(scheduled) == 0 else None, 60, "promotion", interval=0.005
     )
     bench.drain(count, timeout=120)
-    started: list[float] = []
-    for chunk in range(0, len(ids), 1000):
-        with bench.redis.client.pipeline(transaction=False) as pipe:
-            for delivery_id in ids[chunk : chunk + 1000]:
-                pipe.hget(keys.delivery(delivery_id), attemptrecords.field(1))
-            for record in pipe.execute():
-                if record:
-                    started.append(float(orjson.loads(record)["at"]))
+    started = first_attempts(bench.redis.client, ids)
     late = [max(at - due, 0.0) for at in started]
 
     def lateness(p: float) -> float | None:
@@ -582,6 +577,32 @@ def retry_timing(bench: Bench) -> dict[str, Any]:
         "lateness_p99_s": lateness(99),
         "lateness_max_s": lateness(100),
     }
+
+
+def first_attempts(client: Any, ids: list[str]) -> list[float]:
+    """When each delivery's first attempt started: from its attempt record while it has one, else,
+    delivered and named by its post, from the bare outcome its instance keeps (svcgw.bareoutcome)."""
+    started: list[float] = []
+    bare: dict[str, set[str]] = {}  # appid -> log entry ids
+    for chunk in range(0, len(ids), 1000):
+        with client.pipeline(transaction=False) as pipe:
+            for delivery_id in ids[chunk : chunk + 1000]:
+                pipe.hget(keys.delivery(delivery_id), attemptrecords.field(1))
+            for delivery_id, record in zip(ids[chunk : chunk + 1000], pipe.execute(), strict=True):
+                named = deliveryid.parse(delivery_id)
+                if record:
+                    started.append(float(orjson.loads(record)["at"]))
+                elif named:
+                    bare.setdefault(named[0], set()).add(named[1])
+    for appid, entries in bare.items():
+        kept = dict(stream_outcome(fields) for _, fields in client.xrange(keys.outcomes(appid)))
+        for late in client.scan_iter(match=keys.late_outcomes(appid, 0).removesuffix("0") + "*"):
+            kept.update((entry.decode(), Outcome.from_late(value)) for entry, value in client.hgetall(late).items())
+        for entry in entries & kept.keys():
+            attempts = attempts_of(deliveryid.entry_ms(entry), kept[entry].attempts)
+            if attempts and attempts[0].at is not None:
+                started.append(attempts[0].at)
+    return started
 
 
 # --- references ------------------------------------------------------------------------

@@ -9,7 +9,7 @@ from svcgw import keys
 from svcgw.settings import Settings
 from tests.cli.commands import fails, ok, svcgw
 from tests.conftest import provision
-from tests.support import Sink, wait_for
+from tests.support import Sink, is_delivered, wait_for
 from tests.svcgw.test_deadletters import ingest
 from tests.worker.test_engine import Running
 
@@ -50,10 +50,10 @@ def test_list_show_and_retry(env: dict[str, str], sink: Sink, redis: Redis) -> N
         sink.set(status=200)
         queued = ok(env, "deliveries", "retry", failing)
         assert queued["queued"] is True and queued["id"] == failing
-        wait_for(lambda: redis.hget(keys.delivery(failing), "state") == b"delivered", timeout=10, what="delivery")
+        wait_for(lambda: is_delivered(redis, failing), timeout=10, what="delivery")
         said = svcgw(env, "deliveries", "retry", pending)
         assert said.exit_code == 0 and "queued for its next attempt now" in said.stdout
-        wait_for(lambda: redis.hget(keys.delivery(pending), "state") == b"delivered", timeout=10, what="delivery")
+        wait_for(lambda: is_delivered(redis, pending), timeout=10, what="delivery")
 
     assert "only a retrying delivery" in fails(env, "deliveries", "retry", failing)
     assert "no delivery" in fails(env, "deliveries", "show", "dlv_000000000000000000000000")

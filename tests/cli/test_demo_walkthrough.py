@@ -76,8 +76,9 @@ def test_svcgw_port_alone_and_every_printed_command_works_as_pasted(
     _shell(set_failing, shell_env, exports)
     _shell(send, shell_env, exports)
     _shell(watch, shell_env, exports)
+    named = re.compile(r"dlv_\w+|\bwe_\w+-\d+-\d+")  # svcgw.deliveryid: both forms
     listed = wait_for(
-        lambda: re.search(r"dlv_\w+", _shell(dead, shell_env, exports)), timeout=60, interval=0.5, what="a dead letter"
+        lambda: named.search(_shell(dead, shell_env, exports)), timeout=60, interval=0.5, what="a dead letter"
     )
     delivery = listed[0]
     _shell(mend, shell_env, exports)

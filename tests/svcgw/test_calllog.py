@@ -11,7 +11,7 @@ import pytest
 from redis import Redis
 from redis.asyncio import Redis as AsyncRedis
 
-from svcgw import keys
+from svcgw import calllog, keys
 from svcgw.calllog import COMPRESS_FROM, LogEntry, body_of, parse_since, stored_body
 from svcgw.calllog import read_log as read
 from svcgw.ingest import Ingest
@@ -78,11 +78,16 @@ def test_entries_are_raw_and_newest_first(settings: Settings, redis: Redis) -> N
     assert [e.id for e in read_log(settings, tenant.appid, limit=1)] == [newest.id]
     assert [e.id for e in read_log(settings, tenant.appid, before=newest.id)] == [middle.id, oldest.id]
 
-    # A delivery whose record expired is 'unknown'; a changed one shows its current state.
+    # A delivery named by its post has no record left only once delivered (svcgw.bareoutcome);
+    # a changed one shows its current state.
     redis.delete(keys.delivery(delivery_ids[0]))
-    redis.hset(keys.delivery(delivery_ids[1]), "state", "delivered")
+    redis.hset(keys.delivery(delivery_ids[1]), "state", "retrying")
     states = [e.state for e in read_log(settings, tenant.appid)]
-    assert states == [None, "delivered", "unknown"]
+    assert states == [None, "retrying", "delivered"]
+    # An entry of an earlier version names its delivery; one whose record expired is 'unknown'.
+    stream = keys.callback_log(tenant.appid)
+    redis.xadd(stream, {"body": b"{}", "received_at": "1", "delivery": "dlv_gone", "accepted": 1, "duplicates": 0})
+    assert [(e.delivery_id, e.state) for e in read_log(settings, tenant.appid, limit=1)] == [("dlv_gone", "unknown")]
 
     as_json = middle.as_dict()
     assert as_json["body"] == bodies[1].decode() and as_json["delivery_id"] == delivery_ids[1]
@@ -127,3 +132,15 @@ def test_only_what_pays_is_compressed() -> None:
     noise = b"{" + os.urandom(600)  # nothing to save: kept as it is (a post is JSON; the rule is not)
     assert stored_body(noise) == noise and body_of(noise) == noise
     assert body_of(b'{"x":1}') == b'{"x":1}' and body_of(b' {"x":1}') == b' {"x":1}'
+
+
+def test_entries_of_both_forms_read_alike() -> None:
+    post = b'{"event_type":"Msg","events":[{"id":"a"},{"id":"b"}]}'
+    older = {b"body": post, b"received_at": b"1000.25", b"delivery": b"dlv_x", b"accepted": b"1", b"duplicates": b"1"}
+    assert (calllog.received_at("1000250-0", older), calllog.counts(older)) == (1000.25, (1, 1))
+    # Named by its delivery: the time is the id's, the counts are the post's unless written.
+    assert (calllog.received_at("1000250-3", {b"body": post}), calllog.counts({b"body": post})) == (1000.25, (2, 0))
+    assert calllog.counts({b"body": post, b"x": b"1:1"}) == (1, 1)
+    assert calllog.made_delivery({b"body": post}) and calllog.made_delivery(older)
+    assert not calllog.made_delivery({b"body": post, b"x": b"0:2"})
+    assert not calllog.made_delivery({"accepted": b"0", "duplicates": b"2"})

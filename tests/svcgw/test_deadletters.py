@@ -18,7 +18,7 @@ from svcgw.deliveries import exc_info_field
 from svcgw.ingest import Ingest
 from svcgw.settings import Settings
 from tests.conftest import Tenant, provision
-from tests.worker.support import claim, finish
+from tests.worker.support import claim, claim_batch, finish
 from worker.delivery import Attempt
 from worker.queue import Finish
 
@@ -213,3 +213,23 @@ def test_replay_since_takes_only_what_died_in_that_stretch(settings: Settings, r
     assert [r.id for r in replay(settings, since=now - 60)] == [elsewhere]
     with pytest.raises(ValueError):
         replay(settings, appid=tenant.appid, all=True, since=now)
+
+
+def test_rq_requeue_of_a_dead_letter_with_one_hash(settings: Settings, redis: Redis) -> None:
+    """`rq requeue` (RQ's FailedJobRegistry.requeue) rewrites RQ's fields of the job hash it fetched,
+    which also holds the delivery's (svcgw.keys.delivery): the delivery is queued, then claimed whole."""
+    from rq.job import Job
+    from rq.registry import FailedJobRegistry
+    from rq.serializers import JSONSerializer
+
+    tenant = provision(settings)
+    delivery_id = kill(settings, tenant, "rq1", died_at=time.time())
+    assert keys.delivery(delivery_id) == keys.rq_job(delivery_id)
+    registry = FailedJobRegistry(settings.queue_name, connection=redis, serializer=JSONSerializer)
+    assert delivery_id in registry.get_job_ids()
+    registry.requeue(delivery_id)
+    assert Job.fetch(delivery_id, connection=redis, serializer=JSONSerializer).get_status() == "queued"
+    assert redis.lrange(keys.rq_queue(settings.queue_name), 0, -1) == [delivery_id.encode()]
+    (job,) = claim_batch(settings, 1)
+    assert job.delivery_id == delivery_id and job.fields["appid"] == tenant.appid.encode()
+    assert job.fields["body"] and job.fields["state"] == b"dead"  # a replay: one fresh attempt

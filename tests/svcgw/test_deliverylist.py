@@ -12,15 +12,16 @@ import pytest
 from redis import Redis
 from redis.asyncio import Redis as AsyncRedis
 
-from svcgw import deliverylist, keys
-from svcgw.deliverylist import Delivery, Invalid, NotFound, Page, build, event_ids, state_of, stored_ids
+import worker.queue as queue_module
+from svcgw import deliveryid, deliverylist, keys
+from svcgw.deliverylist import Delivery, Invalid, NotFound, Page, build, event_ids, state_of
 from svcgw.ingest import Ingest
 from svcgw.settings import Settings
 from tests.conftest import Tenant, provision
 from tests.svcgw.test_deadletters import ingest
 from tests.worker.support import claim, finish
 from worker.delivery import Attempt
-from worker.queue import Finish
+from worker.queue import DeliveryQueue, Finish
 
 T = TypeVar("T")
 
@@ -58,10 +59,11 @@ def fail_once(settings: Settings, delivery_id: str, appid: str, *, due_in: float
     assert finish(settings, Finish(delivery_id, appid, "retry", attempt.record(1), due=time.time() + due_in))
 
 
-def deliver_now(settings: Settings, delivery_id: str, appid: str, number: int = 1) -> None:
+def deliver_now(settings: Settings, delivery_id: str, appid: str, number: int = 1, event_ids: bytes = b"") -> None:
     assert claim(settings, 1) == [delivery_id]
     attempt = Attempt(ok=True, at=time.time(), duration=0.01, status=200, response='{"ok":true}', destination="d")
-    assert finish(settings, Finish(delivery_id, appid, "delivered", attempt.record(number), retention=3600))
+    done = Finish(delivery_id, appid, "delivered", attempt.record(number), retention=3600, event_ids=event_ids)
+    assert finish(settings, done)
 
 
 # --- pure ---------------------------------------------------------------------------
@@ -150,26 +152,69 @@ def test_filters_combine(settings: Settings) -> None:
         listed(settings, tenant.appid, state="lost")
 
 
-def test_a_delivered_delivery_keeps_its_event_ids_instead_of_its_body(settings: Settings, redis: Redis) -> None:
+def test_a_delivered_delivery_keeps_only_its_bare_outcome(settings: Settings, redis: Redis) -> None:
     tenant = provision(settings)
     delivery_id = post(settings, tenant, "m1", "needle")
+    fail_once(settings, delivery_id, tenant.appid, due_in=0)
+    call(settings, lambda r: DeliveryQueue(r, settings.queue_name).promote_due())
+    deliver_now(settings, delivery_id, tenant.appid, 2)
     other = post(settings, tenant, "m2")
-    body = redis.hget(keys.delivery(delivery_id), "body")
-    assert body and claim(settings, 1) == [delivery_id]
-    attempt = Attempt(ok=True, at=time.time(), duration=0.01, status=200, response="", destination="d")
-    delivered = Finish(delivery_id, tenant.appid, "delivered", attempt.record(1), retention=3600,
-                       event_ids=stored_ids(body))  # fmt: skip
-    assert finish(settings, delivered)
 
-    assert redis.hmget(keys.delivery(delivery_id), ["body", "ids"]) == [b"", b'["m1","needle"]']
-    assert shown(settings, delivery_id).event_ids == ("m1", "needle")
+    # Its records are gone; the stream holds each attempt's time, status and duration.
+    assert not redis.exists(keys.delivery(delivery_id), keys.rq_job(delivery_id))
+    ((_, fields),) = redis.xrange(keys.outcomes(tenant.appid))
+    appid, entry = deliveryid.parse(delivery_id) or ("", "")
+    assert appid == tenant.appid and b"i" not in fields
+    assert fields[b"l"] == entry.removesuffix("-0").encode()  # the ms alone for sequence 0: an integer
+    assert [part.split(b":")[1:] for part in fields[b"o"].split(b",")] == [[b"503", b"250"], [b"200", b"10"]]
+    assert 0 < redis.ttl(keys.outcomes(tenant.appid)) <= settings.log_retention
+
+    one = shown(settings, delivery_id)
+    assert (one.state, one.event_ids, one.event_type, one.account) == ("delivered", ("m1", "needle"), "Msg",
+                                                                        tenant.account)  # fmt: skip
+    assert [(a.status, a.error, a.ok, a.duration_ms, a.response, a.destination) for a in one.attempts] == [
+        (503, None, False, 250.0, "", None),
+        (200, None, True, 10.0, "", None),
+    ]
+    assert one.received_at is not None and one.delivered_at is not None and one.delivered_at >= one.received_at
     page = listed(settings, tenant.appid)
     assert [(d.id, d.state, d.event_ids) for d in page.deliveries] == [
         (other, "pending", ("m2",)),
         (delivery_id, "delivered", ("m1", "needle")),
     ]
+    assert page.deliveries[1].as_dict() == one.as_dict()
     assert [d.id for d in listed(settings, tenant.appid, event_id="needle").deliveries] == [delivery_id]
+    assert [d.id for d in listed(settings, tenant.appid, state="delivered").deliveries] == [delivery_id]
+    assert [d.id for d in listed(settings, tenant.appid, state="pending").deliveries] == [other]
     assert [d.id for d in listed(settings, tenant.appid, event_id="m2", state="pending").deliveries] == [other]
+    with pytest.raises(NotFound):
+        shown(settings, delivery_id, account=provision(settings).account)
+
+
+def test_a_late_outcome_and_one_of_a_post_with_duplicates(
+    settings: Settings, redis: Redis, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    tenant = provision(settings)
+    post(settings, tenant, "needle")
+    claim(settings, 1)
+    delivery_id = post(settings, tenant, "m1", "needle")  # needle is a repeat: only m1 goes
+    monkeypatch.setattr(queue_module, "OUTCOME_WINDOW", -1)  # every outcome is late
+    deliver_now(settings, delivery_id, tenant.appid, event_ids=b'["m1"]')
+
+    assert not redis.exists(keys.outcomes(tenant.appid))
+    (late,) = redis.keys(keys.late_outcomes(tenant.appid, 0).rsplit(":", 1)[0] + ":*")
+    assert 0 < redis.ttl(late) <= 2 * settings.log_retention
+    one = shown(settings, delivery_id)
+    assert one.state == "delivered" and one.event_ids == ("m1",) and [a.status for a in one.attempts] == [200]
+    assert listed(settings, tenant.appid, state="delivered").deliveries[0].as_dict() == one.as_dict()
+    # A copy of its job whose lease ran out meanwhile fails later: nothing is left behind.
+    failed = Attempt(ok=False, at=time.time(), duration=0.01, status=503, error="HTTP 503", destination="d")
+    assert not finish(settings, Finish(delivery_id, tenant.appid, "retry", failed.record(2), due=time.time() + 60))
+    assert not redis.exists(keys.rq_job(delivery_id)) and shown(settings, delivery_id).as_dict() == one.as_dict()
+    assert not redis.zscore(keys.rq_scheduled(settings.queue_name), delivery_id)
+    ok = Attempt(ok=True, at=time.time(), duration=0.01, status=200, response="", destination="d")
+    assert not finish(settings, Finish(delivery_id, tenant.appid, "delivered", ok.record(2)))  # nor a second outcome
+    assert not redis.exists(keys.rq_job(delivery_id), keys.outcomes(tenant.appid)) and redis.hlen(late) == 1
 
 
 def test_pages_follow_each_other_without_gaps_or_repeats(settings: Settings, redis: Redis) -> None:

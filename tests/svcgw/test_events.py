@@ -23,7 +23,7 @@ from svcgw.settings import Settings
 from svcgw.signing import sign
 from svcgw.vault import TokenVault
 from tests.conftest import Tenant, provision, run
-from tests.support import Sink
+from tests.support import Sink, is_delivered
 from tests.svcgw.test_calllog import read_log
 from tests.worker.support import claim_batch, deliver_all
 from worker.delivery import prepare_claimed
@@ -153,7 +153,7 @@ def test_a_service_event_is_signed_and_delivered_by_the_engine(settings: Setting
     # Stored sealed: the vault opens it.
     clear = TokenVault.from_settings(settings).open(secret)
     assert received.headers["x-svc-signature"] == sign(clear, timestamp, received.body)
-    assert redis.hget(keys.delivery(delivery_id), "state") == b"delivered"
+    assert is_delivered(redis, delivery_id)
 
 
 def test_an_unknown_instance_gets_no_delivery(settings: Settings, redis: Redis) -> None:

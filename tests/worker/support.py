@@ -28,6 +28,7 @@ def with_queue(settings: Settings, action: Callable[[DeliveryQueue], Awaitable[T
                 settings.queue_name,
                 lease_seconds=settings.lease_seconds,
                 failing_argument=failing.script_argument(settings),
+                log_retention=settings.log_retention,
             )
             return await action(queue)
         finally:

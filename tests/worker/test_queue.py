@@ -61,6 +61,7 @@ def test_a_retry_holds_the_next_and_delivering_it_queues_the_next(settings: Sett
     assert ended(settings, tenant, first, "retry")
     assert queued(redis, settings) == [] and deferred(redis, settings) == [second, third]
     wait_for(lambda: with_queue(settings, lambda q: q.promote_due()).moved, timeout=5, what="the retry to be due")
+    assert status(redis, first) == "queued"  # named by queue_mark.lua once moved
     assert claim(settings, 10) == [first]
     assert ended(settings, tenant, first, "delivered")
     # In the same step: the first leaves the chain, the second is queued as RQ has it.
@@ -114,6 +115,7 @@ def test_a_lost_lease_hands_the_first_back_and_the_order_holds(settings: Setting
     wait_for(lambda: with_queue(settings, lambda q: q.reclaim_expired()).moved == 1, timeout=5,
              what="the lease to run out")
     assert queued(redis, settings) == [first] and deferred(redis, settings) == [second]
+    assert status(redis, first) == "queued"
     assert chain(redis, tenant) == [first, second]
     assert claim(settings, 10) == [first]
     assert ended(settings, tenant, first, "delivered")
@@ -181,3 +183,16 @@ def test_a_dropped_service_event_lets_the_next_go(settings: Settings, redis: Red
     assert claim(settings, 10) == [first]
     assert finish(settings, Finish(first, "", "drop"))
     assert queued(redis, settings) == [second] and chain(redis, tenant) == [second]
+
+
+def test_a_job_deleted_while_scheduled_is_not_made_again_when_promoted(settings: Settings, redis: Redis) -> None:
+    tenant = provision(settings)
+    gone = service_event(settings, tenant)
+    kept = ingest(settings, tenant, b'{"event_type":"Msg","events":[{"id":"promoted"}]}')
+    for delivery_id in (gone, kept):
+        redis.lrem(keys.rq_queue(settings.queue_name), 0, delivery_id)
+        redis.zadd(keys.rq_scheduled(settings.queue_name), {delivery_id: time.time() - 1})
+        redis.hset(keys.rq_job(delivery_id), "status", "scheduled")
+    redis.delete(keys.rq_job(gone))  # rq's tools
+    assert with_queue(settings, lambda q: q.promote_due()).moved == 2
+    assert not redis.exists(keys.rq_job(gone)) and status(redis, kept) == "queued"

@@ -21,7 +21,7 @@ from tests.conftest import with_store
 from tests.receiver.console import test_browser
 from tests.receiver.console.conftest import Developer
 from tests.receiver.console.test_browser import Shots
-from tests.support import Sink, ThreadedWorker, wait_for
+from tests.support import Sink, ThreadedWorker, is_delivered, wait_for
 
 pytestmark = test_browser.pytestmark
 # The same real server process and Chromium as the console's other browser test.
@@ -106,7 +106,7 @@ def test_deliveries_page_in_a_browser(
     page.locator("li.delivery", has_text="br1").locator("button", has_text="Retry now").click()
     page.locator("#flash").wait_for()
     assert "Queued for its next attempt now" in page.inner_text("#flash")
-    wait_for(lambda: redis.hget(keys.delivery(delivery_id), "state") == b"delivered", timeout=15, what="delivery")
+    wait_for(lambda: is_delivered(redis, delivery_id), timeout=15, what="delivery")
     page.goto(f"{server}/console/instances/{appid}/deliveries")
     delivered = page.locator("li.delivery", has_text="br1")
     assert delivered.get_attribute("data-state") == "delivered"

@@ -14,7 +14,7 @@ from tests.conftest import Tenant
 from tests.receiver.console.conftest import ConsoleClient, Developer
 from tests.receiver.console.test_pages import csrf_of, signed_in
 from tests.svcgw.test_deadletters import ingest, kill
-from tests.svcgw.test_deliverylist import fail_once
+from tests.svcgw.test_deliverylist import deliver_now, fail_once
 
 NO_DELIVERY = {"code": -40404, "message": "no such delivery", "data": None}
 
@@ -188,5 +188,23 @@ def test_pages_list_deliveries_retry_now_and_show_the_failing_banner(
         assert redis.zscore(keys.rq_failed("svcgw"), letter) is None
         bad = http.post("/console/dead-letters/replay", data={"csrf_token": csrf, "scope": "since", "since": "x"})
         assert bad.status_code == 400
+    finally:
+        http.close()
+
+
+def test_a_delivered_delivery_shows_its_bare_outcome_and_says_what_is_kept(
+    server: str, console: ConsoleClient, developer: Developer, settings: Settings
+) -> None:
+    mine = tenant_of(developer)
+    deliver_now(settings, delivered := post(settings, mine, "d1"), mine.appid)
+    shown = console.get(f"/deliveries/{delivered}").json()["data"]
+    assert shown["state"] == "delivered" and shown["event_ids"] == ["d1"]
+    assert [(a["status"], a["response"], a["destination"]) for a in shown["attempts"]] == [(200, "", None)]
+    listed = console.get(f"/instances/{mine.appid}/deliveries?state=delivered").json()["data"]["deliveries"]
+    assert listed == [shown]
+    http, _ = signed_in(server, developer.key)
+    try:
+        detail = http.get(f"/console/deliveries/{delivered}")
+        assert detail.status_code == 200 and "kept only for deliveries that did not succeed" in detail.text
     finally:
         http.close()
