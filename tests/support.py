@@ -82,7 +82,7 @@ class Received:
     at: float
 
 
-class _Listening(ThreadingHTTPServer):
+class ListeningServer(ThreadingHTTPServer):
     # socketserver's default backlog is 5: a worker opening many connections at once would have its
     # SYNs dropped and retried after 1, 3, 7 s, stalling deliveries for reasons no service has.
     request_queue_size = 256
@@ -135,7 +135,7 @@ class Sink:
             def log_message(self, format: str, *args: Any) -> None:
                 pass
 
-        self.server = _Listening(("127.0.0.1", 0), Handler)
+        self.server = ListeningServer(("127.0.0.1", 0), Handler)
         self.server.daemon_threads = True
         threading.Thread(target=self.server.serve_forever, daemon=True).start()
         return self

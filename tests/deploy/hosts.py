@@ -24,7 +24,7 @@ from typing import Any
 import orjson
 import pytest
 
-from tests.support import Process
+from tests.support import ListeningServer, Process
 
 PREFIX = "svcgw-"
 
@@ -184,7 +184,7 @@ class HostSink:
             def log_message(self, format: str, *args: Any) -> None:
                 pass
 
-        self.server = ThreadingHTTPServer((self.host, 0), Handler)
+        self.server = ListeningServer((self.host, 0), Handler)
         self.server.daemon_threads = True
         threading.Thread(target=self.server.serve_forever, daemon=True).start()
         return self
