@@ -2,8 +2,9 @@
 
 The cost of sharding, in one run: each round measures one shard and N shards (the order swapped
 every round), each on its own ``redis-server``s with the append-only file and ``appendfsync
-always``, with one ``svcgw serve`` (two HTTP workers) and two ``svcgw worker`` processes of this
-checkout, and 100 instances placed as ``device/create`` places them.
+always`` (``--appendfsync everysec``: the usual production choice), with one ``svcgw serve``
+(two HTTP workers) and two ``svcgw worker`` processes of this checkout, and 100 instances placed
+as ``device/create`` places them.
 
 1. **ingest at saturation**: wrk posts the benchmark's 84-byte post for ``--seconds`` at 64
    connections over the 100 receivers, no worker running;
@@ -112,11 +113,11 @@ def register(settings: Settings, ports: list[int]) -> list[Tenant]:
     return asyncio.run(run())
 
 
-def measure(count: int, workdir: Path, seconds: float) -> dict[str, Any]:
+def measure(count: int, workdir: Path, seconds: float, appendfsync: str = "always") -> dict[str, Any]:
     """Ingest at saturation, then the drain, on ``count`` shards of their own."""
     for i in range(count):
         (workdir / f"shard{i}").mkdir()
-    servers = [RedisServer(workdir / f"shard{i}", "always").start() for i in range(count)]
+    servers = [RedisServer(workdir / f"shard{i}", appendfsync).start() for i in range(count)]
     sink = Sink()
     roles: list[Role] = []
     try:
@@ -206,6 +207,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--shards", type=int, default=3)
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--seconds", type=float, default=8.0)
+    parser.add_argument("--appendfsync", choices=("always", "everysec"), default="always")
     parser.add_argument("--short", action="store_true", help="one round of one second (a smoke test)")
     args = parser.parse_args(argv)
     if wrk_path() is None:
@@ -222,10 +224,11 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"... round {n + 1} of {rounds}: {count} shard(s)", file=sys.stderr, flush=True)
                 path = Path(tmp) / f"{name}-{n}"
                 path.mkdir()
-                this[name] = measure(count, path, seconds)
+                this[name] = measure(count, path, seconds, args.appendfsync)
             measured.append(this)
     figures = summarise(measured, args.shards)
-    figures["setup"] = {"shards": args.shards, "rounds": rounds, "seconds": seconds, "instances": INSTANCES,
+    figures["setup"] = {"shards": args.shards, "appendfsync": args.appendfsync, "rounds": rounds, "seconds": seconds,
+                        "instances": INSTANCES,
                         "mode": "short" if args.short else "full",
                         "elapsed_s": round(time.monotonic() - started, 1)}  # fmt: skip
     for name in ("one", "n"):
