@@ -71,7 +71,7 @@ class TreeBench(Bench):
         self.server = TreeRole(["serve"], dict(self.env, SVCGW_PORT=port), self.workdir / "serve.log", self.tree)
         self.server.start()
         self.base = f"http://127.0.0.1:{port}"
-        wait_until(lambda: _ready(self.base), 30, f"svcgw serve of {self.tree}")
+        wait_until(lambda: ready(self.base), 30, f"svcgw serve of {self.tree}")
 
     def start_workers(self) -> None:
         self.workers = [
@@ -80,7 +80,8 @@ class TreeBench(Bench):
         ]
 
 
-def _ready(base: str) -> bool:
+def ready(base: str) -> bool:
+    """Whether the server at ``base`` answers ``/readyz`` with 200."""
     import httpx
 
     try:
@@ -105,7 +106,7 @@ def measure(tree: Tree, workdir: Path, seconds: float, short: bool) -> dict[str,
                                             cpu_seconds(serve_pids))  # fmt: skip
         posted = saturate_with_wrk(bench, seconds, 64, prefix=f"{tree.name}-")
         queue = keys.rq_queue(bench.settings.queue_name)
-        stored = _settled(lambda: int(bench.redis.client.llen(queue)))
+        stored = settled(lambda: int(bench.redis.client.llen(queue)))
         used1, commands1, redis1, serve1 = (bench.redis.used_memory(), bench.redis.commands(), redis_cpu(bench),
                                             cpu_seconds(serve_pids))  # fmt: skip
         bench.sink.reset()
@@ -139,7 +140,7 @@ def measure(tree: Tree, workdir: Path, seconds: float, short: bool) -> dict[str,
     }  # fmt: skip
 
 
-def _settled(read: Any, quiet: float = 0.5, timeout: float = 30.0) -> int:
+def settled(read: Any, quiet: float = 0.5, timeout: float = 30.0) -> int:
     """``read()`` once it stopped changing for ``quiet`` seconds: posts cut off by wrk's end still land."""
     deadline = time.monotonic() + timeout
     last, since = read(), time.monotonic()
@@ -209,9 +210,13 @@ def main(argv: list[str] | None = None) -> int:
     figures["setup"] = {"before": args.before, "rounds": rounds, "seconds": seconds, "mode": "short" if args.short
                         else "full", "elapsed_s": round(time.monotonic() - started, 1)}  # fmt: skip
     print("\n".join(table(figures)))
-    judged = verdict.judge(figures, TARGETS) if args.before else []
+    return conclude(figures, verdict.judge(figures, TARGETS) if args.before else [], short=args.short)
+
+
+def conclude(figures: dict[str, Any], judged: list[verdict.Judged], *, short: bool) -> int:
+    """The targets' rows, the verdict line and the JSON line last; the exit status."""
     figures["targets"] = {j.name: j.as_json() for j in judged}
-    figures["verdict"] = verdict.summary(judged, short=args.short)
+    figures["verdict"] = verdict.summary(judged, short=short)
     print("\n".join(verdict.rows(figures["targets"])))
     print(verdict.line(figures["verdict"]))
     print(orjson.dumps(figures).decode(), flush=True)

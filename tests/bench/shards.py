@@ -33,8 +33,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import httpx
-import orjson
 from cryptography.fernet import Fernet
 
 from svcgw import keys, layout
@@ -48,6 +46,7 @@ from svcgw.vault import TokenVault
 from tests.support import free_port
 
 from . import verdict
+from .pipeline import conclude, ready, settled
 from .scenarios import Tenant, rate_of, saturate_with_wrk
 from .services import RedisServer, Role, Sink, wait_until, wrk_path
 from .verdict import Need, Target
@@ -73,13 +72,6 @@ class Rig:
     workdir: Path
     fast: list[Tenant] = field(default_factory=list)
     base: str = ""
-
-
-def _ready(base: str) -> bool:
-    try:
-        return httpx.get(base + "/readyz", timeout=1, trust_env=False).status_code == 200
-    except httpx.HTTPError:
-        return False
 
 
 def _cpu(server: RedisServer) -> float:
@@ -132,11 +124,11 @@ def measure(count: int, workdir: Path, seconds: float, appendfsync: str = "alway
         port = free_port()
         roles.append(Role(["serve"], dict(env, SVCGW_PORT=str(port)), workdir / "serve.log").start())
         rig.base = f"http://127.0.0.1:{port}"
-        wait_until(lambda: _ready(rig.base), 30, "svcgw serve")
+        wait_until(lambda: ready(rig.base), 30, "svcgw serve")
         used0, cpu0 = [s.used_memory() for s in servers], [_cpu(s) for s in servers]
         posted = saturate_with_wrk(rig, seconds, 64, prefix=f"n{count}-")
         queue = keys.rq_queue(settings.queue_name)
-        stored = _settled(lambda: sum(int(s.client.llen(queue)) for s in servers))
+        stored = settled(lambda: sum(int(s.client.llen(queue)) for s in servers))
         sink.reset()
         roles += [Role(["worker"], env, workdir / f"worker-{n}.log").start() for n in range(2)]
         deadline = time.monotonic() + 180
@@ -169,20 +161,6 @@ def measure(count: int, workdir: Path, seconds: float, appendfsync: str = "alway
 
 def _shard_of(token: str) -> int:
     return shard_of_token(token) or 0
-
-
-def _settled(read: Any, quiet: float = 0.5, timeout: float = 30.0) -> int:
-    """``read()`` once it stopped changing for ``quiet`` seconds: posts cut off by wrk's end still land."""
-    deadline = time.monotonic() + timeout
-    last, since = read(), time.monotonic()
-    while time.monotonic() < deadline:
-        time.sleep(0.1)
-        now = read()
-        if now != last:
-            last, since = now, time.monotonic()
-        elif time.monotonic() - since >= quiet:
-            break
-    return int(last)
 
 
 def summarise(rounds: list[dict[str, dict[str, Any]]], count: int) -> dict[str, Any]:
@@ -234,13 +212,7 @@ def main(argv: list[str] | None = None) -> int:
     for name in ("one", "n"):
         print(f"{name:>4}: " + ", ".join(f"{k} {v}" for k, v in figures[name].items()))
     print(f"N/1: {figures['ratios']}")
-    judged = verdict.judge(figures, TARGETS)
-    figures["targets"] = {j.name: j.as_json() for j in judged}
-    figures["verdict"] = verdict.summary(judged, short=args.short)
-    print("\n".join(verdict.rows(figures["targets"])))
-    print(verdict.line(figures["verdict"]))
-    print(orjson.dumps(figures).decode(), flush=True)
-    return verdict.exit_status(figures["verdict"])
+    return conclude(figures, verdict.judge(figures, TARGETS), short=args.short)
 
 
 if __name__ == "__main__":
