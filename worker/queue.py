@@ -154,8 +154,8 @@ class DeliveryQueue:
         self._finish = register(redis, "queue_finish")
         self.deferred_key = keys.rq_deferred(queue_name)
         self._release = register(redis, "queue_release")
-        # The chain key of each claim this queue holds ("" for a customer event), read
-        # with the claim, so that finishing a customer event costs no read of its own.
+        # The chain key of each claim this queue holds ("" for a customer event), known from
+        # the claim, so that finishing a customer event costs no read of its own.
         self._chains: dict[str, str] = {}
 
     async def wait(self, timeout: float) -> bool:
@@ -206,7 +206,10 @@ class DeliveryQueue:
         rows = await self._claim(keys=[self.queue_key, self.inflight_key, self.scheduled_key], args=args)
         claimed = _claimed(rows)
         for job in claimed:
-            self._chains[job.delivery_id] = _text(job.fields.get("chain") or b"")
+            # The field names the chain as it was named when queued (perhaps untagged, before the
+            # upgrade renamed it: svcgw.retag); the instance's tagged name is the one to touch.
+            appid = _text(job.fields.get("appid") or b"")
+            self._chains[job.delivery_id] = keys.service_events(appid) if job.fields.get("chain") and appid else ""
         return claimed
 
     async def extend(self, ids: Sequence[str]) -> None:
@@ -258,8 +261,10 @@ class DeliveryQueue:
             self.deferred_key,
             keys.FAILING_DESTINATIONS,
         ]
+        chains = await self._chain_keys(items)
         for item in items:
             named = deliveryid.parse(item.delivery_id)
+            chain = self._chains.get(item.delivery_id, _CHAIN_UNKNOWN)
             script_keys.extend(
                 (
                     keys.delivery(item.delivery_id),
@@ -268,6 +273,7 @@ class DeliveryQueue:
                     keys.dead_letters_by_appid(item.appid),
                     keys.outcomes(item.appid),
                     keys.late_outcomes(item.appid, bucket),
+                    chains[item.delivery_id],
                 )
             )
             args.extend(
@@ -279,7 +285,7 @@ class DeliveryQueue:
                     item.retention,
                     item.error,
                     item.destination,
-                    self._chains.get(item.delivery_id, _CHAIN_UNKNOWN),
+                    chain,
                     item.event_ids,
                     named[1] if named else "",
                 )
@@ -291,6 +297,24 @@ class DeliveryQueue:
             Finished(bool(x & 1), bool(x & failing.STARTED), bool(x & failing.RECOVERED))
             for x in (int(answer) for answer in answers)
         ]
+
+    async def _chain_keys(self, items: Sequence[Finish]) -> dict[str, str]:
+        """Each item's service-event chain key, for the finish's KEYS (touched only for a service event).
+
+        Known from the claim, or the instance's; a claim this queue did not make, of an item
+        without its appid (a drop), costs a read of the delivery's appid.
+        """
+        found = {item.delivery_id: self._chains.get(item.delivery_id) or keys.service_events(item.appid)
+                 for item in items}  # fmt: skip
+        unknown = [i.delivery_id for i in items if not i.appid and i.delivery_id not in self._chains]
+        if unknown:
+            async with self.redis.pipeline(transaction=False) as pipe:
+                for delivery_id in unknown:
+                    pipe.hget(keys.delivery(delivery_id), "appid")
+                appids = await pipe.execute()
+            for delivery_id, appid in zip(unknown, appids, strict=True):
+                found[delivery_id] = keys.service_events(_text(appid or b""))
+        return found
 
     async def release(self, ids: Sequence[str]) -> int:
         """Hand claimed jobs back to the front of the queue (shutdown)."""

@@ -1,13 +1,15 @@
 -- Ends claims: records attempts and moves each job on (worker.queue.DeliveryQueue.finish_many).
 -- chain.lua is prepended: a service event delivered, dead or dropped lets its instance's next one go.
--- KEYS: inflight, scheduled, failed, queue, deferred, failing destinations, then 6 per job:
+-- KEYS: inflight, scheduled, failed, queue, deferred, failing destinations, then 7 per job:
 --       delivery (the job hash itself for a delivery named by its post: svcgw.keys.delivery),
---       old attempts list (svcgw.attemptrecords), job, dead index, outcome stream, late outcomes hash
+--       old attempts list (svcgw.attemptrecords), job, dead index, outcome stream, late outcomes
+--       hash, its instance's service-event chain (touched only for a service event)
 -- ARGV: now, rq ended_at, 'failing after:forget after' (seconds), log retention (seconds),
 --       late hash expiry (unix seconds), outcome window (seconds), then 10 per job: kind, id,
 --       attempt record, due (retry, defer) or expiry (dead), ttl of the delivery record,
 --       error text (zlib), destination ('' when the attempt had none), chain
---       (the service-event chain key, '' for a customer event, '?' if unknown),
+--       (non-empty for a service event, '' for a customer event, '?' if unknown: the
+--       delivery's own 'chain' field says; its value, a key name, may be one of before the tags),
 --       event ids (delivered: a JSON list kept instead of the body; '' keeps the body),
 --       log entry id of the post (svcgw.deliveryid; '' for a dlv_ delivery)
 -- A delivered delivery with a log entry id keeps only its bare outcome (svcgw.bareoutcome): its
@@ -15,7 +17,7 @@
 -- than the outcome window after its post. A dlv_ delivery keeps its hash until its ttl, as before.
 -- Returns per job: 1 if the claim was still ours, else 0; plus 2 when this
 -- attempt's destination started failing, 4 when it recovered (svcgw.failing).
-local HEAD, PER, KHEAD, KPER = 6, 10, 6, 6
+local HEAD, PER, KHEAD, KPER = 6, 10, 6, 7
 local n = (#ARGV - HEAD) / PER
 if n < 1 then return {} end
 local ids = {}
@@ -193,7 +195,7 @@ for i = 0, n - 1 do
   if kind == 'delivered' or kind == 'drop' or (kind == 'dead' and claimed == 1) then
     local chain = ARGV[b + 7]
     if chain == '?' then chain = chain_of_bare or redis.call('HGET', delivery, 'chain') end
-    if chain and chain ~= '' then chain_finished(chain, delivery, job, id, KEYS[4], KEYS[5], ARGV[2]) end
+    if chain and chain ~= '' then chain_finished(KEYS[kb + 6], delivery, job, id, KEYS[4], KEYS[5], ARGV[2]) end
   end
   results[i + 1] = claimed + failing
 end
