@@ -57,6 +57,7 @@ from rq.serializers import JSONSerializer
 from rq.utils import utcformat
 
 from . import keys
+from .chainkeys import member_keys
 from .envelope import build_envelope
 from .scripts import text
 from .settings import Settings
@@ -232,8 +233,12 @@ def queue_delivery(
     events: Sequence[dict[str, Any]],
     delivery_id: str,
     now: float,
+    chain: Sequence[str],
 ) -> None:
     """Add to ``pipe`` (sync or asyncio, in MULTI mode) the command that queues one service-event delivery.
+
+    ``chain``: the ids in the instance's service-event chain, as read under the transaction's
+    WATCH of it (:mod:`svcgw.chainkeys`): the script touches their hashes, so it names them.
 
     Only buffers: one ``EVAL`` of ``queue_delivery`` (:mod:`svcgw.scripts`), which writes the same
     records as the ingest script writes for an accepted post, with the events
@@ -246,6 +251,7 @@ def queue_delivery(
     if any("seq" in event for event in events):
         raise ValueError("service events get their seq when queued; the event objects must not have one")
     pieces = seq_pieces(appid, event_type, events)
+    chain = list(chain)
     queue_key = keys.rq_queue(settings.queue_name)
     job = job_fields(
         delivery_id,
@@ -255,7 +261,7 @@ def queue_delivery(
     )
     pipe.eval(
         text("queue_delivery"),
-        8,
+        8 + 2 * len(chain),
         keys.delivery(delivery_id),
         keys.rq_job(delivery_id),
         queue_key,
@@ -264,6 +270,7 @@ def queue_delivery(
         keys.service_events(appid),
         keys.service_event_seq(appid),
         keys.rq_deferred(settings.queue_name),
+        *member_keys(chain),
         appid,
         account,
         event_type,
@@ -273,9 +280,9 @@ def queue_delivery(
         queue_key,
         settings.log_retention,
         job["enqueued_at"],
-        keys.rq_job(""),
-        keys.DELIVERY_PREFIX,
+        len(chain),
         len(pieces),
+        *chain,
         *pieces,
         *(part for name, value in job.items() for part in (name, value)),
     )

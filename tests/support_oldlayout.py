@@ -31,6 +31,7 @@ from svcgw.deliveries import (
 from svcgw.envelope import build_envelope, parse_post
 from svcgw.settings import Settings
 from tests.conftest import Tenant
+from tests.support import service_chain
 
 # The ingest script's delivery write and log entry of that version (delivery.lua), verbatim but
 # for taking its keys and arguments directly; the de-duplication keys were strings with a TTL.
@@ -151,7 +152,8 @@ def service_event(redis: Redis, settings: Settings, tenant: Tenant, kind: str) -
             redis.rename(old, new)
     with redis.pipeline(transaction=True) as pipe:
         queue_delivery(pipe, settings, appid=tenant.appid, account=tenant.account, event_type=kind,
-                       events=[{"id": f"{kind}-before"}], delivery_id=delivery_id, now=time.time())  # fmt: skip
+                       events=[{"id": f"{kind}-before"}], delivery_id=delivery_id, now=time.time(),
+                       chain=service_chain(redis, tenant.appid))  # fmt: skip
         pipe.execute()
     untag(redis, tenant.appid)
     return delivery_id

@@ -41,7 +41,7 @@ from typing import Any, Literal, cast
 from redis.asyncio import Redis as AsyncRedis
 from rq.utils import utcformat
 
-from svcgw import deliveryid, failing, keys
+from svcgw import chainkeys, deliveryid, failing, keys
 from svcgw.bareoutcome import OUTCOME_WINDOW, late_bucket, late_expire_at
 from svcgw.scripts import register
 from svcgw.settings import Settings
@@ -64,6 +64,8 @@ DELIVERY_FIELDS = ("appid", "account", "event_type", "body", "failures", "state"
 
 # What the finish script is told of a claim this queue did not make: look its chain up.
 _CHAIN_UNKNOWN = "?"
+# The finish's answer bit for a chain whose front it could not advance (svcgw.chainkeys).
+_CHAIN_UNNAMED = 8
 
 
 @dataclass(frozen=True)
@@ -243,15 +245,21 @@ class DeliveryQueue:
         """End claims; for each, whether the claim was still held and what changed for its destination."""
         if not items:
             return []
-        now = time.time()
+        chains = await self._chain_keys(items)
+        # The chains this batch may advance, read now: only a service event's (or a claim's not ours).
+        touched = dict.fromkeys(chains[i.delivery_id] for i in items if self._chains.get(i.delivery_id) != "")
+        members = await chainkeys.read(self.redis, list(touched))
+        now, ended = time.time(), rq_now()
         bucket = late_bucket(now, self.log_retention)
         args: list[Any] = [
             now,
-            rq_now(),
+            ended,
             self.failing_argument,
             self.log_retention,
             late_expire_at(bucket, self.log_retention),
             OUTCOME_WINDOW,
+            len(members),
+            *members,
         ]
         script_keys = [
             self.inflight_key,
@@ -261,7 +269,6 @@ class DeliveryQueue:
             self.deferred_key,
             keys.FAILING_DESTINATIONS,
         ]
-        chains = await self._chain_keys(items)
         for item in items:
             named = deliveryid.parse(item.delivery_id)
             chain = self._chains.get(item.delivery_id, _CHAIN_UNKNOWN)
@@ -290,13 +297,14 @@ class DeliveryQueue:
                     named[1] if named else "",
                 )
             )
-        answers = cast(list[int], await self._finish(keys=script_keys, args=args))
-        for item in items:
+        script_keys.extend(chainkeys.member_keys(members))
+        answers = [int(x) for x in cast(list[Any], await self._finish(keys=script_keys, args=args))]
+        for item, answer in zip(items, answers, strict=True):
             self._chains.pop(item.delivery_id, None)  # the claim has ended
-        return [
-            Finished(bool(x & 1), bool(x & failing.STARTED), bool(x & failing.RECOVERED))
-            for x in (int(answer) for answer in answers)
-        ]
+            if answer & _CHAIN_UNNAMED:
+                # A service event queued after the read reached the chain's front.
+                await chainkeys.advance(self.redis, chains[item.delivery_id], self.queue_key, self.deferred_key, ended)
+        return [Finished(bool(x & 1), bool(x & failing.STARTED), bool(x & failing.RECOVERED)) for x in answers]
 
     async def _chain_keys(self, items: Sequence[Finish]) -> dict[str, str]:
         """Each item's service-event chain key, for the finish's KEYS (touched only for a service event).

@@ -12,7 +12,7 @@ from svcgw.deliveries import new_delivery_id, queue_delivery
 from svcgw.settings import Settings
 from tests import support_oldlayout as old
 from tests.conftest import provision
-from tests.support import Sink, is_delivered, wait_for
+from tests.support import Sink, is_delivered, service_chain, wait_for
 from tests.svcgw.test_deadletters import ingest, list_dead, replay
 from tests.svcgw.test_deliverylist import listed, shown
 from tests.worker.test_engine import Running
@@ -81,7 +81,8 @@ def test_service_events_of_before_keep_their_order_and_seq_under_the_tagged_name
     with redis.pipeline(transaction=True) as pipe:
         later = new_delivery_id()
         queue_delivery(pipe, settings, appid=tenant.appid, account=tenant.account, event_type="InstanceOffline",
-                       events=[{"id": "after"}], delivery_id=later, now=time.time())  # fmt: skip
+                       events=[{"id": "after"}], delivery_id=later, now=time.time(),
+                       chain=service_chain(redis, tenant.appid))  # fmt: skip
         (first_seq,) = pipe.execute()
     assert first_seq == 3  # the seq of before goes on
     with Running(settings):
