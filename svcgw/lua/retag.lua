@@ -13,6 +13,13 @@ local function keep_expiry(key, a, b)
   elseif a > 0 or b > 0 then redis.call('PEXPIRE', key, math.max(a, b)) end
 end
 
+-- The old key, holding both's contents now, takes the new name.
+local function rename_merged(old, new, ttl_old, ttl_new)
+  redis.call('RENAME', old, new)
+  keep_expiry(new, ttl_old, ttl_new)
+  merged = merged + 1
+end
+
 local function parse_id(id)
   local ms, seq = string.match(id, '^(%d+)-(%d+)$')
   return tonumber(ms), tonumber(seq)
@@ -45,9 +52,7 @@ local function merge_log(old, new, ttl_old, ttl_new)
   for _, entry in ipairs(redis.call('XRANGE', new, '-', '+')) do
     redis.call('XADD', old, entry[1], unpack(entry[2]))
   end
-  redis.call('RENAME', old, new)
-  keep_expiry(new, ttl_old, ttl_new)
-  merged = merged + 1
+  rename_merged(old, new, ttl_old, ttl_new)
 end
 
 local function merge_list(old, new, ttl_old, ttl_new)
@@ -56,9 +61,7 @@ local function merge_list(old, new, ttl_old, ttl_new)
   for i = 1, #ids, 1000 do
     redis.call('RPUSH', old, unpack(ids, i, math.min(i + 999, #ids)))
   end
-  redis.call('RENAME', old, new)
-  keep_expiry(new, ttl_old, ttl_new)
-  merged = merged + 1
+  rename_merged(old, new, ttl_old, ttl_new)
 end
 
 local function merge_set(old, new, ttl_old, ttl_new)
