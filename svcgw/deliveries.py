@@ -17,9 +17,10 @@ retrying. The instance's undelivered service events wait in a list,
 each of the others waits as an RQ job with status ``deferred`` in RQ's
 deferred registry. The script that records a delivery as delivered or dead
 (``svcgw/lua/queue_finish.lua``) takes it off the list and queues the next,
-in the same step. A worker killed mid-attempt holds nothing of the list:
-its job goes back to the queue when its lease runs out, still first. One
-that vanishes without ending (its job deleted with rq's own command-line
+in the same step. Both scripts touch only the keys they are given: the caller
+reads the list and names its members' hashes (:mod:`svcgw.chainkeys`).
+A worker killed mid-attempt holds nothing of the list: its job goes back
+to the queue when its lease runs out, still first. One that vanishes without ending (its job deleted with rq's own command-line
 tools, its data evicted) is skipped when the instance's next service event
 is queued.
 A dead service event that is replayed (``svcgw dlq replay``) is in no list

@@ -1,5 +1,10 @@
 """Every Redis key name the service uses, in one place.
 
+Every key that belongs to one instance and to its traffic (its log, de-duplication window,
+outcomes, dead index, service-event list and seq) carries the instance's shard tag ``{<appid>}``,
+so that every script touches keys of one instance's slot (docs/redis-layout.md, "Names and shard
+tags"); :func:`untagged_instance_keys` spells the names of before, for the upgrade (svcgw.retag).
+
 RQ's own keys (``rq:queue:<name>``, ``rq:job:<id>``, ``rq:failed:<name>``,
 ``rq:scheduled:<name>``) are named by RQ; the functions at the bottom spell
 them out only because the ingest and delivery scripts touch them directly,
