@@ -20,9 +20,9 @@ deferred registry. The script that records a delivery as delivered or dead
 in the same step. Both scripts touch only the keys they are given: the caller
 reads the list and names its members' hashes (:mod:`svcgw.chainkeys`).
 A worker killed mid-attempt holds nothing of the list: its job goes back
-to the queue when its lease runs out, still first. One that vanishes without ending (its job deleted with rq's own command-line
-tools, its data evicted) is skipped when the instance's next service event
-is queued.
+to the queue when its lease runs out, still first. One that vanishes
+without ending (its job deleted with rq's own command-line tools, its data
+evicted) is skipped when the instance's next service event is queued.
 A dead service event that is replayed (``svcgw dlq replay``) is in no list
 any more: it gets its one attempt at once, neither waiting for nor holding
 back the instance's later service events, and keeps its ``seq``, by which
