@@ -1,6 +1,6 @@
 """Reading the callback log: every post the receiver accepted, as it was received.
 
-The receiver appends each post to the stream ``svcgw:log:<appid>`` and
+The receiver appends each post to the stream ``svcgw:log:{<appid>}`` and
 trims it to ``SVCGW_LOG_RETENTION``. Bodies come back as the exact bytes
 received, so the (``redis.asyncio``) client must not decode responses.
 

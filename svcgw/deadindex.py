@@ -2,7 +2,7 @@
 
 The source of truth is RQ's failed registry (``rq:failed:<queue>``): its
 members are delivery ids scored by their expiry, and only a member whose
-score is still in the future is a dead letter. ``svcgw:dead:<appid>`` is an
+score is still in the future is a dead letter. ``svcgw:dead:{<appid>}`` is an
 index by instance for fast listing; it may still hold ids that were replayed
 by ``rq requeue`` or that expired, so every id read from it is checked
 against the registry (:func:`live_ids`). Read by :mod:`svcgw.deadletters`

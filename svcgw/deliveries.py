@@ -17,11 +17,12 @@ retrying. The instance's undelivered service events wait in a list,
 each of the others waits as an RQ job with status ``deferred`` in RQ's
 deferred registry. The script that records a delivery as delivered or dead
 (``svcgw/lua/queue_finish.lua``) takes it off the list and queues the next,
-in the same step. A worker killed mid-attempt holds nothing of the list:
-its job goes back to the queue when its lease runs out, still first. One
-that vanishes without ending (its job deleted with rq's own command-line
-tools, its data evicted) is skipped when the instance's next service event
-is queued.
+in the same step. Both scripts touch only the keys they are given: the caller
+reads the list and names its members' hashes (:mod:`svcgw.chainkeys`).
+A worker killed mid-attempt holds nothing of the list: its job goes back
+to the queue when its lease runs out, still first. One that vanishes
+without ending (its job deleted with rq's own command-line tools, its data
+evicted) is skipped when the instance's next service event is queued.
 A dead service event that is replayed (``svcgw dlq replay``) is in no list
 any more: it gets its one attempt at once, neither waiting for nor holding
 back the instance's later service events, and keeps its ``seq``, by which
@@ -57,6 +58,7 @@ from rq.serializers import JSONSerializer
 from rq.utils import utcformat
 
 from . import keys
+from .chainkeys import member_keys
 from .envelope import build_envelope
 from .scripts import text
 from .settings import Settings
@@ -232,8 +234,12 @@ def queue_delivery(
     events: Sequence[dict[str, Any]],
     delivery_id: str,
     now: float,
+    chain: Sequence[str],
 ) -> None:
     """Add to ``pipe`` (sync or asyncio, in MULTI mode) the command that queues one service-event delivery.
+
+    ``chain``: the ids in the instance's service-event chain, as read under the transaction's
+    WATCH of it (:mod:`svcgw.chainkeys`): the script touches their hashes, so it names them.
 
     Only buffers: one ``EVAL`` of ``queue_delivery`` (:mod:`svcgw.scripts`), which writes the same
     records as the ingest script writes for an accepted post, with the events
@@ -246,6 +252,7 @@ def queue_delivery(
     if any("seq" in event for event in events):
         raise ValueError("service events get their seq when queued; the event objects must not have one")
     pieces = seq_pieces(appid, event_type, events)
+    chain = list(chain)
     queue_key = keys.rq_queue(settings.queue_name)
     job = job_fields(
         delivery_id,
@@ -255,7 +262,7 @@ def queue_delivery(
     )
     pipe.eval(
         text("queue_delivery"),
-        8,
+        8 + 2 * len(chain),
         keys.delivery(delivery_id),
         keys.rq_job(delivery_id),
         queue_key,
@@ -264,6 +271,7 @@ def queue_delivery(
         keys.service_events(appid),
         keys.service_event_seq(appid),
         keys.rq_deferred(settings.queue_name),
+        *member_keys(chain),
         appid,
         account,
         event_type,
@@ -273,9 +281,9 @@ def queue_delivery(
         queue_key,
         settings.log_retention,
         job["enqueued_at"],
-        keys.rq_job(""),
-        keys.DELIVERY_PREFIX,
+        len(chain),
         len(pieces),
+        *chain,
         *pieces,
         *(part for name, value in job.items() for part in (name, value)),
     )

@@ -1,5 +1,10 @@
 """Every Redis key name the service uses, in one place.
 
+Every key that belongs to one instance and to its traffic (its log, de-duplication window,
+outcomes, dead index, service-event list and seq) carries the instance's shard tag ``{<appid>}``,
+so that every script touches keys of one instance's slot (docs/redis-layout.md, "Names and shard
+tags"); :func:`untagged_instance_keys` spells the names of before, for the upgrade (svcgw.retag).
+
 RQ's own keys (``rq:queue:<name>``, ``rq:job:<id>``, ``rq:failed:<name>``,
 ``rq:scheduled:<name>``) are named by RQ; the functions at the bottom spell
 them out only because the ingest and delivery scripts touch them directly,
@@ -108,9 +113,10 @@ def callback_log(appid: str) -> str:
 
     Also the index of the instance's deliveries (svcgw.deliverylist): a post's entry id names its
     delivery (svcgw.deliveryid); an entry whose delivery has a ``dlv_`` id (a service event's, or
-    one written by an earlier version) names it in a ``delivery`` field.
+    one written by an earlier version) names it in a ``delivery`` field. ``{appid}`` is the
+    instance's shard tag, as on every key of one instance.
     """
-    return f"{PREFIX}log:{appid}"
+    return f"{PREFIX}log:{{{appid}}}"
 
 
 def dedup_container(appid: str) -> str:
@@ -197,22 +203,49 @@ def inflight(queue_name: str) -> str:
 
 
 def dead_letters_by_appid(appid: str) -> str:
-    """Set of dead-letter delivery ids of one instance."""
-    return f"{PREFIX}dead:{appid}"
+    """Set of dead-letter delivery ids of one instance (tagged ``{appid}``)."""
+    return f"{PREFIX}dead:{{{appid}}}"
 
 
 # --- the order of service events (svcgw.deliveries, svcgw/lua/chain.lua) ---------
 def service_events(appid: str) -> str:
     """List of the instance's service-event delivery ids not yet delivered or dead, oldest first.
 
-    Only the first is queued, claimed or retrying; the others wait, deferred.
+    Only the first is queued, claimed or retrying; the others wait, deferred. Tagged ``{appid}``
+    (the instance's own hash, :func:`instance`, belongs to the registry and is not).
     """
-    return f"{PREFIX}instance:{appid}:service-events"
+    return f"{PREFIX}instance:{{{appid}}}:service-events"
 
 
 def service_event_seq(appid: str) -> str:
-    """Integer: the last ``seq`` given to a service event of the instance (never reset)."""
-    return f"{PREFIX}instance:{appid}:seq"
+    """Integer: the last ``seq`` given to a service event of the instance (never reset; tagged ``{appid}``)."""
+    return f"{PREFIX}instance:{{{appid}}}:seq"
+
+
+# --- the same four before they carried the tag (svcgw.retag renames them once) -------------
+# SCAN patterns that find them (a tagged name has ``{`` where the appid starts).
+UNTAGGED_PATTERNS = (f"{PREFIX}log:[^{{]*", f"{PREFIX}dead:[^{{]*", f"{PREFIX}instance:[^{{]*:seq")
+
+
+def tagged_instance_keys(appid: str) -> tuple[str, str, str, str]:
+    """The instance's log, dead index, service-event list and seq: the keys :func:`untagged_instance_keys` became."""
+    return callback_log(appid), dead_letters_by_appid(appid), service_events(appid), service_event_seq(appid)
+
+
+def untagged_instance_keys(appid: str) -> tuple[str, str, str, str]:
+    """The same four keys as versions before the shard tags named them (layout 2 until ``tags`` in the marker)."""
+    return (f"{PREFIX}log:{appid}", f"{PREFIX}dead:{appid}",
+            f"{PREFIX}instance:{appid}:service-events", f"{PREFIX}instance:{appid}:seq")  # fmt: skip
+
+
+def untagged_appid(name: str) -> str | None:
+    """The appid an untagged key of :data:`UNTAGGED_PATTERNS` belongs to; None for any other name."""
+    for head, tail in ((f"{PREFIX}log:", ""), (f"{PREFIX}dead:", ""), (f"{PREFIX}instance:", ":seq")):
+        if name.startswith(head) and name.endswith(tail):
+            appid = name[len(head) : len(name) - len(tail)]
+            if appid and "{" not in appid:
+                return appid
+    return None
 
 
 # --- RQ's keys (owned by RQ; spelled here for our scripts) ------------------
@@ -242,7 +275,8 @@ def rq_deferred(queue_name: str) -> str:
 
 # --- the key layout (svcgw.layout) -------------------------------------------
 # Hash written once per deployment (HSETNX): ``version``, ``since`` (unix seconds), ``dedup``
-# (``hexpire`` or ``buckets``): the layout every process reads and writes.
+# (``hexpire`` or ``buckets``): the layout every process reads and writes; ``tags`` (unix
+# seconds) once the per-instance keys of before carry their ``{appid}`` tag (svcgw.retag).
 LAYOUT = PREFIX + "layout"
 
 

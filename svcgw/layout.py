@@ -16,7 +16,11 @@ before or after, reads the same ones (docs/redis-layout.md, "Upgrade in place"):
 * ``dedup``: how the de-duplication window is kept, :data:`HEXPIRE` (fields
   that expire one by one) or :data:`BUCKETS` (a hash per window), from the
   server's version at that first start. It stays what it was when the server
-  is upgraded later: every process must look where the others write.
+  is upgraded later: every process must look where the others write;
+* ``tags``: unix seconds, set once the per-instance keys of before carry
+  their ``{appid}`` tag (:mod:`svcgw.retag`). A process that finds it
+  missing (a marker of the version before the tags, or none) renames them
+  first, then sets it.
 
 :func:`read` is the I/O; the rest are pure. A marker this version cannot
 follow (a later layout, or ``hexpire`` on a server without it) raises
@@ -34,7 +38,7 @@ from typing import Any
 from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
-from . import keys
+from . import keys, retag
 from .errors import Failure
 
 __all__ = [
@@ -133,7 +137,8 @@ def _str(value: bytes | str) -> str:
 async def read(redis: Redis, *, now: float | None = None) -> tuple[Layout, Server]:
     """The deployment's layout, written first when no process has yet; and the server's version.
 
-    One round trip when the marker exists (every start but the deployment's first).
+    One round trip when the marker exists (every start but the deployment's first); the first
+    start of this version also renames the keys of before (:mod:`svcgw.retag`).
     """
     async with redis.pipeline(transaction=False) as pipe:
         pipe.hgetall(keys.LAYOUT)
@@ -153,6 +158,10 @@ async def read(redis: Redis, *, now: float | None = None) -> tuple[Layout, Serve
         layout = parse(fields, server)
     if layout is None:  # pragma: no cover - HSETNX of every field has just run
         raise LayoutError(f"{keys.LAYOUT} could not be written")
+    if not any(name in fields for name in (b"tags", "tags")):
+        # Before anything is written under a tagged name: old processes are stopped by then.
+        await retag.run(redis)
+        await redis.hsetnx(keys.LAYOUT, "tags", str(int(time.time() if now is None else now)))
     return layout, server
 
 

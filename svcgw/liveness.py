@@ -45,7 +45,7 @@ import orjson
 from redis.asyncio import Redis
 from redis.exceptions import WatchError
 
-from . import keys
+from . import chainkeys, keys
 from .deliveries import new_delivery_id, queue_delivery
 from .events import (
     INSTANCE_OFFLINE,
@@ -208,7 +208,16 @@ def _seconds(value: str | None, default: float) -> float:
         return default
 
 
-def _queue_event(pipe: Any, settings: Settings, appid: str, account: str, event_type: str, event: Any) -> str:
+async def _watch(pipe: Any, appid: str) -> list[str]:
+    """WATCH the instance's hash and its service-event chain; the chain's ids (for :func:`_queue_event`)."""
+    chain = keys.service_events(appid)
+    await pipe.watch(keys.instance(appid), chain)
+    return chainkeys.members(await pipe.lrange(chain, 0, -1))
+
+
+def _queue_event(
+    pipe: Any, settings: Settings, appid: str, account: str, event_type: str, event: Any, chain: list[str]
+) -> str:
     """Buffer one service event's delivery on the flip's transaction; its delivery id."""
     delivery_id = new_delivery_id()
     queue_delivery(
@@ -220,6 +229,7 @@ def _queue_event(pipe: Any, settings: Settings, appid: str, account: str, event_
         events=[event],
         delivery_id=delivery_id,
         now=time.time(),
+        chain=chain,
     )
     return delivery_id
 
@@ -240,7 +250,7 @@ async def go_offline(
     async with redis.pipeline(transaction=True) as pipe:
         while True:
             try:
-                await pipe.watch(key)
+                chain = await _watch(pipe, appid)
                 values = await pipe.hmget(
                     key, ["status", "maintained", "action_required", "account", "last_seen", "since"]
                 )
@@ -278,7 +288,7 @@ async def go_offline(
                         detected_at=detected_at,
                         last_seen_at=_seconds(last_seen, _seconds(since, detected_at)),
                     )
-                    delivery_id = _queue_event(pipe, settings, appid, account, INSTANCE_OFFLINE, event)
+                    delivery_id = _queue_event(pipe, settings, appid, account, INSTANCE_OFFLINE, event, chain)
                 await pipe.execute()
             except WatchError:
                 continue
@@ -303,7 +313,7 @@ async def go_online(redis: Redis, settings: Settings, appid: str, *, auto_reconn
     async with redis.pipeline(transaction=True) as pipe:
         while True:
             try:
-                await pipe.watch(key)
+                chain = await _watch(pipe, appid)
                 values = await pipe.hmget(key, ["status", "maintained", "offline_since", "account", "since"])
                 status, maintained, offline_since, account, since = (_text(v) for v in values)
                 flip = status == OFFLINE and maintained == "1"
@@ -327,7 +337,7 @@ async def go_online(redis: Redis, settings: Settings, appid: str, *, auto_reconn
                         offline_since=_seconds(offline_since, recovered_at),
                         auto_reconnected=auto,
                     )
-                    delivery_id = _queue_event(pipe, settings, appid, account, INSTANCE_RECOVERED, event)
+                    delivery_id = _queue_event(pipe, settings, appid, account, INSTANCE_RECOVERED, event, chain)
                 await pipe.execute()
             except WatchError:
                 continue

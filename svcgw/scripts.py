@@ -32,6 +32,7 @@ _PARTS: dict[str, tuple[str, ...]] = {
     "queue_delivery": ("delivery", "chain", "queue_delivery"),
     # A service event delivered or dead lets its instance's next one go.
     "queue_finish": ("chain", "queue_finish"),
+    "chain_advance": ("chain", "chain_advance"),
 }
 
 

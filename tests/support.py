@@ -43,6 +43,13 @@ def is_delivered(redis: Any, delivery_id: str) -> bool:
     return not redis.exists(keys.delivery(delivery_id), keys.rq_job(delivery_id))
 
 
+def service_chain(redis: Any, appid: str) -> list[str]:
+    """The instance's service-event chain as a liveness flip reads it before it queues one (svcgw.chainkeys)."""
+    from svcgw import chainkeys, keys
+
+    return chainkeys.members(redis.lrange(keys.service_events(appid), 0, -1))
+
+
 def attempt_records(redis: Any, delivery_id: str) -> list[dict[str, Any]]:
     """A delivery's attempt records, oldest first, decoded, wherever they are kept (svcgw.attemptrecords)."""
     import orjson

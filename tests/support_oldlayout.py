@@ -10,7 +10,7 @@ describing what is in a deployment when the new version starts.
 
 from __future__ import annotations
 
-__all__ = ["dead", "delivered", "post", "retrying"]
+__all__ = ["dead", "delivered", "post", "retrying", "service_event", "untag"]
 
 import time
 from datetime import UTC, datetime
@@ -20,10 +20,18 @@ import orjson
 from redis import Redis
 
 from svcgw import keys
-from svcgw.deliveries import exc_info_field, job_description, job_fields_by_rq, new_delivery_id, rq_time
+from svcgw.deliveries import (
+    exc_info_field,
+    job_description,
+    job_fields_by_rq,
+    new_delivery_id,
+    queue_delivery,
+    rq_time,
+)
 from svcgw.envelope import build_envelope, parse_post
 from svcgw.settings import Settings
 from tests.conftest import Tenant
+from tests.support import service_chain
 
 # The ingest script's delivery write and log entry of that version (delivery.lua), verbatim but
 # for taking its keys and arguments directly; the de-duplication keys were strings with a TTL.
@@ -64,7 +72,7 @@ def post(redis: Redis, settings: Settings, tenant: Tenant, event_ids: list[str],
         keys.rq_job(delivery_id),
         queue_key,
         keys.RQ_QUEUES,
-        keys.callback_log(tenant.appid),
+        keys.untagged_instance_keys(tenant.appid)[0],  # the log
         *(keys.dedup(tenant.appid, event.key or "") for event in events),
         tenant.appid, tenant.account, "Msg", build_envelope(tenant.appid, "Msg", raw_events), repr(moment),
         len(event_ids), delivery_id, queue_key, settings.log_retention, posted, max(settings.log_retention, 86400),
@@ -121,4 +129,31 @@ def dead(redis: Redis, settings: Settings, tenant: Tenant, delivery_id: str) -> 
     redis.hset(keys.rq_job(delivery_id), mapping=job)
     for key in (keys.rq_job(delivery_id), record):
         redis.expire(key, ttl)
-    redis.sadd(keys.dead_letters_by_appid(tenant.appid), delivery_id)
+    redis.sadd(keys.untagged_instance_keys(tenant.appid)[1], delivery_id)  # the dead index
+
+
+def untag(redis: Redis, appid: str) -> None:
+    """The instance's log, dead index, service-event list and seq under the names of before the shard
+    tags, and its service events' ``chain`` field naming the list so (what the previous version wrote)."""
+    chain = keys.service_events(appid)
+    for delivery_id in redis.lrange(chain, 0, -1):
+        redis.hset(keys.delivery(delivery_id.decode()), "chain", keys.untagged_instance_keys(appid)[2])
+    for new, old in zip(keys.tagged_instance_keys(appid), keys.untagged_instance_keys(appid), strict=True):
+        if redis.exists(new):
+            redis.rename(new, old)
+
+
+def service_event(redis: Redis, settings: Settings, tenant: Tenant, kind: str) -> str:
+    """A service event as the version before the shard tags queued it: the same script, untagged names."""
+    delivery_id = new_delivery_id()
+    untagged = keys.untagged_instance_keys(tenant.appid)
+    for old, new in zip(untagged, keys.tagged_instance_keys(tenant.appid), strict=True):
+        if redis.exists(old):
+            redis.rename(old, new)
+    with redis.pipeline(transaction=True) as pipe:
+        queue_delivery(pipe, settings, appid=tenant.appid, account=tenant.account, event_type=kind,
+                       events=[{"id": f"{kind}-before"}], delivery_id=delivery_id, now=time.time(),
+                       chain=service_chain(redis, tenant.appid))  # fmt: skip
+        pipe.execute()
+    untag(redis, tenant.appid)
+    return delivery_id

@@ -41,7 +41,7 @@ from typing import Any, Literal, cast
 from redis.asyncio import Redis as AsyncRedis
 from rq.utils import utcformat
 
-from svcgw import deliveryid, failing, keys
+from svcgw import chainkeys, deliveryid, failing, keys
 from svcgw.bareoutcome import OUTCOME_WINDOW, late_bucket, late_expire_at
 from svcgw.scripts import register
 from svcgw.settings import Settings
@@ -64,6 +64,8 @@ DELIVERY_FIELDS = ("appid", "account", "event_type", "body", "failures", "state"
 
 # What the finish script is told of a claim this queue did not make: look its chain up.
 _CHAIN_UNKNOWN = "?"
+# The finish's answer bit for a chain whose front it could not advance (svcgw.chainkeys).
+_CHAIN_UNNAMED = 8
 
 
 @dataclass(frozen=True)
@@ -154,8 +156,8 @@ class DeliveryQueue:
         self._finish = register(redis, "queue_finish")
         self.deferred_key = keys.rq_deferred(queue_name)
         self._release = register(redis, "queue_release")
-        # The chain key of each claim this queue holds ("" for a customer event), read
-        # with the claim, so that finishing a customer event costs no read of its own.
+        # The chain key of each claim this queue holds ("" for a customer event), known from
+        # the claim, so that finishing a customer event costs no read of its own.
         self._chains: dict[str, str] = {}
 
     async def wait(self, timeout: float) -> bool:
@@ -206,7 +208,10 @@ class DeliveryQueue:
         rows = await self._claim(keys=[self.queue_key, self.inflight_key, self.scheduled_key], args=args)
         claimed = _claimed(rows)
         for job in claimed:
-            self._chains[job.delivery_id] = _text(job.fields.get("chain") or b"")
+            # The field names the chain as it was named when queued (perhaps untagged, before the
+            # upgrade renamed it: svcgw.retag); the instance's tagged name is the one to touch.
+            appid = _text(job.fields.get("appid") or b"")
+            self._chains[job.delivery_id] = keys.service_events(appid) if job.fields.get("chain") and appid else ""
         return claimed
 
     async def extend(self, ids: Sequence[str]) -> None:
@@ -240,15 +245,21 @@ class DeliveryQueue:
         """End claims; for each, whether the claim was still held and what changed for its destination."""
         if not items:
             return []
-        now = time.time()
+        chains = await self._chain_keys(items)
+        # The chains this batch may advance, read now: only a service event's (or a claim's not ours).
+        touched = dict.fromkeys(chains[i.delivery_id] for i in items if self._chains.get(i.delivery_id) != "")
+        members = await chainkeys.read(self.redis, list(touched))
+        now, ended = time.time(), rq_now()
         bucket = late_bucket(now, self.log_retention)
         args: list[Any] = [
             now,
-            rq_now(),
+            ended,
             self.failing_argument,
             self.log_retention,
             late_expire_at(bucket, self.log_retention),
             OUTCOME_WINDOW,
+            len(members),
+            *members,
         ]
         script_keys = [
             self.inflight_key,
@@ -260,6 +271,7 @@ class DeliveryQueue:
         ]
         for item in items:
             named = deliveryid.parse(item.delivery_id)
+            chain = self._chains.get(item.delivery_id, _CHAIN_UNKNOWN)
             script_keys.extend(
                 (
                     keys.delivery(item.delivery_id),
@@ -268,6 +280,7 @@ class DeliveryQueue:
                     keys.dead_letters_by_appid(item.appid),
                     keys.outcomes(item.appid),
                     keys.late_outcomes(item.appid, bucket),
+                    chains[item.delivery_id],
                 )
             )
             args.extend(
@@ -279,18 +292,37 @@ class DeliveryQueue:
                     item.retention,
                     item.error,
                     item.destination,
-                    self._chains.get(item.delivery_id, _CHAIN_UNKNOWN),
+                    chain,
                     item.event_ids,
                     named[1] if named else "",
                 )
             )
-        answers = cast(list[int], await self._finish(keys=script_keys, args=args))
-        for item in items:
+        script_keys.extend(chainkeys.member_keys(members))
+        answers = [int(x) for x in cast(list[Any], await self._finish(keys=script_keys, args=args))]
+        for item, answer in zip(items, answers, strict=True):
             self._chains.pop(item.delivery_id, None)  # the claim has ended
-        return [
-            Finished(bool(x & 1), bool(x & failing.STARTED), bool(x & failing.RECOVERED))
-            for x in (int(answer) for answer in answers)
-        ]
+            if answer & _CHAIN_UNNAMED:
+                # A service event queued after the read reached the chain's front.
+                await chainkeys.advance(self.redis, chains[item.delivery_id], self.queue_key, self.deferred_key, ended)
+        return [Finished(bool(x & 1), bool(x & failing.STARTED), bool(x & failing.RECOVERED)) for x in answers]
+
+    async def _chain_keys(self, items: Sequence[Finish]) -> dict[str, str]:
+        """Each item's service-event chain key, for the finish's KEYS (touched only for a service event).
+
+        Known from the claim, or the instance's; a claim this queue did not make, of an item
+        without its appid (a drop), costs a read of the delivery's appid.
+        """
+        found = {item.delivery_id: self._chains.get(item.delivery_id) or keys.service_events(item.appid)
+                 for item in items}  # fmt: skip
+        unknown = [i.delivery_id for i in items if not i.appid and i.delivery_id not in self._chains]
+        if unknown:
+            async with self.redis.pipeline(transaction=False) as pipe:
+                for delivery_id in unknown:
+                    pipe.hget(keys.delivery(delivery_id), "appid")
+                appids = await pipe.execute()
+            for delivery_id, appid in zip(unknown, appids, strict=True):
+                found[delivery_id] = keys.service_events(_text(appid or b""))
+        return found
 
     async def release(self, ids: Sequence[str]) -> int:
         """Hand claimed jobs back to the front of the queue (shutdown)."""

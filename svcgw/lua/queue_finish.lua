@@ -1,21 +1,28 @@
 -- Ends claims: records attempts and moves each job on (worker.queue.DeliveryQueue.finish_many).
 -- chain.lua is prepended: a service event delivered, dead or dropped lets its instance's next one go.
--- KEYS: inflight, scheduled, failed, queue, deferred, failing destinations, then 6 per job:
+-- KEYS: inflight, scheduled, failed, queue, deferred, failing destinations, then 7 per job:
 --       delivery (the job hash itself for a delivery named by its post: svcgw.keys.delivery),
---       old attempts list (svcgw.attemptrecords), job, dead index, outcome stream, late outcomes hash
+--       old attempts list (svcgw.attemptrecords), job, dead index, outcome stream, late outcomes
+--       hash, its instance's service-event chain (touched only for a service event); then per
+--       member of those chains, as the worker read them (svcgw.chainkeys): job, delivery
 -- ARGV: now, rq ended_at, 'failing after:forget after' (seconds), log retention (seconds),
---       late hash expiry (unix seconds), outcome window (seconds), then 10 per job: kind, id,
+--       late hash expiry (unix seconds), outcome window (seconds), number of chain members,
+--       their ids, then 10 per job: kind, id,
 --       attempt record, due (retry, defer) or expiry (dead), ttl of the delivery record,
 --       error text (zlib), destination ('' when the attempt had none), chain
---       (the service-event chain key, '' for a customer event, '?' if unknown),
+--       (non-empty for a service event, '' for a customer event, '?' if unknown: the
+--       delivery's own 'chain' field says; its value, a key name, may be one of before the tags),
 --       event ids (delivered: a JSON list kept instead of the body; '' keeps the body),
 --       log entry id of the post (svcgw.deliveryid; '' for a dlv_ delivery)
 -- A delivered delivery with a log entry id keeps only its bare outcome (svcgw.bareoutcome): its
 -- records are deleted and the outcome goes to the stream, or to the late hash when it ended more
 -- than the outcome window after its post. A dlv_ delivery keeps its hash until its ttl, as before.
 -- Returns per job: 1 if the claim was still ours, else 0; plus 2 when this
--- attempt's destination started failing, 4 when it recovered (svcgw.failing).
-local HEAD, PER, KHEAD, KPER = 6, 10, 6, 6
+-- attempt's destination started failing, 4 when it recovered (svcgw.failing); plus 8 when its
+-- chain's front is now a member the worker did not name (queued since it read the chain): the
+-- worker advances that chain again (chain_advance.lua).
+local MEMBERS = tonumber(ARGV[7])
+local HEAD, PER, KHEAD, KPER = 7 + MEMBERS, 10, 6, 7
 local n = (#ARGV - HEAD) / PER
 if n < 1 then return {} end
 local ids = {}
@@ -113,6 +120,7 @@ local function outcome(delivery, record, entry, event_ids, out, late)
   return h.chain
 end
 -- --- end of bare outcomes ---
+local members = chain_members(MEMBERS, 8, KHEAD + n * KPER + 1)
 for i = 0, n - 1 do
   local b, kb = HEAD + 1 + i * PER, KHEAD + 1 + i * KPER
   local kind, id = ARGV[b], ARGV[b + 1]
@@ -193,7 +201,10 @@ for i = 0, n - 1 do
   if kind == 'delivered' or kind == 'drop' or (kind == 'dead' and claimed == 1) then
     local chain = ARGV[b + 7]
     if chain == '?' then chain = chain_of_bare or redis.call('HGET', delivery, 'chain') end
-    if chain and chain ~= '' then chain_finished(chain, delivery, job, id, KEYS[4], KEYS[5], ARGV[2]) end
+    if chain and chain ~= '' and chain_finished({chain = KEYS[kb + 6], queue = KEYS[4], deferred = KEYS[5],
+        rq_now = ARGV[2], members = members}, id) then
+      failing = failing + 8
+    end
   end
   results[i + 1] = claimed + failing
 end

@@ -102,7 +102,7 @@ def targets() -> list[Target]:
 def kind_of(key: bytes) -> str:
     """Which structure a key is, for the breakdown."""
     name = key.decode("utf-8", "replace")
-    if name.startswith(keys.callback_log("")):
+    if name.startswith(keys.callback_log("").removesuffix("}")):
         return "callback log"
     # Layout 2's per-instance hashes (svcgw.dedup), and layout 1's key per id.
     if name.startswith((keys.dedup_container("").removesuffix("{}"), keys.dedup("", "")[: -len("::")] + ":")):
@@ -119,7 +119,7 @@ def kind_of(key: bytes) -> str:
         return "bare outcomes"
     if name.startswith(keys.late_outcomes("", 0)[: -len("}:0")]):
         return "late outcomes"
-    if name.startswith(keys.dead_letters_by_appid("")):
+    if name.startswith(keys.dead_letters_by_appid("").removesuffix("}")):
         return "dead-letter index"
     if name.startswith(("rq:", keys.inflight(""))):
         return "queue and registries"

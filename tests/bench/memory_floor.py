@@ -85,7 +85,7 @@ def _log(fields_of: Callable[[int, bytes], dict[Any, Any]]) -> Callable[[redis.R
         pipe = r.pipeline(transaction=False)
         for i in range(N):
             # 100 instances, as in the memory scenario.
-            pipe.xadd(f"svcgw:log:we_{i % 100:018d}", fields_of(i, post))
+            pipe.xadd(f"svcgw:log:{{we_{i % 100:018d}}}", fields_of(i, post))
         pipe.execute()
 
     return write

@@ -30,6 +30,7 @@ from svcgw.envelope import build_envelope
 from svcgw.ingest import Ingest
 from svcgw.settings import Settings
 from tests.conftest import provision
+from tests.support import service_chain
 
 
 def test_job_fields_equal_what_rq_writes() -> None:
@@ -106,7 +107,8 @@ def test_queue_delivery_writes_what_the_ingest_script_writes(settings: Settings,
     from_service = new_delivery_id()
     with redis.pipeline(transaction=True) as pipe:
         queue_delivery(pipe, settings, appid=queued.appid, account=queued.account, event_type="Msg",
-                       events=events, delivery_id=from_service, now=time.time())
+                       events=events, delivery_id=from_service, now=time.time(),
+                       chain=service_chain(redis, queued.appid))
         pipe.execute()
 
     other = _written(redis, settings, queued.appid, from_service)
@@ -156,7 +158,7 @@ def test_queue_delivery_only_buffers_on_an_asyncio_transaction(settings: Setting
                 pipe.multi()  # type: ignore[no-untyped-call]
                 result = queue_delivery(pipe, settings, appid=tenant.appid, account=tenant.account,  # type: ignore[func-returns-value]
                                         event_type="InstanceOffline", events=[{"id": "x"}],
-                                        delivery_id=delivery_id, now=time.time())
+                                        delivery_id=delivery_id, now=time.time(), chain=[])
                 assert result is None
                 assert redis.exists(keys.delivery(delivery_id)) == 0  # nothing sent before EXEC
                 await pipe.execute()
@@ -215,7 +217,8 @@ def _queue_service_event(
     try:
         with client.pipeline(transaction=True) as pipe:
             queue_delivery(pipe, settings, appid=tenant.appid, account=tenant.account, event_type=kind,
-                           events=events, delivery_id=delivery_id, now=time.time())
+                           events=events, delivery_id=delivery_id, now=time.time(),
+                           chain=service_chain(client, tenant.appid))
             pipe.execute()
     finally:
         client.close()

@@ -12,7 +12,7 @@ from redis.asyncio import Redis as AsyncRedis
 from rq.job import Job
 from rq.serializers import JSONSerializer
 
-from svcgw import keys, liveness
+from svcgw import chainkeys, keys, liveness
 from svcgw.deliveries import FUNC_NAME, new_delivery_id, queue_delivery
 from svcgw.events import (
     instance_offline,
@@ -51,6 +51,7 @@ def enqueue_service_event(
                     events=events,
                     delivery_id=delivery_id,
                     now=time.time(),
+                    chain=chainkeys.members(await client.lrange(keys.service_events(tenant.appid), 0, -1)),
                 )
                 await pipe.execute()
         finally:

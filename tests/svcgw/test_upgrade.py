@@ -4,14 +4,16 @@ from __future__ import annotations
 
 import time
 
+import orjson
 from redis import Redis
 
 from svcgw import keys
+from svcgw.deliveries import new_delivery_id, queue_delivery
 from svcgw.settings import Settings
 from tests import support_oldlayout as old
 from tests.conftest import provision
-from tests.support import Sink, is_delivered, wait_for
-from tests.svcgw.test_deadletters import ingest, replay
+from tests.support import Sink, is_delivered, service_chain, wait_for
+from tests.svcgw.test_deadletters import ingest, list_dead, replay
 from tests.svcgw.test_deliverylist import listed, shown
 from tests.worker.test_engine import Running
 
@@ -33,6 +35,9 @@ def test_pending_retrying_delivered_and_dead_deliveries_of_before_are_delivered_
     assert not fresh.startswith("dlv_")
     states = [(fresh, "pending"), (died, "dead"), (done, "delivered"), (retried, "retrying"), (pending, "pending")]
     assert [(d.id, d.state) for d in listed(settings, tenant.appid).deliveries] == states
+    # Its log and dead index of before carry the instance's tag now (svcgw.retag).
+    assert not any(redis.exists(name) for name in keys.untagged_instance_keys(tenant.appid))
+    assert [d.id for d in list_dead(settings, appid=tenant.appid)] == [died]
     with Running(settings):
         wait_for(lambda: all(is_delivered(redis, d) for d in (pending, retried, fresh)), timeout=20,
                  what="the pending and retrying deliveries of before, and the new one")  # fmt: skip
@@ -61,3 +66,29 @@ def test_pending_retrying_delivered_and_dead_deliveries_of_before_are_delivered_
     again = b'{"event_type":"Msg","events":[{"id":"u-pending"},{"id":"u-dead"},{"id":"u-new"},{"id":"u-other"}]}'
     assert ingest(settings, tenant, again)
     assert shown(settings, listed(settings, tenant.appid).deliveries[0].id).event_ids == ("u-other",)
+
+
+def test_service_events_of_before_keep_their_order_and_seq_under_the_tagged_names(
+    settings: Settings, redis: Redis, sink: Sink
+) -> None:
+    tenant = provision(settings, url=sink.url)
+    offline = old.service_event(redis, settings, tenant, "InstanceOffline")
+    recovered = old.service_event(redis, settings, tenant, "InstanceRecovered")  # deferred behind it
+    assert redis.llen(keys.untagged_instance_keys(tenant.appid)[2]) == 2
+
+    ingest(settings, tenant, b'{"event_type":"Msg","events":[{"id":"u-after"}]}')  # the first start of the new version
+    assert redis.lrange(keys.service_events(tenant.appid), 0, -1) == [offline.encode(), recovered.encode()]
+    with redis.pipeline(transaction=True) as pipe:
+        later = new_delivery_id()
+        queue_delivery(pipe, settings, appid=tenant.appid, account=tenant.account, event_type="InstanceOffline",
+                       events=[{"id": "after"}], delivery_id=later, now=time.time(),
+                       chain=service_chain(redis, tenant.appid))  # fmt: skip
+        (first_seq,) = pipe.execute()
+    assert first_seq == 3  # the seq of before goes on
+    with Running(settings):
+        wait_for(lambda: all(is_delivered(redis, d) for d in (offline, recovered, later)), timeout=20,
+                 what="the service events of before, then the new one")  # fmt: skip
+    bodies = [(p.headers["x-svc-delivery-id"], orjson.loads(p.body)) for p in sink.posts()]
+    served = [(sent, body["events"][0]["seq"]) for sent, body in bodies if body["event_type"] != "Msg"]
+    assert served == [(offline, 1), (recovered, 2), (later, 3)]
+    assert redis.llen(keys.service_events(tenant.appid)) == 0

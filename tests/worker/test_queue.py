@@ -6,14 +6,16 @@ import asyncio
 import time
 from typing import Any
 
+import pytest
 from redis import Redis
 from redis.asyncio import Redis as AsyncRedis
+from redis.exceptions import ResponseError
 
-from svcgw import deadletters, keys
+from svcgw import chainkeys, deadletters, keys
 from svcgw.deliveries import new_delivery_id, queue_delivery
 from svcgw.settings import Settings
 from tests.conftest import Tenant, provision
-from tests.support import wait_for
+from tests.support import service_chain, wait_for
 from tests.svcgw.test_deadletters import ingest
 from tests.worker.support import claim, finish, with_queue
 from worker.queue import DeliveryQueue, Finish
@@ -26,7 +28,8 @@ def service_event(settings: Settings, tenant: Tenant, kind: str = "InstanceOffli
     try:
         with client.pipeline(transaction=True) as pipe:
             queue_delivery(pipe, settings, appid=tenant.appid, account=tenant.account, event_type=kind,
-                           events=[{"id": f"{kind}:{delivery_id}"}], delivery_id=delivery_id, now=time.time())
+                           events=[{"id": f"{kind}:{delivery_id}"}], delivery_id=delivery_id, now=time.time(),
+                           chain=service_chain(client, tenant.appid))
             pipe.execute()
     finally:
         client.close()
@@ -196,3 +199,36 @@ def test_a_job_deleted_while_scheduled_is_not_made_again_when_promoted(settings:
     redis.delete(keys.rq_job(gone))  # rq's tools
     assert with_queue(settings, lambda q: q.promote_due()).moved == 2
     assert not redis.exists(keys.rq_job(gone)) and status(redis, kept) == "queued"
+
+
+def test_a_service_event_queued_after_the_finish_read_the_chain_is_put_in_play(
+    settings: Settings, redis: Redis, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The finish names the chain's members it read; one queued since is advanced by a second call."""
+    tenant = provision(settings)
+    first = service_event(settings, tenant)
+    assert claim(settings, 10) == [first]
+    later: list[str] = []
+    read = chainkeys.read
+
+    async def read_then_queue(client: Any, chains: Any) -> list[str]:
+        members = await read(client, chains)
+        later.append(service_event(settings, tenant))  # between the read and the finish
+        return members
+
+    monkeypatch.setattr(chainkeys, "read", read_then_queue)
+    assert ended(settings, tenant, first, "delivered")
+    assert queued(redis, settings) == later and chain(redis, tenant) == later
+    assert status(redis, later[0]) == "queued" and deferred(redis, settings) == []
+
+
+def test_queueing_behind_a_chain_other_than_the_one_read_writes_nothing(settings: Settings, redis: Redis) -> None:
+    tenant = provision(settings)
+    first = service_event(settings, tenant)
+    with redis.pipeline(transaction=True) as pipe:
+        queue_delivery(pipe, settings, appid=tenant.appid, account=tenant.account, event_type="InstanceOffline",
+                       events=[{"id": "stale"}], delivery_id=new_delivery_id(), now=time.time(), chain=[])  # fmt: skip
+        with pytest.raises(ResponseError, match="chain changed"):
+            pipe.execute()
+    assert chain(redis, tenant) == [first] and queued(redis, settings) == [first]
+    assert redis.get(keys.service_event_seq(tenant.appid)) == b"1"
