@@ -64,17 +64,24 @@ def host_env(env: dict[str, str], hosts: Hosts, host: str, state: Path) -> dict[
     )
 
 
-def deliver_through_both(sink: HostSink, workers: list[HostProcess], load: Load, count: int) -> None:
-    """Post ``count`` events through both receivers while both worker hosts run; each host delivers some."""
+def deliver_through_both(sink: HostSink, workers: list[HostProcess], load: Load, count: int) -> set[str]:
+    """Post ``count`` events through both receivers while both worker hosts run; each host delivers some.
+
+    The acknowledged event ids: a post refused (503) is one its sender would post again, not one
+    the service took on, so only the acknowledged ones must arrive.
+    """
     mark = sink.received()
     with load:
-        wait_for(lambda: load.acked() == count, timeout=60, what=f"{count} posts")
-        wait_for(lambda: sink.received() - mark >= count, timeout=90, interval=0.05,
-                 what=f"{count} deliveries")  # fmt: skip
+        wait_for(lambda: load.acked() + load.refusals() == count, timeout=60, what=f"{count} posts answered")
+        acknowledged = set(load.acknowledged)
+        wait_for(lambda: acknowledged <= set(sink.counts()), timeout=90, interval=0.05,
+                 what=f"{len(acknowledged)} deliveries")  # fmt: skip
+    assert len(acknowledged) >= count * 0.99, f"{count - len(acknowledged)} of {count} posts refused"
     # Sharing the work means every worker host delivered some of it, not one host all of it.
     senders = sink.senders_since(mark)
     for worker in workers:
         assert senders[worker.address] > 0, f"{worker.host} delivered nothing of {count}: {dict(senders)}"
+    return acknowledged
 
 
 def test_receivers_and_workers_on_several_hosts_share_the_work(
@@ -118,8 +125,10 @@ def test_receivers_and_workers_on_several_hosts_share_the_work(
         def urls(tenant: str) -> list[str]:
             return [tenants[tenant][0].receiver_url(base) for base in bases]
 
+        acknowledged = {}
         for sink, tenant, count in ((fast, "fast", FAST), (slow, "slow", SLOW)):
-            deliver_through_both(sink, workers, Load(urls(tenant), prefix=tenant, limit=count, threads=4), count)
+            load = Load(urls(tenant), prefix=tenant, limit=count, threads=4)
+            acknowledged[tenant] = deliver_through_both(sink, workers, load, count)
 
         # Dead letters, made while both worker hosts run, seen from every host.
         with Load(urls("failing"), prefix="dead", limit=6) as dead:
@@ -139,10 +148,10 @@ def test_receivers_and_workers_on_several_hosts_share_the_work(
             assert logged == [n == on for n in range(len(SHARDS))], (name, logged)
 
         # Exactly once: every acknowledged event reached its sink, none twice.
-        for sink, tenant, count in ((fast, "fast", FAST), (slow, "slow", SLOW)):
+        for sink, tenant in ((fast, "fast"), (slow, "slow")):
             counts = sink.counts()
             duplicates = sum(c - 1 for c in counts.values() if c > 1)
-            assert set(counts) == {f"{tenant}-{i}" for i in range(count)} and duplicates == 0, tenant
+            assert acknowledged[tenant] <= set(counts) and duplicates == 0, tenant
         for client in shards:
             client.close()
     finally:

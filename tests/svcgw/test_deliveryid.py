@@ -76,3 +76,34 @@ def test_a_proposed_entry_id_below_the_log_is_proposed_again(settings: Settings,
     assert redis.xlen(keys.callback_log(tenant.appid)) == 2 and redis.exists(keys.delivery(delivery_id))
     # Nothing was written by the refused try: the event is not a repeat of itself.
     assert redis.hget(keys.delivery(delivery_id), "dup") is None
+
+
+def test_posts_to_one_instance_at_once_through_two_receivers_are_all_stored_once(
+    settings: Settings, redis: Redis
+) -> None:
+    """In flight together, posts land out of the order their ids were proposed in; each refused one tries again."""
+    tenant = provision(settings)
+    count = 400
+
+    async def post_all() -> list[str | None]:
+        clients = [AsyncRedis.from_url(settings.redis_url or "") for _ in range(2)]
+        receivers = [Ingest(client, settings) for client in clients]
+        limit = asyncio.Semaphore(16)
+
+        async def one(n: int) -> str | None:
+            body = b'{"event_type":"Msg","events":[{"id":"at-once-%d"}]}' % n
+            async with limit:
+                return (await receivers[n % 2].accept(tenant.appid, tenant.receiver_token, body)).delivery_id
+
+        try:
+            return await asyncio.gather(*(one(n) for n in range(count)))
+        finally:
+            for receiver in receivers:
+                await receiver.aclose()
+            for client in clients:
+                await client.aclose()
+
+    delivery_ids = asyncio.run(post_all())
+    assert None not in delivery_ids and len(set(delivery_ids)) == count
+    assert redis.xlen(keys.callback_log(tenant.appid)) == count
+    assert all(redis.exists(keys.delivery(d)) for d in delivery_ids if d is not None)
