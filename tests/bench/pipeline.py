@@ -182,9 +182,7 @@ def table(figures: dict[str, Any]) -> list[str]:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m tests.bench.pipeline", description=__doc__.splitlines()[0])
     parser.add_argument("--before", metavar="REF", help="also measure this commit (git archive), alternating")
-    parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--seconds", type=float, default=8.0, help="wrk's posting time per measurement")
-    parser.add_argument("--short", action="store_true", help="one round of one second (a smoke test)")
+    add_round_arguments(parser, rounds=3)
     args = parser.parse_args(argv)
     if wrk_path() is None:
         print("wrk is not installed (apt-get install wrk)", file=sys.stderr)
@@ -211,6 +209,13 @@ def main(argv: list[str] | None = None) -> int:
                         else "full", "elapsed_s": round(time.monotonic() - started, 1)}  # fmt: skip
     print("\n".join(table(figures)))
     return conclude(figures, verdict.judge(figures, TARGETS) if args.before else [], short=args.short)
+
+
+def add_round_arguments(parser: argparse.ArgumentParser, *, rounds: int) -> None:
+    """``--rounds``, ``--seconds`` (wrk's posting time per measurement) and ``--short``."""
+    parser.add_argument("--rounds", type=int, default=rounds)
+    parser.add_argument("--seconds", type=float, default=8.0, help="wrk's posting time per measurement")
+    parser.add_argument("--short", action="store_true", help="one round of one second (a smoke test)")
 
 
 def conclude(figures: dict[str, Any], judged: list[verdict.Judged], *, short: bool) -> int:

@@ -37,16 +37,13 @@ from cryptography.fernet import Fernet
 
 from svcgw import keys, layout
 from svcgw.settings import Settings
-from svcgw.shardclients import aclose_all, role_clients
-from svcgw.shardcopy import ShardCopies
-from svcgw.shards import place, shard_of_token
-from svcgw.shardspec import layout_of
-from svcgw.store import Scope, Store
-from svcgw.vault import TokenVault
+from svcgw.shards import shard_of_token
+from svcgw.store import Scope
+from tests.deploy.redis_fleet import register_placed, sharded_store
 from tests.support import free_port
 
 from . import verdict
-from .pipeline import conclude, ready, settled
+from .pipeline import add_round_arguments, conclude, ready, settled
 from .scenarios import Tenant, rate_of, saturate_with_wrk
 from .services import RedisServer, Role, Sink, wait_until, wrk_path
 from .verdict import Need, Target
@@ -83,24 +80,17 @@ def register(settings: Settings, ports: list[int]) -> list[Tenant]:
     """One instance per destination, each placed as ``device/create`` places it, its address set."""
 
     async def run() -> list[Tenant]:
-        texts = role_clients(settings, decode=True)
-        try:
-            for client in texts:  # a new deployment: each shard marked before anything is stored
-                await layout.mark_at_start(client)
-            store = Store(texts[0], TokenVault.from_settings(settings))
-            store.copies = ShardCopies(texts)
+        async with sharded_store(settings) as store:
+            for client in store.copies.shards if store.copies else ():
+                await layout.mark_at_start(client)  # a new deployment: each shard marked before anything is stored
             account = await store.create_account("bench-shards", devices=100000)
-            shards = layout_of(settings).shards
             tenants = []
             for port in ports:
                 appid = "we_" + os.urandom(8).hex()[:15]
-                _, counts = await store.owner_and_counts(appid, shards)
-                token = await store.register_instance(appid, account.id, place(shards, counts).index)
+                token, _ = await register_placed(store, settings, account.id, appid)
                 await store.set_callback(Scope(appid=appid), f"http://127.0.0.1:{port}/hook")
                 tenants.append(Tenant(appid, token, port))
             return tenants
-        finally:
-            await aclose_all(texts)
 
     return asyncio.run(run())
 
@@ -183,10 +173,8 @@ def summarise(rounds: list[dict[str, dict[str, Any]]], count: int) -> dict[str, 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m tests.bench.shards", description=__doc__.splitlines()[0])
     parser.add_argument("--shards", type=int, default=3)
-    parser.add_argument("--rounds", type=int, default=2)
-    parser.add_argument("--seconds", type=float, default=8.0)
     parser.add_argument("--appendfsync", choices=("always", "everysec"), default="always")
-    parser.add_argument("--short", action="store_true", help="one round of one second (a smoke test)")
+    add_round_arguments(parser, rounds=2)
     args = parser.parse_args(argv)
     if wrk_path() is None:
         print("wrk is not installed (apt-get install wrk)", file=sys.stderr)

@@ -22,13 +22,11 @@ from redis import Redis
 
 from svcgw import keys
 from svcgw.settings import Settings
-from svcgw.shards import place
-from svcgw.shardspec import layout_of
 from svcgw.store import Scope
 from tests.conftest import Tenant, run
 from tests.deploy.hosts import HostProcess, Hosts, HostSink
 from tests.deploy.load import Load
-from tests.deploy.redis_fleet import sharded_store
+from tests.deploy.redis_fleet import register_placed, sharded_store
 from tests.support import wait_for
 
 # Real processes of the service: run by .ci/run with the rest; `-m 'not slow'` skips them.
@@ -171,10 +169,7 @@ def register(settings: Settings, url: str) -> tuple[Tenant, int]:
         async with sharded_store(settings) as store:
             account = await store.create_account("hosts", devices=10)
             appid = "we_" + os.urandom(8).hex()[:15]
-            shards = layout_of(settings).shards
-            _, counts = await store.owner_and_counts(appid, shards)
-            shard = place(shards, counts).index
-            token = await store.register_instance(appid, account.id, shard)
+            token, shard = await register_placed(store, settings, account.id, appid)
             await store.set_callback(Scope(appid=appid), url)
             return Tenant(account.id, appid, token), shard
 

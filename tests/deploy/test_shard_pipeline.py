@@ -21,13 +21,11 @@ import pytest
 from svcgw import keys
 from svcgw.receivers import RECEIVER_PREFIX
 from svcgw.settings import Settings
-from svcgw.shards import place
-from svcgw.shardspec import layout_of
 from svcgw.store import Scope
 from tests.cli.commands import ok
 from tests.conftest import run
 from tests.deploy.load import Load
-from tests.deploy.redis_fleet import RedisFleet, sharded_store
+from tests.deploy.redis_fleet import RedisFleet, register_placed, sharded_store
 from tests.support import Process, Received, Sink, start_server, wait_for
 
 pytestmark = pytest.mark.slow
@@ -73,13 +71,10 @@ def register(settings: Settings, sink_url: str) -> tuple[Placed, str]:
         async with sharded_store(settings) as store:
             account = await store.create_account("shards")
             await store.set_callback(Scope(account=account.id), sink_url)  # copied to every shard
-            shards = layout_of(settings).shards
             placed: Placed = []
             for n in range(INSTANCES):
                 appid = f"we_shard{n:04d}"
-                _, counts = await store.owner_and_counts(appid, shards)
-                shard = place(shards, counts).index
-                placed.append((appid, await store.register_instance(appid, account.id, shard), shard))
+                placed.append((appid, *await register_placed(store, settings, account.id, appid)))
             own = next(appid for appid, _, shard in placed if shard == 2)
             await store.set_callback(Scope(appid=own), sink_url + "/own")  # copied to shard 2 only
             return placed, own
