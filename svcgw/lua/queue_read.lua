@@ -1,0 +1,97 @@
+-- Reads what the attempts of jobs claimed by queue_claim.lua need, and starts them
+-- (worker.queue.DeliveryQueue.claim_batch).
+-- KEYS: inflight, scheduled, then four per job: its job hash; the hash of its delivery's fields
+--       (the job hash itself for a delivery named by its post, svcgw.deliveryid; a hash of its
+--       own for a dlv_ one); its instance's callback hash; its account's callback hash
+-- ARGV: rq now, worker name, number of delivery fields, delivery fields...,
+--       number of jobs, then per job: its id, the appid and the account its keys were named for;
+--       then the number of saturated destinations, pairs of a saturated destination (a URL's
+--       netloc, lower case) and the time its jobs are due again, then pairs of a saturated
+--       account and the time its jobs are due again
+-- Returns, per job in order:
+--   {id, delivery fields, instance config (flat), account config (flat)}: started;
+--   {id, appid, account}: its fields name another instance or account than its keys were named
+--     for (the caller names them again; the job stays leased);
+-- and nothing for a job whose lease is gone (it is another claim's now), that went back to the
+-- scheduled registry (its destination or account has no free slot) or whose hash is gone.
+local nfields = tonumber(ARGV[3])
+local fields = {}
+for f = 4, 3 + nfields do fields[#fields + 1] = ARGV[f] end
+local njobs = tonumber(ARGV[4 + nfields])
+local first = 5 + nfields
+local after_jobs = first + 3 * njobs
+local nhosts = tonumber(ARGV[after_jobs])
+local saturated = {}
+local last_host = after_jobs + 2 * nhosts
+for s = after_jobs + 1, last_host, 2 do saturated[ARGV[s]] = ARGV[s + 1] end
+local busy_accounts = {}
+for s = last_host + 1, #ARGV, 2 do busy_accounts[ARGV[s]] = ARGV[s + 1] end
+-- The host part of a URL, as Python's urlsplit(url).netloc.lower() has it.
+local function netloc(url)
+  local rest = string.match(url, '^[%a][%w+.-]*://(.*)$')
+  if not rest then return '' end
+  return string.lower(string.match(rest, '^([^/?#]*)'))
+end
+local function url_of(flat)
+  for i = 1, #flat, 2 do
+    if flat[i] == 'url' and flat[i + 1] ~= '' then return flat[i + 1] end
+  end
+  return nil
+end
+local ids = {}
+for j = 1, njobs do ids[j] = ARGV[first + 3 * (j - 1)] end
+local held = redis.call('ZMSCORE', KEYS[1], unpack(ids))
+local configs = {}
+local unleased = {}
+local answer = {}
+for j = 1, njobs do
+  local id = ids[j]
+  local k = 2 + 4 * (j - 1)
+  local job = KEYS[k + 1]
+  if held[j] then
+    local named_appid, named_account = ARGV[first + 3 * (j - 1) + 1], ARGV[first + 3 * (j - 1) + 2]
+    local data = redis.call('HMGET', KEYS[k + 2], unpack(fields))
+    local appid, account = data[1], data[2]
+    if appid and (appid ~= named_appid or (account or '') ~= named_account) then
+      answer[#answer + 1] = {id, appid, account or ''}
+    else
+      local config = {{}, {}, ''}
+      if appid then
+        config = configs[appid]
+        if not config then
+          local own = redis.call('HGETALL', KEYS[k + 3])
+          local default = {}
+          local url = url_of(own)
+          if not url and account then
+            default = redis.call('HGETALL', KEYS[k + 4])
+            url = url_of(default)
+          end
+          config = {own, default, url and netloc(url) or ''}
+          configs[appid] = config
+        end
+      end
+      local later = saturated[config[3]]
+      if not later and account then later = busy_accounts[account] end
+      if later then
+        -- Its destination or its account has no free slot in this worker: back to the
+        -- scheduled registry without an attempt. A new status field means the job hash was
+        -- deleted while queued (rq's tools can do that).
+        unleased[#unleased + 1] = id
+        if redis.call('HSET', job, 'status', 'scheduled') == 1 then
+          redis.call('DEL', job)
+        else
+          redis.call('ZADD', KEYS[2], later, id)
+        end
+      -- Every job hash has a status, so HSET creating all three fields means
+      -- the job was deleted while queued: skip it.
+      elseif redis.call('HSET', job, 'status', 'started', 'started_at', ARGV[1], 'worker_name', ARGV[2]) == 3 then
+        unleased[#unleased + 1] = id
+        redis.call('DEL', job)
+      else
+        answer[#answer + 1] = {id, data, config[1], config[2]}
+      end
+    end
+  end
+end
+if #unleased > 0 then redis.call('ZREM', KEYS[1], unpack(unleased)) end
+return answer

@@ -1,0 +1,113 @@
+"""Every script on the delivery path names, in KEYS, every key it touches (seen by a real Redis).
+
+The rule that lets a shard's keys share one hash tag (docs/redis-layout.md, "Scripts and their
+KEYS"): the receiver's ingest, the worker's claim, read, finish, promotion and release, the
+service events' chain, the prober, retry now and replay all run here against a real Redis under
+``MONITOR`` (tests.scriptkeys), with the real app and worker.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import Counter
+
+import httpx
+import pytest
+from redis import Redis
+from redis.asyncio import Redis as AsyncRedis
+
+from svcgw import deadletters, keys
+from svcgw.replay import replay
+from svcgw.retrynow import NotRetrying, retry_now
+from svcgw.settings import Settings
+from tests.conftest import provision
+from tests.scriptkeys import ScriptKeyWatch
+from tests.support import Sink, ThreadedWorker, is_delivered, wait_for
+from tests.worker.support import flip, started
+
+pytestmark = pytest.mark.slow
+
+
+def _dead(settings: Settings, appid: str) -> list[str]:
+    async def go() -> list[str]:
+        client = AsyncRedis.from_url(settings.redis_url or "")
+        try:
+            return [d.id for d in await deadletters.list_dead(client, settings, appid=appid)]
+        finally:
+            await client.aclose()
+
+    return asyncio.run(go())
+
+
+def _run(settings: Settings, action: str, delivery_id: str) -> None:
+    async def go() -> None:
+        client = AsyncRedis.from_url(settings.redis_url or "")
+        try:
+            if action == "replay":
+                await replay(client, settings, ids=[delivery_id])
+            else:
+                await retry_now(client, settings, delivery_id)
+        finally:
+            await client.aclose()
+
+    asyncio.run(go())
+
+
+def _retried_now(settings: Settings, redis: Redis, appid: str) -> bool:
+    """Retry now the instance's delivery once it waits for a retry (they are 0.2 s apart: it may have gone on)."""
+    scheduled = [d.decode() for d in redis.zrange(keys.rq_scheduled(settings.queue_name), 0, -1)]
+    mine = [d for d in scheduled if d.startswith(appid + "-")]
+    if not mine:
+        return False
+    (delivery_id,) = mine
+    try:
+        _run(settings, "retry_now", delivery_id)
+    except NotRetrying:
+        return False
+    return True
+
+
+def test_the_delivery_path_touches_only_the_keys_its_scripts_name(
+    settings: Settings, redis_url: str, redis: Redis, server: str, sink: Sink
+) -> None:
+    live = started(settings, sink.url)
+    default_only = provision(settings)
+    refused = provision(settings, url="http://127.0.0.1:9/hook")
+    with ScriptKeyWatch(redis_url) as watch:
+        worker = ThreadedWorker(settings).start()
+        try:
+            # Posts: one delivered, one repeat refused as a duplicate, one to a refused address.
+            for tenant, body in (
+                (live, b'{"event_type":"Msg","events":[{"id":"a"},{"id":"b"}]}'),
+                (live, b'{"event_type":"Msg","events":[{"id":"a"}]}'),
+                (refused, b'{"event_type":"Msg","events":[{"id":"x"}]}'),
+                (default_only, b'{"event_type":"Msg","events":[{"id":"d"}]}'),
+            ):
+                answer = httpx.post(tenant.receiver_url(server), content=body, timeout=10)
+                assert answer.status_code == 200, answer.text
+            # A service event, through the chain.
+            flip(settings, live.appid, offline=True)
+            wait_for(lambda: len(sink.posts()) >= 2, what="the post and the service event delivered")
+            # The refused address's delivery is retried now, retries until it is dead, and is replayed.
+            wait_for(lambda: _retried_now(settings, redis, refused.appid), what="a retry moved to now")
+            (dead,) = wait_for(lambda: _dead(settings, refused.appid), what="the dead letter")
+            _run(settings, "replay", dead)
+            wait_for(lambda: _dead(settings, refused.appid), what="dead again")
+            # The account without any address: its delivery is read with the account's (empty) default.
+            wait_for(lambda: _dead(settings, default_only.appid), what="the addressless delivery dead")
+        finally:
+            worker.stop()
+    assert is_delivered(redis, sink.posts()[0].headers["x-svc-delivery-id"])
+
+    ran = Counter(call.name for call in watch.calls())
+    for script in ("ingest", "queue_claim", "queue_read", "queue_finish", "queue_promote", "queue_delivery", "replay",
+                   "retry_now"):  # fmt: skip
+        assert ran[script] > 0, f"{script} did not run: {dict(ran)}"
+    assert sum(len(call.inner) for call in watch.calls()) > 50  # the watch saw what the scripts ran
+    assert watch.undeclared() == []
+
+
+def test_the_watch_sees_a_key_a_script_does_not_name(redis_url: str, redis: Redis) -> None:
+    with ScriptKeyWatch(redis_url) as watch:
+        redis.eval("redis.call('SET', KEYS[1], 1); return redis.call('GET', 'svcgw:unnamed')", 1, "svcgw:named")
+    assert [(key, command) for _, command, key in watch.undeclared()] == [("svcgw:unnamed", b"GET")]
