@@ -21,9 +21,9 @@ from collections.abc import Sequence
 from types import FrameType
 from typing import Any
 
-from svcgw.settings import Settings, SettingsError
+from svcgw.settings import Settings
 
-__all__ = ["require_one_shard", "run_server", "run_up", "run_worker", "server_options"]
+__all__ = ["run_server", "run_up", "run_worker", "server_options"]
 
 log = logging.getLogger("svcgw")
 
@@ -76,18 +76,10 @@ def server_options(settings: Settings) -> dict[str, Any]:
     }
 
 
-def require_one_shard(settings: Settings, role: str) -> None:
-    """Refuse several shards (or a Cluster) until ingest and delivery are sharded (svcgw.shardspec)."""
-    refusal = settings.redis_shards.refusal(role) if settings.redis_shards else None
-    if refusal:
-        raise SettingsError(refusal)
-
-
 def run_server(settings: Settings) -> None:
     """The HTTP server; with ``SVCGW_HTTP_WORKERS`` > 1, that many processes share the port (cli.listeners)."""
     import uvicorn
 
-    require_one_shard(settings, "serve")
     settings.require_upstream()
     options = server_options(settings)
     if settings.http_workers > 1:
@@ -111,7 +103,6 @@ def app_from_env() -> Any:
 
     configure()
     settings = Settings.from_env()
-    require_one_shard(settings, "serve")
     server_options(settings)  # this process's protocol reads its header timeout
     app = create_app(settings)
     settle_collector()
@@ -122,7 +113,6 @@ def run_worker(settings: Settings, *, burst: bool = False) -> None:
     """Deliveries and the liveness prober on one event loop, until SIGTERM or SIGINT (see ``worker.main``)."""
     from worker.main import run
 
-    require_one_shard(settings, "worker")
     run(settings, burst=burst)
 
 
@@ -137,7 +127,6 @@ def _spawn(role: Sequence[str], env: dict[str, str]) -> subprocess.Popen[bytes]:
 def run_up(settings: Settings, *, demo: bool = False, workers: int = 1) -> int:
     from .embedded import EmbeddedRedis
 
-    require_one_shard(settings, "up")
     env = dict(os.environ)
     embedded: EmbeddedRedis | None = None
     children: list[tuple[str, subprocess.Popen[bytes]]] = []

@@ -31,8 +31,9 @@ from redis.asyncio.sentinel import Sentinel as AsyncSentinel
 from redis.cluster import ClusterNode, RedisCluster
 from redis.sentinel import Sentinel
 
+from .clusterspace import AsyncTaggedCluster, TaggedCluster
 from .settings import Settings, SettingsError
-from .shards import Deployment
+from .shards import Deployment, Shard
 from .shardspec import layout_of
 
 __all__ = [
@@ -40,8 +41,10 @@ __all__ = [
     "SentinelRedis",
     "async_client",
     "async_deployment_client",
+    "async_shard_client",
     "sync_client",
     "sync_deployment_client",
+    "sync_shard_client",
 ]
 
 # A sentinel that does not answer must not hold up the search for the primary.
@@ -72,15 +75,13 @@ class AsyncSentinelRedis(AsyncRedis):
             await sentinel.aclose()
 
 
-def _first(settings: Settings) -> Deployment:
-    deployments = layout_of(settings).deployments
-    if not deployments:
+def _first(settings: Settings) -> tuple[Deployment, Shard]:
+    layout = layout_of(settings)
+    if not layout.deployments:
         raise SettingsError(
             "SVCGW_REDIS_URL (or SVCGW_REDIS_SENTINELS) is required here; only `svcgw up` starts an embedded Redis"
         )
-    if deployments[0].kind == "cluster":
-        raise SettingsError("this role does not run on a Redis Cluster yet (SVCGW_REDIS_SHARDS): only `svcgw shards`")
-    return deployments[0]
+    return layout.deployments[0], layout.shards[0]
 
 
 def _sentinel_kwargs(settings: Settings) -> dict[str, Any]:
@@ -121,22 +122,34 @@ class _Flavour:
 
     redis: type[Any]
     cluster: type[Any]
+    tagged_cluster: type[Any]
     node: type[Any]
     sentinel: type[Any]
     sentinel_redis: type[Any]
 
 
-_BLOCKING = _Flavour(Redis, RedisCluster, ClusterNode, Sentinel, SentinelRedis)
-_ASYNCIO = _Flavour(AsyncRedis, AsyncRedisCluster, AsyncClusterNode, AsyncSentinel, AsyncSentinelRedis)
+_BLOCKING = _Flavour(Redis, RedisCluster, TaggedCluster, ClusterNode, Sentinel, SentinelRedis)
+_ASYNCIO = _Flavour(
+    AsyncRedis, AsyncRedisCluster, AsyncTaggedCluster, AsyncClusterNode, AsyncSentinel, AsyncSentinelRedis
+)
 
 
 def _build(
-    flavour: _Flavour, settings: Settings, deployment: Deployment, decode: bool, connect_timeout: float | None
+    flavour: _Flavour,
+    settings: Settings,
+    deployment: Deployment,
+    decode: bool,
+    connect_timeout: float | None,
+    tag: str | None = None,
 ) -> Any:
     if deployment.kind == "cluster":
-        # A Cluster client finds each key's master itself, and follows resharding and failover.
+        # A Cluster client finds each key's master itself, and follows resharding and failover;
+        # a shard's (``tag``) puts its hash tag on every key (svcgw.clusterspace).
         nodes = [flavour.node(host, port) for host, port in deployment.addresses]
-        return flavour.cluster(startup_nodes=nodes, **_cluster_kwargs(deployment, decode, connect_timeout))
+        kwargs = _cluster_kwargs(deployment, decode, connect_timeout)
+        if tag is not None:
+            return flavour.tagged_cluster(startup_nodes=nodes, tag=tag, **kwargs)
+        return flavour.cluster(startup_nodes=nodes, **kwargs)
     if deployment.kind == "sentinel":
         sentinel = flavour.sentinel(list(deployment.addresses), sentinel_kwargs=_sentinel_kwargs(settings))
         kwargs = _primary_kwargs(deployment, decode, connect_timeout)
@@ -149,8 +162,9 @@ def _build(
 
 
 def sync_client(settings: Settings) -> Redis:
-    """A blocking client, for the one caller that has no event loop: the container health check."""
-    client: Redis = _build(_BLOCKING, settings, _first(settings), False, None)  # never a Cluster (_first)
+    """A blocking client of shard 0, for the one caller that has no event loop: the container health check."""
+    deployment, shard = _first(settings)
+    client: Redis = _build(_BLOCKING, settings, deployment, False, None, shard.tag or None)
     return client
 
 
@@ -163,8 +177,31 @@ def sync_deployment_client(
 
 
 def async_client(settings: Settings, *, decode: bool = False, connect_timeout: float | None = None) -> AsyncRedis:
-    """The client of shard 0's Redis: every role's, until ingest and delivery are sharded."""
-    client: AsyncRedis = _build(_ASYNCIO, settings, _first(settings), decode, connect_timeout)  # never a Cluster
+    """The client of shard 0, which holds what belongs to the whole service (on a Cluster, its tagged view).
+
+    Typed as one Redis: a Cluster shard's client answers every command the roles send as one
+    Redis would (svcgw.clusterspace).
+    """
+    deployment, shard = _first(settings)
+    client: AsyncRedis = _build(_ASYNCIO, settings, deployment, decode, connect_timeout, shard.tag or None)
+    return client
+
+
+def async_shard_client(
+    settings: Settings, shard: Shard, *, decode: bool = False, connect_timeout: float | None = None
+) -> AsyncRedis:
+    """The asyncio client of one shard: its deployment's, or on a Cluster the view of its hash tag."""
+    deployment = layout_of(settings).deployments[shard.deployment]
+    client: AsyncRedis = _build(_ASYNCIO, settings, deployment, decode, connect_timeout, shard.tag or None)
+    return client
+
+
+def sync_shard_client(
+    settings: Settings, shard: Shard, *, decode: bool = False, connect_timeout: float | None = None
+) -> Redis:
+    """The blocking client of one shard: its deployment's, or on a Cluster the view of its hash tag."""
+    deployment = layout_of(settings).deployments[shard.deployment]
+    client: Redis = _build(_BLOCKING, settings, deployment, decode, connect_timeout, shard.tag or None)
     return client
 
 

@@ -137,15 +137,16 @@ def _str(value: bytes | str) -> str:
 async def read(redis: Redis, *, now: float | None = None) -> tuple[Layout, Server]:
     """The deployment's layout, written first when no process has yet; and the server's version.
 
-    One round trip when the marker exists (every start but the deployment's first); the first
+    Two round trips when the marker exists (every start but the deployment's first); the first
     start of this version also renames the keys of before (:mod:`svcgw.retag`).
     """
+    # INFO apart: a Cluster shard's client sends it to the shard's master, which a pipeline cannot.
+    info = await redis.info("server")
     async with redis.pipeline(transaction=False) as pipe:
         pipe.hgetall(keys.LAYOUT)
-        pipe.info("server")
         # Every earlier version registered its instances here before it stored anything of theirs.
         pipe.exists(keys.INSTANCES)
-        fields, info, registered = await pipe.execute()
+        fields, registered = await pipe.execute()
     server = Server.from_info(info)
     layout = parse(fields, server)
     if layout is None:

@@ -2,8 +2,9 @@
 
 Built from the settings' layout (:func:`svcgw.shardspec.layout_of`): one
 client per deployment, as :mod:`svcgw.connections` builds them, shared by the
-shards that live there (a Cluster's virtual shards share its one client,
-which sends each key to the master of its slot). Shard 0's client is also
+shards that live there; on a Cluster, one client per virtual shard, which
+puts the shard's hash tag on every key and sends it to the master of its
+slot (svcgw.clusterspace). Shard 0's client is also
 the client of what belongs to the whole service. The asyncio clients open
 their connections on first use, so a shard that is down costs nothing until
 it is used, and then fails only what touches it (a blocking Cluster client
@@ -12,15 +13,15 @@ asks its seed nodes for the slots at once).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import Generic, TypeVar, cast
+from collections.abc import Callable, Sequence
+from typing import Generic, TypeVar
 
 from redis import Redis
 from redis.asyncio import Redis as AsyncRedis
 from redis.asyncio.cluster import RedisCluster as AsyncRedisCluster
 from redis.cluster import RedisCluster
 
-from .connections import async_client, async_deployment_client, sync_deployment_client
+from .connections import async_client, async_shard_client, sync_shard_client
 from .settings import Settings
 from .shards import Shard
 from .shardspec import ShardLayout, layout_of
@@ -33,19 +34,36 @@ C = TypeVar("C")
 class _ShardClients(Generic[C]):
     def __init__(self, layout: ShardLayout, clients: tuple[C, ...]) -> None:
         self.layout = layout
-        self.clients = clients
+        self.clients = clients  # by shard index; shards of one deployment share one
 
     @property
     def shards(self) -> tuple[Shard, ...]:
         return self.layout.shards
 
     def of(self, shard: Shard) -> C:
-        return self.clients[shard.deployment]
+        return self.clients[shard.index]
 
     @property
     def registry(self) -> C:
         """Shard 0's: accounts, the instance registry, the instance counts."""
         return self.clients[0]
+
+    def distinct(self) -> list[C]:
+        return list({id(client): client for client in self.clients}.values())
+
+
+def _by_shard(layout: ShardLayout, build: Callable[[Shard], C]) -> tuple[C, ...]:
+    """One client per deployment, shared by its shards; on a Cluster, one per shard (its tag's view)."""
+    built: dict[int, C] = {}
+    clients = []
+    for shard in layout.shards:
+        if shard.tag:
+            clients.append(build(shard))
+            continue
+        if shard.deployment not in built:
+            built[shard.deployment] = build(shard)
+        clients.append(built[shard.deployment])
+    return tuple(clients)
 
 
 class AsyncShardClients(_ShardClients[AsyncRedis | AsyncRedisCluster]):
@@ -53,13 +71,12 @@ class AsyncShardClients(_ShardClients[AsyncRedis | AsyncRedisCluster]):
 
     def __init__(self, settings: Settings, *, decode: bool = False, connect_timeout: float | None = None) -> None:
         layout = layout_of(settings)
-        super().__init__(layout, tuple(
-            async_deployment_client(settings, d, decode=decode, connect_timeout=connect_timeout)
-            for d in layout.deployments
+        super().__init__(layout, _by_shard(
+            layout, lambda shard: async_shard_client(settings, shard, decode=decode, connect_timeout=connect_timeout)
         ))  # fmt: skip
 
     async def aclose(self) -> None:
-        for client in self.clients:
+        for client in self.distinct():
             await client.aclose()
 
 
@@ -68,13 +85,12 @@ class ShardClients(_ShardClients[Redis | RedisCluster]):
 
     def __init__(self, settings: Settings, *, decode: bool = False, connect_timeout: float | None = None) -> None:
         layout = layout_of(settings)
-        super().__init__(layout, tuple(
-            sync_deployment_client(settings, d, decode=decode, connect_timeout=connect_timeout)
-            for d in layout.deployments
+        super().__init__(layout, _by_shard(
+            layout, lambda shard: sync_shard_client(settings, shard, decode=decode, connect_timeout=connect_timeout)
         ))  # fmt: skip
 
     def close(self) -> None:
-        for client in self.clients:
+        for client in self.distinct():
             client.close()
 
 
@@ -83,18 +99,18 @@ def role_clients(
 ) -> tuple[AsyncRedis, ...]:
     """The asyncio client of each shard, by shard index, for serve and worker: shard 0's is :func:`async_client`'s.
 
-    Shards of one deployment share its client. A Cluster is refused here as
-    :func:`svcgw.connections.async_client` refuses it (the roles do not run
-    on one yet), so every client is a plain (or Sentinel) one.
+    Shards of one deployment share its client; a Cluster's virtual shards each have the view of
+    their hash tag (svcgw.clusterspace), typed as one Redis: they answer as one would.
     """
     layout = layout_of(settings)
     first = async_client(settings, decode=decode, connect_timeout=connect_timeout)
-    others = (
-        cast(AsyncRedis, async_deployment_client(settings, d, decode=decode, connect_timeout=connect_timeout))
-        for d in layout.deployments[1:]
-    )
-    by_deployment = (first, *others)
-    return tuple(by_deployment[shard.deployment] for shard in layout.shards)
+
+    def build(shard: Shard) -> AsyncRedis:
+        if shard.index == 0:
+            return first
+        return async_shard_client(settings, shard, decode=decode, connect_timeout=connect_timeout)
+
+    return _by_shard(layout, build)
 
 
 async def aclose_all(clients: Sequence[AsyncRedis]) -> None:

@@ -52,20 +52,6 @@ class ShardLayout:
     def cluster(self) -> bool:
         return self.deployments[0].kind == "cluster"
 
-    def refusal(self, role: str) -> str | None:
-        """Why ``svcgw <role>`` (serve, worker, up) cannot run on this layout yet, or None.
-
-        Several URL or Sentinel deployments run end to end (each instance's
-        data on its shard, account-wide data on shard 0). A Cluster does not
-        yet: its keys must carry the shard's hash tag, which the ingest and
-        delivery scripts do not write yet.
-        """
-        if not self.cluster:
-            return None
-        return (
-            f"{SHARDS} names a Redis Cluster; `svcgw {role}` runs on redis:// or sentinel:// shards "
-            "until the scripts keep to one hash tag per shard (`svcgw shards` reads a Cluster)"
-        )
 
 
 def layout_of(settings: Settings) -> ShardLayout:

@@ -19,7 +19,7 @@ from redis.exceptions import RedisClusterException, RedisError
 
 from . import keys
 from .shardclients import AsyncShardClients
-from .shardkeys import SHARD_INSTANCES, queue
+from .shardkeys import SHARD_INSTANCES
 from .shards import Shard, instance_counts
 
 __all__ = ["ShardStatus", "shard_statuses"]
@@ -99,7 +99,7 @@ async def _status(
             await _on(client, node, "PING")
             ping_ms = (time.perf_counter() - started) * 1000
             memory = await _on(client, node, "INFO", "memory")
-            depth = await client.llen(queue(queue_name, shard))
+            depth = await client.llen(keys.rq_queue(queue_name))
     except _UNREACHABLE as exc:
         return ShardStatus(**common, error=f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__)
     return ShardStatus(

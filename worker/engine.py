@@ -54,8 +54,10 @@ import socket
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import cast
 
 from redis.asyncio import Redis as AsyncRedis
+from redis.asyncio.cluster import RedisCluster as AsyncRedisCluster
 from redis.exceptions import RedisError
 
 from svcgw import failing
@@ -143,7 +145,8 @@ class Engine:
             settings.account_concurrency, settings.delivery_timeout, shortest=ACCOUNT_DEFER_SECONDS
         )
         self.destinations = DestinationKeys(settings.allow_private_destinations, settings.destination_ports)
-        self._given_redis = redis if isinstance(redis, AsyncRedis) else None
+        # A Cluster shard's client (svcgw.clusterspace) answers as one Redis does.
+        self._given_redis = cast(AsyncRedis, redis) if isinstance(redis, AsyncRedis | AsyncRedisCluster) else None
         self._given_client = client
         self._held: set[str] = set()
         self._tasks: set[asyncio.Task[None]] = set()

@@ -18,7 +18,6 @@ from typing import Any
 import orjson
 import pytest
 from redis import Redis
-from redis.exceptions import RedisClusterException, ResponseError
 
 from svcgw import keys
 from svcgw.settings import Settings
@@ -148,7 +147,7 @@ def test_svcgw_shards_shows_a_shard_that_is_down_and_the_others(env: dict[str, s
     assert table.exit_code == 1 and "ok," in table.stdout and "hunter2" not in table.output
 
 
-def test_the_cluster_clients_reach_every_virtual_shard_and_run_a_script_of_one_tag(
+def test_the_cluster_clients_keep_each_virtual_shard_in_its_slot(
     env: dict[str, str], cluster: RedisClusterFleet
 ) -> None:
     service_env = sharded(env, cluster.setting, SVCGW_CLUSTER_SHARDS="16")
@@ -160,29 +159,35 @@ def test_the_cluster_clients_reach_every_virtual_shard_and_run_a_script_of_one_t
             nodes = {}
             for shard in clients.shards:
                 client = clients.of(shard)
-                assert await client.set(f"svcgw:probe:{shard.tag}", str(shard.index)) is True
-                assert await client.get(f"svcgw:probe:{shard.tag}") == str(shard.index)
+                assert await client.set("svcgw:probe", str(shard.index)) is True
+                assert await client.get("svcgw:probe") == str(shard.index)  # each shard its own keyspace
                 nodes[shard.index] = client.get_node_from_key(shard.tag).name
-            # Two keys of one tag: one slot, one script.
+            # Keys named as on one Redis, in one slot: one script, one transaction.
             script = (
                 "redis.call('SET', KEYS[1], ARGV[1]); redis.call('RPUSH', KEYS[2], ARGV[1]); "
                 "return redis.call('LLEN', KEYS[2])"
             )
             one = clients.of(clients.shards[3])
-            assert await one.eval(script, 2, "svcgw:a:{s3}", "rq:queue:svcgw{s3}", "x") == 1
-            assert await one.eval(script, 2, "svcgw:a:{s3}", "rq:queue:svcgw{s3}", "y") == 2
-            # Keys of two shards are refused: that is what the tags are for.
-            with pytest.raises((RedisClusterException, ResponseError)):
-                await one.eval(script, 2, "svcgw:a:{s3}", "svcgw:a:{s4}", "z")
+            assert await one.eval(script, 2, "svcgw:a", "rq:queue:svcgw", "x") == 1
+            assert await one.eval(script, 2, "svcgw:a", "rq:queue:svcgw", "y") == 2
+            async with one.pipeline(transaction=True) as pipe:
+                pipe.rpush("rq:queue:svcgw", "z").hset("svcgw:h", "f", "v")
+                assert await pipe.execute() == [3, 1]
+            assert await clients.of(clients.shards[4]).llen("rq:queue:svcgw") == 0
             return nodes
         finally:
             await clients.aclose()
 
     nodes = run(each_shard())
     assert set(nodes.values()) == cluster.masters()  # 16 tags spread over every master
+    node = next(n for n in cluster.nodes if n.address == nodes[3]).client()
+    try:
+        assert node.llen("{s3}rq:queue:svcgw") == 3  # the shard's tag in front of the name
+    finally:
+        node.close()
     blocking = ShardClients(settings, decode=True)
     try:
-        assert blocking.of(blocking.shards[5]).get("svcgw:probe:{s5}") == "5"
+        assert blocking.of(blocking.shards[5]).get("svcgw:probe") == "5"
     finally:
         blocking.close()
 
@@ -190,5 +195,5 @@ def test_the_cluster_clients_reach_every_virtual_shard_and_run_a_script_of_one_t
     assert code == 0 and len(rows) == 16
     assert all(row["healthy"] and row["used_memory"] > 0 for row in rows)
     assert {row["node"] for row in rows} == cluster.masters()
-    assert [row["queue_depth"] for row in rows if row["index"] == 3] == [2]
+    assert [row["queue_depth"] for row in rows if row["index"] == 3] == [3]
     assert all(row["instances"] == 0 for row in rows)

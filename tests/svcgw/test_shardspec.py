@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from svcgw.clusterspace import AsyncTaggedCluster
 from svcgw.connections import async_client
 from svcgw.settings import Settings, SettingsError
 from svcgw.shardspec import layout_of
@@ -64,7 +65,7 @@ def test_a_sentinel_group_first_is_every_roles_redis() -> None:
 
 def test_one_entry_is_one_shard_and_serves() -> None:
     settings = read(SVCGW_REDIS_SHARDS="redis://a:6379/0")
-    assert settings.redis_shards is not None and settings.redis_shards.refusal("serve") is None
+    assert settings.redis_shards is not None and len(settings.redis_shards.shards) == 1
     assert settings.redis_url == "redis://a:6379/0"
 
 
@@ -76,16 +77,9 @@ def test_a_cluster_is_virtual_shards_each_a_hash_tag() -> None:
     assert {s.deployment for s in layout.shards} == {0}
     assert layout.shards[3].name == "cluster://n1:7000,n2:7001 {s3}"
     assert len(layout_of(read(SVCGW_REDIS_SHARDS="cluster://n1:7000", SVCGW_CLUSTER_SHARDS="4")).shards) == 4
-    # Roles that use one Redis say plainly they do not run on a Cluster yet.
-    with pytest.raises(SettingsError, match="Redis Cluster"):
-        async_client(settings)
-
-
-def test_several_shards_run_and_a_cluster_is_refused_by_the_roles_for_now() -> None:
-    three = read(SVCGW_REDIS_SHARDS="redis://a:1/0 sentinel://s:26379/m redis://c:1/0").redis_shards
-    assert three is not None and three.refusal("worker") is None
-    cluster = read(SVCGW_REDIS_SHARDS="cluster://n1:7000").redis_shards
-    assert cluster is not None and "Redis Cluster" in (cluster.refusal("serve") or "")
+    # Shard 0's client, what belongs to the whole service, is the view of its tag.
+    client = async_client(settings)
+    assert isinstance(client, AsyncTaggedCluster) and client.tag == "{s0}"
 
 
 @pytest.mark.parametrize(
