@@ -171,7 +171,8 @@ def test_the_cluster_clients_keep_each_virtual_shard_in_its_slot(
             assert await one.eval(script, 2, "svcgw:a", "rq:queue:svcgw", "x") == 1
             assert await one.eval(script, 2, "svcgw:a", "rq:queue:svcgw", "y") == 2
             async with one.pipeline(transaction=True) as pipe:
-                pipe.rpush("rq:queue:svcgw", "z").hset("svcgw:h", "f", "v")
+                pipe.rpush("rq:queue:svcgw", "z")
+                pipe.hset("svcgw:h", "f", "v")
                 assert await pipe.execute() == [3, 1]
             assert await clients.of(clients.shards[4]).llen("rq:queue:svcgw") == 0
             return nodes
