@@ -22,8 +22,8 @@ memory:
   status change (registration, ``svcgw.liveness`` and the prober; see
   :func:`count_change`), so a scrape never reads the instances themselves.
   Counts that do not exist yet (instances registered before they were kept)
-  are computed once from the instances, in one script
-  (:func:`rebuild_instance_counts`; the first scrape does it);
+  are computed once from the instances, in one script given every instance
+  hash it reads (:func:`rebuild_instance_counts`; the first scrape does it);
 * a scrape reads these hashes and, live, the queue depth, the number of
   dead letters and of failing destinations (``svcgw.failing``), and renders
   them with ``prometheus_client``.
@@ -267,6 +267,10 @@ async def record_probe(redis: AsyncRedis, result: str) -> None:
 # --- instance counts -----------------------------------------------------------------
 ProbeErrorChange = str  # "set", "clear" or "" (unchanged)
 
+# Reads of the set of instances a rebuild makes before it gives up until the next scrape:
+# each retry means the set changed (a registration) between a read and the count.
+REBUILD_ATTEMPTS = 5
+
 
 def count_change(pipe: Any, appid: str, *, status: str = "", probe_error: ProbeErrorChange = "") -> None:
     """Queue the instance-count update for a change of ``appid`` on the transaction ``pipe``.
@@ -290,12 +294,33 @@ def count_change(pipe: Any, appid: str, *, status: str = "", probe_error: ProbeE
 async def rebuild_instance_counts(redis: AsyncRedis) -> bool:
     """Compute the instance counts from every instance when they do not exist; True if this call did.
 
-    One script over every instance, so it blocks Redis for about a
+    The set of instances is read first, so that the script is given every
+    instance hash it reads as KEYS; the script counts only if the set still
+    holds exactly those appids. An instance registered in between makes the call
+    read the set again, up to :data:`REBUILD_ATTEMPTS` times; after that the
+    counts stay missing (logged) and the next scrape tries again. The
+    script goes over every instance, so it blocks Redis for about a
     millisecond per thousand instances, once.
     """
     script = register(redis, "liveness_counts")
-    done = await script(keys=[keys.INSTANCES, keys.METRICS_INSTANCES], args=[repr(time.time()), keys.instance("")])
-    return bool(int(done))
+    for _ in range(REBUILD_ATTEMPTS):
+        async with redis.pipeline(transaction=False) as pipe:
+            pipe.exists(keys.METRICS_INSTANCES)
+            pipe.smembers(keys.INSTANCES)
+            exists, members = await pipe.execute()
+        if exists:
+            return False
+        appids = list(members)
+        done = int(
+            await script(
+                keys=[keys.INSTANCES, keys.METRICS_INSTANCES, *(keys.instance(_text(appid)) for appid in appids)],
+                args=[repr(time.time()), *appids],
+            )
+        )
+        if done >= 0:
+            return bool(done)
+    log.warning("instance counts not computed: the set of instances kept changing; the next scrape tries again")
+    return False
 
 
 # --- scraping ---------------------------------------------------------------------

@@ -2,8 +2,11 @@
 
 The schedule lives only in Redis, in the sorted set ``svcgw:probe:schedule``
 (appid scored by the time its next probe is due), so any number of workers
-share it and a restart of all of them loses nothing. One Lua script
-(``svcgw/lua/probe_claim.lua``) claims what is due, atomically:
+share it and a restart of all of them loses nothing. A claim reads the
+schedule's due members (one ``ZRANGE``, no more when none is due), then one
+Lua script (``svcgw/lua/probe_claim.lua``), given their instance hashes as
+KEYS, claims those still due, atomically; a member another worker claimed
+in between is skipped:
 
 * an instance no longer maintained (stopped, logged out, offline with
   manual) leaves the schedule;
@@ -81,6 +84,9 @@ MIN_TICK = 0.05  # batches the claims of a large schedule
 MAX_IDLE = 0.25  # how soon a probe asked for at once (GapClosed, long/start) is seen
 SHUTDOWN_GRACE = 3.0
 GAP_GRACE_SECONDS = 2.0  # how long a fresh loss waits for a GapClosed that explains it
+# Due members a claim reads and names, per probe it may claim: workers that read the schedule at
+# the same moment read the same members, and the extra ones leave the later claim something to take.
+CANDIDATES = 2
 
 # The instance fields a claim returns, in the order of the claim script's HMGET.
 CLAIM_FIELDS = ("status", "since", "proxy", "offline_since", "gap_code", "gap_message", "gap_at")
@@ -171,12 +177,20 @@ class Prober:
         if limit <= 0:
             return [], None
         now = self.clock()
+        # The schedule's first members in score order: the due ones among them are what the
+        # script may claim (it touches only the instance hashes named in its KEYS), and when
+        # none is due, the first one says when to look again, with no script call.
+        schedule = await self.redis.zrange(keys.PROBE_SCHEDULE, 0, CANDIDATES * limit - 1, withscores=True)
+        first = cast(list[tuple[Any, float]], schedule)
+        due = [member for member, score in first if score <= now]
+        if not due:
+            return [], (first[0][1] if first else None)
         lease = repr(now + LEASE_SECONDS)
         head, flat = cast(
             list[Any],
             await self._claim(
-                keys=[keys.PROBE_SCHEDULE],
-                args=[repr(now), limit, repr(self.interval), lease, keys.instance(""), min(self.interval, 1.0)],
+                keys=[keys.PROBE_SCHEDULE, *(keys.instance(_text(member) or "") for member in due)],
+                args=[repr(now), limit, repr(self.interval), lease, min(self.interval, 1.0), *due],
             ),
         )
         width = 1 + len(CLAIM_FIELDS)

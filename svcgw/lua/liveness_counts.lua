@@ -1,15 +1,30 @@
 -- Computes the instance counts of /metrics from every instance, once: when
 -- they do not exist yet (instances registered before they were kept, or a
 -- lost hash). Afterwards every change keeps them in step (liveness_count.lua).
--- (svcgw.metrics.rebuild_instance_counts)
--- KEYS: the set of every instance, instance counts
--- ARGV: now, instance key prefix
--- Returns 1 if the counts were computed, 0 if they existed.
+-- KEYS: the set of every instance, instance counts, then the instance hash of each appid in ARGV
+-- ARGV: now, then every appid the caller read from the set (svcgw.metrics.rebuild_instance_counts)
+-- Returns 1 if the counts were computed, 0 if they existed, -1 if the set no longer holds exactly
+-- the named appids (an instance registered or removed since the caller read it): nothing is
+-- written, and the caller reads the set again. The caller names every instance hash, so that
+-- this script touches only keys in KEYS; the set is compared here, in the same atomic step that
+-- counts, because registrations made while the counts do not exist are not counted by anything
+-- else (liveness_registered.lua counts only into existing counts).
 if redis.call('EXISTS', KEYS[2]) == 1 then return 0 end
+local named = #ARGV - 1
+if #KEYS ~= named + 2 then
+  return redis.error_reply('liveness_counts: one instance key per appid')
+end
+-- The appids come from one SMEMBERS, so they are distinct: the same number, each a member, is
+-- the same set. One SISMEMBER each rather than one SMISMEMBER, whose arguments would go through
+-- unpack and its limit of about 8000 values.
+if redis.call('SCARD', KEYS[1]) ~= named then return -1 end
+for i = 2, #ARGV do
+  if redis.call('SISMEMBER', KEYS[1], ARGV[i]) == 0 then return -1 end
+end
 local counts = {}
 local errors = 0
-for _, appid in ipairs(redis.call('SMEMBERS', KEYS[1])) do
-  local f = redis.call('HMGET', ARGV[2] .. appid, 'status', 'probe_error')
+for i = 3, #KEYS do
+  local f = redis.call('HMGET', KEYS[i], 'status', 'probe_error')
   local status = f[1]
   if not status or status == '' then status = 'not_started' end
   counts[status] = (counts[status] or 0) + 1

@@ -8,9 +8,11 @@ from typing import Any
 import pytest
 from redis import Redis
 from redis.asyncio import Redis as AsyncRedis
+from redis.exceptions import ResponseError
 
-from svcgw import keys, liveness
+from svcgw import keys, liveness, metrics
 from svcgw.metrics import snapshot
+from svcgw.scripts import register as register_script
 from svcgw.scripts import source
 from svcgw.settings import Settings
 from tests.conftest import provision, run, with_store
@@ -142,3 +144,87 @@ def test_counts_are_computed_once_for_instances_registered_before_they_were_kept
     provision(settings)  # counted from now on, not computed again
     _matches(settings, redis)
     assert redis.hget(keys.METRICS_INSTANCES, "built_at") == built
+
+
+# --- the rebuild names every instance hash it reads ------------------------------------------
+def _register_behind(redis: Redis, appid: str) -> None:
+    """A registration as the store makes it, on a client of its own: the set and, if they exist, the counts."""
+    redis.hset(keys.instance(appid), mapping={"account": "acc_x", "status": "online"})
+    counts = (keys.INSTANCES, keys.METRICS_INSTANCES, keys.instance(appid))
+    redis.eval(source("liveness_registered"), len(counts), *counts, appid)
+
+
+def _interleaved(monkeypatch: pytest.MonkeyPatch, between: Any) -> list[int]:
+    """Run ``between(n)`` before the rebuild script's n-th call (after its read); the calls' KEYS counts."""
+    calls: list[int] = []
+
+    def register(redis: Any, name: str) -> Any:
+        script = register_script(redis, name)
+
+        async def call(**given: Any) -> Any:
+            calls.append(len(given["keys"]))
+            between(len(calls))
+            return await script(**given)
+
+        return call
+
+    monkeypatch.setattr(metrics, "register", register)
+    return calls
+
+
+def test_a_registration_between_the_read_and_the_count_makes_the_rebuild_read_again(
+    settings: Settings, redis: Redis, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for _ in range(3):
+        provision(settings)
+    redis.delete(keys.METRICS_INSTANCES)
+    calls = _interleaved(monkeypatch, lambda n: _register_behind(redis, "we_late") if n == 1 else None)
+
+    assert _live(settings, metrics.rebuild_instance_counts) is True
+    assert calls == [2 + 3, 2 + 4]  # the second read names the late instance too
+    assert _matches(settings, redis)["instances"] == {"not_started": 3, "online": 1}
+
+
+def test_a_rebuild_gives_up_after_a_few_reads_and_the_next_scrape_counts(
+    settings: Settings, redis: Redis, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    provision(settings)
+    redis.delete(keys.METRICS_INSTANCES)
+    calls = _interleaved(monkeypatch, lambda n: _register_behind(redis, f"we_late{n}"))
+
+    assert _live(settings, metrics.rebuild_instance_counts) is False
+    assert len(calls) == metrics.REBUILD_ATTEMPTS
+    assert redis.exists(keys.METRICS_INSTANCES) == 0
+    monkeypatch.undo()
+    assert _matches(settings, redis)["instances"] == {"not_started": 1, "online": metrics.REBUILD_ATTEMPTS}
+
+
+def test_the_count_script_refuses_a_set_that_is_not_the_one_named(redis: Redis) -> None:
+    counts_script = redis.register_script(source("liveness_counts"))
+    members = ["we_a", "we_b", "we_c"]
+    redis.sadd(keys.INSTANCES, *members)
+
+    def count(appids: list[str]) -> int:
+        named = [keys.instance(appid) for appid in appids]
+        return int(counts_script(keys=[keys.INSTANCES, keys.METRICS_INSTANCES, *named], args=["1", *appids]))
+
+    assert count(["we_a", "we_b"]) == -1  # one fewer
+    assert count(["we_a", "we_b", "we_x"]) == -1  # as many, one of them another
+    assert redis.exists(keys.METRICS_INSTANCES) == 0
+    with pytest.raises(ResponseError, match="one instance key per appid"):
+        counts_script(keys=[keys.INSTANCES, keys.METRICS_INSTANCES], args=["1", *members])
+    assert count(members) == 1
+    assert redis.hget(keys.METRICS_INSTANCES, "status|not_started") == b"3"
+    assert count(members) == 0  # they exist now
+
+
+def test_a_rebuild_over_more_instances_than_lua_can_unpack(settings: Settings, redis: Redis) -> None:
+    appids = [f"we_{n:012x}" for n in range(10_000)]
+    with redis.pipeline(transaction=False) as pipe:
+        pipe.sadd(keys.INSTANCES, *appids)
+        for n, appid in enumerate(appids):
+            pipe.hset(keys.instance(appid), mapping={"status": "online" if n % 4 else "stopped"})
+        pipe.execute()
+
+    assert _live(settings, metrics.rebuild_instance_counts) is True
+    assert _matches(settings, redis)["instances"] == {"online": 7_500, "stopped": 2_500}

@@ -16,8 +16,9 @@ import orjson
 import pytest
 from redis import Redis
 from redis.asyncio import Redis as AsyncRedis
+from redis.exceptions import ResponseError
 
-from svcgw import keys, liveness
+from svcgw import keys, liveness, scripts
 from svcgw.settings import Settings
 from svcgw.upstream import Upstream
 from tests.conftest import Tenant, provision, run
@@ -266,6 +267,106 @@ def test_a_probe_handed_back_is_due_at_once(settings: Settings, text: Any, probe
     prober.release(claim)
     assert text.hget(keys.instance(appid), "probing") is None
     assert text.zscore(keys.PROBE_SCHEDULE, appid) <= time.time()
+
+
+def test_a_claim_reads_only_the_instance_hashes_it_names(settings: Settings, text: Any, prober: Driven) -> None:
+    named, unnamed = due_now(settings, text), due_now(settings, text)
+    unnamed_due = text.zscore(keys.PROBE_SCHEDULE, unnamed)
+    now = time.time()
+    claim_script = text.register_script(scripts.text("probe_claim"))
+    # ``named`` is due and maintained, but the hash named for it is another, missing one: a script
+    # that built the name from the appid would claim it. ``unnamed`` is due and not named at all.
+    _, claimed = claim_script(
+        keys=[keys.PROBE_SCHEDULE, keys.instance("we_not_this_one")],
+        args=[repr(now), 10, repr(INTERVAL), repr(now + 60), 1.0, named],
+    )
+    assert claimed == []
+    assert text.hget(keys.instance(named), "probing") is None
+    # The missing hash it was given says "not maintained", so the appid left the schedule.
+    assert text.zscore(keys.PROBE_SCHEDULE, named) is None
+    assert text.exists(keys.instance("we_not_this_one")) == 0
+    assert text.hget(keys.instance(unnamed), "probing") is None
+    assert text.zscore(keys.PROBE_SCHEDULE, unnamed) == unnamed_due
+    with pytest.raises(ResponseError, match="one instance key per appid"):
+        claim_script(keys=[keys.PROBE_SCHEDULE], args=[repr(now), 10, repr(INTERVAL), repr(now + 60), 1.0, unnamed])
+    assert [c.appid for c in prober.claim(100)[0]] == [unnamed]
+
+
+def test_a_member_claimed_or_removed_between_the_read_and_the_script_is_left_alone(
+    settings: Settings, text: Any, prober: Driven, layer: FakeLayer
+) -> None:
+    taken, kept, removed = (due_now(settings, text) for _ in range(3))
+    text.zadd(keys.PROBE_SCHEDULE, {taken: time.time() - 1.0, "we_later": time.time() + 30})
+    other = Prober(settings, prober.prober.redis, fake_upstream(layer))
+    script = prober.prober._claim
+    theirs: list[Claim] = []
+    rescheduled: list[float] = []
+
+    async def raced(**call: Any) -> Any:
+        # Between this prober's read and its script, another worker claims ``taken`` (the first
+        # due) and ``removed`` leaves the schedule, though its hash still says maintained.
+        claims, _ = await other.claim(1)
+        theirs.extend(claims)
+        rescheduled.append(text.zscore(keys.PROBE_SCHEDULE, taken))
+        text.zrem(keys.PROBE_SCHEDULE, removed)
+        return await script(**call)
+
+    prober.prober._claim = raced  # type: ignore[assignment]
+    claims, head = prober.claim(100)
+    assert [c.appid for c in claims] == [kept]
+    assert [c.appid for c in theirs] == [taken]
+    assert text.hget(keys.instance(taken), "probing") == theirs[0].lease
+    assert text.zscore(keys.PROBE_SCHEDULE, taken) == rescheduled[0] > time.time()
+    assert text.zscore(keys.PROBE_SCHEDULE, removed) is None  # not brought back
+    assert text.hget(keys.instance(removed), "probing") is None
+    ((_, first_due),) = text.zrange(keys.PROBE_SCHEDULE, 0, 0, withscores=True)
+    assert head == pytest.approx(first_due)
+    prober.run(other.upstream.aclose())
+
+
+def test_two_workers_reading_the_same_due_members_claim_different_ones(
+    settings: Settings, text: Any, prober: Driven, layer: FakeLayer
+) -> None:
+    appids = [due_now(settings, text) for _ in range(4)]
+    text.zadd(keys.PROBE_SCHEDULE, {appid: time.time() - 1.0 + n * 0.01 for n, appid in enumerate(appids)})
+    other = Prober(settings, prober.prober.redis, fake_upstream(layer))
+    script = prober.prober._claim
+    theirs: list[Claim] = []
+
+    async def raced(**call: Any) -> Any:
+        # The other worker read the same members as this one, and its script ran first.
+        claims, _ = await other.claim(2)
+        theirs.extend(claims)
+        return await script(**call)
+
+    prober.prober._claim = raced  # type: ignore[assignment]
+    mine, _ = prober.claim(2)
+    assert [c.appid for c in theirs] == appids[:2]
+    assert [c.appid for c in mine] == appids[2:4]
+    prober.run(other.upstream.aclose())
+
+
+def test_nothing_due_costs_no_script_call_and_says_when_the_first_is_due(
+    settings: Settings, text: Any, prober: Driven
+) -> None:
+    calls: list[int] = []
+    script = prober.prober._claim
+
+    async def counted(**call: Any) -> Any:
+        calls.append(len(call["keys"]))
+        return await script(**call)
+
+    prober.prober._claim = counted  # type: ignore[assignment]
+    assert prober.claim(100) == ([], None)
+    appid = due_now(settings, text)
+    due = time.time() + 30
+    text.zadd(keys.PROBE_SCHEDULE, {appid: due})
+    claims, head = prober.claim(100)
+    assert claims == [] and head == pytest.approx(due)
+    assert calls == []
+    text.zadd(keys.PROBE_SCHEDULE, {appid: time.time() - 0.01})
+    assert [c.appid for c in prober.claim(100)[0]] == [appid]
+    assert calls == [2]  # the schedule and the one due instance's hash
 
 
 # --- judging ---------------------------------------------------------------------------------
