@@ -117,7 +117,9 @@ class Credentials:
                 return  # the password changed meanwhile: the new one stands
 
     async def _run(self, account: str, password_hash: str, keep_session: str | None) -> int:
-        epoch = int(await self._sessions(keys=[keys.account(account), keep_session or ""], args=[password_hash]))
+        # No session to keep: a name that never exists, so the script's KEYS stay key names.
+        kept = keep_session or keys.console_session("")
+        epoch = int(await self._sessions(keys=[keys.account(account), kept], args=[password_hash]))
         if epoch < 0:
             raise LookupError(f"no account {account!r}")
         return epoch

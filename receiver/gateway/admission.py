@@ -60,13 +60,16 @@ class Facts:
 
 class Admission:
     def __init__(self, redis: Redis, limiter: RateLimiter) -> None:
+        # The names the script builds: on a Redis Cluster, with the hash tag its client puts on
+        # every key it names (svcgw.clusterspace), so that they are in the slot of its KEYS.
+        tag: str = getattr(redis, "tag", "")
         names: list[str] = [
-            *_around(keys.api_key(_MARK)),
-            *_around(keys.account_denied(_MARK)),
-            *_around(keys.account_own_denied(_MARK)),
+            *_around(tag + keys.api_key(_MARK)),
+            *_around(tag + keys.account_denied(_MARK)),
+            *_around(tag + keys.account_own_denied(_MARK)),
         ]
         for item in limiter.items:
-            names.extend((*_around(window_key(_MARK, item)), str(item.amount), str(item.get_expiry() * 1000)))
+            names.extend((*_around(tag + window_key(_MARK, item)), str(item.amount), str(item.get_expiry() * 1000)))
         # The calls of one turn of the event loop go to Redis in one pipeline (see .batch).
         self._script = ScriptBatch(redis, admission(names))
         self._clock = limiter.clock
@@ -80,13 +83,14 @@ class Admission:
             presented = digest(key)
             lookup = keys.api_key_lookup(presented)
         else:
-            presented, lookup = "", ""
+            # Named, never read (ARGV[2] names the account): a key name, in the slot of the others.
+            presented, lookup = "", keys.api_key_lookup("")
         now = "" if self._clock is None else str(math.floor(self._clock() * 1000))
         result = cast(
             list[Any],
             await self._script(
-                keys=[lookup, keys.instance(appid) if appid is not None else ""],
-                args=[now, account or "", operation.lower()],
+                keys=[lookup, keys.instance(appid or "")],
+                args=[now, account or "", operation.lower(), "0" if appid is None else "1"],
             ),
         )
         if int(result[0]) == 0:

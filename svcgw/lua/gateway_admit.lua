@@ -1,9 +1,10 @@
 -- Every check of a gateway call that reads Redis, in one round trip (receiver.gateway.admission).
--- KEYS[1]: the API key's look-up string (apikey-hash:<sha256>), or '' when ARGV[2] names the account
--- KEYS[2]: the instance hash of the call's appid, or '' when ownership is not read here
+-- KEYS[1]: the API key's look-up string (apikey-hash:<sha256>); not read when ARGV[2] names the account
+-- KEYS[2]: the instance hash of the call's appid; read only when ARGV[4] is '1'
 -- ARGV[1]: now in milliseconds ('' for the Redis server's clock)
--- ARGV[2]: the account id, when KEYS[1] is '' (a call made for an account already signed in)
+-- ARGV[2]: the account id, for a call made for an account already signed in; else ''
 -- ARGV[3]: the operation ("module/action"), lower case
+-- ARGV[4]: '1' to read the owner of the instance of KEYS[2], else '0'
 -- Runs after two definitions made by Admission (receiver/gateway/admission.py): rate_window.lua's
 -- body wrapped as the local function rate_window(KEYS, ARGV), so the rate limit has one
 -- implementation, and NAMES, the key names this process uses, constant for its life (sent once
@@ -14,7 +15,9 @@
 --   NAMES[7..]: per rate limit, its window list's name before and after the account id, its amount,
 --               its window in ms (receiver.ratelimit.window_key)
 -- The names built here around the key or account id are not in KEYS because the ids are only known
--- here; the service runs on one Redis (or Sentinel), never a cluster.
+-- here, and the call must stay one round trip. They belong to shard 0 like the KEYS: on a Redis
+-- Cluster, NAMES carry shard 0's hash tag as its client's keys do (svcgw.clusterspace), so the
+-- script touches one slot.
 -- Returns {0} for a missing, unknown or revoked key (nothing written), else
 -- {1, account, stored key hash ('' without a key), allowed 1/0, ms until a call passes,
 --  denied 1/0, owner of the instance ('' when unknown or not read)}.
@@ -29,7 +32,7 @@ else
 end
 
 local account, stored = ARGV[2], ''
-if KEYS[1] ~= '' then
+if ARGV[2] == '' then
   local key_id = redis.call('GET', KEYS[1])
   if not key_id then return {0} end
   local key_hash = NAMES[1] .. key_id .. NAMES[2]
@@ -64,5 +67,5 @@ for _, set in ipairs({NAMES[3] .. account .. NAMES[4], NAMES[5] .. account .. NA
 end
 
 local owner = ''
-if KEYS[2] ~= '' then owner = redis.call('HGET', KEYS[2], 'account') or '' end
+if ARGV[4] == '1' then owner = redis.call('HGET', KEYS[2], 'account') or '' end
 return {1, account, stored, verdict[1], verdict[2], denied, owner}
