@@ -24,6 +24,7 @@ from typing import Any, cast
 from redis.asyncio.cluster import ClusterPipeline as AsyncClusterPipeline
 from redis.asyncio.cluster import RedisCluster as AsyncRedisCluster
 from redis.cluster import ClusterPipeline, RedisCluster
+from redis.crc import key_slot
 
 from .errors import Failure
 
@@ -169,7 +170,23 @@ def _scan_args(tag: str, args: tuple[Any, ...]) -> tuple[Any, ...]:
     return tuple(out)
 
 
-class TaggedCluster(RedisCluster):
+class _OneSlot:
+    """Multi-key commands split by slot (``EXISTS``, ``DEL``, ``MGET`` …): every key of a shard is in one.
+
+    redis-py splits them by each key's own slot and sends each part to that slot's master;
+    the keys it would send are tagged on their way, so the slot that counts is the tag's.
+    """
+
+    tag: str
+
+    def _partition_keys_by_slot(self, keys: Any) -> dict[int, list[Any]]:
+        return {key_slot(self.tag.encode()): list(keys)}
+
+    def _partition_pairs_by_slot(self, mapping: Any) -> dict[int, list[Any]]:
+        return {key_slot(self.tag.encode()): [item for pair in mapping.items() for item in pair]}
+
+
+class TaggedCluster(_OneSlot, RedisCluster):
     """A blocking Cluster client of one virtual shard: every key it names carries ``tag``."""
 
     def __init__(self, *args: Any, tag: str, **kwargs: Any) -> None:
@@ -203,7 +220,7 @@ class _TaggedPipeline(ClusterPipeline):
         return super().watch(*(tagged(self.tag, ("WATCH", *names))[1:]))  # type: ignore[no-untyped-call]
 
 
-class AsyncTaggedCluster(AsyncRedisCluster):
+class AsyncTaggedCluster(_OneSlot, AsyncRedisCluster):  # type: ignore[misc]  # redis-py's own bases disagree
     """An asyncio Cluster client of one virtual shard: every key it names carries ``tag``."""
 
     def __init__(self, *args: Any, tag: str, **kwargs: Any) -> None:

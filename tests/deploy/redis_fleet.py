@@ -131,6 +131,11 @@ class RedisClusterFleet:
         """The addresses of the masters that hold slots, as the first node sees them."""
         return self._view(self.nodes[0])[0]
 
+    def replica_nodes(self) -> list[Node]:
+        """The nodes that are replicas now, as the first node sees them."""
+        replicas = self._view(self.nodes[0])[1]
+        return [node for node in self.nodes if node.address in replicas]
+
     def _view(self, node: Node) -> tuple[set[str], set[str]]:
         """(masters holding slots, replicas) in ``node``'s ``CLUSTER NODES``."""
         client = node.client(decode_responses=True)
