@@ -16,7 +16,7 @@ import pytest
 from redis import Redis
 from redis.asyncio import Redis as AsyncRedis
 
-from svcgw import deadletters, keys
+from svcgw import deadletters, keys, liveness
 from svcgw.replay import replay
 from svcgw.retrynow import NotRetrying, retry_now
 from svcgw.settings import Settings
@@ -53,6 +53,17 @@ def _run(settings: Settings, action: str, delivery_id: str) -> None:
     asyncio.run(go())
 
 
+def _started_now(settings: Settings, appid: str) -> None:
+    async def go() -> None:
+        client = AsyncRedis.from_url(settings.redis_url or "")
+        try:
+            await liveness.mark_started(client, appid, 0.0)
+        finally:
+            await client.aclose()
+
+    asyncio.run(go())
+
+
 def _retried_now(settings: Settings, redis: Redis, appid: str) -> bool:
     """Retry now the instance's delivery once it waits for a retry (they are 0.2 s apart: it may have gone on)."""
     scheduled = [d.decode() for d in redis.zrange(keys.rq_scheduled(settings.queue_name), 0, -1)]
@@ -71,9 +82,11 @@ def test_the_delivery_path_touches_only_the_keys_its_scripts_name(
     settings: Settings, redis_url: str, redis: Redis, server: str, sink: Sink
 ) -> None:
     live = started(settings, sink.url)
+    probed = provision(settings, url=sink.url)
     default_only = provision(settings)
     refused = provision(settings, url="http://127.0.0.1:9/hook")
     with ScriptKeyWatch(redis_url) as watch:
+        _started_now(settings, probed.appid)  # probed at once, by an upstream that does not answer
         worker = ThreadedWorker(settings).start()
         try:
             # Posts: one delivered, one repeat refused as a duplicate, one to a refused address.
@@ -93,6 +106,8 @@ def test_the_delivery_path_touches_only_the_keys_its_scripts_name(
             (dead,) = wait_for(lambda: _dead(settings, refused.appid), what="the dead letter")
             _run(settings, "replay", dead)
             wait_for(lambda: _dead(settings, refused.appid), what="dead again")
+            # The probed instance's probes ran (and failed: the upstream does not answer).
+            wait_for(lambda: redis.hget(keys.instance(probed.appid), "last_probe"), what="a probe")
             # The account without any address: its delivery is read with the account's (empty) default.
             wait_for(lambda: _dead(settings, default_only.appid), what="the addressless delivery dead")
         finally:
@@ -101,7 +116,7 @@ def test_the_delivery_path_touches_only_the_keys_its_scripts_name(
 
     ran = Counter(call.name for call in watch.calls())
     for script in ("ingest", "queue_claim", "queue_read", "queue_finish", "queue_promote", "queue_delivery", "replay",
-                   "retry_now"):  # fmt: skip
+                   "retry_now", "probe_claim", "probe_finish", "liveness_started", "liveness_count"):  # fmt: skip
         assert ran[script] > 0, f"{script} did not run: {dict(ran)}"
     assert sum(len(call.inner) for call in watch.calls()) > 50  # the watch saw what the scripts ran
     assert watch.undeclared() == []
