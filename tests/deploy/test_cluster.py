@@ -204,6 +204,8 @@ def test_the_gateway_places_instances_over_the_virtual_shards_and_each_event_arr
     shown = ok(service_env, "shards", "--json")
     assert len(shown) == SHARDS and all(row["healthy"] for row in shown)
     assert sum(row["instances"] for row in shown) == DEVICES
+    scrape = httpx.get(f"{stack.base}/metrics", timeout=10).text  # loopback: no token needed
+    assert all(f'svcgw_shard_up{{shard="{i}"}} 1.0' in scrape for i in range(SHARDS))
 
 
 def test_an_instance_on_a_virtual_shard_is_probed_reported_offline_and_recovered(
