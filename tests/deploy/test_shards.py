@@ -2,8 +2,9 @@
 
 Placement runs through the gateway (in-process, over the simulator) with
 three deployments in ``SVCGW_REDIS_SHARDS``, and goes past a shard that is
-down; ``svcgw shards`` reads every shard; on the Cluster, the clients reach every virtual shard and a script
-whose keys share one ``{s<i>}`` tag runs.
+down; ``svcgw shards`` reads every shard; on the Cluster, the clients reach
+every virtual shard and a script whose keys share one ``{s<i>}`` tag runs, and
+``/readyz`` asks each virtual shard.
 """
 
 from __future__ import annotations
@@ -15,10 +16,12 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
+import httpx
 import orjson
 import pytest
 from redis import Redis
 
+from receiver.app import create_app
 from svcgw import keys
 from svcgw.settings import Settings
 from svcgw.shardclients import AsyncShardClients, ShardClients
@@ -30,6 +33,7 @@ from tests.conftest import run
 from tests.deploy.redis_fleet import RedisClusterFleet, RedisFleet, stop
 from tests.receiver.gateway.stack import Stack, error, start_stack
 from tests.receiver.gateway.stack import sim as sim
+from tests.support import ThreadedServer
 
 # Real processes: run by .ci/run with the rest; `-m 'not slow'` skips them.
 pytestmark = pytest.mark.slow
@@ -252,3 +256,15 @@ def test_the_cluster_clients_keep_each_virtual_shard_in_its_slot(
     assert {row["node"] for row in rows} == cluster.masters()
     assert [row["queue_depth"] for row in rows if row["index"] == 3] == [3]
     assert all(row["instances"] == 0 for row in rows)
+
+
+def test_readyz_on_a_cluster_asks_each_virtual_shard(env: dict[str, str], cluster: RedisClusterFleet) -> None:
+    settings = Settings.from_env(sharded(env, cluster.setting, SVCGW_CLUSTER_SHARDS="8"))
+    server = ThreadedServer(create_app(settings)).start()
+    try:
+        ready = httpx.get(f"{server.base}/readyz", timeout=10)
+    finally:
+        server.stop()
+    assert ready.status_code == 200
+    assert ready.json() == {"status": "ok", "redis": "ok", "shards": [{"shard": i, "redis": "ok"} for i in range(8)],
+                            "unreachable": []}  # fmt: skip
