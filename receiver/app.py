@@ -10,11 +10,8 @@ from __future__ import annotations
 import contextlib
 from collections.abc import AsyncIterator
 
-from redis.exceptions import RedisError
 from starlette.applications import Starlette
 from starlette.middleware import Middleware
-from starlette.requests import Request
-from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Mount, Route
 from starlette.types import Receive, Scope, Send
 
@@ -29,24 +26,12 @@ from .docs import docs_routes
 from .endpoint import make_endpoint
 from .gateway import Gateway, PathGuard, direct_operation
 from .headers import NoSniff
+from .health import healthz, readyz
 from .metrics import metrics_endpoint
 from .openapi import openapi_endpoint
 from .services import Services, build_services
 
 __all__ = ["create_app"]
-
-
-async def healthz(request: Request) -> Response:
-    return JSONResponse({"status": "ok"})
-
-
-async def readyz(request: Request) -> Response:
-    services: Services = request.app.state.services
-    try:
-        await services.redis.ping()
-    except (RedisError, OSError):
-        return JSONResponse({"status": "unavailable", "redis": "unreachable"}, status_code=503)
-    return JSONResponse({"status": "ok", "redis": "ok"})
 
 
 class ServiceApp(Starlette):

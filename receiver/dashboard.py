@@ -4,9 +4,12 @@ The dashboard is a Flask app (``rq_dashboard.cli.make_flask_app``) run
 through a2wsgi's ``WSGIMiddleware``, configured with the service's Redis and
 RQ's JSON serializer (the deliveries are JSON-serialized jobs). It is
 mounted only when both ``SVCGW_DASHBOARD_USER`` and
-``SVCGW_DASHBOARD_PASSWORD`` are set; otherwise ``/rq`` answers 404. With
-several ``redis://`` shards it is given every shard's URL and switches
-between them (``/rq/<shard>/view``; :func:`dashboard_urls`).
+``SVCGW_DASHBOARD_PASSWORD`` are set; otherwise ``/rq`` answers 404. It is
+given every shard's URL and switches between them (``/rq/<shard>/view``;
+:func:`dashboard_urls`): a ``redis://`` shard's own, and for a Sentinel
+group the ``redis+sentinel://`` URL rq-dashboard reads itself
+(``redis_sentinel_url``), so that each request asks the sentinels for the
+current primary and a failover needs no restart.
 
 :class:`DashboardGuard` stands in front of Flask, so no request reaches it
 unchecked:
@@ -32,16 +35,23 @@ from __future__ import annotations
 import base64
 import binascii
 import hmac
+import logging
 import re
 import secrets
 from typing import Any
+from urllib.parse import urlencode
 
 from starlette.responses import PlainTextResponse
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from svcgw.connections import SENTINEL_TIMEOUT
 from svcgw.settings import Settings
+from svcgw.shards import Deployment
+from svcgw.shardspec import layout_of
 
-__all__ = ["DashboardGuard", "make_dashboard"]
+__all__ = ["DashboardGuard", "dashboard_urls", "make_dashboard", "sentinel_url"]
+
+log = logging.getLogger("svcgw.dashboard")
 
 REALM = "svcgw operations"
 
@@ -195,22 +205,56 @@ _REPLACED = frozenset(name for name, _ in security_headers("x"))
 def dashboard_urls(settings: Settings) -> tuple[str, ...]:
     """The Redis URLs the dashboard switches between, shard 0's first (its instance number is the shard's index).
 
-    rq-dashboard takes a list of URLs; a Sentinel group or a Cluster is not
-    one it can take, so then there is no dashboard (as with one Sentinel
-    group): ``svcgw shards`` and ``svcgw dlq`` read every shard.
+    rq-dashboard takes a list of URLs: a ``redis://`` shard's own, a Sentinel
+    group's as :func:`sentinel_url` writes it. A Cluster is none it can take,
+    nor a Sentinel group that URL cannot name; then there is no dashboard
+    (``svcgw shards`` and ``svcgw dlq`` read every shard).
     """
-    if settings.redis_shards is None:
-        return (settings.redis_url,) if settings.redis_url else ()
-    deployments = settings.redis_shards.deployments
-    if any(deployment.kind != "redis" or not deployment.url for deployment in deployments):
-        return ()
-    return tuple(deployment.url or "" for deployment in deployments)
+    urls: list[str] = []
+    for deployment in layout_of(settings).deployments:
+        url = deployment.url if deployment.kind == "redis" else sentinel_url(deployment)
+        if not url:
+            return ()
+        urls.append(url)
+    return tuple(urls)
+
+
+# rq-dashboard's Sentinel URLs (redis_sentinel_url) take the password as written, up to the
+# first "@", with no percent-decoding, and a sentinel as host:port split at the first colon.
+_NOT_IN_URL = frozenset("@/?#[]\t\r\n")
+
+
+def sentinel_url(deployment: Deployment) -> str | None:
+    """The ``redis+sentinel://`` URL of a Sentinel group for rq-dashboard; None for one it cannot name.
+
+    Its sentinels are asked under the service's own deadline
+    (:data:`svcgw.connections.SENTINEL_TIMEOUT`) and with its sentinels'
+    password (``RQ_DASHBOARD_REDIS_SENTINEL_PASSWORD``, see :func:`make_dashboard`).
+    It cannot carry a user name, an IPv6 sentinel, or a password or master
+    name with a character of :data:`_NOT_IN_URL`.
+    """
+    if deployment.kind != "sentinel" or deployment.username:
+        return None
+    password = deployment.password or ""
+    if _NOT_IN_URL & set(password + deployment.master) or any(":" in host for host, _ in deployment.addresses):
+        return None
+    auth = f":{password}@" if password else ""
+    hosts = ",".join(f"{host}:{port}" for host, port in deployment.addresses)
+    deadline = urlencode({"sentinel_socket_timeout": SENTINEL_TIMEOUT,
+                          "sentinel_socket_connect_timeout": SENTINEL_TIMEOUT})  # fmt: skip
+    return f"redis+sentinel://{auth}{hosts}/{deployment.master}/{deployment.db}?{deadline}"
 
 
 def make_dashboard(settings: Settings) -> ASGIApp | None:
     """The guarded dashboard, or None when its credentials (or Redis URLs) are not configured."""
+    if not (settings.dashboard_user and settings.dashboard_password):
+        return None
     urls = dashboard_urls(settings)
-    if not (settings.dashboard_user and settings.dashboard_password and urls):
+    if not urls:
+        if layout_of(settings).deployments:
+            log.warning("rq-dashboard is not mounted at /rq: a shard is one it cannot be given as a URL "
+                        "(a Redis Cluster, or a Sentinel group named with a user name, an IPv6 sentinel, "
+                        "or one of @/?#[] in its password or master name)")  # fmt: skip
         return None
     from a2wsgi import WSGIMiddleware
     from rq.serializers import JSONSerializer
@@ -220,6 +264,8 @@ def make_dashboard(settings: Settings) -> ASGIApp | None:
     # Credentials are checked by DashboardGuard, not by Flask.
     flask_app: Any = make_flask_app(None, None, None, "")
     flask_app.config["RQ_DASHBOARD_REDIS_URL"] = urls
+    # The sentinels' own password, every group's (SVCGW_REDIS_SENTINEL_PASSWORD); a primary's is in its URL.
+    flask_app.config["RQ_DASHBOARD_REDIS_SENTINEL_PASSWORD"] = settings.redis_sentinel_password
     flask_app.config["RQ_DASHBOARD_DISABLE_DELETE"] = True
     flask_app.config["RQ_DASHBOARD_POLL_INTERVAL"] = 5000
     # The dashboard keeps its serializer in a module-level setting.

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Iterable
-from typing import Any
+from typing import Any, Literal
 
 import msgspec
 import orjson
@@ -37,11 +37,24 @@ API_VERSION = "3.2.0"
 REF = "#/components/schemas/{name}"
 
 
+class ShardHealth(msgspec.Struct):
+    """Whether one shard's Redis answers; the shard is named by its index only."""
+
+    shard: int
+    redis: Literal["ok", "unreachable"]
+
+
 class Health(msgspec.Struct):
-    """Whether the process, and its storage, answer."""
+    """Whether the process, and its storage, answer.
+
+    For /readyz, redis is ok only when every shard answers; shards has each
+    shard's answer, and unreachable the indexes of those that did not.
+    """
 
     status: str
     redis: str | msgspec.UnsetType = msgspec.UNSET
+    shards: list[ShardHealth] | msgspec.UnsetType = msgspec.UNSET
+    unreachable: list[int] | msgspec.UnsetType = msgspec.UNSET
 
 
 SERVER: tuple[Operation, ...] = (
@@ -50,8 +63,8 @@ SERVER: tuple[Operation, ...] = (
         "get",
         "/readyz",
         "readyz",
-        "The process can reach its storage",
-        {200: Answer("ready", Health), 503: Answer("not ready", Health)},
+        "The process can reach its storage: every shard's Redis",
+        {200: Answer("ready: every shard answers", Health), 503: Answer("not ready: a shard does not answer", Health)},
     ),
     Operation("get", "/openapi.json", "openapi", "This document", {200: Answer("OpenAPI 3.1", dict[str, Any])}),
     Operation(

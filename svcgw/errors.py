@@ -56,6 +56,7 @@ whole tree (each class's module in brackets when it is not this one)::
         ├── LayoutError          the layout marker names a layout this version cannot keep [svcgw.layout]
         ├── _Unavailable         a probe could not ask the capability layer [worker.prober]
         ├── NoOpenShard          placement with every shard closed [svcgw.shards]
+        ├── ShardUnavailable     (also RedisError) a new instance's shard did not take its copies [svcgw.shardcopy]
         └── VaultError           encryption at rest [svcgw.vault]
 
 Classes that were ``LookupError``, ``ValueError`` or ``RedisError`` stay so,

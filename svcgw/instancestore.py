@@ -42,7 +42,9 @@ class InstanceStore(StoreBase):
         The caller checked that ``appid`` has no owner (:meth:`owner_and_counts`).
         Two registrations of one appid at once (the capability layer giving one
         appid to two creations) would count it twice: placement is then off by
-        one, nothing else.
+        one, nothing else. When ``shard`` does not take the instance's copies,
+        :class:`svcgw.shardcopy.ShardUnavailable` is raised before the registry
+        is written: the instance may then be registered on another shard.
         """
         token = token_for_shard(secrets.token_urlsafe(24), shard)
         now = time.time()

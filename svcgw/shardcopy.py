@@ -20,6 +20,11 @@ instances may be on any of them. Copies are whole hashes (``DEL`` then
 That costs a round trip per shard on the calls that change callback
 settings, and nothing on any other call. On one shard there is nothing to
 copy, and nothing here runs.
+
+The instance's copies are the first write to its shard when it is created,
+so they are what finds the shard down: :class:`ShardUnavailable` says that
+nothing of the instance is in the registry yet, and it may be placed on
+another shard instead (``receiver.gateway.operations``).
 """
 
 from __future__ import annotations
@@ -29,12 +34,27 @@ from collections.abc import Sequence
 from typing import Any
 
 from redis.asyncio import Redis
+from redis.exceptions import RedisClusterException, RedisError
 
 from . import keys
+from .errors import Failure
 from .scripts import text
 from .storebase import digest
 
-__all__ = ["ShardCopies"]
+__all__ = ["ShardCopies", "ShardUnavailable"]
+
+
+class ShardUnavailable(Failure, RedisError):
+    """A new instance's shard did not take its copies (down, failing over, full): the registry has none of it.
+
+    A ``RedisError``, so a caller that does not place the instance again
+    answers it as any storage failure.
+    """
+
+    def __init__(self, shard: int, cause: BaseException) -> None:
+        self.shard = shard
+        # The error's kind only: its text may name the shard's address.
+        super().__init__(f"shard {shard} did not take a new instance: {type(cause).__name__}")
 
 
 class ShardCopies:
@@ -48,16 +68,22 @@ class ShardCopies:
         return self.shards[0]
 
     async def instance(self, appid: str, account: str, token: str, shard: int) -> None:
-        """The look-up key of ``token`` and the instance's owner on ``shard`` (shard 0 is the registry itself)."""
+        """The look-up key of ``token`` and the instance's owner on ``shard`` (shard 0 is the registry itself).
+
+        Raises :class:`ShardUnavailable` when ``shard`` does not take them.
+        """
         if shard == 0:
             return
-        async with self.shards[shard].pipeline(transaction=True) as pipe:
-            pipe.hset(keys.instance(appid), mapping={"account": account, "shard": str(shard)})
-            pipe.set(keys.receiver_lookup(digest(token)), appid)
-            # One of the shard's instances: its liveness changes count in the shard's /metrics counts.
-            counts = (keys.INSTANCES, keys.METRICS_INSTANCES, keys.instance(appid))
-            pipe.eval(text("liveness_registered"), len(counts), *counts, appid)
-            await pipe.execute()
+        try:
+            async with self.shards[shard].pipeline(transaction=True) as pipe:
+                pipe.hset(keys.instance(appid), mapping={"account": account, "shard": str(shard)})
+                pipe.set(keys.receiver_lookup(digest(token)), appid)
+                # One of the shard's instances: its liveness changes count in the shard's /metrics counts.
+                counts = (keys.INSTANCES, keys.METRICS_INSTANCES, keys.instance(appid))
+                pipe.eval(text("liveness_registered"), len(counts), *counts, appid)
+                await pipe.execute()
+        except (RedisError, RedisClusterException, OSError) as exc:
+            raise ShardUnavailable(shard, exc) from exc
 
     async def callback(self, key: str, appid: str | None) -> None:
         """Copy the callback hash ``key`` from the registry: an instance's to its shard, an account's to every shard."""

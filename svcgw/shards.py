@@ -14,11 +14,13 @@ placement reads (:mod:`svcgw.shardkeys`).
 Placement (:func:`place`) gives a new instance the open shard with the
 fewest instances relative to its weight, the lowest index on a tie. It is
 only ever asked for a new instance: nothing here moves a placed one.
+:func:`placement_order` ranks every open shard the same way, so that a
+caller whose first choice does not answer tries the next best.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 from urllib.parse import urlsplit, urlunsplit
@@ -31,6 +33,7 @@ __all__ = [
     "Shard",
     "instance_counts",
     "place",
+    "placement_order",
     "safe_url",
     "shard_of_token",
     "token_for_shard",
@@ -90,10 +93,23 @@ class Shard:
 
 def place(shards: Sequence[Shard], counts: Mapping[int, int]) -> Shard:
     """The open shard with the fewest instances per weight (``counts``: index -> instances); ties: lowest index."""
+    return min(_open(shards), key=_load(counts))
+
+
+def placement_order(shards: Sequence[Shard], counts: Mapping[int, int]) -> list[Shard]:
+    """Every open shard, best first: :func:`place`'s choice, then the one it would make without it, and so on."""
+    return sorted(_open(shards), key=_load(counts))
+
+
+def _open(shards: Sequence[Shard]) -> list[Shard]:
     open_shards = [shard for shard in shards if not shard.closed]
     if not open_shards:
         raise NoOpenShard("every shard is closed to new instances")
-    return min(open_shards, key=lambda shard: (counts.get(shard.index, 0) / shard.weight, shard.index))
+    return open_shards
+
+
+def _load(counts: Mapping[int, int]) -> Callable[[Shard], tuple[float, int]]:
+    return lambda shard: (counts.get(shard.index, 0) / shard.weight, shard.index)
 
 
 def instance_counts(stored: Mapping[str, str], total: int, shards: Sequence[Shard]) -> dict[int, int]:

@@ -25,7 +25,8 @@ from svcgw.addresses import AddressError, check_for_service
 from svcgw.errors import GatewayError
 from svcgw.jsonspan import replace_member
 from svcgw.receivers import receiver_shard, receiver_url
-from svcgw.shards import place
+from svcgw.shardcopy import ShardUnavailable
+from svcgw.shards import placement_order
 from svcgw.shardspec import layout_of
 from svcgw.store import NotFound
 from svcgw.store import Scope as CallbackScope
@@ -171,13 +172,28 @@ class Operations:
         return _pass_on(answer.raw)
 
     async def _register(self, account_id: str, appid: str) -> None:
-        """Register a new appid on the shard placement picks (svcgw.shards.place); a known one stays where it is."""
+        """Register a new appid on the best open shard that answers; a known one stays where it is.
+
+        Shards are tried in placement's order (svcgw.shards.placement_order).
+        The instance's copies are the first write to its shard, so a shard
+        that is down costs the call nothing until it is the one chosen; then
+        the next is tried. When no open shard takes it, the last one's
+        ``ShardUnavailable`` (a RedisError) is answered -50002.
+        """
         owner, counts = await self.store.owner_and_counts(appid, self.shards)
-        if owner is None:
-            await self.store.register_instance(appid, account_id, place(self.shards, counts).index)
-        elif owner != account_id:
-            log.error("device/create returned an appid registered to another account")
-            raise GatewayError(errors.UNAVAILABLE)
+        if owner is not None:
+            if owner != account_id:
+                log.error("device/create returned an appid registered to another account")
+                raise GatewayError(errors.UNAVAILABLE)
+            return
+        *others, last = placement_order(self.shards, counts)
+        for shard in others:
+            try:
+                await self.store.register_instance(appid, account_id, shard.index)
+                return
+            except ShardUnavailable as exc:
+                log.warning("%s; placing the instance on the next open shard", exc)
+        await self.store.register_instance(appid, account_id, last.index)
 
     async def _check_url(self, value: object) -> str:
         try:

@@ -1,4 +1,5 @@
-"""Redis behind Sentinel: the service follows a failover, and the durable mode loses no acknowledged event.
+"""Redis behind Sentinel: the service follows a failover, and the durable mode loses no acknowledged event;
+rq-dashboard reads a Sentinel shard, before and after a failover.
 
 Debian's ``redis-server`` and ``redis-sentinel``: one primary, one replica
 and three sentinels of the test's own on loopback ports. The primary is
@@ -14,12 +15,15 @@ from pathlib import Path
 import httpx
 import pytest
 
+from receiver.app import create_app
 from svcgw.connections import async_client, sync_client
 from svcgw.settings import Settings, SettingsError
-from tests.conftest import Tenant, provision
+from svcgw.store import Scope
+from tests.conftest import Tenant, provision, run
 from tests.deploy.load import Load, event_ids, missing
+from tests.deploy.redis_fleet import sharded_store
 from tests.deploy.redis_nodes import MASTER, SentinelCluster
-from tests.support import Process, Sink, start_server, wait_for
+from tests.support import Process, Sink, ThreadedServer, start_server, wait_for
 
 # Real processes of the service: run by .ci/run with the rest; `-m 'not slow'` skips them.
 pytestmark = pytest.mark.slow
@@ -180,3 +184,52 @@ def test_clients_through_sentinel_run_scripts_and_close_everything(cluster: Sent
             await client.aclose()
 
     assert asyncio.run(through_async()) == 2
+
+
+def test_the_dashboard_reads_a_sentinel_shard_and_follows_its_failover(
+    env: dict[str, str], redis_url: str, cluster: SentinelCluster
+) -> None:
+    configured = {k: v for k, v in env.items() if k != "SVCGW_REDIS_URL"}
+    settings = Settings.from_env({
+        **configured,
+        "SVCGW_REDIS_SHARDS": f"{redis_url} sentinel://{cluster.addresses}/{MASTER}",
+        "SVCGW_DASHBOARD_USER": "operator",
+        "SVCGW_DASHBOARD_PASSWORD": "dashboard-pass-123",
+    })  # fmt: skip
+    tenant = run(_on_shard_one(settings))
+    server = ThreadedServer(create_app(settings)).start()
+
+    def queued(shard: int) -> list[int] | None:
+        """The svcgw queue's count as the dashboard shows shard ``shard`` ([] without one); None: no answer."""
+        answer = httpx.get(f"{server.base}/rq/{shard}/data/queues.json", auth=("operator", "dashboard-pass-123"),
+                           timeout=10)  # fmt: skip
+        if answer.status_code != 200:
+            return None
+        return [queue["count"] for queue in answer.json()["queues"] if queue["name"] == "svcgw"]
+
+    try:
+        for event in ("d1", "d2"):
+            body = f'{{"event_type":"Msg","events":[{{"id":"{event}"}}]}}'.encode()
+            assert httpx.post(tenant.receiver_url(server.base), content=body, timeout=10).status_code == 200
+        assert queued(1) == [2] and queued(0) in ([], [0])  # the shard's own queue, through its sentinels
+        page = httpx.get(f"{server.base}/rq/1/view", auth=("operator", "dashboard-pass-123"), timeout=10)
+        assert page.status_code == 200 and "redis+sentinel://" in page.text
+
+        replica = cluster.replica.client()
+        wait_for(lambda: replica.llen("rq:queue:svcgw") == 2, what="the jobs on the replica")
+        replica.close()
+        old = cluster.primary()
+        assert old is not None
+        cluster.node_at(old).kill()
+        new = cluster.wait_for_failover(old)
+        assert new != old
+        wait_for(lambda: queued(1) == [2], timeout=15, what="the dashboard reading the promoted primary")
+    finally:
+        server.stop()
+
+
+async def _on_shard_one(settings: Settings) -> Tenant:
+    async with sharded_store(settings) as store:
+        account = await store.create_account("sentinel shard")
+        await store.set_callback(Scope(account=account.id), "http://127.0.0.1:9/hook")
+        return Tenant(account.id, "we_sentinel", await store.register_instance("we_sentinel", account.id, 1))

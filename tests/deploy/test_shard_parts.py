@@ -4,7 +4,8 @@ The receiver routes by the token's shard and refuses a shard it does not
 have; callback settings are copied where the delivery claim reads them; a
 worker started while a shard is down delivers for the other at once and for
 that one once it is back; ``/metrics`` sums the shards and says which
-answered.
+answered; ``/readyz`` is ready only while every shard answers, and names the
+one that does not by its index.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from svcgw.settings import Settings
 from svcgw.store import Scope
 from tests.conftest import Tenant, run
 from tests.deploy.redis_fleet import RedisFleet, sharded_store
+from tests.deploy.redis_nodes import Node
 from tests.support import Sink, ThreadedServer, ThreadedWorker, wait_for
 
 pytestmark = pytest.mark.slow
@@ -158,3 +160,41 @@ async def _recopy(settings: Settings, tenant: Tenant) -> None:
         assert store.copies is not None
         await store.copies.instance(tenant.appid, tenant.account, tenant.receiver_token, 1)
         await store.copies.callback(keys.callback_account(tenant.account), None)
+
+
+def test_readyz_names_the_shard_that_does_not_answer_and_is_ready_again_once_it_does(
+    env: dict[str, str], fleet: RedisFleet
+) -> None:
+    second = fleet.nodes[1]
+    with_password(second)  # which /readyz must never show
+    configured = {k: v for k, v in env.items() if k != "SVCGW_REDIS_URL"}
+    shards = f"{fleet.urls()[0]} {fleet.urls(password='hunter2')[1]}"
+    server = ThreadedServer(create_app(Settings.from_env({**configured, "SVCGW_REDIS_SHARDS": shards}))).start()
+
+    def ready() -> httpx.Response:
+        return httpx.get(f"{server.base}/readyz", timeout=10)
+
+    try:
+        both = ready()
+        assert both.status_code == 200
+        shards_ok = [{"shard": 0, "redis": "ok"}, {"shard": 1, "redis": "ok"}]
+        assert both.json() == {"status": "ok", "redis": "ok", "shards": shards_ok, "unreachable": []}
+        second.kill()
+        down = ready()
+        assert down.status_code == 503
+        shards_down = [{"shard": 0, "redis": "ok"}, {"shard": 1, "redis": "unreachable"}]
+        unavailable = {"status": "unavailable", "redis": "unreachable"}
+        assert down.json() == {**unavailable, "shards": shards_down, "unreachable": [1]}
+        assert "hunter2" not in down.text and "redis://" not in down.text and str(second.port) not in down.text
+        with_password(second.start())  # empty, as a new server
+        wait_for(lambda: ready().status_code == 200, timeout=10, what="/readyz once shard 1 is back")
+    finally:
+        server.stop()
+
+
+def with_password(node: Node) -> None:
+    client = node.client()
+    try:
+        client.config_set("requirepass", "hunter2")
+    finally:
+        client.close()

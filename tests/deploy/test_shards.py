@@ -1,9 +1,10 @@
 """Shards over real Redis deployments: three ``redis-server``s, and a real local Redis Cluster.
 
 Placement runs through the gateway (in-process, over the simulator) with
-three deployments in ``SVCGW_REDIS_SHARDS``; ``svcgw shards`` reads every
-shard; on the Cluster, the clients reach every virtual shard and a script
-whose keys share one ``{s<i>}`` tag runs.
+three deployments in ``SVCGW_REDIS_SHARDS``, and goes past a shard that is
+down; ``svcgw shards`` reads every shard; on the Cluster, the clients reach
+every virtual shard and a script whose keys share one ``{s<i>}`` tag runs, and
+``/readyz`` asks each virtual shard.
 """
 
 from __future__ import annotations
@@ -15,10 +16,12 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
+import httpx
 import orjson
 import pytest
 from redis import Redis
 
+from receiver.app import create_app
 from svcgw import keys
 from svcgw.settings import Settings
 from svcgw.shardclients import AsyncShardClients, ShardClients
@@ -28,8 +31,9 @@ from svcgw.store import Store
 from tests.cli.commands import svcgw
 from tests.conftest import run
 from tests.deploy.redis_fleet import RedisClusterFleet, RedisFleet, stop
+from tests.receiver.gateway.stack import Stack, error, start_stack
 from tests.receiver.gateway.stack import sim as sim
-from tests.receiver.gateway.stack import start_stack
+from tests.support import ThreadedServer
 
 # Real processes: run by .ci/run with the rest; `-m 'not slow'` skips them.
 pytestmark = pytest.mark.slow
@@ -123,6 +127,60 @@ def test_the_gateway_places_300_instances_a_third_on_each_of_three_shards(
     assert {int(i): int(n) for i, n in counts.items()} == dict(per_shard)
 
 
+def test_device_create_goes_past_a_shard_that_is_down_and_fails_only_when_no_open_shard_answers(
+    env: dict[str, str], sim: str, fleet: RedisFleet
+) -> None:
+    # Shard 0 (the registry) closed to new instances: shards 1 and 2 take them.
+    stack = start_stack(sharded(env, fleet.setting, SVCGW_SHARDS_CLOSED="0"), sim)
+    registry = fleet.nodes[0].client(decode_responses=True)
+    try:
+        _, key = stack.account(devices=None)
+        assert [placed_on(stack, stack.create_device(key)) for _ in range(2)] == [1, 2]  # even: the lower first
+        chosen = fleet.nodes[1].client()
+        chosen.config_resetstat()
+        assert placed_on(stack, stack.create_device(key)) == 1
+        # On the connection the first one opened, the chosen shard is asked nothing before the copies.
+        stats = chosen.info("commandstats")
+        chosen.close()
+        assert stats["cmdstat_exec"]["calls"] == 1 and "cmdstat_ping" not in stats, stats
+
+        fleet.nodes[2].kill()  # the next choice: it has one instance, shard 1 two
+        fourth = stack.create_device(key)
+        assert placed_on(stack, fourth) == 1
+        shard_one = fleet.nodes[1].client(decode_responses=True)
+        owner = registry.hget(keys.instance(fourth), "account")
+        assert shard_one.hgetall(keys.instance(fourth)) == {"account": owner, "shard": "1"}
+        shard_one.close()
+        assert registry.hgetall(SHARD_INSTANCES) == {"1": "3", "2": "1"}
+        post = stack.client.post(stack.receiver_url(fourth), content=b'{"event_type":"Msg","events":[{"id":"p1"}]}')
+        assert post.status_code == 200  # its shard answers
+
+        fleet.nodes[1].kill()  # no open shard answers now
+        body = {"appid": "", "type": "iPad", "name": "t", "version": 0}
+        assert error(stack.api(key, "device/create", body)) == (502, -50002)
+        assert registry.hgetall(SHARD_INSTANCES) == {"1": "3", "2": "1"}
+        assert registry.scard(keys.INSTANCES) == 4  # nothing of it registered
+
+        fleet.nodes[2].start()  # back, empty: it takes the next instance again
+        assert placed_on(stack, stack.create_device(key)) == 2
+        assert registry.hgetall(SHARD_INSTANCES) == {"1": "3", "2": "2"}
+    finally:
+        registry.close()
+        stack.stop()
+
+
+def placed_on(stack: Stack, appid: str) -> int | None:
+    """The shard the registry records for ``appid``, checked against the one its receiver token names."""
+
+    async def read(store: Store) -> tuple[str | None, str]:
+        return await store.redis.hget(keys.instance(appid), "shard"), await store.receiver_token(appid)
+
+    field, token = stack.store(read)
+    shard = shard_of_token(token)
+    assert field == str(shard), (field, token)
+    return shard
+
+
 def test_svcgw_shards_shows_a_shard_that_is_down_and_the_others(env: dict[str, str], fleet: RedisFleet) -> None:
     for node in fleet.nodes[1:]:  # shards 1 and 2 with a password, which nothing may print
         client = node.client()
@@ -198,3 +256,15 @@ def test_the_cluster_clients_keep_each_virtual_shard_in_its_slot(
     assert {row["node"] for row in rows} == cluster.masters()
     assert [row["queue_depth"] for row in rows if row["index"] == 3] == [3]
     assert all(row["instances"] == 0 for row in rows)
+
+
+def test_readyz_on_a_cluster_asks_each_virtual_shard(env: dict[str, str], cluster: RedisClusterFleet) -> None:
+    settings = Settings.from_env(sharded(env, cluster.setting, SVCGW_CLUSTER_SHARDS="8"))
+    server = ThreadedServer(create_app(settings)).start()
+    try:
+        ready = httpx.get(f"{server.base}/readyz", timeout=10)
+    finally:
+        server.stop()
+    assert ready.status_code == 200
+    assert ready.json() == {"status": "ok", "redis": "ok", "shards": [{"shard": i, "redis": "ok"} for i in range(8)],
+                            "unreachable": []}  # fmt: skip

@@ -1,4 +1,4 @@
-"""rq-dashboard at /rq: behind its own credentials, read-only, absent when not configured."""
+"""rq-dashboard at /rq: behind its own credentials, read-only, absent when not configured; the URLs of its shards."""
 
 from __future__ import annotations
 
@@ -7,8 +7,9 @@ from collections.abc import Iterator
 
 import httpx
 import pytest
+from redis_sentinel_url import parse_sentinel_url
 
-from receiver.dashboard import add_nonce
+from receiver.dashboard import add_nonce, dashboard_urls, make_dashboard
 from svcgw.settings import Settings, SettingsError
 from tests.conftest import provision
 from tests.support import ThreadedServer
@@ -130,3 +131,53 @@ def test_credentials_come_in_pairs() -> None:
         Settings.from_env({"SVCGW_DASHBOARD_PASSWORD": PASSWORD})
     settings = Settings.from_env({"SVCGW_DASHBOARD_USER": USER, "SVCGW_DASHBOARD_PASSWORD": PASSWORD})
     assert PASSWORD not in repr(settings)
+
+
+def test_a_sentinel_group_is_given_as_the_url_rq_dashboard_reads_it_from() -> None:
+    settings = Settings.from_env({
+        "SVCGW_REDIS_SHARDS": "redis://:pw0@h0:6379/0 sentinel://:pr1m:ary@10.0.0.1:26379,s-b:26380/events/2",
+        "SVCGW_REDIS_SENTINEL_PASSWORD": "s3ntinel",
+    })  # fmt: skip
+    first, second = dashboard_urls(settings)
+    assert first == "redis://:pw0@h0:6379/0"
+    assert second.startswith("redis+sentinel://") and "s3ntinel" not in second
+    # As rq-dashboard reads it (redis_sentinel_url), with the sentinels' password it is given apart.
+    read = parse_sentinel_url(second, sentinel_options={"password": "s3ntinel"})
+    assert read.hosts == [("10.0.0.1", 26379), ("s-b", 26380)]
+    assert read.default_client.service == "events" and read.default_client.type == "master"
+    assert read.client_options == {"password": "pr1m:ary", "db": 2}
+    assert read.sentinel_options == {"password": "s3ntinel", "socket_timeout": 2.0, "socket_connect_timeout": 2.0}
+    one = Settings.from_env({"SVCGW_REDIS_SENTINELS": "127.0.0.1:26379", "SVCGW_REDIS_PASSWORD": "pw"})
+    (only,) = dashboard_urls(one)
+    assert parse_sentinel_url(only).client_options == {"password": "pw", "db": 0}
+
+
+@pytest.mark.parametrize(
+    "entry",
+    [
+        "sentinel://user:pw@h:26379/mymaster",  # a user name: the URL has no room for one
+        "sentinel://:p%40ss@h:26379/mymaster",  # "@" in the password: read as written, up to the first one
+        "sentinel://:p%2Fss@h:26379/mymaster",
+        "sentinel://[::1]:26379/mymaster",  # IPv6: host:port split at the first colon
+    ],
+)
+def test_no_dashboard_for_a_deployment_its_urls_cannot_name(entry: str) -> None:
+    settings = Settings.from_env({"SVCGW_REDIS_SHARDS": f"redis://h0:6379/0 {entry}"})
+    assert dashboard_urls(settings) == ()
+
+
+def test_a_dashboard_that_cannot_be_mounted_says_so(caplog: pytest.LogCaptureFixture) -> None:
+    settings = Settings.from_env({
+        "SVCGW_REDIS_SHARDS": "redis://h0:6379/0 sentinel://user:pw@h:26379/mymaster",
+        "SVCGW_DASHBOARD_USER": USER,
+        "SVCGW_DASHBOARD_PASSWORD": PASSWORD,
+    })  # fmt: skip
+    with caplog.at_level("WARNING", logger="svcgw.dashboard"):
+        assert make_dashboard(settings) is None
+    assert "rq-dashboard is not mounted" in caplog.text and "pw" not in caplog.text
+
+
+def test_one_url_and_no_dashboard_for_the_embedded_redis_or_a_cluster() -> None:
+    assert dashboard_urls(Settings.from_env({"SVCGW_REDIS_URL": "redis://h:6379/3"})) == ("redis://h:6379/3",)
+    assert dashboard_urls(Settings.from_env({})) == ()
+    assert dashboard_urls(Settings.from_env({"SVCGW_REDIS_SHARDS": "cluster://h:7000,h:7001"})) == ()

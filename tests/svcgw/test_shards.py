@@ -3,13 +3,22 @@
 from __future__ import annotations
 
 import secrets
+from dataclasses import replace
 
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
 from svcgw.receivers import receiver_shard
-from svcgw.shards import NoOpenShard, Shard, instance_counts, place, shard_of_token, token_for_shard
+from svcgw.shards import (
+    NoOpenShard,
+    Shard,
+    instance_counts,
+    place,
+    placement_order,
+    shard_of_token,
+    token_for_shard,
+)
 
 
 def equal(k: int) -> list[Shard]:
@@ -73,6 +82,34 @@ def test_placement_only_fills_open_shards_and_evens_them_out(start: list[int], c
     # Once the open shards are even, they stay within one of each other.
     if n >= sum(max(start[i] for i in open_) - start[i] for i in open_):
         assert max(after[i] for i in open_) - min(after[i] for i in open_) <= 1
+
+
+def test_the_placement_order_ranks_every_open_shard_as_placement_would_without_the_ones_before() -> None:
+    shards = [Shard(0, "a", closed=True), Shard(1, "b", 1), Shard(2, "c", 2, weight=2.0), Shard(3, "d", 3)]
+    order = placement_order(shards, {0: 0, 1: 4, 2: 6, 3: 4})
+    assert [shard.index for shard in order] == [2, 1, 3]  # 6 / 2 first; 1 and 3 tie: the lower index
+    with pytest.raises(NoOpenShard):
+        placement_order([Shard(0, "a", closed=True)], {})
+
+
+@given(
+    counts=st.lists(st.integers(0, 50), min_size=1, max_size=8),
+    closed=st.sets(st.integers(0, 7)),
+    weights=st.lists(st.sampled_from([0.5, 1.0, 2.0, 3.0]), min_size=8, max_size=8),
+)
+def test_each_shard_in_the_order_is_places_choice_once_those_before_it_are_set_aside(
+    counts: list[int], closed: set[int], weights: list[float]
+) -> None:
+    shards = [Shard(i, str(i), i, weights[i], i in closed) for i in range(len(counts))]
+    if all(shard.closed for shard in shards):
+        return
+    by_index = dict(enumerate(counts))
+    order = placement_order(shards, by_index)
+    assert {shard.index for shard in order} == {shard.index for shard in shards if not shard.closed}
+    for position, shard in enumerate(order):
+        set_aside = {earlier.index for earlier in order[:position]}
+        rest = [s if s.index not in set_aside else replace(s, closed=True) for s in shards]
+        assert place(rest, by_index) == shard
 
 
 def test_instances_older_than_the_counts_are_shard_0s() -> None:

@@ -1,0 +1,52 @@
+"""The health checks: ``/healthz``, the process answers; ``/readyz``, and so does every shard's Redis.
+
+``/readyz`` pings every shard at once, each under :data:`READY_TIMEOUT`
+(less than the 3 s the container and Kubernetes probes wait, so a shard
+whose host does not answer at all is reported, not waited for). It answers
+200 only when every shard answers, else 503; the body says which shards
+did not (``unreachable``), by index only: the check is unauthenticated, and
+a shard's name carries its host (``svcgw shards`` names them). With one
+shard the body is the one of before, with ``shards`` and ``unreachable``
+added. On a Cluster a virtual shard's client sends its PING to the master
+of the shard's slot (svcgw.clusterspace), so each shard is its own answer.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+from redis.asyncio import Redis
+from redis.exceptions import RedisClusterException, RedisError
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+
+from .services import Services
+
+__all__ = ["READY_TIMEOUT", "healthz", "readyz"]
+
+READY_TIMEOUT = 2.0
+
+
+async def healthz(request: Request) -> Response:
+    return JSONResponse({"status": "ok"})
+
+
+async def readyz(request: Request) -> Response:
+    services: Services = request.app.state.services
+    clients = services.shard_redis or (services.redis,)
+    answered = await asyncio.gather(*(_answers(client) for client in clients))
+    shards = [{"shard": index, "redis": "ok" if ok else "unreachable"} for index, ok in enumerate(answered)]
+    unreachable = [index for index, ok in enumerate(answered) if not ok]
+    if unreachable:
+        document = {"status": "unavailable", "redis": "unreachable", "shards": shards, "unreachable": unreachable}
+        return JSONResponse(document, status_code=503)
+    return JSONResponse({"status": "ok", "redis": "ok", "shards": shards, "unreachable": []})
+
+
+async def _answers(client: Redis) -> bool:
+    try:
+        async with asyncio.timeout(READY_TIMEOUT):
+            await client.ping()
+    except (RedisError, RedisClusterException, OSError, TimeoutError):
+        return False
+    return True

@@ -1,0 +1,81 @@
+"""/healthz and /readyz: readiness is every shard's Redis answering, within a deadline, named by index only."""
+
+from __future__ import annotations
+
+import socket
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+from starlette.testclient import TestClient
+
+from receiver.app import create_app
+from receiver.health import READY_TIMEOUT
+from svcgw.settings import Settings
+from tests.deploy.redis_fleet import RedisFleet
+from tests.support import ThreadedServer, wait_for
+
+ONE_OK = {"status": "ok", "redis": "ok", "shards": [{"shard": 0, "redis": "ok"}], "unreachable": []}
+ONE_DOWN = {
+    "status": "unavailable",
+    "redis": "unreachable",
+    "shards": [{"shard": 0, "redis": "unreachable"}],
+    "unreachable": [0],
+}
+
+
+@pytest.fixture
+def silent() -> Iterator[int]:
+    """A loopback port that takes connections (the kernel's backlog) and never answers a byte: a hung Redis."""
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen(16)
+        yield listener.getsockname()[1]
+
+
+def test_with_one_shard_the_answers_are_those_of_before_with_the_shards_added(settings: Settings) -> None:
+    with TestClient(create_app(settings)) as client:
+        assert client.get("/healthz").json() == {"status": "ok"}
+        ready = client.get("/readyz")
+    assert ready.status_code == 200 and ready.json() == ONE_OK
+
+
+def test_a_shard_that_does_not_answer_is_reported_within_the_deadline(
+    env: dict[str, str], redis_url: str, silent: int
+) -> None:
+    hung = f"redis://:hunter2@127.0.0.1:{silent}/0"
+    configured = {k: v for k, v in env.items() if k != "SVCGW_REDIS_URL"}
+    settings = Settings.from_env({**configured, "SVCGW_REDIS_SHARDS": f"{redis_url} {hung}"})
+    with TestClient(create_app(settings)) as client:
+        started = time.monotonic()
+        ready = client.get("/readyz")
+        took = time.monotonic() - started
+    assert ready.status_code == 503
+    assert ready.json() == {
+        "status": "unavailable",
+        "redis": "unreachable",
+        "shards": [{"shard": 0, "redis": "ok"}, {"shard": 1, "redis": "unreachable"}],
+        "unreachable": [1],
+    }
+    assert READY_TIMEOUT <= took < READY_TIMEOUT + 1.5, took  # the deadline, not the hung socket's
+    assert "hunter2" not in ready.text and str(silent) not in ready.text
+
+
+@pytest.mark.slow
+def test_one_shard_going_down_and_coming_back(env: dict[str, str], tmp_path: Path) -> None:
+    with RedisFleet(tmp_path / "fleet", 1).start() as fleet:
+        settings = Settings.from_env({**env, "SVCGW_REDIS_URL": fleet.urls()[0]})
+        server = ThreadedServer(create_app(settings)).start()
+        try:
+            ready = httpx.get(server.base + "/readyz", timeout=10)
+            assert ready.status_code == 200 and ready.json() == ONE_OK
+            fleet.nodes[0].kill()
+            down = httpx.get(server.base + "/readyz", timeout=10)
+            assert down.status_code == 503 and down.json() == ONE_DOWN
+            fleet.nodes[0].start()
+            wait_for(lambda: httpx.get(server.base + "/readyz", timeout=10).status_code == 200, timeout=10,
+                     what="/readyz once the shard is back")  # fmt: skip
+        finally:
+            server.stop()
