@@ -57,6 +57,7 @@ whole tree (each class's module in brackets when it is not this one)::
         ├── _Unavailable         a probe could not ask the capability layer [worker.prober]
         ├── NoOpenShard          placement with every shard closed [svcgw.shards]
         ├── ShardUnavailable     (also RedisError) a new instance's shard did not take its copies [svcgw.shardcopy]
+        ├── UnplaceableCommand   a command a Cluster shard's client cannot keep in its slot [svcgw.clusterspace]
         └── VaultError           encryption at rest [svcgw.vault]
 
 Classes that were ``LookupError``, ``ValueError`` or ``RedisError`` stay so,

@@ -22,9 +22,7 @@ does with ``result_ttl=0``.
 
 A claim returns what the attempt needs along with the id: the delivery's
 fields and the callback configuration of its instance (and of its account
-when the instance has no address of its own). It takes two scripts, so
-that each names every key it touches: one pops and leases the ids, the
-next reads and starts the jobs under keys named from those ids.
+when the instance has no address of its own): :mod:`worker.claim`.
 
 :class:`DeliveryQueue` takes a ``redis.asyncio`` client; its scripts are
 ``svcgw/lua/queue_*.lua``, each naming in KEYS every key it touches.
@@ -35,16 +33,16 @@ from __future__ import annotations
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from typing import Any, Literal, cast
 
 from redis.asyncio import Redis as AsyncRedis
-from rq.utils import utcformat
 
 from svcgw import chainkeys, deliveryid, failing, keys
 from svcgw.bareoutcome import OUTCOME_WINDOW, late_bucket, late_expire_at
 from svcgw.scripts import register
 from svcgw.settings import Settings
+
+from .claim import DELIVERY_FIELDS, Claimed, Claimer, rq_now
 
 __all__ = [
     "DELIVERY_FIELDS",
@@ -59,13 +57,6 @@ __all__ = [
 # (back to the scheduled registry without an attempt) or ``drop`` (the delivery's data expired).
 FinishKind = Literal["delivered", "retry", "dead", "defer", "drop"]
 
-# The delivery hash fields an attempt reads; ``chain`` (service events only) is read for the finish.
-DELIVERY_FIELDS = ("appid", "account", "event_type", "body", "failures", "state", "attempts", "received_at", "chain")
-
-# Reads of one claimed batch before a job whose owner keeps changing goes back to the queue.
-_READ_TRIES = 3
-# Instances whose account a queue remembers (a few MB at most).
-_ACCOUNTS_KEPT = 100_000
 
 # What the finish script is told of a claim this queue did not make: look its chain up.
 _CHAIN_UNKNOWN = "?"
@@ -77,16 +68,6 @@ _CHAIN_UNNAMED = 8
 class Promotion:
     moved: int
     next_due: float | None
-
-
-@dataclass(frozen=True)
-class Claimed:
-    """A claimed job with what its attempt needs, as read at claim time."""
-
-    delivery_id: str
-    fields: dict[str, bytes | None]  # DELIVERY_FIELDS; None where missing
-    own: dict[str, str]  # the instance's callback configuration
-    default: dict[str, str]  # the account's, read only when the instance has no address
 
 
 @dataclass(frozen=True)
@@ -119,15 +100,6 @@ def _text(value: bytes | str) -> str:
     return value.decode() if isinstance(value, bytes) else value
 
 
-def _pairs(flat: Sequence[bytes | str]) -> dict[str, str]:
-    return {_text(flat[i]): _text(flat[i + 1]) for i in range(0, len(flat) - 1, 2)}
-
-
-def _claimed_row(delivery_id: str, row: Sequence[Any]) -> Claimed:
-    _, values, own, default = row
-    return Claimed(delivery_id, dict(zip(DELIVERY_FIELDS, values, strict=True)), _pairs(own), _pairs(default))
-
-
 class DeliveryQueue:
     """The queue through a ``redis.asyncio`` client (bytes, not decoded)."""
 
@@ -151,11 +123,7 @@ class DeliveryQueue:
         self.inflight_key = keys.inflight(queue_name)
         self.scheduled_key = keys.rq_scheduled(queue_name)
         self.failed_key = keys.rq_failed(queue_name)
-        self._claim = register(redis, "queue_claim")
-        self._read = register(redis, "queue_read")
-        # appid -> account of the instances claimed lately: names a job's account callback hash
-        # without a read (queue_read.lua checks it against the job's fields).
-        self._accounts: dict[str, str] = {}
+        self._claimer = Claimer(redis, self.queue_key, self.inflight_key, self.scheduled_key, lease_seconds)
         self._promote = register(redis, "queue_promote")
         self._mark = register(redis, "queue_mark")
         # With chain.lua: a service event delivered or dead lets its instance's next one go.
@@ -185,118 +153,24 @@ class DeliveryQueue:
         saturated: Mapping[str, float] | None = None,
         busy_accounts: Mapping[str, float] | None = None,
     ) -> list[Claimed]:
-        """Claim up to ``count`` jobs with their data.
+        """Claim up to ``count`` jobs with their data (:class:`worker.claim.Claimer`).
 
         ``saturated`` maps destinations (``urlsplit(url).netloc``, lower
         case) that have no free slot to when their jobs are due again, and
         ``busy_accounts`` does the same for accounts: those jobs go back to
         the scheduled registry instead of being claimed.
-
-        Two scripts, so that each names every key it touches: ``queue_claim.lua`` pops and
-        leases the ids, ``queue_read.lua`` reads and starts them under keys named from them. A
-        job's callback hashes are named by its instance, which a delivery id holds
-        (svcgw.deliveryid), and by its account, remembered from earlier claims of the instance;
-        the owner of a ``dlv_`` id or of an instance not seen yet costs one read before.
         """
-        if count <= 0:
-            return []
-        popped = await self._claim(
-            keys=[self.queue_key, self.inflight_key], args=[count, time.time() + self.lease_seconds]
-        )
-        ids = [_text(i) for i in cast(list[Any], popped)]
-        if not ids:
-            return []
-        owners = await self._owners(ids)
-        claimed: list[Claimed] = []
-        for _ in range(_READ_TRIES):
-            rows = await self._read_started(ids, owners, worker_name, saturated or {}, busy_accounts or {})
-            again: list[str] = []
-            for row in rows:
-                delivery_id = _text(row[0])
-                if isinstance(row[1], list):
-                    claimed.append(_claimed_row(delivery_id, row))
-                    continue
-                # The job's fields name another owner than its keys were named for: name them again.
-                owner = (_text(row[1]), _text(row[2]))
-                owners[delivery_id] = owner
-                self._remember(*owner)
-                again.append(delivery_id)
-            ids = again
-            if not ids:
-                break
-        else:
-            # Owners that keep changing under the read (never seen: an instance keeps its
+        claimed = await self._claimer.claim(count, worker_name, saturated or {}, busy_accounts or {})
+        if self._claimer.unread:
+            # Owners that kept changing under the read (never seen: an instance keeps its
             # account): the jobs go back to the front of the queue rather than be attempted.
-            await self.release(ids)
+            await self.release(self._claimer.unread)
         for job in claimed:
             # The field names the chain as it was named when queued (perhaps untagged, before the
             # upgrade renamed it: svcgw.retag); the instance's tagged name is the one to touch.
             appid = _text(job.fields.get("appid") or b"")
             self._chains[job.delivery_id] = keys.service_events(appid) if job.fields.get("chain") and appid else ""
         return claimed
-
-    async def _owners(self, ids: Sequence[str]) -> dict[str, tuple[str, str]]:
-        """Each claimed id's instance and account, for the keys of its read.
-
-        A delivery id names its instance and the instance's account is remembered from earlier
-        claims; a ``dlv_`` id, or an instance not seen yet, is looked up in its fields (one
-        pipeline for the batch). A job whose fields are gone is named for no owner: its read
-        finds nothing and drops it.
-        """
-        owners: dict[str, tuple[str, str]] = {}
-        unknown: list[str] = []
-        for delivery_id in ids:
-            named = deliveryid.parse(delivery_id)
-            account = self._accounts.get(named[0]) if named else None
-            if named and account is not None:
-                owners[delivery_id] = (named[0], account)
-            else:
-                unknown.append(delivery_id)
-        if unknown:
-            async with self.redis.pipeline(transaction=False) as pipe:
-                for delivery_id in unknown:
-                    pipe.hmget(keys.delivery(delivery_id), "appid", "account")
-                found = await pipe.execute()
-            for delivery_id, (appid, account) in zip(unknown, found, strict=True):
-                owner = (_text(appid or b""), _text(account or b""))
-                owners[delivery_id] = owner
-                if appid and account:
-                    self._remember(*owner)
-        return owners
-
-    def _remember(self, appid: str, account: str) -> None:
-        if len(self._accounts) >= _ACCOUNTS_KEPT:
-            # Rare and cheap: a worker past this many instances reads each owner once more.
-            self._accounts.clear()
-        self._accounts[appid] = account
-
-    async def _read_started(
-        self,
-        ids: Sequence[str],
-        owners: Mapping[str, tuple[str, str]],
-        worker_name: str,
-        saturated: Mapping[str, float],
-        busy_accounts: Mapping[str, float],
-    ) -> list[Any]:
-        script_keys = [self.inflight_key, self.scheduled_key]
-        args: list[Any] = [rq_now(), worker_name, len(DELIVERY_FIELDS), *DELIVERY_FIELDS, len(ids)]
-        for delivery_id in ids:
-            appid, account = owners[delivery_id]
-            script_keys.extend(
-                (
-                    keys.rq_job(delivery_id),
-                    keys.delivery(delivery_id),
-                    keys.callback_instance(appid),
-                    keys.callback_account(account),
-                )
-            )
-            args.extend((delivery_id, appid, account))
-        args.append(len(saturated))
-        for host, due in saturated.items():
-            args.extend((host, repr(due)))
-        for account, due in busy_accounts.items():
-            args.extend((account, repr(due)))
-        return cast(list[Any], await self._read(keys=script_keys, args=args))
 
     async def extend(self, ids: Sequence[str]) -> None:
         """Push the leases of the jobs this worker holds ``lease_seconds`` into the future."""
@@ -427,7 +301,3 @@ class DeliveryQueue:
             counts = await pipe.execute()
         return any(int(c) for c in counts)
 
-
-def rq_now() -> str:
-    """Now, as RQ writes times into a job hash."""
-    return utcformat(datetime.now(UTC).replace(tzinfo=None))
