@@ -8,15 +8,15 @@ script object of its client (done once, when the caller is built), or
 Some scripts call code they share with others or keep apart: ``delivery.lua``
 (the one writer of a delivery), ``chain.lua`` (service events' order) and
 ``dedup.lua`` (the de-duplication window). Those are
-put together here, once, the shared parts first (:data:`_PARTS`); the
-gateway's admission script, which also holds the key names it reads, is
-put together by :func:`admission`. No caller joins script text itself.
+put together here, once, the shared parts first (:data:`_PARTS`). The
+gateway's admission script runs a whole script of its own as a function
+(:data:`_FUNCTIONS`): ``rate_window.lua``, also run alone by the rate
+limiter. No caller joins script text itself.
 """
 
 from __future__ import annotations
 
 import functools
-from collections.abc import Sequence
 from importlib import resources
 from typing import overload
 
@@ -24,7 +24,7 @@ from redis import Redis
 from redis.asyncio import Redis as AsyncRedis
 from redis.commands.core import AsyncScript, Script
 
-__all__ = ["admission", "register", "source", "text"]
+__all__ = ["register", "source", "text"]
 
 # The scripts made of several files, in order: what they call first, the script itself last.
 _PARTS: dict[str, tuple[str, ...]] = {
@@ -33,6 +33,13 @@ _PARTS: dict[str, tuple[str, ...]] = {
     # A service event delivered or dead lets its instance's next one go.
     "queue_finish": ("chain", "queue_finish"),
     "chain_advance": ("chain", "chain_advance"),
+}
+
+# The scripts that run others whole, each as a local function ``name(KEYS, ARGV)`` defined before
+# the script, so that what they share has one implementation: the gateway's admission counts its
+# call in the rate windows as the rate limiter does.
+_FUNCTIONS: dict[str, tuple[str, ...]] = {
+    "gateway_admit": ("rate_window",),
 }
 
 
@@ -44,8 +51,11 @@ def source(name: str) -> str:
 
 @functools.cache
 def text(name: str) -> str:
-    """The whole script ``name``: its file, after the files of the code it calls."""
-    return "\n".join(source(part) for part in _PARTS.get(name, (name,)))
+    """The whole script ``name``: its file, after the code it calls (the functions, then the shared files)."""
+    functions = "".join(
+        f"local function {function}(KEYS, ARGV)\n{source(function)}\nend\n" for function in _FUNCTIONS.get(name, ())
+    )
+    return functions + "\n".join(source(part) for part in _PARTS.get(name, (name,)))
 
 
 @overload
@@ -55,26 +65,3 @@ def register(redis: Redis, name: str) -> Script: ...
 def register(redis: AsyncRedis | Redis, name: str) -> AsyncScript | Script:
     """The script ``name`` registered with ``redis`` (EVALSHA, loaded again when Redis lost it)."""
     return redis.register_script(text(name))
-
-
-def admission(names: Sequence[str]) -> str:
-    """The gateway's admission script, with the key-name pieces ``names`` it reads (``NAMES``).
-
-    The rate window runs inside it as a function, so the limit has one
-    implementation (``rate_window.lua``, also run alone by the rate limiter).
-    """
-    return (
-        "local function rate_window(KEYS, ARGV)\n"
-        + source("rate_window")
-        + "\nend\nlocal NAMES = {"
-        + ", ".join(_lua_string(name) for name in names)
-        + "}\n"
-        + source("gateway_admit")
-    )
-
-
-def _lua_string(value: str) -> str:
-    """``value`` as a Lua string literal (key names: printable ASCII)."""
-    if not value.isascii() or not value.isprintable():
-        raise ValueError(f"a key name the admission script cannot spell: {value!r}")
-    return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'

@@ -6,7 +6,7 @@ key is shown once, in the answer that creates it, and never again: the page
 answers the form itself instead of redirecting, so the key is not parked in
 the session for the next page. Revoking deletes the key's look-up entry, so
 the gateway refuses the very next call made with it (the gateway reads the
-key on every call; nothing is cached).
+key's look-up on every call; it remembers only the key's id and account).
 
 Every key belongs to one account: another account's key id answers 404
 exactly like one that does not exist, and nothing is changed.

@@ -1,9 +1,9 @@
-"""Every script on the delivery path names, in KEYS, every key it touches (seen by a real Redis).
+"""Every script on the delivery path and the gateway's names, in KEYS, every key it touches (seen by a real Redis).
 
 The rule that lets a shard's keys share one hash tag (docs/redis-layout.md, "Scripts and their
 KEYS"): the receiver's ingest, the worker's claim, read, finish, promotion and release, the
-service events' chain, the prober, retry now and replay all run here against a real Redis under
-``MONITOR`` (tests.scriptkeys), with the real app and worker.
+service events' chain, the prober, retry now and replay, and the gateway's admission all run here
+against a real Redis under ``MONITOR`` (tests.scriptkeys), with the real app and worker.
 """
 
 from __future__ import annotations
@@ -21,6 +21,9 @@ from svcgw.replay import replay
 from svcgw.retrynow import NotRetrying, retry_now
 from svcgw.settings import Settings
 from tests.conftest import provision
+from tests.receiver.console.conftest import ConsoleClient
+from tests.receiver.gateway.stack import sim as sim  # the module's simulator fixture
+from tests.receiver.gateway.stack import start_stack
 from tests.scriptkeys import ScriptKeyWatch
 from tests.support import Sink, ThreadedWorker, is_delivered, wait_for
 from tests.worker.support import flip, started
@@ -119,6 +122,42 @@ def test_the_delivery_path_touches_only_the_keys_its_scripts_name(
                    "retry_now", "probe_claim", "probe_finish", "liveness_started", "liveness_count"):  # fmt: skip
         assert ran[script] > 0, f"{script} did not run: {dict(ran)}"
     assert sum(len(call.inner) for call in watch.calls()) > 50  # the watch saw what the scripts ran
+    assert watch.undeclared() == []
+
+
+def test_the_gateways_calls_touch_only_the_keys_the_admission_names(
+    env: dict[str, str], sim: str, redis_url: str, redis: Redis
+) -> None:
+    stack = start_stack(env, sim)
+    try:
+        account, key = stack.account()
+        stranger, stranger_key = stack.account()
+        with ScriptKeyWatch(redis_url) as watch:
+            # Calls made with keys: the first of each key learns its id and account, the others
+            # name them at once; with the instance's owner read, and without (device/create).
+            appid = stack.create_device(key)
+            for _ in range(3):
+                answer = stack.api(key, "user/getProfile", {"appid": appid})
+                assert answer.status_code == 200, answer.text
+            for _ in range(2):
+                assert stack.api(stranger_key, "user/getProfile", {"appid": appid}).json()["code"] == -40404
+            assert stack.api("sk_unknown", "user/getProfile", {"appid": appid}).status_code == 401
+            # A call made for the account signed in to the console.
+            console = ConsoleClient(stack.base, key)
+            try:
+                stopped = console.change("POST", f"/instances/{appid}/stop")
+                assert stopped.status_code == 200 and stopped.json()["data"]["stopped"] is True, stopped.text
+            finally:
+                console.close()
+    finally:
+        stack.stop()
+
+    admitted = [call for call in watch.calls() if call.name == "gateway_admit"]
+    assert len(admitted) >= 8, [call.name for call in watch.calls()]
+    # Each account's keys were named: the rate windows both accounts' calls counted in.
+    named = {arg.decode() for call in admitted for arg in call.call}
+    assert {keys.account_denied(account), keys.account_denied(stranger), keys.api_key_lookup("")} <= named
+    assert sum(len(call.inner) for call in admitted) > 30
     assert watch.undeclared() == []
 
 

@@ -12,7 +12,7 @@ import fakeredis
 import pytest
 
 from svcgw import keys
-from svcgw.scripts import admission, register, source, text
+from svcgw.scripts import register, source, text
 
 
 @pytest.fixture
@@ -95,13 +95,12 @@ def test_the_registry_puts_shared_code_before_the_script_that_calls_it() -> None
     assert text("replay") == source("replay")
 
 
-def test_the_admission_script_spells_its_key_names_and_refuses_what_it_cannot() -> None:
-    script = admission(["svcgw:key:", ':a"b\\'])
-    assert 'local NAMES = {"svcgw:key:", ":a\\"b\\\\"}' in script
-    assert script.startswith("local function rate_window(KEYS, ARGV)\n" + source("rate_window"))
-    assert script.endswith(source("gateway_admit"))
-    with pytest.raises(ValueError):
-        admission(["svcgw:\n"])
+def test_the_admission_script_runs_the_rate_window_as_a_function_and_names_no_key_itself() -> None:
+    script = text("gateway_admit")
+    assert script == "local function rate_window(KEYS, ARGV)\n" + source("rate_window") + "\nend\n" + source(
+        "gateway_admit"
+    )
+    assert "NAMES" not in script and keys.PREFIX not in script
 
 
 def test_a_script_registered_by_name_runs(fake: fakeredis.FakeRedis) -> None:
