@@ -25,6 +25,8 @@ from redis.asyncio.cluster import ClusterPipeline as AsyncClusterPipeline
 from redis.asyncio.cluster import RedisCluster as AsyncRedisCluster
 from redis.cluster import ClusterPipeline, RedisCluster
 from redis.crc import key_slot
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import RedisClusterException
 
 from .errors import Failure
 
@@ -226,6 +228,14 @@ class AsyncTaggedCluster(_OneSlot, AsyncRedisCluster):  # type: ignore[misc]  # 
     def __init__(self, *args: Any, tag: str, **kwargs: Any) -> None:
         self.tag = tag
         super().__init__(*args, **kwargs)
+
+    async def initialize(self, *args: Any, **kwargs: Any) -> AsyncRedisCluster:
+        # A Cluster none of whose nodes answers is an unreachable Redis to the roles, which wait
+        # and try again on a ConnectionError; redis-py says it with an error of its own.
+        try:
+            return await super().initialize(*args, **kwargs)
+        except RedisClusterException as exc:
+            raise RedisConnectionError(str(exc)) from exc
 
     async def execute_command(self, *args: Any, **kwargs: Any) -> Any:
         if _text(args[0]).upper() == "SCAN":

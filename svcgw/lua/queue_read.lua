@@ -1,5 +1,5 @@
--- Reads what the attempts of jobs claimed by queue_claim.lua need, and starts them
--- (worker.queue.DeliveryQueue.claim_batch).
+#!lua flags=allow-oom
+-- Reads what the attempts of jobs claimed by queue_claim.lua need, and starts them (worker.claim).
 -- KEYS: inflight, scheduled, then four per job: its job hash; the hash of its delivery's fields
 --       (the job hash itself for a delivery named by its post, svcgw.deliveryid; a hash of its
 --       own for a dlv_ one); its instance's callback hash; its account's callback hash
@@ -14,6 +14,9 @@
 --     for (the caller names them again; the job stays leased);
 -- and nothing for a job whose lease is gone (it is another claim's now), that went back to the
 -- scheduled registry (its destination or account has no free slot) or whose hash is gone.
+-- allow-oom: a full Redis (noeviction) must still let the workers claim what was acknowledged,
+-- since finishing deliveries is what frees memory; it writes a few short fields per job (a
+-- status, a start time, a worker's name) and moves deferred ids between sorted sets.
 local nfields = tonumber(ARGV[3])
 local fields = {}
 for f = 4, 3 + nfields do fields[#fields + 1] = ARGV[f] end

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import pytest
+import httpx
 from redis import Redis
 
 from svcgw import keys
@@ -11,8 +11,9 @@ from svcgw.shardkeys import SHARD_INSTANCES
 from svcgw.shards import Shard
 from svcgw.store import Store
 from svcgw.storebase import digest
-from tests.cli.commands import fails, ok, svcgw
+from tests.cli.commands import ok, svcgw
 from tests.conftest import with_store
+from tests.support import Process, free_port, wait_answering, wait_for
 
 
 def test_one_redis_is_one_shard_with_its_instances_memory_queue_and_health(
@@ -50,8 +51,20 @@ def test_instances_registered_before_shards_count_on_shard_0(settings: Settings,
     assert redis.get(keys.receiver_lookup(digest(token))) == b"we_new"
 
 
-@pytest.mark.parametrize("role", [["serve"], ["worker"], ["up"]])
-def test_serve_worker_and_up_refuse_a_cluster_for_now(env: dict[str, str], role: list[str]) -> None:
+def test_serve_and_worker_wait_for_a_cluster_that_does_not_answer(env: dict[str, str]) -> None:
+    # As with one Redis that is down: they start, say so, and take the Cluster once it answers.
     several = {k: v for k, v in env.items() if k != "SVCGW_REDIS_URL"}
-    cluster = {**several, "SVCGW_REDIS_SHARDS": "cluster://127.0.0.1:1"}
-    assert "a Redis Cluster" in fails(cluster, *role)
+    cluster = {**several, "SVCGW_REDIS_SHARDS": f"cluster://127.0.0.1:{free_port()}", "SVCGW_CLUSTER_SHARDS": "2"}
+    port = free_port()
+    server = Process(["serve"], {**cluster, "SVCGW_PORT": str(port)}, "serve-cluster-down").start()
+    worker = Process(["worker"], cluster, "worker-cluster-down").start()
+    try:
+        # Serving (its liveness answers), not ready: every shard unreachable.
+        wait_answering(server, f"http://127.0.0.1:{port}/healthz", "the HTTP server")
+        answer = httpx.get(f"http://127.0.0.1:{port}/readyz", timeout=10)
+        assert answer.status_code == 503 and answer.json()["unreachable"] == [0, 1]
+        wait_for(lambda: "redis unavailable" in worker.output(), timeout=20, what="the worker waiting for Redis")
+        assert worker.proc is not None and worker.proc.poll() is None
+    finally:
+        worker.stop()
+        server.stop()
