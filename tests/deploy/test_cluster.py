@@ -147,6 +147,14 @@ def _devices(stack: Stack, key: str, count: int) -> list[str]:
     return [stack.create_device(key) for _ in range(count)]
 
 
+def _placed(stack: Stack, service_env: dict[str, str], sink: Sink, count: int) -> tuple[str, dict[str, str]]:
+    """An account with its default address at the sink, and ``count`` devices made through the gateway:
+    the account's key, and each appid's receiver token (which names its shard)."""
+    settings = Settings.from_env(service_env)
+    _, key = _account(settings, sink.url)
+    return key, _tokens(settings, _devices(stack, key, count))
+
+
 def _slot_holder(cluster: RedisClusterFleet, shard: int) -> Any:
     """A blocking client of the master that holds shard ``shard``'s slot (``CLUSTER SLOTS``)."""
     first = cluster.nodes[0].client()
@@ -163,10 +171,8 @@ def test_the_gateway_places_instances_over_the_virtual_shards_and_each_event_arr
     deployed: tuple[Stack, dict[str, str], Sink, Counting], cluster: RedisClusterFleet
 ) -> None:
     stack, service_env, sink, counting = deployed
-    settings = Settings.from_env(service_env)
-    _, key = _account(settings, sink.url)
-    appids = _devices(stack, key, DEVICES)
-    tokens = _tokens(settings, appids)
+    _, tokens = _placed(stack, service_env, sink, DEVICES)
+    appids = list(tokens)
     shards = {appid: shard_of_token(token) for appid, token in tokens.items()}
     per_shard = Counter(shards.values())
     assert per_shard == Counter({i: DEVICES // SHARDS for i in range(SHARDS)}), per_shard
@@ -212,10 +218,8 @@ def test_an_instance_on_a_virtual_shard_is_probed_reported_offline_and_recovered
     deployed: tuple[Stack, dict[str, str], Sink, Counting]
 ) -> None:
     stack, service_env, sink, counting = deployed
-    settings = Settings.from_env(service_env)
-    _, key = _account(settings, sink.url)
-    appids = _devices(stack, key, 2)
-    appid = next(a for a, token in _tokens(settings, appids).items() if shard_of_token(token) != 0)
+    key, tokens = _placed(stack, service_env, sink, 2)
+    appid = next(a for a, token in tokens.items() if shard_of_token(token) != 0)
     stack.login(key, appid)
     answer = stack.api(key, "long/start", {"appid": appid, "callbackUrl": sink.url, "pushHistory": False})
     assert answer.status_code == 200 and answer.json()["code"] == 0, answer.text
@@ -237,11 +241,8 @@ def test_a_masters_failover_loses_no_acknowledged_event(
     deployed: tuple[Stack, dict[str, str], Sink, Counting], cluster: RedisClusterFleet
 ) -> None:
     stack, service_env, sink, counting = deployed
-    settings = Settings.from_env(service_env)
-    _, key = _account(settings, sink.url)
-    appids = _devices(stack, key, SHARDS)
-    tokens = _tokens(settings, appids)
-    urls = [f"{stack.base}{RECEIVER_PREFIX}{appid}/{tokens[appid]}" for appid in appids]
+    _, tokens = _placed(stack, service_env, sink, SHARDS)
+    urls = [f"{stack.base}{RECEIVER_PREFIX}{appid}/{token}" for appid, token in tokens.items()]
     replica = cluster.replica_nodes()[0]  # of one of the masters: its shards' posts go on after it
     with Load(urls, prefix="fo", limit=100_000, threads=4, duration=60) as load:
         wait_for(lambda: load.acked() >= 200, timeout=30, what="posts before the failover")
