@@ -94,25 +94,31 @@ def _sentinel_kwargs(settings: Settings) -> dict[str, Any]:
     return kwargs
 
 
-def _primary_kwargs(deployment: Deployment, decode: bool, connect_timeout: float | None = None) -> dict[str, Any]:
+def _primary_kwargs(
+    deployment: Deployment, decode: bool, connect_timeout: float | None, read_timeout: float
+) -> dict[str, Any]:
     kwargs: dict[str, Any] = {
         "decode_responses": decode,
         "health_check_interval": 30,
         "password": deployment.password,
         "db": deployment.db,
         "socket_connect_timeout": connect_timeout,
+        "socket_timeout": read_timeout,
     }
     if deployment.username:
         kwargs["username"] = deployment.username
     return kwargs
 
 
-def _cluster_kwargs(deployment: Deployment, decode: bool, connect_timeout: float | None) -> dict[str, Any]:
+def _cluster_kwargs(
+    deployment: Deployment, decode: bool, connect_timeout: float | None, read_timeout: float
+) -> dict[str, Any]:
     return {
         "decode_responses": decode,
         "username": deployment.username,
         "password": deployment.password,
         "socket_connect_timeout": connect_timeout,
+        "socket_timeout": read_timeout,
     }
 
 
@@ -146,18 +152,22 @@ def _build(
         # A Cluster client finds each key's master itself, and follows resharding and failover;
         # a shard's (``tag``) puts its hash tag on every key (svcgw.clusterspace).
         nodes = [flavour.node(host, port) for host, port in deployment.addresses]
-        kwargs = _cluster_kwargs(deployment, decode, connect_timeout)
+        kwargs = _cluster_kwargs(deployment, decode, connect_timeout, settings.redis_socket_timeout)
         if tag is not None:
             return flavour.tagged_cluster(startup_nodes=nodes, tag=tag, **kwargs)
         return flavour.cluster(startup_nodes=nodes, **kwargs)
     if deployment.kind == "sentinel":
         sentinel = flavour.sentinel(list(deployment.addresses), sentinel_kwargs=_sentinel_kwargs(settings))
-        kwargs = _primary_kwargs(deployment, decode, connect_timeout)
+        kwargs = _primary_kwargs(deployment, decode, connect_timeout, settings.redis_socket_timeout)
         client = sentinel.master_for(deployment.master, redis_class=flavour.sentinel_redis, **kwargs)
         client.sentinels = sentinel
         return client
     return flavour.redis.from_url(
-        deployment.url or "", decode_responses=decode, health_check_interval=30, socket_connect_timeout=connect_timeout
+        deployment.url or "",
+        decode_responses=decode,
+        health_check_interval=30,
+        socket_connect_timeout=connect_timeout,
+        socket_timeout=settings.redis_socket_timeout,
     )
 
 

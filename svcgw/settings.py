@@ -75,6 +75,9 @@ class Settings:
     # Durable mode: an acknowledgement waits for this many replicas to hold the write.
     redis_wait_replicas: int = 0
     redis_wait_timeout: float = 1.0
+    # How long a command may wait for Redis's answer before it fails as Redis unreachable: a
+    # host that drops packets is then a shard that is down, not a request that hangs.
+    redis_timeout: float = 5.0
     # The HTTP server's own limits (uvicorn): connections and tasks at once, idle keep-alive.
     http_limit_concurrency: int = 2048
     http_keepalive_timeout: float = 5.0
@@ -162,6 +165,7 @@ class Settings:
             redis_shards=layout,
             redis_wait_replicas=reader.integer("SVCGW_REDIS_WAIT_REPLICAS", 0, minimum=0, maximum=64),
             redis_wait_timeout=reader.number("SVCGW_REDIS_WAIT_TIMEOUT", 1.0, minimum=0.001),
+            redis_timeout=reader.number("SVCGW_REDIS_TIMEOUT", 5.0, minimum=0.1),
             http_limit_concurrency=reader.integer("SVCGW_HTTP_LIMIT_CONCURRENCY", 2048, minimum=1),
             http_keepalive_timeout=reader.number("SVCGW_HTTP_KEEPALIVE_TIMEOUT", 5.0, minimum=0.1),
             metrics_token=reader.secret("SVCGW_METRICS_TOKEN", minimum_length=16),
@@ -178,6 +182,12 @@ class Settings:
             trusted_proxies=reader.proxies("SVCGW_TRUSTED_PROXIES"),
             http_header_timeout=reader.number("SVCGW_HTTP_HEADER_TIMEOUT", 10.0, minimum=0.1),
         )
+
+    @property
+    def redis_socket_timeout(self) -> float:
+        """The clients' read timeout: ``SVCGW_REDIS_TIMEOUT``, past the longest wait a command asks for
+        (``WAIT`` for replicas, ``SVCGW_REDIS_WAIT_TIMEOUT``; the worker's idle ``BLMOVE`` is shorter)."""
+        return max(self.redis_timeout, self.redis_wait_timeout + 1.0)
 
     @property
     def redis_configured(self) -> bool:

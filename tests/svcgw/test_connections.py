@@ -1,0 +1,55 @@
+"""The Redis clients: a host that takes connections and never answers fails as Redis unreachable, in time."""
+
+from __future__ import annotations
+
+import socket
+import time
+from collections.abc import Iterator
+
+import httpx
+import pytest
+
+from receiver.app import create_app
+from svcgw.settings import Settings
+from tests.conftest import provision
+from tests.support import ThreadedServer
+
+
+@pytest.fixture
+def silent() -> Iterator[int]:
+    """A loopback port that takes connections (the kernel's backlog) and never answers a byte: a hung Redis."""
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen(64)
+        yield listener.getsockname()[1]
+
+
+def test_the_read_timeout_outlasts_the_longest_wait_a_command_asks_for(env: dict[str, str]) -> None:
+    assert Settings.from_env(env).redis_socket_timeout == 5.0
+    assert Settings.from_env(dict(env, SVCGW_REDIS_TIMEOUT="0.5")).redis_socket_timeout == 2.0  # WAIT's 1 s + 1
+    waited = Settings.from_env(dict(env, SVCGW_REDIS_TIMEOUT="2", SVCGW_REDIS_WAIT_TIMEOUT="0.1"))
+    assert waited.redis_socket_timeout == 2.0
+
+
+def test_a_post_to_a_shard_whose_host_never_answers_is_refused_in_time_and_the_others_go_on(
+    env: dict[str, str], redis_url: str, silent: int
+) -> None:
+    configured = {k: v for k, v in env.items() if k != "SVCGW_REDIS_URL"}
+    settings = Settings.from_env(
+        {**configured, "SVCGW_REDIS_SHARDS": f"{redis_url} redis://127.0.0.1:{silent}/0", "SVCGW_REDIS_TIMEOUT": "0.3",
+         "SVCGW_REDIS_WAIT_TIMEOUT": "0.01"}
+    )  # fmt: skip
+    tenant = provision(settings)  # on shard 0
+    server = ThreadedServer(create_app(settings)).start()
+    try:
+        with httpx.Client(timeout=30) as http:
+            body = b'{"event_type":"Msg","events":[{"id":"a"}]}'
+            started = time.monotonic()
+            hung = http.post(f"{server.base}/svc/receiver/{tenant.appid}/s1.{tenant.receiver_token}", content=body)
+            took = time.monotonic() - started
+            assert hung.status_code == 503 and hung.headers["retry-after"] == "1"
+            assert took < 5, took  # the read timeout (a connection that hangs would hold it for ever)
+            stored = http.post(tenant.receiver_url(server.base), content=body)
+            assert stored.status_code == 200, stored.text
+    finally:
+        server.stop()
