@@ -75,9 +75,7 @@ class Settings:
     # Durable mode: an acknowledgement waits for this many replicas to hold the write.
     redis_wait_replicas: int = 0
     redis_wait_timeout: float = 1.0
-    # How long a command may wait for Redis's answer before it fails as Redis unreachable: a
-    # host that drops packets is then a shard that is down, not a request that hangs.
-    redis_timeout: float = 5.0
+    redis_timeout: float = 5.0  # a host that never answers is then a shard down, not a request that hangs
     # The HTTP server's own limits (uvicorn): connections and tasks at once, idle keep-alive.
     http_limit_concurrency: int = 2048
     http_keepalive_timeout: float = 5.0
