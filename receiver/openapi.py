@@ -47,8 +47,10 @@ class ShardHealth(msgspec.Struct):
 class Health(msgspec.Struct):
     """Whether the process, and its storage, answer.
 
-    For /readyz, redis is ok only when every shard answers; shards has each
-    shard's answer, and unreachable the indexes of those that did not.
+    For /readyz, status is ok when every shard answers, degraded when shard 0
+    answers and another does not (still ready), unavailable when shard 0 does
+    not; redis is ok only when every shard answers; shards has each shard's
+    answer, and unreachable the indexes of those that did not.
     """
 
     status: str
@@ -64,7 +66,8 @@ SERVER: tuple[Operation, ...] = (
         "/readyz",
         "readyz",
         "The process can reach its storage: every shard's Redis",
-        {200: Answer("ready: every shard answers", Health), 503: Answer("not ready: a shard does not answer", Health)},
+        {200: Answer("ready: shard 0 answers (degraded when another does not)", Health),
+         503: Answer("not ready: shard 0 does not answer", Health)},
     ),
     Operation("get", "/openapi.json", "openapi", "This document", {200: Answer("OpenAPI 3.1", dict[str, Any])}),
     Operation(

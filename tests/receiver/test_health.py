@@ -52,9 +52,9 @@ def test_a_shard_that_does_not_answer_is_reported_within_the_deadline(
         started = time.monotonic()
         ready = client.get("/readyz")
         took = time.monotonic() - started
-    assert ready.status_code == 503
+    assert ready.status_code == 200  # ready: shard 0 answers, and the gateway and shard 0's posts with it
     assert ready.json() == {
-        "status": "unavailable",
+        "status": "degraded",
         "redis": "unreachable",
         "shards": [{"shard": 0, "redis": "ok"}, {"shard": 1, "redis": "unreachable"}],
         "unreachable": [1],
