@@ -150,14 +150,13 @@ def untagged(tag: str, name: Any) -> Any:
     return name
 
 
-# Commands about the server, not a key: on a shard's client they go to the master of its slot.
+# Commands about the server: on a shard's client they go to the master of its slot (MEMORY USAGE,
+# whose key is the shard's, goes there too).
 _OF_THE_NODE = frozenset(("INFO", "PING", "DBSIZE", "MEMORY", "TIME", "ROLE", "LASTSAVE", "WAIT", "WAITAOF"))
 
 
 def _of_the_node(args: Sequence[Any], kwargs: dict[str, Any]) -> bool:
-    return "target_nodes" not in kwargs and _text(args[0]).upper().split(" ")[0] in _OF_THE_NODE and (
-        _text(args[0]).upper() != "MEMORY" or not key_positions(args)
-    )
+    return "target_nodes" not in kwargs and _text(args[0]).upper().split(" ")[0] in _OF_THE_NODE
 
 
 def _scan_args(tag: str, args: tuple[Any, ...]) -> tuple[Any, ...]:
@@ -247,7 +246,8 @@ class AsyncTaggedCluster(_OneSlot, AsyncRedisCluster):  # type: ignore[misc]  # 
         return await super().execute_command(*tagged(self.tag, args), **kwargs)
 
     def pipeline(self, transaction: Any = None, shard_hint: Any = None) -> AsyncClusterPipeline:
-        super().pipeline(transaction, shard_hint)  # its checks
+        if shard_hint:
+            raise RedisClusterException("shard_hint is deprecated in cluster mode")  # as redis-py's own
         return _AsyncTaggedPipeline(self, transaction, tag=self.tag)  # type: ignore[abstract]
 
 

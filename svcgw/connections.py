@@ -12,10 +12,10 @@ like any other outage, and each role already treats that as "not stored,
 try again".
 
 With ``SVCGW_REDIS_SHARDS`` there are several Redis deployments (or one
-Cluster): :func:`async_deployment_client` and :func:`sync_deployment_client`
-build the client of each (:mod:`svcgw.shardclients` keeps one per
-deployment); :func:`async_client` and :func:`sync_client` stay the client of
-shard 0, which holds what belongs to the whole service.
+Cluster): :func:`async_shard_client` and :func:`sync_shard_client` build the
+client of a shard (:mod:`svcgw.shardclients` keeps one per deployment, or on
+a Cluster one per virtual shard); :func:`async_client` and :func:`sync_client`
+are shard 0's, which holds what belongs to the whole service.
 """
 
 from __future__ import annotations
@@ -26,9 +26,8 @@ from typing import Any
 from redis import Redis
 from redis.asyncio import Redis as AsyncRedis
 from redis.asyncio.cluster import ClusterNode as AsyncClusterNode
-from redis.asyncio.cluster import RedisCluster as AsyncRedisCluster
 from redis.asyncio.sentinel import Sentinel as AsyncSentinel
-from redis.cluster import ClusterNode, RedisCluster
+from redis.cluster import ClusterNode
 from redis.sentinel import Sentinel
 
 from .clusterspace import AsyncTaggedCluster, TaggedCluster
@@ -40,10 +39,8 @@ __all__ = [
     "AsyncSentinelRedis",
     "SentinelRedis",
     "async_client",
-    "async_deployment_client",
     "async_shard_client",
     "sync_client",
-    "sync_deployment_client",
     "sync_shard_client",
 ]
 
@@ -75,13 +72,13 @@ class AsyncSentinelRedis(AsyncRedis):
             await sentinel.aclose()
 
 
-def _first(settings: Settings) -> tuple[Deployment, Shard]:
+def _first(settings: Settings) -> Shard:
     layout = layout_of(settings)
     if not layout.deployments:
         raise SettingsError(
             "SVCGW_REDIS_URL (or SVCGW_REDIS_SENTINELS) is required here; only `svcgw up` starts an embedded Redis"
         )
-    return layout.deployments[0], layout.shards[0]
+    return layout.shards[0]
 
 
 def _sentinel_kwargs(settings: Settings) -> dict[str, Any]:
@@ -127,35 +124,24 @@ class _Flavour:
     """The classes of one flavour of client, blocking or asyncio: the same recipe builds both."""
 
     redis: type[Any]
-    cluster: type[Any]
-    tagged_cluster: type[Any]
+    cluster: type[Any]  # a Cluster's virtual shard (svcgw.clusterspace)
     node: type[Any]
     sentinel: type[Any]
     sentinel_redis: type[Any]
 
 
-_BLOCKING = _Flavour(Redis, RedisCluster, TaggedCluster, ClusterNode, Sentinel, SentinelRedis)
-_ASYNCIO = _Flavour(
-    AsyncRedis, AsyncRedisCluster, AsyncTaggedCluster, AsyncClusterNode, AsyncSentinel, AsyncSentinelRedis
-)
+_BLOCKING = _Flavour(Redis, TaggedCluster, ClusterNode, Sentinel, SentinelRedis)
+_ASYNCIO = _Flavour(AsyncRedis, AsyncTaggedCluster, AsyncClusterNode, AsyncSentinel, AsyncSentinelRedis)
 
 
-def _build(
-    flavour: _Flavour,
-    settings: Settings,
-    deployment: Deployment,
-    decode: bool,
-    connect_timeout: float | None,
-    tag: str | None = None,
-) -> Any:
+def _build(flavour: _Flavour, settings: Settings, shard: Shard, decode: bool, connect_timeout: float | None) -> Any:
+    deployment = layout_of(settings).deployments[shard.deployment]
     if deployment.kind == "cluster":
         # A Cluster client finds each key's master itself, and follows resharding and failover;
-        # a shard's (``tag``) puts its hash tag on every key (svcgw.clusterspace).
+        # a virtual shard's puts its hash tag on every key (svcgw.clusterspace).
         nodes = [flavour.node(host, port) for host, port in deployment.addresses]
         kwargs = _cluster_kwargs(deployment, decode, connect_timeout, settings.redis_socket_timeout)
-        if tag is not None:
-            return flavour.tagged_cluster(startup_nodes=nodes, tag=tag, **kwargs)
-        return flavour.cluster(startup_nodes=nodes, **kwargs)
+        return flavour.cluster(startup_nodes=nodes, tag=shard.tag, **kwargs)
     if deployment.kind == "sentinel":
         sentinel = flavour.sentinel(list(deployment.addresses), sentinel_kwargs=_sentinel_kwargs(settings))
         kwargs = _primary_kwargs(deployment, decode, connect_timeout, settings.redis_socket_timeout)
@@ -173,17 +159,7 @@ def _build(
 
 def sync_client(settings: Settings) -> Redis:
     """A blocking client of shard 0, for the one caller that has no event loop: the container health check."""
-    deployment, shard = _first(settings)
-    client: Redis = _build(_BLOCKING, settings, deployment, False, None, shard.tag or None)
-    return client
-
-
-def sync_deployment_client(
-    settings: Settings, deployment: Deployment, *, decode: bool = False, connect_timeout: float | None = None
-) -> Redis | RedisCluster:
-    """A blocking client of one deployment."""
-    client: Redis | RedisCluster = _build(_BLOCKING, settings, deployment, decode, connect_timeout)
-    return client
+    return sync_shard_client(settings, _first(settings))
 
 
 def async_client(settings: Settings, *, decode: bool = False, connect_timeout: float | None = None) -> AsyncRedis:
@@ -192,17 +168,14 @@ def async_client(settings: Settings, *, decode: bool = False, connect_timeout: f
     Typed as one Redis: a Cluster shard's client answers every command the roles send as one
     Redis would (svcgw.clusterspace).
     """
-    deployment, shard = _first(settings)
-    client: AsyncRedis = _build(_ASYNCIO, settings, deployment, decode, connect_timeout, shard.tag or None)
-    return client
+    return async_shard_client(settings, _first(settings), decode=decode, connect_timeout=connect_timeout)
 
 
 def async_shard_client(
     settings: Settings, shard: Shard, *, decode: bool = False, connect_timeout: float | None = None
 ) -> AsyncRedis:
     """The asyncio client of one shard: its deployment's, or on a Cluster the view of its hash tag."""
-    deployment = layout_of(settings).deployments[shard.deployment]
-    client: AsyncRedis = _build(_ASYNCIO, settings, deployment, decode, connect_timeout, shard.tag or None)
+    client: AsyncRedis = _build(_ASYNCIO, settings, shard, decode, connect_timeout)
     return client
 
 
@@ -210,14 +183,5 @@ def sync_shard_client(
     settings: Settings, shard: Shard, *, decode: bool = False, connect_timeout: float | None = None
 ) -> Redis:
     """The blocking client of one shard: its deployment's, or on a Cluster the view of its hash tag."""
-    deployment = layout_of(settings).deployments[shard.deployment]
-    client: Redis = _build(_BLOCKING, settings, deployment, decode, connect_timeout, shard.tag or None)
-    return client
-
-
-def async_deployment_client(
-    settings: Settings, deployment: Deployment, *, decode: bool = False, connect_timeout: float | None = None
-) -> AsyncRedis | AsyncRedisCluster:
-    """An asyncio client of one deployment."""
-    client: AsyncRedis | AsyncRedisCluster = _build(_ASYNCIO, settings, deployment, decode, connect_timeout)
+    client: Redis = _build(_BLOCKING, settings, shard, decode, connect_timeout)
     return client

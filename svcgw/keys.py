@@ -180,10 +180,6 @@ def delivery(delivery_id: str) -> str:
     return f"{PREFIX}delivery:{delivery_id}"
 
 
-# The prefix of the hashes of dlv_ deliveries, for the scripts that name one by its id.
-DELIVERY_PREFIX = f"{PREFIX}delivery:"
-
-
 def delivery_attempts(delivery_id: str) -> str:
     """List of JSON attempt records, oldest first, as earlier versions kept them (svcgw.attemptrecords).
 

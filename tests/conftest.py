@@ -189,6 +189,15 @@ def provision(settings: Settings, url: str | None = None, bearer: str | None = N
 
 
 @pytest.fixture
+def silent() -> Iterator[int]:
+    """A loopback port that takes connections (the kernel's backlog) and never answers a byte: a hung Redis."""
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen(64)
+        yield listener.getsockname()[1]
+
+
+@pytest.fixture
 def sink() -> Iterator[Sink]:
     server = Sink().start()
     yield server

@@ -233,6 +233,8 @@ def test_the_cluster_clients_keep_each_virtual_shard_in_its_slot(
                 pipe.hset("svcgw:h", "f", "v")
                 assert await pipe.execute() == [3, 1]
             assert await clients.of(clients.shards[4]).llen("rq:queue:svcgw") == 0
+            # SCAN sees the shard's keys alone, without their tag (the upgrade's rename scans).
+            assert [k async for k in one.scan_iter(match="rq:queue:*")] == ["rq:queue:svcgw"]
             return nodes
         finally:
             await clients.aclose()

@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import socket
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
@@ -24,15 +22,6 @@ ONE_DOWN = {
     "shards": [{"shard": 0, "redis": "unreachable"}],
     "unreachable": [0],
 }
-
-
-@pytest.fixture
-def silent() -> Iterator[int]:
-    """A loopback port that takes connections (the kernel's backlog) and never answers a byte: a hung Redis."""
-    with socket.socket() as listener:
-        listener.bind(("127.0.0.1", 0))
-        listener.listen(16)
-        yield listener.getsockname()[1]
 
 
 def test_with_one_shard_the_answers_are_those_of_before_with_the_shards_added(settings: Settings) -> None:

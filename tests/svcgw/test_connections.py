@@ -2,26 +2,14 @@
 
 from __future__ import annotations
 
-import socket
 import time
-from collections.abc import Iterator
 
 import httpx
-import pytest
 
 from receiver.app import create_app
 from svcgw.settings import Settings
 from tests.conftest import provision
 from tests.support import ThreadedServer
-
-
-@pytest.fixture
-def silent() -> Iterator[int]:
-    """A loopback port that takes connections (the kernel's backlog) and never answers a byte: a hung Redis."""
-    with socket.socket() as listener:
-        listener.bind(("127.0.0.1", 0))
-        listener.listen(64)
-        yield listener.getsockname()[1]
 
 
 def test_the_read_timeout_outlasts_the_longest_wait_a_command_asks_for(env: dict[str, str]) -> None:
