@@ -9,7 +9,8 @@ Without that variable, a key is generated once into the state directory.
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
+import time
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from cryptography.fernet import Fernet, InvalidToken, MultiFernet
@@ -17,7 +18,7 @@ from cryptography.fernet import Fernet, InvalidToken, MultiFernet
 from .errors import Failure
 from .settings import Settings, SettingsError
 
-__all__ = ["TokenVault", "VaultError"]
+__all__ = ["RememberingVault", "TokenVault", "VaultError"]
 
 KEY_FILE = "encryption.key"
 
@@ -67,6 +68,51 @@ class TokenVault:
             return self._fernet.rotate(data).decode("ascii")
         except (InvalidToken, UnicodeError):
             raise VaultError("a stored token cannot be decrypted with the configured keys") from None
+
+    def remembering(self, limit: int = 4096, seconds: float = 300.0) -> RememberingVault:
+        """This vault's keys, opening each sealed value once per ``seconds`` (at most ``limit`` kept)."""
+        return RememberingVault(self, limit, seconds)
+
+
+class RememberingVault(TokenVault):
+    """A vault that remembers what it opened, for the delivery engine.
+
+    Every attempt signs with its destination's secret and may send its
+    token, and a worker opens the same few sealed values thousands of times
+    a second: a Fernet decryption (an HMAC check and an AES pass) costs
+    about as much as the rest of preparing an attempt. A sealed value opens
+    to the same text for as long as the keys are the same, and the keys are
+    fixed for a process's life, so the opened text is kept by its sealed
+    form. Entries last ``seconds`` and at most ``limit`` are kept, so a
+    secret replaced or removed does not stay in memory for long after.
+    """
+
+    def __init__(
+        self, vault: TokenVault, limit: int, seconds: float, *, clock: Callable[[], float] = time.monotonic
+    ) -> None:
+        self._fernet = vault._fernet
+        self._limit = max(1, limit)
+        self._seconds = seconds
+        self._clock = clock
+        self._opened: dict[str | bytes, tuple[str, float]] = {}
+
+    def __repr__(self) -> str:
+        return "RememberingVault(keys='**********')"
+
+    def open(self, sealed: str | bytes) -> str:
+        now = self._clock()
+        kept = self._opened.get(sealed)
+        if kept is not None and kept[1] > now:
+            return kept[0]
+        opened = super().open(sealed)  # VaultError is not remembered: the next attempt tries again
+        if kept is None and len(self._opened) >= self._limit:
+            # The oldest entry goes: dicts keep insertion order.
+            del self._opened[next(iter(self._opened))]
+        self._opened[sealed] = (opened, now + self._seconds)
+        return opened
+
+    def remembering(self, limit: int = 4096, seconds: float = 300.0) -> RememberingVault:
+        return self
 
 
 def load_or_create_key(state_dir: Path) -> str:

@@ -132,7 +132,8 @@ class Engine:
         on_attempt: AttemptHook | None = None,
     ) -> None:
         self.settings = settings
-        self.vault = vault
+        # Every attempt opens its destination's secret and token: the same few, over and over.
+        self.vault = vault.remembering()
         self.name = name or worker_name()
         self.capacity = settings.delivery_concurrency
         # A recorder of the engine's own is flushed and closed when the engine stops.
