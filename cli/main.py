@@ -4,31 +4,58 @@ Roles (``up``, ``serve``, ``worker``, ``sim``) live here; the administration
 groups (accounts, keys, callback, instances, dlq, log, secrets, shards) live in a
 module each and are attached to the same group. Every administration command
 runs in an event loop of its own (``cli.context``).
+
+The administration groups are imported only when one of them runs (or help
+lists them): some reach the console's code, and a worker or a server started
+by a supervisor should not spend its start compiling what it never runs.
 """
 
 from __future__ import annotations
 
+import importlib
 import sys
 
 import click
 
 from svcgw.settings import SettingsError
 
-from .accounts import accounts
-from .callback import callback
 from .context import load_settings
-from .deliveries import deliveries
-from .dlq import dlq
-from .instances import instances
-from .keys import keys_group
-from .log import log_command
-from .secrets import secrets_group
-from .shards import shards_command
 
 __all__ = ["cli", "main"]
 
+# Each administration command's name, and the module and attribute that define it.
+ADMINISTRATION = {
+    "accounts": ("cli.accounts", "accounts"),
+    "callback": ("cli.callback", "callback"),
+    "deliveries": ("cli.deliveries", "deliveries"),
+    "dlq": ("cli.dlq", "dlq"),
+    "instances": ("cli.instances", "instances"),
+    "keys": ("cli.keys", "keys_group"),
+    "log": ("cli.log", "log_command"),
+    "secrets": ("cli.secrets", "secrets_group"),
+    "shards": ("cli.shards", "shards_command"),
+}
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+
+class Svcgw(click.Group):
+    """The top group, which imports an administration command's module when it is asked for."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted({*super().list_commands(ctx), *ADMINISTRATION})
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        found = super().get_command(ctx, cmd_name)
+        if found is not None or cmd_name not in ADMINISTRATION:
+            return found
+        module, attribute = ADMINISTRATION[cmd_name]
+        command = getattr(importlib.import_module(module), attribute)
+        if not isinstance(command, click.Command):
+            raise TypeError(f"{module}.{attribute} is not a click command")
+        self.add_command(command, cmd_name)
+        return command
+
+
+@click.group(cls=Svcgw, context_settings={"help_option_names": ["-h", "--help"]})
 @click.option("--log-level", default="INFO", show_default=True, help="DEBUG, INFO, WARNING or ERROR.")
 @click.pass_context
 def cli(ctx: click.Context, log_level: str) -> None:
@@ -86,10 +113,6 @@ def sim(host: str, port: int) -> None:
     from simulator.app import run
 
     run(host, port)
-
-
-for _group in (accounts, keys_group, callback, instances, deliveries, dlq, log_command, secrets_group, shards_command):
-    cli.add_command(_group)
 
 
 def main() -> None:
