@@ -53,11 +53,27 @@ for j = 1, njobs do
   local job = KEYS[k + 1]
   if held[j] then
     local named_appid, named_account = ARGV[first + 3 * (j - 1) + 1], ARGV[first + 3 * (j - 1) + 2]
-    local data = redis.call('HMGET', KEYS[k + 2], unpack(fields))
+    -- A job of an account named busy goes back whatever its destination: only its owner is
+    -- read (the first two fields), not its body or its callback configuration.
+    local busy = busy_accounts[named_account]
+    local data
+    if busy then
+      data = redis.call('HMGET', KEYS[k + 2], fields[1], fields[2])
+    else
+      data = redis.call('HMGET', KEYS[k + 2], unpack(fields))
+    end
     local appid, account = data[1], data[2]
     if appid and (appid ~= named_appid or (account or '') ~= named_account) then
       answer[#answer + 1] = {id, appid, account or ''}
+    elseif busy and appid then
+      unleased[#unleased + 1] = id
+      if redis.call('HSET', job, 'status', 'scheduled') == 1 then
+        redis.call('DEL', job)
+      else
+        redis.call('ZADD', KEYS[2], busy, id)
+      end
     else
+      if busy then data = redis.call('HMGET', KEYS[k + 2], unpack(fields)) end
       local config = {{}, {}, ''}
       if appid then
         config = configs[appid]

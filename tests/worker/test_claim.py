@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
+import pytest
 from redis import Redis
 
+from svcgw import keys
 from svcgw.settings import Settings
 from svcgw.store import Scope, Store
 from tests.conftest import provision, with_store
@@ -41,6 +44,31 @@ def test_a_claim_reads_the_account_default_of_the_jobs_own_account_whatever_it_r
     assert claimed.own == {} and claimed.default["url"] == "http://127.0.0.1:8081/own"
     assert remembered[tenant.appid] == tenant.account
     assert status(redis, delivery_id) == "started"
+
+
+def test_a_job_is_deferred_for_its_own_account_being_busy_not_for_a_misremembered_one(
+    settings: Settings, redis: Redis
+) -> None:
+    # A job named for a busy account is read no further than its owner: when that owner is
+    # another account, it is named again and started, not deferred for someone else's load.
+    tenant, busy = provision(settings), provision(settings)
+    _default_callback(settings, tenant.account, "http://127.0.0.1:8081/own")
+    delivery_id = ingest(settings, tenant, b'{"event_type":"Msg","events":[{"id":"b1"}]}')
+    later = time.time() + 30
+
+    async def misremembering(queue: DeliveryQueue, remembered: str, busy_account: str) -> list[Any]:
+        queue._claimer._accounts[tenant.appid] = remembered
+        return await queue.claim_batch(10, "engine", {}, {busy_account: later})
+
+    (claimed,) = with_queue(settings, lambda queue: misremembering(queue, busy.account, busy.account))
+    assert claimed.delivery_id == delivery_id and claimed.default["url"] == "http://127.0.0.1:8081/own"
+    assert claimed.fields["body"] and status(redis, delivery_id) == "started"
+
+    # Its own account busy, remembered as another: deferred all the same.
+    again = ingest(settings, tenant, b'{"event_type":"Msg","events":[{"id":"b2"}]}')
+    assert with_queue(settings, lambda queue: misremembering(queue, busy.account, tenant.account)) == []
+    assert redis.zscore(keys.rq_scheduled(settings.queue_name), again) == pytest.approx(later)
+    assert status(redis, again) == "scheduled"
 
 
 def test_a_job_whose_lease_went_before_its_read_is_not_started(settings: Settings, redis: Redis) -> None:
