@@ -73,6 +73,8 @@ class Claimer:
         self._accounts: dict[str, str] = {}
         # The ids of the last claim still leased but not read (their owners kept changing).
         self.unread: list[str] = []
+        # How many ids the last claim popped: those it did not start went back without an attempt.
+        self.popped = 0
 
     async def claim(
         self,
@@ -83,12 +85,14 @@ class Claimer:
     ) -> list[Claimed]:
         """Up to ``count`` jobs popped, leased, read and started; :attr:`unread` the ones left leased."""
         self.unread = []
+        self.popped = 0
         if count <= 0:
             return []
         popped = await self._claim(
             keys=[self.queue_key, self.inflight_key], args=[count, time.time() + self.lease_seconds]
         )
         ids = [_text(i) for i in cast(list[Any], popped)]
+        self.popped = len(ids)
         if not ids:
             return []
         owners = await self._owners(ids)

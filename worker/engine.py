@@ -48,6 +48,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 import os
 import secrets
 import socket
@@ -81,6 +82,8 @@ PROMOTE_EVERY = 0.1
 PROMOTE_LIMIT = 1000
 RECLAIM_EVERY = 1.0
 CLAIM_BATCH = 100
+# A claim asks for more ids when many of the last ones went back unstarted, up to this many.
+CLAIM_MOST = 2 * CLAIM_BATCH
 IDLE_WAIT = 0.25
 ACCOUNT_DEFER_SECONDS = 0.05  # the shortest deferral of a job whose account is at its cap
 
@@ -152,6 +155,10 @@ class Engine:
         self._held: set[str] = set()
         self._tasks: set[asyncio.Task[None]] = set()
         self._low_water = max(1, min(CLAIM_BATCH, self.capacity // 8))
+        # The share of popped ids that claims started lately. Jobs of a busy account or a
+        # saturated destination go back without taking a slot, and a claim that started only
+        # three in four would need a third more round trips to fill the same slots.
+        self._started_share = 1.0
 
     # --- entry point ---------------------------------------------------------------
     async def serve(self, stop: asyncio.Event, *, burst: bool = False) -> None:
@@ -219,8 +226,9 @@ class Engine:
                 # for a few more rather than costing a round trip each.
                 if free >= self._low_water or (free > 0 and not self._held):
                     claimed = await self.queue.claim_batch(
-                        min(free, CLAIM_BATCH), self.name, self._saturated(), self.accounts.saturated()
+                        self._claim_size(free), self.name, self._saturated(), self.accounts.saturated()
                     )
+                    self._started(len(claimed), self.queue.popped)
                     failures = 0
                     for job in claimed:
                         self._start(job)
@@ -244,6 +252,16 @@ class Engine:
                 delay = min(0.1 * 2**failures, 5.0)
                 log.warning("redis unavailable (%s); retrying in %.1fs", type(exc).__name__, delay)
                 await _sleep_unless(stop, delay)
+
+    def _claim_size(self, free: int) -> int:
+        """How many ids to pop for ``free`` slots: more when claims have been starting fewer than they popped."""
+        wanted = min(free, CLAIM_BATCH)
+        return min(free, CLAIM_MOST, math.ceil(wanted / self._started_share))
+
+    def _started(self, started: int, popped: int) -> None:
+        if popped:
+            # Never below a quarter: a claim never pops more than four times what it may start.
+            self._started_share = max(0.25, 0.7 * self._started_share + 0.3 * started / popped)
 
     def _saturated(self) -> dict[str, float]:
         """The URL spellings (netlocs) seen lately that reach a destination at its cap, with when to try again."""
