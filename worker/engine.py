@@ -48,7 +48,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import math
 import os
 import secrets
 import socket
@@ -256,7 +255,7 @@ class Engine:
     def _claim_size(self, free: int) -> int:
         """How many ids to pop for ``free`` slots: more when claims have been starting fewer than they popped."""
         wanted = min(free, CLAIM_BATCH)
-        return min(free, CLAIM_MOST, math.ceil(wanted / self._started_share))
+        return min(free, CLAIM_MOST, round(wanted / self._started_share))
 
     def _started(self, started: int, popped: int) -> None:
         if popped:

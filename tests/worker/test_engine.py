@@ -61,6 +61,24 @@ def test_claim_script_defers_jobs_of_busy_accounts(settings: Settings, redis: Re
     assert redis.hget(keys.rq_job(delivery_id), "status") == b"scheduled"
 
 
+def test_a_claim_pops_more_ids_while_many_go_back_unstarted(settings: Settings) -> None:
+    # Three in four started: a third more ids fill the same slots, never more than are free.
+    engine = Engine(settings, None, TokenVault.from_settings(settings))
+    assert engine._claim_size(500) == 100
+    for _ in range(30):
+        engine._started(75, 100)
+    assert engine._claim_size(500) == 133
+    assert engine._claim_size(120) == 120
+    for _ in range(30):
+        engine._started(0, 100)
+    assert engine._claim_size(1000) == 200
+    for _ in range(30):
+        engine._started(100, 100)
+    assert engine._claim_size(500) == 100
+    engine._started(0, 0)  # an empty queue says nothing of the share
+    assert engine._claim_size(500) == 100
+
+
 # --- the engine in this process, against real loopback sinks ----------------------------
 class Running:
     """An engine delivering in a thread of the test process until stopped."""
