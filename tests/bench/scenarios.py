@@ -73,6 +73,11 @@ class Plan:
         return 300 if self.short else 30000
 
     @property
+    def account_rounds(self) -> int:
+        # Pairs of the two-account scenario's runs, alternating: one pair's ratio is noisy.
+        return 1 if self.short else 3
+
+    @property
     def retry_due(self) -> int:
         return 300 if self.short else 10000
 
@@ -484,14 +489,25 @@ def accounts(bench: Bench) -> dict[str, Any]:
     want slots. One delivery in four is the hanging account's. The healthy
     account's same deliveries alone are measured just before
     (``control_per_s``), as in the isolation scenario.
+
+    A single pair's ratio moved between 0.83 and 0.98 on one quiet two-core
+    machine, run to run, so the pairs are run :attr:`Plan.account_rounds`
+    times, alternating, and ``vs_control`` is the median of the pairs'
+    ratios (each in ``vs_control_rounds``); the other figures are those of
+    the median pair.
     """
     bench.stop_workers()
     bench.clear_queue()
     healthy = bench.fast[:90]
     hanging = bench.provision(bench.sink.listen("hang", 60))  # an account of their own
     tenants = [t for k in range(60) for t in (*(healthy[(3 * k + j) % 90] for j in range(3)), hanging[k])]
-    figures = _against_control(bench, healthy, tenants, hanging, ("act-", "acc-"))
-    return {"hanging_destinations": len(hanging), **figures}
+    pairs = [
+        _against_control(bench, healthy, tenants, hanging, (f"act{n}-", f"acc{n}-"))
+        for n in range(bench.plan.account_rounds)
+    ]
+    ratios = [pair["vs_control"] for pair in pairs]
+    median = sorted(pairs, key=lambda pair: pair["vs_control"] or 0.0)[len(pairs) // 2]
+    return {"hanging_destinations": len(hanging), **median, "vs_control_rounds": ratios}
 
 
 def _against_control(

@@ -24,7 +24,7 @@ EXPECTED = {
     "slow": {"deliveries_per_s", "rss_mb", "expected", "delivered"},
     "isolation": {"healthy_per_s", "control_per_s", "vs_control", "healthy_delivered", "control_delivered"},
     "accounts": {"healthy_per_s", "control_per_s", "vs_control", "healthy_delivered", "control_delivered",
-                 "healthy_expected"},
+                 "healthy_expected", "vs_control_rounds"},
     "retry": {"lateness_p50_s", "lateness_p99_s", "lateness_max_s", "promoted_within_s", "attempted", "due_at_once"},
     "reference": {"aiohttp_loop_c50", "rq_simpleworker_x2", "rq_forking_worker"},
     "redis": {"commands_per_delivery", "commands_per_post", "bytes_per_event_logged"},
