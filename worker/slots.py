@@ -10,8 +10,10 @@ host shares its cap. :class:`AccountSlots` counts attempts per account
 account wants slots of the same worker.
 
 A job whose key is at its cap is deferred for about as long as the key takes
-to free a slot (:meth:`DestinationSlots.defer_delay`). The counts are this
-worker's own, in memory; nothing here does I/O.
+to free a slot (:meth:`DestinationSlots.defer_delay`), and the jobs found
+over the cap together wait in line, one per slot the key frees at its usual
+pace, rather than all coming back at once. The counts are this worker's own,
+in memory; nothing here does I/O.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ import random
 import time
 from collections import Counter
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 __all__ = ["BORROW_SECONDS", "CONTENDED_SECONDS", "DEFER_SECONDS", "AccountSlots", "DestinationSlots"]
@@ -30,6 +33,15 @@ DEFER_SECONDS = 0.25  # the shortest deferral of a job whose host is at its cap
 BORROW_SECONDS = 1.0
 # Another account whose job this worker took up within this long still wants slots.
 CONTENDED_SECONDS = 1.0
+
+
+@dataclass
+class _Round:
+    """The jobs of one key found over its cap within one wait: they line up behind each other."""
+
+    start: float  # a job found over the cap ``shortest`` seconds later starts the next round
+    wait: float  # how long the first in line waits
+    deferred: int = 0  # jobs in line so far
 
 
 class DestinationSlots:
@@ -50,7 +62,8 @@ class DestinationSlots:
         self._counts: Counter[str] = Counter()
         self._started: dict[str, dict[int, float]] = {}
         self._typical: dict[str, float] = {}  # moving average of attempt durations
-        self._deferred: Counter[str] = Counter()  # jobs deferred since a slot last freed
+        self._deferred: Counter[str] = Counter()  # rounds of deferrals since a slot last freed
+        self._rounds: dict[str, _Round] = {}
         self._tokens = 0
 
     def acquire(self, host: str) -> int | None:
@@ -100,6 +113,7 @@ class DestinationSlots:
         del self._counts[host]
         self._started.pop(host, None)
         self._typical.pop(host, None)
+        self._rounds.pop(host, None)
 
     def saturated(self) -> dict[str, float]:
         """Hosts with no free slot, each with when its jobs should be claimed again."""
@@ -109,19 +123,39 @@ class DestinationSlots:
     def defer_delay(self, host: str) -> float:
         """How long a job over the cap waits before it is claimed again.
 
-        About as long as the host takes to free a slot: its usual answer time,
-        or how long its oldest attempt has been waiting. Each time the host is
-        found at its cap again before any of its slots freed, the wait doubles
-        (up to the delivery timeout), so the jobs of a host that hangs are not
-        claimed and handed back a few times a second each, at the expense of
-        every other destination.
+        The first job found over the cap waits about as long as the host takes
+        to free a slot: its usual answer time, or how long its oldest attempt
+        has been waiting. The jobs found over the cap in the same round, the
+        ``shortest`` wait (a burst, such as a destination's retries falling
+        due together), line up behind it, each one usual answer time / cap
+        later, as the host frees its slots. For every round the host frees no
+        slot, the wait doubles (up to the delivery timeout), so the jobs of a
+        host that hangs are not claimed and handed back a few times a second
+        each, at the expense of every other destination. Rounds are counted
+        in time, not in jobs: a burst of a hundred jobs found over the cap at
+        once is one round, not a hundred doublings.
         """
-        streak = self._deferred[host]
-        self._deferred[host] += 1
         now = self.clock()
-        oldest = min(self._started.get(host, {}).values(), default=now)
-        estimate = max(self._typical.get(host, 0.0), now - oldest, self.shortest * 2 ** min(streak, 16))
-        return float(min(estimate, max(self.timeout, self.shortest)) * random.uniform(0.8, 1.2))
+        line = self._rounds.get(host)
+        if line is None or now >= line.start + self.shortest:
+            streak = self._deferred[host]
+            self._deferred[host] += 1
+            oldest = min(self._started.get(host, {}).values(), default=now)
+            estimate = max(self._typical.get(host, 0.0), now - oldest, self.shortest * 2 ** min(streak, 16))
+            line = self._rounds[host] = _Round(now, min(estimate, max(self.timeout, self.shortest)))
+        place = line.deferred
+        line.deferred += 1
+        behind = place * self._pace(host)
+        if behind > self.timeout:
+            # A line longer than the delivery timeout is spread over it instead: should the host
+            # recover, none of its jobs waits much longer than it would have for a slot.
+            behind = self.timeout * random.random()
+        due = line.start + line.wait * random.uniform(0.8, 1.2) + behind
+        return max(due - now, 0.0)
+
+    def _pace(self, host: str) -> float:
+        """How often the host frees one of its slots, at its usual answer time (0 while not known)."""
+        return self._typical.get(host, 0.0) / self.cap
 
 
 class AccountSlots(DestinationSlots):
@@ -202,6 +236,7 @@ class AccountSlots(DestinationSlots):
         # its next ones may borrow at once. Accounts not seen lately are forgotten by _prune.
         del self._counts[host]
         self._started.pop(host, None)
+        self._rounds.pop(host, None)
 
     def _prune(self, now: float) -> None:
         """Forget accounts neither in flight nor seen lately, or a worker would remember every account."""

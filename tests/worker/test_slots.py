@@ -22,16 +22,64 @@ def test_slots_cap_a_host_and_free_on_release() -> None:
 
 
 def test_the_wait_doubles_while_a_host_frees_no_slot() -> None:
-    slots = DestinationSlots(cap=1, timeout=5)
+    clock = Clock()
+    slots = DestinationSlots(cap=1, timeout=5, clock=clock)
     token = slots.acquire("hang:1")
     assert token is not None
-    waits = [slots.defer_delay("hang:1") for _ in range(8)]
+    waits = []
+    for _ in range(8):
+        waits.append(slots.defer_delay("hang:1"))
+        clock.now += waits[-1] / 0.8  # the deferred job is back, and finds the host still full
     assert DEFER_SECONDS * 0.8 <= waits[0] <= DEFER_SECONDS * 1.2
     assert waits[2] > waits[0] * 2
     assert all(w <= 5 * 1.2 for w in waits) and waits[-1] >= 5 * 0.8
-    slots.release("hang:1", token)
-    slots.acquire("hang:1")
-    assert slots.defer_delay("hang:1") <= 1.2  # answered quickly this time: short waits again
+
+
+def test_a_freed_slot_starts_the_waits_short_again() -> None:
+    clock = Clock()
+    slots = DestinationSlots(cap=1, timeout=5, clock=clock)
+    token = slots.acquire("a:1")
+    assert token is not None
+    slots.defer_delay("a:1")
+    clock.now += 0.3
+    assert slots.defer_delay("a:1") >= 0.5 * 0.8  # a second round, twice as long
+    clock.now += 0.01
+    slots.release("a:1", token)
+    slots.acquire("a:1")
+    clock.now += 0.6
+    # Not 1 s (a third round): the slot that freed reset the doubling; the oldest attempt's age decides.
+    assert slots.defer_delay("a:1") <= 0.6 * 1.2
+
+
+def test_a_burst_over_the_cap_lines_up_at_the_hosts_pace_rather_than_doubling() -> None:
+    # A destination's retries falling due together: the jobs past its cap come back one per
+    # slot it frees, not all after the delivery timeout.
+    clock = Clock()
+    slots = DestinationSlots(cap=16, timeout=5, clock=clock)
+    tokens = [slots.acquire("fast:1") for _ in range(16)]
+    clock.now += 0.08
+    for token in tokens[1:]:
+        assert token is not None
+        slots.release("fast:1", token)  # it answers in 80 ms: a slot every 5 ms
+    for _ in range(15):
+        slots.acquire("fast:1")
+    waits = [slots.defer_delay("fast:1") for _ in range(84)]
+    assert all(DEFER_SECONDS * 0.8 <= w <= DEFER_SECONDS * 1.2 + 84 * 0.005 for w in waits)
+    assert max(waits) < 1  # before: the later ones waited the delivery timeout
+    assert min(waits[-10:]) > max(waits[:10])  # later in line, later back
+
+
+def test_a_long_line_is_spread_over_the_timeout() -> None:
+    clock = Clock()
+    slots = DestinationSlots(cap=2, timeout=5, clock=clock)
+    token, _ = slots.acquire("slow:1"), slots.acquire("slow:1")
+    assert token is not None
+    clock.now += 4
+    slots.release("slow:1", token)  # it answers in 4 s: one slot in 2 s, 1,000 jobs in 2,000 s
+    slots.acquire("slow:1")
+    waits = [slots.defer_delay("slow:1") for _ in range(1000)]
+    assert max(waits) <= 4 * 1.2 + 5  # not 1,000 answer times away
+    assert len({round(w, 1) for w in waits[10:]}) > 20  # spread, not one instant
 
 
 class Clock:
