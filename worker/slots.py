@@ -10,9 +10,9 @@ host shares its cap. :class:`AccountSlots` counts attempts per account
 account wants slots of the same worker.
 
 A job whose key is at its cap is deferred for about as long as the key takes
-to free a slot (:meth:`DestinationSlots.defer_delay`), and the jobs found
-over the cap together wait in line, one per slot the key frees at its usual
-pace, rather than all coming back at once. The counts are this worker's own,
+to free a slot (:meth:`DestinationSlots.defer_delay`), and the jobs of one
+claim found over the cap wait in line, one per slot the key frees at its
+usual pace, rather than all coming back at once. The counts are this worker's own,
 in memory; nothing here does I/O.
 """
 
@@ -39,8 +39,8 @@ CONTENDED_SECONDS = 1.0
 class _Round:
     """The jobs of one key found over its cap within one wait: they line up behind each other."""
 
-    start: float  # a job found over the cap ``shortest`` seconds later starts the next round
-    wait: float  # how long the first in line waits
+    start: float
+    wait: float  # how long the first in line waits; a job found over the cap after that starts a new round
     deferred: int = 0  # jobs in line so far
 
 
@@ -118,29 +118,40 @@ class DestinationSlots:
     def saturated(self) -> dict[str, float]:
         """Hosts with no free slot, each with when its jobs should be claimed again."""
         now = time.time()
-        return {host: now + self.defer_delay(host) for host, count in self._counts.items() if count >= self.cap}
+        return {
+            host: now + self.defer_delay(host, claim=True) for host, count in self._counts.items() if count >= self.cap
+        }
 
-    def defer_delay(self, host: str) -> float:
+    def defer_delay(self, host: str, *, claim: bool = False) -> float:
         """How long a job over the cap waits before it is claimed again.
 
         The first job found over the cap waits about as long as the host takes
         to free a slot: its usual answer time, or how long its oldest attempt
-        has been waiting. The jobs found over the cap in the same round, the
-        ``shortest`` wait (a burst, such as a destination's retries falling
-        due together), line up behind it, each one usual answer time / cap
-        later, as the host frees its slots. For every round the host frees no
-        slot, the wait doubles (up to the delivery timeout), so the jobs of a
-        host that hangs are not claimed and handed back a few times a second
-        each, at the expense of every other destination. Rounds are counted
-        in time, not in jobs: a burst of a hundred jobs found over the cap at
-        once is one round, not a hundred doublings.
+        has been waiting. Each time the host is found at its cap again before
+        any of its slots freed, the wait doubles (up to the delivery timeout),
+        so the jobs of a host that hangs are not claimed and handed back a few
+        times a second each, at the expense of every other destination. "Again"
+        is each claim that finds the host saturated (``claim``: the claim
+        script then hands back every job of the host it pops, with this wait),
+        a job found over the cap after the last wait ran out, and any job found
+        over the cap while an attempt has been in flight for longer than the
+        last wait (the host is slower than that wait hoped).
+
+        The other jobs the engine finds over the cap (a burst, such as a
+        destination's retries falling due together in one claim, while its
+        attempts are young) are one round: they line up behind the first, each
+        one usual answer time / cap later, as the host frees its slots, rather
+        than doubling the wait a hundred times over. A line longer than the
+        delivery timeout is spread over it.
         """
         now = self.clock()
         line = self._rounds.get(host)
-        if line is None or now >= line.start + self.shortest:
+        oldest = min(self._started.get(host, {}).values(), default=now)
+        # An attempt in flight for longer than the round's wait: the host is slower than hoped.
+        overdue = line is not None and now - oldest > line.wait
+        if line is None or claim or overdue or now >= line.start + line.wait:
             streak = self._deferred[host]
             self._deferred[host] += 1
-            oldest = min(self._started.get(host, {}).values(), default=now)
             estimate = max(self._typical.get(host, 0.0), now - oldest, self.shortest * 2 ** min(streak, 16))
             line = self._rounds[host] = _Round(now, min(estimate, max(self.timeout, self.shortest)))
         place = line.deferred
@@ -205,12 +216,12 @@ class AccountSlots(DestinationSlots):
         """Accounts at their cap that may not borrow, each with when its jobs should be claimed again."""
         now = time.time()
         return {
-            account: now + self.defer_delay(account)
+            account: now + self.defer_delay(account, claim=True)
             for account, count in self._counts.items()
             if count >= self.cap and not self.may_borrow(account)
         }
 
-    def defer_delay(self, host: str) -> float:
+    def defer_delay(self, host: str, *, claim: bool = False) -> float:
         """How long a job of account ``host`` over its cap waits before it is claimed again.
 
         An account alone whose first attempts have not answered yet may be
@@ -222,7 +233,7 @@ class AccountSlots(DestinationSlots):
             age = now - min(self._started.get(host, {}).values(), default=now)
             if age <= self.quick:
                 return float(max(self.shortest, age) * random.uniform(0.8, 1.2))
-        return super().defer_delay(host)
+        return super().defer_delay(host, claim=claim)
 
     def _contended(self, account: str, now: float) -> bool:
         """Whether another account has an attempt in flight or had a job taken up lately."""

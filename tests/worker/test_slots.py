@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+
 from svcgw.settings import Settings
 from tests.conftest import provision
 from tests.support import Received, Sink, wait_for
@@ -33,6 +35,15 @@ def test_the_wait_doubles_while_a_host_frees_no_slot() -> None:
     assert DEFER_SECONDS * 0.8 <= waits[0] <= DEFER_SECONDS * 1.2
     assert waits[2] > waits[0] * 2
     assert all(w <= 5 * 1.2 for w in waits) and waits[-1] >= 5 * 0.8
+
+
+def test_each_claim_that_finds_a_host_saturated_doubles_its_wait() -> None:
+    # The claim script hands back every job of a saturated host it pops: a host that frees no
+    # slot reaches the delivery timeout within a few claims, not a few seconds.
+    slots = DestinationSlots(cap=1, timeout=5, clock=Clock())
+    assert slots.acquire("hang:1") is not None
+    waits = [slots.saturated()["hang:1"] - time.time() for _ in range(8)]
+    assert waits[2] > waits[0] * 2 and waits[-1] >= 5 * 0.8 - 0.1
 
 
 def test_a_freed_slot_starts_the_waits_short_again() -> None:
