@@ -41,11 +41,22 @@ local function url_of(flat)
   end
   return nil
 end
+local unleased = {}
+-- Its destination or its account has no free slot in this worker: back to the scheduled
+-- registry, due at ``later``, without an attempt. A new status field means the job hash was
+-- deleted while queued (rq's tools can do that).
+local function hand_back(id, job, later)
+  unleased[#unleased + 1] = id
+  if redis.call('HSET', job, 'status', 'scheduled') == 1 then
+    redis.call('DEL', job)
+  else
+    redis.call('ZADD', KEYS[2], later, id)
+  end
+end
 local ids = {}
 for j = 1, njobs do ids[j] = ARGV[first + 3 * (j - 1)] end
 local held = redis.call('ZMSCORE', KEYS[1], unpack(ids))
 local configs = {}
-local unleased = {}
 local answer = {}
 for j = 1, njobs do
   local id = ids[j]
@@ -66,12 +77,7 @@ for j = 1, njobs do
     if appid and (appid ~= named_appid or (account or '') ~= named_account) then
       answer[#answer + 1] = {id, appid, account or ''}
     elseif busy and appid then
-      unleased[#unleased + 1] = id
-      if redis.call('HSET', job, 'status', 'scheduled') == 1 then
-        redis.call('DEL', job)
-      else
-        redis.call('ZADD', KEYS[2], busy, id)
-      end
+      hand_back(id, job, busy)
     else
       if busy then data = redis.call('HMGET', KEYS[k + 2], unpack(fields)) end
       local config = {{}, {}, ''}
@@ -92,15 +98,7 @@ for j = 1, njobs do
       local later = saturated[config[3]]
       if not later and account then later = busy_accounts[account] end
       if later then
-        -- Its destination or its account has no free slot in this worker: back to the
-        -- scheduled registry without an attempt. A new status field means the job hash was
-        -- deleted while queued (rq's tools can do that).
-        unleased[#unleased + 1] = id
-        if redis.call('HSET', job, 'status', 'scheduled') == 1 then
-          redis.call('DEL', job)
-        else
-          redis.call('ZADD', KEYS[2], later, id)
-        end
+        hand_back(id, job, later)
       -- Every job hash has a status, so HSET creating all three fields means
       -- the job was deleted while queued: skip it.
       elseif redis.call('HSET', job, 'status', 'started', 'started_at', ARGV[1], 'worker_name', ARGV[2]) == 3 then
