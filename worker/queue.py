@@ -124,7 +124,6 @@ class DeliveryQueue:
         self.scheduled_key = keys.rq_scheduled(queue_name)
         self.failed_key = keys.rq_failed(queue_name)
         self._claimer = Claimer(redis, self.queue_key, self.inflight_key, self.scheduled_key, lease_seconds)
-        self.popped = 0  # ids the last claim popped, started or not
         self._promote = register(redis, "queue_promote")
         self._mark = register(redis, "queue_mark")
         # With chain.lua: a service event delivered or dead lets its instance's next one go.
@@ -162,7 +161,6 @@ class DeliveryQueue:
         the scheduled registry instead of being claimed.
         """
         claimed = await self._claimer.claim(count, worker_name, saturated or {}, busy_accounts or {})
-        self.popped = self._claimer.popped
         if self._claimer.unread:
             # Owners that kept changing under the read (never seen: an instance keeps its
             # account): the jobs go back to the front of the queue rather than be attempted.
@@ -173,6 +171,11 @@ class DeliveryQueue:
             appid = _text(job.fields.get("appid") or b"")
             self._chains[job.delivery_id] = keys.service_events(appid) if job.fields.get("chain") and appid else ""
         return claimed
+
+    @property
+    def popped(self) -> int:
+        """How many ids the last claim popped, started or not."""
+        return self._claimer.popped
 
     async def extend(self, ids: Sequence[str]) -> None:
         """Push the leases of the jobs this worker holds ``lease_seconds`` into the future."""
