@@ -7,12 +7,19 @@ which a delivery id holds (svcgw.deliveryid), and by its account, remembered fro
 of the instance; the owner of a ``dlv_`` id or of an instance not seen yet costs one read before.
 The read checks the owner it was named for against the job's own fields: a wrong memory costs a
 second read, never another account's address.
+
+A job whose account, or whose destination, has no free slot in the worker goes back to the
+scheduled registry without an attempt. The read does that for any job; the pop does it, unread,
+for the jobs of instances whose account and destination a read showed within
+``SEEN_SECONDS`` (:class:`Sightings`). The jobs of an account whose endpoints hang are most of what
+a claim pops beside it, and each then costs the worker and Redis an id in a sorted set rather
+than a read.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, cast
@@ -23,7 +30,7 @@ from rq.utils import utcformat
 from svcgw import deliveryid, keys
 from svcgw.scripts import register
 
-__all__ = ["DELIVERY_FIELDS", "Claimed", "Claimer", "rq_now"]
+__all__ = ["DELIVERY_FIELDS", "SEEN_SECONDS", "Claimed", "Claimer", "Sightings", "rq_now"]
 
 # The delivery hash fields an attempt reads; ``chain`` (service events only) is read for the finish.
 DELIVERY_FIELDS = ("appid", "account", "event_type", "body", "failures", "state", "attempts", "received_at", "chain")
@@ -32,6 +39,12 @@ DELIVERY_FIELDS = ("appid", "account", "event_type", "body", "failures", "state"
 _READ_TRIES = 3
 # Instances whose account a claimer remembers (a few MB at most).
 _ACCOUNTS_KEPT = 100_000
+# How long what a read showed of an instance (its account, its destination) lets the pop hold its
+# jobs back unread. An instance keeps its account, but its address may change: a job is held back
+# for a destination it no longer goes to only until the next read of one of its instance's jobs.
+SEEN_SECONDS = 5.0
+# Instances named to the pop at most: the ones beyond are held back by the read, as before.
+_HELD_BACK_MOST = 1000
 
 
 @dataclass(frozen=True)
@@ -53,8 +66,71 @@ def _pairs(flat: Sequence[bytes | str]) -> dict[str, str]:
 
 
 def _claimed_row(delivery_id: str, row: Sequence[Any]) -> Claimed:
-    _, values, own, default = row
+    _, values, own, default, _destination = row
     return Claimed(delivery_id, dict(zip(DELIVERY_FIELDS, values, strict=True)), _pairs(own), _pairs(default))
+
+
+class Sightings:
+    """The account and destination of each instance whose job a read showed lately, by both.
+
+    ``held_back`` names the instances of the given busy accounts and saturated destinations
+    (netlocs) seen within ``fresh`` seconds: the pop holds their jobs back unread. In memory,
+    pure; ``clock`` is monotonic.
+    """
+
+    def __init__(self, fresh: float = SEEN_SECONDS, *, clock: Callable[[], float] = time.monotonic) -> None:
+        self.fresh = fresh
+        self.clock = clock
+        self._seen: dict[str, tuple[str, str, float]] = {}  # appid -> (account, destination, when)
+        self._by: dict[str, set[str]] = {}  # "a:" account or "d:" destination -> appids
+        self._pruned = clock()
+
+    def saw(self, appid: str, account: str, destination: str) -> None:
+        """A read showed a job of ``appid`` under ``account`` going to ``destination`` ('' if not read)."""
+        now = self.clock()
+        before = self._seen.get(appid)
+        if before is not None:
+            if not destination and before[0] == account:
+                destination = before[1]  # a read of the owner only says nothing of the address
+            if before[:2] != (account, destination):
+                self._unindex(appid, before)
+        if before is None or before[:2] != (account, destination):
+            self._by.setdefault("a:" + account, set()).add(appid)
+            if destination:
+                self._by.setdefault("d:" + destination, set()).add(appid)
+        self._seen[appid] = (account, destination, now)
+        if now - self._pruned > 4 * self.fresh:
+            self._prune(now)
+
+    def held_back(self, saturated: Mapping[str, float], busy_accounts: Mapping[str, float]) -> dict[str, float]:
+        """The instances seen lately whose account is busy or destination saturated, with when their jobs are due."""
+        if not self._seen or not (saturated or busy_accounts):
+            return {}
+        cutoff = self.clock() - self.fresh
+        due: dict[str, float] = {}
+        for prefix, full in (("a:", busy_accounts), ("d:", saturated)):
+            for name, when in full.items():
+                for appid in self._by.get(prefix + name, ()):
+                    if self._seen[appid][2] >= cutoff and when > due.get(appid, 0.0):
+                        due[appid] = when
+                        if len(due) >= _HELD_BACK_MOST:
+                            return due
+        return due
+
+    def _unindex(self, appid: str, seen: tuple[str, str, float]) -> None:
+        for name in ("a:" + seen[0], "d:" + seen[1]):
+            appids = self._by.get(name)
+            if appids is not None:
+                appids.discard(appid)
+                if not appids:
+                    del self._by[name]
+
+    def _prune(self, now: float) -> None:
+        """Forget instances not seen lately, or a worker would remember every instance it ever claimed."""
+        cutoff = now - self.fresh
+        for appid in [appid for appid, seen in self._seen.items() if seen[2] < cutoff]:
+            self._unindex(appid, self._seen.pop(appid))
+        self._pruned = now
 
 
 class Claimer:
@@ -71,6 +147,9 @@ class Claimer:
         # appid -> account of the instances claimed lately: names a job's account callback hash
         # without a read (queue_read.lua checks it against the job's fields).
         self._accounts: dict[str, str] = {}
+        # What reads showed lately of each instance: the pop holds back the jobs of those whose
+        # account or destination has no free slot, unread.
+        self.sightings = Sightings()
         # The ids of the last claim still leased but not read (their owners kept changing).
         self.unread: list[str] = []
         # How many ids the last claim popped: those it did not start went back without an attempt.
@@ -88,22 +167,30 @@ class Claimer:
         self.popped = 0
         if count <= 0:
             return []
-        popped = await self._claim(
-            keys=[self.queue_key, self.inflight_key], args=[count, time.time() + self.lease_seconds]
-        )
-        ids = [_text(i) for i in cast(list[Any], popped)]
-        self.popped = len(ids)
+        args: list[Any] = [count, time.time() + self.lease_seconds]
+        for appid, due in self.sightings.held_back(saturated, busy_accounts).items():
+            args.extend((appid, repr(due)))
+        held_back, *popped = await self._claim(keys=[self.queue_key, self.inflight_key, self.scheduled_key], args=args)
+        ids = [_text(i) for i in popped]
+        self.popped = len(ids) + int(held_back)
         if not ids:
             return []
         owners = await self._owners(ids)
         claimed: list[Claimed] = []
+        shown: set[str] = set()  # instances whose sighting this claim has noted
         for _ in range(_READ_TRIES):
             rows = await self._read_started(ids, owners, worker_name, saturated, busy_accounts)
             again: list[str] = []
             for row in rows:
                 delivery_id = _text(row[0])
-                if isinstance(row[1], list):
-                    claimed.append(_claimed_row(delivery_id, row))
+                if isinstance(row[1], list) or row[1] == 0:
+                    # Started, or held back by the read: its owner is the one named.
+                    appid, account = owners[delivery_id]
+                    if appid not in shown:
+                        shown.add(appid)
+                        self.sightings.saw(appid, account, _text(row[-1]))
+                    if row[1] != 0:
+                        claimed.append(_claimed_row(delivery_id, row))
                     continue
                 # The job's fields name another owner than its keys were named for: name them again.
                 owner = (_text(row[1]), _text(row[2]))

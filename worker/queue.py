@@ -18,7 +18,10 @@ time. The keys are RQ's own where RQ has one:
 The job hash (``rq:job:<id>``) keeps RQ's ``status`` current (queued,
 started, scheduled, failed with ``exc_info``) so that rq-dashboard and
 ``rq requeue`` work on deliveries; a delivered job's hash is deleted, as RQ
-does with ``result_ttl=0``.
+does with ``result_ttl=0``. One exception: a job the claim holds back at
+the pop, for a busy account or a full destination, waits in the scheduled
+registry a few seconds with the status ``queued``, as it was; the pop
+cannot name its hash (:mod:`worker.claim`).
 
 A claim returns what the attempt needs along with the id: the delivery's
 fields and the callback configuration of its instance (and of its account

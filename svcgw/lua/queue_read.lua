@@ -9,11 +9,14 @@
 --       netloc, lower case) and the time its jobs are due again, then pairs of a saturated
 --       account and the time its jobs are due again
 -- Returns, per job in order:
---   {id, delivery fields, instance config (flat), account config (flat)}: started;
+--   {id, delivery fields, instance config (flat), account config (flat), destination}: started;
 --   {id, appid, account}: its fields name another instance or account than its keys were named
 --     for (the caller names them again; the job stays leased);
--- and nothing for a job whose lease is gone (it is another claim's now), that went back to the
--- scheduled registry (its destination or account has no free slot) or whose hash is gone.
+--   {id, 0, destination}: it went back to the scheduled registry (its destination or its account
+--     has no free slot); its owner was the one named. The destination is '' where it was not read;
+-- and nothing for a job whose lease is gone (it is another claim's now) or whose hash is gone.
+-- A destination is the netloc of the address the job goes to, lower case: what the caller
+-- learns of an instance to hold its next jobs back at the pop (queue_claim.lua).
 -- allow-oom: a full Redis (noeviction) must still let the workers claim what was acknowledged,
 -- since finishing deliveries is what frees memory; it writes a few short fields per job (a
 -- status, a start time, a worker's name) and moves deferred ids between sorted sets.
@@ -45,19 +48,20 @@ local unleased = {}
 -- Its destination or its account has no free slot in this worker: back to the scheduled
 -- registry, due at ``later``, without an attempt. A new status field means the job hash was
 -- deleted while queued (rq's tools can do that).
-local function hand_back(id, job, later)
+local answer = {}
+local function hand_back(id, job, later, destination)
   unleased[#unleased + 1] = id
   if redis.call('HSET', job, 'status', 'scheduled') == 1 then
     redis.call('DEL', job)
   else
     redis.call('ZADD', KEYS[2], later, id)
+    answer[#answer + 1] = {id, 0, destination}
   end
 end
 local ids = {}
 for j = 1, njobs do ids[j] = ARGV[first + 3 * (j - 1)] end
 local held = redis.call('ZMSCORE', KEYS[1], unpack(ids))
 local configs = {}
-local answer = {}
 for j = 1, njobs do
   local id = ids[j]
   local k = 2 + 4 * (j - 1)
@@ -77,7 +81,7 @@ for j = 1, njobs do
     if appid and (appid ~= named_appid or (account or '') ~= named_account) then
       answer[#answer + 1] = {id, appid, account or ''}
     elseif busy and appid then
-      hand_back(id, job, busy)
+      hand_back(id, job, busy, '')
     else
       if busy then data = redis.call('HMGET', KEYS[k + 2], unpack(fields)) end
       local config = {{}, {}, ''}
@@ -98,14 +102,14 @@ for j = 1, njobs do
       local later = saturated[config[3]]
       if not later and account then later = busy_accounts[account] end
       if later then
-        hand_back(id, job, later)
+        hand_back(id, job, later, config[3])
       -- Every job hash has a status, so HSET creating all three fields means
       -- the job was deleted while queued: skip it.
       elseif redis.call('HSET', job, 'status', 'started', 'started_at', ARGV[1], 'worker_name', ARGV[2]) == 3 then
         unleased[#unleased + 1] = id
         redis.call('DEL', job)
       else
-        answer[#answer + 1] = {id, data, config[1], config[2]}
+        answer[#answer + 1] = {id, data, config[1], config[2], config[3]}
       end
     end
   end

@@ -110,3 +110,23 @@ def test_a_script_registered_by_name_runs(fake: fakeredis.FakeRedis) -> None:
     keys_ = [keys.rq_failed("svcgw"), queue, keys.delivery("dlv_2"), keys.delivery_attempts("dlv_2"),
              keys.rq_job("dlv_2"), keys.dead_letters_by_appid("we_a"), keys.RQ_QUEUES]  # fmt: skip
     assert replayed(keys=keys_, args=["dlv_2", 6, queue]) == 1
+
+
+def test_the_claim_holds_back_the_ids_of_the_instances_it_is_given_and_leases_the_rest(
+    fake: fakeredis.FakeRedis,
+) -> None:
+    queue, inflight, scheduled = keys.rq_queue("svcgw"), keys.inflight("svcgw"), keys.rq_scheduled("svcgw")
+    ids = ["we-a-1-1700000000000-0", "we_b-1700000000001-0", "dlv_" + "0" * 24, "we-a-1-1700000000002-3", "we-a-2"]
+    fake.rpush(queue, *ids)
+    claim = fake.register_script(source("queue_claim"))
+    # "we-a-1" holds back its own ids only: not "we-a" (a prefix) nor an id of no instance.
+    answer = claim(keys=[queue, inflight, scheduled], args=[10, 500, "we-a-1", 900, "we-a", 800, "", 700])
+    assert answer[0] == 2
+    assert [i.decode() for i in answer[1:]] == ["we_b-1700000000001-0", "dlv_" + "0" * 24, "we-a-2"]
+    assert fake.zrange(scheduled, 0, -1, withscores=True) == [
+        (b"we-a-1-1700000000000-0", 900.0),
+        (b"we-a-1-1700000000002-3", 900.0),
+    ]
+    assert {m.decode() for m in fake.zrange(inflight, 0, -1)} == set(ids) - {ids[0], ids[3]}
+    assert fake.llen(queue) == 0
+    assert claim(keys=[queue, inflight, scheduled], args=[10, 500]) == [0]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import time
 from typing import Any
 
@@ -9,12 +10,14 @@ import pytest
 from redis import Redis
 
 from svcgw import keys
+from svcgw.ingest import Ingest
 from svcgw.settings import Settings
 from svcgw.store import Scope, Store
-from tests.conftest import provision, with_store
+from tests.conftest import Tenant, provision, with_store
 from tests.svcgw.test_deadletters import ingest
 from tests.worker.support import with_queue
 from tests.worker.test_queue import status
+from worker.claim import Sightings
 from worker.queue import DeliveryQueue
 
 
@@ -88,3 +91,152 @@ def test_a_job_whose_lease_went_before_its_read_is_not_started(settings: Setting
 
     assert with_queue(settings, outrun) == []
     assert status(redis, delivery_id) == "queued"  # not marked started by a worker that does not hold it
+
+
+# --- the pop holds back the jobs of instances seen with no free slot --------------------
+async def _post(queue: DeliveryQueue, settings: Settings, tenant: Tenant, event_id: str) -> str:
+    """One post to ``tenant`` through the receiver's own code, from inside a queue's action."""
+    body = b'{"event_type":"Msg","events":[{"id":"%s"}]}' % event_id.encode()
+    result = await Ingest(queue.redis, settings).accept(tenant.appid, tenant.receiver_token, body)
+    assert result.delivery_id is not None
+    return result.delivery_id
+
+
+def _in_queue(settings: Settings, redis: Redis, delivery_id: str) -> bool:
+    return delivery_id.encode() in redis.lrange(keys.rq_queue(settings.queue_name), 0, -1)
+
+
+def test_the_jobs_of_an_instance_seen_with_a_busy_account_are_held_back_unread_at_the_pop(
+    settings: Settings, redis: Redis
+) -> None:
+    tenant = provision(settings, url="http://127.0.0.1:8081/hook", appid="we-with-dashes-1")
+    other = provision(settings, url="http://127.0.0.1:8082/hook")
+    first = ingest(settings, tenant, b'{"event_type":"Msg","events":[{"id":"p1"}]}')
+    later = time.time() + 30
+
+    async def go(queue: DeliveryQueue) -> tuple[list[str], int, list[str], str]:
+        (started,) = await queue.claim_batch(10, "engine")  # the read shows the instance's account
+        assert started.delivery_id == first
+        held = [await _post(queue, settings, tenant, f"p{n}") for n in range(2, 5)]
+        mine = await _post(queue, settings, other, "o1")
+        claimed = await queue.claim_batch(10, "engine", {}, {tenant.account: later})
+        return held, queue.popped, [c.delivery_id for c in claimed], mine
+
+    held, popped, claimed, mine = with_queue(settings, go)
+    assert popped == 4 and claimed == [mine]
+    scheduled = keys.rq_scheduled(settings.queue_name)
+    for delivery_id in held:
+        assert redis.zscore(scheduled, delivery_id) == pytest.approx(later)
+        assert redis.zscore(keys.inflight(settings.queue_name), delivery_id) is None
+        # Unread and untouched: the read would have set its status to scheduled.
+        assert status(redis, delivery_id) == "queued"
+
+
+def test_the_jobs_of_an_instance_seen_going_to_a_saturated_destination_are_held_back_at_the_pop(
+    settings: Settings, redis: Redis
+) -> None:
+    tenant = provision(settings, url="http://Example.TEST:8081/hook")
+    ingest(settings, tenant, b'{"event_type":"Msg","events":[{"id":"d1"}]}')
+    later = time.time() + 30
+
+    async def go(queue: DeliveryQueue) -> tuple[int, int, str]:
+        await queue.claim_batch(10, "engine")
+        second = await _post(queue, settings, tenant, "d2")
+        # Another destination saturated holds nothing back; this one's does, by its netloc.
+        elsewhere = await queue.claim_batch(10, "engine", {"example.test:9999": later}, {})
+        assert [c.delivery_id for c in elsewhere] == [second]
+        third = await _post(queue, settings, tenant, "d3")
+        held = await queue.claim_batch(10, "engine", {"example.test:8081": later}, {})
+        return len(held), queue.popped, third
+
+    held, popped, second = with_queue(settings, go)
+    assert (held, popped) == (0, 1)
+    assert redis.zscore(keys.rq_scheduled(settings.queue_name), second) == pytest.approx(later)
+    assert status(redis, second) == "queued"
+
+
+def test_an_instance_not_seen_lately_is_read_before_its_jobs_are_held_back(settings: Settings, redis: Redis) -> None:
+    # What a read showed lapses: the next job is read again (and held back by the read, which
+    # sets its status), then the ones after it are held back at the pop.
+    tenant = provision(settings, url="http://127.0.0.1:8081/hook")
+    ingest(settings, tenant, b'{"event_type":"Msg","events":[{"id":"s1"}]}')
+    later = time.time() + 30
+    busy = {tenant.account: later}
+
+    async def go(queue: DeliveryQueue) -> list[str]:
+        await queue.claim_batch(10, "engine")
+        sightings = queue._claimer.sightings
+        sightings.clock = lambda: time.monotonic() + sightings.fresh + 1
+        ids = [await _post(queue, settings, tenant, "s2")]
+        assert await queue.claim_batch(10, "engine", {}, busy) == []
+        ids.append(await _post(queue, settings, tenant, "s3"))
+        assert await queue.claim_batch(10, "engine", {}, busy) == []
+        return ids
+
+    read, popped = with_queue(settings, go)
+    assert status(redis, read) == "scheduled" and status(redis, popped) == "queued"
+    assert not _in_queue(settings, redis, read) and not _in_queue(settings, redis, popped)
+
+
+def test_a_job_held_back_at_the_pop_is_claimed_and_started_once_due(settings: Settings, redis: Redis) -> None:
+    # Its status said queued while it waited; promotion leaves that be, and the claim starts it.
+    tenant = provision(settings, url="http://127.0.0.1:8081/hook")
+    ingest(settings, tenant, b'{"event_type":"Msg","events":[{"id":"w1"}]}')
+    soon = time.time() + 0.05
+
+    async def go(queue: DeliveryQueue) -> tuple[str, list[str]]:
+        await queue.claim_batch(10, "engine")
+        held = await _post(queue, settings, tenant, "w2")
+        assert await queue.claim_batch(10, "engine", {}, {tenant.account: soon}) == []
+        deadline = time.monotonic() + 5
+        while (await queue.promote_due()).moved == 0 and time.monotonic() < deadline:
+            await asyncio.sleep(0.01)
+        return held, [c.delivery_id for c in await queue.claim_batch(10, "engine")]
+
+    held, claimed = with_queue(settings, go)
+    assert claimed == [held] and status(redis, held) == "started"
+
+
+# --- Sightings ----------------------------------------------------------------------------
+class _Clock:
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_sightings_name_the_instances_of_busy_accounts_and_saturated_destinations_seen_lately() -> None:
+    clock = _Clock()
+    seen = Sightings(5.0, clock=clock)
+    seen.saw("a1", "acct", "one.test")
+    seen.saw("a2", "acct", "two.test")
+    seen.saw("b1", "other", "one.test")
+    assert seen.held_back({}, {}) == {}
+    assert seen.held_back({}, {"acct": 7.0}) == {"a1": 7.0, "a2": 7.0}
+    # The later of the two dues, where an instance's account is busy and its destination full.
+    assert seen.held_back({"one.test": 9.0}, {"acct": 7.0}) == {"a1": 9.0, "a2": 7.0, "b1": 9.0}
+    clock.now += 5.5
+    seen.saw("a2", "acct", "two.test")
+    assert seen.held_back({"one.test": 9.0}, {"acct": 7.0}) == {"a2": 7.0}
+
+
+def test_a_sighting_follows_an_instance_to_its_new_address_and_an_owner_only_read_keeps_it() -> None:
+    seen = Sightings(5.0, clock=_Clock())
+    seen.saw("a1", "acct", "old.test")
+    seen.saw("a1", "acct", "")  # the read of a busy account's job reads its owner only
+    assert seen.held_back({"old.test": 3.0}, {}) == {"a1": 3.0}
+    seen.saw("a1", "acct", "new.test")
+    assert seen.held_back({"old.test": 3.0}, {}) == {}
+    assert seen.held_back({"new.test": 4.0}, {}) == {"a1": 4.0}
+
+
+def test_sightings_forget_instances_not_seen_lately() -> None:
+    clock = _Clock()
+    seen = Sightings(1.0, clock=clock)
+    for n in range(50):
+        seen.saw(f"a{n}", "acct", "one.test")
+    clock.now += 10
+    seen.saw("fresh", "acct", "one.test")
+    assert list(seen._seen) == ["fresh"]
+    assert seen._by == {"a:acct": {"fresh"}, "d:one.test": {"fresh"}}
