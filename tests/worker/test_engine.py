@@ -176,6 +176,56 @@ def test_one_account_cannot_take_every_slot(env: dict[str, str], sink: Sink) -> 
             target.stop()
 
 
+def test_a_busy_accounts_jobs_wait_unread_and_are_all_attempted_once_it_has_slots_again(
+    env: dict[str, str], sink: Sink, redis: Redis
+) -> None:
+    # The account's two instances hang, its cap is 2: after their first reads the pop holds
+    # their jobs back without reading them (their status stays queued in the scheduled
+    # registry), the other account's deliveries go on, and nothing of the busy one is lost.
+    settings = Settings.from_env(
+        dict(env, SVCGW_DELIVERY_CONCURRENCY="8", SVCGW_ACCOUNT_CONCURRENCY="2", SVCGW_DELIVERY_TIMEOUT="2")
+    )
+    hanging = _hanging_sink()
+    try:
+        busy = provision(settings)
+        instances = [_instance(settings, busy.account, hanging.url) for _ in range(2)]
+        held = [_post(settings, instances[n % 2], f"b{n}") for n in range(40)]
+        other = provision(settings, url=sink.url)
+        scheduled = keys.rq_scheduled(settings.queue_name)
+
+        def unread_and_waiting() -> list[str]:
+            # Read at once (MULTI): promotion sets a job handed back by the read to queued too.
+            pipe = redis.pipeline(transaction=True)
+            for delivery_id in held:
+                pipe.zscore(scheduled, delivery_id)
+                pipe.hget(keys.rq_job(delivery_id), "status")
+            found = pipe.execute()
+            return [d for n, d in enumerate(held) if found[2 * n] is not None and found[2 * n + 1] == b"queued"]
+
+        with Running(settings):
+            wait_for(unread_and_waiting, timeout=10, what="a busy account's jobs held back at the pop")
+            for n in range(10):
+                _post(settings, other, f"o{n}")
+            wait_for(lambda: len(sink.posts()) >= 10, timeout=10, what="the other account's deliveries")
+            # Every job of the busy account is somewhere: attempted, in flight, queued or waiting.
+            wait_for(
+                lambda: all(attempt_records(redis, d) or _waiting(settings, redis, d) for d in held),
+                timeout=10,
+                what="every job of the busy account accounted for",
+            )
+    finally:
+        hanging.stop()
+
+
+def _waiting(settings: Settings, redis: Redis, delivery_id: str) -> bool:
+    name = settings.queue_name
+    return (
+        redis.zscore(keys.rq_scheduled(name), delivery_id) is not None
+        or redis.zscore(keys.inflight(name), delivery_id) is not None
+        or delivery_id.encode() in redis.lrange(keys.rq_queue(name), 0, -1)
+    )
+
+
 class Raising:
     """A sender whose every POST raises what aiohttp raises for a header with CR/LF."""
 
