@@ -29,10 +29,12 @@ account wants slots; alone, an account whose endpoints answer quickly may
 use every slot (:class:`worker.slots.AccountSlots`). A job whose
 destination or account is at its cap goes back to the scheduled registry
 without counting an attempt, for longer the slower that destination has been
-answering. The claim script does that itself for the destinations (as the
-URL spellings seen lately that reach them) and accounts the engine names, so
-such a job usually costs no round trip of its own; one the script did not
-recognise is deferred with the next batch of finished attempts.
+answering. The claim does that itself for the destinations (as the URL
+spellings seen lately that reach them) and accounts the engine names, so
+such a job usually costs no round trip of its own, and the jobs of an
+instance a claim read lately are held back as they are popped, unread
+(:class:`worker.claim.Sightings`); one the claim did not recognise is
+deferred with the next batch of finished attempts.
 
 Every exception in an attempt, whatever raised it, is a failed attempt:
 recorded, retried on the schedule, and in the end a dead letter. Only a
