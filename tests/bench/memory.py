@@ -81,8 +81,14 @@ PAYLOADS: dict[str, Callable[[str, int], bytes]] = {"small": small_post, "msg": 
 PAYLOAD_BYTES = {name: len(make("mem-", 0)) for name, make in PAYLOADS.items()}
 
 
+# The lean key layout's budgets per event (bytes after delivery, logged and pending), by payload:
+# they replaced the first memory round's payload + 200 and 2 x payload + 400 for the 84-byte post
+# (docs/performance.md, "The floor") and kept them for the 940-byte one.
+BUDGETS = {"small": (300, 800), "msg": (1140, 2280)}
+
+
 def targets() -> list[Target]:
-    """The issue's budgets, per payload: after delivery payload + 200 B, logged 2 x payload + 400 B.
+    """The lean key layout's budgets per payload (:data:`BUDGETS`), and commands per event.
 
     Each step waits until all of its events are delivered (or dead), or fails the run: a figure here is
     always over the whole sample, which only has to be there.
@@ -90,9 +96,10 @@ def targets() -> list[Target]:
     rows = []
     for name, size in PAYLOAD_BYTES.items():
         sample = (Need(f"memory.{name}.events", ">", 0),)
-        rows.append(Target(f"memory_{name}_delivered", f"memory.{name}.delivered_bytes_per_event", "<=", size + 200,
+        delivered, logged = BUDGETS[name]
+        rows.append(Target(f"memory_{name}_delivered", f"memory.{name}.delivered_bytes_per_event", "<=", delivered,
                            f"Redis bytes per {size}-byte event after delivery", sample))  # fmt: skip
-        rows.append(Target(f"memory_{name}_logged", f"memory.{name}.logged_bytes_per_event", "<=", 2 * size + 400,
+        rows.append(Target(f"memory_{name}_logged", f"memory.{name}.logged_bytes_per_event", "<=", logged,
                            f"Redis bytes per {size}-byte event logged and pending", sample))  # fmt: skip
         rows.append(Target(f"memory_{name}_commands", f"memory.{name}.commands_per_event", "<=", 20,
                            "Redis commands per event, ingest and delivery", sample))  # fmt: skip
