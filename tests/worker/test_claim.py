@@ -17,6 +17,7 @@ from tests.conftest import Tenant, provision, with_store
 from tests.svcgw.test_deadletters import ingest
 from tests.worker.support import with_queue
 from tests.worker.test_queue import status
+from tests.worker.test_slots import Clock
 from worker.claim import Sightings
 from worker.queue import DeliveryQueue
 
@@ -198,16 +199,8 @@ def test_a_job_held_back_at_the_pop_is_claimed_and_started_once_due(settings: Se
 
 
 # --- Sightings ----------------------------------------------------------------------------
-class _Clock:
-    def __init__(self) -> None:
-        self.now = 100.0
-
-    def __call__(self) -> float:
-        return self.now
-
-
 def test_sightings_name_the_instances_of_busy_accounts_and_saturated_destinations_seen_lately() -> None:
-    clock = _Clock()
+    clock = Clock()
     seen = Sightings(5.0, clock=clock)
     seen.saw("a1", "acct", "one.test")
     seen.saw("a2", "acct", "two.test")
@@ -222,7 +215,7 @@ def test_sightings_name_the_instances_of_busy_accounts_and_saturated_destination
 
 
 def test_a_sighting_follows_an_instance_to_its_new_address_and_an_owner_only_read_keeps_it() -> None:
-    seen = Sightings(5.0, clock=_Clock())
+    seen = Sightings(5.0, clock=Clock())
     seen.saw("a1", "acct", "old.test")
     seen.saw("a1", "acct", "")  # the read of a busy account's job reads its owner only
     assert seen.held_back({"old.test": 3.0}, {}) == {"a1": 3.0}
@@ -232,7 +225,7 @@ def test_a_sighting_follows_an_instance_to_its_new_address_and_an_owner_only_rea
 
 
 def test_sightings_forget_instances_not_seen_lately() -> None:
-    clock = _Clock()
+    clock = Clock()
     seen = Sightings(1.0, clock=clock)
     for n in range(50):
         seen.saw(f"a{n}", "acct", "one.test")
