@@ -57,7 +57,7 @@ TARGETS: list[Target] = [
            all_of("slow.delivered", "slow.expected")),
     Target("isolation_vs_control", "isolation.vs_control", ">=", 0.9,
            "healthy deliveries/s with 1 destination in 10 hanging / the same deliveries to the 90 healthy alone, "
-           "median of 3 alternating pairs",
+           "median of 5 alternating pairs",
            (*all_of("isolation.healthy_delivered", "isolation.healthy_expected"),
             *all_of("isolation.control_delivered", "isolation.healthy_expected"))),
     Target("isolation_ratio", "ratios.isolation", ">=", 0.9,
@@ -66,7 +66,7 @@ TARGETS: list[Target] = [
            (*E2E_FULL, *all_of("isolation.healthy_delivered", "isolation.healthy_expected"))),
     Target("accounts_vs_control", "accounts.vs_control", ">=", 0.9,
            "one account's deliveries/s while another account's 60 destinations hang (1 delivery in 4) / the "
-           "same deliveries alone, median of 3 alternating pairs",
+           "same deliveries alone, median of 5 alternating pairs",
            (*all_of("accounts.healthy_delivered", "accounts.healthy_expected"),
             *all_of("accounts.control_delivered", "accounts.healthy_expected"))),
     Target("commands_per_delivery", "redis.commands_per_delivery", "<=", 20, "Redis commands per delivery (worker)",

@@ -74,9 +74,10 @@ class Plan:
 
     @property
     def control_pairs(self) -> int:
-        # Pairs of runs, the control and the one with hanging destinations, alternating: one
-        # pair's ratio moves by up to a tenth with the same code (scenarios 4 and 4b).
-        return 1 if self.short else 3
+        # Pairs of runs, the control and the one with hanging destinations, alternating. On two
+        # shared cores one pair's ratio moved between 0.76 and 1.13 with the same code (scenario
+        # 4b, no rewrite of the append-only file in either run), so the median of five is judged.
+        return 1 if self.short else 5
 
     @property
     def retry_due(self) -> int:
@@ -508,9 +509,10 @@ def _median_pair(
     """:func:`_against_control` :attr:`Plan.control_pairs` times; the median pair's figures, and every ratio.
 
     A single pair's ratio moved between 0.83 and 0.98 (scenario 4b) and between 0.85 and 1.04
-    (scenario 4) on one quiet two-core machine with the same code and the same Redis work, so
-    the pairs are run several times, alternating, and the median pair is the one judged; each
-    pair's ratio is in ``vs_control_rounds``.
+    (scenario 4) on one quiet two-core machine with the same code and the same Redis work, and
+    between 0.76 and 1.13 (4b) on another, where the control's own rate moved between 4,137 and
+    5,627/s; so the pairs are run several times, alternating, and the median pair is the one
+    judged; each pair's ratio is in ``vs_control_rounds``.
     """
     pairs = [
         _against_control(bench, healthy, tenants, hanging, (f"{prefixes[0]}{n}-", f"{prefixes[1]}{n}-"))
