@@ -33,7 +33,7 @@ from svcgw.settings import Settings
 from svcgw.store import Scope, Store
 from svcgw.vault import TokenVault
 
-from .services import REPO, RedisServer, Role, Sink, start_server, wait_until, wrk_path
+from .services import REPO, RedisServer, Role, Sink, compile_sources, start_server, wait_until, wrk_path
 from .verdict import ratio
 
 
@@ -142,6 +142,7 @@ class Bench:
     # --- set-up and tear-down -----------------------------------------------------
     def start(self, *, serve: bool = True, appendonly: bool = True, extra_env: dict[str, str] | None = None) -> None:
         """Redis, the sink and (``serve``) the HTTP server; ``extra_env`` adds settings for every role."""
+        compile_sources()
         self.redis = RedisServer(self.workdir, self.appendfsync, appendonly=appendonly).start()
         # A new deployment: its first process marks the layout before any instance exists (the
         # harness registers instances directly, before starting some of its processes).

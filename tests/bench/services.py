@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import compileall
 import os
 import shutil
 import signal
@@ -21,6 +22,19 @@ from svcgw import redisconf
 from tests.support import free_port
 
 REPO = Path(__file__).resolve().parents[2]
+
+
+def compile_sources() -> None:
+    """Compile the repository's own modules, as ``pip install`` compiles an installed package.
+
+    Every scenario starts its workers afresh. Without bytecode (``PYTHONDONTWRITEBYTECODE`` set,
+    or a source tree never run) each start compiles every module again: about a second of CPU
+    per process, which the run's first deliveries then share the two cores with. In the 200 ms
+    scenario, whose 8,000 deliveries take two seconds, that was a third of the workers' CPU.
+    The bytecode goes where Python looks for it, ``__pycache__`` (ignored by git).
+    """
+    for package in ("svcgw", "receiver", "worker", "cli", "simulator", "tests"):
+        compileall.compile_dir(REPO / package, quiet=1)
 
 
 def wait_until(predicate: Callable[[], Any], timeout: float, what: str, interval: float = 0.05) -> Any:
