@@ -58,6 +58,7 @@ async def _fill(settings: Settings, redis: AsyncRedis, jobs: int) -> tuple[str, 
     for n in range(jobs):
         appid, token = instances[n % INSTANCES]
         await ingest.accept(appid, token, b'{"event_type":"Msg","events":[{"id":"e%d"}]}' % n)
+    await ingest.aclose()
     return account.id, [appid for appid, _ in instances]
 
 

@@ -228,6 +228,7 @@ class Bench:
                     await ingest.accept(tenant.appid, tenant.token, body)
 
             await asyncio.gather(*(one(n) for n in range(count)))
+            await ingest.aclose()  # its /metrics counts, before the client closes under their flush
             await client.aclose()
 
         asyncio.run(run())
