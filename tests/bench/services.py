@@ -30,7 +30,8 @@ def compile_sources() -> None:
     Every scenario starts its workers afresh. Without bytecode (``PYTHONDONTWRITEBYTECODE`` set,
     or a source tree never run) each start compiles every module again: about a second of CPU
     per process, which the run's first deliveries then share the two cores with. In the 200 ms
-    scenario, whose 8,000 deliveries take two seconds, that was a third of the workers' CPU.
+    scenario, whose 8,000 deliveries take two seconds, that was a third of the workers' CPU in
+    its first four seconds.
     The bytecode goes where Python looks for it, ``__pycache__`` (ignored by git).
     """
     for package in ("svcgw", "receiver", "worker", "cli", "simulator", "tests"):
