@@ -89,12 +89,11 @@ class Sightings:
         """A read showed a job of ``appid`` under ``account`` going to ``destination`` ('' if not read)."""
         now = self.clock()
         before = self._seen.get(appid)
-        if before is not None:
-            if not destination and before[0] == account:
-                destination = before[1]  # a read of the owner only says nothing of the address
-            if before[:2] != (account, destination):
-                self._unindex(appid, before)
+        if before is not None and not destination and before[0] == account:
+            destination = before[1]  # a read of the owner only says nothing of the address
         if before is None or before[:2] != (account, destination):
+            if before is not None:
+                self._unindex(appid, before)
             self._by.setdefault("a:" + account, set()).add(appid)
             if destination:
                 self._by.setdefault("d:" + destination, set()).add(appid)
