@@ -119,6 +119,10 @@ class RedisServer:
     def command_counts(self) -> dict[str, int]:
         return {k.removeprefix("cmdstat_"): int(v["calls"]) for k, v in self.client.info("commandstats").items()}
 
+    def cpu_seconds(self) -> float:
+        """CPU time the server has used so far (its rewrite children's not included)."""
+        return cpu_seconds(self.proc.pid) if self.proc is not None else 0.0
+
     def used_memory(self) -> int:
         return int(self.client.info("memory")["used_memory"])
 
@@ -171,6 +175,12 @@ class Role:
             os.killpg(self.proc.pid, signal.SIGKILL)
             self.proc.wait()
 
+    def cpu_seconds(self) -> float:
+        """CPU time (user and system) used so far by the process and its live descendants."""
+        if self.proc is None or self.proc.poll() is not None:
+            return 0.0
+        return sum(cpu_seconds(pid) for pid in _tree(self.proc.pid))
+
     def rss_bytes(self) -> int:
         """Resident memory of the process and all its descendants (uvicorn's workers)."""
         if self.proc is None or self.proc.poll() is not None:
@@ -195,6 +205,16 @@ def _tree(root: int) -> list[int]:
         found.append(pid)
         todo.extend(children.get(pid, []))
     return found
+
+
+def cpu_seconds(pid: int) -> float:
+    """CPU time (user and system) one process has used so far; 0 once it is gone."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as handle:
+            fields = handle.read().rsplit(b")", 1)[1].split()
+    except OSError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def _rss(pid: int) -> int:
