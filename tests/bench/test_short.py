@@ -61,6 +61,11 @@ def test_short_benchmark_prints_every_figure() -> None:
     assert all({"value", "target", "met", "why"} <= set(v) for v in figures["targets"].values())
     assert all(isinstance(v["met"], bool) for v in figures["targets"].values())
     assert figures["setup"]["mode"] == "short"
+    for section in ("isolation", "accounts"):
+        pairs = figures[section]
+        # Every run delivered something, so its CPU per healthy delivery is a positive figure.
+        assert all(cpu > 0 for cpu in pairs["control_cpu_us_rounds"] + pairs["healthy_cpu_us_rounds"]), section
+        assert all(isinstance(n, int) and n >= 0 for n in pairs["hanging_attempts_rounds"]), section
     for payload in figures["memory"].values():
         assert MEMORY <= set(payload) and {"logged", "delivered", "dead"} <= set(payload["breakdown"])
         assert payload["delivered_bytes_per_event"] > 0 and payload["dead_letter_bytes"] > 0
