@@ -187,7 +187,8 @@ def table(figures: dict[str, Any]) -> str:
         ("2 posting and delivering", f"{sus['delivered_per_s']:.0f} deliveries/s",
          f"while {sus['posted_per_s']:.0f} posts/s acked"),
         ("2 latency at half that", f"at {lat['rate']:.0f}/s", f"p50 {lat['p50_ms']} ms, p99 {lat['p99_ms']} ms"),
-        ("3 200 ms endpoints", f"{slow['deliveries_per_s']:.0f} deliveries/s", f"RSS {slow['rss_mb']} MB"),
+        ("3 200 ms endpoints", f"{slow['deliveries_per_s']:.0f} deliveries/s",
+         f"RSS {slow['rss_mb']} MB, workers {slow['worker_cpu_us']} µs CPU per delivery"),
         ("4 isolation, 10% hang", f"{iso['healthy_per_s']:.0f} healthy/s",
          f"{figures['ratios']['isolation']} of end to end, {iso['vs_control']} of {iso['control_per_s']:.0f}/s"
          f" without the hanging ones (median of {iso['vs_control_rounds']})"),

@@ -21,7 +21,7 @@ EXPECTED = {
     "e2e": {"deliveries_per_s", "commands_per_delivery", "queued", "delivered"},
     "sustained": {"posted_per_s", "delivered_per_s"},
     "latency": {"p50_ms", "p99_ms", "posts_due", "posted", "delivered"},
-    "slow": {"deliveries_per_s", "rss_mb", "expected", "delivered"},
+    "slow": {"deliveries_per_s", "rss_mb", "expected", "delivered", "worker_cpu_us"},
     "isolation": {"healthy_per_s", "control_per_s", "vs_control", "healthy_delivered", "control_delivered",
                   "vs_control_rounds", "control_per_s_rounds", "healthy_per_s_rounds", "control_cpu_us_rounds",
                   "healthy_cpu_us_rounds", "hanging_attempts_rounds"},
