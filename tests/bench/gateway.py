@@ -67,7 +67,7 @@ from tests.support import free_port
 from . import verdict
 from .fast_upstream import BODY as FAST_ANSWER
 from .redis_counter import CountingProxy
-from .services import REPO, RedisServer, Role, _tree, wait_until, wrk_path
+from .services import REPO, RedisServer, Role, _tree, cpu_seconds, wait_until, wrk_path
 from .verdict import Target, judge, none, ratio
 
 __all__ = ["GATEWAY_TARGETS", "GatewayPlan", "gateway", "gateway_table", "in_bench"]
@@ -190,19 +190,6 @@ def _answers(url: str) -> bool:
         return httpx.get(url, timeout=1, trust_env=False).status_code < 500
     except httpx.HTTPError:
         return False
-
-
-def cpu_seconds(pids: list[int]) -> float:
-    """User and system CPU time the processes have used so far."""
-    ticks = 0
-    for pid in pids:
-        try:
-            with open(f"/proc/{pid}/stat", "rb") as handle:
-                fields = handle.read().rsplit(b")", 1)[1].split()
-        except OSError:
-            continue
-        ticks += int(fields[11]) + int(fields[12])  # utime, stime
-    return ticks / os.sysconf("SC_CLK_TCK")
 
 
 def machine_busy() -> tuple[float, float]:

@@ -41,9 +41,9 @@ from svcgw import keys
 from tests.support import free_port
 
 from . import verdict
-from .gateway import Tree, TreeRole, before_tree, cpu_seconds
+from .gateway import Tree, TreeRole, before_tree
 from .scenarios import Bench, Plan, rate_of, saturate_with_wrk
-from .services import REPO, _tree, wait_until, wrk_path
+from .services import REPO, _tree, cpu_seconds, wait_until, wrk_path
 from .verdict import Need, Target
 
 FIGURES = (
@@ -90,11 +90,6 @@ def ready(base: str) -> bool:
         return False
 
 
-def redis_cpu(bench: Bench) -> float:
-    info = bench.redis.client.info("cpu")
-    return float(info["used_cpu_user"]) + float(info["used_cpu_sys"])
-
-
 def measure(tree: Tree, workdir: Path, seconds: float, short: bool) -> dict[str, Any]:
     """One ingest and one drain of ``tree`` on a Redis of its own."""
     bench = TreeBench(Plan(short=short), workdir, "always", tree=tree.path)
@@ -102,24 +97,24 @@ def measure(tree: Tree, workdir: Path, seconds: float, short: bool) -> dict[str,
     try:
         assert bench.server is not None and bench.server.proc is not None
         serve_pids = _tree(bench.server.proc.pid)
-        used0, commands0, redis0, serve0 = (bench.redis.used_memory(), bench.redis.commands(), redis_cpu(bench),
-                                            cpu_seconds(serve_pids))  # fmt: skip
+        used0, commands0 = bench.redis.used_memory(), bench.redis.commands()
+        redis0, serve0 = bench.redis.cpu_seconds(), cpu_seconds(serve_pids)
         posted = saturate_with_wrk(bench, seconds, 64, prefix=f"{tree.name}-")
         queue = keys.rq_queue(bench.settings.queue_name)
         stored = settled(lambda: int(bench.redis.client.llen(queue)))
-        used1, commands1, redis1, serve1 = (bench.redis.used_memory(), bench.redis.commands(), redis_cpu(bench),
-                                            cpu_seconds(serve_pids))  # fmt: skip
+        used1, commands1 = bench.redis.used_memory(), bench.redis.commands()
+        redis1, serve1 = bench.redis.cpu_seconds(), cpu_seconds(serve_pids)
         bench.sink.reset()
         bench.start_workers()
         wait_until(lambda: bench.redis.client.scard("rq:workers") == len(bench.workers), 30, "the workers registered")
         worker_pids = [pid for w in bench.workers if w.proc is not None for pid in _tree(w.proc.pid)]
-        worker0, commands2, redis2 = cpu_seconds(worker_pids), bench.redis.commands(), redis_cpu(bench)
+        worker0, commands2, redis2 = cpu_seconds(worker_pids), bench.redis.commands(), bench.redis.cpu_seconds()
         arrivals = bench.drain(stored, timeout=180)
         inflight = keys.inflight(bench.settings.queue_name)
         # The last finish scripts run after the sink answered: wait for them before reading Redis.
         wait_until(lambda: bench.redis.client.llen(queue) == 0 and bench.redis.client.zcard(inflight) == 0, 30,
                    "the queue drained")  # fmt: skip
-        worker1, commands3, redis3 = cpu_seconds(worker_pids), bench.redis.commands(), redis_cpu(bench)
+        worker1, commands3, redis3 = cpu_seconds(worker_pids), bench.redis.commands(), bench.redis.cpu_seconds()
         used3 = bench.redis.used_memory()
     finally:
         bench.stop()

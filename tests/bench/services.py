@@ -120,8 +120,9 @@ class RedisServer:
         return {k.removeprefix("cmdstat_"): int(v["calls"]) for k, v in self.client.info("commandstats").items()}
 
     def cpu_seconds(self) -> float:
-        """CPU time the server has used so far (its rewrite children's not included)."""
-        return cpu_seconds(self.proc.pid) if self.proc is not None else 0.0
+        """CPU time the server has used so far, by its own account (its rewrite children's not included)."""
+        info = self.client.info("cpu")
+        return float(info["used_cpu_user"]) + float(info["used_cpu_sys"])
 
     def used_memory(self) -> int:
         return int(self.client.info("memory")["used_memory"])
@@ -179,7 +180,7 @@ class Role:
         """CPU time (user and system) used so far by the process and its live descendants."""
         if self.proc is None or self.proc.poll() is not None:
             return 0.0
-        return sum(cpu_seconds(pid) for pid in _tree(self.proc.pid))
+        return cpu_seconds(_tree(self.proc.pid))
 
     def rss_bytes(self) -> int:
         """Resident memory of the process and all its descendants (uvicorn's workers)."""
@@ -207,14 +208,17 @@ def _tree(root: int) -> list[int]:
     return found
 
 
-def cpu_seconds(pid: int) -> float:
-    """CPU time (user and system) one process has used so far; 0 once it is gone."""
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as handle:
-            fields = handle.read().rsplit(b")", 1)[1].split()
-    except OSError:
-        return 0.0
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+def cpu_seconds(pids: list[int]) -> float:
+    """User and system CPU time the processes have used so far (those gone count 0)."""
+    ticks = 0
+    for pid in pids:
+        try:
+            with open(f"/proc/{pid}/stat", "rb") as handle:
+                fields = handle.read().rsplit(b")", 1)[1].split()
+        except OSError:
+            continue
+        ticks += int(fields[11]) + int(fields[12])  # utime, stime
+    return ticks / os.sysconf("SC_CLK_TCK")
 
 
 def _rss(pid: int) -> int:
