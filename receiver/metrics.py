@@ -33,6 +33,8 @@ from starlette.responses import Response
 
 from svcgw.metrics import COUNTERS, LATENCY_BUCKETS, snapshot
 
+from .services import Services
+
 __all__ = ["merge", "metrics_endpoint", "render"]
 
 _SUMMED_MAPS = ("counters", "latency", "queue", "instances")
@@ -156,14 +158,14 @@ def _refusal(request: Request, token: str | None) -> Response | None:
 
 
 async def metrics_endpoint(request: Request) -> Response:
-    services = request.app.state.services
+    services: Services = request.app.state.services
     refusal = _refusal(request, services.settings.metrics_token)
     if refusal is not None:
         return refusal
     settings = services.settings
-    clients = services.shard_redis or (services.redis,)
+    clients = services.shards
     read = await asyncio.gather(
-        *(snapshot(client, settings.queue_name, settings) for client in clients), return_exceptions=True
+        *(snapshot(client, keys, settings.queue_name, settings) for client, keys in clients), return_exceptions=True
     )
     for index, answer in enumerate(read):
         if isinstance(answer, BaseException) and not isinstance(answer, RedisError):

@@ -22,10 +22,10 @@ import pytest
 from redis import Redis
 
 from receiver.app import create_app
-from svcgw import keys
+from svcgw.keys import PLAIN
+from svcgw.keys import PLAIN as keys
 from svcgw.settings import Settings
 from svcgw.shardclients import AsyncShardClients, ShardClients
-from svcgw.shardkeys import SHARD_INSTANCES
 from svcgw.shards import shard_of_token
 from svcgw.store import Store
 from tests.cli.commands import svcgw
@@ -123,7 +123,7 @@ def test_the_gateway_places_300_instances_a_third_on_each_of_three_shards(
     assert [row["name"] for row in rows] == fleet.urls()
     assert [row["instances"] for row in rows] == [per_shard[i] for i in range(3)]
     assert all(row["healthy"] and row["queue_depth"] == 0 and row["used_memory"] > 0 for row in rows)
-    counts = fleet.nodes[0].client(decode_responses=True).hgetall(SHARD_INSTANCES)
+    counts = fleet.nodes[0].client(decode_responses=True).hgetall(PLAIN.shard_instances)
     assert {int(i): int(n) for i, n in counts.items()} == dict(per_shard)
 
 
@@ -151,19 +151,19 @@ def test_device_create_goes_past_a_shard_that_is_down_and_fails_only_when_no_ope
         owner = registry.hget(keys.instance(fourth), "account")
         assert shard_one.hgetall(keys.instance(fourth)) == {"account": owner, "shard": "1"}
         shard_one.close()
-        assert registry.hgetall(SHARD_INSTANCES) == {"1": "3", "2": "1"}
+        assert registry.hgetall(PLAIN.shard_instances) == {"1": "3", "2": "1"}
         post = stack.client.post(stack.receiver_url(fourth), content=b'{"event_type":"Msg","events":[{"id":"p1"}]}')
         assert post.status_code == 200  # its shard answers
 
         fleet.nodes[1].kill()  # no open shard answers now
         body = {"appid": "", "type": "iPad", "name": "t", "version": 0}
         assert error(stack.api(key, "device/create", body)) == (502, -50002)
-        assert registry.hgetall(SHARD_INSTANCES) == {"1": "3", "2": "1"}
-        assert registry.scard(keys.INSTANCES) == 4  # nothing of it registered
+        assert registry.hgetall(PLAIN.shard_instances) == {"1": "3", "2": "1"}
+        assert registry.scard(keys.instances) == 4  # nothing of it registered
 
         fleet.nodes[2].start()  # back, empty: it takes the next instance again
         assert placed_on(stack, stack.create_device(key)) == 2
-        assert registry.hgetall(SHARD_INSTANCES) == {"1": "3", "2": "2"}
+        assert registry.hgetall(PLAIN.shard_instances) == {"1": "3", "2": "2"}
     finally:
         registry.close()
         stack.stop()

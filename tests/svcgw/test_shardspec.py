@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import pytest
-
 from svcgw.clusterspace import AsyncTaggedCluster
+
 from svcgw.connections import async_client
 from svcgw.settings import Settings, SettingsError
 from svcgw.shardspec import layout_of
