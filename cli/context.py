@@ -29,11 +29,10 @@ import click
 from cryptography.fernet import Fernet
 from redis.asyncio import Redis
 from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import RedisError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from svcgw.addresses import AddressError
-from svcgw.errors import SvcgwError
+from svcgw.errors import STORAGE_ERRORS, SvcgwError
 from svcgw.keys import KeySpace
 from svcgw.settings import Settings, SettingsError
 from svcgw.shardclients import ShardRedis, aclose_all, role_clients, spaces
@@ -159,7 +158,7 @@ def admin_command(func: Command) -> Callable[..., None]:
             asyncio.run(run())
         except (RedisConnectionError, RedisTimeoutError):
             raise click.ClickException(f"cannot reach Redis at {admin.safe_url}") from None
-        except RedisError as exc:
+        except STORAGE_ERRORS as exc:
             raise click.ClickException(f"Redis at {admin.safe_url} answered: {exc}") from None
         except (SvcgwError, LookupError, ValueError) as exc:
             raise click.ClickException(error_message(exc)) from None

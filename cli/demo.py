@@ -34,7 +34,7 @@ from typing import Any, cast
 import click
 import httpx
 from redis.asyncio import Redis as AsyncRedis
-from redis.exceptions import RedisError
+from redis.exceptions import RedisClusterException, RedisError
 
 from svcgw.credentials import Credentials, LoginTaken
 from svcgw.invitations import Invitations
@@ -119,7 +119,7 @@ def prepare_demo(settings: Settings, *, dashboard_generated: bool = False) -> No
     try:
         wait_ready(settings)
         demo = ensure_demo(settings, create_instance=lambda key: _device_create(settings, key))
-    except (DemoError, NotReady, httpx.HTTPError, RedisError, OSError, ValueError) as exc:
+    except (DemoError, NotReady, httpx.HTTPError, RedisError, RedisClusterException, OSError, ValueError) as exc:
         print(f"svcgw demo: could not prepare the demo data: {_reason(exc)}", flush=True)
         return
     print(render_demo(demo, settings), flush=True)

@@ -27,10 +27,10 @@ from typing import Any
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.registry import Collector
-from redis.exceptions import RedisError
 from starlette.requests import Request
 from starlette.responses import Response
 
+from svcgw.errors import STORAGE_ERRORS
 from svcgw.metrics import COUNTERS, LATENCY_BUCKETS, snapshot
 
 from .services import Services
@@ -168,9 +168,9 @@ async def metrics_endpoint(request: Request) -> Response:
         *(snapshot(client, keys, settings.queue_name, settings) for client, keys in clients), return_exceptions=True
     )
     for index, answer in enumerate(read):
-        if isinstance(answer, BaseException) and not isinstance(answer, RedisError):
+        if isinstance(answer, BaseException) and not isinstance(answer, STORAGE_ERRORS):
             raise answer
-        if isinstance(answer, RedisError):
+        if isinstance(answer, STORAGE_ERRORS):
             log.warning("metrics of shard %d not read: %s", index, type(answer).__name__)
     if isinstance(read[0], BaseException):
         return Response("storage unavailable\n", status_code=503, media_type="text/plain")

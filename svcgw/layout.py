@@ -40,11 +40,10 @@ from typing import Any, cast
 
 from redis.asyncio import Redis
 from redis.asyncio.cluster import RedisCluster as AsyncRedisCluster
-from redis.exceptions import RedisError
 
 from . import retag
 from .connections import on_shard_server
-from .errors import Failure
+from .errors import STORAGE_ERRORS, Failure
 from .keys import KeySpace
 
 __all__ = [
@@ -186,5 +185,5 @@ async def mark_at_start(redis: Redis, keys: KeySpace) -> None:
     """
     try:
         await read(redis, keys)
-    except RedisError as exc:
+    except STORAGE_ERRORS as exc:
         log.warning("layout marker not read at start (%s); read at the first post instead", type(exc).__name__)

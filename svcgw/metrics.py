@@ -49,10 +49,10 @@ from collections.abc import Iterable, Sequence
 from typing import Any, Protocol
 
 from redis.asyncio import Redis as AsyncRedis
-from redis.exceptions import RedisError
 
 from . import failing
 from .connections import async_client
+from .errors import STORAGE_ERRORS
 from .keys import KeySpace
 from .scripts import register, text
 from .settings import Settings
@@ -180,7 +180,7 @@ async def _apply(redis: AsyncRedis, commands: Sequence[Command]) -> None:
         async with redis.pipeline(transaction=False) as pipe:
             _queue(pipe, commands)
             await pipe.execute()
-    except RedisError as exc:
+    except STORAGE_ERRORS as exc:
         log.warning("metrics not recorded: %s", type(exc).__name__)
 
 
@@ -237,7 +237,7 @@ class BufferedCounts:
             async with self._redis.pipeline(transaction=False) as pipe:
                 _queue(pipe, [(command, key, name, amount) for (command, key, name), amount in pending.items()])
                 await pipe.execute()
-        except RedisError as exc:
+        except STORAGE_ERRORS as exc:
             log.warning("metrics not recorded yet: %s", type(exc).__name__)
             for slot, amount in pending.items():
                 self._pending[slot] = self._pending.get(slot, 0) + amount

@@ -60,10 +60,10 @@ from typing import cast
 
 from redis.asyncio import Redis as AsyncRedis
 from redis.asyncio.cluster import RedisCluster as AsyncRedisCluster
-from redis.exceptions import RedisError
 
 from svcgw import failing
 from svcgw.connections import async_client
+from svcgw.errors import STORAGE_ERRORS
 from svcgw.keys import KeySpace
 from svcgw.metrics import AttemptRecorder
 from svcgw.outbound import Sender, sender_for
@@ -255,7 +255,7 @@ class Engine:
                         await asyncio.wait_for(self._slot_freed.wait(), wait)
                     except TimeoutError:
                         pass
-            except RedisError as exc:
+            except STORAGE_ERRORS as exc:
                 failures += 1
                 delay = min(0.1 * 2**failures, 5.0)
                 log.warning("redis unavailable (%s); retrying in %.1fs", type(exc).__name__, delay)
@@ -301,7 +301,7 @@ class Engine:
             try:
                 released = await self.queue.release(leftover)
                 log.info("handed back %d deliveries on shutdown", released)
-            except RedisError:
+            except STORAGE_ERRORS:
                 log.warning("could not hand back %d deliveries; their leases will expire", len(leftover))
 
     # --- one attempt ---------------------------------------------------------------

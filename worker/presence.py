@@ -30,10 +30,10 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 
 from redis.asyncio import Redis as AsyncRedis
-from redis.exceptions import RedisError
 from rq.utils import utcformat
 from rq.version import VERSION
 
+from svcgw.errors import STORAGE_ERRORS
 from svcgw.keys import KeySpace
 from svcgw.settings import Settings
 
@@ -84,7 +84,7 @@ class Presence:
         """Register (RQ's ``register_birth``); with Redis away, the next heartbeat tries again."""
         try:
             await self._register()
-        except RedisError as exc:
+        except STORAGE_ERRORS as exc:
             log.warning("could not register as an RQ worker yet (%s)", type(exc).__name__)
 
     async def _register(self) -> None:
@@ -140,7 +140,7 @@ class Presence:
             pipe.expire(self.key, self._expiry())
             try:
                 await pipe.execute()
-            except RedisError:
+            except STORAGE_ERRORS:
                 # Counted again with the next heartbeat rather than lost.
                 self._successful += successful
                 self._failed += failed
@@ -156,7 +156,7 @@ class Presence:
                 pass
             try:
                 await self.heartbeat()
-            except RedisError as exc:
+            except STORAGE_ERRORS as exc:
                 log.warning("worker heartbeat failed (%s)", type(exc).__name__)
 
     async def stop(self) -> None:
@@ -169,7 +169,7 @@ class Presence:
                 pipe.hdel(self.key, "current_job")
                 pipe.expire(self.key, 60)
                 await pipe.execute()
-        except RedisError as exc:
+        except STORAGE_ERRORS as exc:
             # The hash expires by itself within SVCGW_WORKER_TTL.
             log.warning("could not record the worker's death (%s)", type(exc).__name__)
 

@@ -58,10 +58,9 @@ from typing import Any, cast
 
 import orjson
 from redis.asyncio import Redis
-from redis.exceptions import RedisError
 
 from svcgw import liveness
-from svcgw.errors import Failure, SvcgwError
+from svcgw.errors import STORAGE_ERRORS, Failure, SvcgwError
 from svcgw.keys import KeySpace
 from svcgw.metrics import record_probe
 from svcgw.scripts import register
@@ -319,7 +318,7 @@ class Prober:
             await record_probe(self.redis, self.keys, outcome)
         except Abandoned:
             await self._give_back(claim)
-        except RedisError as exc:
+        except STORAGE_ERRORS as exc:
             log.warning("probe aborted: redis unavailable (%s)", type(exc).__name__, extra={"appid": claim.appid})
         except Exception:
             # The lease runs out and a later round probes the instance again.
@@ -328,7 +327,7 @@ class Prober:
     async def _give_back(self, claim: Claim) -> None:
         try:
             await self.release(claim)
-        except RedisError:
+        except STORAGE_ERRORS:
             log.warning("could not hand back a probe; its lease will expire", extra={"appid": claim.appid})
 
     # --- main loop ----------------------------------------------------------------------
@@ -342,7 +341,7 @@ class Prober:
             try:
                 claims, next_due = await self.claim(self.pool_size - len(running))
                 failures = 0
-            except RedisError as exc:
+            except STORAGE_ERRORS as exc:
                 failures += 1
                 delay = min(0.1 * 2**failures, 5.0)
                 log.warning("redis unavailable (%s); retrying in %.1fs", type(exc).__name__, delay)

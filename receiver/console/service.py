@@ -97,9 +97,7 @@ class ConsoleService:
         self.store = services.store
         self.raw: Redis = services.redis  # bytes: log bodies
         self.keys = services.keys  # shard 0's names
-        # By shard index: bytes, and text.
-        self.shards = services.shards
-        self.texts = services.text_shards
+        self.shards, self.texts = services.shards, services.text_shards  # by shard index: bytes, and text
         self.text: Redis = services.text_redis
         self.vault = services.vault
         self._callbacks = services.callbacks

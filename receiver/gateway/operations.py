@@ -17,12 +17,11 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 from redis.asyncio import Redis
-from redis.exceptions import RedisError
 from starlette.responses import Response
 
 from svcgw import errors, liveness
 from svcgw.addresses import AddressError, check_for_service
-from svcgw.errors import GatewayError
+from svcgw.errors import STORAGE_ERRORS, GatewayError
 from svcgw.jsonspan import replace_member
 from svcgw.receivers import receiver_shard, receiver_url
 from svcgw.shardclients import ShardRedis
@@ -249,7 +248,7 @@ class Operations:
                 if call.operation == LONG_START:
                     redis, keys = self.services.shard_text_of(receiver_shard(token))
                     await liveness.mark_started(redis, keys, call.appid, self.settings.probe_interval)
-            except RedisError as exc:
+            except STORAGE_ERRORS as exc:
                 log.warning("storing the callback address of an instance failed: %s", type(exc).__name__)
                 raise GatewayError(errors.REGISTRATION_FAILED) from exc
         return _pass_on(scrub(answer, receiver_url, token, url))
@@ -260,7 +259,7 @@ class Operations:
             config = await self.store.set_callback(CallbackScope(appid=call.appid), url)
         except NotFound:
             raise GatewayError(errors.NOT_FOUND) from None
-        except RedisError as exc:
+        except STORAGE_ERRORS as exc:
             raise GatewayError(errors.REGISTRATION_FAILED) from exc
         return _json(
             {

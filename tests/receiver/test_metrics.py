@@ -81,7 +81,7 @@ def test_rendering_is_cumulative_and_labelled() -> None:
     counters: dict[str, float] = {}
     latency: dict[str, float] = {}
     for command, key, field, amount in [
-        *ingest_commands(3, keys, 1),
+        *ingest_commands(keys, 3, 1),
         *attempt_commands(keys, "delivered", received_at=100.0, now=100.07),
         *attempt_commands(keys, "delivered", received_at=100.0, now=400.0),
         *attempt_commands(keys, "retry", received_at=100.0),

@@ -27,7 +27,7 @@ def read_log(settings: Settings, appid: str, **kwargs: Any) -> list[LogEntry]:
     async def run() -> list[LogEntry]:
         client = AsyncRedis.from_url(settings.redis_url or "")
         try:
-            return await read(client, settings, appid, **kwargs)
+            return await read(client, keys, settings, appid, **kwargs)
         finally:
             await client.aclose()
 

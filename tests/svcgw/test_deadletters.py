@@ -67,7 +67,7 @@ def _run(settings: Settings, read: Callable[..., Awaitable[T]], *args: Any, deco
     async def run() -> T:
         client = AsyncRedis.from_url(settings.redis_url or "", decode_responses=decode)
         try:
-            return await read(client, settings, *args, **kwargs)
+            return await read(client, keys, settings, *args, **kwargs)
         finally:
             await client.aclose()
 

@@ -39,7 +39,7 @@ def call(settings: Settings, action: Callable[[AsyncRedis], Awaitable[T]]) -> T:
 
 
 def listed(settings: Settings, appid: str, **filters: object) -> Page:
-    return call(settings, lambda r: deliverylist.list_deliveries(r, settings, appid, **filters))
+    return call(settings, lambda r: deliverylist.list_deliveries(r, keys, settings, appid, **filters))
 
 
 def shown(settings: Settings, delivery_id: str, account: str | None = None) -> Delivery:

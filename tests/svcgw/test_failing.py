@@ -125,7 +125,7 @@ def gauge(settings: Settings) -> int:
     async def read() -> int:
         client = AsyncRedis.from_url(settings.redis_url or "")
         try:
-            data = await snapshot(client, settings.queue_name, settings)
+            data = await snapshot(client, keys, settings.queue_name, settings)
         finally:
             await client.aclose()
         text = render(data).decode()
@@ -149,7 +149,7 @@ def test_failing_reads_the_named_destinations_or_all(settings: Settings, redis: 
     async def read(names: list[str] | None) -> list[str]:
         client = AsyncRedis.from_url(settings.redis_url or "")
         try:
-            return sorted(await failing.failing(client, settings, names))
+            return sorted(await failing.failing(client, keys, settings, names))
         finally:
             await client.aclose()
 

@@ -23,7 +23,7 @@ def views(settings: Settings, appids: list[str], **kwargs: Any) -> list[instance
         text = AsyncRedis.from_url(settings.redis_url or "", decode_responses=True)
         try:
             store = Store(text, TokenVault.from_settings(settings), keys)
-            return await instances.load_many(store, raw, settings, appids, **kwargs)
+            return await instances.load_many(store, raw, keys, settings, appids, **kwargs)
         finally:
             await raw.aclose()
             await text.aclose()

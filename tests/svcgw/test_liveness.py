@@ -47,11 +47,11 @@ def started(settings: Settings, interval: float = 60.0) -> str:
 
 
 def offline(settings: Settings, appid: str, **flip: Any) -> str | None:
-    return with_async(settings, lambda r: liveness.go_offline(r, settings, appid, **flip))
+    return with_async(settings, lambda r: liveness.go_offline(r, keys, settings, appid, **flip))
 
 
 def online(settings: Settings, appid: str, **flip: Any) -> str | None:
-    return with_async(settings, lambda r: liveness.go_online(r, settings, appid, **flip))
+    return with_async(settings, lambda r: liveness.go_online(r, keys, settings, appid, **flip))
 
 
 def queued_events(text: Any, settings: Settings) -> list[dict[str, Any]]:

@@ -181,7 +181,7 @@ def test_a_registration_between_the_read_and_the_count_makes_the_rebuild_read_ag
     redis.delete(keys.metrics_instances)
     calls = _interleaved(monkeypatch, lambda n: _register_behind(redis, "we_late") if n == 1 else None)
 
-    assert _live(settings, metrics.rebuild_instance_counts) is True
+    assert _live(settings, lambda r: metrics.rebuild_instance_counts(r, keys)) is True
     assert calls == [2 + 3, 2 + 4]  # the second read names the late instance too
     assert _matches(settings, redis)["instances"] == {"not_started": 3, "online": 1}
 
@@ -193,7 +193,7 @@ def test_a_rebuild_gives_up_after_a_few_reads_and_the_next_scrape_counts(
     redis.delete(keys.metrics_instances)
     calls = _interleaved(monkeypatch, lambda n: _register_behind(redis, f"we_late{n}"))
 
-    assert _live(settings, metrics.rebuild_instance_counts) is False
+    assert _live(settings, lambda r: metrics.rebuild_instance_counts(r, keys)) is False
     assert len(calls) == metrics.REBUILD_ATTEMPTS
     assert redis.exists(keys.metrics_instances) == 0
     monkeypatch.undo()
@@ -227,5 +227,5 @@ def test_a_rebuild_over_more_instances_than_lua_can_unpack(settings: Settings, r
             pipe.hset(keys.instance(appid), mapping={"status": "online" if n % 4 else "stopped"})
         pipe.execute()
 
-    assert _live(settings, metrics.rebuild_instance_counts) is True
+    assert _live(settings, lambda r: metrics.rebuild_instance_counts(r, keys)) is True
     assert _matches(settings, redis)["instances"] == {"online": 7_500, "stopped": 2_500}
