@@ -44,7 +44,7 @@ CLAIM = 200
 async def _fill(settings: Settings, redis: AsyncRedis, jobs: int) -> tuple[str, list[str]]:
     """An account of ``INSTANCES`` instances with ``jobs`` queued deliveries between them."""
     store = Store(
-        AsyncRedis.from_url(settings.redis_url or "", decode_responses=True), keys, TokenVault.from_settings(settings)
+        AsyncRedis.from_url(settings.redis_url or "", decode_responses=True), TokenVault.from_settings(settings), keys
     )
     account = await store.create_account("held back", devices=INSTANCES)
     instances = []
