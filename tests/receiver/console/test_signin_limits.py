@@ -13,7 +13,9 @@ from collections.abc import Iterator
 import httpx
 import pytest
 import uvicorn
+from click.testing import CliRunner
 
+from cli.main import cli
 from cli.runner import server_options
 from receiver.app import create_app
 from svcgw import errors
@@ -114,6 +116,39 @@ def test_a_browser_that_signed_in_before_is_not_locked_out_by_someone_who_knows_
             cookies={device[0].name: "forged.value.here"},
         )
         assert forged.status_code == 429
+
+
+def test_a_new_password_retires_every_device_cookie_made_before_it(env: dict[str, str]) -> None:
+    new_password = "the operator's new password"
+    with served(env, SVCGW_SIGNIN_FAILURES_PER_LOGIN="3/15minutes") as (base, settings):
+        member = make_member(settings)
+        # Four browsers that signed in with the old password, each with its device cookie.
+        old = [httpx.Client(base_url=base, timeout=15) for _ in range(4)]
+        fresh = httpx.Client(base_url=base, timeout=15)
+        try:
+            for browser in old:
+                signed_in = browser.post("/console/api/session", json={"login": member.login, "password": PASSWORD})
+                assert signed_in.status_code == 200, signed_in.text
+                assert [c for c in browser.cookies.jar if c.name.startswith("svcgw_device_")]
+            changed = CliRunner().invoke(
+                cli, ["accounts", "set-password", "--account", member.account, "--password", "-"],
+                env=env, input=new_password + "\n",
+            )  # fmt: skip
+            assert changed.exit_code == 0, changed.output
+            # A browser that signs in with the new password gets a cookie of the new password.
+            assert fresh.post("/console/api/session", json={"login": member.login, "password": new_password}).is_success
+            # Someone without a cookie fills the login's window.
+            for _ in range(3):
+                assert sign_in(base, member.login, "wrong password!").status_code == 401
+            # The old cookies are no cookies now: no window of their own, not even with the new password.
+            for browser in old:
+                late = browser.post("/console/api/session", json={"login": member.login, "password": new_password})
+                assert late.status_code == 429 and late.json() == LIMITED
+            again = fresh.post("/console/api/session", json={"login": member.login, "password": new_password})
+            assert again.status_code == 200, again.text
+        finally:
+            for browser in [*old, fresh]:
+                browser.close()
 
 
 def test_the_sign_in_form_leaves_a_device_cookie_and_an_api_key_none(env: dict[str, str]) -> None:
