@@ -38,6 +38,7 @@ from starlette.responses import Response
 from starlette.routing import BaseRoute, Route
 
 from svcgw import errors, passwords
+from svcgw.clientkeys import limit_key
 from svcgw.passwords import PasswordRejected
 
 from .api import Api
@@ -66,13 +67,14 @@ def invitation_path(token: str) -> str:
 
 
 def client_address(request: Request) -> str:
-    """The address failed sign-ins are counted against: the connection's peer.
+    """The address failed sign-ins are counted against: the connection's peer, an IPv6 one by its /64.
 
     Behind a proxy named in ``SVCGW_TRUSTED_PROXIES``, uvicorn has already put
     the client that proxy reports (``X-Forwarded-For``) in its place; from any
-    other peer that header is ignored.
+    other peer that header is ignored. ``svcgw.clientkeys.limit_key`` makes it
+    the key every per-address limit counts under.
     """
-    return request.client.host if request.client else "unknown"
+    return limit_key(request.client.host) if request.client else "unknown"
 
 
 def _sentence(message: str) -> str:
