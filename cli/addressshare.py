@@ -22,15 +22,14 @@ from __future__ import annotations
 
 import ipaddress
 import logging
-import socket
 from collections.abc import Iterable
 from typing import Any
+
+from svcgw.clientkeys import limit_key
 
 __all__ = ["AddressShare", "client_address"]
 
 log = logging.getLogger("svcgw")
-
-_IPV4_MAPPED = bytes(10) + b"\xff\xff"  # ::ffff:a.b.c.d
 
 # Peers whose verdict (exempt or not) is remembered; past this, the memory starts over.
 _VERDICTS_KEPT = 4096
@@ -40,17 +39,7 @@ def client_address(peer: Any) -> str | None:
     """The address a connection from ``peer`` (a socket's peername) counts against; None for no address."""
     if not isinstance(peer, tuple) or not peer or not isinstance(peer[0], str):
         return None  # a Unix socket: no client address to tell apart
-    host: str = peer[0]
-    if ":" not in host:
-        return host
-    # socket's own conversions: a tenth of the time ipaddress takes, on every IPv6 connection.
-    try:
-        packed = socket.inet_pton(socket.AF_INET6, host.partition("%")[0])
-    except OSError:
-        return host
-    if packed[:12] == _IPV4_MAPPED:
-        return socket.inet_ntop(socket.AF_INET, packed[12:])
-    return socket.inet_ntop(socket.AF_INET6, packed[:8] + bytes(8)) + "/64"
+    return limit_key(peer[0])
 
 
 class AddressShare:

@@ -10,28 +10,31 @@ address (a test client's name, a proxy's ``unknown``) is its own key, as
 written.
 
 Pure: the console's sign-in failure windows and its room for password
-checks (``receiver.console.account.client_address``) build their keys here.
+checks (``receiver.console.account.client_address``) build their keys here,
+and the HTTP server's share of connections per address (``cli.addressshare``).
 """
 
 from __future__ import annotations
 
-import ipaddress
+import socket
 
 __all__ = ["IPV6_PREFIX", "limit_key"]
 
 IPV6_PREFIX = 64
-_NETWORK = ((1 << IPV6_PREFIX) - 1) << (128 - IPV6_PREFIX)
+_IPV4_MAPPED = bytes(10) + b"\xff\xff"  # ::ffff:a.b.c.d
 
 
 def limit_key(address: str) -> str:
     """``address`` as per-address limits count it: an IPv4 address itself, an IPv6 one's /64 (``2001:db8::/64``)."""
-    try:
-        ip = ipaddress.ip_address(address)
-    except ValueError:
+    if ":" not in address:
         return address
-    if isinstance(ip, ipaddress.IPv6Address):
-        if ip.ipv4_mapped is not None:
-            return str(ip.ipv4_mapped)
-        # The integer drops a zone (``%eth0``) too: one host's interfaces are one client.
-        return f"{ipaddress.IPv6Address(int(ip) & _NETWORK)}/{IPV6_PREFIX}"
-    return str(ip)
+    # socket's own conversions: a tenth of the time ipaddress takes, and the HTTP server asks on
+    # every connection. The zone (``%eth0``) goes: one host's interfaces are one client.
+    try:
+        packed = socket.inet_pton(socket.AF_INET6, address.partition("%")[0])
+    except OSError:
+        return address
+    if packed[:12] == _IPV4_MAPPED:
+        return socket.inet_ntop(socket.AF_INET, packed[12:])
+    network = packed[: IPV6_PREFIX // 8] + bytes(16 - IPV6_PREFIX // 8)
+    return f"{socket.inet_ntop(socket.AF_INET6, network)}/{IPV6_PREFIX}"
