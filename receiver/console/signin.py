@@ -47,10 +47,11 @@ PER_ADDRESS = HASHING_AT_ONCE  # of those, one client address's at most: others 
 BUSY_SECONDS = 1  # Retry-After of an attempt that found no room
 
 T = TypeVar("T")
-DeviceOf = Callable[[str], str | None]  # an account: the device its cookie proves on this request, or None
+# An account and its password's version: the device its cookie proves on this request, or None.
+DeviceOf = Callable[[str, str], str | None]
 
 
-def _no_device(account: str) -> str | None:
+def _no_device(account: str, password_version: str) -> str | None:
     return None
 
 
@@ -60,6 +61,7 @@ class Attempt:
 
     account: str | None
     retry_after: int = 0
+    password_version: str = ""  # of the password that signed in: what a new device cookie carries
 
 
 class _Share:
@@ -132,8 +134,8 @@ class PasswordSignIn:
             self.room.give_back(address)
 
     async def _attempt(self, login: str, password: str, address: str, device_of: DeviceOf) -> Attempt:
-        account, stored = await self.credentials.lookup(login) or ("", "")
-        device = device_of(account) if account else None
+        account, stored, version = await self.credentials.lookup(login) or ("", "", "")
+        device = device_of(account, version) if account else None
         who = ("device", digest(device)) if device else ("login", digest(_normalised(login)))
         # Counted before the check, and before waiting for it.
         reservation = await self.windows.reserve(who, address)
@@ -150,7 +152,7 @@ class PasswordSignIn:
         await self.windows.succeeded(reservation)
         if passwords.needs_rehash(stored):
             await self.credentials.replace_hash(account, stored, await self.hash_password(password))
-        return Attempt(account)
+        return Attempt(account, password_version=version)
 
     async def check_current(
         self, account: str, password: str, address: str, device_of: DeviceOf = _no_device

@@ -178,6 +178,9 @@ def test_proxy_times_out_slow_clients_and_buffers_bodies() -> None:
     ingress = find("Ingress", "svcgw")
     annotations = ingress["metadata"]["annotations"]
     assert annotations["nginx.ingress.kubernetes.io/proxy-request-buffering"] == "on"
+    # Connections per client address, at the edge as in the server (SVCGW_HTTP_CONNECTIONS_PER_ADDRESS).
+    assert directives["limit_conn"] == "per_client 256"
+    assert annotations["nginx.ingress.kubernetes.io/limit-connections"] == "256"
     assert _seconds(annotations["nginx.ingress.kubernetes.io/proxy-read-timeout"] + "s") <= 60
 
 
