@@ -122,6 +122,11 @@ def _cluster_kwargs(
         "password": deployment.password,
         "socket_connect_timeout": connect_timeout,
         "socket_timeout": read_timeout,
+        # After a few MOVED answers the client would refresh its whole map and close every
+        # connection, commands in flight on them included (many at a first use, when its map is
+        # still being learnt). A shard's keys all sit in its tag's slot: following each MOVED for
+        # its own slot is enough, and a node that fails still refreshes the whole map.
+        "reinitialize_steps": 0,
     }
 
 
