@@ -31,7 +31,6 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
 
-from redis.exceptions import RedisError
 from starlette.datastructures import FormData
 from starlette.requests import Request
 from starlette.responses import Response
@@ -39,6 +38,7 @@ from starlette.routing import BaseRoute, Route
 
 from svcgw import errors, passwords
 from svcgw.clientkeys import limit_key
+from svcgw.errors import STORAGE_ERRORS
 from svcgw.passwords import PasswordRejected
 
 from .api import Api
@@ -169,7 +169,7 @@ class AccountPages:
                     return response
                 return await self._signed_in(request, *found, then=then)
             attempt = await self.shared.sign_in(request, login, _field(form, "password"))
-        except RedisError:
+        except STORAGE_ERRORS:
             return await self.pages.login_page(
                 request, "The service's storage cannot be reached. Try again shortly.", 503
             )
@@ -206,7 +206,7 @@ class AccountPages:
         try:
             account = await self.shared.invitations.account_of(token)
             login = await self.shared.credentials.login_of(account) if account else None
-        except RedisError:
+        except STORAGE_ERRORS:
             return self._gone(request, "The service's storage cannot be reached. Try again shortly.", 503)
         if account is None:
             return self._gone(request, _sentence(errors.INVITATION_GONE.message))
@@ -235,7 +235,7 @@ class AccountPages:
             return await self.invitation_page(request, f"Choose another password: {exc}.", 400)
         except ConsoleHTTPError as exc:
             return self._gone(request, _sentence(exc.message), exc.status)
-        except RedisError:
+        except STORAGE_ERRORS:
             return self._gone(request, "The service's storage cannot be reached. Try again shortly.", 503)
         return await self._signed_in(request, account, flash="Your password is set and you are signed in.")
 
@@ -311,7 +311,7 @@ class AccountApi:
             return exc.response()
         except PasswordRejected as exc:
             return ConsoleHTTPError(errors.BAD_REQUEST, str(exc)).response()
-        except RedisError:
+        except STORAGE_ERRORS:
             return ConsoleHTTPError(errors.STORAGE_UNAVAILABLE).response()
 
     async def sign_in(self, request: Request) -> Response:

@@ -29,7 +29,7 @@ import logging
 from typing import TYPE_CHECKING, Any
 
 import orjson
-from redis.exceptions import RedisError
+from redis.exceptions import RedisClusterException, RedisError
 from starlette.requests import Request
 from starlette.responses import Response
 
@@ -88,7 +88,9 @@ def address_error(exc: AddressError) -> ConsoleHTTPError:
     return ConsoleHTTPError(errors.address_kind(exc), exc.message)
 
 
-def console_refusal(exc: ConsoleHTTPError | ConsoleError | AddressError | RedisError) -> ConsoleHTTPError:
+def console_refusal(
+    exc: ConsoleHTTPError | ConsoleError | AddressError | RedisError | RedisClusterException,
+) -> ConsoleHTTPError:
     """The console's one mapping of what its handlers raise to the error table's rows."""
     if isinstance(exc, ConsoleHTTPError):
         return exc

@@ -17,7 +17,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Awaitable, Callable, Sequence
 
-from redis.exceptions import RedisError
+from redis.exceptions import RedisClusterException, RedisError
 from starlette.requests import Request
 from starlette.responses import Response
 
@@ -51,7 +51,7 @@ def make_endpoint(ingests: Sequence[Ingest]) -> Callable[[Request], Awaitable[Re
             await ingest.check_receiver(appid, token)
             body = await read_body(request, ingest.settings.max_body_bytes, strict=True)
             result = await ingest.accept(appid, token, body)
-        except (BadContentLength, BodyTooLarge, EnvelopeError, UnknownReceiver, RedisError) as exc:
+        except (BadContentLength, BodyTooLarge, EnvelopeError, UnknownReceiver, RedisError, RedisClusterException) as exc:  # noqa: E501
             return _refused(exc)
         except LayoutError as exc:
             # Not stored, as when Redis fails: the sender posts again once the operator has fixed it.

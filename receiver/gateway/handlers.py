@@ -15,7 +15,7 @@ import logging
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING
 
-from redis.exceptions import RedisError
+from redis.exceptions import RedisClusterException, RedisError
 from starlette.requests import ClientDisconnect, Request
 from starlette.responses import PlainTextResponse, Response
 from starlette.routing import BaseRoute, Route
@@ -113,7 +113,7 @@ class Gateway:
         try:
             call = await admitted
             return await self._run(call, handler)
-        except (GatewayError, RedisError) as exc:
+        except (GatewayError, RedisError, RedisClusterException) as exc:
             return _refused(exc, module, action)
 
     async def invoke(
@@ -225,9 +225,9 @@ class Gateway:
             raise
 
 
-def _refused(exc: GatewayError | RedisError, module: str, action: str) -> Response:
+def _refused(exc: GatewayError | RedisError | RedisClusterException, module: str, action: str) -> Response:
     """The one mapping of the gateway's failures to answers: a refusal as it is, Redis as -50002."""
-    if isinstance(exc, RedisError):
+    if not isinstance(exc, GatewayError):
         log.warning("gateway storage error on %s/%s: %s", module, action, type(exc).__name__)
         exc = GatewayError(errors.UNAVAILABLE)
     return refusal_response(exc)
