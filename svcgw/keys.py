@@ -306,6 +306,7 @@ METRICS_COUNTERS = PREFIX + "metrics:counters"
 # per bucket (not cumulative), plus ``count`` and ``sum``.
 METRICS_LATENCY = PREFIX + "metrics:latency"
 # Hash of instance counts kept in step with every status change: field
-# ``status|<liveness status>``, ``probe_errors``, and ``built_at`` (when it was
-# first computed from the instances; svcgw.metrics.rebuild_instance_counts).
+# ``status|<liveness status>``, ``probe_errors``, ``built_at`` (when it was
+# first computed from the instances; svcgw.metrics.rebuild_instance_counts) and
+# ``shard`` (the shard whose instances it counts: each shard counts its own).
 METRICS_INSTANCES = PREFIX + "metrics:instances"

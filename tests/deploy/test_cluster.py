@@ -24,6 +24,7 @@ from typing import Any
 import httpx
 import orjson
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 from svcgw import keys
 from svcgw.receivers import RECEIVER_PREFIX
@@ -212,6 +213,9 @@ def test_the_gateway_places_instances_over_the_virtual_shards_and_each_event_arr
     assert sum(row["instances"] for row in shown) == DEVICES
     scrape = httpx.get(f"{stack.base}/metrics", timeout=10).text  # loopback: no token needed
     assert all(f'svcgw_shard_up{{shard="{i}"}} 1.0' in scrape for i in range(SHARDS))
+    # Each instance counted once, though shard 0's set of instances (the registry) lists them all.
+    (counted,) = [f for f in text_string_to_metric_families(scrape) if f.name == "svcgw_instances"]
+    assert sum(sample.value for sample in counted.samples) == DEVICES
 
 
 def test_an_instance_on_a_virtual_shard_is_probed_reported_offline_and_recovered(
