@@ -45,6 +45,7 @@ from __future__ import annotations
 import logging
 import time
 from collections import OrderedDict
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, cast
 
@@ -110,11 +111,16 @@ class ReplicaNotConfirmed(Failure, RedisError):
 
 
 class Ingest:
-    """Stores posts to the receivers; ``redis`` is an asyncio client that returns bytes."""
+    """Stores posts to the receivers; ``redis`` is an asyncio client that returns bytes.
 
-    def __init__(self, redis: Redis, settings: Settings) -> None:
+    ``clock`` is the receiver's clock (Unix seconds): a post's time received, its log entry id
+    and the log's trimming are read from it.
+    """
+
+    def __init__(self, redis: Redis, settings: Settings, *, clock: Callable[[], float] = time.time) -> None:
         self.redis = redis
         self.settings = settings
+        self._clock = clock
         self._script = register(redis, "ingest")
         self._wait_replicas = settings.redis_wait_replicas
         self._wait_ms = max(1, round(settings.redis_wait_timeout * 1000))
@@ -231,7 +237,7 @@ class Ingest:
     async def _store_once(self, appid: str, token: str, logged: bytes, post: Post) -> IngestResult | str:
         """One try of the ingest script; the log's last entry id when the proposed one was not above it."""
         marker, hsetex = await self._dedup_layout()
-        now = time.time()
+        now = self._clock()
         entry = self._entries.propose(now) if takes_entry_ids(appid) else ""
         delivery_id = from_entry(appid, entry) if entry else new_delivery_id()
         if entry:  # one hash: RQ's fields and the delivery's (svcgw.keys.delivery)
