@@ -8,7 +8,8 @@ which, atomically:
    an event without an ``id`` has none and is always forwarded), against the
    instance's de-duplication window (:mod:`svcgw.dedup`, kept as the
    deployment's layout marker says, :mod:`svcgw.layout`: read at the first
-   post, once per process);
+   post, once per process; its buckets, on servers without per-field expiry,
+   numbered by Redis's clock);
 3. writes one delivery, an RQ job queued for the workers, if any event is new;
 4. appends the post, as received (compressed when that pays:
    ``svcgw.calllog.stored_body``), to the instance's callback log, whose
@@ -84,6 +85,8 @@ KNOWN_TOKENS = 10_000
 # A try costs a round trip only under such contention; the bound only keeps a broken clock finite.
 ENTRY_TAKEN = -2
 ENTRY_TRIES = 50
+# Its answer for de-duplication buckets named for another bucket than Redis's clock gives (svcgw.dedup).
+OTHER_BUCKET = -3
 
 
 @dataclass(frozen=True)
@@ -131,6 +134,8 @@ class Ingest:
         self._job = template(settings.queue_name, settings.dead_letter_retention)
         self._known: OrderedDict[str, tuple[str, float]] = OrderedDict()
         self._entries = EntryClock()
+        # Redis's de-duplication bucket less this clock's, as the script last answered (buckets mode).
+        self._bucket_offset = 0
         # The /metrics counters of the posts: in memory, written twice a second.
         self.counts = BufferedCounts(settings, redis)
 
@@ -227,14 +232,19 @@ class Ingest:
             logged = await in_thread(stored_body, body)
         # The log's last entry is above the one proposed only when another receiver (or a
         # service event) wrote the same instance's log this millisecond or with a clock ahead.
+        # Redis's de-duplication bucket is another than the one named only when this clock and
+        # Redis's disagree about which day it is: at a bucket's start, or at a process's first post.
         for _ in range(ENTRY_TRIES):
             result = await self._store_once(appid, token, logged, post)
-            if not isinstance(result, str):
+            if isinstance(result, IngestResult):
                 return result
-            self._entries.seen(result)
+            if isinstance(result, _OtherBucket):
+                self._bucket_offset = result.bucket - dedup.bucket(result.now, self._window)
+            else:
+                self._entries.seen(result)
         raise EntryIdsTaken(f"the callback log of {appid} refused {ENTRY_TRIES} entry ids in a row")
 
-    async def _store_once(self, appid: str, token: str, logged: bytes, post: Post) -> IngestResult | str:
+    async def _store_once(self, appid: str, token: str, logged: bytes, post: Post) -> IngestResult | _OtherBucket | str:
         """One try of the ingest script; the log's last entry id when the proposed one was not above it."""
         marker, hsetex = await self._dedup_layout()
         now = self._clock()
@@ -248,7 +258,8 @@ class Ingest:
         for event in post.events:
             events.extend((event.raw, event.digest or b""))
         event_keys = [event.key for event in post.events if event.key is not None]
-        window = dedup.plan(appid, event_keys, marker, now, self._window, hsetex=hsetex)
+        current = dedup.bucket(now, self._window) + self._bucket_offset
+        window = dedup.plan(appid, event_keys, marker, now, self._window, hsetex=hsetex, current=current)
         head = build_envelope(appid, post.event_type, [])[:-2]  # up to and including '['
         result = cast(
             list[Any],
@@ -272,6 +283,7 @@ class Ingest:
                     head,
                     window.mode,
                     window.expiry,
+                    "" if window.bucket is None else window.bucket,
                     delivery_id,
                     self._queue_key,
                     len(flat) // 2,
@@ -283,11 +295,21 @@ class Ingest:
         )
         if int(result[0]) == ENTRY_TAKEN:
             return _text(result[1])
+        if int(result[0]) == OTHER_BUCKET:
+            return _OtherBucket(int(result[1]), now)
         status, accepted, duplicates = (int(x) for x in result)
         if status < 0:
             raise UnknownReceiver(appid)
         self.counts.add(ingest_commands(accepted, duplicates))
         return IngestResult(accepted, duplicates, delivery_id if accepted else None)
+
+
+@dataclass(frozen=True)
+class _OtherBucket:
+    """The script's answer when Redis's clock gives another de-duplication bucket than the one named."""
+
+    bucket: int
+    now: float  # this clock's time of the try
 
 
 def _text(value: bytes | str | int) -> str:
