@@ -14,11 +14,20 @@ names them). With one shard the body is the one of before, with ``shards``
 and ``unreachable`` added. On a Cluster a virtual shard's client sends its
 PING to the master of the shard's slot (svcgw.clusterspace), so each shard
 is its own answer.
+
+A client connects on first use, and a Cluster shard's client first learns the
+Cluster's slots and commands from its seed nodes: sixteen of those at once,
+on a loaded machine or with a seed that does not answer, took longer than
+:data:`READY_TIMEOUT`, and the first ``/readyz`` called healthy shards
+unreachable. So the server connects every shard's clients before it takes
+requests (:func:`connect_shards`, from the app's lifespan), and ``/readyz``
+measures the shards, not the clients' setup.
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
 
 from redis.asyncio import Redis
 from redis.exceptions import RedisClusterException, RedisError
@@ -27,9 +36,14 @@ from starlette.responses import JSONResponse, Response
 
 from .services import Services
 
-__all__ = ["READY_TIMEOUT", "healthz", "readyz"]
+__all__ = ["CONNECT_TIMEOUT", "READY_TIMEOUT", "connect_shards", "healthz", "readyz"]
 
 READY_TIMEOUT = 2.0
+# How long the server's start waits for the shards' clients to connect: a shard that does not
+# answer by then is connected on first use, and /readyz reports it meanwhile.
+CONNECT_TIMEOUT = 10.0
+
+log = logging.getLogger("svcgw")
 
 
 async def healthz(request: Request) -> Response:
@@ -49,9 +63,20 @@ async def readyz(request: Request) -> Response:
     return JSONResponse(document, status_code=200 if answered[0] else 503)
 
 
-async def _answers(client: Redis) -> bool:
+async def connect_shards(services: Services, timeout: float = CONNECT_TIMEOUT) -> None:
+    """Connect each shard's clients (a PING each, at once), so that no request pays for it; log those that fail."""
+    raws = services.shard_redis or (services.redis,)
+    texts = services.shard_text or (services.text_redis,)
+    pairs = list(zip(raws, texts, strict=True))
+    answered = await asyncio.gather(*(_answers(client, timeout) for pair in pairs for client in pair))
+    for index in range(len(pairs)):
+        if not (answered[2 * index] and answered[2 * index + 1]):
+            log.warning("shard %d did not answer at start; it is connected on first use", index, extra={"shard": index})
+
+
+async def _answers(client: Redis, timeout: float = READY_TIMEOUT) -> bool:
     try:
-        async with asyncio.timeout(READY_TIMEOUT):
+        async with asyncio.timeout(timeout):
             await client.ping()
     except (RedisError, RedisClusterException, OSError, TimeoutError):
         return False
