@@ -31,17 +31,33 @@ def dlq() -> None:
 @dlq.command("list")
 @click.option("--appid", default=None, help="Only this instance's dead letters.")
 @click.option("--account", default=None, help="Only this account's dead letters.")
-@click.option("--limit", type=click.IntRange(min=1), default=100, show_default=True)
-@click.option("--offset", type=click.IntRange(min=0), default=0, show_default=True)
+@click.option("--all", "list_all", is_flag=True, help="Every dead letter (of --appid or --account), not a page.")
+@click.option("--limit", type=click.IntRange(min=1), default=None, help="At most this many.  [default: 100]")
+@click.option("--offset", type=click.IntRange(min=0), default=None, help="Skip this many newest.  [default: 0]")
 @json_option
 @admin_command
 async def dlq_list(
-    admin: Admin, appid: str | None, account: str | None, limit: int, offset: int, as_json: bool
+    admin: Admin,
+    appid: str | None,
+    account: str | None,
+    list_all: bool,
+    limit: int | None,
+    offset: int | None,
+    as_json: bool,
 ) -> None:
-    """List dead letters, newest first."""
-    letters = await deadshards.list_dead(
-        admin.shards, admin.settings, appid=appid, account=account, limit=limit, offset=offset
-    )
+    """List dead letters, newest first: a page of them (--limit, --offset), or --all."""
+    if list_all and (limit is not None or offset is not None):
+        raise click.UsageError("--all lists every dead letter: give it without --limit and --offset")
+    if list_all:
+        # As many as there are now; one that dies meanwhile is listed by the next call.
+        limit = await deadshards.count_dead(admin.shards, admin.settings, appid=appid, account=account)
+    elif limit is None:
+        limit = 100
+    letters = []
+    if limit:
+        letters = await deadshards.list_dead(
+            admin.shards, admin.settings, appid=appid, account=account, limit=limit, offset=offset or 0
+        )
     emit(
         as_json,
         [letter.as_dict() for letter in letters],

@@ -20,7 +20,6 @@ from __future__ import annotations
 import logging
 import os
 import secrets
-import socket
 import subprocess
 import time
 from pathlib import Path
@@ -31,34 +30,11 @@ from redis import Redis
 from svcgw import redisconf
 from svcgw.errors import STORAGE_ERRORS
 
+from .ports import free_port, kept_port, port_is_free
+
 __all__ = ["EmbeddedRedis"]
 
 log = logging.getLogger("svcgw")
-
-
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-def _port_is_free(port: int) -> bool:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        # As Redis binds: connections of its last run still in TIME_WAIT do not hold the port.
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            sock.bind(("127.0.0.1", port))
-        except OSError:
-            return False
-    return True
-
-
-def _kept_port(path: Path) -> int | None:
-    try:
-        port = int(path.read_text(encoding="utf-8").strip())
-    except (OSError, ValueError):
-        return None
-    return port if 0 < port < 65536 else None
 
 
 def server_binary() -> str:
@@ -150,10 +126,10 @@ class EmbeddedRedis:
     def _choose_port(self) -> int:
         """The port of the last start of this state dir, while it is free; else a new one, kept for the next."""
         path = self.dir / "port"
-        kept = _kept_port(path)
-        if kept is not None and _port_is_free(kept):
+        kept = kept_port(path)
+        if kept is not None and port_is_free(kept):
             return kept
-        port = _free_port()
+        port = free_port()
         if kept is not None:
             self.moved_from = kept
             log.warning(

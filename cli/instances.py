@@ -41,11 +41,12 @@ async def instances_list(admin: Admin, account: str | None, as_json: bool) -> No
         as_json,
         rows,
         lambda: table(
-            ("appid", "account", "status", "since", "forward address", "source", "dead", "created"),
+            ("appid", "account", "shard", "status", "since", "forward address", "source", "dead", "created"),
             (
                 (
                     r["appid"],
                     r["account"],
+                    r["shard"],
                     _status_text(r),
                     when(r.get("since")),
                     r["forward_url"],
@@ -69,11 +70,8 @@ async def instances_show(admin: Admin, appid: str, as_json: bool) -> None:
         admin.store(), admin.redis, admin.keys, admin.settings, appid, dead_letters=True, shards=admin.shards
     )
     data = view.for_operator()
-    emit(
-        as_json,
-        data,
-        lambda: record({**data, "created_at": when(data["created_at"]), "since": when(data.get("since"))}, appid),
-    )
+    # --json keeps the stored numbers; the table shows every time as readable UTC.
+    emit(as_json, data, lambda: record({k: when(v) if k in read_model.TIMES else v for k, v in data.items()}, appid))
 
 
 def _status_text(row: dict[str, object]) -> str | None:

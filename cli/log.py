@@ -23,7 +23,7 @@ __all__ = ["log_command"]
 async def log_command(
     admin: Admin, appid: str, since: int | None, limit: int, before: str | None, as_json: bool
 ) -> None:
-    """The callback log of an instance, newest first, bodies exactly as received."""
+    """The callback log of an instance (of SVCGW_LOG_RETENTION), newest first, bodies exactly as received."""
     if not await admin.redis.exists(admin.keys.instance(appid)):
         raise click.ClickException(f"no instance {appid!r}")
     redis, keys = await instance_shard(admin.shards, appid)  # the registry names the shard its log is on

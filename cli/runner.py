@@ -143,6 +143,7 @@ def run_up(settings: Settings, *, demo: bool = False, workers: int = 1) -> int:
     embedded: EmbeddedRedis | None = None
     children: list[tuple[str, subprocess.Popen[bytes]]] = []
     stopping = threading.Event()
+    exited: list[str] = []  # roles that stopped by themselves: up then exits non-zero
 
     def on_signal(signum: int, frame: FrameType | None) -> None:
         stopping.set()
@@ -157,12 +158,14 @@ def run_up(settings: Settings, *, demo: bool = False, workers: int = 1) -> int:
             log.info("embedded Redis at 127.0.0.1:%d, data in %s", embedded.port, embedded.dir)
         dashboard_generated = False
         if demo:
+            from . import demosim
             from .demo import demo_dashboard, prepare_demo
             from .demotext import DEMO_RETRY_SCHEDULE
 
             dashboard_generated = demo_dashboard(env, settings.state_dir)
-            sim_port = int(env.get("SVCGW_SIM_PORT", "8090"))
-            children.append(("sim", _spawn(["sim", "--port", str(sim_port)], env)))
+            # Its port is free, or up stops here, naming SVCGW_SIM_PORT; it answers before anything waits on it.
+            sim_port, sim = demosim.start(env, settings.state_dir, lambda at: _spawn(["sim", "--port", str(at)], env))
+            children.append(("sim", sim))
             env.setdefault("SVCGW_UPSTREAM_URL", f"http://127.0.0.1:{sim_port}")
             env.setdefault("SVCGW_ALLOW_PRIVATE_DESTINATIONS", "127.0.0.0/8,::1/128")
             env.setdefault("SVCGW_RETRY_SCHEDULE", DEMO_RETRY_SCHEDULE)  # a dead letter within a minute
@@ -179,6 +182,7 @@ def run_up(settings: Settings, *, demo: bool = False, workers: int = 1) -> int:
             for name, child in children:
                 if child.poll() is not None:
                     log.error("%s exited with %s; stopping everything", name, child.returncode)
+                    exited.append(name)
                     stopping.set()
             stopping.wait(0.5)
     finally:
@@ -192,7 +196,7 @@ def run_up(settings: Settings, *, demo: bool = False, workers: int = 1) -> int:
                     _wait(child, settings.delivery_timeout + 10)
         if embedded is not None:
             embedded.stop()
-    return 0
+    return 1 if exited else 0
 
 
 def _wait(child: subprocess.Popen[bytes], timeout: float) -> None:

@@ -28,7 +28,7 @@ from .docs import docs_routes
 from .endpoint import make_endpoint
 from .gateway import Gateway, PathGuard, direct_operation
 from .headers import NoSniff
-from .health import healthz, readyz
+from .health import connect_shards, healthz, readyz
 from .metrics import metrics_endpoint
 from .openapi import openapi_endpoint
 from .services import Services, build_services
@@ -83,6 +83,7 @@ def create_app(settings: Settings, *, services: Services | None = None) -> Starl
                 connect_timeout=settings.upstream_connect_timeout,
             )
         await layout.mark_at_start(services.redis, services.keys)
+        await connect_shards(services)  # the first /readyz measures the shards, not their clients' setup
         try:
             yield
         finally:

@@ -14,11 +14,20 @@ names them). With one shard the body is the one of before, with ``shards``
 and ``unreachable`` added. On a Cluster each shard's PING goes to the master
 of the shard's slot (svcgw.connections.on_shard_server), so each shard is
 its own answer.
+
+A client connects on first use, and a Cluster client first learns the
+Cluster's slots and commands from its seed nodes: on a loaded machine or
+with a seed that does not answer, that took longer than :data:`READY_TIMEOUT`,
+and the first ``/readyz`` called healthy shards unreachable. So the server
+connects every shard's clients before it takes requests (:func:`connect_shards`,
+from the app's lifespan), and ``/readyz`` measures the shards, not the
+clients' setup.
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
 
 from redis.exceptions import RedisClusterException, RedisError
 from starlette.requests import Request
@@ -29,9 +38,14 @@ from svcgw.shardclients import ShardRedis
 
 from .services import Services
 
-__all__ = ["READY_TIMEOUT", "healthz", "readyz"]
+__all__ = ["CONNECT_TIMEOUT", "READY_TIMEOUT", "connect_shards", "healthz", "readyz"]
 
 READY_TIMEOUT = 2.0
+# How long the server's start waits for the shards' clients to connect: a shard that does not
+# answer by then is connected on first use, and /readyz reports it meanwhile.
+CONNECT_TIMEOUT = 10.0
+
+log = logging.getLogger("svcgw")
 
 
 async def healthz(request: Request) -> Response:
@@ -51,9 +65,18 @@ async def readyz(request: Request) -> Response:
     return JSONResponse(document, status_code=200 if answered[0] else 503)
 
 
-async def _answers(shard: ShardRedis) -> bool:
+async def connect_shards(services: Services, timeout: float = CONNECT_TIMEOUT) -> None:
+    """Connect each shard's clients (a PING each, at once), so that no request pays for it; log those that fail."""
+    pairs = list(zip(services.shards, services.text_shards, strict=True))
+    answered = await asyncio.gather(*(_answers(client, timeout) for pair in pairs for client in pair))
+    for index in range(len(pairs)):
+        if not (answered[2 * index] and answered[2 * index + 1]):
+            log.warning("shard %d did not answer at start; it is connected on first use", index, extra={"shard": index})
+
+
+async def _answers(shard: ShardRedis, timeout: float = READY_TIMEOUT) -> bool:
     try:
-        async with asyncio.timeout(READY_TIMEOUT):
+        async with asyncio.timeout(timeout):
             await on_shard_server(shard.redis, shard.keys, "PING")
     except (RedisError, RedisClusterException, OSError, TimeoutError):
         return False

@@ -9,7 +9,8 @@ is 401); without it, only clients on a loopback address (403 for the rest).
 Queue depths and tenant counts are not for the public internet.
 
 With several shards, each shard's snapshot is read (at once) and the
-counts are summed (:func:`merge`); each shard's queue depth and dead
+counts are summed (:func:`merge`); each shard counts only its own instances,
+whose liveness it holds, so each is counted once. Each shard's queue depth and dead
 letters are shown again with a ``shard`` label, and ``svcgw_shard_up`` says
 which answered. A shard that does not answer leaves its numbers out of the
 sums; shard 0 not answering (the service's own data) fails the scrape (503).
@@ -165,7 +166,11 @@ async def metrics_endpoint(request: Request) -> Response:
     settings = services.settings
     clients = services.shards
     read = await asyncio.gather(
-        *(snapshot(client, keys, settings.queue_name, settings) for client, keys in clients), return_exceptions=True
+        *(
+            snapshot(client, keys, settings.queue_name, settings, shard=index)
+            for index, (client, keys) in enumerate(clients)
+        ),
+        return_exceptions=True,
     )
     for index, answer in enumerate(read):
         if isinstance(answer, BaseException) and not isinstance(answer, STORAGE_ERRORS):

@@ -43,11 +43,13 @@ __all__ = [
     "LogEntry",
     "body_of",
     "counts",
+    "in_window",
     "made_delivery",
     "parse_since",
     "read_log",
     "received_at",
     "stored_body",
+    "window_start",
 ]
 
 # An entry's fields, named by bytes (a raw reply) or text.
@@ -123,20 +125,23 @@ async def read_log(
     since_seconds: float | None = None,
     limit: int = 100,
     before: str | None = None,
+    now: float | None = None,
 ) -> list[LogEntry]:
-    """Posts to one instance's receiver, newest first.
+    """Posts to one instance's receiver of the last ``SVCGW_LOG_RETENTION`` seconds, newest first.
 
-    ``since_seconds`` keeps only the posts of that last stretch of time;
-    ``before`` (an entry id, exclusive) pages further back. ``settings`` is
-    taken for symmetry with the other readers; the stream key depends only
-    on the appid.
+    ``since_seconds`` keeps only the posts of a shorter last stretch of time;
+    ``before`` (an entry id, exclusive) pages further back; ``now`` is the
+    clock's (Unix seconds) by default. Posts older than the retention are
+    never read, though Redis may still hold some: the log is trimmed a whole
+    stream node at a time (:func:`window_start`).
     """
     if limit <= 0:
         return []
     newest = f"({before}" if before else "+"
-    oldest = "-"
+    stretch = float(settings.log_retention)
     if since_seconds is not None:
-        oldest = str(max(int((time.time() - since_seconds) * 1000), 0))
+        stretch = min(stretch, since_seconds)
+    oldest = window_start(time.time() if now is None else now, stretch)
     rows = cast(
         list[tuple[bytes | str, dict[bytes | str, bytes | str]]],
         await redis.xrevrange(keys.callback_log(appid), newest, oldest, count=limit),
@@ -171,6 +176,25 @@ async def read_log(
             )
         )
     return result
+
+
+def window_start(now: float, seconds: float) -> str:
+    """The lowest entry id of the last ``seconds`` before ``now``: the oldest a reader of the log shows.
+
+    The ingest script trims the log by age with ``XADD … MINID ~``, which
+    removes only whole stream nodes (up to 100 posts, or
+    ``stream-node-max-bytes`` of them): a post stays stored until the newest
+    post of its node is ``SVCGW_LOG_RETENTION`` old and another post comes
+    (or the instance has had none for that long, and the whole log expires).
+    So every reader asks for entries from this id on, never for what the
+    stream still holds.
+    """
+    return str(max(int((now - seconds) * 1000), 0))
+
+
+def in_window(entry_id: str, now: float, seconds: float) -> bool:
+    """Whether the entry ``entry_id`` is of the last ``seconds`` before ``now`` (:func:`window_start`)."""
+    return int(entry_id.partition("-")[0]) >= int(window_start(now, seconds))
 
 
 def _field(fields: Fields, name: str) -> bytes | None:

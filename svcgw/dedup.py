@@ -15,6 +15,16 @@ is the deployment's (the layout marker, :mod:`svcgw.layout`):
   ``n - 1`` holds it; a new one goes to bucket ``n``, which expires at
   ``(n + 2) * window``. An id written at ``t`` is found until at least
   ``t + window`` (and at most ``t + 2 * window``): :func:`found_until`.
+  ``now`` is Redis's clock (``TIME``, read once by the script) for both the
+  bucket and its ``EXPIREAT``, whichever receiver posts: with the number from
+  the receiver's clock and the expiry from Redis's, a Redis clock ``d`` ahead
+  made the window ``window - d``, and two receivers on either side of a
+  bucket's start did not look in the same buckets. The keys are named before
+  the script runs, so the receiver names the bucket it expects (its clock's,
+  corrected by what Redis answered last, :class:`svcgw.ingest.Ingest`); when
+  Redis's is another, the script writes nothing and answers it, and the
+  receiver names that one: a second round trip about twice a day per receiver
+  process (at each bucket's start, in the seconds the two clocks disagree).
 
 Upgrade from layout 1 (one key per id, ``svcgw:dedup:<appid>:<key>``): until
 the marker's ``since`` plus the window, the script also looks for the old key
@@ -73,20 +83,30 @@ class Plan:
 
     keys: list[str]  # the container (or the current and the previous bucket), then the old keys, if any
     mode: str  # the script's commands: "hsetex", "hexpire" or "buckets"
-    expiry: int  # hsetex, hexpire: a field's seconds; buckets: the current bucket's EXPIREAT
+    expiry: int  # hsetex, hexpire: a field's seconds; buckets: the window's seconds
+    bucket: int | None = None  # buckets: the number of the current one, which Redis's clock must give too
 
 
 def plan(
-    keys: KeySpace, appid: str, event_keys: Sequence[str], layout: Layout, now: float, seconds: int, *, hsetex: bool
+    keys: KeySpace,
+    appid: str,
+    event_keys: Sequence[str],
+    layout: Layout,
+    now: float,
+    seconds: int,
+    *,
+    hsetex: bool,
+    current: int | None = None,
 ) -> Plan:
-    """KEYS and ARGV for the post's keyed events (``event_keys``, in order) at ``now``."""
+    """KEYS and ARGV for the post's keyed events (``event_keys``, in order) at ``now``.
+
+    ``current`` names the current bucket (buckets mode) instead of ``now``'s: the one Redis's clock gave.
+    """
     if layout.dedup == HEXPIRE:
         found = Plan([keys.dedup_container(appid)], "hsetex" if hsetex else "hexpire", seconds)
     else:
-        n = bucket(now, seconds)
-        found = Plan(
-            [keys.dedup_bucket(appid, n), keys.dedup_bucket(appid, n - 1)], "buckets", bucket_expiry(n, seconds)
-        )
+        n = bucket(now, seconds) if current is None else current
+        found = Plan([keys.dedup_bucket(appid, n), keys.dedup_bucket(appid, n - 1)], "buckets", seconds, n)
     if event_keys and looks_for_old_keys(layout, now, seconds):
         found.keys.extend(keys.dedup(appid, key) for key in event_keys)
     return found

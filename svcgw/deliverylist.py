@@ -48,7 +48,7 @@ from typing import cast
 from redis.asyncio import Redis
 
 from . import attemptrecords, bareoutcome, deliveryid, outcomestore
-from .calllog import body_of, made_delivery
+from .calllog import body_of, in_window, made_delivery, window_start
 from .deliveryview import (
     STATES,
     Attempt,
@@ -151,7 +151,7 @@ async def list_deliveries(
     if not owner or (account is not None and owner != account):
         raise NotFound(f"no instance {appid[:200]!r}")
     moment = time.time() if now is None else now
-    oldest = str(max(int((moment - settings.log_retention) * 1000), 0))
+    oldest = window_start(moment, settings.log_retention)
     log_key = keys.callback_log(appid)
     top = "(" + parse_cursor(before) if before else "+"
     found: list[Delivery] = []
@@ -235,7 +235,10 @@ async def _show_delivered(
         owner, rows = await pipe.execute()
     if not owner or (account is not None and field_text(owner) != account) or not rows:
         raise NotFound(f"no delivery {delivery_id!r}")
-    posts = _Posts(appid, field_text(owner), time.time(), settings.log_retention)
+    now = time.time()
+    if not in_window(entry_id, now, settings.log_retention):
+        raise NotFound(f"no delivery {delivery_id!r}")  # its post is past the log's retention, as if trimmed
+    posts = _Posts(appid, field_text(owner), now, settings.log_retention)
     if posts.delivery_of(entry_id, rows[0][1]) != delivery_id:
         raise NotFound(f"no delivery {delivery_id!r}")
     return posts.delivered(delivery_id, entry_id, (await posts.outcomes(redis, keys, [entry_id])).get(entry_id))

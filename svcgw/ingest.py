@@ -8,7 +8,8 @@ which, atomically:
    an event without an ``id`` has none and is always forwarded), against the
    instance's de-duplication window (:mod:`svcgw.dedup`, kept as the
    deployment's layout marker says, :mod:`svcgw.layout`: read at the first
-   post, once per process);
+   post, once per process; its buckets, on servers without per-field expiry,
+   numbered by Redis's clock);
 3. writes one delivery, an RQ job queued for the workers, if any event is new;
 4. appends the post, as received (compressed when that pays:
    ``svcgw.calllog.stored_body``), to the instance's callback log, whose
@@ -45,6 +46,7 @@ from __future__ import annotations
 import logging
 import time
 from collections import OrderedDict
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, cast
 
@@ -84,6 +86,8 @@ KNOWN_TOKENS = 10_000
 # A try costs a round trip only under such contention; the bound only keeps a broken clock finite.
 ENTRY_TAKEN = -2
 ENTRY_TRIES = 50
+# Its answer for de-duplication buckets named for another bucket than Redis's clock gives (svcgw.dedup).
+OTHER_BUCKET = -3
 
 
 @dataclass(frozen=True)
@@ -111,12 +115,19 @@ class ReplicaNotConfirmed(Failure, RedisError):
 
 
 class Ingest:
-    """Stores posts to the receivers; ``redis`` is an asyncio client that returns bytes."""
+    """Stores posts to the receivers; ``redis`` is an asyncio client that returns bytes.
 
-    def __init__(self, redis: Redis, keys: KeySpace, settings: Settings) -> None:
+    ``clock`` is the receiver's clock (Unix seconds): a post's time received, its log entry id
+    and the log's trimming are read from it.
+    """
+
+    def __init__(
+        self, redis: Redis, keys: KeySpace, settings: Settings, *, clock: Callable[[], float] = time.time
+    ) -> None:
         self.redis = redis
         self.keys = keys  # the shard's
         self.settings = settings
+        self._clock = clock
         self._script = register(redis, "ingest")
         self._wait_replicas = settings.redis_wait_replicas
         self._wait_ms = max(1, round(settings.redis_wait_timeout * 1000))
@@ -127,6 +138,8 @@ class Ingest:
         self._job = template(settings.queue_name, settings.dead_letter_retention)
         self._known: OrderedDict[str, tuple[str, float]] = OrderedDict()
         self._entries = EntryClock()
+        # Redis's de-duplication bucket less this clock's, as the script last answered (buckets mode).
+        self._bucket_offset = 0
         # The /metrics counters of the posts: in memory, written twice a second.
         self.counts = BufferedCounts(settings, keys, redis)
 
@@ -223,17 +236,22 @@ class Ingest:
             logged = await in_thread(stored_body, body)
         # The log's last entry is above the one proposed only when another receiver (or a
         # service event) wrote the same instance's log this millisecond or with a clock ahead.
+        # Redis's de-duplication bucket is another than the one named only when this clock and
+        # Redis's disagree about which day it is: at a bucket's start, or at a process's first post.
         for _ in range(ENTRY_TRIES):
             result = await self._store_once(appid, token, logged, post)
-            if not isinstance(result, str):
+            if isinstance(result, IngestResult):
                 return result
-            self._entries.seen(result)
+            if isinstance(result, _OtherBucket):
+                self._bucket_offset = result.bucket - dedup.bucket(result.now, self._window)
+            else:
+                self._entries.seen(result)
         raise EntryIdsTaken(f"the callback log of {appid} refused {ENTRY_TRIES} entry ids in a row")
 
-    async def _store_once(self, appid: str, token: str, logged: bytes, post: Post) -> IngestResult | str:
+    async def _store_once(self, appid: str, token: str, logged: bytes, post: Post) -> IngestResult | _OtherBucket | str:
         """One try of the ingest script; the log's last entry id when the proposed one was not above it."""
         marker, hsetex = await self._dedup_layout()
-        now = time.time()
+        now = self._clock()
         entry = self._entries.propose(now) if takes_entry_ids(appid) else ""
         delivery_id = from_entry(appid, entry) if entry else new_delivery_id()
         if entry:  # one hash: RQ's fields and the delivery's (svcgw.keys.delivery)
@@ -244,7 +262,8 @@ class Ingest:
         for event in post.events:
             events.extend((event.raw, event.digest or b""))
         event_keys = [event.key for event in post.events if event.key is not None]
-        window = dedup.plan(self.keys, appid, event_keys, marker, now, self._window, hsetex=hsetex)
+        current = dedup.bucket(now, self._window) + self._bucket_offset
+        window = dedup.plan(self.keys, appid, event_keys, marker, now, self._window, hsetex=hsetex, current=current)
         head = build_envelope(appid, post.event_type, [])[:-2]  # up to and including '['
         result = cast(
             list[Any],
@@ -268,6 +287,7 @@ class Ingest:
                     head,
                     window.mode,
                     window.expiry,
+                    "" if window.bucket is None else window.bucket,
                     delivery_id,
                     self._queue_key,
                     len(flat) // 2,
@@ -279,11 +299,21 @@ class Ingest:
         )
         if int(result[0]) == ENTRY_TAKEN:
             return _text(result[1])
+        if int(result[0]) == OTHER_BUCKET:
+            return _OtherBucket(int(result[1]), now)
         status, accepted, duplicates = (int(x) for x in result)
         if status < 0:
             raise UnknownReceiver(appid)
         self.counts.add(ingest_commands(self.keys, accepted, duplicates))
         return IngestResult(accepted, duplicates, delivery_id if accepted else None)
+
+
+@dataclass(frozen=True)
+class _OtherBucket:
+    """The script's answer when Redis's clock gives another de-duplication bucket than the one named."""
+
+    bucket: int
+    now: float  # this clock's time of the try
 
 
 def _text(value: bytes | str | int) -> str:

@@ -41,10 +41,12 @@ from .shardclients import ShardRedis
 from .shardreads import shard_client
 from .store import NotFound, Store
 
-__all__ = ["InstanceView", "load", "load_many"]
+__all__ = ["TIMES", "InstanceView", "load", "load_many"]
 
 # The liveness fields the operator sees first, in this order, present or not.
 _STATUS_FIELDS = ("status", "reason", "since", "last_probe", "next_probe")
+# The fields of :meth:`InstanceView.for_operator` that hold a Unix time (seconds, as stored).
+TIMES = frozenset(("created_at", "since", "last_probe", "next_probe", "last_seen", "offline_since", "gap_at"))
 # Shown elsewhere in the operator's record, or not worth a line of it.
 _HIDDEN_FIELDS = ("account", "created_at")
 
@@ -71,7 +73,7 @@ class InstanceView:
         }
 
     def for_operator(self) -> dict[str, object]:
-        """What the operator sees (CLI): stored fields as they are, minus tokens and digests."""
+        """What the operator sees (CLI): stored fields as they are, minus tokens and digests; always its ``shard``."""
         data: dict[str, object] = {
             "appid": self.appid,
             "account": self.account,
@@ -83,6 +85,7 @@ class InstanceView:
             if name in data or name in _HIDDEN_FIELDS or "token" in name or name.endswith("hash"):
                 continue
             data[name] = value
+        data["shard"] = self.fields.get("shard") or "0"  # registered before shards: shard 0's
         data["forward_url"] = self.destination.url if self.destination else None
         data["forward_source"] = self.destination.source if self.destination else "none"
         data["dead_letters"] = self.dead_letters

@@ -77,8 +77,9 @@ class KeySpace:
         # cumulative), plus ``count`` and ``sum``.
         self.metrics_latency = p + "metrics:latency"
         # Hash of instance counts kept in step with every status change: field ``status|<liveness
-        # status>``, ``probe_errors``, and ``built_at`` (when it was first computed from the
-        # instances; svcgw.metrics.rebuild_instance_counts).
+        # status>``, ``probe_errors``, ``built_at`` (when it was first computed from the instances;
+        # svcgw.metrics.rebuild_instance_counts) and ``shard`` (the shard whose instances it counts:
+        # each shard counts its own).
         self.metrics_instances = p + "metrics:instances"
         # Hash on shard 0: field = a shard's index, value = instances placed there since shards were
         # counted. Written with the instance's registration (svcgw.instancestore), read by placement

@@ -1,9 +1,10 @@
 """Logging: one JSON object per line, or readable lines on a terminal.
 
 Records carry structured fields through ``extra=`` (appid, delivery_id,
-attempt, outcome, status, error, duration_ms, destination). Secrets are never passed to a
+attempt, outcome, status, error, duration_ms, destination, shard). Secrets are never passed to a
 logger; the formatter has no way to know them, so the rule is kept at the
-call sites.
+call sites. A worker's parts of one shard, of several, log through
+:func:`of_shard`, so that each of their lines names it.
 """
 
 from __future__ import annotations
@@ -11,12 +12,16 @@ from __future__ import annotations
 import logging
 import sys
 import time
+from collections.abc import MutableMapping
+from typing import Any
 
 import orjson
 
-__all__ = ["configure"]
+__all__ = ["ShardLog", "configure", "of_shard"]
 
-FIELDS = ("appid", "delivery_id", "attempt", "outcome", "status", "error", "duration_ms", "role", "destination")
+FIELDS = (
+    "appid", "delivery_id", "attempt", "outcome", "status", "error", "duration_ms", "role", "destination", "shard",
+)  # fmt: skip
 
 
 class JsonFormatter(logging.Formatter):
@@ -44,6 +49,19 @@ class TextFormatter(logging.Formatter):
             f"{name}={record.__dict__[name]}" for name in FIELDS if record.__dict__.get(name) is not None
         )
         return f"{base} {extras}" if extras else base
+
+
+class ShardLog(logging.LoggerAdapter[logging.Logger]):
+    """A logger whose records carry the field ``shard``, added to the call's own ``extra``."""
+
+    def process(self, msg: Any, kwargs: MutableMapping[str, Any]) -> tuple[Any, MutableMapping[str, Any]]:
+        kwargs["extra"] = {**(kwargs.get("extra") or {}), **(self.extra or {})}
+        return msg, kwargs
+
+
+def of_shard(logger: logging.Logger, shard: int | None) -> logging.Logger | ShardLog:
+    """``logger``, whose records name ``shard``; ``logger`` itself for None (one shard: nothing to tell apart)."""
+    return logger if shard is None else ShardLog(logger, {"shard": shard})
 
 
 def configure(level: str = "INFO", *, json: bool | None = None) -> None:

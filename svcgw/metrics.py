@@ -23,7 +23,9 @@ memory:
   :func:`count_change`), so a scrape never reads the instances themselves.
   Counts that do not exist yet (instances registered before they were kept)
   are computed once from the instances, in one script given every instance
-  hash it reads (:func:`rebuild_instance_counts`; the first scrape does it);
+  hash it reads (:func:`rebuild_instance_counts`; the first scrape does it).
+  Each shard counts its own instances only: shard 0's set of instances lists
+  every shard's (it is the registry), and ``/metrics`` sums the shards;
 * a scrape reads these hashes and, live, the queue depth, the number of
   dead letters and of failing destinations (``svcgw.failing``), and renders
   them with ``prometheus_client``.
@@ -273,6 +275,8 @@ ProbeErrorChange = str  # "set", "clear" or "" (unchanged)
 # Reads of the set of instances a rebuild makes before it gives up until the next scrape:
 # each retry means the set changed (a registration) between a read and the count.
 REBUILD_ATTEMPTS = 5
+# The field of the instance counts naming the shard whose instances they count (liveness_counts.lua).
+COUNTS_SHARD = "shard"
 
 
 def count_change(
@@ -296,12 +300,17 @@ def count_change(
     )
 
 
-async def rebuild_instance_counts(redis: AsyncRedis, keys: KeySpace) -> bool:
-    """Compute the instance counts from every instance when they do not exist; True if this call did.
+async def rebuild_instance_counts(redis: AsyncRedis, keys: KeySpace, shard: int = 0) -> bool:
+    """Compute the instance counts of shard ``shard`` from its instances when they need it; True if this call did.
+
+    They need it when they do not exist, or do not name the shard they count
+    (:data:`COUNTS_SHARD`): counts computed before each shard counted its own
+    instances counted every shard's on shard 0 of several.
 
     The set of instances is read first, so that the script is given every
     instance hash it reads as KEYS; the script counts only if the set still
-    holds exactly those appids. An instance registered in between makes the call
+    holds exactly those appids, and only the instances whose hash names
+    ``shard`` (none named: shard 0). An instance registered in between makes the call
     read the set again, up to :data:`REBUILD_ATTEMPTS` times; after that the
     counts stay missing (logged) and the next scrape tries again. The
     script goes over every instance, so it blocks Redis for about a
@@ -310,16 +319,16 @@ async def rebuild_instance_counts(redis: AsyncRedis, keys: KeySpace) -> bool:
     script = register(redis, "liveness_counts")
     for _ in range(REBUILD_ATTEMPTS):
         async with redis.pipeline(transaction=False) as pipe:
-            pipe.exists(keys.metrics_instances)
+            pipe.hget(keys.metrics_instances, COUNTS_SHARD)
             pipe.smembers(keys.instances)
-            exists, members = await pipe.execute()
-        if exists:
+            built_for, members = await pipe.execute()
+        if built_for is not None and _text(built_for) == str(shard):
             return False
         appids = list(members)
         done = int(
             await script(
                 keys=[keys.instances, keys.metrics_instances, *(keys.instance(_text(appid)) for appid in appids)],
-                args=[repr(time.time()), *appids],
+                args=[repr(time.time()), str(shard), *appids],
             )
         )
         if done >= 0:
@@ -334,9 +343,9 @@ def _text(value: bytes | str) -> str:
 
 
 async def snapshot(
-    redis: AsyncRedis, keys: KeySpace, queue_name: str, settings: Settings | None = None
+    redis: AsyncRedis, keys: KeySpace, queue_name: str, settings: Settings | None = None, *, shard: int = 0
 ) -> dict[str, Any]:
-    """Everything a scrape shows, read from Redis in one round trip (and never from the instances).
+    """Everything a scrape of shard ``shard`` shows, read from Redis in one round trip (and never from the instances).
 
     ``settings`` gives the threshold of failing destinations (default settings without it).
     """
@@ -352,8 +361,9 @@ async def snapshot(
         pipe.hgetall(keys.metrics_instances)
         pipe.hgetall(keys.failing_destinations)
         counters, latency, queued, inflight, scheduled, dead, instances, destinations = await pipe.execute()
-    if not instances:
-        await rebuild_instance_counts(redis, keys)
+    built_for = instances.get(COUNTS_SHARD.encode(), instances.get(COUNTS_SHARD))
+    if built_for is None or _text(built_for) != str(shard):
+        await rebuild_instance_counts(redis, keys, shard)
         instances = await redis.hgetall(keys.metrics_instances)
     statuses: dict[str, int] = {}
     probe_errors = 0

@@ -65,6 +65,7 @@ from svcgw import failing
 from svcgw.connections import async_client
 from svcgw.errors import STORAGE_ERRORS
 from svcgw.keys import KeySpace
+from svcgw.logs import of_shard
 from svcgw.metrics import AttemptRecorder
 from svcgw.outbound import Sender, sender_for
 from svcgw.settings import Settings
@@ -139,9 +140,12 @@ class Engine:
         name: str | None = None,
         on_attempt: AttemptHook | None = None,
         keys: KeySpace | None = None,
+        shard: int | None = None,
     ) -> None:
         self.settings = settings
         self.keys = keys if keys is not None else spaces(layout_of(settings))[0]
+        # The shard it delivers for, named in its log lines when the worker has several (None: one).
+        self.log = of_shard(log, shard)
         # Every attempt opens its destination's secret and token: the same few, over and over.
         self.vault = vault.remembering()
         self.name = name or worker_name()
@@ -184,7 +188,7 @@ class Engine:
         self.outcomes = Outcomes(self.settings, self.queue, self.on_attempt)
         self._slot_freed = asyncio.Event()
         flusher = asyncio.create_task(self.outcomes.run(), name="finish-flusher")
-        log.info("delivery engine %s started with %d slots", self.name, self.capacity)
+        self.log.info("delivery engine %s started with %d slots", self.name, self.capacity)
         try:
             await self._main(stop, burst)
         finally:
@@ -199,7 +203,7 @@ class Engine:
                     await sender.aclose()
                 if self._given_redis is None:
                     await redis.aclose()
-                log.info("delivery engine %s stopped", self.name)
+                self.log.info("delivery engine %s stopped", self.name)
 
     def held(self) -> list[str]:
         return list(self._held)
@@ -258,7 +262,7 @@ class Engine:
             except STORAGE_ERRORS as exc:
                 failures += 1
                 delay = min(0.1 * 2**failures, 5.0)
-                log.warning("redis unavailable (%s); retrying in %.1fs", type(exc).__name__, delay)
+                self.log.warning("redis unavailable (%s); retrying in %.1fs", type(exc).__name__, delay)
                 await _sleep_unless(stop, delay)
 
     def _claim_size(self, free: int) -> int:
@@ -300,9 +304,9 @@ class Engine:
         if leftover:
             try:
                 released = await self.queue.release(leftover)
-                log.info("handed back %d deliveries on shutdown", released)
+                self.log.info("handed back %d deliveries on shutdown", released)
             except STORAGE_ERRORS:
-                log.warning("could not hand back %d deliveries; their leases will expire", len(leftover))
+                self.log.warning("could not hand back %d deliveries; their leases will expire", len(leftover))
 
     # --- one attempt ---------------------------------------------------------------
     async def _attempt(self, job: Claimed) -> None:
@@ -314,7 +318,7 @@ class Engine:
         except Exception as exc:
             # Not an attempt that is handed back and tried again for ever: a
             # failed one, retried on the schedule and in the end a dead letter.
-            log.exception("delivery %s: the attempt failed unexpectedly", delivery_id)
+            self.log.exception("delivery %s: the attempt failed unexpectedly", delivery_id)
             now = time.time()
             try:
                 failed = Attempt(ok=False, at=now, duration=0.0, error=unexpected(exc))
@@ -322,7 +326,7 @@ class Engine:
             except Exception:
                 # The claim stays in Redis and its lease is no longer extended:
                 # the job is handed back and tried again, nothing is lost.
-                log.exception("delivery %s: the failed attempt could not be recorded", delivery_id)
+                self.log.exception("delivery %s: the failed attempt could not be recorded", delivery_id)
         finally:
             self._held.discard(delivery_id)
             self._slot_freed.set()
@@ -331,7 +335,7 @@ class Engine:
         delivery_id = job.delivery_id
         prepared = prepare_claimed(job, self.vault)
         if prepared is None:
-            log.warning("delivery %s: its data expired; dropping the job", delivery_id)
+            self.log.warning("delivery %s: its data expired; dropping the job", delivery_id)
             await self.outcomes.finish(Finish(delivery_id, "", "drop"))
             return
         held = await self._take_slots(prepared)
@@ -341,7 +345,7 @@ class Engine:
             attempt = await send(self.sender, prepared)
         except Exception as exc:
             # send() turns every failure into an Attempt; this is the last resort.
-            log.exception("delivery %s: sending failed unexpectedly", delivery_id)
+            self.log.exception("delivery %s: sending failed unexpectedly", delivery_id)
             attempt = Attempt(ok=False, at=time.time(), duration=0.0, error=unexpected(exc))
         finally:
             self._free(held)

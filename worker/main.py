@@ -74,10 +74,15 @@ async def serve(settings: Settings, *, burst: bool = False, stop: asyncio.Event 
     # The shards' engines share the process's callback client and its caps per destination and per
     # account, as one engine had them: more shards is not more connections to one destination.
     sender = sender_for(settings)
-    first = Engine(settings, clients[0].redis, vault, client=sender, keys=clients[0].keys)
+    # Each part's log lines name its shard when there are several: the same lines come once per shard.
+    shard_of = (lambda index: index) if len(clients) > 1 else (lambda index: None)
+    first = Engine(settings, clients[0].redis, vault, client=sender, keys=clients[0].keys, shard=shard_of(0))
     engines = [
         first,
-        *(Engine(settings, redis, vault, client=sender, name=first.name, keys=keys) for redis, keys in clients[1:]),
+        *(
+            Engine(settings, redis, vault, client=sender, name=first.name, keys=keys, shard=shard_of(index))
+            for index, (redis, keys) in enumerate(clients[1:], 1)
+        ),
     ]
     for engine in engines[1:]:
         engine.slots, engine.accounts, engine.destinations = first.slots, first.accounts, first.destinations
@@ -86,8 +91,10 @@ async def serve(settings: Settings, *, burst: bool = False, stop: asyncio.Event 
     try:
         for index, ((redis, keys), engine) in enumerate(zip(clients, engines, strict=True)):
             await layout.mark_at_start(redis, keys)  # a shard that is down is marked at its first post instead
-            helpers.append(asyncio.create_task(prober.serve(settings, redis, keys, stop), name=f"prober-{index}"))
-            registered = presence.attach(engine, settings, redis)  # rq info and rq-dashboard list the worker
+            probing = prober.serve(settings, redis, keys, stop, shard=shard_of(index))
+            helpers.append(asyncio.create_task(probing, name=f"prober-{index}"))
+            # rq info and rq-dashboard list the worker
+            registered = presence.attach(engine, settings, redis, shard=shard_of(index))
             await registered.start()
             registrations.append(registered)
             helpers.append(asyncio.create_task(registered.serve(stop), name=f"presence-{index}"))

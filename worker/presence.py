@@ -35,6 +35,7 @@ from rq.version import VERSION
 
 from svcgw.errors import STORAGE_ERRORS
 from svcgw.keys import KeySpace
+from svcgw.logs import of_shard
 from svcgw.settings import Settings
 
 from .delivery import Attempt, Prepared
@@ -56,9 +57,18 @@ class Presence:
     """One worker's RQ registration: born at :meth:`start`, kept alive by :meth:`serve`, dead at :meth:`stop`."""
 
     def __init__(
-        self, settings: Settings, redis: AsyncRedis, keys: KeySpace, name: str, held: Callable[[], list[str]] = list
+        self,
+        settings: Settings,
+        redis: AsyncRedis,
+        keys: KeySpace,
+        name: str,
+        held: Callable[[], list[str]] = list,
+        *,
+        shard: int | None = None,
     ) -> None:
         self.redis = redis
+        # The shard it is registered on, named in its log lines when the worker has several (None: one).
+        self.log = of_shard(log, shard)
         self.name = name
         self.key = keys.rq.worker_prefix + name
         self.queue_key = keys.rq.workers_of(settings.queue_name)
@@ -85,7 +95,7 @@ class Presence:
         try:
             await self._register()
         except STORAGE_ERRORS as exc:
-            log.warning("could not register as an RQ worker yet (%s)", type(exc).__name__)
+            self.log.warning("could not register as an RQ worker yet (%s)", type(exc).__name__)
 
     async def _register(self) -> None:
         now = _now()
@@ -113,7 +123,7 @@ class Presence:
             pipe.expire(self.key, self._expiry())
             await pipe.execute()
         self._born = True
-        log.info("registered as RQ worker %s", self.name)
+        self.log.info("registered as RQ worker %s", self.name)
 
     def _expiry(self) -> int:
         return max(int(self.ttl + 0.999), 1)
@@ -157,7 +167,7 @@ class Presence:
             try:
                 await self.heartbeat()
             except STORAGE_ERRORS as exc:
-                log.warning("worker heartbeat failed (%s)", type(exc).__name__)
+                self.log.warning("worker heartbeat failed (%s)", type(exc).__name__)
 
     async def stop(self) -> None:
         """RQ's death record: out of both sets, ``death`` set, the hash kept a minute."""
@@ -171,12 +181,12 @@ class Presence:
                 await pipe.execute()
         except STORAGE_ERRORS as exc:
             # The hash expires by itself within SVCGW_WORKER_TTL.
-            log.warning("could not record the worker's death (%s)", type(exc).__name__)
+            self.log.warning("could not record the worker's death (%s)", type(exc).__name__)
 
 
-def attach(engine: Engine, settings: Settings, redis: AsyncRedis) -> Presence:
-    """The engine's presence; its attempts are counted through the engine's ``on_attempt`` hook."""
-    presence = Presence(settings, redis, engine.keys, engine.name, held=engine.held)
+def attach(engine: Engine, settings: Settings, redis: AsyncRedis, *, shard: int | None = None) -> Presence:
+    """The engine's presence (on ``shard``, of several); its attempts are counted by the engine's ``on_attempt``."""
+    presence = Presence(settings, redis, engine.keys, engine.name, held=engine.held, shard=shard)
     previous: AttemptHook | None = engine.on_attempt
 
     def counted(prepared: Prepared, attempt: Attempt, step: str) -> None:

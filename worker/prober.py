@@ -62,6 +62,7 @@ from redis.asyncio import Redis
 from svcgw import liveness
 from svcgw.errors import STORAGE_ERRORS, Failure, SvcgwError
 from svcgw.keys import KeySpace
+from svcgw.logs import of_shard
 from svcgw.metrics import record_probe
 from svcgw.scripts import register
 from svcgw.settings import Settings
@@ -160,8 +161,11 @@ class Prober:
         *,
         pool_size: int = POOL_SIZE,
         clock: Callable[[], float] = time.time,
+        shard: int | None = None,
     ) -> None:
         self.settings = settings
+        # The shard it probes for, named in its log lines when the worker has several (None: one).
+        self.log = of_shard(log, shard)
         self.redis = redis
         self.keys = keys
         self.upstream = upstream
@@ -227,7 +231,7 @@ class Prober:
             facts = await self._perform(step, claim, facts)
             step = decide(facts)
         if facts.unavailable is not None:
-            log.warning("probe undecided: %s", facts.unavailable, extra={"appid": claim.appid})
+            self.log.warning("probe undecided: %s", facts.unavailable, extra={"appid": claim.appid})
         if isinstance(step.flip, GoOnline):
             await liveness.go_online(
                 self.redis,
@@ -314,27 +318,27 @@ class Prober:
     async def _run_probe(self, claim: Claim) -> None:
         try:
             outcome = await self.probe(claim)
-            log.debug("probe %s", outcome, extra={"appid": claim.appid, "outcome": outcome})
+            self.log.debug("probe %s", outcome, extra={"appid": claim.appid, "outcome": outcome})
             await record_probe(self.redis, self.keys, outcome)
         except Abandoned:
             await self._give_back(claim)
         except STORAGE_ERRORS as exc:
-            log.warning("probe aborted: redis unavailable (%s)", type(exc).__name__, extra={"appid": claim.appid})
+            self.log.warning("probe aborted: redis unavailable (%s)", type(exc).__name__, extra={"appid": claim.appid})
         except Exception:
             # The lease runs out and a later round probes the instance again.
-            log.exception("probe failed", extra={"appid": claim.appid})
+            self.log.exception("probe failed", extra={"appid": claim.appid})
 
     async def _give_back(self, claim: Claim) -> None:
         try:
             await self.release(claim)
         except STORAGE_ERRORS:
-            log.warning("could not hand back a probe; its lease will expire", extra={"appid": claim.appid})
+            self.log.warning("could not hand back a probe; its lease will expire", extra={"appid": claim.appid})
 
     # --- main loop ----------------------------------------------------------------------
     async def run(self, stop: asyncio.Event) -> None:
         """Probe until ``stop`` is set; probes in flight are given a moment, then handed back."""
         self._stop = stop
-        log.info("prober started: every %.3gs, up to %d probes at once", self.interval, self.pool_size)
+        self.log.info("prober started: every %.3gs, up to %d probes at once", self.interval, self.pool_size)
         running: dict[asyncio.Task[None], Claim] = {}
         failures = 0
         while not stop.is_set():
@@ -344,12 +348,12 @@ class Prober:
             except STORAGE_ERRORS as exc:
                 failures += 1
                 delay = min(0.1 * 2**failures, 5.0)
-                log.warning("redis unavailable (%s); retrying in %.1fs", type(exc).__name__, delay)
+                self.log.warning("redis unavailable (%s); retrying in %.1fs", type(exc).__name__, delay)
                 await self._pause(delay)
                 continue
             except Exception:
                 failures += 1
-                log.exception("claiming probes failed")
+                self.log.exception("claiming probes failed")
                 await self._pause(min(0.1 * 2**failures, 5.0))
                 continue
             for claim in claims:
@@ -371,17 +375,20 @@ class Prober:
             await asyncio.gather(*pending, return_exceptions=True)
             for claim in left:
                 await self._give_back(claim)
-        log.info("prober stopped")
+        self.log.info("prober stopped")
 
 
-async def serve(settings: Settings, redis: Redis, keys: KeySpace, stop: asyncio.Event) -> None:
-    """The prober of this worker, on the running loop, until ``stop`` is set.
+async def serve(
+    settings: Settings, redis: Redis, keys: KeySpace, stop: asyncio.Event, *, shard: int | None = None
+) -> None:
+    """The prober of this worker (of ``shard``, of several), on the running loop, until ``stop`` is set.
 
     Without ``SVCGW_UPSTREAM_URL`` there is nothing to probe with, and it
     returns at once. An error that ends the prober is logged; deliveries go on.
     """
+    logger = of_shard(log, shard)
     if not settings.upstream_url:
-        log.info("no SVCGW_UPSTREAM_URL: the liveness prober is not running in this worker")
+        logger.info("no SVCGW_UPSTREAM_URL: the liveness prober is not running in this worker")
         return
     # Probes wait less than gateway calls: a slow answer is as good as none for a liveness read.
     upstream = Upstream(
@@ -390,8 +397,8 @@ async def serve(settings: Settings, redis: Redis, keys: KeySpace, stop: asyncio.
         connect_timeout=settings.upstream_connect_timeout,
     )
     try:
-        await Prober(settings, redis, keys, upstream).run(stop)
+        await Prober(settings, redis, keys, upstream, shard=shard).run(stop)
     except Exception:
-        log.exception("the liveness prober stopped on an error")
+        logger.exception("the liveness prober stopped on an error")
     finally:
         await upstream.aclose()

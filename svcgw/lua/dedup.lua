@@ -1,10 +1,23 @@
 -- The de-duplication window (svcgw.dedup): prepended to the ingest script.
 -- KEYS, ARGV: none of its own; dedup_window takes the ingest script's.
--- dedup_window(mode, expiry, k, first) -> w, over k[first], k[first + 1], ...: svcgw.dedup.Plan.keys
+-- dedup_clock(mode, seconds, bucket) -> now, other: in 'buckets' mode, Redis's clock (TIME, whole
+--   seconds) and, when its bucket is not `bucket` (the caller's, whose keys it named), that bucket's
+--   number: the script then writes nothing and answers it. Other modes read no clock: nil, nil.
+-- dedup_window(mode, expiry, k, first, now) -> w, over k[first], k[first + 1], ...: svcgw.dedup.Plan.keys;
+--   now: dedup_clock's (buckets mode)
 --   w.fresh(field): whether no event with this field was seen in the window; if so it is now
 --   w.close(): the expiries, once per post, after the last w.fresh
 
-local function dedup_window(mode, expiry, k, first)
+local function dedup_clock(mode, seconds, bucket)
+  if mode ~= 'buckets' then return nil, nil end
+  -- One clock for the bucket and its expiry: Redis's, whichever receiver posts.
+  local now = tonumber(redis.call('TIME')[1])
+  local n = math.floor(now / tonumber(seconds))
+  if n ~= tonumber(bucket) then return now, n end
+  return now, nil
+end
+
+local function dedup_window(mode, expiry, k, first, now)
   local current, previous, old = k[first], nil, first + 1
   if mode == 'buckets' then previous, old = k[first + 1], first + 2 end
   -- Layout 1's keys, one per keyed event in order, follow while they may be alive.
@@ -31,7 +44,9 @@ local function dedup_window(mode, expiry, k, first)
   function w.close()
     if #added == 0 then return end
     if mode == 'buckets' then
-      redis.call('EXPIREAT', current, expiry)
+      -- Bucket n is looked at until the end of window n + 1, on the clock that numbered it.
+      local seconds = tonumber(expiry)
+      redis.call('EXPIREAT', current, (math.floor(now / seconds) + 2) * seconds)
       return
     end
     if mode == 'hexpire' then redis.call('HEXPIRE', current, expiry, 'FIELDS', #added, unpack(added)) end

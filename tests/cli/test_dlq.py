@@ -123,3 +123,21 @@ def test_dlq_replay_since(env: dict[str, str], redis: Redis) -> None:
     assert "--since" in fails(env, "dlq", "replay", code=2)
     assert "duration" in fails(env, "dlq", "replay", "--since", "soon", code=2)
     assert "--account" in fails(env, "dlq", "replay", "--appid", tenant.appid, "--account", other.account, code=2)
+
+
+def test_dlq_list_all_lists_past_a_page(env: dict[str, str]) -> None:
+    settings = Settings.from_env(env)
+    tenant, other = provision(settings), provision(settings)
+    now = time.time()
+    mine = [kill(settings, tenant, f"m{n}", died_at=now) for n in range(3)]
+    theirs = kill(settings, other, "t0", died_at=now)
+
+    assert len(ok(env, "dlq", "list", "--limit", "2")) == 2
+    assert {d["id"] for d in ok(env, "dlq", "list", "--all")} == {*mine, theirs}
+    assert {d["id"] for d in ok(env, "dlq", "list", "--all", "--appid", tenant.appid)} == set(mine)
+    assert [d["id"] for d in ok(env, "dlq", "list", "--all", "--account", other.account)] == [theirs]
+    table = svcgw(env, "dlq", "list", "--all")
+    assert table.exit_code == 0 and all(letter in table.stdout for letter in (*mine, theirs))
+    assert "--all lists every dead letter" in fails(env, "dlq", "list", "--all", "--limit", "2", code=2)
+    assert "--all lists every dead letter" in fails(env, "dlq", "list", "--all", "--offset", "1", code=2)
+    assert ok(env, "dlq", "list", "--all", "--appid", provision(settings).appid) == []

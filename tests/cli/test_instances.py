@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import re
+from datetime import UTC, datetime
+
 import orjson
 from redis import Redis
 
@@ -33,3 +36,29 @@ def test_instances_list_and_show(env: dict[str, str], settings: Settings, redis:
 
     assert "no instance 'we_nope'" in fails(env, "instances", "show", "we_nope")
     assert "no account" in fails(env, "instances", "list", "--account", "acc_nope")
+
+
+def test_instances_show_prints_every_time_readably_and_list_names_the_shard(
+    env: dict[str, str], settings: Settings, redis: Redis
+) -> None:
+    tenant = provision(settings)
+    stored = {
+        "status": "offline", "since": "1795753069.5", "offline_since": "1795753069.5", "gap_at": "1795753000",
+        "last_probe": "1.7957530699908056e+9", "last_seen": "1795752000.25", "next_probe": "1795753129.125",
+    }  # fmt: skip
+    redis.hset(keys.instance(tenant.appid), mapping=stored)
+
+    shown = svcgw(env, "instances", "show", tenant.appid)
+    assert shown.exit_code == 0, shown.output
+    for name, value in stored.items():
+        if name != "status":
+            readable = datetime.fromtimestamp(float(value), UTC).strftime("%Y-%m-%d %H:%M:%SZ")
+            assert re.search(rf"{name}\s+.*{re.escape(readable)}", shown.stdout), (name, shown.stdout)
+    assert "e+9" not in shown.stdout and "1795753" not in shown.stdout
+    assert ok(env, "instances", "show", tenant.appid)["last_probe"] == "1.7957530699908056e+9"  # --json: as stored
+
+    (row,) = ok(env, "instances", "list", "--account", tenant.account)
+    assert row["shard"] == "0"  # one Redis: every instance is shard 0's
+    listed = svcgw(env, "instances", "list", "--account", tenant.account)
+    header = next(line for line in listed.stdout.splitlines() if "appid" in line)
+    assert re.search(r"account\s*\W\s*shard\s*\W\s*status", header), listed.stdout

@@ -2,13 +2,18 @@
 
 from __future__ import annotations
 
+import time
+
 import orjson
 from click.testing import CliRunner
+from redis import Redis
 
 from cli.main import cli
+from svcgw.keys import PLAIN as keys
 from svcgw.settings import Settings
-from tests.cli.commands import fails, svcgw
+from tests.cli.commands import fails, ok, svcgw
 from tests.conftest import provision
+from tests.svcgw.test_calllog import DAY, post_every, small_post
 from tests.svcgw.test_deadletters import ingest
 
 
@@ -27,3 +32,18 @@ def test_log_prints_raw_bodies(env: dict[str, str], settings: Settings) -> None:
 
     assert "45s, 30m, 1h or 2d" in fails(env, "log", tenant.appid, "--since", "yesterday", code=2)
     assert "no instance 'we_nope'" in fails(env, "log", "we_nope")
+
+
+def test_log_without_since_prints_only_the_retention(env: dict[str, str], settings: Settings, redis: Redis) -> None:
+    """Redis trims the log a stream node at a time; posts it still holds past the retention are not printed."""
+    tenant = provision(settings)
+    now = time.time()
+    post_every(settings.redis_url or "", settings, tenant, 600, 181, small_post, ends_at=now - 300)  # 30 h
+    held = redis.xlen(keys.callback_log(tenant.appid))
+    assert held > DAY // 600  # older posts are still stored ...
+
+    printed = ok(env, "log", tenant.appid, "--limit", "1000")
+    assert len(printed) == DAY // 600  # ... and not printed
+    assert all(entry["received_at"] >= now - DAY for entry in printed)
+    table = svcgw(env, "log", tenant.appid, "--limit", "1000")
+    assert table.exit_code == 0 and table.stdout.count("--- ") == DAY // 600

@@ -24,7 +24,9 @@ from typing import Any
 import httpx
 import orjson
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
+from receiver.app import create_app
 from svcgw.keys import KeySpace
 from svcgw.receivers import RECEIVER_PREFIX
 from svcgw.settings import Settings
@@ -35,7 +37,7 @@ from tests.conftest import run
 from tests.deploy.load import Load
 from tests.deploy.redis_fleet import RedisClusterFleet, sharded_store
 from tests.receiver.gateway.stack import Stack, sim, start_stack  # noqa: F401 (sim: a fixture)
-from tests.support import Process, Received, Sink, wait_for
+from tests.support import Process, Received, Sink, ThreadedServer, wait_for
 from worker.prober import PROBE_READ
 
 pytestmark = pytest.mark.slow
@@ -124,6 +126,31 @@ def deployed(
                 client.close()
 
 
+def test_the_first_readyz_after_start_finds_every_shard_of_a_healthy_cluster(
+    env: dict[str, str], cluster: RedisClusterFleet, silent: int
+) -> None:
+    """Each virtual shard's client learns the Cluster from its seeds on first use: the server does it at start.
+
+    A first seed that takes connections and never answers makes that learning outlast /readyz's
+    deadline for about every other shard (redis-py tries the seeds in a random order), as a
+    loaded machine did with healthy seeds.
+    """
+    configured = {k: v for k, v in env.items() if k != "SVCGW_REDIS_URL"}
+    settings = Settings.from_env({
+        **configured,
+        "SVCGW_REDIS_SHARDS": f"cluster://127.0.0.1:{silent},{cluster.seeds}",
+        "SVCGW_CLUSTER_SHARDS": str(SHARDS),
+        "SVCGW_REDIS_TIMEOUT": "3",
+    })  # fmt: skip
+    server = ThreadedServer(create_app(settings)).start()
+    try:
+        first = httpx.get(f"{server.base}/readyz", timeout=30)
+        assert first.status_code == 200 and first.json()["unreachable"] == [], first.text
+        assert first.json()["status"] == "ok"
+    finally:
+        server.stop()
+
+
 def _account(settings: Settings, sink_url: str) -> tuple[str, str]:
     async def action() -> tuple[str, str]:
         async with sharded_store(settings) as store:
@@ -199,7 +226,8 @@ def test_the_gateway_places_instances_over_the_virtual_shards_and_each_event_arr
     appid = next(a for a in appids if shards[a] == 7)
     assert len(ok(service_env, "log", appid)) == 2
     assert [d["state"] for d in ok(service_env, "deliveries", "list", appid)["deliveries"]] == ["delivered"] * 2
-    assert len(ok(service_env, "instances", "list")) == DEVICES
+    listed = ok(service_env, "instances", "list")
+    assert {row["appid"]: int(row["shard"]) for row in listed} == {a: shard or 0 for a, shard in shards.items()}
     dying = [next(a for a in appids if shards[a] == shard) for shard in (3, 11)]
     for appid in dying:
         body = orjson.dumps({"event_type": "Msg", "events": [{"id": f"dead-{appid}"}]})
@@ -214,6 +242,9 @@ def test_the_gateway_places_instances_over_the_virtual_shards_and_each_event_arr
     assert sum(row["instances"] for row in shown) == DEVICES
     scrape = httpx.get(f"{stack.base}/metrics", timeout=10).text  # loopback: no token needed
     assert all(f'svcgw_shard_up{{shard="{i}"}} 1.0' in scrape for i in range(SHARDS))
+    # Each instance counted once, though shard 0's set of instances (the registry) lists them all.
+    (counted,) = [f for f in text_string_to_metric_families(scrape) if f.name == "svcgw_instances"]
+    assert sum(sample.value for sample in counted.samples) == DEVICES
 
 
 def test_an_instance_on_a_virtual_shard_is_probed_reported_offline_and_recovered(

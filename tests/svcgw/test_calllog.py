@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import itertools
 import os
 import time
 from typing import Any
@@ -11,13 +12,13 @@ import pytest
 from redis import Redis
 from redis.asyncio import Redis as AsyncRedis
 
-from svcgw import calllog
+from svcgw import calllog, deliveryid, deliverylist
 from svcgw.calllog import COMPRESS_FROM, LogEntry, body_of, parse_since, stored_body
 from svcgw.calllog import read_log as read
 from svcgw.ingest import Ingest
 from svcgw.keys import PLAIN as keys
 from svcgw.settings import Settings
-from tests.conftest import provision
+from tests.conftest import Tenant, provision
 from tests.svcgw.test_deadletters import ingest
 
 
@@ -145,3 +146,103 @@ def test_entries_of_both_forms_read_alike() -> None:
     assert calllog.made_delivery({b"body": post}) and calllog.made_delivery(older)
     assert not calllog.made_delivery({b"body": post, b"x": b"0:2"})
     assert not calllog.made_delivery({"accepted": b"0", "duplicates": b"2"})
+
+
+# --- the retention: what Redis holds, and what a reader shows ----------------------------------
+DAY = 86400
+
+
+def post_every(url: str, settings: Settings, tenant: Tenant, interval: float, count: int, body: Any,
+               *, ends_at: float, after: Any = None) -> None:  # fmt: skip
+    """``count`` posts through the receiver's ingest, ``interval`` apart on its clock, the last at ``ends_at``.
+
+    ``body(n)`` is the n-th post; ``after(now)`` runs after each one, at the receiver's time of it.
+    """
+
+    async def run() -> None:
+        clock = {"now": 0.0}
+        client = AsyncRedis.from_url(url)
+        ingest = Ingest(client, keys, settings, clock=lambda: clock["now"])
+        try:
+            for n in range(count):
+                clock["now"] = ends_at - (count - 1 - n) * interval
+                await ingest.accept(tenant.appid, tenant.receiver_token, body(n))
+                if after is not None:
+                    await after(client, clock["now"])
+        finally:
+            await ingest.aclose()
+            await client.aclose()
+
+    asyncio.run(run())
+
+
+def small_post(n: int) -> bytes:
+    return b'{"event_type":"Msg","events":[{"id":"p-%06d","roomId":1688850000000000123}]}' % n
+
+
+def test_a_reader_shows_only_the_retention_though_redis_holds_older_posts(settings: Settings, redis: Redis) -> None:
+    """Trimming by ``MINID ~`` removes whole stream nodes: a reader must not show what it left."""
+    tenant = provision(settings)
+    now = time.time()
+    # 30 h of posts, 10 minutes apart, none on the edge of the retention.
+    post_every(settings.redis_url or "", settings, tenant, 600, 181, small_post, ends_at=now - 300)
+
+    held = [int(entry_id.split(b"-")[0]) / 1000 for entry_id, _ in redis.xrange(keys.callback_log(tenant.appid))]
+    assert min(held) < now - DAY - 3600  # Redis still holds posts well past the retention ...
+    shown = read_log(settings, tenant.appid, limit=1000)
+    assert shown and all(entry.received_at >= now - DAY for entry in shown)  # ... which no reader shows
+    assert len(shown) == len([t for t in held if t >= now - DAY]) == DAY // 600
+    assert len(read_log(settings, tenant.appid, limit=1000, since_seconds=2 * DAY)) == len(shown)  # nor --since
+
+
+def test_a_delivered_delivery_past_the_retention_is_not_shown_by_its_id(settings: Settings, redis: Redis) -> None:
+    tenant = provision(settings)
+    now = time.time()
+    post_every(settings.redis_url or "", settings, tenant, 600, 181, small_post, ends_at=now)
+    entries = [entry_id.decode() for entry_id, _ in redis.xrange(keys.callback_log(tenant.appid))]
+    old, recent = entries[0], entries[-1]
+    assert int(old.split("-")[0]) / 1000 < now - DAY
+    for entry in (old, recent):  # delivered: the record is gone, the post names the delivery
+        redis.delete(keys.delivery(deliveryid.from_entry(tenant.appid, entry)))
+
+    async def show(entry: str) -> str:
+        client = AsyncRedis.from_url(settings.redis_url or "")
+        try:
+            return (await deliverylist.show(client, keys, settings, deliveryid.from_entry(tenant.appid, entry))).state
+        finally:
+            await client.aclose()
+
+    assert asyncio.run(show(recent)) == "delivered"
+    with pytest.raises(deliverylist.NotFound):
+        asyncio.run(show(old))
+
+
+@pytest.mark.parametrize(("name", "body", "per_node"), [("84-byte", small_post, 100), ("940-byte", "msg", 27)])
+def test_redis_holds_a_post_past_the_retention_at_most_a_stream_nodes_posts_apart(
+    valkey_url: str, env: dict[str, str], name: str, body: Any, per_node: int
+) -> None:
+    """The figures of the README: a day's retention, one post every 10 minutes, on the embedded server's settings.
+
+    A post is removed with its stream node, at the first post after the node's newest is a retention old;
+    a node holds up to 100 posts, or ``stream-node-max-bytes`` (16 KB) of them: 27 Msg posts of 940 bytes.
+    """
+    from tests.bench.memory import msg_post
+
+    make = (lambda n: msg_post("p-", n)) if body == "msg" else body
+    settings = Settings.from_env(dict(env, SVCGW_REDIS_URL=valkey_url))
+    tenant = provision(settings)
+    interval, count = 600, DAY // 600 + 3 * per_node  # past a day, and a few nodes more
+    oldest: list[tuple[float, float]] = []  # (a post's time, the oldest post held once it is stored)
+
+    async def after(client: AsyncRedis, now: float) -> None:
+        (first,) = await client.xrange(keys.callback_log(tenant.appid), count=1)
+        oldest.append((now, int(first[0].split(b"-")[0]) / 1000))
+        shown = await read(client, keys, settings, tenant.appid, limit=1000, now=now)
+        assert all(entry.received_at > now - DAY - 0.001 for entry in shown)  # entry ids are in milliseconds
+
+    post_every(valkey_url, settings, tenant, interval, count, make, ends_at=time.time(), after=after)
+    # Until the next post, what is held after a post stays held.
+    held_past = max(next_post - DAY - held for (_, held), (next_post, _) in itertools.pairwise(oldest))
+    assert held_past > 0, f"{name}: nothing held past the retention"
+    measured = f"{name}: {held_past / interval:.1f} posts' time past the retention"
+    assert held_past == pytest.approx(per_node * interval, abs=0.01), measured

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Iterator, Sequence
+from typing import Any
 
 import fakeredis
 import pytest
@@ -25,19 +26,21 @@ from tests.support import wait_for
 DAY = 86400
 APPID = "we_0123456789abcde"
 
-# dedup.lua alone: one post's fields, each 1 when fresh, 0 when seen in the window.
+# dedup.lua alone: one post's fields, each 1 when fresh, 0 when seen in the window; ARGV[3] is the
+# clock of the buckets (the ingest script's is Redis's TIME, dedup_clock).
 DRIVER = """
-local w = dedup_window(ARGV[1], ARGV[2], KEYS, 1)
+local w = dedup_window(ARGV[1], ARGV[2], KEYS, 1, tonumber(ARGV[3]))
 local fresh = {}
-for i = 3, #ARGV do fresh[#fresh + 1] = w.fresh(ARGV[i]) and 1 or 0 end
+for i = 4, #ARGV do fresh[#fresh + 1] = w.fresh(ARGV[i]) and 1 or 0 end
 w.close()
 return fresh
 """
 
 
-def run_window(client: Redis, plan: Plan, fields: Sequence[bytes]) -> list[int]:
+def run_window(client: Redis, plan: Plan, fields: Sequence[bytes], now: float | None = None) -> list[int]:
     script = client.register_script(source("dedup") + "\n" + DRIVER)
-    return [int(x) for x in script(keys=plan.keys, args=[plan.mode, plan.expiry, *fields])]
+    clock = int(time.time() if now is None else now)
+    return [int(x) for x in script(keys=plan.keys, args=[plan.mode, plan.expiry, clock, *fields])]
 
 
 def event(event_id: str) -> tuple[str, bytes]:
@@ -81,8 +84,12 @@ def test_the_plan_names_every_key_the_script_touches() -> None:
     now = 1795645968.5
     n = dedup.bucket(now, DAY)
     assert dedup.plan(keys, APPID, [A[0]], UPGRADED_LONG_AGO, now, DAY, hsetex=True) == Plan(
-        [f"svcgw:dd:{{{APPID}}}:{n}", f"svcgw:dd:{{{APPID}}}:{n - 1}"], "buckets", (n + 2) * DAY
+        [f"svcgw:dd:{{{APPID}}}:{n}", f"svcgw:dd:{{{APPID}}}:{n - 1}"], "buckets", DAY, n
     )
+    # The bucket Redis's clock gave, named instead of the receiver's.
+    assert dedup.plan(keys, APPID, [], UPGRADED_LONG_AGO, now, DAY, hsetex=True, current=n + 1).keys == [
+        f"svcgw:dd:{{{APPID}}}:{n + 1}", f"svcgw:dd:{{{APPID}}}:{n}"
+    ]
     hexpire = Layout(2, 0, HEXPIRE)
     planned = dedup.plan(keys, APPID, [A[0]], hexpire, now, DAY, hsetex=True)
     assert planned == Plan([f"svcgw:dd:{{{APPID}}}"], "hsetex", DAY)
@@ -121,7 +128,7 @@ def test_buckets_refuse_a_repeat_within_the_window_and_take_it_after(fake: faker
     t = time.time()
 
     def at(now: float, *fields: bytes) -> list[int]:
-        return run_window(fake, dedup.plan(keys, APPID, [], UPGRADED_LONG_AGO, now, DAY, hsetex=False), fields)
+        return run_window(fake, dedup.plan(keys, APPID, [], UPGRADED_LONG_AGO, now, DAY, hsetex=False), fields, now)
 
     assert at(t, A[1], A[1], B[1]) == [1, 0, 1]  # a repeat within one post too
     n = dedup.bucket(t, DAY)
@@ -191,14 +198,18 @@ def deployment(request: pytest.FixtureRequest, env: dict[str, str]) -> tuple[Set
     return Settings.from_env(dict(env, SVCGW_REDIS_URL=url)), url
 
 
-def ingest(settings: Settings, tenant: Tenant, *ids: str) -> tuple[int, int]:
-    """One post of events with these ids by a receiver process just started: (accepted, duplicates)."""
+def ingest(settings: Settings, tenant: Tenant, *ids: str, skew: float = 0.0) -> tuple[int, int]:
+    """One post of events with these ids by a receiver process just started: (accepted, duplicates).
+
+    ``skew``: seconds the receiver's clock is ahead of the true time (behind, when negative).
+    """
     body = b'{"event_type":"Msg","events":[%s]}' % b",".join(b'{"id":"%s"}' % i.encode() for i in ids)
 
     async def main() -> tuple[int, int]:
         client = AsyncRedis.from_url(settings.redis_url or "")
         try:
-            result = await Ingest(client, keys, settings).accept(tenant.appid, tenant.receiver_token, body)
+            receiver = Ingest(client, keys, settings, clock=lambda: time.time() + skew)
+            result = await receiver.accept(tenant.appid, tenant.receiver_token, body)
         finally:
             await client.aclose()
         return result.accepted, result.duplicates
@@ -244,3 +255,64 @@ def test_an_upgrade_keeps_refusing_the_ids_seen_before_it_for_their_window(deplo
         client.hset(keys.layout, "since", since)
         assert ingest(settings, tenant, "a") == (1, 0)
         assert ingest(settings, tenant, "a") == (0, 1)  # now under the new layout
+
+
+def test_receivers_whose_clocks_disagree_with_redis_keep_one_window(deployment: tuple[Settings, str]) -> None:
+    """The buckets' numbers and expiry both come from Redis's clock, whatever the receivers' clocks say.
+
+    One receiver's clock is in the bucket before Redis's, another's in the bucket after: each names the
+    bucket its clock gives, is told Redis's, and names that one. Every id is found by every receiver,
+    and for at least the window after Redis stored it.
+    """
+    settings, url = deployment
+    tenant = provision(settings)
+    window = dedup.window(settings)
+    with Redis.from_url(url) as client:
+        seconds, _ = client.time()
+        into = seconds % window
+        behind, ahead = -(into + 60.0), window - into + 60.0  # the previous bucket's end, the next one's start
+        assert ingest(settings, tenant, "a", skew=behind) == (1, 0)
+        assert ingest(settings, tenant, "a") == (0, 1)
+        assert ingest(settings, tenant, "a", "b", skew=ahead) == (1, 1)
+        assert ingest(settings, tenant, "b", skew=behind) == (0, 1)
+        if client.hget(keys.layout, "dedup") != b"buckets":
+            return  # fields that expire by themselves: no clock of anyone's is read
+        after, _ = client.time()
+        (bucket,) = client.keys(keys.dedup_container(tenant.appid) + ":*")
+        assert bucket.decode() in {keys.dedup_bucket(tenant.appid, n // window) for n in (seconds, after)}
+        assert set(client.hkeys(bucket)) == {A[1], B[1]}
+        # Found for at least a window from when Redis stored it, by Redis's clock.
+        assert client.expiretime(bucket) >= after + window
+
+
+def test_a_receiver_learns_redis_bucket_once(redis_url: str, env: dict[str, str]) -> None:
+    """Its first post names its clock's bucket and is told Redis's; the posts after it name Redis's at once."""
+    settings = Settings.from_env(dict(env, SVCGW_REDIS_URL=redis_url))
+    tenant = provision(settings)
+    window = dedup.window(settings)
+
+    async def main() -> list[int]:
+        client = AsyncRedis.from_url(redis_url)
+        seconds, _ = await client.time()
+        receiver = Ingest(client, keys, settings, clock=lambda: time.time() + window - seconds % window + 60)
+        calls: list[int] = []
+        script = receiver._script
+
+        async def counted(**given: Any) -> Any:
+            calls.append(1)
+            return await script(**given)
+
+        receiver._script = counted  # type: ignore[assignment]
+        per_post = []
+        try:
+            for n in range(3):
+                body = b'{"event_type":"Msg","events":[{"id":"%d"}]}' % n
+                before = len(calls)
+                await receiver.accept(tenant.appid, tenant.receiver_token, body)
+                per_post.append(len(calls) - before)
+        finally:
+            await receiver.aclose()
+            await client.aclose()
+        return per_post
+
+    assert asyncio.run(main()) == [2, 1, 1]

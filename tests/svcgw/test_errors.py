@@ -163,7 +163,8 @@ def test_the_cli_words_an_address_error_with_its_code() -> None:
     assert error_message(errors.Missing("no such account")) == "no such account"
 
 
-# One concept per module: no module of the service's packages grows past 400 lines.
+# One concept per module, split by concept and not by a count of lines: a module that holds one
+# concept may well pass 400 lines. One past 600 almost surely holds two, and is looked at again.
 MODULES = sorted(
     str(path.relative_to(ROOT))
     for package in ("svcgw", "receiver", "worker", "cli", "simulator")
@@ -172,5 +173,5 @@ MODULES = sorted(
 
 
 @pytest.mark.parametrize("module", MODULES)
-def test_no_module_of_the_service_is_over_400_lines(module: str) -> None:
-    assert len((ROOT / module).read_text().splitlines()) <= 400
+def test_no_module_of_the_service_is_over_600_lines(module: str) -> None:
+    assert len((ROOT / module).read_text().splitlines()) <= 600

@@ -207,16 +207,43 @@ def test_the_count_script_refuses_a_set_that_is_not_the_one_named(redis: Redis) 
 
     def count(appids: list[str]) -> int:
         named = [keys.instance(appid) for appid in appids]
-        return int(counts_script(keys=[keys.instances, keys.metrics_instances, *named], args=["1", *appids]))
+        return int(counts_script(keys=[keys.instances, keys.metrics_instances, *named], args=["1", "0", *appids]))
 
     assert count(["we_a", "we_b"]) == -1  # one fewer
     assert count(["we_a", "we_b", "we_x"]) == -1  # as many, one of them another
     assert redis.exists(keys.metrics_instances) == 0
     with pytest.raises(ResponseError, match="one instance key per appid"):
-        counts_script(keys=[keys.instances, keys.metrics_instances], args=["1", *members])
+        counts_script(keys=[keys.instances, keys.metrics_instances], args=["1", "0", *members])
     assert count(members) == 1
     assert redis.hget(keys.metrics_instances, "status|not_started") == b"3"
     assert count(members) == 0  # they exist now
+
+
+def test_a_shard_counts_only_its_own_instances_of_the_set(settings: Settings, redis: Redis) -> None:
+    """Shard 0's set is the registry's, of every shard; an instance's hash names its shard (none: shard 0)."""
+    redis.sadd(keys.instances, "we_old", "we_zero", "we_one", "we_two")
+    redis.hset(keys.instance("we_old"), mapping={"account": "acc_x", "status": "online"})  # before shards
+    redis.hset(keys.instance("we_zero"), mapping={"account": "acc_x", "shard": "0", "probe_error": "timeout"})
+    redis.hset(keys.instance("we_one"), mapping={"account": "acc_x", "shard": "1"})
+    redis.hset(keys.instance("we_two"), mapping={"account": "acc_x", "shard": "2", "status": "online"})
+
+    data = _snapshot(settings)
+    assert (data["instances"], data["probe_errors"]) == ({"online": 1, "not_started": 1}, 1)
+    assert redis.hget(keys.metrics_instances, "shard") == b"0"
+
+
+def test_counts_of_the_earlier_rule_are_computed_again(settings: Settings, redis: Redis) -> None:
+    """Counts without the shard they count were made by counting every instance of the set: replaced once."""
+    redis.sadd(keys.instances, "we_zero", "we_one")
+    redis.hset(keys.instance("we_zero"), mapping={"account": "acc_x"})
+    redis.hset(keys.instance("we_one"), mapping={"account": "acc_x", "shard": "1", "status": "online"})
+    redis.hset(keys.metrics_instances, mapping={"built_at": "1", "status|not_started": 1, "status|online": 1})
+
+    assert _snapshot(settings)["instances"] == {"not_started": 1}
+    built = redis.hget(keys.metrics_instances, "built_at")
+    assert built != b"1"
+    assert _snapshot(settings)["instances"] == {"not_started": 1}
+    assert redis.hget(keys.metrics_instances, "built_at") == built  # computed once
 
 
 def test_a_rebuild_over_more_instances_than_lua_can_unpack(settings: Settings, redis: Redis) -> None:

@@ -1,10 +1,20 @@
-"""One worker process, several shards: an engine that fails is started again, and the others never stop."""
+"""One worker process, several shards: an engine that fails is started again, the others never stop, and
+each shard's lines say which it is."""
 
 from __future__ import annotations
 
 import asyncio
+import logging
+import re
+from pathlib import Path
 from typing import Any
 
+import pytest
+
+from svcgw.logs import JsonFormatter, TextFormatter
+from svcgw.settings import Settings
+from tests.deploy.redis_fleet import RedisFleet
+from tests.support import ThreadedWorker, wait_for
 from worker import main
 
 
@@ -38,3 +48,44 @@ def test_an_engine_that_ends_on_an_error_is_started_again_and_the_others_go_on()
         return fine.served, broken.served
 
     assert asyncio.run(scenario()) == (1, 3)
+
+
+STARTS = ("registered as RQ worker", "prober started", r"delivery engine \S+ started")
+
+
+def shards(caplog: pytest.LogCaptureFixture, start: str) -> list[int | None]:
+    """The ``shard`` of each record whose message starts so, in order (None: a record without one)."""
+    found: list[int | None] = [getattr(r, "shard", None) for r in caplog.records if re.match(start, r.getMessage())]
+    return sorted(found, key=lambda shard: -1 if shard is None else shard)
+
+
+@pytest.mark.slow
+def test_each_shards_start_up_lines_name_their_shard(
+    env: dict[str, str], tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The lines come once per shard; a JSON line carries ``shard``, a readable one ``shard=N``."""
+    caplog.set_level(logging.INFO)
+    configured = {k: v for k, v in env.items() if k != "SVCGW_REDIS_URL"}
+    with RedisFleet(tmp_path / "fleet", 2).start() as fleet:
+        settings = Settings.from_env({**configured, "SVCGW_REDIS_SHARDS": fleet.setting})
+        worker = ThreadedWorker(settings).start()
+        try:
+            wait_for(lambda: all(len(shards(caplog, s)) >= 2 for s in STARTS), timeout=20, what="both shards' starts")
+        finally:
+            worker.stop()
+    for start in STARTS:
+        assert shards(caplog, start)[:2] == [0, 1], start
+    started = next(
+        r for r in caplog.records if re.match(STARTS[2], r.getMessage()) and getattr(r, "shard", None) == 1
+    )
+    assert '"shard":1' in JsonFormatter().format(started) and TextFormatter().format(started).endswith("shard=1")
+
+
+def test_one_shards_lines_are_as_before(env: dict[str, str], caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.INFO)
+    worker = ThreadedWorker(Settings.from_env(env)).start()
+    try:
+        wait_for(lambda: all(shards(caplog, s) for s in STARTS), timeout=20, what="the worker's start")
+    finally:
+        worker.stop()
+    assert all(shards(caplog, start)[:1] == [None] for start in STARTS)
