@@ -57,13 +57,13 @@ from . import dedup, layout, liveness
 from .calllog import stored_body
 from .deliveries import job_description, new_delivery_id, template
 from .deliveryid import EntryClock, from_entry, takes_entry_ids
+from .digests import digest
 from .envelope import EnvelopeError, Post, build_envelope, parse_post
 from .errors import Failure, Missing
 from .keys import KeySpace
 from .metrics import BufferedCounts, ingest_commands
 from .scripts import register
 from .settings import Settings
-from .store import digest
 from .threads import in_thread
 
 __all__ = ["EntryIdsTaken", "Ingest", "IngestResult", "ReplicaNotConfirmed", "UnknownReceiver"]

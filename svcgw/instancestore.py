@@ -16,9 +16,10 @@ from dataclasses import dataclass, field
 
 from redis.asyncio.client import Pipeline
 
+from .digests import digest
 from .scripts import text
 from .shards import Shard, instance_counts, token_for_shard
-from .storebase import NotFound, StoreBase, digest
+from .storebase import NotFound, StoreBase
 
 __all__ = ["Instance", "InstanceStore"]
 

@@ -18,8 +18,8 @@ from typing import Any
 
 from redis.asyncio import Redis
 
+from .digests import digest
 from .keys import KeySpace
-from .store import digest
 
 __all__ = ["MAX_SECONDS", "MIN_SECONDS", "TOKEN_PREFIX", "Invitation", "Invitations"]
 

@@ -12,7 +12,8 @@ import time
 from dataclasses import dataclass
 
 from .accountstore import AccountStore
-from .storebase import NotFound, digest, new_id, optional_float
+from .digests import digest
+from .storebase import NotFound, new_id, optional_float
 
 __all__ = ["MAX_LABEL_LENGTH", "ApiKey", "KeyStore", "check_label"]
 

@@ -36,10 +36,10 @@ from typing import TYPE_CHECKING, Any
 from redis.asyncio import Redis
 from redis.exceptions import RedisClusterException, RedisError
 
+from .digests import digest
 from .errors import Failure
 from .keys import KeySpace
 from .scripts import text
-from .storebase import digest
 
 if TYPE_CHECKING:
     from .callbackstore import Scope

@@ -21,7 +21,7 @@ from .callbacks import seal_secret
 from .callbackstore import CallbackConfig, CallbackStore, Scope
 from .instancestore import Instance
 from .keystore import MAX_LABEL_LENGTH, ApiKey, KeyStore, check_label
-from .storebase import NotFound, digest
+from .storebase import NotFound
 
 __all__ = [
     "MAX_LABEL_LENGTH",
@@ -35,7 +35,6 @@ __all__ = [
     "Scope",
     "Store",
     "check_label",
-    "digest",
     "normalise_operation",
 ]
 

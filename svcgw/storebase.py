@@ -1,12 +1,10 @@
-"""What every part of the store shares: its Redis client and vault, ``NotFound``, ids and digests.
+"""What every part of the store shares: its Redis client, names and vault, ``NotFound`` and ids.
 
-API keys and receiver tokens are kept only as SHA-256 digests for look-up
-(a high-entropy secret needs no slow hash): :func:`digest`.
+API keys and receiver tokens are kept only as SHA-256 digests for look-up (:mod:`svcgw.digests`).
 """
 
 from __future__ import annotations
 
-import hashlib
 import secrets
 from typing import TYPE_CHECKING, Any
 
@@ -19,15 +17,11 @@ from .vault import TokenVault
 if TYPE_CHECKING:
     from .shardcopy import ShardCopies
 
-__all__ = ["NotFound", "StoreBase", "digest", "new_id", "optional_float"]
+__all__ = ["NotFound", "StoreBase", "new_id", "optional_float"]
 
 
 class NotFound(Missing, LookupError):
     """The account, key or instance does not exist."""
-
-
-def digest(secret: str) -> str:
-    return hashlib.sha256(secret.encode("utf-8")).hexdigest()
 
 
 def new_id(prefix: str) -> str:

@@ -59,8 +59,9 @@ from redis.asyncio import Redis
 from starlette.requests import Request
 from starlette.responses import Response
 
+from svcgw.digests import digest
 from svcgw.settings import Settings
-from svcgw.store import Store, digest
+from svcgw.store import Store
 from svcgw.vault import load_or_create_key
 
 __all__ = [

@@ -31,7 +31,7 @@ import anyio
 
 from svcgw import passwords
 from svcgw.credentials import Credentials, LoginRejected, normalise_login
-from svcgw.store import digest
+from svcgw.digests import digest
 from svcgw.threads import in_thread
 
 from .failures import FailureWindows

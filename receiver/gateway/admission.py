@@ -43,8 +43,8 @@ from typing import Any, NamedTuple, cast
 
 from redis.asyncio import Redis
 
+from svcgw.digests import digest
 from svcgw.scripts import text
-from svcgw.store import digest
 
 from ..ratelimit import RateLimiter, Verdict, window_key
 from .batch import ScriptBatch

@@ -9,10 +9,11 @@ from click.testing import CliRunner, Result
 
 from cli.main import cli
 from svcgw.credentials import Credentials, Login
+from svcgw.digests import digest
 from svcgw.invitations import Invitations
 from svcgw.keys import PLAIN as keys
 from svcgw.settings import Settings
-from svcgw.store import Store, digest
+from svcgw.store import Store
 from tests.cli.commands import fails, ok
 from tests.conftest import with_store
 

@@ -19,10 +19,10 @@ from starlette.exceptions import StarletteDeprecationWarning
 
 from receiver.app import create_app
 from svcgw import dedup, envelope
+from svcgw.digests import digest
 from svcgw.ingest import PARSE_IN_THREAD_BYTES, Ingest, UnknownReceiver
 from svcgw.keys import PLAIN as keys
 from svcgw.settings import Settings, SettingsError
-from svcgw.store import digest
 from tests.conftest import provision
 from tests.deploy.redis_nodes import Node, require_binaries
 
