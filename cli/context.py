@@ -37,8 +37,7 @@ from svcgw.keys import KeySpace
 from svcgw.settings import Settings, SettingsError
 from svcgw.shardclients import ShardRedis, aclose_all, role_clients, spaces
 from svcgw.shardcopy import ShardCopies
-from svcgw.shards import safe_url
-from svcgw.shardspec import layout_of
+from svcgw.shardspec import safe_url
 from svcgw.store import Store
 from svcgw.vault import KEY_FILE, TokenVault
 
@@ -90,7 +89,7 @@ class Admin:
     @property
     def keys(self) -> KeySpace:
         """Shard 0's key names: what belongs to the whole service."""
-        return spaces(layout_of(self.settings))[0]
+        return spaces(self.settings.shard_layout)[0]
 
     @property
     def shards(self) -> tuple[ShardRedis, ...]:

@@ -54,8 +54,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from svcgw.connections import SENTINEL_TIMEOUT
 from svcgw.settings import Settings
-from svcgw.shards import Deployment
-from svcgw.shardspec import layout_of
+from svcgw.shardspec import Deployment
 
 __all__ = ["DashboardGuard", "dashboard_urls", "make_dashboard", "sentinel_url"]
 
@@ -265,7 +264,7 @@ def dashboard_urls(settings: Settings) -> tuple[str, ...]:
     (``svcgw shards`` and ``svcgw dlq`` read every shard).
     """
     urls: list[str] = []
-    for deployment in layout_of(settings).deployments:
+    for deployment in settings.shard_layout.deployments:
         url = deployment.url if deployment.kind == "redis" else sentinel_url(deployment)
         if not url:
             return ()
@@ -305,7 +304,7 @@ def make_dashboard(settings: Settings) -> ASGIApp | None:
         return None
     urls = dashboard_urls(settings)
     if not urls:
-        if layout_of(settings).deployments:
+        if settings.shard_layout.deployments:
             log.warning("rq-dashboard is not mounted at /rq: a shard is one it cannot be given as a URL "
                         "(a Redis Cluster, or a Sentinel group named with a user name, an IPv6 sentinel, "
                         "or one of @/?#[] in its password or master name)")  # fmt: skip

@@ -36,8 +36,7 @@ from redis.sentinel import Sentinel
 
 from .keys import KeySpace
 from .settings import Settings, SettingsError
-from .shards import Deployment, Shard
-from .shardspec import layout_of
+from .shardspec import Deployment, Shard
 
 __all__ = [
     "AsyncSentinelRedis",
@@ -79,7 +78,7 @@ class AsyncSentinelRedis(AsyncRedis):
 
 
 def _first(settings: Settings) -> Shard:
-    layout = layout_of(settings)
+    layout = settings.shard_layout
     if not layout.deployments:
         raise SettingsError(
             "SVCGW_REDIS_URL (or SVCGW_REDIS_SENTINELS) is required here; only `svcgw up` starts an embedded Redis"
@@ -146,7 +145,7 @@ _ASYNCIO = _Flavour(AsyncRedis, AsyncRedisCluster, AsyncClusterNode, AsyncSentin
 
 
 def _build(flavour: _Flavour, settings: Settings, shard: Shard, decode: bool, connect_timeout: float | None) -> Any:
-    deployment = layout_of(settings).deployments[shard.deployment]
+    deployment = settings.shard_layout.deployments[shard.deployment]
     if deployment.kind == "cluster":
         # A Cluster client finds each key's master itself, and follows resharding and failover.
         nodes = [flavour.node(host, port) for host, port in deployment.addresses]

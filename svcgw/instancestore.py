@@ -18,7 +18,8 @@ from redis.asyncio.client import Pipeline
 
 from .digests import digest
 from .scripts import text
-from .shards import Shard, instance_counts, token_for_shard
+from .shards import instance_counts, token_for_shard
+from .shardspec import Shard
 from .storebase import NotFound, StoreBase
 
 __all__ = ["Instance", "InstanceStore"]

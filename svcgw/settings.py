@@ -14,7 +14,7 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 from .environment import EnvReader, Network, PortRanges, SettingsError
-from .shardspec import ShardLayout
+from .shardspec import Deployment, Shard, ShardLayout
 
 __all__ = [
     "DEFAULT_DESTINATION_PORTS",
@@ -200,6 +200,20 @@ class Settings:
         if self.http_connections_per_address is not None:
             return self.http_connections_per_address
         return default_address_share(self.http_limit_concurrency)
+
+    @property
+    def shard_layout(self) -> ShardLayout:
+        """The deployments and shards: without ``SVCGW_REDIS_SHARDS``, one shard, the one Redis."""
+        if self.redis_shards is not None:
+            return self.redis_shards
+        if self.redis_sentinels:
+            one = Deployment("sentinel", addresses=self.redis_sentinels, master=self.redis_sentinel_master,
+                             password=self.redis_password, db=self.redis_db)  # fmt: skip
+        elif self.redis_url:
+            one = Deployment("redis", url=self.redis_url)
+        else:
+            return ShardLayout((), (Shard(0, "embedded"),))
+        return ShardLayout((one,), (Shard(0, one.name),))
 
     @property
     def redis_configured(self) -> bool:

@@ -1,6 +1,6 @@
 """One Redis client (one connection pool) per deployment, and each shard's way to it: :class:`ShardRedis`.
 
-Built from the settings' layout (:func:`svcgw.shardspec.layout_of`): one
+Built from the settings' layout (``Settings.shard_layout``): one
 client per deployment, as :mod:`svcgw.connections` builds them, shared by the
 shards that live there. A Redis Cluster is one deployment with one stock
 Cluster client, which sends each command to the master of its keys' slot;
@@ -25,8 +25,7 @@ from redis.cluster import RedisCluster
 from .connections import async_shard_client, sync_shard_client
 from .keys import KeySpace
 from .settings import Settings
-from .shards import Shard
-from .shardspec import ShardLayout, layout_of
+from .shardspec import Shard, ShardLayout
 
 __all__ = ["AsyncShardClients", "ShardClients", "ShardRedis", "aclose_all", "role_clients", "spaces"]
 
@@ -87,7 +86,7 @@ class AsyncShardClients(_ShardClients[AsyncRedis | AsyncRedisCluster]):
     """asyncio clients of every shard: ``clients.of(shard)``; ``await clients.aclose()`` once done."""
 
     def __init__(self, settings: Settings, *, decode: bool = False, connect_timeout: float | None = None) -> None:
-        layout = layout_of(settings)
+        layout = settings.shard_layout
         super().__init__(layout, _by_shard(
             layout, lambda shard: async_shard_client(settings, shard, decode=decode, connect_timeout=connect_timeout)
         ))  # fmt: skip
@@ -101,7 +100,7 @@ class ShardClients(_ShardClients[Redis | RedisCluster]):
     """Blocking clients of every shard, for callers without an event loop."""
 
     def __init__(self, settings: Settings, *, decode: bool = False, connect_timeout: float | None = None) -> None:
-        layout = layout_of(settings)
+        layout = settings.shard_layout
         super().__init__(layout, _by_shard(
             layout, lambda shard: sync_shard_client(settings, shard, decode=decode, connect_timeout=connect_timeout)
         ))  # fmt: skip
@@ -120,7 +119,7 @@ def role_clients(
     as one Redis, since the stock Cluster client answers every command the roles send as one
     Redis does.
     """
-    layout = layout_of(settings)
+    layout = settings.shard_layout
     clients: tuple[Any, ...] = _by_shard(
         layout, lambda shard: async_shard_client(settings, shard, decode=decode, connect_timeout=connect_timeout)
     )

@@ -21,75 +21,23 @@ caller whose first choice does not answer tries the next best.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
-from typing import Literal
-from urllib.parse import urlsplit, urlunsplit
 
 from .errors import Failure
+from .shardspec import Shard
 
 __all__ = [
     "MAX_SHARD_DIGITS",
-    "Deployment",
     "NoOpenShard",
-    "Shard",
     "instance_counts",
     "place",
     "placement_order",
-    "safe_url",
     "shard_of_token",
     "token_for_shard",
 ]
 
-Kind = Literal["redis", "sentinel", "cluster"]
-
 
 class NoOpenShard(Failure):
     """Every shard is closed to new instances (the settings refuse that; a guard, not a path)."""
-
-
-def safe_url(url: str) -> str:
-    """A Redis URL without its password (and without a query, which may carry one)."""
-    parts = urlsplit(url)
-    netloc = parts.netloc.rsplit("@", 1)[-1]
-    # In ``user:password@`` the user is no secret; a lone ``secret@`` may be the password.
-    if parts.username and parts.password is not None:
-        netloc = f"{parts.username}@{netloc}"
-    return urlunsplit((parts.scheme, netloc, parts.path, "", ""))
-
-
-@dataclass(frozen=True)
-class Deployment:
-    """One Redis the service connects to: by URL, through Sentinel, or a Cluster from seed nodes."""
-
-    kind: Kind
-    url: str | None = field(default=None, repr=False)  # redis: may hold a password
-    addresses: tuple[tuple[str, int], ...] = ()  # sentinel: the sentinels; cluster: the seed nodes
-    master: str = "mymaster"  # sentinel: the name the sentinels monitor the primary under
-    username: str | None = None
-    password: str | None = field(default=None, repr=False)
-    db: int = 0
-
-    @property
-    def name(self) -> str:
-        """What an operator sees: never a password."""
-        if self.kind == "redis":
-            return safe_url(self.url or "")
-        hosts = ",".join(f"[{h}]:{p}" if ":" in h else f"{h}:{p}" for h, p in self.addresses)
-        if self.kind == "sentinel":
-            return f"sentinel://{hosts}/{self.master}" + (f"/{self.db}" if self.db else "")
-        return f"cluster://{hosts}"
-
-
-@dataclass(frozen=True)
-class Shard:
-    """Where instances are placed. ``tag`` is ``{s<i>}`` for a Cluster's virtual shard, else empty."""
-
-    index: int
-    name: str
-    deployment: int = 0  # index into the deployments
-    weight: float = 1.0
-    closed: bool = False
-    tag: str = ""
 
 
 def place(shards: Sequence[Shard], counts: Mapping[int, int]) -> Shard:

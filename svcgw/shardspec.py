@@ -22,16 +22,59 @@ password taken out; :mod:`svcgw.settings` turns them into ``SettingsError``.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
-from typing import TYPE_CHECKING
-from urllib.parse import unquote, urlsplit
+from dataclasses import dataclass, field
+from typing import Literal
+from urllib.parse import unquote, urlsplit, urlunsplit
 
-from .shards import Deployment, Shard
+__all__ = ["Deployment", "Shard", "ShardLayout", "read_layout", "safe_url"]
 
-if TYPE_CHECKING:
-    from .settings import Settings
+Kind = Literal["redis", "sentinel", "cluster"]
 
-__all__ = ["ShardLayout", "layout_of", "read_layout"]
+
+def safe_url(url: str) -> str:
+    """A Redis URL without its password (and without a query, which may carry one)."""
+    parts = urlsplit(url)
+    netloc = parts.netloc.rsplit("@", 1)[-1]
+    # In ``user:password@`` the user is no secret; a lone ``secret@`` may be the password.
+    if parts.username and parts.password is not None:
+        netloc = f"{parts.username}@{netloc}"
+    return urlunsplit((parts.scheme, netloc, parts.path, "", ""))
+
+
+@dataclass(frozen=True)
+class Deployment:
+    """One Redis the service connects to: by URL, through Sentinel, or a Cluster from seed nodes."""
+
+    kind: Kind
+    url: str | None = field(default=None, repr=False)  # redis: may hold a password
+    addresses: tuple[tuple[str, int], ...] = ()  # sentinel: the sentinels; cluster: the seed nodes
+    master: str = "mymaster"  # sentinel: the name the sentinels monitor the primary under
+    username: str | None = None
+    password: str | None = field(default=None, repr=False)
+    db: int = 0
+
+    @property
+    def name(self) -> str:
+        """What an operator sees: never a password."""
+        if self.kind == "redis":
+            return safe_url(self.url or "")
+        hosts = ",".join(f"[{h}]:{p}" if ":" in h else f"{h}:{p}" for h, p in self.addresses)
+        if self.kind == "sentinel":
+            return f"sentinel://{hosts}/{self.master}" + (f"/{self.db}" if self.db else "")
+        return f"cluster://{hosts}"
+
+
+@dataclass(frozen=True)
+class Shard:
+    """Where instances are placed. ``tag`` is ``{s<i>}`` for a Cluster's virtual shard, else empty."""
+
+    index: int
+    name: str
+    deployment: int = 0  # index into the deployments
+    weight: float = 1.0
+    closed: bool = False
+    tag: str = ""
+
 
 SHARDS = "SVCGW_REDIS_SHARDS"
 CLUSTER_SHARDS = "SVCGW_CLUSTER_SHARDS"
@@ -53,19 +96,6 @@ class ShardLayout:
         return self.deployments[0].kind == "cluster"
 
 
-
-def layout_of(settings: Settings) -> ShardLayout:
-    """The settings' deployments and shards: without ``SVCGW_REDIS_SHARDS``, one shard, the one Redis."""
-    if settings.redis_shards is not None:
-        return settings.redis_shards
-    if settings.redis_sentinels:
-        one = Deployment("sentinel", addresses=settings.redis_sentinels, master=settings.redis_sentinel_master,
-                         password=settings.redis_password, db=settings.redis_db)  # fmt: skip
-    elif settings.redis_url:
-        one = Deployment("redis", url=settings.redis_url)
-    else:
-        return ShardLayout((), (Shard(0, "embedded"),))
-    return ShardLayout((one,), (Shard(0, one.name),))
 
 
 def read_layout(env: Mapping[str, str], *, other_redis: bool = False) -> ShardLayout | None:

@@ -20,7 +20,8 @@ from redis.exceptions import RedisClusterException, RedisError
 from .connections import on_shard_server, shard_node
 from .keys import KeySpace
 from .shardclients import AsyncShardClients
-from .shards import Shard, instance_counts
+from .shards import instance_counts
+from .shardspec import Shard
 
 __all__ = ["ShardStatus", "shard_statuses"]
 

@@ -70,7 +70,6 @@ from svcgw.metrics import AttemptRecorder
 from svcgw.outbound import Sender, sender_for
 from svcgw.settings import Settings
 from svcgw.shardclients import spaces
-from svcgw.shardspec import layout_of
 from svcgw.vault import TokenVault
 
 from .delivery import Attempt, Prepared, prepare_claimed, send, stand_in, unexpected
@@ -143,7 +142,7 @@ class Engine:
         shard: int | None = None,
     ) -> None:
         self.settings = settings
-        self.keys = keys if keys is not None else spaces(layout_of(settings))[0]
+        self.keys = keys if keys is not None else spaces(settings.shard_layout)[0]
         # The shard it delivers for, named in its log lines when the worker has several (None: one).
         self.log = of_shard(log, shard)
         # Every attempt opens its destination's secret and token: the same few, over and over.

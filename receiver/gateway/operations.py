@@ -27,7 +27,6 @@ from svcgw.receivers import receiver_shard, receiver_url
 from svcgw.shardclients import ShardRedis
 from svcgw.shardcopy import ShardUnavailable
 from svcgw.shards import placement_order
-from svcgw.shardspec import layout_of
 from svcgw.store import NotFound
 from svcgw.store import Scope as CallbackScope
 from svcgw.threads import in_thread
@@ -77,7 +76,7 @@ class Operations:
         self.store = services.store
         self.redis: Redis = services.text_redis
         self.quota = DeviceQuota(services.text_redis, services.keys)
-        self.shards = layout_of(self.settings).shards
+        self.shards = self.settings.shard_layout.shards
         # appid -> receiver token. A token never changes for its appid, and every forwarded answer
         # is searched for it: one look-up and one decryption per instance and process, not per call.
         self._tokens: dict[str, str] = {}

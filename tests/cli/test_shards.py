@@ -9,7 +9,7 @@ from svcgw.digests import digest
 from svcgw.keys import PLAIN
 from svcgw.keys import PLAIN as keys
 from svcgw.settings import Settings
-from svcgw.shards import Shard
+from svcgw.shardspec import Shard
 from svcgw.store import Store
 from tests.cli.commands import ok, svcgw
 from tests.conftest import with_store

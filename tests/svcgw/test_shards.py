@@ -12,13 +12,13 @@ from hypothesis import strategies as st
 from svcgw.receivers import receiver_shard
 from svcgw.shards import (
     NoOpenShard,
-    Shard,
     instance_counts,
     place,
     placement_order,
     shard_of_token,
     token_for_shard,
 )
+from svcgw.shardspec import Shard
 
 
 def equal(k: int) -> list[Shard]:

@@ -7,7 +7,6 @@ from redis.asyncio.cluster import RedisCluster as AsyncRedisCluster
 
 from svcgw.settings import Settings, SettingsError
 from svcgw.shardclients import role_clients
-from svcgw.shardspec import layout_of
 
 
 def read(**env: str) -> Settings:
@@ -23,11 +22,11 @@ def refused(**env: str) -> str:
 def test_unset_is_one_shard_the_one_redis_as_before() -> None:
     settings = read(SVCGW_REDIS_URL="redis://:pw@db:6379/2")
     assert settings.redis_shards is None
-    layout = layout_of(settings)
+    layout = settings.shard_layout
     assert [(s.index, s.name, s.closed, s.weight) for s in layout.shards] == [(0, "redis://db:6379/2", False, 1.0)]
     sentinel = read(SVCGW_REDIS_SENTINELS="s1:26379,s2:26379", SVCGW_REDIS_SENTINEL_MASTER="main")
-    assert layout_of(sentinel).shards[0].name == "sentinel://s1:26379,s2:26379/main"
-    assert layout_of(read()).shards[0].name == "embedded" and not layout_of(read()).deployments
+    assert sentinel.shard_layout.shards[0].name == "sentinel://s1:26379,s2:26379/main"
+    assert read().shard_layout.shards[0].name == "embedded" and not read().shard_layout.deployments
 
 
 def test_shards_name_deployments_by_url_and_by_sentinel_group() -> None:
@@ -37,7 +36,7 @@ def test_shards_name_deployments_by_url_and_by_sentinel_group() -> None:
         SVCGW_SHARDS_WEIGHTS="1:2.5",
         SVCGW_REDIS_SENTINEL_PASSWORD="sentinels",
     )
-    layout = layout_of(settings)
+    layout = settings.shard_layout
     assert [s.name for s in layout.shards] == [
         "redis://a:6379/0",
         "sentinel://s1:26379,[::1]:26380/main/3",
@@ -71,12 +70,12 @@ def test_one_entry_is_one_shard_and_serves() -> None:
 
 def test_a_cluster_is_virtual_shards_each_a_hash_tag() -> None:
     settings = read(SVCGW_REDIS_SHARDS="cluster://:pw@n1:7000,n2:7001")
-    layout = layout_of(settings)
+    layout = settings.shard_layout
     assert layout.cluster and len(layout.shards) == 16
     assert [s.tag for s in layout.shards[:3]] == ["{s0}", "{s1}", "{s2}"]
     assert {s.deployment for s in layout.shards} == {0}
     assert layout.shards[3].name == "cluster://n1:7000,n2:7001 {s3}"
-    assert len(layout_of(read(SVCGW_REDIS_SHARDS="cluster://n1:7000", SVCGW_CLUSTER_SHARDS="4")).shards) == 4
+    assert len(read(SVCGW_REDIS_SHARDS="cluster://n1:7000", SVCGW_CLUSTER_SHARDS="4").shard_layout.shards) == 4
     # One stock Cluster client for every shard; each shard's names carry its tag.
     clients = role_clients(settings)
     assert all(isinstance(redis, AsyncRedisCluster) and redis is clients[0].redis for redis, _ in clients)
