@@ -33,7 +33,7 @@ from redis.exceptions import RedisClusterException, RedisError
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
-from svcgw.connections import on_shard_server
+from svcgw.servers import on_shard_server
 from svcgw.shardclients import ShardRedis
 
 from .services import Services

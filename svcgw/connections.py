@@ -31,10 +31,8 @@ from redis.asyncio.cluster import ClusterNode as AsyncClusterNode
 from redis.asyncio.cluster import RedisCluster as AsyncRedisCluster
 from redis.asyncio.sentinel import Sentinel as AsyncSentinel
 from redis.cluster import ClusterNode, RedisCluster
-from redis.exceptions import RedisClusterException
 from redis.sentinel import Sentinel
 
-from .keys import KeySpace
 from .settings import Settings, SettingsError
 from .shardspec import Deployment, Shard
 
@@ -43,8 +41,6 @@ __all__ = [
     "SentinelRedis",
     "async_client",
     "async_shard_client",
-    "on_shard_server",
-    "shard_node",
     "sync_client",
     "sync_shard_client",
 ]
@@ -195,23 +191,3 @@ def sync_shard_client(
     client: Redis = _build(_BLOCKING, settings, shard, decode, connect_timeout)
     return client
 
-
-async def on_shard_server(redis: AsyncRedis | AsyncRedisCluster, keys: KeySpace, *command: Any) -> Any:
-    """A command about the server (``PING``, ``INFO``, ``TIME``) sent to the one that holds the shard's keys.
-
-    A Cluster client would send it to a node of its own choosing; a shard's is the master of its
-    tag's slot, found through redis-py's public ``get_node_from_key``.
-    """
-    client: Any = redis  # redis-py leaves execute_command untyped
-    if isinstance(redis, AsyncRedisCluster):
-        return await client.execute_command(*command, target_nodes=await shard_node(redis, keys))
-    return await client.execute_command(*command)
-
-
-async def shard_node(redis: AsyncRedisCluster, keys: KeySpace) -> AsyncClusterNode:
-    """The Cluster's master of the shard's slot."""
-    await redis.initialize()  # the slots' masters, known once initialized
-    node = redis.get_node_from_key(keys.layout)
-    if node is None:
-        raise RedisClusterException(f"no master holds the slot of shard {keys.tag}")
-    return node

@@ -42,9 +42,9 @@ from redis.asyncio import Redis
 from redis.asyncio.cluster import RedisCluster as AsyncRedisCluster
 
 from . import retag
-from .connections import on_shard_server
 from .errors import STORAGE_ERRORS, Failure
 from .keys import KeySpace
+from .servers import on_shard_server
 
 __all__ = [
     "BUCKETS",

@@ -34,9 +34,9 @@ from typing import Any
 from redis.asyncio import Redis
 from redis.asyncio.cluster import RedisCluster as AsyncRedisCluster
 
-from .connections import shard_node
 from .keys import KeySpace
 from .scripts import register
+from .servers import shard_node
 
 __all__ = ["BATCH", "Retagged", "one_tag", "tag_instances", "untagged_instance_keys"]
 

@@ -17,8 +17,8 @@ from redis.asyncio import Redis as AsyncRedis
 from redis.asyncio.cluster import RedisCluster as AsyncRedisCluster
 from redis.exceptions import RedisClusterException, RedisError
 
-from .connections import on_shard_server, shard_node
 from .keys import KeySpace
+from .servers import on_shard_server, shard_node
 from .shardclients import AsyncShardClients
 from .shards import instance_counts
 from .shardspec import Shard
