@@ -20,13 +20,19 @@ receiver proposes again above it.
 from __future__ import annotations
 
 import re
+import secrets
 import threading
 import time
 
-__all__ = ["EntryClock", "entry_ms", "from_entry", "parse", "received_at", "takes_entry_ids"]
+__all__ = ["EntryClock", "entry_ms", "from_entry", "new_delivery_id", "parse", "received_at", "takes_entry_ids"]
 
 _SAFE_APPID = re.compile(r"[A-Za-z0-9_-]{1,100}")
 _ID = re.compile(r"([A-Za-z0-9_-]{1,100})-([0-9]{1,15})-([0-9]{1,15})")
+
+
+def new_delivery_id() -> str:
+    """An id of the older form, ``dlv_`` and 24 lowercase hex digits (service events'); also the RQ job id."""
+    return "dlv_" + secrets.token_hex(12)
 
 
 def takes_entry_ids(appid: str) -> bool:

@@ -55,13 +55,13 @@ from redis.exceptions import RedisError
 
 from . import dedup, layout, liveness
 from .calllog import stored_body
-from .deliveries import job_description, new_delivery_id, template
-from .deliveryid import EntryClock, from_entry, takes_entry_ids
+from .deliveryid import EntryClock, from_entry, new_delivery_id, takes_entry_ids
 from .digests import digest
 from .envelope import EnvelopeError, Post, build_envelope, parse_post
 from .errors import Failure, Missing
 from .keys import KeySpace
 from .metrics import BufferedCounts, ingest_commands
+from .rqformat import job_description, template
 from .scripts import register
 from .settings import Settings
 from .threads import in_thread

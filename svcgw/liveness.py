@@ -46,7 +46,8 @@ from redis.asyncio import Redis
 from redis.exceptions import WatchError
 
 from . import chainkeys
-from .deliveries import new_delivery_id, queue_delivery
+from .deliveries import queue_delivery
+from .deliveryid import new_delivery_id
 from .events import (
     INSTANCE_OFFLINE,
     INSTANCE_RECOVERED,

@@ -16,15 +16,39 @@ they are the service's own readers' names only; on one Redis (no tag) the classe
 from __future__ import annotations
 
 import functools
+import json
+import re
+import sys
+import zlib
 from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
 
+from redis import Redis
 from rq import worker_registration
-from rq.job import Job
+from rq.job import Job, JobStatus
 from rq.queue import Queue
 from rq.registry import DeferredJobRegistry, FailedJobRegistry, ScheduledJobRegistry, StartedJobRegistry
+from rq.serializers import JSONSerializer
+from rq.utils import utcformat
+from rq.version import VERSION as RQ_VERSION
 from rq.worker import Worker
 
-__all__ = ["RqClasses", "RqNames", "classes"]
+__all__ = [
+    "FUNC_NAME",
+    "JobTemplate",
+    "RqClasses",
+    "RqNames",
+    "classes",
+    "exc_info_field",
+    "job_description",
+    "job_fields",
+    "job_fields_by_rq",
+    "rq_now",
+    "rq_time",
+    "template",
+    "worker_fields",
+]
 
 
 @dataclass(frozen=True)
@@ -119,3 +143,166 @@ class RqNames:
     def workers_of(self, queue_name: str) -> str:
         """The set of the workers of one queue."""
         return self.tag + worker_registration.WORKERS_BY_QUEUE_KEY % queue_name
+
+
+# --- the job hash ---------------------------------------------------------------
+FUNC_NAME = "worker.jobs.deliver"
+
+# Job.create wants a connection but only builds the object here; a client
+# opens no socket until it sends a command, and this one never does.
+_UNUSED_CONNECTION = Redis()
+
+class JobTemplate:
+    """RQ's job hash for the deliveries of one queue, built once by RQ's own ``Job.create``.
+
+    Only four fields differ between deliveries (the id inside ``data``, the
+    description and the two times); the rest is copied from the template.
+    ``tests/worker/test_jobs.py`` holds the result equal to what
+    ``Job.create`` writes.
+    """
+
+    def __init__(self, queue_name: str, failure_ttl: int) -> None:
+        self.fields = job_fields_by_rq("dlv_template", queue_name=queue_name, description="", failure_ttl=failure_ttl)
+        # RQ reads a missing field as an empty one, so a job hash written in
+        # a hurry (the receiver's) leaves the empty ones out.
+        self._constant = [
+            _bytes(part)
+            for name, value in self.fields.items()
+            if value != "" and name not in _VARYING
+            for part in (name, value)
+        ]
+
+    def fields_for(self, delivery_id: str, description: str, now: datetime | None = None) -> dict[str, Any]:
+        fields = dict(self.fields)
+        fields.update(self._varying(delivery_id, description, now))
+        return fields
+
+    def flat(self, delivery_id: str, description: str, now: datetime | None = None) -> list[bytes]:
+        """Field, value, field, value, ... of the non-empty fields, ready for HSET."""
+        flat = list(self._constant)
+        for name, value in self._varying(delivery_id, description, now).items():
+            flat.append(name.encode())
+            flat.append(_bytes(value))
+        return flat
+
+    def lean(self, delivery_id: str, now: datetime | None = None) -> list[bytes]:
+        """RQ's fields of a delivery named by its post (svcgw.deliveryid), whose job hash holds its fields too.
+
+        Only what ``Job.fetch`` and the worker read: origin, status, created_at and data. RQ
+        reads the others' absence as it reads them empty (rq-dashboard shows no description).
+        """
+        varying = self._varying(delivery_id, "", now)
+        lean = {"origin": self.fields["origin"], "status": self.fields["status"]}
+        lean.update(created_at=varying["created_at"], data=varying["data"])
+        return [_bytes(part) for name, value in lean.items() for part in (name, value)]
+
+    @staticmethod
+    def _varying(delivery_id: str, description: str, now: datetime | None) -> dict[str, Any]:
+        stamp = utcformat(now or datetime.now(UTC).replace(tzinfo=None))
+        # What Job.data holds for deliver(delivery_id) (JSONSerializer.dumps),
+        # compressed as Job.to_dict does.
+        data = zlib.compress(json.dumps((FUNC_NAME, None, [delivery_id], {})).encode("utf-8"))
+        return {"created_at": stamp, "enqueued_at": stamp, "description": description, "data": data}
+
+
+_VARYING = frozenset(("created_at", "enqueued_at", "description", "data"))
+
+
+def _bytes(value: object) -> bytes:
+    if isinstance(value, bytes):
+        return value
+    return str(value).encode("utf-8")
+
+
+def job_fields(
+    delivery_id: str,
+    *,
+    queue_name: str,
+    description: str,
+    failure_ttl: int,
+    now: datetime | None = None,
+) -> dict[str, Any]:
+    """The fields of RQ's job hash for a freshly queued delivery, as RQ itself writes them."""
+    return template(queue_name, failure_ttl).fields_for(delivery_id, description, now)
+
+
+@functools.lru_cache(maxsize=16)
+def template(queue_name: str, failure_ttl: int) -> JobTemplate:
+    return JobTemplate(queue_name, failure_ttl)
+
+
+def job_fields_by_rq(
+    delivery_id: str,
+    *,
+    queue_name: str,
+    description: str,
+    failure_ttl: int,
+    now: datetime | None = None,
+) -> dict[str, Any]:
+    """:func:`job_fields` computed by ``rq.job.Job.create`` for every delivery (the reference)."""
+    job = Job.create(
+        FUNC_NAME,
+        args=[delivery_id],
+        id=delivery_id,
+        connection=_UNUSED_CONNECTION,
+        serializer=JSONSerializer,
+        result_ttl=0,
+        failure_ttl=failure_ttl,
+        description=description,
+        origin=queue_name,
+        status=JobStatus.QUEUED,
+    )
+    stamp = now or datetime.now(UTC).replace(tzinfo=None)
+    job.created_at = stamp
+    job.enqueued_at = stamp
+    fields: dict[str, Any] = {}
+    for name, value in job.to_dict().items():
+        fields[name] = value.value if isinstance(value, JobStatus) else value
+    return fields
+
+
+def exc_info_field(text: str) -> bytes:
+    """RQ keeps a failed job's error text zlib-compressed in the job hash."""
+    return zlib.compress(text.encode("utf-8"))
+
+
+def rq_time(moment: datetime) -> str:
+    """``moment`` as RQ writes times into its hashes."""
+    return utcformat(moment)
+
+
+def rq_now() -> str:
+    """Now, as RQ writes times into its hashes."""
+    return rq_time(datetime.now(UTC).replace(tzinfo=None))
+
+
+# --- a worker's registration ----------------------------------------------------------
+def worker_fields(queue_name: str, *, pid: int, hostname: str, now: str) -> dict[Any, str | int]:
+    """The hash of a worker that was just born, as RQ's ``register_birth`` writes it (``Worker.all`` reads it)."""
+    return {
+        "birth": now,
+        "last_heartbeat": now,
+        "queues": queue_name,
+        "pid": pid,
+        "hostname": hostname,
+        "ip_address": "",
+        "version": RQ_VERSION,
+        "python_version": sys.version,
+        "state": "idle",
+        "successful_job_count": 0,
+        "failed_job_count": 0,
+        "total_working_time": 0,
+    }
+
+
+# What a job description may repeat of a delivery: rq-dashboard prints the
+# description into its pages without escaping it, so nothing else of what a
+# sender chose gets there.
+_PLAIN = re.compile(r"[A-Za-z0-9_.-]{1,64}")
+
+
+def job_description(event_type: str, appid: str) -> str:
+    """``Msg for we_...``: what rq-dashboard shows of a delivery, made only of plain names."""
+    kind = event_type if _PLAIN.fullmatch(event_type) else "event"
+    instance = appid if _PLAIN.fullmatch(appid) else "an instance"
+    return f"{kind} for {instance}"

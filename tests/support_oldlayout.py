@@ -20,16 +20,11 @@ import orjson
 from redis import Redis
 
 from svcgw import retag
-from svcgw.deliveries import (
-    exc_info_field,
-    job_description,
-    job_fields_by_rq,
-    new_delivery_id,
-    queue_delivery,
-    rq_time,
-)
+from svcgw.deliveries import queue_delivery
+from svcgw.deliveryid import new_delivery_id
 from svcgw.envelope import build_envelope, parse_post
 from svcgw.keys import PLAIN as keys
+from svcgw.rqformat import exc_info_field, job_description, job_fields_by_rq, rq_time
 from svcgw.settings import Settings
 from tests.conftest import Tenant
 from tests.support import service_chain

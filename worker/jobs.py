@@ -1,4 +1,4 @@
-"""The function every delivery job names (``svcgw.deliveries.FUNC_NAME``).
+"""The function every delivery job names (``svcgw.rqformat.FUNC_NAME``).
 
 RQ stores the dotted path of a job's function in its hash, so this module
 keeps that path importable. The job hashes themselves are written by

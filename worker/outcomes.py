@@ -19,9 +19,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from svcgw import failing
-from svcgw.deliveries import exc_info_field
 from svcgw.deliveryview import stored_ids
 from svcgw.errors import STORAGE_ERRORS
+from svcgw.rqformat import exc_info_field
 from svcgw.settings import Settings
 
 from .delivery import Attempt, Prepared, decide

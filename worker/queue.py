@@ -43,10 +43,11 @@ from redis.asyncio import Redis as AsyncRedis
 from svcgw import chainkeys, deliveryid, failing
 from svcgw.bareoutcome import OUTCOME_WINDOW, late_bucket, late_expire_at
 from svcgw.keys import KeySpace
+from svcgw.rqformat import rq_now
 from svcgw.scripts import register
 from svcgw.settings import Settings
 
-from .claim import DELIVERY_FIELDS, Claimed, Claimer, rq_now
+from .claim import DELIVERY_FIELDS, Claimed, Claimer
 
 __all__ = [
     "DELIVERY_FIELDS",

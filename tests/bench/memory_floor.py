@@ -27,8 +27,8 @@ from typing import Any
 import orjson
 import redis
 
-from svcgw.deliveries import template
 from svcgw.redisconf import server_args
+from svcgw.rqformat import template
 from tests.bench.memory import small_post
 from tests.support import free_port
 

@@ -14,9 +14,9 @@ from redis.asyncio import Redis as AsyncRedis
 
 from svcgw import deadletters
 from svcgw.deadletters import DeadLetter, DeadLetterDetail, NotFound, ReplayResult
-from svcgw.deliveries import exc_info_field
 from svcgw.ingest import Ingest
 from svcgw.keys import PLAIN as keys
+from svcgw.rqformat import exc_info_field
 from svcgw.settings import Settings
 from tests.conftest import Tenant, provision
 from tests.worker.support import claim, claim_batch, finish

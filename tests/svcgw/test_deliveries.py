@@ -18,17 +18,12 @@ from rq.job import Job
 from rq.serializers import JSONSerializer
 
 from svcgw import deliveryid
-from svcgw.deliveries import (
-    FUNC_NAME,
-    job_fields,
-    job_fields_by_rq,
-    new_delivery_id,
-    queue_delivery,
-    seq_pieces,
-)
+from svcgw.deliveries import queue_delivery, seq_pieces
+from svcgw.deliveryid import new_delivery_id
 from svcgw.envelope import build_envelope
 from svcgw.ingest import Ingest
 from svcgw.keys import PLAIN as keys
+from svcgw.rqformat import FUNC_NAME, job_fields, job_fields_by_rq
 from svcgw.settings import Settings
 from tests.conftest import provision
 from tests.support import service_chain
@@ -55,7 +50,7 @@ def test_flat_fields_load_in_rq_as_the_full_ones(redis) -> None:  # type: ignore
     from rq.job import Job
     from rq.serializers import JSONSerializer
 
-    from svcgw.deliveries import template
+    from svcgw.rqformat import template
 
     flat = template("svcgw", 60).flat("dlv_flat", "Msg for we_y")
     assert b"" not in flat[1::2]
@@ -180,7 +175,7 @@ def test_delivery_ids() -> None:
 
 
 def test_job_descriptions_carry_only_plain_names() -> None:
-    from svcgw.deliveries import job_description
+    from svcgw.rqformat import job_description
 
     assert job_description("Msg", "we_abc123") == "Msg for we_abc123"
     assert job_description("InstanceOffline", "we_x") == "InstanceOffline for we_x"

@@ -13,13 +13,15 @@ from rq.job import Job
 from rq.serializers import JSONSerializer
 
 from svcgw import chainkeys, liveness
-from svcgw.deliveries import FUNC_NAME, new_delivery_id, queue_delivery
+from svcgw.deliveries import queue_delivery
+from svcgw.deliveryid import new_delivery_id
 from svcgw.events import (
     instance_offline,
     instance_recovered,
     iso8601,
 )
 from svcgw.keys import PLAIN as keys
+from svcgw.rqformat import FUNC_NAME
 from svcgw.settings import Settings
 from svcgw.signing import sign
 from svcgw.vault import TokenVault

@@ -8,7 +8,8 @@ import orjson
 from redis import Redis
 
 from svcgw import retag
-from svcgw.deliveries import new_delivery_id, queue_delivery
+from svcgw.deliveries import queue_delivery
+from svcgw.deliveryid import new_delivery_id
 from svcgw.keys import PLAIN as keys
 from svcgw.settings import Settings
 from tests import support_oldlayout as old

@@ -12,7 +12,8 @@ from redis.asyncio import Redis as AsyncRedis
 from redis.exceptions import ResponseError
 
 from svcgw import chainkeys, deadletters
-from svcgw.deliveries import new_delivery_id, queue_delivery
+from svcgw.deliveries import queue_delivery
+from svcgw.deliveryid import new_delivery_id
 from svcgw.keys import PLAIN as keys
 from svcgw.settings import Settings
 from tests.conftest import Tenant, provision

@@ -10,8 +10,8 @@ import httpx
 import orjson
 from redis import Redis
 
-from svcgw.deliveries import exc_info_field
 from svcgw.keys import PLAIN as keys
+from svcgw.rqformat import exc_info_field
 from svcgw.settings import Settings
 from svcgw.signing import verify
 from svcgw.store import Store
