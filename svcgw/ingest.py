@@ -16,7 +16,7 @@ which, atomically:
    entry also lists the delivery for the deliveries list.
 
 The /metrics counters of the posts are kept in memory and written twice a
-second (:class:`svcgw.metrics.BufferedCounts`); :meth:`Ingest.aclose`
+second (:class:`svcgw.counters.BufferedCounts`); :meth:`Ingest.aclose`
 writes what is left.
 
 Before anything is read or parsed, :meth:`Ingest.check_receiver` checks the
@@ -55,12 +55,12 @@ from redis.exceptions import RedisError
 
 from . import dedup, layout, liveness
 from .calllog import stored_body
+from .counters import BufferedCounts, ingest_commands
 from .deliveryid import EntryClock, from_entry, new_delivery_id, takes_entry_ids
 from .digests import digest
 from .envelope import EnvelopeError, Post, build_envelope, parse_post
 from .errors import Failure, Missing
 from .keys import KeySpace
-from .metrics import BufferedCounts, ingest_commands
 from .rqformat import job_description, template
 from .scripts import register
 from .settings import Settings

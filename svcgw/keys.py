@@ -71,14 +71,14 @@ class KeySpace:
         self.demo = p + "demo"  # hash: account, key_id, key (sealed), appid (``svcgw up --demo``)
         self.probe_schedule = p + "probe:schedule"  # sorted set: appid scored by next probe time
         # Hash of counters shared by every process: field ``<metric>``, or ``<metric>|<label value>``
-        # for a metric with one label (svcgw.metrics).
+        # for a metric with one label (svcgw.counters).
         self.metrics_counters = p + "metrics:counters"
         # Hash of the ingest-to-delivery latency histogram: field ``<upper bound>`` per bucket (not
         # cumulative), plus ``count`` and ``sum``.
         self.metrics_latency = p + "metrics:latency"
         # Hash of instance counts kept in step with every status change: field ``status|<liveness
         # status>``, ``probe_errors``, ``built_at`` (when it was first computed from the instances;
-        # svcgw.metrics.rebuild_instance_counts) and ``shard`` (the shard whose instances it counts:
+        # svcgw.metricsnapshot.rebuild_instance_counts) and ``shard`` (the shard whose instances it counts:
         # each shard counts its own).
         self.metrics_instances = p + "metrics:instances"
         # Hash on shard 0: field = a shard's index, value = instances placed there since shards were

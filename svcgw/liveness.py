@@ -27,7 +27,7 @@ The event's ``seq`` and its place behind the instance's earlier service
 events are given in that same transaction (:func:`svcgw.deliveries.queue_delivery`).
 
 Every change of ``status`` or ``probe_error`` updates the instance counts of
-``/metrics`` in the same transaction (:func:`svcgw.metrics.count_change`).
+``/metrics`` in the same transaction (:func:`svcgw.counters.count_change`).
 
 Every function takes a ``redis.asyncio`` client; raw bytes and decoded
 text both work. Redis errors propagate to the caller.
@@ -46,6 +46,7 @@ from redis.asyncio import Redis
 from redis.exceptions import WatchError
 
 from . import chainkeys
+from .counters import count_change
 from .deliveries import queue_delivery
 from .deliveryid import new_delivery_id
 from .events import (
@@ -57,7 +58,6 @@ from .events import (
     iso8601,
 )
 from .keys import KeySpace
-from .metrics import count_change
 from .scripts import register
 from .settings import Settings
 

@@ -63,10 +63,10 @@ from redis.asyncio.cluster import RedisCluster as AsyncRedisCluster
 
 from svcgw import failing
 from svcgw.connections import async_client
+from svcgw.counters import AttemptRecorder
 from svcgw.errors import STORAGE_ERRORS
 from svcgw.keys import KeySpace
 from svcgw.logs import of_shard
-from svcgw.metrics import AttemptRecorder
 from svcgw.outbound import Sender, sender_for
 from svcgw.settings import Settings
 from svcgw.shardclients import spaces

@@ -60,10 +60,10 @@ import orjson
 from redis.asyncio import Redis
 
 from svcgw import liveness
+from svcgw.counters import record_probe
 from svcgw.errors import STORAGE_ERRORS, Failure, SvcgwError
 from svcgw.keys import KeySpace
 from svcgw.logs import of_shard
-from svcgw.metrics import record_probe
 from svcgw.scripts import register
 from svcgw.settings import Settings
 from svcgw.upstream import Answer, Upstream, UpstreamError

@@ -14,7 +14,7 @@ from receiver.metrics import render
 from svcgw import failing
 from svcgw.failing import FailingDestination, destination_of, is_failing, parse
 from svcgw.keys import PLAIN as keys
-from svcgw.metrics import snapshot
+from svcgw.metricsnapshot import snapshot
 from svcgw.settings import Settings, SettingsError
 from tests.conftest import provision
 from tests.support import LogCapture, Sink, wait_for

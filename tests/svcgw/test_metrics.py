@@ -10,9 +10,9 @@ from redis import Redis
 from redis.asyncio import Redis as AsyncRedis
 from redis.exceptions import ResponseError
 
-from svcgw import liveness, metrics
+from svcgw import liveness, metricsnapshot
 from svcgw.keys import PLAIN as keys
-from svcgw.metrics import snapshot
+from svcgw.metricsnapshot import snapshot
 from svcgw.scripts import register as register_script
 from svcgw.scripts import source
 from svcgw.settings import Settings
@@ -169,7 +169,7 @@ def _interleaved(monkeypatch: pytest.MonkeyPatch, between: Any) -> list[int]:
 
         return call
 
-    monkeypatch.setattr(metrics, "register", register)
+    monkeypatch.setattr(metricsnapshot, "register", register)
     return calls
 
 
@@ -181,7 +181,7 @@ def test_a_registration_between_the_read_and_the_count_makes_the_rebuild_read_ag
     redis.delete(keys.metrics_instances)
     calls = _interleaved(monkeypatch, lambda n: _register_behind(redis, "we_late") if n == 1 else None)
 
-    assert _live(settings, lambda r: metrics.rebuild_instance_counts(r, keys)) is True
+    assert _live(settings, lambda r: metricsnapshot.rebuild_instance_counts(r, keys)) is True
     assert calls == [2 + 3, 2 + 4]  # the second read names the late instance too
     assert _matches(settings, redis)["instances"] == {"not_started": 3, "online": 1}
 
@@ -193,11 +193,11 @@ def test_a_rebuild_gives_up_after_a_few_reads_and_the_next_scrape_counts(
     redis.delete(keys.metrics_instances)
     calls = _interleaved(monkeypatch, lambda n: _register_behind(redis, f"we_late{n}"))
 
-    assert _live(settings, lambda r: metrics.rebuild_instance_counts(r, keys)) is False
-    assert len(calls) == metrics.REBUILD_ATTEMPTS
+    assert _live(settings, lambda r: metricsnapshot.rebuild_instance_counts(r, keys)) is False
+    assert len(calls) == metricsnapshot.REBUILD_ATTEMPTS
     assert redis.exists(keys.metrics_instances) == 0
     monkeypatch.undo()
-    assert _matches(settings, redis)["instances"] == {"not_started": 1, "online": metrics.REBUILD_ATTEMPTS}
+    assert _matches(settings, redis)["instances"] == {"not_started": 1, "online": metricsnapshot.REBUILD_ATTEMPTS}
 
 
 def test_the_count_script_refuses_a_set_that_is_not_the_one_named(redis: Redis) -> None:
@@ -254,5 +254,5 @@ def test_a_rebuild_over_more_instances_than_lua_can_unpack(settings: Settings, r
             pipe.hset(keys.instance(appid), mapping={"status": "online" if n % 4 else "stopped"})
         pipe.execute()
 
-    assert _live(settings, lambda r: metrics.rebuild_instance_counts(r, keys)) is True
+    assert _live(settings, lambda r: metricsnapshot.rebuild_instance_counts(r, keys)) is True
     assert _matches(settings, redis)["instances"] == {"online": 7_500, "stopped": 2_500}
