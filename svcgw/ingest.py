@@ -53,7 +53,7 @@ from typing import Any, cast
 from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
-from . import dedup, layout, liveness
+from . import dedup, gapclosed, layout
 from .calllog import stored_body
 from .counters import BufferedCounts, ingest_commands
 from .deliveryid import EntryClock, from_entry, new_delivery_id, takes_entry_ids
@@ -190,7 +190,7 @@ class Ingest:
         return await in_thread(lambda: parse_post(body, **limits))
 
     async def _gap_closed(self, appid: str, post: Post) -> None:
-        """Liveness hook: a GapClosed changes what the prober does next (``svcgw.liveness.on_gap_closed``).
+        """Liveness hook: a GapClosed changes what the prober does next (``svcgw.gapclosed.on_gap_closed``).
 
         Runs after the post is stored, for repeats too (acting twice on a close
         is harmless). It must never turn a stored post into an error answer, or
@@ -198,8 +198,8 @@ class Ingest:
         regular probe finds the loss anyway.
         """
         try:
-            closes = liveness.parse_gap_closed([event.raw for event in post.events])
-            await liveness.on_gap_closed(self.redis, self.keys, appid, closes)
+            closes = gapclosed.parse_gap_closed([event.raw for event in post.events])
+            await gapclosed.on_gap_closed(self.redis, self.keys, appid, closes)
         except Exception:
             log.exception("GapClosed not handed to the prober", extra={"appid": appid})
 

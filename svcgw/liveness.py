@@ -38,10 +38,9 @@ from __future__ import annotations
 import logging
 import random
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from typing import Any
 
-import orjson
 from redis.asyncio import Redis
 from redis.exceptions import WatchError
 
@@ -62,42 +61,22 @@ from .scripts import register
 from .settings import Settings
 
 __all__ = [
-    "GAP_NORMAL_STOP",
     "LOGGED_OUT",
-    "MANUAL_GAP_CODES",
     "OFFLINE",
     "ONLINE",
     "STOPPED",
-    "GapClose",
     "describe",
-    "gap_reason",
     "go_offline",
     "go_online",
     "mark_logged_out",
     "mark_started",
     "mark_stopped",
-    "on_gap_closed",
-    "parse_gap_closed",
     "record_proxy",
 ]
 
 log = logging.getLogger("svcgw.liveness")
 
 ONLINE, OFFLINE, STOPPED, LOGGED_OUT = "online", "offline", "stopped", "logged_out"
-
-# GapClosed codes (spec: Events, "GapClosed code").
-GAP_NORMAL_STOP = 0
-MANUAL_GAP_CODES: Mapping[int, str] = {
-    -11002: "logged in on another device",
-    -1008: "logged out on the mobile side",
-}
-GAP_MEANINGS: Mapping[int, str] = {
-    -11001: "connection must be re-established",
-    -1: "long connection error",
-    **MANUAL_GAP_CODES,
-}
-
-GapClose = tuple[int, str]  # (code, message) of one GapClosed event
 
 GAP_FIELDS = ("gap_code", "gap_message", "gap_at", "gap_manual")
 
@@ -141,59 +120,6 @@ async def mark_logged_out(redis: Redis, keys: KeySpace, appid: str) -> None:
 async def record_proxy(redis: Redis, keys: KeySpace, appid: str, proxy: str) -> None:
     """The proxy of the caller's last login call, reused to reconnect with the same egress."""
     await redis.hset(keys.instance(appid), "proxy", proxy)
-
-
-# --- called by the receiver -----------------------------------------------------
-def parse_gap_closed(raw_events: Sequence[bytes]) -> list[GapClose]:
-    """(code, message) of each ``GapClosed`` event; events without an integer code are skipped."""
-    closes: list[GapClose] = []
-    for raw in raw_events:
-        try:
-            event = orjson.loads(raw)
-        except orjson.JSONDecodeError:
-            continue
-        code = event.get("code") if isinstance(event, dict) else None
-        if isinstance(code, int) and not isinstance(code, bool):
-            message = event.get("message")
-            closes.append((code, message if isinstance(message, str) else ""))
-    return closes
-
-
-async def on_gap_closed(redis: Redis, keys: KeySpace, appid: str, closes: Sequence[GapClose]) -> str:
-    """Hand a ``GapClosed`` of a maintained instance to the prober; returns what was asked of it.
-
-    * ``-11002``, ``-1008``: the login is gone. The prober reports the instance
-      offline with ``action_required`` manual and stops maintaining it,
-      without a reconnect attempt ("manual").
-    * ``-11001``, ``-1`` and any other non-zero code: a probe at once, which
-      reconnects and then judges; ``InstanceOffline`` (relogin) only if the
-      reconnect fails ("probe").
-    * ``0``: the close that follows ``long/stop``. Maintenance is switched off
-      by the gateway's ``mark_stopped``, not here: a late ``0`` from an earlier
-      stop must not switch off a connection started again since ("none").
-
-    Instances that are not maintained (stopped, logged out, already offline
-    with manual) are left alone.
-    """
-    manual = [c for c in closes if c[0] in MANUAL_GAP_CODES]
-    other = [c for c in closes if c[0] != GAP_NORMAL_STOP and c[0] not in MANUAL_GAP_CODES]
-    if not (manual or other):
-        return "none"
-    code, message = (manual or other)[0]
-    script = register(redis, "liveness_gap_closed")
-    applied = await script(
-        keys=[keys.instance(appid), keys.probe_schedule],
-        args=[code, message, repr(time.time()), appid, "1" if manual else "0"],
-    )
-    if not int(applied):
-        return "none"
-    return "manual" if manual else "probe"
-
-
-def gap_reason(code: int, message: str) -> str:
-    meaning = GAP_MEANINGS.get(code, "long connection closed")
-    detail = f": {message}" if message and message != meaning else ""
-    return f"{meaning} (GapClosed {code}{detail})"
 
 
 # --- state flips, made by the prober --------------------------------------------

@@ -40,7 +40,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from svcgw import liveness
+from svcgw import gapclosed, liveness
 from svcgw.events import MANUAL, RELOGIN
 
 __all__ = [
@@ -145,7 +145,7 @@ Step = Recover | Read | Reconnect | AwaitGap | Done
 
 
 def _manual(gap: Gap | None) -> bool:
-    return gap is not None and gap[0] in liveness.MANUAL_GAP_CODES
+    return gap is not None and gap[0] in gapclosed.MANUAL_GAP_CODES
 
 
 def decide(facts: Facts) -> Step:
@@ -155,7 +155,7 @@ def decide(facts: Facts) -> Step:
     detected_at = (facts.gap_at if facts.gap_at is not None else facts.started) if facts.gap else facts.started
     if facts.gap is not None and _manual(facts.gap):
         code, message = facts.gap
-        return Done("manual", GoOffline(liveness.gap_reason(code, message), MANUAL, detected_at))
+        return Done("manual", GoOffline(gapclosed.gap_reason(code, message), MANUAL, detected_at))
     if facts.unavailable is not None:
         return Done("undecided", error=f"capability layer unavailable ({facts.unavailable})")
     offline = facts.status == liveness.OFFLINE
@@ -178,9 +178,9 @@ def decide(facts: Facts) -> Step:
             return AwaitGap()
         if facts.late_gap is not None and _manual(facts.late_gap):
             code, message = facts.late_gap
-            return Done("manual", GoOffline(liveness.gap_reason(code, message), MANUAL, detected_at))
+            return Done("manual", GoOffline(gapclosed.gap_reason(code, message), MANUAL, detected_at))
     if facts.gap is not None:
-        cause = liveness.gap_reason(*facts.gap)
+        cause = gapclosed.gap_reason(*facts.gap)
     else:
         cause = f"connection lost ({facts.first.message})"
     reason = f"{cause}; automatic reconnect failed ({second.message})"

@@ -12,7 +12,7 @@ import pytest
 from redis import Redis
 from redis.asyncio import Redis as AsyncRedis
 
-from svcgw import liveness
+from svcgw import gapclosed, liveness
 from svcgw.events import iso8601
 from svcgw.keys import PLAIN as keys
 from svcgw.settings import Settings
@@ -106,12 +106,12 @@ def test_parse_gap_closed_reads_code_and_message() -> None:
         b"[1]",
         b'{"code":"-1"}',
     ]
-    assert liveness.parse_gap_closed(raws) == [(-11002, "logged in elsewhere"), (0, "")]
+    assert gapclosed.parse_gap_closed(raws) == [(-11002, "logged in elsewhere"), (0, "")]
 
 
 def test_gap_closed_asks_for_a_probe_at_once(settings: Settings, text: Any) -> None:
     appid = started(settings)
-    outcome = with_async(settings, lambda r: liveness.on_gap_closed(r, keys, appid, [(-11001, "reconnect")]))
+    outcome = with_async(settings, lambda r: gapclosed.on_gap_closed(r, keys, appid, [(-11001, "reconnect")]))
     assert outcome == "probe"
     assert text.zscore(keys.probe_schedule, appid) <= time.time()
     state = fields(text, appid)
@@ -121,27 +121,27 @@ def test_gap_closed_asks_for_a_probe_at_once(settings: Settings, text: Any) -> N
 def test_a_manual_gap_closed_is_not_overwritten_by_a_later_probe_request(settings: Settings, text: Any) -> None:
     appid = started(settings)
     closes = [(-1, "x"), (-1008, "phone")]
-    assert with_async(settings, lambda r: liveness.on_gap_closed(r, keys, appid, closes)) == "manual"
-    assert with_async(settings, lambda r: liveness.on_gap_closed(r, keys, appid, [(-1, "error")])) == "probe"
+    assert with_async(settings, lambda r: gapclosed.on_gap_closed(r, keys, appid, closes)) == "manual"
+    assert with_async(settings, lambda r: gapclosed.on_gap_closed(r, keys, appid, [(-1, "error")])) == "probe"
     assert fields(text, appid)["gap_code"] == "-1008"
 
 
 def test_gap_closed_zero_and_unmaintained_instances_change_nothing(settings: Settings, text: Any) -> None:
     appid = started(settings)
     due = text.zscore(keys.probe_schedule, appid)
-    assert with_async(settings, lambda r: liveness.on_gap_closed(r, keys, appid, [(0, "closed by user")])) == "none"
+    assert with_async(settings, lambda r: gapclosed.on_gap_closed(r, keys, appid, [(0, "closed by user")])) == "none"
     assert text.zscore(keys.probe_schedule, appid) == due
     assert "gap_code" not in fields(text, appid)
 
     with_async(settings, lambda r: liveness.mark_stopped(r, keys, appid))
-    assert with_async(settings, lambda r: liveness.on_gap_closed(r, keys, appid, [(-11002, "")])) == "none"
+    assert with_async(settings, lambda r: gapclosed.on_gap_closed(r, keys, appid, [(-11002, "")])) == "none"
     assert text.zscore(keys.probe_schedule, appid) is None
     assert "gap_code" not in fields(text, appid)
 
 
 def test_long_start_clears_a_pending_gap(settings: Settings, text: Any) -> None:
     appid = started(settings)
-    with_async(settings, lambda r: liveness.on_gap_closed(r, keys, appid, [(-11002, "")]))
+    with_async(settings, lambda r: gapclosed.on_gap_closed(r, keys, appid, [(-11002, "")]))
     with_async(settings, lambda r: liveness.mark_started(r, keys, appid, 60))
     assert not {"gap_code", "gap_message", "gap_at", "gap_manual"} & set(fields(text, appid))
 

@@ -18,7 +18,7 @@ from redis import Redis
 from redis.asyncio import Redis as AsyncRedis
 from redis.exceptions import ResponseError
 
-from svcgw import liveness, scripts
+from svcgw import gapclosed, liveness, scripts
 from svcgw.keys import PLAIN as keys
 from svcgw.settings import Settings
 from svcgw.upstream import Upstream
@@ -445,7 +445,7 @@ def test_a_manual_gap_closed_goes_offline_without_calling_the_layer(
 
     async def gap() -> None:
         client = AsyncRedis.from_url(settings.redis_url or "")
-        await liveness.on_gap_closed(client, keys, appid, [(-1008, "logged out on phone")])
+        await gapclosed.on_gap_closed(client, keys, appid, [(-1008, "logged out on phone")])
         await client.aclose()
 
     run(gap())
