@@ -105,6 +105,16 @@ class Settings:
     trusted_proxies: tuple[str, ...] = ()
     # Seconds a request's head may take to arrive, and its body may stall, before the server closes it.
     http_header_timeout: float = 10.0
+    # Connections of each Redis client's pool (per process; on a Cluster, per node), and the seconds
+    # a command waits for one when all are in use before it fails as Redis unavailable.
+    redis_max_connections: int = 100
+    redis_pool_timeout: float = 5.0
+    # Failed credentials allowed per client address in one server process (``limits`` notation):
+    # receiver posts whose token is no instance's, and API keys that are not valid (gateway calls
+    # and the console's JSON API). Over either, that address's credentials not yet seen valid
+    # are refused with 429 before they are looked up.
+    receiver_failures_per_address: str = "600/minute"
+    key_failures_per_address: str = "600/minute"
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> Settings:
@@ -179,6 +189,10 @@ class Settings:
             signin_failures_per_address=reader.rate("SVCGW_SIGNIN_FAILURES_PER_ADDRESS", "100/15minutes"),
             trusted_proxies=reader.proxies("SVCGW_TRUSTED_PROXIES"),
             http_header_timeout=reader.number("SVCGW_HTTP_HEADER_TIMEOUT", 10.0, minimum=0.1),
+            redis_max_connections=reader.integer("SVCGW_REDIS_MAX_CONNECTIONS", 100, minimum=2, maximum=10_000),
+            redis_pool_timeout=reader.number("SVCGW_REDIS_POOL_TIMEOUT", 5.0, minimum=0.01),
+            receiver_failures_per_address=reader.rate("SVCGW_RECEIVER_FAILURES_PER_ADDRESS", "600/minute"),
+            key_failures_per_address=reader.rate("SVCGW_KEY_FAILURES_PER_ADDRESS", "600/minute"),
         )
 
     @property
@@ -312,9 +326,11 @@ class _Reader:
 
         value = self._get(name) or default
         try:
-            parse_many(value)
+            items = parse_many(value)
         except ValueError:
             raise SettingsError(f"{name} must look like '300/minute', got {value!r}") from None
+        if any(item.amount < 1 for item in items):
+            raise SettingsError(f"{name} must allow at least 1 per window, got {value!r}")
         return value
 
     def networks(self, name: str) -> tuple[Network, ...]:
