@@ -16,6 +16,7 @@ from urllib.parse import urlsplit
 
 from svcgw.errors import Rejected
 
+from .portranges import DEFAULT_DESTINATION_PORTS, PortRanges, parse_port_ranges
 from .shardspec import ShardLayout, read_layout
 
 __all__ = ["DEFAULT_DESTINATION_PORTS", "PortRanges", "Settings", "SettingsError", "derived_public_url"]
@@ -28,11 +29,6 @@ class SettingsError(Rejected, ValueError):
 Network = ipaddress.IPv4Network | ipaddress.IPv6Network
 
 DEFAULT_RETRY_SCHEDULE = (30.0, 120.0, 600.0, 1800.0, 7200.0, 21600.0)
-
-PortRanges = tuple[tuple[int, int], ...]  # inclusive (first, last) pairs
-# Web ports and the unprivileged range: a callback address is not a way to knock on a host's
-# SSH, SMTP or database port.
-DEFAULT_DESTINATION_PORTS: PortRanges = ((80, 80), (443, 443), (1024, 65535))
 
 
 @dataclass(frozen=True)
@@ -105,14 +101,12 @@ class Settings:
     trusted_proxies: tuple[str, ...] = ()
     # Seconds a request's head may take to arrive, and its body may stall, before the server closes it.
     http_header_timeout: float = 10.0
-    # Connections of each Redis client's pool (per process; on a Cluster, per node), and the seconds
-    # a command waits for one when all are in use before it fails as Redis unavailable.
+    # Connections of each Redis client's pool (on a Cluster, of each node's), and the seconds a
+    # command waits for one when all are in use before it fails as Redis unavailable.
     redis_max_connections: int = 100
     redis_pool_timeout: float = 5.0
-    # Failed credentials allowed per client address in one server process (``limits`` notation):
-    # receiver posts whose token is no instance's, and API keys that are not valid (gateway calls
-    # and the console's JSON API). Over either, that address's credentials not yet seen valid
-    # are refused with 429 before they are looked up.
+    # Failed receiver tokens and API keys allowed per client address and server process (``limits``
+    # notation); over them, that address's credentials not found valid lately are refused unchecked.
     receiver_failures_per_address: str = "600/minute"
     key_failures_per_address: str = "600/minute"
 
@@ -370,21 +364,10 @@ class _Reader:
     def ports(self, name: str) -> PortRanges:
         """``80,443,1024-65535``: single ports and inclusive ranges."""
         value = self._get(name)
-        if value is None:
-            return DEFAULT_DESTINATION_PORTS
-        ranges: list[tuple[int, int]] = []
-        for part in value.split(","):
-            first, _, last = part.strip().partition("-")
-            try:
-                low, high = int(first), int(last or first)
-            except ValueError:
-                raise SettingsError(
-                    f"{name} must be comma-separated ports or ranges such as 1024-65535, got {part!r}"
-                ) from None
-            if not 0 < low <= high <= 65535:
-                raise SettingsError(f"{name} ports must be from 1 to 65535, low to high, got {part!r}")
-            ranges.append((low, high))
-        return tuple(ranges)
+        try:
+            return DEFAULT_DESTINATION_PORTS if value is None else parse_port_ranges(value)
+        except ValueError as exc:
+            raise SettingsError(f"{name} {exc}") from None
 
     def secret(self, name: str, *, minimum_length: int) -> str | None:
         value = self._get(name)
