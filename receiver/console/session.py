@@ -30,7 +30,9 @@ device id, for :data:`DEVICE_SECONDS`. A browser that shows it is counted in
 a failure window of its own instead of the login's
 (``receiver.console.failures``), so someone who only knows the login and
 fills its window does not lock out a browser that signed in before; a
-browser without it still meets the login's limit.
+browser without it still meets the login's limit. It also opens a lane of
+sign-ins of its own to that browser (``receiver.console.signin``), which a
+flood of sign-ins without it cannot fill.
 
 The signing key is derived from the first encryption key
 (``SVCGW_ENCRYPTION_KEYS``, or the generated one in the state directory),
@@ -78,6 +80,7 @@ SESSION_SECONDS = 12 * 3600
 LOGIN_SECONDS = 3600
 DEVICE_COOKIE = "svcgw_device"
 DEVICE_SECONDS = 365 * 86400
+DEVICE_COOKIES_READ = 8  # of one request, to find its lane: one per account the browser signed in to
 
 
 @dataclass(frozen=True)
@@ -254,6 +257,20 @@ class Sessions:
             return None
 
         return of
+
+    def lane_of(self, request: Request) -> str | None:
+        """The account of a device cookie this service signed on ``request`` (the first by name), or None.
+
+        Only the signature and the name are checked here, no more than :data:`DEVICE_COOKIES_READ`
+        cookies: it says which lane of sign-ins the browser may use (``receiver.console.signin``),
+        which then takes it only for that account's own login (:meth:`device_of`).
+        """
+        names = sorted(name for name in request.cookies if name.startswith(DEVICE_COOKIE + "_"))
+        for name in names[:DEVICE_COOKIES_READ]:
+            value = _signed(self._device, request, name, DEVICE_SECONDS)
+            if isinstance(value, list) and value and isinstance(value[0], str) and name == _device_cookie(value[0]):
+                return value[0]
+        return None
 
     def set_device_cookie(self, request: Request, response: Response, account: str) -> None:
         """A new device id for this browser and account (after a right password)."""
