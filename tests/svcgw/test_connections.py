@@ -10,8 +10,8 @@ import pytest
 from redis import BlockingConnectionPool
 
 from receiver.app import create_app
-from svcgw.connections import async_client, sync_client
-from svcgw.redispool import WaitingPool
+from svcgw.connections import BlockingSentinelPool, async_client, sync_client
+from svcgw.redispool import WaitingPool, WaitingSentinelPool
 from svcgw.settings import Settings, SettingsError
 from tests.conftest import provision
 from tests.support import ThreadedServer
@@ -62,3 +62,18 @@ def test_every_pool_is_sized_by_the_settings_and_waits_for_a_free_connection(env
                         ("SVCGW_REDIS_POOL_TIMEOUT", "0"), ("SVCGW_REDIS_POOL_TIMEOUT", "soon")):  # fmt: skip
         with pytest.raises(SettingsError, match=name):
             Settings.from_env(dict(env, **{name: value}))
+
+
+def test_sentinel_and_cluster_clients_are_sized_by_the_settings_too() -> None:
+    sized = {"SVCGW_REDIS_MAX_CONNECTIONS": "7", "SVCGW_REDIS_POOL_TIMEOUT": "0.25"}
+    # Neither connects before its first command: nothing needs to listen on port 1.
+    through_sentinel = Settings.from_env({**sized, "SVCGW_REDIS_SENTINELS": "127.0.0.1:1"})
+    waiting = async_client(through_sentinel).connection_pool
+    assert isinstance(waiting, WaitingSentinelPool) and (waiting.max_connections, waiting.pool_timeout) == (7, 0.25)
+    blocking = sync_client(through_sentinel)
+    assert isinstance(blocking.connection_pool, BlockingSentinelPool)
+    assert (blocking.connection_pool.max_connections, blocking.connection_pool.timeout) == (7, 0.25)
+    blocking.close()
+    cluster = Settings.from_env({**sized, "SVCGW_REDIS_SHARDS": "cluster://127.0.0.1:1"})
+    nodes = async_client(cluster).nodes_manager.startup_nodes.values()  # type: ignore[attr-defined]
+    assert [node.max_connections for node in nodes] == [7]
