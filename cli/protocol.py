@@ -10,13 +10,26 @@ event loop and writes it at the end of that turn (or before closing), in
 order, as one piece. Nothing else changes: the bytes on the wire are the
 same, and no answer waits longer than the turn it was written in.
 
-It also sheds slow clients itself, with or without a proxy in front: a
-request whose head has not arrived within :attr:`OneWriteProtocol.header_timeout`
-seconds (``SVCGW_HTTP_HEADER_TIMEOUT``) of its first byte (or of the
-connection, before any byte), or whose body stalls that long, has its
-connection closed. One timer per connection does it (``loop.call_later``,
-re-armed only when it fires while a request is being read); a request reading
-its head or body notes the time it moved, nothing more.
+It also sheds slow clients itself, with or without a proxy in front:
+
+* a request whose head has not arrived within :attr:`OneWriteProtocol.header_timeout`
+  seconds (``SVCGW_HTTP_HEADER_TIMEOUT``) of its first byte (or of the
+  connection, before any byte) has its connection closed;
+* a body must arrive in full by a deadline, as Apache's ``mod_reqtimeout``
+  has it: :attr:`~OneWriteProtocol.body_timeout` seconds after the head
+  (``SVCGW_HTTP_BODY_TIMEOUT``), one second later for every
+  ``SVCGW_HTTP_BODY_MIN_RATE`` bytes received (:func:`body_due`), and it may
+  not stall longer than the header timeout meanwhile. A body past either is
+  answered 408 and its connection closed; a body that moves at a few bytes
+  a second no longer holds its place for ever.
+
+One timer per connection does it (``loop.call_later``, re-armed only when it
+fires while a request is being read); a request reading its head or body
+notes the time it moved and the bytes it received, nothing more.
+
+And it holds each client address to its share of the server's connections
+(:class:`cli.addressshare.AddressShare`): a connection past it is closed as
+soon as it is made, before anything is read.
 """
 
 from __future__ import annotations
@@ -24,12 +37,29 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+from uvicorn.protocols.http.httptools_impl import STATUS_LINE, HttpToolsProtocol
 
-__all__ = ["OneWriteProtocol", "TurnWriter"]
+from receiver.headers import NOSNIFF
+
+from .addressshare import AddressShare
+
+__all__ = ["OneWriteProtocol", "TurnWriter", "body_due"]
 
 # What a connection is reading: a request's head, its body, or nothing (answering, or idle between requests).
 _HEAD, _BODY, _IDLE = 0, 1, 2
+
+_TOO_SLOW = b"request body timed out"
+
+
+def body_due(began: float, received: int, timeout: float, seconds_per_byte: float) -> float:
+    """When a body that began at ``began`` must have arrived, ``received`` bytes of it in so far.
+
+    ``mod_reqtimeout``'s ``body=timeout,MinRate=rate``: ``timeout`` seconds,
+    extended by a second for every ``rate`` bytes (``seconds_per_byte`` is
+    ``1 / rate``; 0 for a fixed deadline). A body sent at the minimum rate or
+    faster never reaches it.
+    """
+    return began + timeout + received * seconds_per_byte
 
 
 class TurnWriter:
@@ -87,12 +117,39 @@ class TurnWriter:
 
 
 class OneWriteProtocol(HttpToolsProtocol):
-    """uvicorn's httptools protocol writing through a :class:`TurnWriter`, closing on slow heads and bodies."""
+    """uvicorn's httptools protocol writing through a :class:`TurnWriter`, shedding slow and greedy clients."""
 
-    # SVCGW_HTTP_HEADER_TIMEOUT: set by cli.runner before the server starts (each process of several too).
+    # Set by cli.runner before the server starts (each process of several too); see ``configure``.
     header_timeout: float = 10.0
+    body_timeout: float = 20.0
+    body_seconds_per_byte: float = 1 / 500
+    shares: AddressShare | None = None
+
+    # The share and the client address this connection counts against, if it does.
+    _counted: tuple[AddressShare, str] | None = None
+    _refused = False
+
+    @classmethod
+    def configure(
+        cls, *, header_timeout: float, body_timeout: float, body_min_rate: int, shares: AddressShare | None
+    ) -> None:
+        """This process's limits: every connection made from now on reads them."""
+        cls.header_timeout = header_timeout
+        cls.body_timeout = body_timeout
+        cls.body_seconds_per_byte = 1 / body_min_rate if body_min_rate > 0 else 0.0
+        cls.shares = shares
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+        shares = self.shares
+        if shares is not None:
+            address = shares.counted_address(transport.get_extra_info("peername"))
+            if address is not None:
+                if not shares.take(address):
+                    # Past its share: closed unread, before uvicorn counts it among its connections.
+                    self._refused = True
+                    transport.close()
+                    return
+                self._counted = (shares, address)
         writer = TurnWriter(transport, self.loop)
         super().connection_made(writer)  # type: ignore[arg-type]
         self._reading = _HEAD
@@ -100,8 +157,17 @@ class OneWriteProtocol(HttpToolsProtocol):
         self._deadline: asyncio.TimerHandle | None = self.loop.call_later(self.header_timeout, self._late)
 
     def connection_lost(self, exc: Exception | None) -> None:
+        if self._refused:
+            return
+        self._give_back()
         self._stop_timer()
         super().connection_lost(exc)
+
+    def _give_back(self) -> None:
+        if self._counted is not None:
+            shares, address = self._counted
+            shares.release(address)
+            self._counted = None
 
     # --- the clock of the request being read -------------------------------------------------
     def on_message_begin(self) -> None:
@@ -113,11 +179,17 @@ class OneWriteProtocol(HttpToolsProtocol):
 
     def on_headers_complete(self) -> None:
         self._reading = _BODY
-        self._since = self.loop.time()
+        self._since = self._began = self.loop.time()
+        self._received = 0
+        if self.body_timeout < self.header_timeout and self._deadline is not None:
+            # The head's timer would fire after the body's deadline: set for the body instead.
+            self._deadline.cancel()
+            self._deadline = self.loop.call_later(self.body_timeout, self._late)
         super().on_headers_complete()
 
     def on_body(self, body: bytes) -> None:
         self._since = self.loop.time()
+        self._received += len(body)
         super().on_body(body)
 
     def on_message_complete(self) -> None:
@@ -125,18 +197,43 @@ class OneWriteProtocol(HttpToolsProtocol):
         super().on_message_complete()
 
     def _late(self) -> None:
-        """The timer: close the connection if the head or body it reads made no way in time, else wait on."""
+        """The timer: shed the request if its head or body made no way in time, else wait on."""
         self._deadline = None
         if self._reading == _IDLE or self.transport.is_closing():
             return  # the next request's first byte arms it again
         now = self.loop.time()
-        if self._reading == _BODY and (self.flow.read_paused or (self.cycle and self.cycle.waiting_for_100_continue)):
-            self._since = now  # the server is the one not reading: not the client's stall
-        left = self._since + self.header_timeout - now
+        due = self._since + self.header_timeout
+        if self._reading == _BODY:
+            if self.flow.read_paused or (self.cycle and self.cycle.waiting_for_100_continue):
+                # The server is the one not reading: neither a stall nor a slow body is the client's.
+                self._since = self._began = now
+                self._received = 0
+                due = now + self.header_timeout
+            due = min(due, body_due(self._began, self._received, self.body_timeout, self.body_seconds_per_byte))
+        left = due - now
         if left > 0:
             self._deadline = self.loop.call_later(left, self._late)
             return
+        if self._reading == _BODY:
+            self._answer_too_slow()
         self.transport.close()
+
+    def _answer_too_slow(self) -> None:
+        """408 for a body that did not arrive in time, unless an answer has begun; the app hears a disconnect."""
+        cycle = self.cycle
+        if cycle is None:
+            return
+        if not cycle.response_started:
+            content = [STATUS_LINE[408]]
+            for name, value in [*self.server_state.default_headers, NOSNIFF]:
+                content.extend([name, b": ", value, b"\r\n"])
+            content.append(b"content-type: text/plain; charset=utf-8\r\nconnection: close\r\n")
+            content.append(b"content-length: %d\r\n\r\n%s" % (len(_TOO_SLOW), _TOO_SLOW))
+            self.transport.write(b"".join(content))
+            cycle.response_started = True
+        # What connection_lost would do a turn later: whatever the app sends from now on is dropped.
+        cycle.disconnected = True
+        cycle.message_event.set()
 
     def _stop_timer(self) -> None:
         self._reading = _IDLE
@@ -146,6 +243,7 @@ class OneWriteProtocol(HttpToolsProtocol):
 
     def handle_websocket_upgrade(self) -> None:
         self._stop_timer()
+        self._give_back()  # the WebSocket protocol takes the connection over, and is not counted
         # A WebSocket protocol gets the socket's own transport, with what was written so far sent.
         if isinstance(self.transport, TurnWriter):
             writer = self.transport

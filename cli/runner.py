@@ -54,10 +54,17 @@ def settle_collector() -> None:
 
 
 def server_options(settings: Settings) -> dict[str, Any]:
-    """uvicorn's options for the HTTP server of ``settings`` (its protocol's header timeout set too)."""
+    """uvicorn's options for the HTTP server of ``settings`` (its protocol's own limits set too)."""
+    from .addressshare import AddressShare
     from .protocol import OneWriteProtocol
 
-    OneWriteProtocol.header_timeout = settings.http_header_timeout
+    OneWriteProtocol.configure(
+        header_timeout=settings.http_header_timeout,
+        body_timeout=settings.http_body_timeout,
+        body_min_rate=settings.http_body_min_rate,
+        # Counted per process, against this process's own cap (SVCGW_HTTP_LIMIT_CONCURRENCY).
+        shares=AddressShare(settings.http_address_share, exempt=settings.trusted_proxies),
+    )
     return {
         "host": settings.host,
         "port": settings.port,
@@ -107,7 +114,7 @@ def app_from_env() -> Any:
 
     configure()
     settings = Settings.from_env()
-    server_options(settings)  # this process's protocol reads its header timeout
+    server_options(settings)  # this process's protocol reads its limits
     app = create_app(settings)
     settle_collector()
     return app

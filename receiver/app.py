@@ -8,10 +8,12 @@ kept on ``app.state.services`` and closed when the lifespan ends.
 from __future__ import annotations
 
 import contextlib
+import logging
 from collections.abc import AsyncIterator
 
 from starlette.applications import Starlette
 from starlette.middleware import Middleware
+from starlette.requests import ClientDisconnect
 from starlette.routing import BaseRoute, Mount, Route
 from starlette.types import Receive, Scope, Send
 
@@ -33,6 +35,8 @@ from .services import Services, build_services
 
 __all__ = ["create_app"]
 
+log = logging.getLogger("svcgw")
+
 
 class ServiceApp(Starlette):
     """The app, with gateway calls on a plain API path handed straight to the gateway.
@@ -41,6 +45,11 @@ class ServiceApp(Starlette):
     the middleware stack cost more than the gateway's own work; the gateway
     adds what the middleware would (see ``Gateway.direct``). Every other
     request, an ambiguous gateway path included, takes the ordinary way.
+
+    A client that goes away while its body is read (or whose body the server
+    gave up on as too slow, ``cli.protocol``) ends its request with
+    ``ClientDisconnect`` wherever the body was being read: nobody is left to
+    answer, and it is an info line, not an error with a traceback.
     """
 
     gateway: Gateway
@@ -50,7 +59,16 @@ class ServiceApp(Starlette):
         if operation is not None:
             await self.gateway.direct(scope, receive, send, *operation)
             return
-        await super().__call__(scope, receive, send)
+        try:
+            await super().__call__(scope, receive, send)
+        except ClientDisconnect:
+            # Not the path: a receiver's or an invitation's carries its token.
+            client = scope.get("client")
+            log.info(
+                "%s request from %s ended before its body arrived (the client left, or was too slow: 408)",
+                scope.get("method", "?"),
+                client[0] if client else "an unknown client",
+            )
 
 
 def create_app(settings: Settings, *, services: Services | None = None) -> Starlette:

@@ -21,7 +21,15 @@ unchecked:
    compact; ``/requeue/<queue>`` even answers GET) are refused with 403:
    dead letters are replayed with ``svcgw dlq replay`` or the console, which
    keep the service's own bookkeeping right;
-3. every answer carries a Content-Security-Policy, ``X-Frame-Options: DENY``
+3. only what rq-dashboard can answer: its views fail with a 500 (and a
+   traceback in the log) on parameters it does not check, such as a path of
+   another shape (``/0/data/jobs/svcgw/registries/queued/8/1.json`` reads
+   ``queued`` as the number per page), a registry it does not know, 0 jobs
+   per page, or a shard number past the last. Those are refused with 404
+   (:func:`unanswerable`), as are a job that does not exist (an error
+   handler of the Flask app), and a Redis that does not answer is 503 with
+   ``Retry-After: 1``;
+4. every answer carries a Content-Security-Policy, ``X-Frame-Options: DENY``
    and ``X-Content-Type-Options: nosniff``. The dashboard's pages run one
    inline script of their own, the last tag of its layout (``base.html``,
    right after the bootstrap bundle), so each HTML page gets a fresh nonce
@@ -64,6 +72,47 @@ _READ_ONLY = re.compile(
     r"|[0-9]+/data/[A-Za-z0-9._:/-]+\.json"
     r")$"
 )
+
+
+# The registries rq-dashboard lists (its jobs page's choice); any other name fails inside it.
+REGISTRIES = frozenset(("queued", "scheduled", "deferred", "started", "finished", "failed", "canceled"))
+MAX_PER_PAGE = 1000  # its page offers up to 200; more reads every job of the page one by one
+_MAX_NUMBER_DIGITS = 9
+_SHARD = re.compile(r"^/([0-9]+)/")
+_JOBS = re.compile(
+    r"^/[0-9]+/(?P<kind>view|data)/jobs/[^/]+/(?P<registry>[^/]+)/(?P<per_page>[^/]+)/(?P<order>[^/]+)/(?P<page>[^/]+)$"
+)
+
+
+def unanswerable(path: str, shards: int) -> str | None:
+    """Why rq-dashboard cannot answer the read-only ``path`` (below the mount) of ``shards`` shards; None if it can."""
+    shard = _SHARD.match(path)
+    if shard and _number(shard.group(1)) not in range(shards):
+        return f"no shard {shard.group(1)[:_MAX_NUMBER_DIGITS]}: the shards are 0 to {shards - 1}"
+    jobs = _JOBS.match(path)
+    if jobs is None:
+        return None
+    page = jobs["page"]
+    if jobs["kind"] == "data":
+        if not page.endswith(".json"):
+            return "no such page"
+        page = page.removesuffix(".json")
+    if jobs["registry"] not in REGISTRIES:
+        return "no such registry: the registries are " + ", ".join(sorted(REGISTRIES))
+    if _number(jobs["per_page"]) not in range(1, MAX_PER_PAGE + 1):
+        return f"jobs per page: 1 to {MAX_PER_PAGE}"
+    if jobs["order"] not in ("asc", "dsc"):
+        return "the order is asc or dsc"
+    if _number(page) < 1:
+        return "pages count from 1"
+    return None
+
+
+def _number(text: str) -> int:
+    """A short run of ASCII digits as its value; -1 for anything else (a long run included)."""
+    if not (0 < len(text) <= _MAX_NUMBER_DIGITS and text.isascii() and text.isdigit()):
+        return -1
+    return int(text)
 
 
 # The dashboard's own inline script, exactly as its layout writes it: after the bootstrap bundle.
@@ -119,12 +168,13 @@ def _credentials(scope: Scope) -> tuple[bytes, bytes] | None:
 
 
 class DashboardGuard:
-    """Basic auth, then a read-only allow-list, then the wrapped app."""
+    """Basic auth, then a read-only allow-list, then only what the wrapped app can answer."""
 
-    def __init__(self, app: ASGIApp, user: str, password: str) -> None:
+    def __init__(self, app: ASGIApp, user: str, password: str, shards: int = 1) -> None:
         self.app = app
         self._user = user.encode("utf-8")
         self._password = password.encode("utf-8")
+        self._shards = shards
 
     def _authorized(self, scope: Scope) -> bool:
         presented = _credentials(scope)
@@ -159,6 +209,10 @@ class DashboardGuard:
                 status_code=403,
             )
             await response(scope, receive, send)
+            return
+        why = unanswerable(path or "/", self._shards)
+        if why is not None:
+            await PlainTextResponse(f"not found in the dashboard: {why}\n", status_code=404)(scope, receive, send)
             return
         await self.app(scope, receive, send)
 
@@ -257,6 +311,9 @@ def make_dashboard(settings: Settings) -> ASGIApp | None:
                         "or one of @/?#[] in its password or master name)")  # fmt: skip
         return None
     from a2wsgi import WSGIMiddleware
+    from redis.exceptions import ConnectionError as RedisConnectionError
+    from redis.exceptions import TimeoutError as RedisTimeoutError
+    from rq.exceptions import NoSuchJobError
     from rq.serializers import JSONSerializer
     from rq_dashboard import web as dashboard_web
     from rq_dashboard.cli import make_flask_app
@@ -271,5 +328,20 @@ def make_dashboard(settings: Settings) -> ASGIApp | None:
     # The dashboard keeps its serializer in a module-level setting.
     dashboard_web.config.serializer = JSONSerializer
     dashboard_web.setup_rq_connection(flask_app)
+    # Its job views fetch the job unchecked; a job that is gone (delivered, expired) is no server error.
+    flask_app.register_error_handler(NoSuchJobError, lambda _: _plain("no such job\n", 404))
+    # Nor is a Redis that does not answer: the page is there again once it does. (Its text never
+    # reaches the operator: it may name the host.)
+    for unreachable in (RedisConnectionError, RedisTimeoutError):
+        flask_app.register_error_handler(unreachable, _unavailable)
     wsgi: Any = WSGIMiddleware(flask_app, workers=4)
-    return DashboardGuard(wsgi, settings.dashboard_user, settings.dashboard_password)
+    return DashboardGuard(wsgi, settings.dashboard_user, settings.dashboard_password, shards=len(urls))
+
+
+def _plain(text: str, status: int, **headers: str) -> tuple[str, int, dict[str, str]]:
+    return text, status, {"Content-Type": "text/plain; charset=utf-8", "Cache-Control": "no-store", **headers}
+
+
+def _unavailable(exc: Exception) -> tuple[str, int, dict[str, str]]:
+    log.warning("rq-dashboard: Redis did not answer (%s)", type(exc).__name__)
+    return _plain("Redis does not answer; try again shortly\n", 503, **{"Retry-After": "1"})

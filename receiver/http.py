@@ -30,6 +30,7 @@ import orjson
 from starlette.requests import Request
 from starlette.responses import Response
 
+from svcgw.clientkeys import limit_key
 from svcgw.errors import Refusal, Rejected, error_body
 
 __all__ = [
@@ -138,14 +139,15 @@ def presented_key(request: Request) -> str | None:
 
 
 def client_address(request: Request) -> str:
-    """The address failed credentials and sign-ins are counted against: the connection's peer.
+    """The address failed credentials and sign-ins are counted against: the connection's peer, an IPv6 one by its /64.
 
     Behind a proxy named in ``SVCGW_TRUSTED_PROXIES``, uvicorn has already put
     the client that proxy reports (``X-Forwarded-For``) in its place; from any
-    other peer that header is ignored.
+    other peer that header is ignored. ``svcgw.clientkeys.limit_key`` makes it
+    the key every per-address limit counts under.
     """
     client = request.scope.get("client")
-    return str(client[0]) if client else "unknown"
+    return limit_key(str(client[0])) if client else "unknown"
 
 
 def json_answer(code: int, message: str, data: object = None, *, status: int = 200) -> Response:

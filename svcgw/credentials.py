@@ -12,7 +12,10 @@ script (``lua/account_sessions.lua``): every session remembers the account's
 ``session_epoch`` of when it was made, and one made before the current epoch
 is ended at its next request (``receiver.console.session``). Raising the
 epoch is "sign out everywhere"; a password change raises it too but keeps the
-session that made the change.
+session that made the change. Setting a password also records the epoch it
+was set at as ``password_epoch``: the password's *version*, which a device
+cookie carries and must match at sign-in, so a new password retires every
+device cookie made before it.
 
 Errors::
 
@@ -24,7 +27,7 @@ from __future__ import annotations
 
 import re
 import unicodedata
-from typing import Any
+from typing import Any, NamedTuple
 
 from redis.asyncio import Redis
 from redis.exceptions import WatchError
@@ -33,7 +36,7 @@ from . import keys
 from .errors import Rejected
 from .scripts import register
 
-__all__ = ["MAX_LOGIN_LENGTH", "Credentials", "LoginRejected", "LoginTaken", "normalise_login"]
+__all__ = ["MAX_LOGIN_LENGTH", "Credentials", "Login", "LoginRejected", "LoginTaken", "normalise_login"]
 
 MAX_LOGIN_LENGTH = 254  # the longest e-mail address a mail server accepts
 _NAME = re.compile(r"[a-z0-9][a-z0-9._-]{2,63}")
@@ -67,14 +70,23 @@ def normalise_login(login: str) -> str:
     return text
 
 
+class Login(NamedTuple):
+    """What signing in with a login reads: its account, password hash ('' when none) and password's version."""
+
+    account: str
+    password_hash: str
+    # The session epoch the password was set at; '0' for one set before versions were kept.
+    password_version: str
+
+
 class Credentials:
     def __init__(self, redis: Redis) -> None:
         # A client created with decode_responses=True (text), as the store's.
         self.redis: Any = redis
         self._sessions = register(redis, "account_sessions")
 
-    async def lookup(self, login: str) -> tuple[str, str] | None:
-        """(account id, password hash, '' when none is set) of a login; None for one nobody has."""
+    async def lookup(self, login: str) -> Login | None:
+        """The account of a login, its password hash and the password's version; None for a login nobody has."""
         try:
             normalised = normalise_login(login)
         except LoginRejected:
@@ -82,8 +94,8 @@ class Credentials:
         account = await self.redis.get(keys.login(normalised))
         if not account:
             return None
-        stored = await self.redis.hget(keys.account(account), "password")
-        return str(account), str(stored or "")
+        stored, version = await self.redis.hmget(keys.account(account), ["password", "password_epoch"])
+        return Login(str(account), str(stored or ""), str(version or "0"))
 
     async def login_of(self, account: str) -> str | None:
         login = await self.redis.hget(keys.account(account), "login")
@@ -95,7 +107,8 @@ class Credentials:
     async def set_password(self, account: str, password_hash: str, *, keep_session: str | None = None) -> int:
         """Store the hash and end every console session of the account but ``keep_session`` (its Redis key).
 
-        Returns the new session epoch; ``LookupError`` if there is no such account.
+        Returns the new session epoch, which is also the new password's version
+        (``Login.password_version``); ``LookupError`` if there is no such account.
         """
         return await self._run(account, password_hash, keep_session)
 

@@ -22,9 +22,10 @@ ACCOUNTS = PREFIX + "accounts"  # set of account ids
 
 
 def account(account_id: str) -> str:
-    """Hash: name, devices (quota), valid_until, created_at; login, password (argon2id hash) and
-    session_epoch (console sessions made before its value are ended) when the account signs in
-    with a password (svcgw.credentials)."""
+    """Hash: name, devices (quota), valid_until, created_at; login, password (argon2id hash),
+    session_epoch (console sessions made before its value are ended) and password_epoch (the
+    session_epoch the password was set at: its version, which device cookies carry) when the
+    account signs in with a password (svcgw.credentials)."""
     return f"{PREFIX}account:{account_id}"
 
 

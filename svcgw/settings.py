@@ -19,7 +19,14 @@ from svcgw.errors import Rejected
 from .portranges import DEFAULT_DESTINATION_PORTS, PortRanges, parse_port_ranges
 from .shardspec import ShardLayout, read_layout
 
-__all__ = ["DEFAULT_DESTINATION_PORTS", "PortRanges", "Settings", "SettingsError", "derived_public_url"]
+__all__ = [
+    "DEFAULT_DESTINATION_PORTS",
+    "PortRanges",
+    "Settings",
+    "SettingsError",
+    "default_address_share",
+    "derived_public_url",
+]
 
 
 class SettingsError(Rejected, ValueError):
@@ -101,6 +108,12 @@ class Settings:
     trusted_proxies: tuple[str, ...] = ()
     # Seconds a request's head may take to arrive, and its body may stall, before the server closes it.
     http_header_timeout: float = 10.0
+    # A request body's deadline (mod_reqtimeout's body=20,MinRate=500): seconds after its head,
+    # a second more for every http_body_min_rate bytes received (0: no more); past it, 408.
+    http_body_timeout: float = 20.0
+    http_body_min_rate: int = 500
+    # Connections one client address may hold in one server process; None: an eighth of the cap.
+    http_connections_per_address: int | None = None
     # Connections of each Redis client's pool (on a Cluster, of each node's), and the seconds a
     # command waits for one when all are in use before it fails as Redis unavailable.
     redis_max_connections: int = 100
@@ -183,6 +196,9 @@ class Settings:
             signin_failures_per_address=reader.rate("SVCGW_SIGNIN_FAILURES_PER_ADDRESS", "100/15minutes"),
             trusted_proxies=reader.proxies("SVCGW_TRUSTED_PROXIES"),
             http_header_timeout=reader.number("SVCGW_HTTP_HEADER_TIMEOUT", 10.0, minimum=0.1),
+            http_body_timeout=reader.number("SVCGW_HTTP_BODY_TIMEOUT", 20.0, minimum=0.1),
+            http_body_min_rate=reader.integer("SVCGW_HTTP_BODY_MIN_RATE", 500, minimum=0),
+            http_connections_per_address=reader.address_share(),
             redis_max_connections=reader.integer("SVCGW_REDIS_MAX_CONNECTIONS", 100, minimum=2, maximum=10_000),
             redis_pool_timeout=reader.number("SVCGW_REDIS_POOL_TIMEOUT", 5.0, minimum=0.01),
             receiver_failures_per_address=reader.rate("SVCGW_RECEIVER_FAILURES_PER_ADDRESS", "600/minute"),
@@ -194,6 +210,13 @@ class Settings:
         """The clients' read timeout: ``SVCGW_REDIS_TIMEOUT``, past the longest wait a command asks for
         (``WAIT`` for replicas, ``SVCGW_REDIS_WAIT_TIMEOUT``; the worker's idle ``BLMOVE`` is shorter)."""
         return max(self.redis_timeout, self.redis_wait_timeout + 1.0)
+
+    @property
+    def http_address_share(self) -> int:
+        """Connections one client address may hold at once per server process (SVCGW_HTTP_CONNECTIONS_PER_ADDRESS)."""
+        if self.http_connections_per_address is not None:
+            return self.http_connections_per_address
+        return default_address_share(self.http_limit_concurrency)
 
     @property
     def redis_configured(self) -> bool:
@@ -212,6 +235,12 @@ class Settings:
         if not self.upstream_url:
             raise SettingsError("SVCGW_UPSTREAM_URL is required to serve the gateway API")
         return self.upstream_url.rstrip("/")
+
+
+def default_address_share(limit_concurrency: int) -> int:
+    """An eighth of the server's connections: one client cannot take them all, and a pool of a few
+    hundred connections from one address (a load balancer, the capability layer) still fits."""
+    return max(1, limit_concurrency // 8)
 
 
 # A wildcard bind address listens everywhere but is nobody's destination: the derived public
@@ -381,6 +410,19 @@ class _Reader:
         if value is None:
             return ()
         return tuple(word.strip() for word in value.split(",") if word.strip())
+
+    def address_share(self) -> int | None:
+        """``SVCGW_HTTP_CONNECTIONS_PER_ADDRESS``, at most the cap it is a share of; None when unset."""
+        cap = self.integer("SVCGW_HTTP_LIMIT_CONCURRENCY", 2048, minimum=1)
+        share = self._get("SVCGW_HTTP_CONNECTIONS_PER_ADDRESS")
+        if share is None:
+            return None
+        number = self.integer("SVCGW_HTTP_CONNECTIONS_PER_ADDRESS", 0, minimum=1)
+        if number > cap:
+            raise SettingsError(
+                f"SVCGW_HTTP_CONNECTIONS_PER_ADDRESS ({number}) must be at most SVCGW_HTTP_LIMIT_CONCURRENCY ({cap})"
+            )
+        return number
 
     def gateway_bodies(self) -> tuple[int, int, int]:
         """The gateway's body limits (ordinary, upload, in flight per account), each let through by the next."""

@@ -28,6 +28,7 @@ from urllib.parse import urlsplit, urlunsplit
 from .errors import Failure
 
 __all__ = [
+    "MAX_SHARD_DIGITS",
     "Deployment",
     "NoOpenShard",
     "Shard",
@@ -136,6 +137,9 @@ def _number(value: str | None) -> int:
 # the shard's ``s<i>`` cannot occur in it, so a token says its shard without a look-up.
 _SHARD_MARK = "s"
 _SHARD_END = "."
+# A shard's number in a token has at most this many digits: far more shards than any deployment has,
+# and a longer one is looked at no further (Python reads no integer of more than 4,300 digits).
+MAX_SHARD_DIGITS = 6
 
 
 def token_for_shard(secret: str, shard: int) -> str:
@@ -153,11 +157,18 @@ def token_for_shard(secret: str, shard: int) -> str:
 
 
 def shard_of_token(token: str) -> int | None:
-    """The shard a receiver token names (0 without a prefix); None for a malformed prefix."""
+    """The shard a receiver token names (0 without a prefix); None for a malformed prefix.
+
+    Malformed: anything but ``s``, then 1 to :data:`MAX_SHARD_DIGITS` ASCII
+    digits without a leading zero, then ``.``. None is the receiver's 404,
+    whatever the token holds.
+    """
     head, sep, _ = token.partition(_SHARD_END)
     if not sep:
         return 0
     number = head.removeprefix(_SHARD_MARK)
-    if head == number or not (number.isascii() and number.isdigit()) or number != str(int(number)) or number == "0":
+    if head == number or not 0 < len(number) <= MAX_SHARD_DIGITS:
+        return None
+    if not (number.isascii() and number.isdigit()) or number.startswith("0"):
         return None
     return int(number)

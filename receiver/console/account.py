@@ -115,8 +115,9 @@ class _Shared:
         await self.credentials.set_password(account, hashed)
         return account
 
-    async def change_password(self, request: Request, session: Session, current: str, new: str) -> None:
-        """``ConsoleHTTPError`` (-40330, or 429 over the failure limits) or ``PasswordRejected``; else changed."""
+    async def change_password(self, request: Request, session: Session, current: str, new: str) -> str:
+        """The new password's version; ``ConsoleHTTPError`` (-40330, or 429 over the failure limits) or
+        ``PasswordRejected``."""
         attempt = await self.signin.check_current(
             session.account,
             current,
@@ -132,7 +133,8 @@ class _Shared:
         if new == current:
             raise PasswordRejected("the new password is the current one")
         hashed = await self.signin.hash_password(new)
-        await self.credentials.set_password(session.account, hashed, keep_session=session.redis_key or None)
+        epoch = await self.credentials.set_password(session.account, hashed, keep_session=session.redis_key or None)
+        return str(epoch)
 
 
 class AccountPages:
@@ -187,7 +189,7 @@ class AccountPages:
                 response.headers["Retry-After"] = str(attempt.retry_after)
             return response
         response = await self._signed_in(request, attempt.account, then=then)
-        self.sessions.set_device_cookie(request, response, attempt.account)
+        self.sessions.set_device_cookie(request, response, attempt.account, attempt.password_version)
         return response
 
     async def _signed_in(
@@ -264,7 +266,7 @@ class AccountPages:
         if new != _field(form, "new_password_confirm"):
             return await self.account(request, session, "The two new passwords are not the same.", 400)
         try:
-            await self.shared.change_password(request, session, _field(form, "current_password"), new)
+            version = await self.shared.change_password(request, session, _field(form, "current_password"), new)
         except PasswordRejected as exc:
             return await self.account(request, session, f"Choose another password: {exc}.", 400)
         except ConsoleHTTPError as exc:
@@ -274,7 +276,10 @@ class AccountPages:
         await self.sessions.flash(
             session, {"kind": "ok", "text": "Password changed. Every other session of this account is signed out."}
         )
-        return _redirect(_path("account"))
+        response = _redirect(_path("account"))
+        # The new password retired every device cookie; this browser has just proved it.
+        self.sessions.set_device_cookie(request, response, session.account, version)
+        return response
 
     async def sign_out_everywhere(self, request: Request, session: Session) -> Response:
         await self.shared.credentials.end_sessions(session.account)
@@ -330,7 +335,7 @@ class AccountApi:
             if attempt.account is None:
                 raise ConsoleHTTPError(errors.SIGN_IN_REFUSED)
             response = await self._session(request, attempt.account)
-            self.sessions.set_device_cookie(request, response, attempt.account)
+            self.sessions.set_device_cookie(request, response, attempt.account, attempt.password_version)
             return response
 
         return await self._answer(work)
@@ -352,8 +357,13 @@ class AccountApi:
     async def change_password(self, request: Request, session: Session) -> Response:
         async def work() -> Response:
             asked = await parsed_body(request, PasswordRequest)
-            await self.shared.change_password(request, session, asked.current_password, asked.new_password)
-            return json_ok({"changed": True, "other_sessions_ended": True})
+            version = await self.shared.change_password(
+                request, session, asked.current_password, asked.new_password
+            )
+            response = json_ok({"changed": True, "other_sessions_ended": True})
+            # The new password retired every device cookie; this browser has just proved it.
+            self.sessions.set_device_cookie(request, response, session.account, version)
+            return response
 
         return await self._answer(work)
 

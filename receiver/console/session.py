@@ -25,14 +25,21 @@ different keys are refused with 401): such a request has no ambient
 credential to abuse, so it needs no CSRF token.
 
 A password sign-in also leaves a device cookie (OWASP's "device cookies"):
-``svcgw_device_<account digest>``, signed, holding the account and a random
-device id, for :data:`DEVICE_SECONDS`. A browser that shows it is counted in
-a failure window of its own instead of the login's
-(``receiver.console.failures``), so someone who only knows the login and
-fills its window does not lock out a browser that signed in before; a
-browser without it still meets the login's limit. It also opens a lane of
-sign-ins of its own to that browser (``receiver.console.signin``), which a
-flood of sign-ins without it cannot fill.
+``svcgw_device_<account digest>``, signed, holding the account, a random
+device id and the version of the password that signed in (the account's
+``password_epoch``: ``svcgw.credentials``), for :data:`DEVICE_SECONDS`. A
+browser that shows it is counted in a failure window of its own instead of
+the login's (``receiver.console.failures``), so someone who only knows the
+login and fills its window does not lock out a browser that signed in
+before; a browser without it still meets the login's limit. A new password
+(``svcgw accounts set-password``, an invitation, the account page) retires
+every device cookie made before it: nothing of them is kept on the server,
+so the version is what tells them apart, and a cookie of another version
+(or of none, made before versions were kept) counts as no cookie. The
+browser that changes the password gets a new one at once. A device cookie
+also opens a lane of sign-ins of its own to that browser
+(``receiver.console.signin``), which a flood of sign-ins without one cannot
+fill.
 
 The signing key is derived from the first encryption key
 (``SVCGW_ENCRYPTION_KEYS``, or the generated one in the state directory),
@@ -247,14 +254,20 @@ class Sessions:
         response.delete_cookie(COOKIE, path=PATH, secure=self.secure(request), httponly=True, samesite="strict")
 
     # --- device cookies -----------------------------------------------------------------
-    def device_of(self, request: Request) -> Callable[[str], str | None]:
-        """For an account, the device id its valid device cookie on ``request`` carries, or None."""
+    def device_of(self, request: Request) -> Callable[[str, str], str | None]:
+        """For an account and its password's version, the device id of a valid device cookie on ``request``, or None.
 
-        def of(account: str) -> str | None:
+        Valid: signed by this deployment within :data:`DEVICE_SECONDS`, for
+        that account, and made under that version of its password.
+        """
+
+        def of(account: str, password_version: str) -> str | None:
             value = _signed(self._device, request, _device_cookie(account), DEVICE_SECONDS)
-            if isinstance(value, list) and len(value) == 2 and value[0] == account and isinstance(value[1], str):
-                return value[1]
-            return None
+            if not (isinstance(value, list) and len(value) == 3 and all(isinstance(part, str) for part in value)):
+                return None
+            owner, device, version = value
+            # The signature makes the cookie unforgeable; the version is no secret, only compared.
+            return str(device) if owner == account and version == password_version else None
 
         return of
 
@@ -272,11 +285,11 @@ class Sessions:
                 return value[0]
         return None
 
-    def set_device_cookie(self, request: Request, response: Response, account: str) -> None:
-        """A new device id for this browser and account (after a right password)."""
+    def set_device_cookie(self, request: Request, response: Response, account: str, password_version: str) -> None:
+        """A new device id for this browser and account (after a right password), under that password's version."""
         response.set_cookie(
             _device_cookie(account),
-            self._device.dumps([account, secrets.token_urlsafe(24)]),
+            self._device.dumps([account, secrets.token_urlsafe(24), password_version]),
             max_age=DEVICE_SECONDS,
             path=PATH,
             secure=self.secure(request),

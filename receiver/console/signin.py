@@ -79,11 +79,13 @@ LANE_HASHING = 1
 KEYS_AT_ONCE = WAITING_AT_ONCE  # API keys given to sign in, being checked, per process
 
 T = TypeVar("T")
-_Found = tuple[str, str]  # a login's account and password hash ('' when it has none)
-DeviceOf = Callable[[str], str | None]  # an account: the device its cookie proves on this request, or None
+# A login's account, its password hash ('' when it has none) and that password's version.
+_Found = tuple[str, str, str]
+# An account and its password's version: the device its cookie proves on this request, or None.
+DeviceOf = Callable[[str, str], str | None]
 
 
-def _no_device(account: str) -> str | None:
+def _no_device(account: str, password_version: str) -> str | None:
     return None
 
 
@@ -93,6 +95,7 @@ class Attempt:
 
     account: str | None
     retry_after: int = 0
+    password_version: str = ""  # of the password that signed in: what a new device cookie carries
 
 
 class _Share:
@@ -174,7 +177,7 @@ class PasswordSignIn:
         if lane is not None and self.lane.take(lane):
             try:
                 found, looked_up = await self.credentials.lookup(login), True
-                if found is not None and found[0] == lane and device_of(lane):
+                if found is not None and found[0] == lane and device_of(lane, found[2]):
                     return await self._attempt(found, login, password, address, device_of, lane=lane)
             finally:
                 self.lane.give_back(lane)
@@ -192,8 +195,8 @@ class PasswordSignIn:
         lane: str | None = None,
     ) -> Attempt:  # fmt: skip
         """The attempt once it holds its place: in the room, or (``lane``: the account) in the lane."""
-        account, stored = found or ("", "")
-        device = device_of(account) if account else None
+        account, stored, version = found or ("", "", "")
+        device = device_of(account, version) if account else None
         who = ("device", digest(device)) if device else ("login", digest(_normalised(login)))
         # Counted before the check, and before waiting for it.
         reservation = await self.windows.reserve(who, address)
@@ -212,7 +215,7 @@ class PasswordSignIn:
         await self.windows.succeeded(reservation)
         if passwords.needs_rehash(stored):
             await self.credentials.replace_hash(account, stored, await self.hash_password(password))
-        return Attempt(account)
+        return Attempt(account, password_version=version)
 
     async def check_current(
         self, account: str, password: str, address: str, device_of: DeviceOf = _no_device, lane: str | None = None

@@ -12,7 +12,8 @@ from typing import Any
 
 import uvicorn
 
-from cli.protocol import OneWriteProtocol, TurnWriter
+from cli.addressshare import AddressShare
+from cli.protocol import OneWriteProtocol, TurnWriter, body_due
 from tests.support import free_port, wait_for
 
 
@@ -140,9 +141,138 @@ def test_slow_heads_and_stalled_bodies_are_closed_but_a_slow_answer_or_a_moving_
                 time.sleep(0.25)
                 conn.sendall(piece)
             assert conn.recv(65536).endswith(b"\r\n\r\nabcdef")
-        for stalled in (b"GET / HTTP/1.1\r\nHost: x\r\n", b"POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 6\r\n\r\nab"):
+        stalled = {
+            b"GET / HTTP/1.1\r\nHost: x\r\n": b"",  # a head: closed by the server, with nothing said
+            b"POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 6\r\n\r\nab": b"HTTP/1.1 408 ",  # a body: 408
+        }
+        for sent, answer in stalled.items():
             with socket.create_connection(("127.0.0.1", port), timeout=5) as conn:
-                conn.sendall(stalled)
+                conn.sendall(sent)
                 started = time.monotonic()
-                assert conn.recv(65536) == b""  # closed by the server, with nothing said
+                assert read_until_closed(conn).startswith(answer)
                 assert 0.3 < time.monotonic() - started < 2.5
+
+
+def read_until_closed(conn: socket.socket, limit: float = 10.0) -> bytes:
+    """Everything the server sends until it closes the connection (a reset counts as closing)."""
+    received = b""
+    deadline = time.monotonic() + limit
+    while time.monotonic() < deadline:
+        try:
+            chunk = conn.recv(65536)
+        except ConnectionResetError:
+            return received
+        if not chunk:
+            return received
+        received += chunk
+    raise AssertionError(f"still open after {limit}s, having sent {received!r}")
+
+
+def connect_from(address: str, port: int) -> socket.socket:
+    """A connection to the server from ``address`` (any 127.x.y.z stands for a client of its own)."""
+    return socket.create_connection(("127.0.0.1", port), timeout=5, source_address=(address, 0))
+
+
+async def _reading_app(scope: dict[str, Any], receive: Any, send: Any) -> None:
+    """Reads the whole body and answers its size; on ``/early``, answers before reading any of it."""
+    if scope["type"] != "http":
+        return
+    size = 0
+    if scope["path"] != "/early":
+        while True:
+            message = await receive()
+            if message["type"] == "http.disconnect":
+                return
+            size += len(message.get("body", b""))
+            if not message.get("more_body"):
+                break
+    answer = b"%d" % size
+    await send({"type": "http.response.start", "status": 200, "headers": [(b"content-length", b"%d" % len(answer))]})
+    await send({"type": "http.response.body", "body": answer})
+
+
+def test_the_body_deadline_is_mod_reqtimeouts() -> None:
+    # body=20,MinRate=500: 20 s after the head, a second more for every 500 bytes in.
+    assert body_due(100.0, 0, 20.0, 1 / 500) == 120.0
+    assert body_due(100.0, 5000, 20.0, 1 / 500) == 130.0
+    assert body_due(100.0, 5000, 20.0, 0.0) == 120.0  # no minimum rate: a fixed deadline
+    # A byte a second is past it once 20 + t/500 < t: just after 20 s.
+    assert body_due(0.0, 21, 20.0, 1 / 500) < 21
+    # 1 MiB at 32 KB/s (a slow mobile link, 256 kbit/s) never is: at each second t, 20 + 64 t > t.
+    assert all(body_due(0.0, 32_000 * t, 20.0, 1 / 500) > t for t in range(1, 34))
+
+
+def test_a_body_under_the_minimum_rate_is_answered_408_and_one_over_it_gets_in(monkeypatch: Any) -> None:
+    monkeypatch.setattr(OneWriteProtocol, "header_timeout", 5.0)  # no piece below stalls that long
+    monkeypatch.setattr(OneWriteProtocol, "body_timeout", 1.0)
+    monkeypatch.setattr(OneWriteProtocol, "body_seconds_per_byte", 1 / 1000)
+    monkeypatch.setattr(OneWriteProtocol, "shares", None)
+    with serving(_reading_app) as port:
+        # 6,000 bytes at about 2,000 bytes/s: three times the 1 s deadline, yet answered.
+        with connect_from("127.0.0.1", port) as conn:
+            conn.sendall(b"POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 6000\r\nConnection: close\r\n\r\n")
+            for _ in range(12):
+                time.sleep(0.25)
+                conn.sendall(b"x" * 500)
+            assert read_until_closed(conn).endswith(b"\r\n\r\n6000")
+
+        # A byte every 0.2 s: each piece moves well within the stall limit, the whole too slowly.
+        with connect_from("127.0.0.1", port) as conn:
+            conn.sendall(b"POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n")
+            started = time.monotonic()
+            conn.setblocking(False)
+            answer = b""
+            while time.monotonic() - started < 5:
+                with contextlib.suppress(OSError):
+                    conn.send(b"x")
+                time.sleep(0.2)
+                with contextlib.suppress(BlockingIOError):
+                    chunk = conn.recv(65536)
+                    answer += chunk
+                    if not chunk:
+                        break
+            elapsed = time.monotonic() - started
+        assert answer.startswith(b"HTTP/1.1 408 Request Timeout\r\n"), answer
+        head, _, body = answer.partition(b"\r\n\r\n")
+        assert b"connection: close" in head and b"x-content-type-options: nosniff" in head
+        assert body == b"request body timed out"
+        assert 0.9 < elapsed < 2.5, elapsed
+
+        # An answer already on its way is not followed by a 408: the slow body's connection just closes.
+        with connect_from("127.0.0.1", port) as conn:
+            conn.sendall(b"POST /early HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\nab")
+            started = time.monotonic()
+            received = read_until_closed(conn)
+            assert received.startswith(b"HTTP/1.1 200 ") and received.count(b"HTTP/1.1") == 1, received
+            assert time.monotonic() - started < 2.5
+
+
+def test_one_address_holds_at_most_its_share_and_others_keep_theirs(monkeypatch: Any) -> None:
+    shares = AddressShare(2, exempt=["127.0.0.9/32"])
+    monkeypatch.setattr(OneWriteProtocol, "shares", shares)
+    monkeypatch.setattr(OneWriteProtocol, "header_timeout", 10.0)
+    with serving(_reading_app) as port, contextlib.ExitStack() as stack:
+        held = [stack.enter_context(connect_from("127.0.0.2", port)) for _ in range(2)]
+        for conn in held:
+            conn.sendall(b"GET / HTTP/1.1\r\n")  # half a head: each holds its place
+        wait_for(lambda: shares.held("127.0.0.2") == 2, timeout=5, what="both connections counted")
+
+        # A third from the same address is closed at once, unread and unanswered...
+        with connect_from("127.0.0.2", port) as third:
+            third.sendall(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+            started = time.monotonic()
+            assert read_until_closed(third) == b""
+            assert time.monotonic() - started < 2.0
+        # ...while another address is answered, and a peer named exempt (a proxy) is not counted.
+        for address in ("127.0.0.3", "127.0.0.9", "127.0.0.9", "127.0.0.9"):
+            conn = stack.enter_context(connect_from(address, port))
+            conn.sendall(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+            assert conn.recv(65536).startswith(b"HTTP/1.1 200 ")
+        assert shares.held("127.0.0.2") == 2 and shares.held("127.0.0.9") == 0
+
+        # Once one of its connections closes, the address has room again.
+        held[0].close()
+        wait_for(lambda: shares.held("127.0.0.2") == 1, timeout=5, what="the closed connection given back")
+        with connect_from("127.0.0.2", port) as again:
+            again.sendall(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+            assert again.recv(65536).startswith(b"HTTP/1.1 200 ")

@@ -23,9 +23,10 @@ def test_requests_beyond_the_concurrency_limit_are_refused_at_once(env: dict[str
     process, base = start_server(dict(env, SVCGW_HTTP_LIMIT_CONCURRENCY="2"))
     drips: list[socket.socket] = []
     try:
-        # Connections that send half a request and stop hold their places...
-        for _ in range(2):
-            drip = socket.create_connection(("127.0.0.1", _port(base)), timeout=5)
+        # Connections that send half a request and stop hold their places (from two addresses: with
+        # a cap of 2, each address may hold one)...
+        for address in ("127.0.0.2", "127.0.0.3"):
+            drip = socket.create_connection(("127.0.0.1", _port(base)), timeout=5, source_address=(address, 0))
             drip.sendall(b"POST /svc/receiver/we_x/y HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n{")
             drips.append(drip)
 
@@ -70,6 +71,13 @@ def test_idle_keep_alive_connections_are_closed(env: dict[str, str]) -> None:
         ("SVCGW_HTTP_LIMIT_CONCURRENCY", "0"),
         ("SVCGW_HTTP_LIMIT_CONCURRENCY", "many"),
         ("SVCGW_HTTP_KEEPALIVE_TIMEOUT", "0"),
+        ("SVCGW_HTTP_BODY_TIMEOUT", "0"),
+        ("SVCGW_HTTP_BODY_TIMEOUT", "soon"),
+        ("SVCGW_HTTP_BODY_MIN_RATE", "-1"),
+        ("SVCGW_HTTP_BODY_MIN_RATE", "fast"),
+        ("SVCGW_HTTP_CONNECTIONS_PER_ADDRESS", "0"),
+        ("SVCGW_HTTP_CONNECTIONS_PER_ADDRESS", "an eighth"),
+        ("SVCGW_HTTP_CONNECTIONS_PER_ADDRESS", "2049"),  # more than the cap it is a share of
     ],
 )
 def test_bad_limits_stop_start_up(name: str, value: str) -> None:
@@ -80,3 +88,14 @@ def test_bad_limits_stop_start_up(name: str, value: str) -> None:
 def test_limits_have_defaults() -> None:
     settings = Settings.from_env({})
     assert settings.http_limit_concurrency == 2048 and settings.http_keepalive_timeout == 5.0
+    # mod_reqtimeout's body=20,MinRate=500; an eighth of the connections per client address.
+    assert settings.http_body_timeout == 20.0 and settings.http_body_min_rate == 500
+    assert settings.http_address_share == 256
+
+
+def test_the_address_share_follows_the_cap_unless_set() -> None:
+    assert Settings.from_env({"SVCGW_HTTP_LIMIT_CONCURRENCY": "100"}).http_address_share == 12
+    assert Settings.from_env({"SVCGW_HTTP_LIMIT_CONCURRENCY": "4"}).http_address_share == 1
+    chosen = Settings.from_env({"SVCGW_HTTP_LIMIT_CONCURRENCY": "100", "SVCGW_HTTP_CONNECTIONS_PER_ADDRESS": "100"})
+    assert chosen.http_address_share == 100
+    assert Settings.from_env({"SVCGW_HTTP_BODY_MIN_RATE": "0"}).http_body_min_rate == 0  # a fixed deadline

@@ -9,7 +9,7 @@ from click.testing import CliRunner, Result
 
 from cli.main import cli
 from svcgw import keys
-from svcgw.credentials import Credentials
+from svcgw.credentials import Credentials, Login
 from svcgw.invitations import Invitations
 from svcgw.settings import Settings
 from svcgw.store import Store, digest
@@ -23,8 +23,8 @@ def run(env: dict[str, str], *args: str, stdin: str | None = None) -> Result:
     return CliRunner().invoke(cli, list(args), env=env, input=stdin)
 
 
-def lookup(settings: Settings, login: str) -> tuple[str, str] | None:
-    async def action(store: Store) -> tuple[str, str] | None:
+def lookup(settings: Settings, login: str) -> Login | None:
+    async def action(store: Store) -> Login | None:
         return await Credentials(store.redis).lookup(login)
 
     return with_store(settings, action)

@@ -1,4 +1,6 @@
-"""The HTTP server sheds slow clients itself: a head that drips, a body that stalls (SVCGW_HTTP_HEADER_TIMEOUT)."""
+"""The HTTP server sheds slow clients itself: a head that drips, a body that stalls (SVCGW_HTTP_HEADER_TIMEOUT)
+or trickles (SVCGW_HTTP_BODY_TIMEOUT, SVCGW_HTTP_BODY_MIN_RATE), one address's connections past its share
+(SVCGW_HTTP_CONNECTIONS_PER_ADDRESS)."""
 
 from __future__ import annotations
 
@@ -15,7 +17,7 @@ from simulator.app import create_app as create_sim
 from svcgw.settings import Settings, SettingsError
 from svcgw.store import Store
 from tests.conftest import with_store
-from tests.support import ThreadedServer, start_server
+from tests.support import ThreadedServer, start_server, wait_for
 
 # Real processes of the service: run by .ci/run with the rest; `-m 'not slow'` skips them.
 pytestmark = pytest.mark.slow
@@ -43,12 +45,15 @@ def enough_descriptors(needed: int) -> Iterator[None]:
 
 
 def closed_by_peer(conn: socket.socket) -> bool:
-    try:
-        return conn.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT) == b""
-    except BlockingIOError:
-        return False
-    except OSError:
-        return True
+    """Whether the server has closed the connection (what it said first, a 408 say, is read and dropped)."""
+    while True:
+        try:
+            if not conn.recv(65536, socket.MSG_DONTWAIT):
+                return True
+        except BlockingIOError:
+            return False
+        except OSError:
+            return True
 
 
 def test_a_thousand_slow_clients_are_closed_and_others_answered_meanwhile(env: dict[str, str]) -> None:
@@ -68,7 +73,9 @@ def test_a_thousand_slow_clients_are_closed_and_others_answered_meanwhile(env: d
 
         drips: list[tuple[socket.socket, bool]] = []  # (connection, whether its head drips)
         for number in range(DRIPS):
-            conn = socket.create_connection(("127.0.0.1", port), timeout=5)
+            # From eight addresses: each holds fewer than its share (256) of the server's connections.
+            source = (f"127.0.0.{10 + number % 8}", 0)
+            conn = socket.create_connection(("127.0.0.1", port), timeout=5, source_address=source)
             stack.callback(conn.close)
             dripping = number % 2 == 0
             conn.sendall(HEAD if dripping else BODY)
@@ -104,6 +111,134 @@ def test_a_thousand_slow_clients_are_closed_and_others_answered_meanwhile(env: d
             time.sleep(0.25)
             open_ones = [(conn, dripping) for conn, dripping in open_ones if not closed_by_peer(conn)]
         assert not open_ones, f"{len(open_ones)} slow connections still open {time.monotonic() - opened:.1f} s on"
+
+
+def trickle(conns: list[socket.socket], answers: list[bytes]) -> list[socket.socket]:
+    """One more byte of each body; the connections the server has not closed (what closed ones were
+    answered goes to ``answers``)."""
+    still: list[socket.socket] = []
+    for conn in conns:
+        answer, closed = b"", False
+        while not closed:
+            try:
+                chunk = conn.recv(65536)
+            except BlockingIOError:
+                break
+            except OSError:
+                closed = True
+            else:
+                answer += chunk
+                closed = not chunk
+        if closed:
+            answers.append(answer)
+            conn.close()
+            continue
+        with contextlib.suppress(OSError):
+            conn.send(b" ")
+        still.append(conn)
+    return still
+
+
+def test_a_body_trickled_at_a_byte_a_second_is_answered_408_within_30_seconds(env: dict[str, str]) -> None:
+    # The defaults: a body must be in 20 s after its head, a second more for every 500 bytes received.
+    process, base = start_server(env)
+    try:
+        with socket.create_connection(("127.0.0.1", int(base.rsplit(":", 1)[1])), timeout=5) as conn:
+            conn.sendall(BODY.replace(b"Content-Length: 100", b"Content-Length: 1000"))
+            started = time.monotonic()
+            conn.setblocking(False)
+            answer = b""
+            while time.monotonic() - started < 35:
+                # JSON whitespace, a byte a second: never a stall, yet 35 bytes in 35 s.
+                with contextlib.suppress(OSError):
+                    conn.send(b" ")
+                time.sleep(1.0)
+                with contextlib.suppress(BlockingIOError, ConnectionResetError):
+                    chunk = conn.recv(65536)
+                    answer += chunk
+                    if not chunk:
+                        break
+            elapsed = time.monotonic() - started
+        assert answer.startswith(b"HTTP/1.1 408 "), f"{answer!r} after {elapsed:.1f} s"
+        assert elapsed < 30, elapsed
+        # The app heard a disconnect: an info line, not an error with a traceback.
+        wait_for(lambda: "ended before its body arrived" in process.output(), timeout=5, what="the info line")
+        assert "Traceback" not in process.output() and '"level":"error"' not in process.output()
+    finally:
+        process.stop()
+
+
+TRICKLES = 2100
+
+
+def test_2100_trickling_bodies_from_one_address_leave_the_server_to_others(env: dict[str, str]) -> None:
+    with contextlib.ExitStack() as stack:
+        stack.enter_context(enough_descriptors(TRICKLES + 512))
+        sim = ThreadedServer(create_sim()).start()
+        stack.callback(sim.stop)
+
+        async def new_key(store: Store) -> str:
+            account = await store.create_account("trickles", devices=10)
+            return (await store.create_key(account.id))[1]
+
+        key = with_store(Settings.from_env(env), new_key)
+        process, base = start_server(dict(env, SVCGW_UPSTREAM_URL=sim.base))  # the default limits
+        stack.callback(process.stop)
+        port = int(base.rsplit(":", 1)[1])
+        # Another client: its own address (127.0.0.1 is the attacker's neighbour, 127.0.0.2 the attacker).
+        client = stack.enter_context(
+            httpx.Client(base_url=base, timeout=5, transport=httpx.HTTPTransport(local_address="127.0.0.3"))
+        )
+        waits: list[float] = []
+
+        def healthz() -> None:
+            started = time.monotonic()
+            answer = client.get("/healthz", headers={"Connection": "close"})
+            waits.append(time.monotonic() - started)
+            assert answer.status_code == 200, (len(waits), answer.status_code, answer.text)
+            assert waits[-1] < 2.0, (len(waits), waits[-1])
+
+        conns: list[socket.socket] = []
+        opened = time.monotonic()
+        for number in range(TRICKLES):
+            conn = socket.create_connection(("127.0.0.1", port), timeout=5, source_address=("127.0.0.2", 0))
+            stack.callback(conn.close)
+            with contextlib.suppress(OSError):  # past its share, the server may have closed it already
+                conn.sendall(BODY.replace(b"Content-Length: 100", b"Content-Length: 1000"))
+            conn.setblocking(False)
+            conns.append(conn)
+            if number % 100 == 0:
+                healthz()
+
+        # A byte or two a second on each; the other client is answered at once all along, gateway included.
+        refused: list[bytes] = []
+        while time.monotonic() - opened < 8:
+            conns = trickle(conns, refused)
+            healthz()
+            time.sleep(0.5)
+        created = client.post(
+            "/svc/api/device/create",
+            json={"appid": "", "type": "iPad", "name": "t", "version": 0},
+            headers={"Svc-Key": key},
+        )
+        assert created.status_code == 200 and created.json()["code"] == 0, created.text
+        # The attacker holds its share of the server's 2,048 connections, and no more: the rest were
+        # closed at once, unanswered.
+        assert 200 <= len(conns) <= 256 and len(refused) == TRICKLES - len(conns), (len(conns), len(refused))
+        assert not any(refused)
+
+        # Every body is answered 408 by its deadline (20 s, and a second per 500 bytes), trickling to the end.
+        held = len(conns)
+        timed_out: list[bytes] = []
+        while conns and time.monotonic() - opened < 30:
+            conns = trickle(conns, timed_out)
+            healthz()
+            time.sleep(0.5)
+        assert not conns, f"{len(conns)} trickling bodies still open {time.monotonic() - opened:.1f} s on"
+        assert len(timed_out) == held and all(answer.startswith(b"HTTP/1.1 408 ") for answer in timed_out)
+        assert max(waits) < 2.0 and len(waits) > 40, (len(waits), max(waits))
+        log = process.output()
+        assert "Traceback" not in log and "client 127.0.0.2 holds 256 connections" in log
 
 
 def test_the_header_timeout_has_a_default_and_refuses_nonsense() -> None:

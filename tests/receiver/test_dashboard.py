@@ -3,17 +3,25 @@
 from __future__ import annotations
 
 import re
+import socket
+import warnings
 from collections.abc import Iterator
 
 import httpx
 import pytest
 from redis_sentinel_url import parse_sentinel_url
+from starlette.exceptions import StarletteDeprecationWarning
 
 from receiver.dashboard import add_nonce, dashboard_urls, make_dashboard
 from svcgw.settings import Settings, SettingsError
 from tests.conftest import provision
 from tests.support import ThreadedServer
 from tests.worker.support import flip, started
+
+with warnings.catch_warnings():
+    # The pinned dependencies carry httpx, which starlette's test client still supports but flags.
+    warnings.simplefilter("ignore", StarletteDeprecationWarning)
+    from starlette.testclient import TestClient
 
 USER, PASSWORD = "operator", "dashboard-pass-123"
 
@@ -96,6 +104,67 @@ def test_dashboard_lists_the_service_event_being_delivered_and_those_waiting(
         assert waiting.status_code == 200
         (job,) = waiting.json()["jobs"]
         assert job["id"] == recovered and job["description"] == f"InstanceRecovered for {tenant.appid}"
+
+
+def test_what_rq_dashboard_cannot_answer_is_a_404_never_a_500(
+    dashboard_server: str, settings: Settings, caplog: pytest.LogCaptureFixture
+) -> None:
+    tenant = provision(settings)
+    httpx.post(
+        tenant.receiver_url(dashboard_server), content=b'{"event_type":"Msg","events":[{"id":"q1"}]}', timeout=10
+    ).raise_for_status()
+    base = dashboard_server + "/rq"
+    missing = (
+        "/0/data/jobs/svcgw/registries/queued/8/1.json",  # a path of another shape: "queued" as per page
+        "/0/data/jobs/svcgw/nosuch/8/asc/1.json",  # no such registry
+        "/0/view/jobs/svcgw/nosuch/8/asc/1",
+        "/0/data/jobs/svcgw/queued/0/asc/1.json",  # no page of 0 jobs
+        "/0/data/jobs/svcgw/queued/8/asc/0.json",  # pages count from 1
+        "/0/data/jobs/svcgw/queued/8/up/1.json",  # asc or dsc
+        "/0/data/jobs/svcgw/queued/1001/asc/1.json",  # at most 1000 per page
+        "/1/data/queues.json",  # one shard here: 0
+        "/1/view",
+        "/99999999999999999999/view",
+        "/0/view/job/nosuchjob",
+        "/0/data/job/nosuchjob.json",
+    )
+    with httpx.Client(timeout=15, auth=(USER, PASSWORD)) as http, caplog.at_level("ERROR"):
+        for path in missing:
+            answer = http.get(base + path)
+            assert answer.status_code == 404, (path, answer.status_code)
+            assert_hardened(answer)
+        # What the dashboard asks for itself still works, in every registry and both orders.
+        (job,) = http.get(base + "/0/data/jobs/svcgw/queued/8/asc/1.json").json()["jobs"]
+        for registry in ("queued", "scheduled", "deferred", "started", "finished", "failed", "canceled"):
+            for order in ("asc", "dsc"):
+                assert http.get(base + f"/0/data/jobs/svcgw/{registry}/8/{order}/1.json").status_code == 200
+            assert http.get(base + f"/0/view/jobs/svcgw/{registry}/8/asc/1").status_code == 200
+        assert http.get(base + "/0/data/jobs/svcgw/queued/1000/dsc/3.json").status_code == 200
+        assert http.get(base + f"/0/data/job/{job['id']}.json").json()["id"] == job["id"]
+        assert http.get(base + f"/0/view/job/{job['id']}").status_code == 200
+        # Writes stay refused before anything looks at their parameters.
+        assert http.post(base + "/0/data/jobs/svcgw/nosuch/8/asc/1.json").status_code == 403
+    assert "Traceback" not in caplog.text and "Exception on" not in caplog.text
+
+
+def test_a_redis_that_does_not_answer_is_a_503_with_retry_after() -> None:
+    with socket.socket() as closed:
+        closed.bind(("127.0.0.1", 0))
+        port = closed.getsockname()[1]  # bound, never listening: connections are refused
+        settings = Settings.from_env({
+            "SVCGW_REDIS_URL": f"redis://127.0.0.1:{port}/0",
+            "SVCGW_DASHBOARD_USER": USER,
+            "SVCGW_DASHBOARD_PASSWORD": PASSWORD,
+        })  # fmt: skip
+        dashboard = make_dashboard(settings)
+        assert dashboard is not None
+        client = TestClient(dashboard)  # no lifespan: the dashboard alone, mounted under no prefix
+        try:
+            answer = client.get("/0/data/queues.json", auth=(USER, PASSWORD))
+        finally:
+            client.close()
+    assert answer.status_code == 503 and answer.headers["retry-after"] == "1"
+    assert str(port) not in answer.text
 
 
 def assert_hardened(answer: httpx.Response) -> None:

@@ -87,6 +87,18 @@ def test_last_duplicate_member_wins_like_the_parser() -> None:
     assert [e.raw for e in post.events] == [b'{"id":"b"}']
 
 
+def test_an_event_with_two_ids_is_keyed_by_the_last_and_forwarded_as_received() -> None:
+    # As the README says: the last one counts, as it does for Python's json, JSON.parse and Go's
+    # encoding/json; the bytes go on untouched, both members included.
+    raw = b'{"id":"first","text":"hi","id":"last"}'
+    (event,) = parse_post(b'{"event_type":"Msg","events":[' + raw + b"]}", max_bytes=LIMIT).events
+    assert event.raw == raw
+    (alone,) = parse_post(b'{"event_type":"Msg","events":[{"id":"last"}]}', max_bytes=LIMIT).events
+    (other,) = parse_post(b'{"event_type":"Msg","events":[{"id":"first"}]}', max_bytes=LIMIT).events
+    assert event.key == alone.key != other.key
+    assert json.loads(raw)["id"] == "last"
+
+
 # --- text that is not strict UTF-8, and event types that cannot be a header ----------------
 POST = {"event_type": "Msg", "events": [{"id": "a"}]}
 

@@ -130,6 +130,15 @@ def test_a_token_names_its_shard_and_shard_0_keeps_todays_tokens() -> None:
         assert shard_of_token(bad) is None, bad
 
 
+def test_a_shard_number_longer_than_any_shard_is_no_shard() -> None:
+    # Python reads no integer of more than 4,300 digits: such a token must still be just "no shard".
+    for digits in (7, 4300, 4301, 5000, 100_000):
+        assert shard_of_token(f"s{'9' * digits}.abc") is None, digits
+        assert receiver_shard(f"s1{'0' * (digits - 1)}.abc") is None, digits
+    # Six digits are read: far more shards than any deployment has.
+    assert shard_of_token("s999999.abc") == 999_999
+
+
 @given(
     secret=st.text("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_", min_size=1),
     shard=st.integers(0, 10_000),

@@ -305,8 +305,13 @@ def test_the_account_page_changes_the_password_and_signs_out_everywhere(server: 
             "/console/account/password", data={**fields, "current_password": "nope nope", "csrf_token": csrf}
         )
         assert wrong.status_code == 403 and "current password is wrong" in wrong.text
+        device_before = {c.name: c.value for c in http.cookies.jar if c.name.startswith("svcgw_device_")}
+        assert len(device_before) == 1
         done = http.post("/console/account/password", data={**fields, "csrf_token": csrf})
         assert done.status_code == 303
+        # The new password retired the browser's device cookie; having just proved it, it gets a new one.
+        ((name, renewed),) = [(c.name, c.value) for c in http.cookies.jar if c.name.startswith("svcgw_device_")]
+        assert name in device_before and renewed != device_before[name]
         assert "Password changed" in http.get("/console/account").text
         assert elsewhere.get("/session").status_code == 401
         assert http.post("/console/account/sign-out-everywhere", data={}).status_code == 403

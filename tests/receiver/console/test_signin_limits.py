@@ -15,7 +15,9 @@ from collections.abc import Iterator
 import httpx
 import pytest
 import uvicorn
+from click.testing import CliRunner
 
+from cli.main import cli
 from cli.runner import server_options
 from receiver.app import create_app
 from svcgw import errors
@@ -70,6 +72,22 @@ def test_behind_a_trusted_proxy_failures_count_against_the_client_it_names(env: 
         assert attempt(base, member.login, PASSWORD, "198.51.100.8").status_code == 200
 
 
+def test_an_ipv6_client_is_counted_by_its_64(env: dict[str, str]) -> None:
+    extra = {"SVCGW_SIGNIN_FAILURES_PER_ADDRESS": "3/15minutes", "SVCGW_TRUSTED_PROXIES": "127.0.0.1"}
+    with served(env, **extra) as (base, settings):
+        member = make_member(settings)
+        # Three failures from three addresses of one /64: a fresh address there is no fresh window.
+        for number, address in enumerate(("2001:db8:1:2::1", "2001:db8:1:2::2", "2001:db8:1:2:ffff:ffff:ffff:ffff")):
+            assert attempt(base, f"guess{number}@example.com", "wrong!", address).status_code == 401
+        refused = attempt(base, member.login, PASSWORD, "2001:db8:1:2:abcd::77")
+        assert refused.status_code == 429 and refused.json() == LIMITED
+        # The next /64, and IPv4 clients, count on their own.
+        assert attempt(base, member.login, PASSWORD, "2001:db8:1:3::1").status_code == 200
+        for number in range(3):
+            assert attempt(base, "guess@example.com", "wrong!", f"198.51.100.{number}").status_code == 401
+        assert attempt(base, member.login, PASSWORD, "198.51.100.3").status_code == 200
+
+
 def test_trusted_proxies_are_addresses_or_networks() -> None:
     assert Settings.from_env({}).trusted_proxies == ()
     found = Settings.from_env({"SVCGW_TRUSTED_PROXIES": "10.0.0.0/8, 127.0.0.1"}).trusted_proxies
@@ -117,6 +135,39 @@ def test_a_browser_that_signed_in_before_is_not_locked_out_by_someone_who_knows_
             cookies={device[0].name: "forged.value.here"},
         )
         assert forged.status_code == 429
+
+
+def test_a_new_password_retires_every_device_cookie_made_before_it(env: dict[str, str]) -> None:
+    new_password = "the operator's new password"
+    with served(env, SVCGW_SIGNIN_FAILURES_PER_LOGIN="3/15minutes") as (base, settings):
+        member = make_member(settings)
+        # Four browsers that signed in with the old password, each with its device cookie.
+        old = [httpx.Client(base_url=base, timeout=15) for _ in range(4)]
+        fresh = httpx.Client(base_url=base, timeout=15)
+        try:
+            for browser in old:
+                signed_in = browser.post("/console/api/session", json={"login": member.login, "password": PASSWORD})
+                assert signed_in.status_code == 200, signed_in.text
+                assert [c for c in browser.cookies.jar if c.name.startswith("svcgw_device_")]
+            changed = CliRunner().invoke(
+                cli, ["accounts", "set-password", "--account", member.account, "--password", "-"],
+                env=env, input=new_password + "\n",
+            )  # fmt: skip
+            assert changed.exit_code == 0, changed.output
+            # A browser that signs in with the new password gets a cookie of the new password.
+            assert fresh.post("/console/api/session", json={"login": member.login, "password": new_password}).is_success
+            # Someone without a cookie fills the login's window.
+            for _ in range(3):
+                assert sign_in(base, member.login, "wrong password!").status_code == 401
+            # The old cookies are no cookies now: no window of their own, not even with the new password.
+            for browser in old:
+                late = browser.post("/console/api/session", json={"login": member.login, "password": new_password})
+                assert late.status_code == 429 and late.json() == LIMITED
+            again = fresh.post("/console/api/session", json={"login": member.login, "password": new_password})
+            assert again.status_code == 200, again.text
+        finally:
+            for browser in [*old, fresh]:
+                browser.close()
 
 
 def test_the_sign_in_form_leaves_a_device_cookie_and_an_api_key_none(env: dict[str, str]) -> None:

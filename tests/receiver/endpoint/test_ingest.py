@@ -146,6 +146,21 @@ def test_wrong_token_or_unknown_appid_is_404_and_stores_nothing(
     assert redis.keys("svcgw:dd:*") == []
 
 
+def test_a_token_naming_no_shard_of_this_deployment_is_404_never_500(
+    settings: Settings, server: str, redis: Redis
+) -> None:
+    # One shard here. A shard number of 5,000 digits is more than Python reads as an integer.
+    tenant = provision(settings)
+    body = b'{"event_type":"Msg","events":[{"id":"x"}]}'
+    for prefix in ("s" + "9" * 5000, "s" + "1" * 4301, "s1", "s7", "s0", "s01", "s"):
+        url = f"{server}/svc/receiver/{tenant.appid}/{prefix}.{tenant.receiver_token}"
+        answer = post(url, body)
+        assert answer.status_code == 404, prefix[:10]
+        assert answer.json() == {"code": -404, "message": "no such receiver", "data": None}
+    assert queued(redis) == [] and redis.exists(keys.callback_log(tenant.appid)) == 0
+    assert post(tenant.receiver_url(server), body).status_code == 200
+
+
 def test_bad_bodies_get_a_clear_4xx_and_nothing_is_stored(
     settings: Settings, server: str, redis: Redis
 ) -> None:

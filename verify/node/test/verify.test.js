@@ -64,3 +64,53 @@ test('a fetch Headers object and explicit values are read too', () => {
   const explicit = { secrets: 's', now, signature: h['x-svc-signature'], timestamp: now };
   assert.equal(check(body, undefined, explicit), null);
 });
+
+test('an empty secret is never a key', () => {
+  // What a customer gets from process.env.SECRET || '' with the variable unset: a forger signs with
+  // the empty key, and that must not pass.
+  const forged = signed('');
+  for (const nothing of ['', Buffer.alloc(0), new Uint8Array(0), null, undefined, [], ['', Buffer.alloc(0), null], ' \n', Buffer.from('\t\r\n')]) {
+    assert.equal(check(body, forged, { secrets: nothing, now }), REASONS.NO_SECRET, String(nothing));
+  }
+  assert.throws(() => verify(body, forged, { secrets: Buffer.alloc(0), now }), (err) => err.reason === REASONS.NO_SECRET);
+  // Beside a real secret, an empty one is skipped, not tried.
+  assert.equal(check(body, forged, { secrets: ['', 'whsec_a'], now }), REASONS.NO_MATCH);
+  assert.equal(check(body, signed('whsec_a'), { secrets: [Buffer.alloc(0), 'whsec_a'], now }), null);
+});
+
+test('a Buffer or Uint8Array secret is the key itself; another type is refused clearly', () => {
+  const headers = signed('whsec_a');
+  assert.equal(check(body, headers, { secrets: Buffer.from('whsec_a'), now }), null);
+  assert.equal(check(body, headers, { secrets: new TextEncoder().encode('whsec_a'), now }), null);
+  assert.equal(check(body, headers, { secrets: [Buffer.from('old'), 'whsec_a'], now }), null);
+  assert.equal(sign(Buffer.from('whsec_a'), now, body), headers['x-svc-signature']);
+  for (const wrong of [123, [123], ['s', {}], true]) {
+    assert.throws(() => check(body, headers, { secrets: wrong, now }), (err) => err instanceof TypeError && /secret/.test(err.message));
+  }
+});
+
+test('a timestamp longer than any real one is malformed', () => {
+  for (const stamp of ['1'.repeat(13), '0'.repeat(13), '9'.repeat(400), '9'.repeat(5000)]) {
+    const headers = { ...signed('s'), 'x-svc-timestamp': stamp };
+    for (const tolerance of [300, null]) {
+      assert.equal(check(body, headers, { secrets: 's', now, tolerance }), REASONS.BAD_TIMESTAMP, stamp.length);
+    }
+  }
+  assert.equal(check(body, signed('s'), { secrets: 's', now, timestamp: 1e21 }), REASONS.BAD_TIMESTAMP);
+  const far = 999_999_999_999;
+  assert.equal(check(body, signed('s', far), { secrets: 's', now, tolerance: null }), null);
+  assert.equal(check(body, signed('s', far), { secrets: 's', now }), REASONS.TOO_OLD);
+});
+
+test('a tolerance that is not a finite number is refused', () => {
+  const old = signed('s', now - 1_000_000);
+  for (const wrong of [NaN, Infinity, -Infinity, -1]) {
+    assert.throws(() => check(body, old, { secrets: 's', now, tolerance: wrong }), (err) => err instanceof RangeError && /tolerance/.test(err.message));
+  }
+  for (const wrong of ['300', true, [300], {}]) {
+    assert.throws(() => verify(body, old, { secrets: 's', now, tolerance: wrong }), (err) => err instanceof TypeError && /tolerance/.test(err.message));
+  }
+  assert.throws(() => check(body, old, { secrets: 's', now: NaN }), (err) => err instanceof RangeError && /now/.test(err.message));
+  assert.equal(check(body, signed('s'), { secrets: 's', now, tolerance: 0 }), null);
+  assert.equal(check(body, signed('s'), { secrets: 's', now, tolerance: undefined }), null);
+});
