@@ -13,7 +13,7 @@ whole tree (each class's module in brackets when it is not this one)::
     │   ├── AddressError         a callback address against the address rules [svcgw.addresses]
     │   ├── EnvelopeError        a receiver post that is not an envelope [svcgw.envelope]
     │   ├── NotUnicode           JSON text that is not UTF-8 [svcgw.jsonspan]
-    │   ├── SettingsError        an SVCGW_* variable out of its range [svcgw.settings]
+    │   ├── SettingsError        an SVCGW_* variable out of its range [svcgw.envreader]
     │   ├── PasswordRejected     a password against the password rules [svcgw.passwords]
     │   ├── LoginRejected, LoginTaken    a console login [svcgw.credentials]
     │   ├── OperatorDenied       an operation only the operator can allow [svcgw.store]
