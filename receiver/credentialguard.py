@@ -43,6 +43,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import math
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -66,6 +67,8 @@ __all__ = [
 ]
 
 T = TypeVar("T")
+
+log = logging.getLogger("svcgw")
 
 # A credential found valid is let through unguarded this long (it is still checked every time).
 KNOWN_SECONDS = 3600.0
@@ -151,6 +154,7 @@ class _FailureWindow:
 
     def __init__(self, rate: str, kind: str, storage: MemoryStorage) -> None:
         self._items = parse_many(rate)
+        self._rate = rate
         self._kind = kind
         self._limiter = SlidingWindowCounterRateLimiter(storage)
 
@@ -165,10 +169,16 @@ class _FailureWindow:
     def failed(self, address: str) -> None:
         for item in self._items:
             self._limiter.hit(item, self._kind, address)
+        # Said once each time the address fills its window: what follows is refused before it is counted.
+        if self.wait(address):
+            log.warning(
+                "client %s sent too many %ss that are not valid (%s); the ones not found valid lately are refused "
+                "until its window has room", address, self._kind, self._rate,
+            )  # fmt: skip
 
 
 class CredentialGuard:
-    """The checks of one kind of credential (``kind`` names it in the windows), guarded as the module says."""
+    """The checks of one kind of credential (``kind`` names it, ``"API key"``), guarded as the module says."""
 
     def __init__(self, kind: str, failures: str, room: CheckRoom, storage: MemoryStorage) -> None:
         self._window = _FailureWindow(failures, kind, storage)
@@ -223,6 +233,6 @@ def guards(receiver_failures: str, key_failures: str, total: int, wait: float) -
     room = CheckRoom(total, PER_ADDRESS, wait)
     storage = MemoryStorage()
     return (
-        CredentialGuard("receiver", receiver_failures, room, storage),
-        CredentialGuard("key", key_failures, room, storage),
+        CredentialGuard("receiver token", receiver_failures, room, storage),
+        CredentialGuard("API key", key_failures, room, storage),
     )

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import secrets
 import time
 from collections.abc import Awaitable, Callable, Iterator
@@ -32,7 +33,7 @@ POST = orjson.dumps({"event_type": "Msg", "events": [{"id": "flood", "content": 
 
 
 def guard(failures: str = "3/minute", *, total: int = 100, wait: float = 5.0) -> CredentialGuard:
-    return CredentialGuard("key", failures, CheckRoom(total, PER_ADDRESS, wait), MemoryStorage())
+    return CredentialGuard("API key", failures, CheckRoom(total, PER_ADDRESS, wait), MemoryStorage())
 
 
 class Verifier:
@@ -65,7 +66,9 @@ class Verifier:
         return verify
 
 
-def test_an_address_that_fails_too_often_is_refused_unchecked_and_no_other_address_is() -> None:
+def test_an_address_that_fails_too_often_is_refused_unchecked_and_no_other_address_is(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
     async def main() -> None:
         keys, verifier = guard("3/minute"), Verifier({"real"})
         for number in range(3):
@@ -80,7 +83,14 @@ def test_an_address_that_fails_too_often_is_refused_unchecked_and_no_other_addre
         # Another address is not held up by that one's failures.
         assert await keys.check("192.0.2.2", "real", verifier("real")) == "account"
 
-    asyncio.run(main())
+    with caplog.at_level(logging.WARNING, logger="svcgw"):
+        asyncio.run(main())
+    # Said once, when the window filled, naming the client and the limit (and no credential).
+    said = [record.getMessage() for record in caplog.records]
+    assert said == [
+        "client 192.0.2.1 sent too many API keys that are not valid (3/minute); the ones not found valid lately "
+        "are refused until its window has room"
+    ]
 
 
 def test_a_credential_found_valid_passes_even_from_a_refused_address_and_is_forgotten_when_it_fails() -> None:
