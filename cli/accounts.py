@@ -46,9 +46,9 @@ STDIN = "-"
 
 
 def password_options(func: Callable[..., None]) -> Callable[..., None]:
-    func = click.option(
-        "--password-prompt", is_flag=True, help="Ask for the console password without echo (twice)."
-    )(func)
+    func = click.option("--password-prompt", is_flag=True, help="Ask for the console password without echo (twice).")(
+        func
+    )
     return click.option(
         "--password",
         "password_source",
@@ -103,7 +103,7 @@ async def accounts_create(
         raise click.UsageError("a password needs a --login to sign in with")
     account = await admin.store().create_account(name, devices, valid_until, login=login)
     if password is not None:
-        await Credentials(admin.text).set_password(account.id, passwords.hash_password(password))
+        await Credentials(admin.text, admin.keys).set_password(account.id, passwords.hash_password(password))
     data = {**account.as_dict(), "password": password is not None}
     emit(as_json, data, lambda: record(_account_row(data), "account created"))
 
@@ -123,7 +123,7 @@ async def accounts_set_password(
     password = _password(password_source, password_prompt, found.login)
     if password is None:
         raise click.UsageError("give --password - (stdin) or --password-prompt")
-    await Credentials(admin.text).set_password(account, passwords.hash_password(password))
+    await Credentials(admin.text, admin.keys).set_password(account, passwords.hash_password(password))
     data = {"account": account, "login": found.login, "password": True, "sessions_ended": True}
     emit(as_json, data, lambda: record(data, "password set; every console session of the account ended"))
 
@@ -136,7 +136,7 @@ async def accounts_set_password(
 async def accounts_set_login(admin: Admin, account: str, login: str, as_json: bool) -> None:
     """Give an account its console login (an e-mail address or a name), or a new one."""
     found = await admin.store().set_login(account, login)
-    data = {**found.as_dict(), "password": await Credentials(admin.text).has_password(account)}
+    data = {**found.as_dict(), "password": await Credentials(admin.text, admin.keys).has_password(account)}
     emit(as_json, data, lambda: record(_account_row(data), "login set"))
 
 
@@ -156,7 +156,7 @@ async def accounts_invite(admin: Admin, account: str, expires: str, as_json: boo
         raise click.ClickException(
             f"account {account} has no login: an invitation lets a developer choose the password of a login"
         )
-    invitation = await Invitations(admin.text).issue(account, seconds)
+    invitation = await Invitations(admin.text, admin.keys).issue(account, seconds)
     url = admin.settings.public_url.rstrip("/") + invitation_path(invitation.token)
     data = {"account": account, "login": found.login, "url": url, "expires_at": invitation.expires_at}
 

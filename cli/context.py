@@ -29,14 +29,13 @@ import click
 from cryptography.fernet import Fernet
 from redis.asyncio import Redis
 from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import RedisError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from svcgw.addresses import AddressError
-from svcgw.connections import async_client
-from svcgw.errors import SvcgwError
+from svcgw.errors import STORAGE_ERRORS, SvcgwError
+from svcgw.keys import KeySpace
 from svcgw.settings import Settings, SettingsError
-from svcgw.shardclients import aclose_all, role_clients
+from svcgw.shardclients import ShardRedis, aclose_all, role_clients, spaces
 from svcgw.shardcopy import ShardCopies
 from svcgw.shards import safe_url
 from svcgw.shardspec import layout_of
@@ -71,10 +70,8 @@ class Admin:
                 "the Redis of the running service"
             )
         self.settings = settings
-        self._redis: Redis | None = None
-        self._text: Redis | None = None
-        self._shards: tuple[Redis, ...] = ()
-        self._text_shards: tuple[Redis, ...] = ()  # by shard index; shard 0's is ``text``
+        self._shards: tuple[ShardRedis, ...] = ()
+        self._text_shards: tuple[ShardRedis, ...] = ()
 
     @property
     def safe_url(self) -> str:
@@ -87,24 +84,33 @@ class Admin:
 
     @property
     def redis(self) -> Redis:
-        """The client returning bytes (raw bodies stay raw)."""
-        return self.shards[0]
+        """Shard 0's client returning bytes (raw bodies stay raw)."""
+        return self.shards[0].redis
 
     @property
-    def shards(self) -> tuple[Redis, ...]:
-        """The client of every shard (bytes), by shard index: shard 0's is :attr:`redis`."""
+    def keys(self) -> KeySpace:
+        """Shard 0's key names: what belongs to the whole service."""
+        return spaces(layout_of(self.settings))[0]
+
+    @property
+    def shards(self) -> tuple[ShardRedis, ...]:
+        """The client (bytes) and names of every shard, by shard index: shard 0's client is :attr:`redis`."""
         if not self._shards:
             # No connection is opened before a command is sent: a shard not read costs nothing.
             self._shards = role_clients(self.settings, connect_timeout=CONNECT_TIMEOUT)
-            self._redis = self._shards[0]
         return self._shards
 
     @property
+    def text_shards(self) -> tuple[ShardRedis, ...]:
+        """The client returning text and names of every shard, by shard index."""
+        if not self._text_shards:
+            self._text_shards = role_clients(self.settings, decode=True, connect_timeout=CONNECT_TIMEOUT)
+        return self._text_shards
+
+    @property
     def text(self) -> Redis:
-        """The client returning text (configuration)."""
-        if self._text is None:
-            self._text = async_client(self.settings, decode=True, connect_timeout=CONNECT_TIMEOUT)
-        return self._text
+        """Shard 0's client returning text (configuration)."""
+        return self.text_shards[0].redis
 
     def store(self, *, sealing: bool = False) -> Store:
         """The ``Store``; ``sealing`` when the command may encrypt or decrypt a token.
@@ -112,12 +118,11 @@ class Admin:
         With several shards it also writes the copies of callback settings
         that instances' shards read (:mod:`svcgw.shardcopy`).
         """
-        store = Store(self.text, self._vault(sealing))
-        if len(layout_of(self.settings).shards) > 1:
-            if not self._text_shards:
-                others = role_clients(self.settings, decode=True, connect_timeout=CONNECT_TIMEOUT)[1:]
-                self._text_shards = (self.text, *others)
-            store.copies = ShardCopies(self._text_shards)
+        store = Store(self.text, self._vault(sealing), self.keys)
+        if len(self.text_shards) > 1:
+            store.copies = ShardCopies(
+                [client for client, _ in self.text_shards], [names for _, names in self.text_shards]
+            )
         return store
 
     def _vault(self, sealing: bool) -> TokenVault:
@@ -129,8 +134,7 @@ class Admin:
 
     async def aclose(self) -> None:
         await aclose_all(self._shards)
-        await aclose_all(self._text_shards or ((self._text,) if self._text is not None else ()))
-        self._redis = self._text = None
+        await aclose_all(self._text_shards)
         self._shards = self._text_shards = ()
 
 
@@ -154,7 +158,7 @@ def admin_command(func: Command) -> Callable[..., None]:
             asyncio.run(run())
         except (RedisConnectionError, RedisTimeoutError):
             raise click.ClickException(f"cannot reach Redis at {admin.safe_url}") from None
-        except RedisError as exc:
+        except STORAGE_ERRORS as exc:
             raise click.ClickException(f"Redis at {admin.safe_url} answered: {exc}") from None
         except (SvcgwError, LookupError, ValueError) as exc:
             raise click.ClickException(error_message(exc)) from None

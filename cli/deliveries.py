@@ -55,7 +55,7 @@ async def deliveries_list(
 ) -> None:
     """List an instance's deliveries, newest first."""
     page = await deliverylist.list_deliveries(
-        await instance_shard(admin.shards, appid),
+        *await instance_shard(admin.shards, appid),
         admin.settings,
         appid,
         state=state,
@@ -138,7 +138,9 @@ async def deliveries_retry(admin: Admin, delivery_id: str, as_json: bool) -> Non
     It counts as the attempt the schedule planned next; if it fails, the
     schedule goes on from it. Refused for a delivery that is not retrying.
     """
-    await first_found(admin.shards, lambda r: retrynow.retry_now(r, admin.settings, delivery_id), retrynow.NotFound)
+    await first_found(
+        admin.shards, lambda shard: retrynow.retry_now(*shard, admin.settings, delivery_id), retrynow.NotFound
+    )
     delivery = await _show(admin, delivery_id)
     emit(as_json, {"id": delivery_id, "queued": True, "delivery": delivery.as_dict()}, lambda: None)
     if not as_json:
@@ -148,5 +150,5 @@ async def deliveries_retry(admin: Admin, delivery_id: str, as_json: bool) -> Non
 async def _show(admin: Admin, delivery_id: str) -> Delivery:
     """The delivery from whichever shard holds it (a delivery id does not name its shard)."""
     return await first_found(
-        admin.shards, lambda r: deliverylist.show(r, admin.settings, delivery_id), deliverylist.NotFound
+        admin.shards, lambda shard: deliverylist.show(*shard, admin.settings, delivery_id), deliverylist.NotFound
     )

@@ -34,11 +34,11 @@ from typing import Any, cast
 import click
 import httpx
 from redis.asyncio import Redis as AsyncRedis
-from redis.exceptions import RedisError
+from redis.exceptions import RedisClusterException, RedisError
 
-from svcgw import keys
 from svcgw.credentials import Credentials, LoginTaken
 from svcgw.invitations import Invitations
+from svcgw.keys import PLAIN
 from svcgw.settings import Settings
 from svcgw.store import NotFound, Store
 from svcgw.vault import TokenVault, VaultError
@@ -119,7 +119,7 @@ def prepare_demo(settings: Settings, *, dashboard_generated: bool = False) -> No
     try:
         wait_ready(settings)
         demo = ensure_demo(settings, create_instance=lambda key: _device_create(settings, key))
-    except (DemoError, NotReady, httpx.HTTPError, RedisError, OSError, ValueError) as exc:
+    except (DemoError, NotReady, httpx.HTTPError, RedisError, RedisClusterException, OSError, ValueError) as exc:
         print(f"svcgw demo: could not prepare the demo data: {_reason(exc)}", flush=True)
         return
     print(render_demo(demo, settings), flush=True)
@@ -207,7 +207,7 @@ def ensure_demo(settings: Settings, create_instance: CreateInstance | None = Non
     async def run() -> Demo:
         client = AsyncRedis.from_url(redis_url, decode_responses=True)
         try:
-            return await _ensure(client, Store(client, vault), vault, create_instance)
+            return await _ensure(client, Store(client, vault, PLAIN), vault, create_instance)
         finally:
             await client.aclose()
 
@@ -217,7 +217,7 @@ def ensure_demo(settings: Settings, create_instance: CreateInstance | None = Non
 async def _ensure(
     redis: AsyncRedis, store: Store, vault: TokenVault, create_instance: CreateInstance | None = None
 ) -> Demo:
-    saved = cast(dict[str, str], await redis.hgetall(keys.DEMO))
+    saved = cast(dict[str, str], await redis.hgetall(store.keys.demo))
 
     account_id = saved.get("account")
     if account_id:
@@ -234,8 +234,8 @@ async def _ensure(
         except LoginTaken:
             login = None  # another account took it: the demo signs in with its key
     invitation = None
-    if login is not None and not await Credentials(redis).has_password(account_id):
-        invitation = (await Invitations(redis).issue(account_id, INVITATION_SECONDS)).token
+    if login is not None and not await Credentials(redis, store.keys).has_password(account_id):
+        invitation = (await Invitations(redis, store.keys).issue(account_id, INVITATION_SECONDS)).token
 
     key_id, clear = saved.get("key_id"), None
     if key_id and saved.get("key"):
@@ -266,7 +266,7 @@ async def _ensure(
         token = await store.register_instance(appid, account_id)
 
     await redis.hset(
-        keys.DEMO,
+        store.keys.demo,
         mapping={"account": account_id, "key_id": key_id, "key": vault.seal(clear), "appid": appid},
     )
     return Demo(

@@ -27,9 +27,9 @@ from pathlib import Path
 from urllib.parse import quote
 
 from redis import Redis
-from redis.exceptions import RedisError
 
 from svcgw import redisconf
+from svcgw.errors import STORAGE_ERRORS
 
 __all__ = ["EmbeddedRedis"]
 
@@ -140,7 +140,7 @@ class EmbeddedRedis:
                 try:
                     if client.ping():
                         return
-                except RedisError:
+                except STORAGE_ERRORS:
                     time.sleep(0.05)
         finally:
             client.close()
@@ -173,7 +173,7 @@ class EmbeddedRedis:
         try:
             # SHUTDOWN flushes the append-only file before the server exits.
             client.shutdown(nosave=False)
-        except RedisError:
+        except STORAGE_ERRORS:
             self.process.terminate()
         finally:
             client.close()

@@ -34,7 +34,7 @@ async def instances_list(admin: Admin, account: str | None, as_json: bool) -> No
     else:
         appids = await store.all_instances()
     views = await read_model.load_many(
-        store, admin.redis, admin.settings, appids, dead_letters=True, shards=admin.shards
+        store, admin.redis, admin.keys, admin.settings, appids, dead_letters=True, shards=admin.shards
     )
     rows = [view.for_operator() for view in views]
     emit(
@@ -66,7 +66,7 @@ async def instances_list(admin: Admin, account: str | None, as_json: bool) -> No
 async def instances_show(admin: Admin, appid: str, as_json: bool) -> None:
     """Show one instance."""
     view = await read_model.load(
-        admin.store(), admin.redis, admin.settings, appid, dead_letters=True, shards=admin.shards
+        admin.store(), admin.redis, admin.keys, admin.settings, appid, dead_letters=True, shards=admin.shards
     )
     data = view.for_operator()
     emit(

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import click
 
-from svcgw import keys
 from svcgw.calllog import read_log
 from svcgw.shardreads import instance_shard
 
@@ -25,10 +24,10 @@ async def log_command(
     admin: Admin, appid: str, since: int | None, limit: int, before: str | None, as_json: bool
 ) -> None:
     """The callback log of an instance, newest first, bodies exactly as received."""
-    if not await admin.redis.exists(keys.instance(appid)):
+    if not await admin.redis.exists(admin.keys.instance(appid)):
         raise click.ClickException(f"no instance {appid!r}")
-    redis = await instance_shard(admin.shards, appid)  # the registry names the shard its log is on
-    entries = await read_log(redis, admin.settings, appid, since_seconds=since, limit=limit, before=before)
+    redis, keys = await instance_shard(admin.shards, appid)  # the registry names the shard its log is on
+    entries = await read_log(redis, keys, admin.settings, appid, since_seconds=since, limit=limit, before=before)
     if as_json:
         emit(True, [entry.as_dict() for entry in entries], lambda: None)
         return

@@ -82,7 +82,7 @@ def create_app(settings: Settings, *, services: Services | None = None) -> Starl
                 timeout=settings.upstream_timeout,
                 connect_timeout=settings.upstream_connect_timeout,
             )
-        await layout.mark_at_start(services.redis)
+        await layout.mark_at_start(services.redis, services.keys)
         try:
             yield
         finally:
@@ -112,9 +112,7 @@ def create_app(settings: Settings, *, services: Services | None = None) -> Starl
     ]
     if (dashboard := make_dashboard(settings)) is not None:
         routes.append(Mount("/rq", app=dashboard, name="rq-dashboard"))
-    app = ServiceApp(
-        routes=routes, lifespan=lifespan, middleware=[Middleware(NoSniff), Middleware(PathGuard)]
-    )
+    app = ServiceApp(routes=routes, lifespan=lifespan, middleware=[Middleware(NoSniff), Middleware(PathGuard)])
     app.gateway = gateway
     app.state.services = services
     return app

@@ -11,19 +11,21 @@ would stop the other shards' traffic too): the answer is 200 with
 body says which shards did not (``unreachable``), by index only: the check
 is unauthenticated, and a shard's name carries its host (``svcgw shards``
 names them). With one shard the body is the one of before, with ``shards``
-and ``unreachable`` added. On a Cluster a virtual shard's client sends its
-PING to the master of the shard's slot (svcgw.clusterspace), so each shard
-is its own answer.
+and ``unreachable`` added. On a Cluster each shard's PING goes to the master
+of the shard's slot (svcgw.connections.on_shard_server), so each shard is
+its own answer.
 """
 
 from __future__ import annotations
 
 import asyncio
 
-from redis.asyncio import Redis
 from redis.exceptions import RedisClusterException, RedisError
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
+
+from svcgw.connections import on_shard_server
+from svcgw.shardclients import ShardRedis
 
 from .services import Services
 
@@ -38,7 +40,7 @@ async def healthz(request: Request) -> Response:
 
 async def readyz(request: Request) -> Response:
     services: Services = request.app.state.services
-    clients = services.shard_redis or (services.redis,)
+    clients = services.shards
     answered = await asyncio.gather(*(_answers(client) for client in clients))
     shards = [{"shard": index, "redis": "ok" if ok else "unreachable"} for index, ok in enumerate(answered)]
     unreachable = [index for index, ok in enumerate(answered) if not ok]
@@ -49,10 +51,10 @@ async def readyz(request: Request) -> Response:
     return JSONResponse(document, status_code=200 if answered[0] else 503)
 
 
-async def _answers(client: Redis) -> bool:
+async def _answers(shard: ShardRedis) -> bool:
     try:
         async with asyncio.timeout(READY_TIMEOUT):
-            await client.ping()
+            await on_shard_server(shard.redis, shard.keys, "PING")
     except (RedisError, RedisClusterException, OSError, TimeoutError):
         return False
     return True

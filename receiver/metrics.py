@@ -27,11 +27,13 @@ from typing import Any
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.registry import Collector
-from redis.exceptions import RedisError
 from starlette.requests import Request
 from starlette.responses import Response
 
+from svcgw.errors import STORAGE_ERRORS
 from svcgw.metrics import COUNTERS, LATENCY_BUCKETS, snapshot
+
+from .services import Services
 
 __all__ = ["merge", "metrics_endpoint", "render"]
 
@@ -156,19 +158,19 @@ def _refusal(request: Request, token: str | None) -> Response | None:
 
 
 async def metrics_endpoint(request: Request) -> Response:
-    services = request.app.state.services
+    services: Services = request.app.state.services
     refusal = _refusal(request, services.settings.metrics_token)
     if refusal is not None:
         return refusal
     settings = services.settings
-    clients = services.shard_redis or (services.redis,)
+    clients = services.shards
     read = await asyncio.gather(
-        *(snapshot(client, settings.queue_name, settings) for client in clients), return_exceptions=True
+        *(snapshot(client, keys, settings.queue_name, settings) for client, keys in clients), return_exceptions=True
     )
     for index, answer in enumerate(read):
-        if isinstance(answer, BaseException) and not isinstance(answer, RedisError):
+        if isinstance(answer, BaseException) and not isinstance(answer, STORAGE_ERRORS):
             raise answer
-        if isinstance(answer, RedisError):
+        if isinstance(answer, STORAGE_ERRORS):
             log.warning("metrics of shard %d not read: %s", index, type(answer).__name__)
     if isinstance(read[0], BaseException):
         return Response("storage unavailable\n", status_code=503, media_type="text/plain")

@@ -37,7 +37,7 @@ from typing import Any, cast
 from limits import RateLimitItem, parse_many
 from redis.asyncio import Redis
 
-from svcgw import keys
+from svcgw.keys import KeySpace
 from svcgw.scripts import register
 
 __all__ = ["Clock", "RateLimiter", "Verdict", "window_key"]
@@ -46,7 +46,7 @@ Clock = Callable[[], float]
 """Seconds since the epoch, as ``time.time`` gives them."""
 
 
-def window_key(account_id: str, item: RateLimitItem) -> str:
+def window_key(keys: KeySpace, account_id: str, item: RateLimitItem) -> str:
     """List of call timestamps of one account under one limit, newest first."""
     return keys.rate_window(account_id, f"{item.amount}/{item.get_expiry()}")
 
@@ -65,7 +65,8 @@ class Verdict:
 class RateLimiter:
     """The limits of ``rate`` (``limits`` notation), per account; ``clock`` None is the Redis server's."""
 
-    def __init__(self, redis: Redis, rate: str, *, clock: Clock | None = None) -> None:
+    def __init__(self, redis: Redis, keys: KeySpace, rate: str, *, clock: Clock | None = None) -> None:
+        self.keys = keys
         self.items: list[RateLimitItem] = parse_many(rate)
         if not self.items or any(item.amount < 1 for item in self.items):
             raise ValueError(f"a rate limit needs at least one call per window, got {rate!r}")
@@ -85,7 +86,9 @@ class RateLimiter:
         now = "" if self._clock is None else str(math.floor(self._clock() * 1000))
         result = cast(
             list[Any],
-            await self._script(keys=[window_key(account_id, item) for item in self.items], args=[now, *self._args]),
+            await self._script(
+                keys=[window_key(self.keys, account_id, item) for item in self.items], args=[now, *self._args]
+            ),
         )
         allowed, wait = int(result[0]), int(result[1])
         if allowed:

@@ -4,11 +4,11 @@ One :class:`Services` per app, built by :func:`build_services` and kept on
 ``app.state.services``; the app's lifespan opens the capability layer's
 client and closes everything.
 
-With several shards (``SVCGW_REDIS_SHARDS``) there is a client pair and an
-:class:`svcgw.ingest.Ingest` per shard: a post goes to its token's shard.
-``redis``, ``text_redis`` and ``store`` are shard 0's, which holds what
-belongs to the whole service; the store writes the copies instances' shards
-read (:mod:`svcgw.shardcopy`).
+With several shards (``SVCGW_REDIS_SHARDS``) there is a client pair, the
+shard's key names and an :class:`svcgw.ingest.Ingest` per shard: a post goes
+to its token's shard. ``redis``, ``text_redis``, ``keys`` and ``store`` are
+shard 0's, which holds what belongs to the whole service; the store writes
+the copies instances' shards read (:mod:`svcgw.shardcopy`).
 """
 
 from __future__ import annotations
@@ -18,9 +18,10 @@ from dataclasses import dataclass
 from redis.asyncio import Redis
 
 from svcgw.ingest import Ingest
+from svcgw.keys import KeySpace
 from svcgw.outbound import Sender, sender_for
 from svcgw.settings import Settings
-from svcgw.shardclients import aclose_all, role_clients
+from svcgw.shardclients import ShardRedis, aclose_all, role_clients
 from svcgw.shardcopy import ShardCopies
 from svcgw.store import Store
 from svcgw.upstream import Upstream
@@ -40,6 +41,7 @@ class Services:
     settings: Settings
     redis: Redis  # bytes in, bytes out: raw bodies
     text_redis: Redis  # decode_responses=True: configuration
+    keys: KeySpace  # shard 0's names
     store: Store
     ingest: Ingest
     vault: TokenVault
@@ -49,8 +51,8 @@ class Services:
     receiver_guard: CredentialGuard
     key_guard: CredentialGuard
     # By shard index; shard 0's are ``redis``, ``text_redis`` and ``ingest`` themselves.
-    shard_redis: tuple[Redis, ...] = ()
-    shard_text: tuple[Redis, ...] = ()
+    shard_redis: tuple[ShardRedis, ...] = ()
+    shard_text: tuple[ShardRedis, ...] = ()
     ingests: tuple[Ingest, ...] = ()
     upstream: Upstream | None = None  # the shared keep-alive client, open while the lifespan runs
     callback_sender: Sender | None = None  # opened by the first test POST, see callbacks()
@@ -65,28 +67,39 @@ class Services:
             self.callback_sender = sender_for(self.settings, limit=CALLBACK_TEST_CONNECTIONS)
         return self.callback_sender
 
-    def shard_text_of(self, shard: int | None) -> Redis:
-        """The text client of ``shard`` (shard 0's for None or a shard this deployment does not have)."""
+    @property
+    def shards(self) -> tuple[ShardRedis, ...]:
+        """Every shard's bytes client and names, by shard index."""
+        return self.shard_redis or (ShardRedis(self.redis, self.keys),)
+
+    @property
+    def text_shards(self) -> tuple[ShardRedis, ...]:
+        """Every shard's text client and names, by shard index."""
+        return self.shard_text or (ShardRedis(self.text_redis, self.keys),)
+
+    def shard_text_of(self, shard: int | None) -> ShardRedis:
+        """The text client and names of ``shard`` (shard 0's for None or a shard this deployment does not have)."""
         if shard is None or not 0 <= shard < len(self.shard_text):
-            return self.text_redis
+            return ShardRedis(self.text_redis, self.keys)
         return self.shard_text[shard]
 
     async def aclose_clients(self) -> None:
         """The posts' counters still held, then every client."""
         for ingest in self.ingests or (self.ingest,):
             await ingest.aclose()
-        await aclose_all(self.shard_redis or (self.redis,))
-        await aclose_all(self.shard_text or (self.text_redis,))
+        await aclose_all(self.shards)
+        await aclose_all(self.text_shards)
 
 
 def build_services(settings: Settings, *, clock: Clock | None = None) -> Services:
     """The shared parts; ``clock`` replaces the Redis server's clock in the rate limit (tests)."""
     raws, texts = role_clients(settings), role_clients(settings, decode=True)
     vault = TokenVault.from_settings(settings)
-    store = Store(texts[0], vault)
+    text, keys = texts[0]
+    store = Store(text, vault, keys)
     if len(texts) > 1:
-        store.copies = ShardCopies(texts)
-    ingests = tuple(Ingest(raw, settings) for raw in raws)
+        store.copies = ShardCopies([client for client, _ in texts], [names for _, names in texts])
+    ingests = tuple(Ingest(raw, names, settings) for raw, names in raws)
     # Checks of credentials not known may hold half the connections of a pool, no more.
     receiver_guard, key_guard = guards(
         settings.receiver_failures_per_address,
@@ -96,12 +109,13 @@ def build_services(settings: Settings, *, clock: Clock | None = None) -> Service
     )
     return Services(
         settings=settings,
-        redis=raws[0],
-        text_redis=texts[0],
+        redis=raws[0].redis,
+        text_redis=text,
+        keys=keys,
         store=store,
         ingest=ingests[0],
         vault=vault,
-        limiter=RateLimiter(texts[0], settings.rate_limit, clock=clock),
+        limiter=RateLimiter(text, keys, settings.rate_limit, clock=clock),
         receiver_guard=receiver_guard,
         key_guard=key_guard,
         shard_redis=raws,

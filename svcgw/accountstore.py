@@ -14,7 +14,6 @@ from datetime import date
 
 from redis.exceptions import WatchError
 
-from . import keys
 from .credentials import LoginTaken, normalise_login
 from .errors import Rejected
 from .storebase import NotFound, StoreBase, new_id
@@ -101,13 +100,13 @@ class AccountStore(StoreBase):
             mapping["login"] = login.strip()
         async with self.redis.pipeline(transaction=True) as pipe:
             if normalised is not None:
-                await pipe.watch(keys.login(normalised))
-                if await pipe.exists(keys.login(normalised)):
+                await pipe.watch(self.keys.login(normalised))
+                if await pipe.exists(self.keys.login(normalised)):
                     raise LoginTaken(login or "")
                 pipe.multi()
-                pipe.set(keys.login(normalised), account_id)
-            pipe.hset(keys.account(account_id), mapping=mapping)
-            pipe.sadd(keys.ACCOUNTS, account_id)
+                pipe.set(self.keys.login(normalised), account_id)
+            pipe.hset(self.keys.account(account_id), mapping=mapping)
+            pipe.sadd(self.keys.accounts, account_id)
             try:
                 await pipe.execute()
             except WatchError:
@@ -124,19 +123,19 @@ class AccountStore(StoreBase):
         """
         normalised = normalise_login(login)
         async with self.redis.pipeline(transaction=True) as pipe:
-            await pipe.watch(keys.login(normalised), keys.account(account_id))
-            data = await pipe.hgetall(keys.account(account_id))
+            await pipe.watch(self.keys.login(normalised), self.keys.account(account_id))
+            data = await pipe.hgetall(self.keys.account(account_id))
             if not data:
                 raise NotFound(f"no account {account_id!r}")
-            holder = await pipe.get(keys.login(normalised))
+            holder = await pipe.get(self.keys.login(normalised))
             if holder is not None and holder != account_id:
                 raise LoginTaken(login)
             old = data.get("login")
             pipe.multi()
             if old and normalise_login(old) != normalised:
-                pipe.delete(keys.login(normalise_login(old)))
-            pipe.set(keys.login(normalised), account_id)
-            pipe.hset(keys.account(account_id), "login", login.strip())
+                pipe.delete(self.keys.login(normalise_login(old)))
+            pipe.set(self.keys.login(normalised), account_id)
+            pipe.hset(self.keys.account(account_id), "login", login.strip())
             try:
                 await pipe.execute()
             except WatchError:
@@ -144,7 +143,7 @@ class AccountStore(StoreBase):
         return await self.get_account(account_id)
 
     async def get_account(self, account_id: str) -> Account:
-        data = await self.redis.hgetall(keys.account(account_id))
+        data = await self.redis.hgetall(self.keys.account(account_id))
         if not data:
             raise NotFound(f"no account {account_id!r}")
         devices = data.get("devices")
@@ -158,40 +157,40 @@ class AccountStore(StoreBase):
         )
 
     async def list_accounts(self) -> list[Account]:
-        ids = sorted(await self.redis.smembers(keys.ACCOUNTS))
+        ids = sorted(await self.redis.smembers(self.keys.accounts))
         return [await self.get_account(account_id) for account_id in ids]
 
     async def deny(self, account_id: str, operations: Iterable[str]) -> set[str]:
         await self.get_account(account_id)
         ops = [normalise_operation(op) for op in operations]
         if ops:
-            await self.redis.sadd(keys.account_denied(account_id), *ops)
+            await self.redis.sadd(self.keys.account_denied(account_id), *ops)
         return await self.denied(account_id)
 
     async def allow(self, account_id: str, operations: Iterable[str]) -> set[str]:
         await self.get_account(account_id)
         ops = [normalise_operation(op) for op in operations]
         if ops:
-            await self.redis.srem(keys.account_denied(account_id), *ops)
+            await self.redis.srem(self.keys.account_denied(account_id), *ops)
         return await self.denied(account_id)
 
     async def denied(self, account_id: str) -> set[str]:
         """The operator's list (``svcgw accounts deny``), which ``deny`` and ``allow`` change."""
-        return set(await self.redis.smembers(keys.account_denied(account_id)))
+        return set(await self.redis.smembers(self.keys.account_denied(account_id)))
 
     # The account's own list, managed in the console. The operator's list is
     # separate so that nothing the account does can lift an operator's denial.
     async def denials(self, account_id: str) -> Denials:
         async with self.redis.pipeline(transaction=False) as pipe:
-            pipe.smembers(keys.account_denied(account_id))
-            pipe.smembers(keys.account_own_denied(account_id))
+            pipe.smembers(self.keys.account_denied(account_id))
+            pipe.smembers(self.keys.account_own_denied(account_id))
             operator, own = await pipe.execute()
         return Denials(frozenset(operator), frozenset(own))
 
     async def deny_own(self, account_id: str, operations: Iterable[str]) -> Denials:
         ops = [normalise_operation(op) for op in operations]
         if ops:
-            await self.redis.sadd(keys.account_own_denied(account_id), *ops)
+            await self.redis.sadd(self.keys.account_own_denied(account_id), *ops)
         return await self.denials(account_id)
 
     async def allow_own(self, account_id: str, operations: Iterable[str]) -> Denials:
@@ -207,12 +206,14 @@ class AccountStore(StoreBase):
             raise OperatorDenied(by_operator)
         lifted = [op for op in current.own if op.lower() in wanted]
         if lifted:
-            await self.redis.srem(keys.account_own_denied(account_id), *lifted)
+            await self.redis.srem(self.keys.account_own_denied(account_id), *lifted)
         return await self.denials(account_id)
 
     async def refused(self, account_id: str) -> set[str]:
         """Every operation the gateway refuses the account (both lists), in one read."""
-        return set(await self.redis.sunion([keys.account_denied(account_id), keys.account_own_denied(account_id)]))
+        return set(
+            await self.redis.sunion([self.keys.account_denied(account_id), self.keys.account_own_denied(account_id)])
+        )
 
 
 def normalise_operation(operation: str) -> str:

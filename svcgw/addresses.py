@@ -52,8 +52,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from urllib.parse import unquote, urlsplit
 
+from svcgw.environment import Network, PortRanges
 from svcgw.errors import Rejected
-from svcgw.settings import DEFAULT_DESTINATION_PORTS, Network, PortRanges, Settings
+from svcgw.settings import DEFAULT_DESTINATION_PORTS, Settings
 
 from .netblocks import IPAddress, forbidden_reason
 from .receivers import receiver_prefix

@@ -14,10 +14,10 @@ from dataclasses import dataclass, field
 
 from redis.exceptions import WatchError
 
-from . import keys
 from .accountstore import AccountStore
 from .callbacks import Destination, choose_destination, new_signing_secret, open_secret
 from .instancestore import InstanceStore
+from .keys import KeySpace
 from .origins import same_origin
 from .storebase import NotFound
 from .vault import VaultError
@@ -36,8 +36,8 @@ class Scope:
         if (self.account is None) == (self.appid is None):
             raise ValueError("a scope is either an account or an instance")
 
-    @property
-    def key(self) -> str:
+    def key(self, keys: KeySpace) -> str:
+        """The configuration's hash among ``keys``."""
         if self.appid is not None:
             return keys.callback_instance(self.appid)
         assert self.account is not None
@@ -67,7 +67,7 @@ class CallbackStore(AccountStore, InstanceStore):
 
     async def get_callback(self, scope: Scope) -> CallbackConfig:
         await self._check_scope(scope)
-        data = await self.redis.hgetall(scope.key)
+        data = await self.redis.hgetall(scope.key(self.keys))
         try:
             secret = open_secret(self.vault, data.get("secret") or "") or None
         except VaultError:
@@ -108,14 +108,14 @@ class CallbackStore(AccountStore, InstanceStore):
         async with self.redis.pipeline(transaction=True) as pipe:
             while True:
                 try:
-                    await pipe.watch(scope.key)
-                    old_url = await pipe.hget(scope.key, "url")
+                    await pipe.watch(scope.key(self.keys))
+                    old_url = await pipe.hget(scope.key(self.keys), "url")
                     drop = no_bearer or (not bearer_token and not keep_token and not same_origin(old_url, url))
                     pipe.multi()
-                    pipe.hset(scope.key, mapping=mapping)
-                    pipe.hsetnx(scope.key, "secret", self.vault.seal(new_signing_secret()))
+                    pipe.hset(scope.key(self.keys), mapping=mapping)
+                    pipe.hsetnx(scope.key(self.keys), "secret", self.vault.seal(new_signing_secret()))
                     if drop:
-                        pipe.hdel(scope.key, "token")
+                        pipe.hdel(scope.key(self.keys), "token")
                     await pipe.execute()
                     break
                 except WatchError:
@@ -126,14 +126,14 @@ class CallbackStore(AccountStore, InstanceStore):
     async def rotate_secret(self, scope: Scope) -> CallbackConfig:
         """A new signing secret; the old one is not kept, so pending retries use the new one."""
         await self._check_scope(scope)
-        await self.redis.hset(scope.key, mapping={"secret": self.vault.seal(new_signing_secret())})
+        await self.redis.hset(scope.key(self.keys), mapping={"secret": self.vault.seal(new_signing_secret())})
         await self._copy(scope)
         return await self.get_callback(scope)
 
     async def clear_callback(self, scope: Scope) -> CallbackConfig:
         """Remove the address and its token; the secret stays paired with the scope."""
         await self._check_scope(scope)
-        await self.redis.hdel(scope.key, "url", "token")
+        await self.redis.hdel(scope.key(self.keys), "url", "token")
         await self._copy(scope)
         return await self.get_callback(scope)
 
@@ -142,15 +142,15 @@ class CallbackStore(AccountStore, InstanceStore):
         if account is None:
             raise NotFound(f"no instance {appid!r}")
         async with self.redis.pipeline(transaction=False) as pipe:
-            pipe.hgetall(keys.callback_instance(appid))
-            pipe.hgetall(keys.callback_account(account))
+            pipe.hgetall(self.keys.callback_instance(appid))
+            pipe.hgetall(self.keys.callback_account(account))
             own, default = await pipe.execute()
         return choose_destination(own, default)
 
     async def _copy(self, scope: Scope) -> None:
         """After a change: the copy the delivery claim reads on the instance's shard(s) (svcgw.shardcopy)."""
         if self.copies is not None:
-            await self.copies.callback(scope.key, scope.appid)
+            await self.copies.callback(scope)
 
     async def _check_scope(self, scope: Scope) -> None:
         if scope.appid is not None:

@@ -34,8 +34,8 @@ from typing import Any, cast
 import orjson
 from redis.asyncio import Redis
 
-from . import keys
 from .deliveryid import from_entry, parse
+from .keys import KeySpace
 from .settings import Settings
 
 __all__ = [
@@ -116,6 +116,7 @@ def parse_since(text: str) -> int:
 
 async def read_log(
     redis: Redis,
+    keys: KeySpace,
     settings: Settings,
     appid: str,
     *,

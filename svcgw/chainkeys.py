@@ -19,7 +19,7 @@ from typing import Any
 
 from redis.asyncio import Redis
 
-from . import keys
+from .keys import KeySpace
 from .scripts import register
 
 __all__ = ["ATTEMPTS", "advance", "member_keys", "members", "read"]
@@ -27,9 +27,9 @@ __all__ = ["ATTEMPTS", "advance", "member_keys", "members", "read"]
 ATTEMPTS = 5  # each one is a chain that changed again between its read and its advance
 
 
-def member_keys(ids: Iterable[str]) -> list[str]:
+def member_keys(keys: KeySpace, ids: Iterable[str]) -> list[str]:
     """Per member: its job hash, its delivery hash (chain.lua's chain_members)."""
-    return [name for delivery_id in ids for name in (keys.rq_job(delivery_id), keys.delivery(delivery_id))]
+    return [name for delivery_id in ids for name in (keys.rq.job(delivery_id), keys.delivery(delivery_id))]
 
 
 def members(listed: Iterable[Any]) -> list[str]:
@@ -37,7 +37,7 @@ def members(listed: Iterable[Any]) -> list[str]:
     return [value.decode() if isinstance(value, bytes) else str(value) for value in listed]
 
 
-async def read(redis: Redis, chains: Sequence[str]) -> list[str]:
+async def read(redis: Redis, keys: KeySpace, chains: Sequence[str]) -> list[str]:
     """The members of every chain in ``chains`` (one round trip), each once."""
     if not chains:
         return []
@@ -48,12 +48,12 @@ async def read(redis: Redis, chains: Sequence[str]) -> list[str]:
     return list(dict.fromkeys(delivery_id for ids in listed for delivery_id in members(ids)))
 
 
-async def advance(redis: Redis, chain: str, queue_key: str, deferred_key: str, rq_now: str) -> bool:
+async def advance(redis: Redis, keys: KeySpace, chain: str, queue_key: str, deferred_key: str, rq_now: str) -> bool:
     """Put the first unsettled member of ``chain`` in play; False if it kept changing meanwhile."""
     script = register(redis, "chain_advance")
     for _ in range(ATTEMPTS):
         ids = members(await redis.lrange(chain, 0, -1))
-        named = [chain, queue_key, deferred_key, *member_keys(ids)]
+        named = [chain, queue_key, deferred_key, *member_keys(keys, ids)]
         if not int(await script(keys=named, args=[rq_now, *ids])):
             return True
     return False

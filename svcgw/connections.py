@@ -13,9 +13,11 @@ try again".
 
 With ``SVCGW_REDIS_SHARDS`` there are several Redis deployments (or one
 Cluster): :func:`async_shard_client` and :func:`sync_shard_client` build the
-client of a shard (:mod:`svcgw.shardclients` keeps one per deployment, or on
-a Cluster one per virtual shard); :func:`async_client` and :func:`sync_client`
-are shard 0's, which holds what belongs to the whole service.
+client of a shard's deployment (:mod:`svcgw.shardclients` keeps one per
+deployment); :func:`async_client` and :func:`sync_client` are shard 0's,
+which holds what belongs to the whole service. A Cluster's client is redis-py's
+stock Cluster client: a shard's keys carry its tag (:mod:`svcgw.keys`), which
+is all it takes to keep them in one slot.
 
 Every client's pool holds at most ``SVCGW_REDIS_MAX_CONNECTIONS`` connections
 and, when all are in use, a command waits for one up to
@@ -35,11 +37,13 @@ from typing import Any
 from redis import BlockingConnectionPool, Redis
 from redis.asyncio import Redis as AsyncRedis
 from redis.asyncio.cluster import ClusterNode as AsyncClusterNode
+from redis.asyncio.cluster import RedisCluster as AsyncRedisCluster
 from redis.asyncio.sentinel import Sentinel as AsyncSentinel
-from redis.cluster import ClusterNode
+from redis.cluster import ClusterNode, RedisCluster
+from redis.exceptions import RedisClusterException
 from redis.sentinel import Sentinel, SentinelConnectionPool
 
-from .clusterspace import AsyncTaggedCluster, TaggedCluster
+from .keys import KeySpace
 from .redispool import WaitingPool, WaitingSentinelPool
 from .settings import Settings, SettingsError
 from .shards import Deployment, Shard
@@ -51,6 +55,8 @@ __all__ = [
     "SentinelRedis",
     "async_client",
     "async_shard_client",
+    "on_shard_server",
+    "shard_node",
     "sync_client",
     "sync_shard_client",
 ]
@@ -131,6 +137,11 @@ def _cluster_kwargs(
         "password": deployment.password,
         "socket_connect_timeout": connect_timeout,
         "socket_timeout": read_timeout,
+        # After a few MOVED answers the client would refresh its whole map and close every
+        # connection, commands in flight on them included (many at a first use, when its map is
+        # still being learnt). A shard's keys all sit in its tag's slot: following each MOVED for
+        # its own slot is enough, and a node that fails still refreshes the whole map.
+        "reinitialize_steps": 0,
     }
 
 
@@ -139,7 +150,7 @@ class _Flavour:
     """The classes of one flavour of client, blocking or asyncio: the same recipe builds both."""
 
     redis: type[Any]
-    cluster: type[Any]  # a Cluster's virtual shard (svcgw.clusterspace)
+    cluster: type[Any]
     node: type[Any]
     sentinel: type[Any]
     sentinel_redis: type[Any]
@@ -153,10 +164,10 @@ class _Flavour:
 
 
 _BLOCKING = _Flavour(
-    Redis, TaggedCluster, ClusterNode, Sentinel, SentinelRedis, BlockingConnectionPool, BlockingSentinelPool, "timeout"
+    Redis, RedisCluster, ClusterNode, Sentinel, SentinelRedis, BlockingConnectionPool, BlockingSentinelPool, "timeout"
 )
 _ASYNCIO = _Flavour(
-    AsyncRedis, AsyncTaggedCluster, AsyncClusterNode, AsyncSentinel, AsyncSentinelRedis, WaitingPool,
+    AsyncRedis, AsyncRedisCluster, AsyncClusterNode, AsyncSentinel, AsyncSentinelRedis, WaitingPool,
     WaitingSentinelPool, "pool_timeout",
 )  # fmt: skip
 
@@ -164,13 +175,12 @@ _ASYNCIO = _Flavour(
 def _build(flavour: _Flavour, settings: Settings, shard: Shard, decode: bool, connect_timeout: float | None) -> Any:
     deployment = layout_of(settings).deployments[shard.deployment]
     if deployment.kind == "cluster":
-        # A Cluster client finds each key's master itself, and follows resharding and failover;
-        # a virtual shard's puts its hash tag on every key (svcgw.clusterspace).
+        # A Cluster client finds each key's master itself, and follows resharding and failover.
         nodes = [flavour.node(host, port) for host, port in deployment.addresses]
         kwargs = _cluster_kwargs(deployment, decode, connect_timeout, settings.redis_socket_timeout)
         # Each node's pool is bounded; redis-py's Cluster clients have no waiting one to offer.
         kwargs["max_connections"] = settings.redis_max_connections
-        return flavour.cluster(startup_nodes=nodes, tag=shard.tag, **kwargs)
+        return flavour.cluster(startup_nodes=nodes, **kwargs)
     if deployment.kind == "sentinel":
         sentinel = flavour.sentinel(list(deployment.addresses), sentinel_kwargs=_sentinel_kwargs(settings))
         kwargs = _primary_kwargs(deployment, decode, connect_timeout, settings.redis_socket_timeout)
@@ -200,10 +210,10 @@ def sync_client(settings: Settings) -> Redis:
 
 
 def async_client(settings: Settings, *, decode: bool = False, connect_timeout: float | None = None) -> AsyncRedis:
-    """The client of shard 0, which holds what belongs to the whole service (on a Cluster, its tagged view).
+    """The client of shard 0's deployment, which holds what belongs to the whole service.
 
-    Typed as one Redis: a Cluster shard's client answers every command the roles send as one
-    Redis would (svcgw.clusterspace).
+    Typed as one Redis: the stock Cluster client answers every command the roles send as one
+    Redis would, each key's in the slot of its tag.
     """
     return async_shard_client(settings, _first(settings), decode=decode, connect_timeout=connect_timeout)
 
@@ -211,7 +221,7 @@ def async_client(settings: Settings, *, decode: bool = False, connect_timeout: f
 def async_shard_client(
     settings: Settings, shard: Shard, *, decode: bool = False, connect_timeout: float | None = None
 ) -> AsyncRedis:
-    """The asyncio client of one shard: its deployment's, or on a Cluster the view of its hash tag."""
+    """The asyncio client of one shard's deployment (on a Cluster, the Cluster's)."""
     client: AsyncRedis = _build(_ASYNCIO, settings, shard, decode, connect_timeout)
     return client
 
@@ -219,6 +229,27 @@ def async_shard_client(
 def sync_shard_client(
     settings: Settings, shard: Shard, *, decode: bool = False, connect_timeout: float | None = None
 ) -> Redis:
-    """The blocking client of one shard: its deployment's, or on a Cluster the view of its hash tag."""
+    """The blocking client of one shard's deployment (on a Cluster, the Cluster's)."""
     client: Redis = _build(_BLOCKING, settings, shard, decode, connect_timeout)
     return client
+
+
+async def on_shard_server(redis: AsyncRedis | AsyncRedisCluster, keys: KeySpace, *command: Any) -> Any:
+    """A command about the server (``PING``, ``INFO``, ``TIME``) sent to the one that holds the shard's keys.
+
+    A Cluster client would send it to a node of its own choosing; a shard's is the master of its
+    tag's slot, found through redis-py's public ``get_node_from_key``.
+    """
+    client: Any = redis  # redis-py leaves execute_command untyped
+    if isinstance(redis, AsyncRedisCluster):
+        return await client.execute_command(*command, target_nodes=await shard_node(redis, keys))
+    return await client.execute_command(*command)
+
+
+async def shard_node(redis: AsyncRedisCluster, keys: KeySpace) -> AsyncClusterNode:
+    """The Cluster's master of the shard's slot."""
+    await redis.initialize()  # the slots' masters, known once initialized
+    node = redis.get_node_from_key(keys.layout)
+    if node is None:
+        raise RedisClusterException(f"no master holds the slot of shard {keys.tag}")
+    return node

@@ -32,8 +32,8 @@ from typing import Any, NamedTuple
 from redis.asyncio import Redis
 from redis.exceptions import WatchError
 
-from . import keys
 from .errors import Rejected
+from .keys import KeySpace
 from .scripts import register
 
 __all__ = ["MAX_LOGIN_LENGTH", "Credentials", "Login", "LoginRejected", "LoginTaken", "normalise_login"]
@@ -80,9 +80,10 @@ class Login(NamedTuple):
 
 
 class Credentials:
-    def __init__(self, redis: Redis) -> None:
+    def __init__(self, redis: Redis, keys: KeySpace) -> None:
         # A client created with decode_responses=True (text), as the store's.
         self.redis: Any = redis
+        self.keys = keys
         self._sessions = register(redis, "account_sessions")
 
     async def lookup(self, login: str) -> Login | None:
@@ -91,18 +92,18 @@ class Credentials:
             normalised = normalise_login(login)
         except LoginRejected:
             return None
-        account = await self.redis.get(keys.login(normalised))
+        account = await self.redis.get(self.keys.login(normalised))
         if not account:
             return None
-        stored, version = await self.redis.hmget(keys.account(account), ["password", "password_epoch"])
+        stored, version = await self.redis.hmget(self.keys.account(account), ["password", "password_epoch"])
         return Login(str(account), str(stored or ""), str(version or "0"))
 
     async def login_of(self, account: str) -> str | None:
-        login = await self.redis.hget(keys.account(account), "login")
+        login = await self.redis.hget(self.keys.account(account), "login")
         return str(login) if login else None
 
     async def has_password(self, account: str) -> bool:
-        return bool(await self.redis.hexists(keys.account(account), "password"))
+        return bool(await self.redis.hexists(self.keys.account(account), "password"))
 
     async def set_password(self, account: str, password_hash: str, *, keep_session: str | None = None) -> int:
         """Store the hash and end every console session of the account but ``keep_session`` (its Redis key).
@@ -119,11 +120,11 @@ class Credentials:
     async def replace_hash(self, account: str, old_hash: str, new_hash: str) -> None:
         """Store a hash made with today's parameters, unless the password changed meanwhile."""
         async with self.redis.pipeline(transaction=True) as pipe:
-            await pipe.watch(keys.account(account))
-            if await pipe.hget(keys.account(account), "password") != old_hash:
+            await pipe.watch(self.keys.account(account))
+            if await pipe.hget(self.keys.account(account), "password") != old_hash:
                 return
             pipe.multi()
-            pipe.hset(keys.account(account), "password", new_hash)
+            pipe.hset(self.keys.account(account), "password", new_hash)
             try:
                 await pipe.execute()
             except WatchError:
@@ -131,8 +132,8 @@ class Credentials:
 
     async def _run(self, account: str, password_hash: str, keep_session: str | None) -> int:
         # No session to keep: a name that never exists, so the script's KEYS stay key names.
-        kept = keep_session or keys.console_session("")
-        epoch = int(await self._sessions(keys=[keys.account(account), kept], args=[password_hash]))
+        kept = keep_session or self.keys.console_session("")
+        epoch = int(await self._sessions(keys=[self.keys.account(account), kept], args=[password_hash]))
         if epoch < 0:
             raise LookupError(f"no account {account!r}")
         return epoch

@@ -17,7 +17,7 @@ from typing import cast
 
 from redis.asyncio import Redis
 
-from svcgw import keys
+from svcgw.keys import KeySpace
 from svcgw.settings import Settings
 
 from .deliveryview import field_text
@@ -27,7 +27,9 @@ __all__ = ["CHUNK", "candidates", "chunks", "is_dead", "live_ids", "newest", "te
 CHUNK = 500
 
 
-async def candidates(redis: Redis, *, appid: str | None = None, account: str | None = None) -> list[str]:
+async def candidates(
+    redis: Redis, keys: KeySpace, *, appid: str | None = None, account: str | None = None
+) -> list[str]:
     """Ids from the per-instance index; not yet checked against the registry."""
     if appid is not None:
         if account is not None and text_or_none(await redis.hget(keys.instance(appid), "account")) != account:
@@ -46,9 +48,9 @@ async def candidates(redis: Redis, *, appid: str | None = None, account: str | N
     return ids
 
 
-async def live_ids(redis: Redis, settings: Settings, ids: Iterable[str]) -> list[str]:
+async def live_ids(redis: Redis, keys: KeySpace, settings: Settings, ids: Iterable[str]) -> list[str]:
     """The ids still in the failed registry, newest first."""
-    failed = keys.rq_failed(settings.queue_name)
+    failed = keys.rq.failed(settings.queue_name)
     now = time.time()
     scored: list[tuple[float, str]] = []
     for chunk in chunks(list(dict.fromkeys(ids)), CHUNK):
@@ -67,8 +69,8 @@ async def newest(redis: Redis, failed: str, *, start: int | None = None, num: in
     return [field_text(member) for member in members]
 
 
-async def is_dead(redis: Redis, settings: Settings, delivery_id: str) -> bool:
-    score = await redis.zscore(keys.rq_failed(settings.queue_name), delivery_id)
+async def is_dead(redis: Redis, keys: KeySpace, settings: Settings, delivery_id: str) -> bool:
+    score = await redis.zscore(keys.rq.failed(settings.queue_name), delivery_id)
     return score is not None and float(score) > time.time()
 
 

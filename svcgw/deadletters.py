@@ -27,8 +27,9 @@ from typing import Any
 import orjson
 from redis.asyncio import Redis
 
-from svcgw import attemptrecords, deliveryid, keys
+from svcgw import attemptrecords, deliveryid
 from svcgw.errors import Missing, SvcgwError
+from svcgw.keys import KeySpace
 from svcgw.settings import Settings
 
 from .deadindex import candidates, is_dead, live_ids, newest
@@ -94,6 +95,7 @@ class DeadLetterDetail:
 # --- reading -------------------------------------------------------------------
 async def list_dead(
     redis: Redis,
+    keys: KeySpace,
     settings: Settings,
     *,
     appid: str | None = None,
@@ -106,7 +108,7 @@ async def list_dead(
         raise ValueError("limit and offset cannot be negative")
     if limit == 0:
         return []
-    failed = keys.rq_failed(settings.queue_name)
+    failed = keys.rq.failed(settings.queue_name)
     if appid is None and account is None:
         # The registry itself is ordered by expiry, i.e. by the time each died.
         letters: list[DeadLetter] = []
@@ -117,31 +119,31 @@ async def list_dead(
             if not ids:
                 break
             start += len(ids)
-            letters.extend(await _load(redis, ids))
+            letters.extend(await _load(redis, keys, ids))
         return letters
-    live = await live_ids(redis, settings, await candidates(redis, appid=appid, account=account))
+    live = await live_ids(redis, keys, settings, await candidates(redis, keys, appid=appid, account=account))
     page = live[offset : offset + limit]
     return [
         letter
-        for letter in await _load(redis, page)
+        for letter in await _load(redis, keys, page)
         if (account is None or letter.account == account) and (appid is None or letter.appid == appid)
     ]
 
 
 async def count_dead(
-    redis: Redis, settings: Settings, *, appid: str | None = None, account: str | None = None
+    redis: Redis, keys: KeySpace, settings: Settings, *, appid: str | None = None, account: str | None = None
 ) -> int:
     """How many dead letters there are (of one instance and/or one account)."""
     if appid is None and account is None:
-        return int(await redis.zcount(keys.rq_failed(settings.queue_name), f"({time.time()}", "+inf"))
-    return len(await live_ids(redis, settings, await candidates(redis, appid=appid, account=account)))
+        return int(await redis.zcount(keys.rq.failed(settings.queue_name), f"({time.time()}", "+inf"))
+    return len(await live_ids(redis, keys, settings, await candidates(redis, keys, appid=appid, account=account)))
 
 
 async def show(
-    redis: Redis, settings: Settings, delivery_id: str, *, account: str | None = None
+    redis: Redis, keys: KeySpace, settings: Settings, delivery_id: str, *, account: str | None = None
 ) -> DeadLetterDetail:
     """One dead letter with its body and attempts; ``NotFound`` if it is not dead (or not the account's)."""
-    if not await is_dead(redis, settings, delivery_id):
+    if not await is_dead(redis, keys, settings, delivery_id):
         raise NotFound(f"no dead letter {delivery_id!r}")
     async with redis.pipeline(transaction=False) as pipe:
         pipe.hgetall(keys.delivery(delivery_id))  # with its attempt records, fields a1 .. aN
@@ -167,7 +169,7 @@ async def show(
 
 
 # --- helpers -------------------------------------------------------------------
-async def _load(redis: Redis, ids: Sequence[str]) -> list[DeadLetter]:
+async def _load(redis: Redis, keys: KeySpace, ids: Sequence[str]) -> list[DeadLetter]:
     """Dead letters for ids, in order; ids whose delivery data has expired are skipped."""
     async with redis.pipeline(transaction=False) as pipe:
         for delivery_id in ids:

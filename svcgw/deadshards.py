@@ -6,7 +6,7 @@ RQ's failed registry, the index by instance), so the readers of
 put together here: lists merged newest first, an id looked for on every
 shard, replays summed. With an ``appid`` only its shard is read (the
 registry's ``shard`` field, one ``HGET`` on shard 0). ``clients`` are
-asyncio clients by shard index, shard 0's first; with one, every function
+shards' clients and key names by shard index, shard 0's first; with one, every function
 is exactly the one of :mod:`svcgw.deadletters`.
 """
 
@@ -15,18 +15,17 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Sequence
 
-from redis.asyncio import Redis
-
 from . import deadletters
 from .deadletters import DeadLetter, DeadLetterDetail, NotFound, ReplayResult
 from .settings import Settings
+from .shardclients import ShardRedis
 from .shardreads import first_found, instance_shard
 
 __all__ = ["count_dead", "list_dead", "replay", "show"]
 
 
 async def list_dead(
-    clients: Sequence[Redis],
+    clients: Sequence[ShardRedis],
     settings: Settings,
     *,
     appid: str | None = None,
@@ -36,36 +35,40 @@ async def list_dead(
 ) -> list[DeadLetter]:
     """Dead letters of every shard (of ``appid``'s alone when given), newest first."""
     if appid is not None or len(clients) == 1:
-        client = await instance_shard(clients, appid) if appid is not None else clients[0]
-        return await deadletters.list_dead(client, settings, appid=appid, account=account, limit=limit, offset=offset)
+        client, keys = await instance_shard(clients, appid) if appid is not None else clients[0]
+        return await deadletters.list_dead(
+            client, keys, settings, appid=appid, account=account, limit=limit, offset=offset
+        )
     # Each shard's first ``offset + limit`` hold the merged page: a longer read, never a wrong one.
     pages = await asyncio.gather(
-        *(deadletters.list_dead(c, settings, account=account, limit=offset + limit) for c in clients)
+        *(deadletters.list_dead(c, k, settings, account=account, limit=offset + limit) for c, k in clients)
     )
     merged = sorted((letter for page in pages for letter in page), key=lambda d: d.dead_at or 0.0, reverse=True)
     return merged[offset : offset + limit]
 
 
 async def show(
-    clients: Sequence[Redis], settings: Settings, delivery_id: str, *, account: str | None = None
+    clients: Sequence[ShardRedis], settings: Settings, delivery_id: str, *, account: str | None = None
 ) -> DeadLetterDetail:
     """The dead letter ``delivery_id`` from the shard that holds it; ``NotFound`` when none does."""
-    return await first_found(clients, lambda c: deadletters.show(c, settings, delivery_id, account=account), NotFound)
+    return await first_found(
+        clients, lambda shard: deadletters.show(*shard, settings, delivery_id, account=account), NotFound
+    )
 
 
 async def count_dead(
-    clients: Sequence[Redis], settings: Settings, *, appid: str | None = None, account: str | None = None
+    clients: Sequence[ShardRedis], settings: Settings, *, appid: str | None = None, account: str | None = None
 ) -> int:
     """How many dead letters every shard holds (of ``appid``'s shard alone, or ``account``'s instances, when given)."""
     if appid is not None:
-        client = await instance_shard(clients, appid)
-        return await deadletters.count_dead(client, settings, appid=appid, account=account)
-    counts = await asyncio.gather(*(deadletters.count_dead(c, settings, account=account) for c in clients))
+        client, keys = await instance_shard(clients, appid)
+        return await deadletters.count_dead(client, keys, settings, appid=appid, account=account)
+    counts = await asyncio.gather(*(deadletters.count_dead(c, k, settings, account=account) for c, k in clients))
     return sum(counts)
 
 
 async def replay(
-    clients: Sequence[Redis],
+    clients: Sequence[ShardRedis],
     settings: Settings,
     ids: Sequence[str] | None = None,
     appid: str | None = None,
@@ -75,10 +78,10 @@ async def replay(
 ) -> list[ReplayResult]:
     """:func:`svcgw.deadletters.replay` on every shard; a named id is ``not_found`` only if no shard has it."""
     if appid is not None:
-        client = await instance_shard(clients, appid)
-        return await deadletters.replay(client, settings, appid=appid, account=account, since=since)
+        client, keys = await instance_shard(clients, appid)
+        return await deadletters.replay(client, keys, settings, appid=appid, account=account, since=since)
     answers = await asyncio.gather(
-        *(deadletters.replay(c, settings, ids=ids, all=all, account=account, since=since) for c in clients)
+        *(deadletters.replay(c, k, settings, ids=ids, all=all, account=account, since=since) for c, k in clients)
     )
     if not ids:
         return [result for answer in answers for result in answer]

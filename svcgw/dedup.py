@@ -29,7 +29,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from . import keys
+from .keys import KeySpace
 from .layout import HEXPIRE, Layout
 from .settings import Settings
 
@@ -76,7 +76,9 @@ class Plan:
     expiry: int  # hsetex, hexpire: a field's seconds; buckets: the current bucket's EXPIREAT
 
 
-def plan(appid: str, event_keys: Sequence[str], layout: Layout, now: float, seconds: int, *, hsetex: bool) -> Plan:
+def plan(
+    keys: KeySpace, appid: str, event_keys: Sequence[str], layout: Layout, now: float, seconds: int, *, hsetex: bool
+) -> Plan:
     """KEYS and ARGV for the post's keyed events (``event_keys``, in order) at ``now``."""
     if layout.dedup == HEXPIRE:
         found = Plan([keys.dedup_container(appid)], "hsetex" if hsetex else "hexpire", seconds)

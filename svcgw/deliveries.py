@@ -57,9 +57,9 @@ from rq.job import Job, JobStatus
 from rq.serializers import JSONSerializer
 from rq.utils import utcformat
 
-from . import keys
 from .chainkeys import member_keys
 from .envelope import build_envelope
+from .keys import KeySpace
 from .scripts import text
 from .settings import Settings
 
@@ -226,6 +226,7 @@ def new_delivery_id() -> str:
 
 def queue_delivery(
     pipe: Any,
+    keys: KeySpace,
     settings: Settings,
     *,
     appid: str,
@@ -253,7 +254,7 @@ def queue_delivery(
         raise ValueError("service events get their seq when queued; the event objects must not have one")
     pieces = seq_pieces(appid, event_type, events)
     chain = list(chain)
-    queue_key = keys.rq_queue(settings.queue_name)
+    queue_key = keys.rq.queue(settings.queue_name)
     job = job_fields(
         delivery_id,
         queue_name=settings.queue_name,
@@ -264,14 +265,14 @@ def queue_delivery(
         text("queue_delivery"),
         8 + 2 * len(chain),
         keys.delivery(delivery_id),
-        keys.rq_job(delivery_id),
+        keys.rq.job(delivery_id),
         queue_key,
-        keys.RQ_QUEUES,
+        keys.rq.queues,
         keys.callback_log(appid),
         keys.service_events(appid),
         keys.service_event_seq(appid),
-        keys.rq_deferred(settings.queue_name),
-        *member_keys(chain),
+        keys.rq.deferred(settings.queue_name),
+        *member_keys(keys, chain),
         appid,
         account,
         event_type,

@@ -47,7 +47,7 @@ from typing import cast
 
 from redis.asyncio import Redis
 
-from . import attemptrecords, bareoutcome, deliveryid, keys, outcomestore
+from . import attemptrecords, bareoutcome, deliveryid, outcomestore
 from .calllog import body_of, made_delivery
 from .deliveryview import (
     STATES,
@@ -64,6 +64,7 @@ from .deliveryview import (
     stored_ids,
 )
 from .errors import Missing, SvcgwError
+from .keys import KeySpace
 from .settings import Settings
 
 __all__ = [
@@ -123,6 +124,7 @@ def cursor(entry_id: str) -> str:
 # --- reading Redis ----------------------------------------------------------------------
 async def list_deliveries(
     redis: Redis,
+    keys: KeySpace,
     settings: Settings,
     appid: str,
     *,
@@ -169,7 +171,7 @@ async def list_deliveries(
         # Posts whose every event was a repeat made no delivery.
         chunk = [(posts.delivery_of(field_text(entry_id), fields), field_text(entry_id)) for entry_id, fields in rows]
         chunk = [(delivery_id, entry_id) for delivery_id, entry_id in chunk if delivery_id]
-        matched = await _matching(redis, settings, chunk, state, event_type, event_id, limit - len(found), posts)
+        matched = await _matching(redis, keys, settings, chunk, state, event_type, event_id, limit - len(found), posts)
         found.extend(delivery for delivery, _, _ in matched)
         counts.update((delivery.id, count) for delivery, _, count in matched if count >= 0)
         if matched and len(found) >= limit:
@@ -182,7 +184,7 @@ async def list_deliveries(
         top = "(" + last
     # Delivered deliveries named by their posts came with their bare attempts already.
     recorded = [delivery for delivery in found if delivery.id in counts]
-    await _complete(redis, recorded, counts, bodies_read=event_id is not None)
+    await _complete(redis, keys, recorded, counts, bodies_read=event_id is not None)
     completed = {delivery.id: delivery for delivery in recorded}
     found = [completed.get(delivery.id, delivery) for delivery in found]
     following = None
@@ -191,19 +193,21 @@ async def list_deliveries(
     return Page(found, following, scanned)
 
 
-async def show(redis: Redis, settings: Settings, delivery_id: str, *, account: str | None = None) -> Delivery:
+async def show(
+    redis: Redis, keys: KeySpace, settings: Settings, delivery_id: str, *, account: str | None = None
+) -> Delivery:
     """One delivery with every attempt; ``NotFound`` if it expired (or is another account's)."""
     if not delivery_id or len(delivery_id) > 200:
         raise NotFound("no such delivery")
     async with redis.pipeline(transaction=False) as pipe:
         pipe.hgetall(keys.delivery(delivery_id))  # with its attempt records, fields a1 .. aN
         pipe.lrange(keys.delivery_attempts(delivery_id), 0, -1)  # records of earlier versions
-        pipe.zscore(keys.rq_scheduled(settings.queue_name), delivery_id)
+        pipe.zscore(keys.rq.scheduled(settings.queue_name), delivery_id)
         whole, legacy, scheduled = await pipe.execute()
     stored = {field_text(name): value for name, value in whole.items()}
     named = deliveryid.parse(delivery_id)
     if not stored and named is not None:
-        return await _show_delivered(redis, settings, delivery_id, *named, account=account)
+        return await _show_delivered(redis, keys, settings, delivery_id, *named, account=account)
     data = {name: stored.get(name) for name in (*FIELDS, *_ID_FIELDS)}
     if account is not None and field_text(data["account"]) != account:
         raise NotFound(f"no delivery {delivery_id!r}")
@@ -215,7 +219,14 @@ async def show(redis: Redis, settings: Settings, delivery_id: str, *, account: s
 
 
 async def _show_delivered(
-    redis: Redis, settings: Settings, delivery_id: str, appid: str, entry_id: str, *, account: str | None
+    redis: Redis,
+    keys: KeySpace,
+    settings: Settings,
+    delivery_id: str,
+    appid: str,
+    entry_id: str,
+    *,
+    account: str | None,
 ) -> Delivery:
     """A delivery named by its post with no record left: delivered, shown from its post and bare outcome."""
     async with redis.pipeline(transaction=False) as pipe:
@@ -227,11 +238,12 @@ async def _show_delivered(
     posts = _Posts(appid, field_text(owner), time.time(), settings.log_retention)
     if posts.delivery_of(entry_id, rows[0][1]) != delivery_id:
         raise NotFound(f"no delivery {delivery_id!r}")
-    return posts.delivered(delivery_id, entry_id, (await posts.outcomes(redis, [entry_id])).get(entry_id))
+    return posts.delivered(delivery_id, entry_id, (await posts.outcomes(redis, keys, [entry_id])).get(entry_id))
 
 
 async def _matching(
     redis: Redis,
+    keys: KeySpace,
     settings: Settings,
     chunk: Sequence[tuple[str, str]],  # (delivery id, log entry id)
     state: str | None,
@@ -251,7 +263,7 @@ async def _matching(
     if not chunk:
         return []  # posts that made no delivery; and ZMSCORE takes at least one member
     names = (*FIELDS, attemptrecords.COUNT, *_ID_FIELDS) if event_id is not None else (*FIELDS, attemptrecords.COUNT)
-    scheduled_key = keys.rq_scheduled(settings.queue_name)
+    scheduled_key = keys.rq.scheduled(settings.queue_name)
     async with redis.pipeline(transaction=False) as pipe:
         for delivery_id, _ in chunk:
             pipe.hmget(keys.delivery(delivery_id), list(names))
@@ -260,7 +272,7 @@ async def _matching(
     scores = replies[-1]
     records = [dict(zip(names, values, strict=True)) for values in replies[:-1]]
     bare = [entry for (_, entry), data in zip(chunk, records, strict=True) if posts.bare(entry, data)]
-    outcomes = await posts.outcomes(redis, bare if state in (None, "delivered") else [])
+    outcomes = await posts.outcomes(redis, keys, bare if state in (None, "delivered") else [])
     result: list[tuple[Delivery, int, int]] = []
     for position, ((delivery_id, entry), data) in enumerate(zip(chunk, records, strict=True)):
         if posts.bare(entry, data):
@@ -312,15 +324,17 @@ class _Posts:
         """Whether the delivery is delivered with only its bare outcome left (no record, named by its post)."""
         return entry_id in self.bodies and not record.get("appid")
 
-    async def outcomes(self, redis: Redis, entry_ids: Sequence[str]) -> dict[str, bareoutcome.Outcome]:
-        return await outcomestore.find(redis, self.appid, entry_ids, now=self.now, retention=self.retention)
+    async def outcomes(self, redis: Redis, keys: KeySpace, entry_ids: Sequence[str]) -> dict[str, bareoutcome.Outcome]:
+        return await outcomestore.find(redis, keys, self.appid, entry_ids, now=self.now, retention=self.retention)
 
     def delivered(self, delivery_id: str, entry_id: str, outcome: bareoutcome.Outcome | None) -> Delivery:
         body = body_of(self.bodies[entry_id])
         return bareoutcome.delivered(delivery_id, self.appid, self.account, entry_id, body, outcome)
 
 
-async def _complete(redis: Redis, found: list[Delivery], counts: Mapping[str, int], *, bodies_read: bool) -> None:
+async def _complete(
+    redis: Redis, keys: KeySpace, found: list[Delivery], counts: Mapping[str, int], *, bodies_read: bool
+) -> None:
     """Give each delivery found its attempts, and its event ids unless its body was read already.
 
     ``counts`` are the deliveries' attempt counts: their records are the hash's fields of those numbers.

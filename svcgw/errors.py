@@ -13,7 +13,7 @@ whole tree (each class's module in brackets when it is not this one)::
     │   ├── AddressError         a callback address against the address rules [svcgw.addresses]
     │   ├── EnvelopeError        a receiver post that is not an envelope [svcgw.envelope]
     │   ├── NotUnicode           JSON text that is not UTF-8 [svcgw.jsonspan]
-    │   ├── SettingsError        an SVCGW_* variable out of its range [svcgw.envreader]
+    │   ├── SettingsError        an SVCGW_* variable out of its range [svcgw.settings]
     │   ├── PasswordRejected     a password against the password rules [svcgw.passwords]
     │   ├── LoginRejected, LoginTaken    a console login [svcgw.credentials]
     │   ├── OperatorDenied       an operation only the operator can allow [svcgw.store]
@@ -59,11 +59,12 @@ whole tree (each class's module in brackets when it is not this one)::
         ├── _Unavailable         a probe could not ask the capability layer [worker.prober]
         ├── NoOpenShard          placement with every shard closed [svcgw.shards]
         ├── ShardUnavailable     (also RedisError) a new instance's shard did not take its copies [svcgw.shardcopy]
-        ├── UnplaceableCommand   a command a Cluster shard's client cannot keep in its slot [svcgw.clusterspace]
         └── VaultError           encryption at rest [svcgw.vault]
 
 Classes that were ``LookupError``, ``ValueError`` or ``RedisError`` stay so,
-so ``except`` clauses written against those keep working. Two exceptions of
+so ``except`` clauses written against those keep working. Redis not serving
+is :data:`STORAGE_ERRORS`: redis-py's ``RedisError``, and the ``RedisClusterException``
+its stock Cluster client raises when no node of the Cluster answers. Two exceptions of
 ``svcgw.outbound`` stay outside the tree on purpose: they are what aiohttp's
 connector expects (an ``OSError``, a ``ClientConnectionError``), raised and
 caught inside that module and turned into ``Refused`` there.
@@ -110,6 +111,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 import orjson
+from redis.exceptions import RedisClusterException, RedisError
 
 __all__ = [
     "ALL_KINDS",
@@ -375,3 +377,9 @@ __all__ += [
     "UNSUPPORTED_MEDIA",
     "WRONG_PASSWORD",
 ]
+
+# Redis not serving a command: a ``RedisError``, or, from the stock Cluster client, the
+# ``RedisClusterException`` that says none of the Cluster's nodes answers (it is no RedisError).
+STORAGE_ERRORS: tuple[type[Exception], ...] = (RedisError, RedisClusterException)
+
+__all__ += ["STORAGE_ERRORS"]

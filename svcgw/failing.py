@@ -42,9 +42,10 @@ from dataclasses import dataclass
 
 from redis.asyncio import Redis
 
-from . import keys
+from .keys import KeySpace
 from .origins import origin
 from .settings import Settings
+from .shardclients import ShardRedis
 
 __all__ = [
     "RECOVERED",
@@ -116,25 +117,27 @@ def parse(destination: str, value: str | bytes) -> FailingDestination | None:
 
 def is_failing(record: FailingDestination, settings: Settings, now: float) -> bool:
     """Failing now: failures only, the first long enough ago, the last recent enough to be current."""
-    return (
-        now - record.first_failure >= settings.failing_after
-        and now - record.last_failure <= forget_after(settings)
-    )
+    return now - record.first_failure >= settings.failing_after and now - record.last_failure <= forget_after(settings)
 
 
 async def failing(
-    redis: Redis, settings: Settings, destinations: Iterable[str] | None = None, *, now: float | None = None
+    redis: Redis,
+    keys: KeySpace,
+    settings: Settings,
+    destinations: Iterable[str] | None = None,
+    *,
+    now: float | None = None,
 ) -> dict[str, FailingDestination]:
     """The failing destinations among ``destinations`` (every one when None), by destination."""
     moment = time.time() if now is None else now
     if destinations is None:
-        raw = await redis.hgetall(keys.FAILING_DESTINATIONS)
+        raw = await redis.hgetall(keys.failing_destinations)
         pairs = [(_text(name), value) for name, value in raw.items()]
     else:
         wanted = sorted({d for d in destinations if d})
         if not wanted:
             return {}
-        values = await redis.hmget(keys.FAILING_DESTINATIONS, wanted)
+        values = await redis.hmget(keys.failing_destinations, wanted)
         pairs = [(name, value) for name, value in zip(wanted, values, strict=True) if value is not None]
     found: dict[str, FailingDestination] = {}
     for name, value in pairs:
@@ -145,12 +148,16 @@ async def failing(
 
 
 async def failing_anywhere(
-    shards: Sequence[Redis], settings: Settings, destinations: Iterable[str] | None = None, *, now: float | None = None
+    shards: Sequence[ShardRedis],
+    settings: Settings,
+    destinations: Iterable[str] | None = None,
+    *,
+    now: float | None = None,
 ) -> dict[str, FailingDestination]:
     """:func:`failing` on every shard's hash (clients by shard index), merged: failing on any shard."""
     wanted = None if destinations is None else list(destinations)
     found: dict[str, FailingDestination] = {}
-    for answer in await asyncio.gather(*(failing(redis, settings, wanted, now=now) for redis in shards)):
+    for answer in await asyncio.gather(*(failing(redis, keys, settings, wanted, now=now) for redis, keys in shards)):
         for name, record in answer.items():
             if name not in found or record.first_failure < found[name].first_failure:
                 found[name] = record

@@ -51,12 +51,13 @@ from typing import Any, cast
 from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
-from . import dedup, keys, layout, liveness
+from . import dedup, layout, liveness
 from .calllog import stored_body
 from .deliveries import job_description, new_delivery_id, template
 from .deliveryid import EntryClock, from_entry, takes_entry_ids
 from .envelope import EnvelopeError, Post, build_envelope, parse_post
 from .errors import Failure, Missing
+from .keys import KeySpace
 from .metrics import BufferedCounts, ingest_commands
 from .scripts import register
 from .settings import Settings
@@ -112,8 +113,9 @@ class ReplicaNotConfirmed(Failure, RedisError):
 class Ingest:
     """Stores posts to the receivers; ``redis`` is an asyncio client that returns bytes."""
 
-    def __init__(self, redis: Redis, settings: Settings) -> None:
+    def __init__(self, redis: Redis, keys: KeySpace, settings: Settings) -> None:
         self.redis = redis
+        self.keys = keys  # the shard's
         self.settings = settings
         self._script = register(redis, "ingest")
         self._wait_replicas = settings.redis_wait_replicas
@@ -121,12 +123,12 @@ class Ingest:
         self._window = dedup.window(settings)
         # The deployment's layout and whether the server has HSETEX: read at the first post.
         self._layout: tuple[layout.Layout, bool] | None = None
-        self._queue_key = keys.rq_queue(settings.queue_name)
+        self._queue_key = keys.rq.queue(settings.queue_name)
         self._job = template(settings.queue_name, settings.dead_letter_retention)
         self._known: OrderedDict[str, tuple[str, float]] = OrderedDict()
         self._entries = EntryClock()
         # The /metrics counters of the posts: in memory, written twice a second.
-        self.counts = BufferedCounts(settings, redis)
+        self.counts = BufferedCounts(settings, keys, redis)
 
     async def aclose(self) -> None:
         """Write the counts still held (the app's shutdown calls it); the client is the caller's."""
@@ -145,7 +147,7 @@ class Ingest:
         known = self._known.get(hashed)
         if known is not None and known[0] == appid and known[1] > now:
             return
-        owner = await self.redis.get(keys.receiver_lookup(hashed))
+        owner = await self.redis.get(self.keys.receiver_lookup(hashed))
         if isinstance(owner, bytes):
             owner = owner.decode("utf-8", "replace")
         if owner is None:
@@ -184,14 +186,14 @@ class Ingest:
         """
         try:
             closes = liveness.parse_gap_closed([event.raw for event in post.events])
-            await liveness.on_gap_closed(self.redis, appid, closes)
+            await liveness.on_gap_closed(self.redis, self.keys, appid, closes)
         except Exception:
             log.exception("GapClosed not handed to the prober", extra={"appid": appid})
 
     async def _dedup_layout(self) -> tuple[layout.Layout, bool]:
         """The layout marker (written first if no process has yet), once per process."""
         if self._layout is None:
-            marker, server = await layout.read(self.redis)
+            marker, server = await layout.read(self.redis, self.keys)
             self._layout = (marker, server.hsetex)
         return self._layout
 
@@ -242,19 +244,19 @@ class Ingest:
         for event in post.events:
             events.extend((event.raw, event.digest or b""))
         event_keys = [event.key for event in post.events if event.key is not None]
-        window = dedup.plan(appid, event_keys, marker, now, self._window, hsetex=hsetex)
+        window = dedup.plan(self.keys, appid, event_keys, marker, now, self._window, hsetex=hsetex)
         head = build_envelope(appid, post.event_type, [])[:-2]  # up to and including '['
         result = cast(
             list[Any],
             await self._run_script(
                 keys=[
-                    keys.receiver_lookup(digest(token)),
-                    keys.instance(appid),
-                    keys.callback_log(appid),
-                    keys.delivery(delivery_id),
-                    keys.rq_job(delivery_id),
+                    self.keys.receiver_lookup(digest(token)),
+                    self.keys.instance(appid),
+                    self.keys.callback_log(appid),
+                    self.keys.delivery(delivery_id),
+                    self.keys.rq.job(delivery_id),
                     self._queue_key,
-                    keys.RQ_QUEUES,
+                    self.keys.rq.queues,
                     *window.keys,
                 ],
                 args=[
@@ -280,7 +282,7 @@ class Ingest:
         status, accepted, duplicates = (int(x) for x in result)
         if status < 0:
             raise UnknownReceiver(appid)
-        self.counts.add(ingest_commands(accepted, duplicates))
+        self.counts.add(ingest_commands(self.keys, accepted, duplicates))
         return IngestResult(accepted, duplicates, delivery_id if accepted else None)
 
 

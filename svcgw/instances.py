@@ -33,9 +33,11 @@ from typing import Any
 
 from redis.asyncio import Redis
 
-from . import calllog, deadletters, keys, liveness
+from . import calllog, deadletters, liveness
 from .callbacks import Destination
+from .keys import KeySpace
 from .settings import Settings
+from .shardclients import ShardRedis
 from .shardreads import shard_client
 from .store import NotFound, Store
 
@@ -90,12 +92,13 @@ class InstanceView:
 async def load(
     store: Store,
     redis: Redis,
+    keys: KeySpace,
     settings: Settings,
     appid: str,
     *,
     dead_letters: bool = False,
     last_event: bool = False,
-    shards: Sequence[Redis] = (),
+    shards: Sequence[ShardRedis] = (),
 ) -> InstanceView:
     """The view of one instance; ``NotFound`` if it has no record.
 
@@ -107,13 +110,13 @@ async def load(
     destination = await store.destination(appid)
     fields = instance.fields
     if len(shards) > 1 and fields.get("shard", "0") != "0":
-        redis = shard_client(shards, fields.get("shard"))
+        redis, keys = shard_client(shards, fields.get("shard"))
         # Liveness lives with the instance's data; the registry's own fields stay the registry's.
         kept = {"account", "shard"}
         own = {_text(k): _text(v) for k, v in (await redis.hgetall(keys.instance(appid))).items()}
         fields = {**fields, **{k: v for k, v in own.items() if k not in kept}}
-    dead = await deadletters.count_dead(redis, settings, appid=appid) if dead_letters else None
-    last = await _last_event_at(redis, appid) if last_event else None
+    dead = await deadletters.count_dead(redis, keys, settings, appid=appid) if dead_letters else None
+    last = await _last_event_at(redis, keys, appid) if last_event else None
     return InstanceView(
         appid=instance.appid,
         account=instance.account,
@@ -128,12 +131,13 @@ async def load(
 async def load_many(
     store: Store,
     redis: Redis,
+    keys: KeySpace,
     settings: Settings,
     appids: Iterable[str],
     *,
     dead_letters: bool = False,
     last_event: bool = False,
-    shards: Sequence[Redis] = (),
+    shards: Sequence[ShardRedis] = (),
 ) -> list[InstanceView]:
     """Views of the instances named, in order, without those whose record is gone."""
     views: list[InstanceView] = []
@@ -141,7 +145,7 @@ async def load_many(
         try:
             views.append(
                 await load(
-                    store, redis, settings, appid, dead_letters=dead_letters, last_event=last_event, shards=shards
+                    store, redis, keys, settings, appid, dead_letters=dead_letters, last_event=last_event, shards=shards
                 )
             )
         except NotFound:
@@ -149,7 +153,7 @@ async def load_many(
     return views
 
 
-async def _last_event_at(redis: Redis, appid: str) -> float | None:
+async def _last_event_at(redis: Redis, keys: KeySpace, appid: str) -> float | None:
     newest = await redis.xrevrange(keys.callback_log(appid), count=1)
     if not newest:
         return None

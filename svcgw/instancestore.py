@@ -2,7 +2,7 @@
 
 The registry is account-wide data (shard 0): each instance's hash names its
 shard (``shard``; an instance registered before shards has none and is on
-shard 0), and the instance counts per shard (:data:`svcgw.shardkeys.SHARD_INSTANCES`)
+shard 0), and the instance counts per shard (``svcgw.keys.KeySpace.shard_instances``)
 change in the same transaction, so that placement reads them with the owner
 check in one round trip (:meth:`InstanceStore.owner_and_counts`).
 """
@@ -16,9 +16,7 @@ from dataclasses import dataclass, field
 
 from redis.asyncio.client import Pipeline
 
-from . import keys
 from .scripts import text
-from .shardkeys import SHARD_INSTANCES
 from .shards import Shard, instance_counts, token_for_shard
 from .storebase import NotFound, StoreBase, digest
 
@@ -53,7 +51,7 @@ class InstanceStore(StoreBase):
             await self.copies.instance(appid, account_id, token, shard)
         async with self.redis.pipeline(transaction=True) as pipe:
             pipe.hset(
-                keys.instance(appid),
+                self.keys.instance(appid),
                 mapping={
                     "account": account_id,
                     "created_at": repr(now),
@@ -61,21 +59,26 @@ class InstanceStore(StoreBase):
                     "shard": str(shard),
                 },
             )
-            pipe.hincrby(SHARD_INSTANCES, str(shard), 1)
-            pipe.set(keys.receiver_lookup(digest(token)), appid)
-            pipe.sadd(keys.account_instances(account_id), appid)
+            pipe.hincrby(self.keys.shard_instances, str(shard), 1)
+            pipe.set(self.keys.receiver_lookup(digest(token)), appid)
+            pipe.sadd(self.keys.account_instances(account_id), appid)
             if shard == 0:
                 # Adds it to every instance and, when it is new, to the instance counts of /metrics.
                 pipe.eval(
-                    text("liveness_registered"), 3, keys.INSTANCES, keys.METRICS_INSTANCES, keys.instance(appid), appid
+                    text("liveness_registered"),
+                    3,
+                    self.keys.instances,
+                    self.keys.metrics_instances,
+                    self.keys.instance(appid),
+                    appid,
                 )
             else:  # counted by its own shard, where its liveness is (svcgw.shardcopy)
-                pipe.sadd(keys.INSTANCES, appid)
+                pipe.sadd(self.keys.instances, appid)
             await pipe.execute()
         return token
 
     async def get_instance(self, appid: str) -> Instance:
-        data = await self.redis.hgetall(keys.instance(appid))
+        data = await self.redis.hgetall(self.keys.instance(appid))
         if not data or "account" not in data:
             raise NotFound(f"no instance {appid!r}")
         public = {k: v for k, v in data.items() if k != "receiver_token"}
@@ -84,7 +87,7 @@ class InstanceStore(StoreBase):
     async def owner_and_counts(self, appid: str, shards: Sequence[Shard]) -> tuple[str | None, dict[int, int]]:
         """The owner of ``appid`` (None: not registered) and the instances of each shard, in one round trip."""
         async with self.redis.pipeline(transaction=False) as pipe:
-            pipe.hget(keys.instance(appid), "account")
+            pipe.hget(self.keys.instance(appid), "account")
             owner, stored, total = await self._read_counts(pipe).execute()
         return (str(owner) if owner else None), instance_counts(stored, int(total), shards)
 
@@ -94,24 +97,23 @@ class InstanceStore(StoreBase):
             stored, total = await self._read_counts(pipe).execute()
         return instance_counts(stored, int(total), shards)
 
-    @staticmethod
-    def _read_counts(pipe: Pipeline) -> Pipeline:
-        pipe.hgetall(SHARD_INSTANCES)
-        pipe.scard(keys.INSTANCES)
+    def _read_counts(self, pipe: Pipeline) -> Pipeline:
+        pipe.hgetall(self.keys.shard_instances)
+        pipe.scard(self.keys.instances)
         return pipe
 
     async def owner(self, appid: str) -> str | None:
-        owner = await self.redis.hget(keys.instance(appid), "account")
+        owner = await self.redis.hget(self.keys.instance(appid), "account")
         return str(owner) if owner else None
 
     async def instances_of(self, account_id: str) -> list[str]:
-        return sorted(await self.redis.smembers(keys.account_instances(account_id)))
+        return sorted(await self.redis.smembers(self.keys.account_instances(account_id)))
 
     async def all_instances(self) -> list[str]:
-        return sorted(await self.redis.smembers(keys.INSTANCES))
+        return sorted(await self.redis.smembers(self.keys.instances))
 
     async def receiver_token(self, appid: str) -> str:
-        sealed = await self.redis.hget(keys.instance(appid), "receiver_token")
+        sealed = await self.redis.hget(self.keys.instance(appid), "receiver_token")
         if not sealed:
             raise NotFound(f"no instance {appid!r}")
         return self.vault.open(sealed)

@@ -18,7 +18,7 @@ from typing import Any
 
 from redis.asyncio import Redis
 
-from . import keys
+from .keys import KeySpace
 from .store import digest
 
 __all__ = ["MAX_SECONDS", "MIN_SECONDS", "TOKEN_PREFIX", "Invitation", "Invitations"]
@@ -38,29 +38,30 @@ class Invitation:
 
 
 class Invitations:
-    def __init__(self, redis: Redis) -> None:
+    def __init__(self, redis: Redis, keys: KeySpace) -> None:
         self.redis: Any = redis
+        self.keys = keys
 
     async def issue(self, account: str, seconds: int) -> Invitation:
         """A new invitation for ``account``, valid ``seconds`` (``MIN_SECONDS`` to ``MAX_SECONDS``)."""
         if not MIN_SECONDS <= seconds <= MAX_SECONDS:
             raise ValueError(f"an invitation lasts from {MIN_SECONDS} seconds to {MAX_SECONDS // 86400} days")
         token = TOKEN_PREFIX + secrets.token_urlsafe(32)
-        await self.redis.set(keys.invitation(digest(token)), account, ex=seconds)
+        await self.redis.set(self.keys.invitation(digest(token)), account, ex=seconds)
         return Invitation(account, token, time.time() + seconds)
 
     async def account_of(self, token: str) -> str | None:
         """The account a valid, unused invitation is for, without using it up."""
         if not _plausible(token):
             return None
-        account = await self.redis.get(keys.invitation(digest(token)))
+        account = await self.redis.get(self.keys.invitation(digest(token)))
         return str(account) if account else None
 
     async def redeem(self, token: str) -> str | None:
         """Use the invitation up: its account, or None when it was used, expired or never issued."""
         if not _plausible(token):
             return None
-        account = await self.redis.getdel(keys.invitation(digest(token)))
+        account = await self.redis.getdel(self.keys.invitation(digest(token)))
         return str(account) if account else None
 
 

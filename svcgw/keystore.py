@@ -11,7 +11,6 @@ import secrets
 import time
 from dataclasses import dataclass
 
-from . import keys
 from .accountstore import AccountStore
 from .storebase import NotFound, digest, new_id, optional_float
 
@@ -53,7 +52,7 @@ class KeyStore(AccountStore):
         now = time.time()
         async with self.redis.pipeline(transaction=True) as pipe:
             pipe.hset(
-                keys.api_key(key_id),
+                self.keys.api_key(key_id),
                 mapping={
                     "account": account_id,
                     "hash": digest(clear),
@@ -62,13 +61,13 @@ class KeyStore(AccountStore):
                     "created_at": repr(now),
                 },
             )
-            pipe.set(keys.api_key_lookup(digest(clear)), key_id)
-            pipe.sadd(keys.account_keys(account_id), key_id)
+            pipe.set(self.keys.api_key_lookup(digest(clear)), key_id)
+            pipe.sadd(self.keys.account_keys(account_id), key_id)
             await pipe.execute()
         return ApiKey(key_id, account_id, now, None, clear[:7], label), clear
 
     async def get_key(self, key_id: str) -> ApiKey:
-        data = await self.redis.hgetall(keys.api_key(key_id))
+        data = await self.redis.hgetall(self.keys.api_key(key_id))
         if not data:
             raise NotFound(f"no key {key_id!r}")
         return ApiKey(
@@ -83,17 +82,17 @@ class KeyStore(AccountStore):
 
     async def list_keys(self, account_id: str) -> list[ApiKey]:
         await self.get_account(account_id)
-        ids = sorted(await self.redis.smembers(keys.account_keys(account_id)))
+        ids = sorted(await self.redis.smembers(self.keys.account_keys(account_id)))
         return [await self.get_key(key_id) for key_id in ids]
 
     async def revoke_key(self, key_id: str) -> ApiKey:
-        data = await self.redis.hgetall(keys.api_key(key_id))
+        data = await self.redis.hgetall(self.keys.api_key(key_id))
         if not data:
             raise NotFound(f"no key {key_id!r}")
         async with self.redis.pipeline(transaction=True) as pipe:
-            pipe.hsetnx(keys.api_key(key_id), "revoked_at", repr(time.time()))
+            pipe.hsetnx(self.keys.api_key(key_id), "revoked_at", repr(time.time()))
             # Dropping the look-up entry makes the very next call fail.
-            pipe.delete(keys.api_key_lookup(data["hash"]))
+            pipe.delete(self.keys.api_key_lookup(data["hash"]))
             await pipe.execute()
         return await self.get_key(key_id)
 
@@ -102,11 +101,11 @@ class KeyStore(AccountStore):
         if not presented or len(presented) > 512:
             return None
         presented_hash = digest(presented)
-        key_id = await self.redis.get(keys.api_key_lookup(presented_hash))
+        key_id = await self.redis.get(self.keys.api_key_lookup(presented_hash))
         if key_id is None:
             return None
         account, stored_hash, revoked = await self.redis.hmget(
-            keys.api_key(key_id), ["account", "hash", "revoked_at"]
+            self.keys.api_key(key_id), ["account", "hash", "revoked_at"]
         )
         if not account or not stored_hash or revoked:
             return None

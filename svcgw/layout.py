@@ -1,6 +1,6 @@
 """The layout marker: which key layout a deployment's data is in, decided once for every process.
 
-``svcgw:layout`` (:data:`svcgw.keys.LAYOUT`) is a hash written by the first
+``svcgw:layout`` (``KeySpace.layout``, one per shard) is a hash written by the first
 process of this version that finds it missing, each field with ``HSETNX`` in
 one transaction: the first writer's values stand, and every process, started
 before or after, reads the same ones (docs/redis-layout.md, "Upgrade in place"):
@@ -20,7 +20,10 @@ before or after, reads the same ones (docs/redis-layout.md, "Upgrade in place"):
 * ``tags``: unix seconds, set once the per-instance keys of before carry
   their ``{appid}`` tag (:mod:`svcgw.retag`). A process that finds it
   missing (a marker of the version before the tags, or none) renames them
-  first, then sets it.
+  first, then sets it;
+* ``one_tag`` (a Redis Cluster's shards): unix seconds, set once every key
+  of the shard carries the shard's tag alone (:func:`svcgw.retag.one_tag`),
+  which a process that finds it missing sees to first in the same way.
 
 :func:`read` is the I/O; the rest are pure. A marker this version cannot
 follow (a later layout, or ``hexpire`` on a server without it) raises
@@ -33,13 +36,15 @@ import logging
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 from redis.asyncio import Redis
-from redis.exceptions import RedisError
+from redis.asyncio.cluster import RedisCluster as AsyncRedisCluster
 
-from . import keys, retag
-from .errors import Failure
+from . import retag
+from .connections import on_shard_server
+from .errors import STORAGE_ERRORS, Failure
+from .keys import KeySpace
 
 __all__ = [
     "BUCKETS",
@@ -117,14 +122,14 @@ def parse(fields: Mapping[bytes | str, bytes | str], server: Server) -> Layout |
     try:
         layout = Layout(int(text["version"]), int(float(text["since"])), text["dedup"])
     except ValueError as exc:
-        raise LayoutError(f"the layout marker {keys.LAYOUT} is not readable: {text}") from exc
+        raise LayoutError(f"the layout marker is not readable: {text}") from exc
     if layout.version != VERSION:
         raise LayoutError(f"the data is in key layout {layout.version}; this version reads layout {VERSION}")
     if layout.dedup not in (HEXPIRE, BUCKETS):
-        raise LayoutError(f"unknown de-duplication mode {layout.dedup!r} in {keys.LAYOUT}")
+        raise LayoutError(f"unknown de-duplication mode {layout.dedup!r} in the layout marker")
     if layout.dedup == HEXPIRE and not server.field_expiry:
         raise LayoutError(
-            f"{keys.LAYOUT} says {HEXPIRE}, which this Redis ({server.name} "
+            f"the layout marker says {HEXPIRE}, which this Redis ({server.name} "
             f"{'.'.join(map(str, server.version))}) does not have: it needs Redis 7.4 or Valkey 9"
         )
     return layout
@@ -134,18 +139,18 @@ def _str(value: bytes | str) -> str:
     return value.decode("utf-8", "replace") if isinstance(value, bytes) else value
 
 
-async def read(redis: Redis, *, now: float | None = None) -> tuple[Layout, Server]:
+async def read(redis: Redis, keys: KeySpace, *, now: float | None = None) -> tuple[Layout, Server]:
     """The deployment's layout, written first when no process has yet; and the server's version.
 
     Two round trips when the marker exists (every start but the deployment's first); the first
     start of this version also renames the keys of before (:mod:`svcgw.retag`).
     """
-    # INFO apart: a Cluster shard's client sends it to the shard's master, which a pipeline cannot.
-    info = await redis.info("server")
+    # INFO apart, to the server that holds the shard's keys: a Cluster's pipeline cannot name it.
+    info = await on_shard_server(redis, keys, "INFO", "server")
     async with redis.pipeline(transaction=False) as pipe:
-        pipe.hgetall(keys.LAYOUT)
+        pipe.hgetall(keys.layout)
         # Every earlier version registered its instances here before it stored anything of theirs.
-        pipe.exists(keys.INSTANCES)
+        pipe.exists(keys.instances)
         fields, registered = await pipe.execute()
     server = Server.from_info(info)
     layout = parse(fields, server)
@@ -153,20 +158,24 @@ async def read(redis: Redis, *, now: float | None = None) -> tuple[Layout, Serve
         first = first_marker(server, time.time() if now is None else now, earlier_data=bool(registered))
         async with redis.pipeline(transaction=True) as pipe:
             for name, value in first.items():
-                pipe.hsetnx(keys.LAYOUT, name, value)
-            pipe.hgetall(keys.LAYOUT)
+                pipe.hsetnx(keys.layout, name, value)
+            pipe.hgetall(keys.layout)
             *_, fields = await pipe.execute()
         layout = parse(fields, server)
     if layout is None:  # pragma: no cover - HSETNX of every field has just run
-        raise LayoutError(f"{keys.LAYOUT} could not be written")
-    if not any(name in fields for name in (b"tags", "tags")):
-        # Before anything is written under a tagged name: old processes are stopped by then.
-        await retag.run(redis)
-        await redis.hsetnx(keys.LAYOUT, "tags", str(int(time.time() if now is None else now)))
+        raise LayoutError("the layout marker could not be written")
+    # Before anything is written under a name of now: old processes are stopped by then.
+    done = "one_tag" if keys.tag else "tags"
+    if not any(name in fields for name in (done.encode(), done)):
+        if keys.tag:
+            await retag.one_tag(cast(AsyncRedisCluster, redis), keys)
+        else:
+            await retag.tag_instances(redis, keys)
+        await redis.hsetnx(keys.layout, done, str(int(time.time() if now is None else now)))
     return layout, server
 
 
-async def mark_at_start(redis: Redis) -> None:
+async def mark_at_start(redis: Redis, keys: KeySpace) -> None:
     """Read (or write) the marker when a process starts, before it stores anything.
 
     A deployment's very first process writes it while no instance is registered yet, so its
@@ -175,6 +184,6 @@ async def mark_at_start(redis: Redis) -> None:
     this version cannot follow does (:class:`LayoutError`).
     """
     try:
-        await read(redis)
-    except RedisError as exc:
+        await read(redis, keys)
+    except STORAGE_ERRORS as exc:
         log.warning("layout marker not read at start (%s); read at the first post instead", type(exc).__name__)

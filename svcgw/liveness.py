@@ -45,7 +45,7 @@ import orjson
 from redis.asyncio import Redis
 from redis.exceptions import WatchError
 
-from . import chainkeys, keys
+from . import chainkeys
 from .deliveries import new_delivery_id, queue_delivery
 from .events import (
     INSTANCE_OFFLINE,
@@ -55,6 +55,7 @@ from .events import (
     instance_recovered,
     iso8601,
 )
+from .keys import KeySpace
 from .metrics import count_change
 from .scripts import register
 from .settings import Settings
@@ -101,7 +102,7 @@ GAP_FIELDS = ("gap_code", "gap_message", "gap_at", "gap_manual")
 
 
 # --- called by the gateway ----------------------------------------------------
-async def mark_started(redis: Redis, appid: str, probe_interval: float) -> None:
+async def mark_started(redis: Redis, keys: KeySpace, appid: str, probe_interval: float) -> None:
     """After ``long/start``: maintained again; first probe within one interval, spread at random.
 
     If the instance was reported offline, the first probe is due at once and
@@ -111,32 +112,32 @@ async def mark_started(redis: Redis, appid: str, probe_interval: float) -> None:
     due = now + random.uniform(0.5, 1.0) * probe_interval
     script = register(redis, "liveness_started")
     await script(
-        keys=[keys.instance(appid), keys.PROBE_SCHEDULE, keys.METRICS_INSTANCES, keys.INSTANCES],
+        keys=[keys.instance(appid), keys.probe_schedule, keys.metrics_instances, keys.instances],
         args=[repr(now), repr(due), appid],
     )
 
 
-async def mark_stopped(redis: Redis, appid: str) -> None:
+async def mark_stopped(redis: Redis, keys: KeySpace, appid: str) -> None:
     """After ``long/stop``: not probed, not restarted, until the next ``long/start``."""
     async with redis.pipeline(transaction=True) as pipe:
-        count_change(pipe, appid, status="stopped")
+        count_change(pipe, keys, appid, status="stopped")
         pipe.hset(keys.instance(appid), mapping={"maintained": "0", "status": "stopped", "since": repr(time.time())})
         pipe.hdel(keys.instance(appid), "next_probe", "reason", "action_required", *GAP_FIELDS)
-        pipe.zrem(keys.PROBE_SCHEDULE, appid)
+        pipe.zrem(keys.probe_schedule, appid)
         await pipe.execute()
 
 
-async def mark_logged_out(redis: Redis, appid: str) -> None:
+async def mark_logged_out(redis: Redis, keys: KeySpace, appid: str) -> None:
     """After ``login/logout``: the session key is gone; nothing to probe until a new login."""
     async with redis.pipeline(transaction=True) as pipe:
-        count_change(pipe, appid, status="logged_out")
+        count_change(pipe, keys, appid, status="logged_out")
         pipe.hset(keys.instance(appid), mapping={"maintained": "0", "status": "logged_out", "since": repr(time.time())})
         pipe.hdel(keys.instance(appid), "next_probe", "reason", "action_required", *GAP_FIELDS)
-        pipe.zrem(keys.PROBE_SCHEDULE, appid)
+        pipe.zrem(keys.probe_schedule, appid)
         await pipe.execute()
 
 
-async def record_proxy(redis: Redis, appid: str, proxy: str) -> None:
+async def record_proxy(redis: Redis, keys: KeySpace, appid: str, proxy: str) -> None:
     """The proxy of the caller's last login call, reused to reconnect with the same egress."""
     await redis.hset(keys.instance(appid), "proxy", proxy)
 
@@ -157,7 +158,7 @@ def parse_gap_closed(raw_events: Sequence[bytes]) -> list[GapClose]:
     return closes
 
 
-async def on_gap_closed(redis: Redis, appid: str, closes: Sequence[GapClose]) -> str:
+async def on_gap_closed(redis: Redis, keys: KeySpace, appid: str, closes: Sequence[GapClose]) -> str:
     """Hand a ``GapClosed`` of a maintained instance to the prober; returns what was asked of it.
 
     * ``-11002``, ``-1008``: the login is gone. The prober reports the instance
@@ -180,7 +181,7 @@ async def on_gap_closed(redis: Redis, appid: str, closes: Sequence[GapClose]) ->
     code, message = (manual or other)[0]
     script = register(redis, "liveness_gap_closed")
     applied = await script(
-        keys=[keys.instance(appid), keys.PROBE_SCHEDULE],
+        keys=[keys.instance(appid), keys.probe_schedule],
         args=[code, message, repr(time.time()), appid, "1" if manual else "0"],
     )
     if not int(applied):
@@ -208,7 +209,7 @@ def _seconds(value: str | None, default: float) -> float:
         return default
 
 
-async def _watch(pipe: Any, appid: str) -> list[str]:
+async def _watch(pipe: Any, keys: KeySpace, appid: str) -> list[str]:
     """WATCH the instance's hash and its service-event chain; the chain's ids (for :func:`_queue_event`)."""
     chain = keys.service_events(appid)
     await pipe.watch(keys.instance(appid), chain)
@@ -216,12 +217,20 @@ async def _watch(pipe: Any, appid: str) -> list[str]:
 
 
 def _queue_event(
-    pipe: Any, settings: Settings, appid: str, account: str, event_type: str, event: Any, chain: list[str]
+    pipe: Any,
+    keys: KeySpace,
+    settings: Settings,
+    appid: str,
+    account: str,
+    event_type: str,
+    event: Any,
+    chain: list[str],
 ) -> str:
     """Buffer one service event's delivery on the flip's transaction; its delivery id."""
     delivery_id = new_delivery_id()
     queue_delivery(
         pipe,
+        keys,
         settings,
         appid=appid,
         account=account,
@@ -235,7 +244,14 @@ def _queue_event(
 
 
 async def go_offline(
-    redis: Redis, settings: Settings, appid: str, *, reason: str, action_required: str, detected_at: float
+    redis: Redis,
+    keys: KeySpace,
+    settings: Settings,
+    appid: str,
+    *,
+    reason: str,
+    action_required: str,
+    detected_at: float,
 ) -> str | None:
     """Flip a maintained, online instance to offline and queue its ``InstanceOffline``.
 
@@ -250,7 +266,7 @@ async def go_offline(
     async with redis.pipeline(transaction=True) as pipe:
         while True:
             try:
-                chain = await _watch(pipe, appid)
+                chain = await _watch(pipe, keys, appid)
                 values = await pipe.hmget(
                     key, ["status", "maintained", "action_required", "account", "last_seen", "since"]
                 )
@@ -261,7 +277,7 @@ async def go_offline(
                     return None  # leaving the block unwatches
                 pipe.multi()  # type: ignore[no-untyped-call]
                 if flip:
-                    count_change(pipe, appid, status=OFFLINE)
+                    count_change(pipe, keys, appid, status=OFFLINE)
                     pipe.hset(
                         key,
                         mapping={
@@ -277,7 +293,7 @@ async def go_offline(
                 if manual:
                     pipe.hset(key, "maintained", "0")
                     pipe.hdel(key, "next_probe")
-                    pipe.zrem(keys.PROBE_SCHEDULE, appid)
+                    pipe.zrem(keys.probe_schedule, appid)
                 delivery_id = None
                 if flip:
                     assert account is not None
@@ -288,7 +304,7 @@ async def go_offline(
                         detected_at=detected_at,
                         last_seen_at=_seconds(last_seen, _seconds(since, detected_at)),
                     )
-                    delivery_id = _queue_event(pipe, settings, appid, account, INSTANCE_OFFLINE, event, chain)
+                    delivery_id = _queue_event(pipe, keys, settings, appid, account, INSTANCE_OFFLINE, event, chain)
                 await pipe.execute()
             except WatchError:
                 continue
@@ -300,7 +316,9 @@ async def go_offline(
             return delivery_id
 
 
-async def go_online(redis: Redis, settings: Settings, appid: str, *, auto_reconnected: bool, at: float) -> str | None:
+async def go_online(
+    redis: Redis, keys: KeySpace, settings: Settings, appid: str, *, auto_reconnected: bool, at: float
+) -> str | None:
     """Record that the instance is usable again and queue the ``InstanceRecovered`` it is owed.
 
     Two ways back: an offline instance the prober found usable (healed by its
@@ -313,7 +331,7 @@ async def go_online(redis: Redis, settings: Settings, appid: str, *, auto_reconn
     async with redis.pipeline(transaction=True) as pipe:
         while True:
             try:
-                chain = await _watch(pipe, appid)
+                chain = await _watch(pipe, keys, appid)
                 values = await pipe.hmget(key, ["status", "maintained", "offline_since", "account", "since"])
                 status, maintained, offline_since, account, since = (_text(v) for v in values)
                 flip = status == OFFLINE and maintained == "1"
@@ -322,7 +340,7 @@ async def go_online(redis: Redis, settings: Settings, appid: str, *, auto_reconn
                     return None  # leaving the block unwatches
                 pipe.multi()  # type: ignore[no-untyped-call]
                 if flip:
-                    count_change(pipe, appid, status=ONLINE)
+                    count_change(pipe, keys, appid, status=ONLINE)
                     pipe.hset(key, mapping={"status": ONLINE, "since": repr(at)})
                     pipe.hdel(key, "reason", "action_required")
                     recovered_at, auto = at, auto_reconnected
@@ -337,7 +355,7 @@ async def go_online(redis: Redis, settings: Settings, appid: str, *, auto_reconn
                         offline_since=_seconds(offline_since, recovered_at),
                         auto_reconnected=auto,
                     )
-                    delivery_id = _queue_event(pipe, settings, appid, account, INSTANCE_RECOVERED, event, chain)
+                    delivery_id = _queue_event(pipe, keys, settings, appid, account, INSTANCE_RECOVERED, event, chain)
                 await pipe.execute()
             except WatchError:
                 continue

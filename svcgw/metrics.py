@@ -49,10 +49,11 @@ from collections.abc import Iterable, Sequence
 from typing import Any, Protocol
 
 from redis.asyncio import Redis as AsyncRedis
-from redis.exceptions import RedisError
 
-from . import failing, keys
+from . import failing
 from .connections import async_client
+from .errors import STORAGE_ERRORS
+from .keys import KeySpace
 from .scripts import register, text
 from .settings import Settings
 
@@ -62,6 +63,7 @@ class Received(Protocol):
 
     @property
     def received_at(self) -> float: ...
+
 
 __all__ = [
     "COUNTERS",
@@ -136,8 +138,8 @@ def _bucket(seconds: float) -> str:
 
 
 # --- recording ------------------------------------------------------------------
-def ingest_commands(accepted: int, duplicates: int) -> list[Command]:
-    counters = keys.METRICS_COUNTERS
+def ingest_commands(keys: KeySpace, accepted: int, duplicates: int) -> list[Command]:
+    counters = keys.metrics_counters
     commands: list[Command] = [("HINCRBY", counters, POSTS, 1)]
     if accepted + duplicates:
         commands.append(("HINCRBY", counters, EVENTS, accepted + duplicates))
@@ -146,18 +148,18 @@ def ingest_commands(accepted: int, duplicates: int) -> list[Command]:
     return commands
 
 
-def attempt_commands(step: str, *, received_at: float, now: float | None = None) -> list[Command]:
+def attempt_commands(keys: KeySpace, step: str, *, received_at: float, now: float | None = None) -> list[Command]:
     """What one finished attempt adds: ``step`` is the engine's delivered / retry / dead."""
-    counters = keys.METRICS_COUNTERS
+    counters = keys.metrics_counters
     commands: list[Command] = [("HINCRBY", counters, _field(ATTEMPTS, step), 1)]
     if step == "delivered":
         commands.append(("HINCRBY", counters, _field(DELIVERIES, "delivered"), 1))
         if received_at > 0:
             latency = max((now if now is not None else time.time()) - received_at, 0.0)
             commands += [
-                ("HINCRBY", keys.METRICS_LATENCY, _bucket(latency), 1),
-                ("HINCRBY", keys.METRICS_LATENCY, "count", 1),
-                ("HINCRBYFLOAT", keys.METRICS_LATENCY, "sum", latency),
+                ("HINCRBY", keys.metrics_latency, _bucket(latency), 1),
+                ("HINCRBY", keys.metrics_latency, "count", 1),
+                ("HINCRBYFLOAT", keys.metrics_latency, "sum", latency),
             ]
     elif step == "dead":
         commands.append(("HINCRBY", counters, _field(DELIVERIES, "dead"), 1))
@@ -178,7 +180,7 @@ async def _apply(redis: AsyncRedis, commands: Sequence[Command]) -> None:
         async with redis.pipeline(transaction=False) as pipe:
             _queue(pipe, commands)
             await pipe.execute()
-    except RedisError as exc:
+    except STORAGE_ERRORS as exc:
         log.warning("metrics not recorded: %s", type(exc).__name__)
 
 
@@ -199,8 +201,9 @@ class BufferedCounts:
 
     flush_every = 0.5
 
-    def __init__(self, settings: Settings, redis: AsyncRedis | None = None) -> None:
+    def __init__(self, settings: Settings, keys: KeySpace, redis: AsyncRedis | None = None) -> None:
         self.settings = settings
+        self.keys = keys
         self._given_redis = redis
         self._redis: AsyncRedis | None = redis
         self._pending: dict[tuple[str, str, str], float] = {}
@@ -234,7 +237,7 @@ class BufferedCounts:
             async with self._redis.pipeline(transaction=False) as pipe:
                 _queue(pipe, [(command, key, name, amount) for (command, key, name), amount in pending.items()])
                 await pipe.execute()
-        except RedisError as exc:
+        except STORAGE_ERRORS as exc:
             log.warning("metrics not recorded yet: %s", type(exc).__name__)
             for slot, amount in pending.items():
                 self._pending[slot] = self._pending.get(slot, 0) + amount
@@ -256,12 +259,12 @@ class AttemptRecorder(BufferedCounts):
     """The delivery engine's ``on_attempt`` hook: each finished attempt's counts, buffered."""
 
     def __call__(self, prepared: Received, attempt: object, step: str) -> None:
-        self.add(attempt_commands(step, received_at=prepared.received_at))
+        self.add(attempt_commands(self.keys, step, received_at=prepared.received_at))
 
 
-async def record_probe(redis: AsyncRedis, result: str) -> None:
+async def record_probe(redis: AsyncRedis, keys: KeySpace, result: str) -> None:
     """One liveness probe's result (e.g. online, reconnected, offline, undecided)."""
-    await _apply(redis, [("HINCRBY", keys.METRICS_COUNTERS, _field(PROBES, result), 1)])
+    await _apply(redis, [("HINCRBY", keys.metrics_counters, _field(PROBES, result), 1)])
 
 
 # --- instance counts -----------------------------------------------------------------
@@ -272,7 +275,9 @@ ProbeErrorChange = str  # "set", "clear" or "" (unchanged)
 REBUILD_ATTEMPTS = 5
 
 
-def count_change(pipe: Any, appid: str, *, status: str = "", probe_error: ProbeErrorChange = "") -> None:
+def count_change(
+    pipe: Any, keys: KeySpace, appid: str, *, status: str = "", probe_error: ProbeErrorChange = ""
+) -> None:
     """Queue the instance-count update for a change of ``appid`` on the transaction ``pipe``.
 
     Queue it *before* the write that makes the change: the script reads the
@@ -283,15 +288,15 @@ def count_change(pipe: Any, appid: str, *, status: str = "", probe_error: ProbeE
         text("liveness_count"),
         3,
         keys.instance(appid),
-        keys.METRICS_INSTANCES,
-        keys.INSTANCES,
+        keys.metrics_instances,
+        keys.instances,
         appid,
         status,
         probe_error,
     )
 
 
-async def rebuild_instance_counts(redis: AsyncRedis) -> bool:
+async def rebuild_instance_counts(redis: AsyncRedis, keys: KeySpace) -> bool:
     """Compute the instance counts from every instance when they do not exist; True if this call did.
 
     The set of instances is read first, so that the script is given every
@@ -305,15 +310,15 @@ async def rebuild_instance_counts(redis: AsyncRedis) -> bool:
     script = register(redis, "liveness_counts")
     for _ in range(REBUILD_ATTEMPTS):
         async with redis.pipeline(transaction=False) as pipe:
-            pipe.exists(keys.METRICS_INSTANCES)
-            pipe.smembers(keys.INSTANCES)
+            pipe.exists(keys.metrics_instances)
+            pipe.smembers(keys.instances)
             exists, members = await pipe.execute()
         if exists:
             return False
         appids = list(members)
         done = int(
             await script(
-                keys=[keys.INSTANCES, keys.METRICS_INSTANCES, *(keys.instance(_text(appid)) for appid in appids)],
+                keys=[keys.instances, keys.metrics_instances, *(keys.instance(_text(appid)) for appid in appids)],
                 args=[repr(time.time()), *appids],
             )
         )
@@ -328,7 +333,9 @@ def _text(value: bytes | str) -> str:
     return value.decode("utf-8", "replace") if isinstance(value, bytes) else value
 
 
-async def snapshot(redis: AsyncRedis, queue_name: str, settings: Settings | None = None) -> dict[str, Any]:
+async def snapshot(
+    redis: AsyncRedis, keys: KeySpace, queue_name: str, settings: Settings | None = None
+) -> dict[str, Any]:
     """Everything a scrape shows, read from Redis in one round trip (and never from the instances).
 
     ``settings`` gives the threshold of failing destinations (default settings without it).
@@ -336,18 +343,18 @@ async def snapshot(redis: AsyncRedis, queue_name: str, settings: Settings | None
     limits = settings or Settings()
     now = time.time()
     async with redis.pipeline(transaction=False) as pipe:
-        pipe.hgetall(keys.METRICS_COUNTERS)
-        pipe.hgetall(keys.METRICS_LATENCY)
-        pipe.llen(keys.rq_queue(queue_name))
+        pipe.hgetall(keys.metrics_counters)
+        pipe.hgetall(keys.metrics_latency)
+        pipe.llen(keys.rq.queue(queue_name))
         pipe.zcard(keys.inflight(queue_name))
-        pipe.zcard(keys.rq_scheduled(queue_name))
-        pipe.zcount(keys.rq_failed(queue_name), f"({now}", "+inf")
-        pipe.hgetall(keys.METRICS_INSTANCES)
-        pipe.hgetall(keys.FAILING_DESTINATIONS)
+        pipe.zcard(keys.rq.scheduled(queue_name))
+        pipe.zcount(keys.rq.failed(queue_name), f"({now}", "+inf")
+        pipe.hgetall(keys.metrics_instances)
+        pipe.hgetall(keys.failing_destinations)
         counters, latency, queued, inflight, scheduled, dead, instances, destinations = await pipe.execute()
     if not instances:
-        await rebuild_instance_counts(redis)
-        instances = await redis.hgetall(keys.METRICS_INSTANCES)
+        await rebuild_instance_counts(redis, keys)
+        instances = await redis.hgetall(keys.metrics_instances)
     statuses: dict[str, int] = {}
     probe_errors = 0
     for name, value in instances.items():

@@ -12,7 +12,7 @@ from __future__ import annotations
 import ipaddress
 from collections.abc import Iterable, Sequence
 
-from .settings import Network
+from .environment import Network
 
 __all__ = ["IPAddress", "forbidden_reason"]
 

@@ -16,9 +16,9 @@ from typing import cast
 
 from redis.asyncio import Redis
 
-from . import keys
 from .bareoutcome import OUTCOME_WINDOW, Outcome, late_buckets
 from .deliveryid import entry_ms
+from .keys import KeySpace
 
 __all__ = ["CLOCK_SKEW_MS", "SCAN_CHUNK", "SCAN_LIMIT", "find", "stream_outcome"]
 
@@ -30,7 +30,9 @@ SCAN_LIMIT = 20_000
 Row = tuple[bytes | str, dict[bytes | str, bytes | str]]
 
 
-async def find(redis: Redis, appid: str, entry_ids: Sequence[str], *, now: float, retention: int) -> dict[str, Outcome]:
+async def find(
+    redis: Redis, keys: KeySpace, appid: str, entry_ids: Sequence[str], *, now: float, retention: int
+) -> dict[str, Outcome]:
     """The bare outcomes of the posts ``entry_ids`` (log entry ids) that are found, by entry id."""
     wanted = set(entry_ids)
     found: dict[str, Outcome] = {}

@@ -13,7 +13,8 @@ from typing import Literal
 
 from redis.asyncio import Redis
 
-from svcgw import deliveryid, keys
+from svcgw import deliveryid
+from svcgw.keys import KeySpace
 from svcgw.settings import Settings
 
 from .deadindex import CHUNK, candidates, chunks, live_ids, newest
@@ -41,6 +42,7 @@ class ReplayResult:
 
 async def replay(
     redis: Redis,
+    keys: KeySpace,
     settings: Settings,
     ids: Sequence[str] | None = None,
     appid: str | None = None,
@@ -64,13 +66,13 @@ async def replay(
     if ids:
         chosen = list(dict.fromkeys(ids))
     elif appid is not None:
-        chosen = await live_ids(redis, settings, await candidates(redis, appid=appid, account=account))
+        chosen = await live_ids(redis, keys, settings, await candidates(redis, keys, appid=appid, account=account))
     elif account is not None:
-        chosen = await live_ids(redis, settings, await candidates(redis, account=account))
+        chosen = await live_ids(redis, keys, settings, await candidates(redis, keys, account=account))
     else:
-        chosen = await newest(redis, keys.rq_failed(settings.queue_name))
+        chosen = await newest(redis, keys.rq.failed(settings.queue_name))
     script = register(redis, "replay")
-    failed_key, queue_key = keys.rq_failed(settings.queue_name), keys.rq_queue(settings.queue_name)
+    failed_key, queue_key = keys.rq.failed(settings.queue_name), keys.rq.queue(settings.queue_name)
     exhausted = len(settings.retry_schedule)
     results: list[ReplayResult] = []
     for chunk in chunks(chosen, CHUNK):
@@ -98,9 +100,9 @@ async def replay(
                         queue_key,
                         keys.delivery(delivery_id),
                         keys.delivery_attempts(delivery_id),
-                        keys.rq_job(delivery_id),
+                        keys.rq.job(delivery_id),
                         keys.dead_letters_by_appid(owner_appid or ""),
-                        keys.RQ_QUEUES,
+                        keys.rq.queues,
                     ],
                     args=[delivery_id, exhausted, queue_key],
                 )

@@ -30,8 +30,9 @@ import time
 
 from redis.asyncio import Redis
 
-from . import deliveryid, deliverylist, keys
+from . import deliveryid, deliverylist
 from .errors import Missing, SvcgwError
+from .keys import KeySpace
 from .scripts import register
 from .settings import Settings
 
@@ -50,20 +51,22 @@ class NotRetrying(RetryNowError, ValueError):
     """The delivery is not waiting for a retry; the message says what it is doing."""
 
 
-async def retry_now(redis: Redis, settings: Settings, delivery_id: str, *, account: str | None = None) -> None:
+async def retry_now(
+    redis: Redis, keys: KeySpace, settings: Settings, delivery_id: str, *, account: str | None = None
+) -> None:
     """Queue the delivery's next attempt at once; ``NotFound`` or ``NotRetrying`` when it cannot be."""
     if not delivery_id or len(delivery_id) > 200:
         raise NotFound("no such delivery")
-    queue_key = keys.rq_queue(settings.queue_name)
+    queue_key = keys.rq.queue(settings.queue_name)
     script = register(redis, "retry_now")
     outcome = int(
         await script(
             keys=[
-                keys.rq_scheduled(settings.queue_name),
+                keys.rq.scheduled(settings.queue_name),
                 queue_key,
                 keys.delivery(delivery_id),
-                keys.rq_job(delivery_id),
-                keys.RQ_QUEUES,
+                keys.rq.job(delivery_id),
+                keys.rq.queues,
             ],
             args=[delivery_id, account or "", queue_key, repr(time.time())],
         )
@@ -71,7 +74,7 @@ async def retry_now(redis: Redis, settings: Settings, delivery_id: str, *, accou
     if outcome == 0 and deliveryid.parse(delivery_id) is not None:
         # Named by its post and without a record: delivered, if its post and outcome are still kept.
         try:
-            await deliverylist.show(redis, settings, delivery_id, account=account)
+            await deliverylist.show(redis, keys, settings, delivery_id, account=account)
         except deliverylist.NotFound:
             pass
         else:

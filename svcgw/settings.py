@@ -2,8 +2,7 @@
 
 Nothing else in the code base reads ``os.environ``; every role receives a
 ``Settings`` instance and passes it down. A bad value stops start-up with a
-``SettingsError`` that names the variable (each kind of value is read by
-``svcgw.envreader``).
+``SettingsError`` that names the variable.
 """
 
 from __future__ import annotations
@@ -14,13 +13,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import urlsplit
 
-from .envreader import EnvReader, Network, SettingsError
-from .portranges import DEFAULT_DESTINATION_PORTS, PortRanges
+from .environment import EnvReader, Network, PortRanges, SettingsError
 from .shardspec import ShardLayout
 
 __all__ = [
     "DEFAULT_DESTINATION_PORTS",
-    "Network",
     "PortRanges",
     "Settings",
     "SettingsError",
@@ -30,6 +27,10 @@ __all__ = [
 
 
 DEFAULT_RETRY_SCHEDULE = (30.0, 120.0, 600.0, 1800.0, 7200.0, 21600.0)
+
+# Web ports and the unprivileged range: a callback address is not a way to knock on a host's
+# SSH, SMTP or database port.
+DEFAULT_DESTINATION_PORTS: PortRanges = ((80, 80), (443, 443), (1024, 65535))
 
 
 @dataclass(frozen=True)
@@ -136,7 +137,7 @@ class Settings:
                         f"{name} applies only with SVCGW_REDIS_SENTINELS; "
                         "with SVCGW_REDIS_URL, put the password and database in the URL"
                     )
-        gateway_bodies = reader.gateway_bodies()
+        gateway_bodies = _gateway_bodies(reader)
         host = env.get("SVCGW_HOST", "127.0.0.1") or "127.0.0.1"
         port = reader.integer("SVCGW_PORT", 8080, minimum=0, maximum=65535)
         return cls(
@@ -178,7 +179,7 @@ class Settings:
             http_limit_concurrency=reader.integer("SVCGW_HTTP_LIMIT_CONCURRENCY", 2048, minimum=1),
             http_keepalive_timeout=reader.number("SVCGW_HTTP_KEEPALIVE_TIMEOUT", 5.0, minimum=0.1),
             metrics_token=reader.secret("SVCGW_METRICS_TOKEN", minimum_length=16),
-            destination_ports=reader.ports("SVCGW_DESTINATION_PORTS"),
+            destination_ports=reader.ports("SVCGW_DESTINATION_PORTS", DEFAULT_DESTINATION_PORTS),
             account_concurrency=reader.integer("SVCGW_ACCOUNT_CONCURRENCY", 256, minimum=1, maximum=4096),
             gateway_max_body_bytes=gateway_bodies[0],
             upload_max_body_bytes=gateway_bodies[1],
@@ -192,7 +193,7 @@ class Settings:
             http_header_timeout=reader.number("SVCGW_HTTP_HEADER_TIMEOUT", 10.0, minimum=0.1),
             http_body_timeout=reader.number("SVCGW_HTTP_BODY_TIMEOUT", 20.0, minimum=0.1),
             http_body_min_rate=reader.integer("SVCGW_HTTP_BODY_MIN_RATE", 500, minimum=0),
-            http_connections_per_address=reader.address_share(),
+            http_connections_per_address=_address_share(reader),
             redis_max_connections=reader.integer("SVCGW_REDIS_MAX_CONNECTIONS", 100, minimum=2, maximum=10_000),
             redis_pool_timeout=reader.number("SVCGW_REDIS_POOL_TIMEOUT", 5.0, minimum=0.01),
             receiver_failures_per_address=reader.rate("SVCGW_RECEIVER_FAILURES_PER_ADDRESS", "600/minute"),
@@ -248,3 +249,32 @@ def derived_public_url(host: str, port: int) -> str:
     if ":" in reachable and not reachable.startswith("["):
         reachable = f"[{reachable}]"
     return f"http://{reachable}:{port}"
+
+
+def _address_share(reader: EnvReader) -> int | None:
+    """``SVCGW_HTTP_CONNECTIONS_PER_ADDRESS``, at most the cap it is a share of; None when unset."""
+    cap = reader.integer("SVCGW_HTTP_LIMIT_CONCURRENCY", 2048, minimum=1)
+    share = reader.get("SVCGW_HTTP_CONNECTIONS_PER_ADDRESS")
+    if share is None:
+        return None
+    number = reader.integer("SVCGW_HTTP_CONNECTIONS_PER_ADDRESS", 0, minimum=1)
+    if number > cap:
+        raise SettingsError(
+            f"SVCGW_HTTP_CONNECTIONS_PER_ADDRESS ({number}) must be at most SVCGW_HTTP_LIMIT_CONCURRENCY ({cap})"
+        )
+    return number
+
+def _gateway_bodies(reader: EnvReader) -> tuple[int, int, int]:
+    """The gateway's body limits (ordinary, upload, in flight per account), each let through by the next."""
+    ordinary = reader.integer("SVCGW_GATEWAY_MAX_BODY_BYTES", 1024 * 1024, minimum=1024)
+    upload = reader.integer("SVCGW_UPLOAD_MAX_BODY_BYTES", 32 * 1024 * 1024, minimum=1024)
+    inflight = reader.integer("SVCGW_ACCOUNT_INFLIGHT_BYTES", 64 * 1024 * 1024, minimum=1024)
+    if upload < ordinary:
+        raise SettingsError(
+            f"SVCGW_UPLOAD_MAX_BODY_BYTES ({upload}) must be at least SVCGW_GATEWAY_MAX_BODY_BYTES ({ordinary})"
+        )
+    if inflight < upload:
+        raise SettingsError(
+            f"SVCGW_ACCOUNT_INFLIGHT_BYTES ({inflight}) must be at least SVCGW_UPLOAD_MAX_BODY_BYTES ({upload})"
+        )
+    return ordinary, upload, inflight

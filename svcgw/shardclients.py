@@ -1,40 +1,59 @@
-"""One Redis client (one connection pool) per deployment, and each shard's way to it.
+"""One Redis client (one connection pool) per deployment, and each shard's way to it: :class:`ShardRedis`.
 
 Built from the settings' layout (:func:`svcgw.shardspec.layout_of`): one
 client per deployment, as :mod:`svcgw.connections` builds them, shared by the
-shards that live there; on a Cluster, one client per virtual shard, which
-puts the shard's hash tag on every key and sends it to the master of its
-slot (svcgw.clusterspace). Shard 0's client is also
-the client of what belongs to the whole service. The asyncio clients open
-their connections on first use, so a shard that is down costs nothing until
-it is used, and then fails only what touches it (a blocking Cluster client
-asks its seed nodes for the slots at once).
+shards that live there. A Redis Cluster is one deployment with one stock
+Cluster client, which sends each command to the master of its keys' slot;
+its virtual shards differ by their key names (:class:`svcgw.keys.KeySpace`),
+each carrying the shard's tag. A shard is reached through the pair of the
+two, :class:`ShardRedis`. Shard 0's is also the way to what belongs to the
+whole service. The asyncio clients open their connections on first use, so a
+shard that is down costs nothing until it is used, and then fails only what
+touches it (a blocking Cluster client asks its seed nodes for the slots at once).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Generic, TypeVar
+from typing import Any, Generic, NamedTuple, TypeVar
 
 from redis import Redis
 from redis.asyncio import Redis as AsyncRedis
 from redis.asyncio.cluster import RedisCluster as AsyncRedisCluster
 from redis.cluster import RedisCluster
 
-from .connections import async_client, async_shard_client, sync_shard_client
+from .connections import async_shard_client, sync_shard_client
+from .keys import KeySpace
 from .settings import Settings
 from .shards import Shard
 from .shardspec import ShardLayout, layout_of
 
-__all__ = ["AsyncShardClients", "ShardClients", "aclose_all", "role_clients"]
+__all__ = ["AsyncShardClients", "ShardClients", "ShardRedis", "aclose_all", "role_clients", "spaces"]
 
 C = TypeVar("C")
+
+
+class ShardRedis(NamedTuple):
+    """A shard's asyncio client and its key names: ``redis, keys = shard``.
+
+    On a Cluster, the client is the Cluster's (every shard's the same one) and the names carry
+    the shard's tag; elsewhere the client is its deployment's and the names are plain.
+    """
+
+    redis: AsyncRedis
+    keys: KeySpace
+
+
+def spaces(layout: ShardLayout) -> tuple[KeySpace, ...]:
+    """Each shard's key names, by shard index."""
+    return tuple(KeySpace(shard.tag) for shard in layout.shards)
 
 
 class _ShardClients(Generic[C]):
     def __init__(self, layout: ShardLayout, clients: tuple[C, ...]) -> None:
         self.layout = layout
         self.clients = clients  # by shard index; shards of one deployment share one
+        self.spaces = spaces(layout)
 
     @property
     def shards(self) -> tuple[Shard, ...]:
@@ -42,6 +61,9 @@ class _ShardClients(Generic[C]):
 
     def of(self, shard: Shard) -> C:
         return self.clients[shard.index]
+
+    def keys_of(self, shard: Shard) -> KeySpace:
+        return self.spaces[shard.index]
 
     @property
     def registry(self) -> C:
@@ -53,17 +75,12 @@ class _ShardClients(Generic[C]):
 
 
 def _by_shard(layout: ShardLayout, build: Callable[[Shard], C]) -> tuple[C, ...]:
-    """One client per deployment, shared by its shards; on a Cluster, one per shard (its tag's view)."""
+    """One client per deployment, shared by its shards (a Cluster's virtual shards share the Cluster's)."""
     built: dict[int, C] = {}
-    clients = []
     for shard in layout.shards:
-        if shard.tag:
-            clients.append(build(shard))
-            continue
         if shard.deployment not in built:
             built[shard.deployment] = build(shard)
-        clients.append(built[shard.deployment])
-    return tuple(clients)
+    return tuple(built[shard.deployment] for shard in layout.shards)
 
 
 class AsyncShardClients(_ShardClients[AsyncRedis | AsyncRedisCluster]):
@@ -96,24 +113,22 @@ class ShardClients(_ShardClients[Redis | RedisCluster]):
 
 def role_clients(
     settings: Settings, *, decode: bool = False, connect_timeout: float | None = None
-) -> tuple[AsyncRedis, ...]:
-    """The asyncio client of each shard, by shard index, for serve and worker: shard 0's is :func:`async_client`'s.
+) -> tuple[ShardRedis, ...]:
+    """Each shard's asyncio client and key names, by shard index, for serve, worker and the CLI.
 
-    Shards of one deployment share its client; a Cluster's virtual shards each have the view of
-    their hash tag (svcgw.clusterspace), typed as one Redis: they answer as one would.
+    Shards of one deployment share its client, a Cluster's virtual shards the Cluster's: typed
+    as one Redis, since the stock Cluster client answers every command the roles send as one
+    Redis does.
     """
     layout = layout_of(settings)
-    first = async_client(settings, decode=decode, connect_timeout=connect_timeout)
-
-    def build(shard: Shard) -> AsyncRedis:
-        if shard.index == 0:
-            return first
-        return async_shard_client(settings, shard, decode=decode, connect_timeout=connect_timeout)
-
-    return _by_shard(layout, build)
+    clients: tuple[Any, ...] = _by_shard(
+        layout, lambda shard: async_shard_client(settings, shard, decode=decode, connect_timeout=connect_timeout)
+    )
+    return tuple(ShardRedis(client, keys) for client, keys in zip(clients, spaces(layout), strict=True))
 
 
-async def aclose_all(clients: Sequence[AsyncRedis]) -> None:
+async def aclose_all(clients: Sequence[ShardRedis] | Sequence[AsyncRedis]) -> None:
     """Close each client once (shards of one deployment share theirs)."""
-    for client in {id(client): client for client in clients}.values():
+    redis = [client.redis if isinstance(client, ShardRedis) else client for client in clients]
+    for client in {id(client): client for client in redis}.values():
         await client.aclose()

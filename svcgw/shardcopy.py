@@ -31,15 +31,18 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from redis.asyncio import Redis
 from redis.exceptions import RedisClusterException, RedisError
 
-from . import keys
 from .errors import Failure
+from .keys import KeySpace
 from .scripts import text
 from .storebase import digest
+
+if TYPE_CHECKING:
+    from .callbackstore import Scope
 
 __all__ = ["ShardCopies", "ShardUnavailable"]
 
@@ -60,8 +63,11 @@ class ShardUnavailable(Failure, RedisError):
 class ShardCopies:
     """Writes the copies; ``shards`` are text clients (decode_responses=True) by shard index, shard 0's first."""
 
-    def __init__(self, shards: Sequence[Redis]) -> None:
+    def __init__(self, shards: Sequence[Redis], spaces: Sequence[KeySpace]) -> None:
+        if len(shards) != len(spaces):
+            raise ValueError("a client and a key space per shard")
         self.shards: tuple[Any, ...] = tuple(shards)
+        self.spaces = tuple(spaces)  # each shard's names
 
     @property
     def registry(self) -> Any:
@@ -74,32 +80,35 @@ class ShardCopies:
         """
         if shard == 0:
             return
+        keys = self.spaces[shard]
         try:
             async with self.shards[shard].pipeline(transaction=True) as pipe:
                 pipe.hset(keys.instance(appid), mapping={"account": account, "shard": str(shard)})
                 pipe.set(keys.receiver_lookup(digest(token)), appid)
                 # One of the shard's instances: its liveness changes count in the shard's /metrics counts.
-                counts = (keys.INSTANCES, keys.METRICS_INSTANCES, keys.instance(appid))
+                counts = (keys.instances, keys.metrics_instances, keys.instance(appid))
                 pipe.eval(text("liveness_registered"), len(counts), *counts, appid)
                 await pipe.execute()
         except (RedisError, RedisClusterException, OSError) as exc:
             raise ShardUnavailable(shard, exc) from exc
 
-    async def callback(self, key: str, appid: str | None) -> None:
-        """Copy the callback hash ``key`` from the registry: an instance's to its shard, an account's to every shard."""
+    async def callback(self, scope: Scope) -> None:
+        """Copy the callback hash of ``scope`` from the registry: an instance's to its shard, an account's to
+        every shard."""
         if len(self.shards) == 1:
             return
+        registry = self.spaces[0]
         async with self.registry.pipeline(transaction=False) as pipe:
-            pipe.hgetall(key)
-            if appid is not None:
-                pipe.hget(keys.instance(appid), "shard")
+            pipe.hgetall(scope.key(registry))
+            if scope.appid is not None:
+                pipe.hget(registry.instance(scope.appid), "shard")
             found = await pipe.execute()
         data: dict[str, str] = found[0]
-        if appid is not None:
+        if scope.appid is not None:
             targets = [int(found[1])] if found[1] and found[1] != "0" else []
         else:
             targets = list(range(1, len(self.shards)))
-        await asyncio.gather(*(self._put(self.shards[index], key, data) for index in targets))
+        await asyncio.gather(*(self._put(self.shards[index], scope.key(self.spaces[index]), data) for index in targets))
 
     @staticmethod
     async def _put(client: Any, key: str, data: dict[str, str]) -> None:

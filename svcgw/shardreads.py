@@ -8,7 +8,8 @@ A reader with the instance's hash in hand picks the client with
 (:func:`instance_shard`). A delivery id does not name its shard, so a read
 by id tries each shard in turn (:func:`first_found`): the shards are few.
 
-``clients`` are ``redis.asyncio`` clients by shard index, shard 0's first.
+``clients`` are the shards' :class:`svcgw.shardclients.ShardRedis` (an asyncio client and the
+shard's key names) by shard index, shard 0's first.
 """
 
 from __future__ import annotations
@@ -16,31 +17,30 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable, Sequence
 from typing import TypeVar
 
-from redis.asyncio import Redis
-
-from . import keys
+from .shardclients import ShardRedis
 
 __all__ = ["first_found", "instance_shard", "shard_client"]
 
 T = TypeVar("T")
 
 
-def shard_client(clients: Sequence[Redis], field: bytes | str | None) -> Redis:
+def shard_client(clients: Sequence[ShardRedis], field: bytes | str | None) -> ShardRedis:
     """The client of the shard the registry's ``shard`` field names (shard 0's without one, or for a bad one)."""
     text = field.decode("ascii", "replace") if isinstance(field, bytes) else field
     index = int(text) if text and text.isascii() and text.isdigit() else 0
     return clients[index] if index < len(clients) else clients[0]
 
 
-async def instance_shard(clients: Sequence[Redis], appid: str) -> Redis:
+async def instance_shard(clients: Sequence[ShardRedis], appid: str) -> ShardRedis:
     """The client of ``appid``'s shard: one ``HGET`` on shard 0, none with one shard."""
     if len(clients) == 1:
         return clients[0]
-    return shard_client(clients, await clients[0].hget(keys.instance(appid), "shard"))
+    registry = clients[0]
+    return shard_client(clients, await registry.redis.hget(registry.keys.instance(appid), "shard"))
 
 
 async def first_found(
-    clients: Sequence[Redis], read: Callable[[Redis], Awaitable[T]], missing: type[Exception]
+    clients: Sequence[ShardRedis], read: Callable[[ShardRedis], Awaitable[T]], missing: type[Exception]
 ) -> T:
     """``read`` on each shard in turn until one does not raise ``missing``; the last one's ``missing`` else."""
     for client in clients[:-1]:

@@ -17,9 +17,9 @@ from redis.asyncio import Redis as AsyncRedis
 from redis.asyncio.cluster import RedisCluster as AsyncRedisCluster
 from redis.exceptions import RedisClusterException, RedisError
 
-from . import keys
+from .connections import on_shard_server, shard_node
+from .keys import KeySpace
 from .shardclients import AsyncShardClients
-from .shardkeys import SHARD_INSTANCES
 from .shards import Shard, instance_counts
 
 __all__ = ["ShardStatus", "shard_statuses"]
@@ -56,7 +56,10 @@ async def shard_statuses(clients: AsyncShardClients, queue_name: str, *, timeout
     counts = await _counts(clients, timeout)
     return list(
         await asyncio.gather(
-            *(_status(clients.of(shard), shard, queue_name, counts, timeout) for shard in clients.shards)
+            *(
+                _status(clients.of(shard), clients.keys_of(shard), shard, queue_name, counts, timeout)
+                for shard in clients.shards
+            )
         )
     )
 
@@ -64,8 +67,9 @@ async def shard_statuses(clients: AsyncShardClients, queue_name: str, *, timeout
 async def _counts(clients: AsyncShardClients, timeout: float) -> dict[int, int] | None:
     try:
         async with asyncio.timeout(timeout):
-            stored = await clients.registry.hgetall(SHARD_INSTANCES)
-            total = await clients.registry.scard(keys.INSTANCES)
+            registry = clients.keys_of(clients.shards[0])
+            stored = await clients.registry.hgetall(registry.shard_instances)
+            total = await clients.registry.scard(registry.instances)
     except _UNREACHABLE:
         return None
     return instance_counts(_text(stored), int(total), clients.shards)
@@ -79,7 +83,7 @@ def _text(stored: dict[Any, Any]) -> dict[str, str]:
 
 
 async def _status(
-    client: Client, shard: Shard, queue_name: str, counts: dict[int, int] | None, timeout: float
+    client: Client, keys: KeySpace, shard: Shard, queue_name: str, counts: dict[int, int] | None, timeout: float
 ) -> ShardStatus:
     common: dict[str, Any] = {
         "index": shard.index,
@@ -88,18 +92,15 @@ async def _status(
         "weight": shard.weight,
         "instances": None if counts is None else counts.get(shard.index, 0),
     }
-    node: Any = None
     try:
         async with asyncio.timeout(timeout):
             if isinstance(client, AsyncRedisCluster):
-                await client.initialize()
-                node = client.get_node_from_key(shard.tag)
-                common["node"] = node.name
+                common["node"] = (await shard_node(client, keys)).name
             started = time.perf_counter()
-            await _on(client, node, "PING")
+            await on_shard_server(client, keys, "PING")
             ping_ms = (time.perf_counter() - started) * 1000
-            memory = await _on(client, node, "INFO", "memory")
-            depth = await client.llen(keys.rq_queue(queue_name))
+            memory = await on_shard_server(client, keys, "INFO", "memory")
+            depth = await client.llen(keys.rq.queue(queue_name))
     except _UNREACHABLE as exc:
         return ShardStatus(**common, error=f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__)
     return ShardStatus(
@@ -109,10 +110,3 @@ async def _status(
         queue_depth=int(depth),
         ping_ms=round(ping_ms, 3),
     )
-
-
-async def _on(client: Client, node: Any, *command: str) -> Any:
-    """``command`` on the shard's own node (a Cluster's master of its slot), else on its one Redis."""
-    if node is not None:
-        return await client.execute_command(*command, target_nodes=node)
-    return await client.execute_command(*command)

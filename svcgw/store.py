@@ -16,7 +16,6 @@ Here, too: re-sealing every stored secret under the vault's first key
 
 from __future__ import annotations
 
-from . import keys
 from .accountstore import Account, Denials, OperatorDenied, normalise_operation
 from .callbacks import seal_secret
 from .callbackstore import CallbackConfig, CallbackStore, Scope
@@ -47,25 +46,25 @@ class Store(KeyStore, CallbackStore):
     async def reseal_tokens(self) -> int:
         """Re-encrypt every stored Bearer and receiver token under the first key."""
         count = 0
-        for account_id in await self.redis.smembers(keys.ACCOUNTS):
+        for account_id in await self.redis.smembers(self.keys.accounts):
             count += await self._reseal_callback(Scope(account=account_id), "token")
-        for appid in await self.redis.smembers(keys.INSTANCES):
+        for appid in await self.redis.smembers(self.keys.instances):
             count += await self._reseal_callback(Scope(appid=appid), "token")
-            count += await self._reseal(keys.instance(appid), "receiver_token")
+            count += await self._reseal(self.keys.instance(appid), "receiver_token")
         return count
 
     async def reseal_secrets(self) -> int:
         """Seal every stored signing secret under the first key: those in clear from before, and sealed ones."""
         count = 0
-        for account_id in await self.redis.smembers(keys.ACCOUNTS):
+        for account_id in await self.redis.smembers(self.keys.accounts):
             count += await self._reseal_callback(Scope(account=account_id), "secret", clear_ok=True)
-        for appid in await self.redis.smembers(keys.INSTANCES):
+        for appid in await self.redis.smembers(self.keys.instances):
             count += await self._reseal_callback(Scope(appid=appid), "secret", clear_ok=True)
         return count
 
     async def _reseal_callback(self, scope: Scope, name: str, *, clear_ok: bool = False) -> int:
         """:meth:`_reseal` of a callback hash, and its copies on the shards that read it (svcgw.shardcopy)."""
-        count = await self._reseal(scope.key, name, clear_ok=clear_ok)
+        count = await self._reseal(scope.key(self.keys), name, clear_ok=clear_ok)
         if count:
             await self._copy(scope)
         return count

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 from redis.asyncio import Redis
 
 from .errors import Missing
+from .keys import KeySpace
 from .vault import TokenVault
 
 if TYPE_CHECKING:
@@ -40,11 +41,12 @@ def optional_float(value: str | None) -> float | None:
 class StoreBase:
     """The client and vault every part of :class:`svcgw.store.Store` works with."""
 
-    def __init__(self, redis: Redis, vault: TokenVault) -> None:
+    def __init__(self, redis: Redis, vault: TokenVault, keys: KeySpace) -> None:
         # ``redis`` must be created with decode_responses=True. redis-py types
         # every answer as ``bytes | str`` whatever that flag says; with it set,
         # answers are ``str``, so the client is handled untyped here.
         self.redis: Any = redis
         self.vault = vault
+        self.keys = keys  # shard 0's: the registry's
         # With several shards: the copies of registry data that instances' shards read (svcgw.shardcopy).
         self.copies: ShardCopies | None = None

@@ -15,6 +15,7 @@ from cryptography.fernet import Fernet
 from redis import Redis
 from redis.asyncio import Redis as AsyncRedis
 
+from svcgw.keys import PLAIN as keys
 from svcgw.settings import Settings
 from svcgw.store import Scope, Store
 from svcgw.vault import TokenVault
@@ -166,7 +167,7 @@ class Tenant:
 async def _with_store(settings: Settings, action: Callable[[Store], Awaitable[T]]) -> T:
     client = AsyncRedis.from_url(settings.redis_url or "", decode_responses=True)
     try:
-        return await action(Store(client, TokenVault.from_settings(settings)))
+        return await action(Store(client, TokenVault.from_settings(settings), keys))
     finally:
         await client.aclose()
 

@@ -36,16 +36,18 @@ def wait_for(
 
 def is_delivered(redis: Any, delivery_id: str) -> bool:
     """Whether the delivery is delivered: its record says so, or (named by its post) it has none left."""
-    from svcgw import deliveryid, keys
+    from svcgw import deliveryid
+    from svcgw.keys import PLAIN as keys
 
     if deliveryid.parse(delivery_id) is None:
         return bool(redis.hget(keys.delivery(delivery_id), "state") == b"delivered")
-    return not redis.exists(keys.delivery(delivery_id), keys.rq_job(delivery_id))
+    return not redis.exists(keys.delivery(delivery_id), keys.rq.job(delivery_id))
 
 
 def service_chain(redis: Any, appid: str) -> list[str]:
     """The instance's service-event chain as a liveness flip reads it before it queues one (svcgw.chainkeys)."""
-    from svcgw import chainkeys, keys
+    from svcgw import chainkeys
+    from svcgw.keys import PLAIN as keys
 
     return chainkeys.members(redis.lrange(keys.service_events(appid), 0, -1))
 
@@ -54,7 +56,8 @@ def attempt_records(redis: Any, delivery_id: str) -> list[dict[str, Any]]:
     """A delivery's attempt records, oldest first, decoded, wherever they are kept (svcgw.attemptrecords)."""
     import orjson
 
-    from svcgw import attemptrecords, keys
+    from svcgw import attemptrecords
+    from svcgw.keys import PLAIN as keys
 
     stored = {name.decode(): value for name, value in redis.hgetall(keys.delivery(delivery_id)).items()}
     legacy = redis.lrange(keys.delivery_attempts(delivery_id), 0, -1)

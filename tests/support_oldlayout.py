@@ -19,7 +19,7 @@ from typing import Any
 import orjson
 from redis import Redis
 
-from svcgw import keys
+from svcgw import retag
 from svcgw.deliveries import (
     exc_info_field,
     job_description,
@@ -29,6 +29,7 @@ from svcgw.deliveries import (
     rq_time,
 )
 from svcgw.envelope import build_envelope, parse_post
+from svcgw.keys import PLAIN as keys
 from svcgw.settings import Settings
 from tests.conftest import Tenant
 from tests.support import service_chain
@@ -63,16 +64,16 @@ def post(redis: Redis, settings: Settings, tenant: Tenant, event_ids: list[str],
     job = job_fields_by_rq(delivery_id, queue_name=settings.queue_name,
                            description=job_description("Msg", tenant.appid),
                            failure_ttl=settings.dead_letter_retention)  # fmt: skip
-    queue_key = keys.rq_queue(settings.queue_name)
+    queue_key = keys.rq.queue(settings.queue_name)
     events = parse_post(posted, max_bytes=settings.max_body_bytes).events
     redis.eval(
         _POST,
         5 + len(event_ids),
-        keys.PREFIX + "delivery:" + delivery_id,
-        keys.rq_job(delivery_id),
+        keys.prefix + "delivery:" + delivery_id,
+        keys.rq.job(delivery_id),
         queue_key,
-        keys.RQ_QUEUES,
-        keys.untagged_instance_keys(tenant.appid)[0],  # the log
+        keys.rq.queues,
+        retag.untagged_instance_keys(tenant.appid)[0],  # the log
         *(keys.dedup(tenant.appid, event.key or "") for event in events),
         tenant.appid, tenant.account, "Msg", build_envelope(tenant.appid, "Msg", raw_events), repr(moment),
         len(event_ids), delivery_id, queue_key, settings.log_retention, posted, max(settings.log_retention, 86400),
@@ -89,47 +90,47 @@ def _record(number: int, status: int, at: float) -> bytes:
 
 
 def _claimed_off_the_queue(redis: Redis, settings: Settings, delivery_id: str) -> None:
-    redis.lrem(keys.rq_queue(settings.queue_name), 0, delivery_id)
+    redis.lrem(keys.rq.queue(settings.queue_name), 0, delivery_id)
 
 
 def retrying(redis: Redis, settings: Settings, delivery_id: str, *, due: float) -> None:
     """One failed attempt, the next due at ``due`` (queue_finish.lua, kind retry)."""
     _claimed_off_the_queue(redis, settings, delivery_id)
-    record = keys.PREFIX + "delivery:" + delivery_id
+    record = keys.prefix + "delivery:" + delivery_id
     redis.hincrby(record, "attempts", 1)
     redis.hincrby(record, "failures", 1)
     redis.hset(record, mapping={"a1": _record(1, 503, time.time()), "state": "retrying", "next_at": repr(due)})
-    redis.zadd(keys.rq_scheduled(settings.queue_name), {delivery_id: due})
-    redis.hset(keys.rq_job(delivery_id), "status", "scheduled")
+    redis.zadd(keys.rq.scheduled(settings.queue_name), {delivery_id: due})
+    redis.hset(keys.rq.job(delivery_id), "status", "scheduled")
 
 
 def delivered(redis: Redis, settings: Settings, delivery_id: str, event_ids: list[str]) -> None:
     """Delivered at its first attempt: the hash kept, its body emptied for its ids (kind delivered)."""
     _claimed_off_the_queue(redis, settings, delivery_id)
-    record = keys.PREFIX + "delivery:" + delivery_id
+    record = keys.prefix + "delivery:" + delivery_id
     redis.hincrby(record, "attempts", 1)
     now = time.time()
     ended: dict[Any, Any] = {"state": "delivered", "delivered_at": repr(now), "a1": _record(1, 200, now)}
     redis.hset(record, mapping={**ended, "body": "", "ids": orjson.dumps(event_ids)})
     redis.expire(record, max(settings.log_retention, 86400))
-    redis.delete(keys.rq_job(delivery_id))
+    redis.delete(keys.rq.job(delivery_id))
 
 
 def dead(redis: Redis, settings: Settings, tenant: Tenant, delivery_id: str) -> None:
     """Its retries ran out (kind dead): in RQ's failed registry and the instance's dead index."""
     _claimed_off_the_queue(redis, settings, delivery_id)
     now, ttl = time.time(), settings.dead_letter_retention
-    record = keys.PREFIX + "delivery:" + delivery_id
+    record = keys.prefix + "delivery:" + delivery_id
     redis.hincrby(record, "attempts", 1)
     redis.hincrby(record, "failures", len(settings.retry_schedule) + 1)
     redis.hset(record, mapping={"a1": _record(1, 500, now), "state": "dead", "dead_at": repr(now)})
-    redis.zadd(keys.rq_failed(settings.queue_name), {delivery_id: now + ttl})
+    redis.zadd(keys.rq.failed(settings.queue_name), {delivery_id: now + ttl})
     ended = rq_time(datetime.now(UTC).replace(tzinfo=None))
     job: dict[Any, Any] = {"status": "failed", "exc_info": exc_info_field("HTTP 500"), "ended_at": ended}
-    redis.hset(keys.rq_job(delivery_id), mapping=job)
-    for key in (keys.rq_job(delivery_id), record):
+    redis.hset(keys.rq.job(delivery_id), mapping=job)
+    for key in (keys.rq.job(delivery_id), record):
         redis.expire(key, ttl)
-    redis.sadd(keys.untagged_instance_keys(tenant.appid)[1], delivery_id)  # the dead index
+    redis.sadd(retag.untagged_instance_keys(tenant.appid)[1], delivery_id)  # the dead index
 
 
 def untag(redis: Redis, appid: str) -> None:
@@ -137,8 +138,8 @@ def untag(redis: Redis, appid: str) -> None:
     tags, and its service events' ``chain`` field naming the list so (what the previous version wrote)."""
     chain = keys.service_events(appid)
     for delivery_id in redis.lrange(chain, 0, -1):
-        redis.hset(keys.delivery(delivery_id.decode()), "chain", keys.untagged_instance_keys(appid)[2])
-    for new, old in zip(keys.tagged_instance_keys(appid), keys.untagged_instance_keys(appid), strict=True):
+        redis.hset(keys.delivery(delivery_id.decode()), "chain", retag.untagged_instance_keys(appid)[2])
+    for new, old in zip(retag.tagged_instance_keys(keys, appid), retag.untagged_instance_keys(appid), strict=True):
         if redis.exists(new):
             redis.rename(new, old)
 
@@ -146,12 +147,12 @@ def untag(redis: Redis, appid: str) -> None:
 def service_event(redis: Redis, settings: Settings, tenant: Tenant, kind: str) -> str:
     """A service event as the version before the shard tags queued it: the same script, untagged names."""
     delivery_id = new_delivery_id()
-    untagged = keys.untagged_instance_keys(tenant.appid)
-    for old, new in zip(untagged, keys.tagged_instance_keys(tenant.appid), strict=True):
+    untagged = retag.untagged_instance_keys(tenant.appid)
+    for old, new in zip(untagged, retag.tagged_instance_keys(keys, tenant.appid), strict=True):
         if redis.exists(old):
             redis.rename(old, new)
     with redis.pipeline(transaction=True) as pipe:
-        queue_delivery(pipe, settings, appid=tenant.appid, account=tenant.account, event_type=kind,
+        queue_delivery(pipe, keys, settings, appid=tenant.appid, account=tenant.account, event_type=kind,
                        events=[{"id": f"{kind}-before"}], delivery_id=delivery_id, now=time.time(),
                        chain=service_chain(redis, tenant.appid))  # fmt: skip
         pipe.execute()

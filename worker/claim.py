@@ -27,7 +27,8 @@ from typing import Any, cast
 from redis.asyncio import Redis as AsyncRedis
 from rq.utils import utcformat
 
-from svcgw import deliveryid, keys
+from svcgw import deliveryid
+from svcgw.keys import KeySpace
 from svcgw.scripts import register
 
 __all__ = ["DELIVERY_FIELDS", "SEEN_SECONDS", "Claimed", "Claimer", "Sightings", "rq_now"]
@@ -136,9 +137,16 @@ class Claimer:
     """The claim of one queue, through a ``redis.asyncio`` client (bytes, not decoded)."""
 
     def __init__(
-        self, redis: AsyncRedis, queue_key: str, inflight_key: str, scheduled_key: str, lease_seconds: float
+        self,
+        redis: AsyncRedis,
+        keys: KeySpace,
+        queue_key: str,
+        inflight_key: str,
+        scheduled_key: str,
+        lease_seconds: float,
     ) -> None:
         self.redis = redis
+        self.keys = keys
         self.queue_key, self.inflight_key, self.scheduled_key = queue_key, inflight_key, scheduled_key
         self.lease_seconds = lease_seconds
         self._claim = register(redis, "queue_claim")
@@ -223,7 +231,7 @@ class Claimer:
         if unknown:
             async with self.redis.pipeline(transaction=False) as pipe:
                 for delivery_id in unknown:
-                    pipe.hmget(keys.delivery(delivery_id), "appid", "account")
+                    pipe.hmget(self.keys.delivery(delivery_id), "appid", "account")
                 found = await pipe.execute()
             for delivery_id, (appid, account) in zip(unknown, found, strict=True):
                 owner = (_text(appid or b""), _text(account or b""))
@@ -252,10 +260,10 @@ class Claimer:
             appid, account = owners[delivery_id]
             script_keys.extend(
                 (
-                    keys.rq_job(delivery_id),
-                    keys.delivery(delivery_id),
-                    keys.callback_instance(appid),
-                    keys.callback_account(account),
+                    self.keys.rq.job(delivery_id),
+                    self.keys.delivery(delivery_id),
+                    self.keys.callback_instance(appid),
+                    self.keys.callback_account(account),
                 )
             )
             args.extend((delivery_id, appid, account))

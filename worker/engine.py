@@ -60,13 +60,16 @@ from typing import cast
 
 from redis.asyncio import Redis as AsyncRedis
 from redis.asyncio.cluster import RedisCluster as AsyncRedisCluster
-from redis.exceptions import RedisError
 
 from svcgw import failing
 from svcgw.connections import async_client
+from svcgw.errors import STORAGE_ERRORS
+from svcgw.keys import KeySpace
 from svcgw.metrics import AttemptRecorder
 from svcgw.outbound import Sender, sender_for
 from svcgw.settings import Settings
+from svcgw.shardclients import spaces
+from svcgw.shardspec import layout_of
 from svcgw.vault import TokenVault
 
 from .delivery import Attempt, Prepared, prepare_claimed, send, stand_in, unexpected
@@ -116,9 +119,10 @@ class Engine:
     """Runs deliveries until stopped.
 
     ``redis`` may be a ``redis.asyncio`` client (bytes, not decoded), which
-    the engine uses as it is. Any other value (a synchronous client, or
-    None) makes the engine open its own asyncio client from ``settings``
-    (``svcgw.connections.async_client``), which reaches the same Redis.
+    the engine uses as it is, with ``keys``, its shard's names. Any other value
+    (a synchronous client, or None) makes the engine open its own asyncio client
+    from ``settings`` (``svcgw.connections.async_client``), which reaches the same
+    Redis: shard 0's, whose names ``keys`` defaults to.
 
     ``client`` replaces the aiohttp sender with any
     :class:`svcgw.outbound.Sender` (tests, an in-process run). It is not
@@ -134,14 +138,16 @@ class Engine:
         client: Sender | None = None,
         name: str | None = None,
         on_attempt: AttemptHook | None = None,
+        keys: KeySpace | None = None,
     ) -> None:
         self.settings = settings
+        self.keys = keys if keys is not None else spaces(layout_of(settings))[0]
         # Every attempt opens its destination's secret and token: the same few, over and over.
         self.vault = vault.remembering()
         self.name = name or worker_name()
         self.capacity = settings.delivery_concurrency
         # A recorder of the engine's own is flushed and closed when the engine stops.
-        self._recorder = AttemptRecorder(settings) if on_attempt is None else None
+        self._recorder = AttemptRecorder(settings, self.keys) if on_attempt is None else None
         self.on_attempt = on_attempt if on_attempt is not None else self._recorder
         self.slots = DestinationSlots(settings.destination_concurrency, settings.delivery_timeout)
         # An account at its cap is usually busy rather than stuck: its deliveries
@@ -150,7 +156,7 @@ class Engine:
             settings.account_concurrency, settings.delivery_timeout, shortest=ACCOUNT_DEFER_SECONDS
         )
         self.destinations = DestinationKeys(settings.allow_private_destinations, settings.destination_ports)
-        # A Cluster shard's client (svcgw.clusterspace) answers as one Redis does.
+        # The stock Cluster client answers as one Redis does.
         self._given_redis = cast(AsyncRedis, redis) if isinstance(redis, AsyncRedis | AsyncRedisCluster) else None
         self._given_client = client
         self._held: set[str] = set()
@@ -168,6 +174,7 @@ class Engine:
         sender = self._sender()
         self.queue = DeliveryQueue(
             redis,
+            self.keys,
             self.settings.queue_name,
             lease_seconds=self.settings.lease_seconds,
             failing_argument=failing.script_argument(self.settings),
@@ -248,7 +255,7 @@ class Engine:
                         await asyncio.wait_for(self._slot_freed.wait(), wait)
                     except TimeoutError:
                         pass
-            except RedisError as exc:
+            except STORAGE_ERRORS as exc:
                 failures += 1
                 delay = min(0.1 * 2**failures, 5.0)
                 log.warning("redis unavailable (%s); retrying in %.1fs", type(exc).__name__, delay)
@@ -294,7 +301,7 @@ class Engine:
             try:
                 released = await self.queue.release(leftover)
                 log.info("handed back %d deliveries on shutdown", released)
-            except RedisError:
+            except STORAGE_ERRORS:
                 log.warning("could not hand back %d deliveries; their leases will expire", len(leftover))
 
     # --- one attempt ---------------------------------------------------------------

@@ -74,16 +74,19 @@ async def serve(settings: Settings, *, burst: bool = False, stop: asyncio.Event 
     # The shards' engines share the process's callback client and its caps per destination and per
     # account, as one engine had them: more shards is not more connections to one destination.
     sender = sender_for(settings)
-    first = Engine(settings, clients[0], vault, client=sender)
-    engines = [first, *(Engine(settings, redis, vault, client=sender, name=first.name) for redis in clients[1:])]
+    first = Engine(settings, clients[0].redis, vault, client=sender, keys=clients[0].keys)
+    engines = [
+        first,
+        *(Engine(settings, redis, vault, client=sender, name=first.name, keys=keys) for redis, keys in clients[1:]),
+    ]
     for engine in engines[1:]:
         engine.slots, engine.accounts, engine.destinations = first.slots, first.accounts, first.destinations
     registrations: list[Presence] = []
     helpers: list[asyncio.Task[None]] = []
     try:
-        for index, (redis, engine) in enumerate(zip(clients, engines, strict=True)):
-            await layout.mark_at_start(redis)  # a shard that is down is marked at its first post instead
-            helpers.append(asyncio.create_task(prober.serve(settings, redis, stop), name=f"prober-{index}"))
+        for index, ((redis, keys), engine) in enumerate(zip(clients, engines, strict=True)):
+            await layout.mark_at_start(redis, keys)  # a shard that is down is marked at its first post instead
+            helpers.append(asyncio.create_task(prober.serve(settings, redis, keys, stop), name=f"prober-{index}"))
             registered = presence.attach(engine, settings, redis)  # rq info and rq-dashboard list the worker
             await registered.start()
             registrations.append(registered)
@@ -122,4 +125,3 @@ async def _deliver(engine: Engine, shard: int, stop: asyncio.Event, burst: bool)
                 await asyncio.wait_for(stop.wait(), pause)
             except TimeoutError:
                 pass
-

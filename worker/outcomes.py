@@ -18,11 +18,10 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from redis.exceptions import RedisError
-
 from svcgw import failing
 from svcgw.deliveries import exc_info_field
 from svcgw.deliveryview import stored_ids
+from svcgw.errors import STORAGE_ERRORS
 from svcgw.settings import Settings
 
 from .delivery import Attempt, Prepared, decide
@@ -120,7 +119,7 @@ class Outcomes:
                 del self._pending[:FINISH_BATCH]
                 try:
                     results = await self.queue.finish_detailed([p.item for p in batch])
-                except RedisError as exc:
+                except STORAGE_ERRORS as exc:
                     # Still claimed and still extended: try again until Redis is back.
                     self._pending[:0] = batch
                     failures += 1

@@ -30,12 +30,11 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 
 from redis.asyncio import Redis as AsyncRedis
-from redis.exceptions import RedisError
 from rq.utils import utcformat
 from rq.version import VERSION
-from rq.worker import Worker
-from rq.worker_registration import REDIS_WORKER_KEYS, WORKERS_BY_QUEUE_KEY
 
+from svcgw.errors import STORAGE_ERRORS
+from svcgw.keys import KeySpace
 from svcgw.settings import Settings
 
 from .delivery import Attempt, Prepared
@@ -56,11 +55,14 @@ def _now() -> str:
 class Presence:
     """One worker's RQ registration: born at :meth:`start`, kept alive by :meth:`serve`, dead at :meth:`stop`."""
 
-    def __init__(self, settings: Settings, redis: AsyncRedis, name: str, held: Callable[[], list[str]] = list) -> None:
+    def __init__(
+        self, settings: Settings, redis: AsyncRedis, keys: KeySpace, name: str, held: Callable[[], list[str]] = list
+    ) -> None:
         self.redis = redis
         self.name = name
-        self.key = Worker.redis_worker_namespace_prefix + name
-        self.queue_key = WORKERS_BY_QUEUE_KEY % settings.queue_name
+        self.key = keys.rq.worker_prefix + name
+        self.queue_key = keys.rq.workers_of(settings.queue_name)
+        self.workers_key = keys.rq.workers
         self.queue_name = settings.queue_name
         self.ttl = settings.worker_ttl
         # Often enough for the dashboard's counts to be current, rarely enough to cost nothing.
@@ -82,7 +84,7 @@ class Presence:
         """Register (RQ's ``register_birth``); with Redis away, the next heartbeat tries again."""
         try:
             await self._register()
-        except RedisError as exc:
+        except STORAGE_ERRORS as exc:
             log.warning("could not register as an RQ worker yet (%s)", type(exc).__name__)
 
     async def _register(self) -> None:
@@ -106,7 +108,7 @@ class Presence:
                     "total_working_time": 0,
                 },
             )
-            pipe.sadd(REDIS_WORKER_KEYS, self.key)
+            pipe.sadd(self.workers_key, self.key)
             pipe.sadd(self.queue_key, self.key)
             pipe.expire(self.key, self._expiry())
             await pipe.execute()
@@ -133,12 +135,12 @@ class Presence:
             pipe.hincrby(self.key, "failed_job_count", failed)
             pipe.hincrbyfloat(self.key, "total_working_time", working)
             # Put back what a hash that expired meanwhile (a long pause) no longer lists.
-            pipe.sadd(REDIS_WORKER_KEYS, self.key)
+            pipe.sadd(self.workers_key, self.key)
             pipe.sadd(self.queue_key, self.key)
             pipe.expire(self.key, self._expiry())
             try:
                 await pipe.execute()
-            except RedisError:
+            except STORAGE_ERRORS:
                 # Counted again with the next heartbeat rather than lost.
                 self._successful += successful
                 self._failed += failed
@@ -154,27 +156,27 @@ class Presence:
                 pass
             try:
                 await self.heartbeat()
-            except RedisError as exc:
+            except STORAGE_ERRORS as exc:
                 log.warning("worker heartbeat failed (%s)", type(exc).__name__)
 
     async def stop(self) -> None:
         """RQ's death record: out of both sets, ``death`` set, the hash kept a minute."""
         try:
             async with self.redis.pipeline(transaction=True) as pipe:
-                pipe.srem(REDIS_WORKER_KEYS, self.key)
+                pipe.srem(self.workers_key, self.key)
                 pipe.srem(self.queue_key, self.key)
                 pipe.hset(self.key, mapping={"death": _now(), "state": "dead"})
                 pipe.hdel(self.key, "current_job")
                 pipe.expire(self.key, 60)
                 await pipe.execute()
-        except RedisError as exc:
+        except STORAGE_ERRORS as exc:
             # The hash expires by itself within SVCGW_WORKER_TTL.
             log.warning("could not record the worker's death (%s)", type(exc).__name__)
 
 
 def attach(engine: Engine, settings: Settings, redis: AsyncRedis) -> Presence:
     """The engine's presence; its attempts are counted through the engine's ``on_attempt`` hook."""
-    presence = Presence(settings, redis, engine.name, held=engine.held)
+    presence = Presence(settings, redis, engine.keys, engine.name, held=engine.held)
     previous: AttemptHook | None = engine.on_attempt
 
     def counted(prepared: Prepared, attempt: Attempt, step: str) -> None:

@@ -58,10 +58,10 @@ from typing import Any, cast
 
 import orjson
 from redis.asyncio import Redis
-from redis.exceptions import RedisError
 
-from svcgw import keys, liveness
-from svcgw.errors import Failure, SvcgwError
+from svcgw import liveness
+from svcgw.errors import STORAGE_ERRORS, Failure, SvcgwError
+from svcgw.keys import KeySpace
 from svcgw.metrics import record_probe
 from svcgw.scripts import register
 from svcgw.settings import Settings
@@ -155,6 +155,7 @@ class Prober:
         self,
         settings: Settings,
         redis: Redis,
+        keys: KeySpace,
         upstream: Upstream,
         *,
         pool_size: int = POOL_SIZE,
@@ -162,6 +163,7 @@ class Prober:
     ) -> None:
         self.settings = settings
         self.redis = redis
+        self.keys = keys
         self.upstream = upstream
         self.pool_size = pool_size
         self.clock = clock
@@ -180,7 +182,7 @@ class Prober:
         # The schedule's first members in score order: the due ones among them are what the
         # script may claim (it touches only the instance hashes named in its KEYS), and when
         # none is due, the first one says when to look again, with no script call.
-        schedule = await self.redis.zrange(keys.PROBE_SCHEDULE, 0, CANDIDATES * limit - 1, withscores=True)
+        schedule = await self.redis.zrange(self.keys.probe_schedule, 0, CANDIDATES * limit - 1, withscores=True)
         first = cast(list[tuple[Any, float]], schedule)
         due = [member for member, score in first if score <= now]
         if not due:
@@ -189,7 +191,7 @@ class Prober:
         head, flat = cast(
             list[Any],
             await self._claim(
-                keys=[keys.PROBE_SCHEDULE, *(keys.instance(_text(member) or "") for member in due)],
+                keys=[self.keys.probe_schedule, *(self.keys.instance(_text(member) or "") for member in due)],
                 args=[repr(now), limit, repr(self.interval), lease, min(self.interval, 1.0), *due],
             ),
         )
@@ -206,13 +208,14 @@ class Prober:
 
     async def finish(self, claim: Claim, *, seen: bool, error: str = "") -> None:
         await self._finish(
-            keys=[keys.instance(claim.appid), keys.METRICS_INSTANCES, keys.INSTANCES],
+            keys=[self.keys.instance(claim.appid), self.keys.metrics_instances, self.keys.instances],
             args=[claim.lease, repr(self.clock()), "1" if seen else "0", claim.get("gap_at") or "", error, claim.appid],
         )
 
     async def release(self, claim: Claim) -> None:
         await self._release(
-            keys=[keys.instance(claim.appid), keys.PROBE_SCHEDULE], args=[claim.lease, repr(self.clock()), claim.appid]
+            keys=[self.keys.instance(claim.appid), self.keys.probe_schedule],
+            args=[claim.lease, repr(self.clock()), claim.appid],
         )
 
     # --- one probe --------------------------------------------------------------------
@@ -227,11 +230,17 @@ class Prober:
             log.warning("probe undecided: %s", facts.unavailable, extra={"appid": claim.appid})
         if isinstance(step.flip, GoOnline):
             await liveness.go_online(
-                self.redis, self.settings, claim.appid, auto_reconnected=step.flip.auto_reconnected, at=step.flip.at
+                self.redis,
+                self.keys,
+                self.settings,
+                claim.appid,
+                auto_reconnected=step.flip.auto_reconnected,
+                at=step.flip.at,
             )
         elif isinstance(step.flip, GoOffline):
             await liveness.go_offline(
                 self.redis,
+                self.keys,
                 self.settings,
                 claim.appid,
                 reason=step.flip.reason,
@@ -246,11 +255,11 @@ class Prober:
         appid = claim.appid
         if isinstance(step, Recover):
             # Back through long/start after an InstanceOffline: the recovery is owed first.
-            await liveness.go_online(self.redis, self.settings, appid, auto_reconnected=False, at=step.at)
+            await liveness.go_online(self.redis, self.keys, self.settings, appid, auto_reconnected=False, at=step.at)
             return replace(facts, recovered=True)
         if isinstance(step, AwaitGap):
             await self._sleep(GAP_GRACE_SECONDS)
-            code, message = await self.redis.hmget(keys.instance(appid), ["gap_code", "gap_message"])
+            code, message = await self.redis.hmget(self.keys.instance(appid), ["gap_code", "gap_message"])
             gap = _int(_text(code))
             late = None if gap is None else (gap, _text(message) or "")
             return replace(facts, looked_for_gap=True, late_gap=late)
@@ -306,10 +315,10 @@ class Prober:
         try:
             outcome = await self.probe(claim)
             log.debug("probe %s", outcome, extra={"appid": claim.appid, "outcome": outcome})
-            await record_probe(self.redis, outcome)
+            await record_probe(self.redis, self.keys, outcome)
         except Abandoned:
             await self._give_back(claim)
-        except RedisError as exc:
+        except STORAGE_ERRORS as exc:
             log.warning("probe aborted: redis unavailable (%s)", type(exc).__name__, extra={"appid": claim.appid})
         except Exception:
             # The lease runs out and a later round probes the instance again.
@@ -318,7 +327,7 @@ class Prober:
     async def _give_back(self, claim: Claim) -> None:
         try:
             await self.release(claim)
-        except RedisError:
+        except STORAGE_ERRORS:
             log.warning("could not hand back a probe; its lease will expire", extra={"appid": claim.appid})
 
     # --- main loop ----------------------------------------------------------------------
@@ -332,7 +341,7 @@ class Prober:
             try:
                 claims, next_due = await self.claim(self.pool_size - len(running))
                 failures = 0
-            except RedisError as exc:
+            except STORAGE_ERRORS as exc:
                 failures += 1
                 delay = min(0.1 * 2**failures, 5.0)
                 log.warning("redis unavailable (%s); retrying in %.1fs", type(exc).__name__, delay)
@@ -365,7 +374,7 @@ class Prober:
         log.info("prober stopped")
 
 
-async def serve(settings: Settings, redis: Redis, stop: asyncio.Event) -> None:
+async def serve(settings: Settings, redis: Redis, keys: KeySpace, stop: asyncio.Event) -> None:
     """The prober of this worker, on the running loop, until ``stop`` is set.
 
     Without ``SVCGW_UPSTREAM_URL`` there is nothing to probe with, and it
@@ -381,7 +390,7 @@ async def serve(settings: Settings, redis: Redis, stop: asyncio.Event) -> None:
         connect_timeout=settings.upstream_connect_timeout,
     )
     try:
-        await Prober(settings, redis, upstream).run(stop)
+        await Prober(settings, redis, keys, upstream).run(stop)
     except Exception:
         log.exception("the liveness prober stopped on an error")
     finally:

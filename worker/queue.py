@@ -40,8 +40,9 @@ from typing import Any, Literal, cast
 
 from redis.asyncio import Redis as AsyncRedis
 
-from svcgw import chainkeys, deliveryid, failing, keys
+from svcgw import chainkeys, deliveryid, failing
 from svcgw.bareoutcome import OUTCOME_WINDOW, late_bucket, late_expire_at
+from svcgw.keys import KeySpace
 from svcgw.scripts import register
 from svcgw.settings import Settings
 
@@ -109,6 +110,7 @@ class DeliveryQueue:
     def __init__(
         self,
         redis: AsyncRedis,
+        keys: KeySpace,
         queue_name: str,
         *,
         lease_seconds: float = 30.0,
@@ -116,22 +118,23 @@ class DeliveryQueue:
         log_retention: int = 86400,
     ) -> None:
         self.redis = redis
+        self.keys = keys
         # How long a delivered delivery's bare outcome is kept, like its post in the callback log.
         self.log_retention = log_retention
         # The finish script's thresholds for failing destinations (svcgw.failing.script_argument).
         self.failing_argument = failing_argument or failing.script_argument(Settings())
         self.name = queue_name
         self.lease_seconds = lease_seconds
-        self.queue_key = keys.rq_queue(queue_name)
+        self.queue_key = keys.rq.queue(queue_name)
         self.inflight_key = keys.inflight(queue_name)
-        self.scheduled_key = keys.rq_scheduled(queue_name)
-        self.failed_key = keys.rq_failed(queue_name)
-        self._claimer = Claimer(redis, self.queue_key, self.inflight_key, self.scheduled_key, lease_seconds)
+        self.scheduled_key = keys.rq.scheduled(queue_name)
+        self.failed_key = keys.rq.failed(queue_name)
+        self._claimer = Claimer(redis, keys, self.queue_key, self.inflight_key, self.scheduled_key, lease_seconds)
         self._promote = register(redis, "queue_promote")
         self._mark = register(redis, "queue_mark")
         # With chain.lua: a service event delivered or dead lets its instance's next one go.
         self._finish = register(redis, "queue_finish")
-        self.deferred_key = keys.rq_deferred(queue_name)
+        self.deferred_key = keys.rq.deferred(queue_name)
         self._release = register(redis, "queue_release")
         # The chain key of each claim this queue holds ("" for a customer event), known from
         # the claim, so that finishing a customer event costs no read of its own.
@@ -146,7 +149,7 @@ class DeliveryQueue:
         # Redis takes fractional timeouts for blocking commands; the stub says int.
         result = await self.redis.blmove(
             self.queue_key, self.queue_key, max(timeout, 0.01), "LEFT", "LEFT"  # type: ignore[arg-type]
-        )
+        )  # fmt: skip
         return result is not None
 
     async def claim_batch(
@@ -172,7 +175,7 @@ class DeliveryQueue:
             # The field names the chain as it was named when queued (perhaps untagged, before the
             # upgrade renamed it: svcgw.retag); the instance's tagged name is the one to touch.
             appid = _text(job.fields.get("appid") or b"")
-            self._chains[job.delivery_id] = keys.service_events(appid) if job.fields.get("chain") and appid else ""
+            self._chains[job.delivery_id] = self.keys.service_events(appid) if job.fields.get("chain") and appid else ""
         return claimed
 
     @property
@@ -200,7 +203,7 @@ class DeliveryQueue:
             # Reclaimed jobs were started; promoted ones scheduled (or, held back by a busy
             # destination or account, scheduled by the claim).
             had = "started" if front else "scheduled"
-            await self._mark(keys=[keys.rq_job(_text(job_id)) for job_id in moved], args=[had])
+            await self._mark(keys=[self.keys.rq.job(_text(job_id)) for job_id in moved], args=[had])
         return Promotion(len(moved), float(following) if following else None)
 
     async def finish_many(self, items: Sequence[Finish]) -> list[bool]:
@@ -214,7 +217,7 @@ class DeliveryQueue:
         chains = await self._chain_keys(items)
         # The chains this batch may advance, read now: only a service event's (or a claim's not ours).
         touched = dict.fromkeys(chains[i.delivery_id] for i in items if self._chains.get(i.delivery_id) != "")
-        members = await chainkeys.read(self.redis, list(touched))
+        members = await chainkeys.read(self.redis, self.keys, list(touched))
         now, ended = time.time(), rq_now()
         bucket = late_bucket(now, self.log_retention)
         args: list[Any] = [
@@ -233,19 +236,19 @@ class DeliveryQueue:
             self.failed_key,
             self.queue_key,
             self.deferred_key,
-            keys.FAILING_DESTINATIONS,
+            self.keys.failing_destinations,
         ]
         for item in items:
             named = deliveryid.parse(item.delivery_id)
             chain = self._chains.get(item.delivery_id, _CHAIN_UNKNOWN)
             script_keys.extend(
                 (
-                    keys.delivery(item.delivery_id),
-                    keys.delivery_attempts(item.delivery_id),
-                    keys.rq_job(item.delivery_id),
-                    keys.dead_letters_by_appid(item.appid),
-                    keys.outcomes(item.appid),
-                    keys.late_outcomes(item.appid, bucket),
+                    self.keys.delivery(item.delivery_id),
+                    self.keys.delivery_attempts(item.delivery_id),
+                    self.keys.rq.job(item.delivery_id),
+                    self.keys.dead_letters_by_appid(item.appid),
+                    self.keys.outcomes(item.appid),
+                    self.keys.late_outcomes(item.appid, bucket),
                     chains[item.delivery_id],
                 )
             )
@@ -263,13 +266,15 @@ class DeliveryQueue:
                     named[1] if named else "",
                 )
             )
-        script_keys.extend(chainkeys.member_keys(members))
+        script_keys.extend(chainkeys.member_keys(self.keys, members))
         answers = [int(x) for x in cast(list[Any], await self._finish(keys=script_keys, args=args))]
         for item, answer in zip(items, answers, strict=True):
             self._chains.pop(item.delivery_id, None)  # the claim has ended
             if answer & _CHAIN_UNNAMED:
                 # A service event queued after the read reached the chain's front.
-                await chainkeys.advance(self.redis, chains[item.delivery_id], self.queue_key, self.deferred_key, ended)
+                await chainkeys.advance(
+                    self.redis, self.keys, chains[item.delivery_id], self.queue_key, self.deferred_key, ended
+                )
         return [Finished(bool(x & 1), bool(x & failing.STARTED), bool(x & failing.RECOVERED)) for x in answers]
 
     async def _chain_keys(self, items: Sequence[Finish]) -> dict[str, str]:
@@ -278,23 +283,23 @@ class DeliveryQueue:
         Known from the claim, or the instance's; a claim this queue did not make, of an item
         without its appid (a drop), costs a read of the delivery's appid.
         """
-        found = {item.delivery_id: self._chains.get(item.delivery_id) or keys.service_events(item.appid)
+        found = {item.delivery_id: self._chains.get(item.delivery_id) or self.keys.service_events(item.appid)
                  for item in items}  # fmt: skip
         unknown = [i.delivery_id for i in items if not i.appid and i.delivery_id not in self._chains]
         if unknown:
             async with self.redis.pipeline(transaction=False) as pipe:
                 for delivery_id in unknown:
-                    pipe.hget(keys.delivery(delivery_id), "appid")
+                    pipe.hget(self.keys.delivery(delivery_id), "appid")
                 appids = await pipe.execute()
             for delivery_id, appid in zip(unknown, appids, strict=True):
-                found[delivery_id] = keys.service_events(_text(appid or b""))
+                found[delivery_id] = self.keys.service_events(_text(appid or b""))
         return found
 
     async def release(self, ids: Sequence[str]) -> int:
         """Hand claimed jobs back to the front of the queue (shutdown)."""
         if not ids:
             return 0
-        jobs = [keys.rq_job(delivery_id) for delivery_id in ids]
+        jobs = [self.keys.rq.job(delivery_id) for delivery_id in ids]
         answer = await self._release(keys=[self.inflight_key, self.queue_key, *jobs], args=list(ids))
         for delivery_id in ids:
             self._chains.pop(delivery_id, None)
@@ -308,4 +313,3 @@ class DeliveryQueue:
             pipe.zcard(self.scheduled_key)
             counts = await pipe.execute()
         return any(int(c) for c in counts)
-

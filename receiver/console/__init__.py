@@ -45,7 +45,7 @@ def console_routes(services: Services, gateway: Gateway) -> list[BaseRoute]:
         Sessions(services.settings, services.text_redis, services.store),
         services.limiter,
         PasswordSignIn(services),
-        Invitations(services.text_redis),
+        Invitations(services.text_redis, services.keys),
         services.key_guard,
     )
     api, pages, flow = Api(context), Pages(context), QrFlow(gateway, services)

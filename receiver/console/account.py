@@ -31,13 +31,13 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
 
-from redis.exceptions import RedisError
 from starlette.datastructures import FormData
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import BaseRoute, Route
 
 from svcgw import errors, passwords
+from svcgw.errors import STORAGE_ERRORS
 from svcgw.passwords import PasswordRejected
 from svcgw.store import digest
 
@@ -94,12 +94,12 @@ class _Shared:
         """(account, key id) of a valid API key, or None; and the wait when the address's window is full."""
         if len(presented) > MAX_KEY_FIELD:
             presented = ""  # no key this service issued: refused, and counted all the same
-        name, keys = digest(presented.strip()), self.context.keys
+        name, guard = digest(presented.strip()), self.context.key_guard
         found, wait = await self.signin.key_attempt(
-            client_address(request), lambda: self.sessions.key_account(presented), known=keys.known(name)
+            client_address(request), lambda: self.sessions.key_account(presented), known=guard.known(name)
         )
         if found is not None:
-            keys.remember(name)
+            guard.remember(name)
         return found, wait
 
     async def accept_invitation(self, token: str, password: str) -> str:
@@ -172,7 +172,7 @@ class AccountPages:
                     return response
                 return await self._signed_in(request, *found, then=then)
             attempt = await self.shared.sign_in(request, login, _field(form, "password"))
-        except RedisError:
+        except STORAGE_ERRORS:
             return await self.pages.login_page(
                 request, "The service's storage cannot be reached. Try again shortly.", 503
             )
@@ -209,7 +209,7 @@ class AccountPages:
         try:
             account = await self.shared.invitations.account_of(token)
             login = await self.shared.credentials.login_of(account) if account else None
-        except RedisError:
+        except STORAGE_ERRORS:
             return self._gone(request, "The service's storage cannot be reached. Try again shortly.", 503)
         if account is None:
             return self._gone(request, _sentence(errors.INVITATION_GONE.message))
@@ -238,7 +238,7 @@ class AccountPages:
             return await self.invitation_page(request, f"Choose another password: {exc}.", 400)
         except ConsoleHTTPError as exc:
             return self._gone(request, _sentence(exc.message), exc.status)
-        except RedisError:
+        except STORAGE_ERRORS:
             return self._gone(request, "The service's storage cannot be reached. Try again shortly.", 503)
         return await self._signed_in(request, account, flash="Your password is set and you are signed in.")
 
@@ -314,7 +314,7 @@ class AccountApi:
             return exc.response()
         except PasswordRejected as exc:
             return ConsoleHTTPError(errors.BAD_REQUEST, str(exc)).response()
-        except RedisError:
+        except STORAGE_ERRORS:
             return ConsoleHTTPError(errors.STORAGE_UNAVAILABLE).response()
 
     async def sign_in(self, request: Request) -> Response:

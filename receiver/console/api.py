@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 
 from msgspec import UNSET
-from redis.exceptions import RedisError
+from redis.exceptions import RedisClusterException, RedisError
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import BaseRoute, Route
@@ -98,7 +98,7 @@ class Api:
             if count:
                 await self.context.count_change(session)
             return await handler(request, session)
-        except (ConsoleHTTPError, ConsoleError, AddressError, RedisError) as exc:
+        except (ConsoleHTTPError, ConsoleError, AddressError, RedisError, RedisClusterException) as exc:
             return console_refusal(exc).response()
 
     # --- session (signing in: receiver.console.account) ---------------------------------------

@@ -3,7 +3,7 @@
 Every limit (``SVCGW_SIGNIN_FAILURES_PER_LOGIN``, ``..._PER_ADDRESS``, in
 ``limits`` notation) is a moving window kept in Redis as a sorted set of
 attempts, one per login (or per device: ``receiver.console.session``) and
-one per client address, under ``keys.SIGNIN_FAILURES``, so every server
+one per client address, under ``keys.signin_failures``, so every server
 process shares them. One script (``svcgw/lua/signin_reserve.lua``) checks
 every window of an attempt and counts it in all of them in one step, before
 any password is looked at: however many attempts arrive at once, no more of
@@ -21,7 +21,8 @@ from typing import Any
 
 from limits import parse_many
 
-from svcgw import keys, scripts
+from svcgw import scripts
+from svcgw.keys import KeySpace
 
 __all__ = ["FailureWindows", "Limit", "Reservation", "limits_of"]
 
@@ -51,15 +52,15 @@ class Reservation:
 
 
 class FailureWindows:
-    def __init__(self, redis: Any, per_login: str, per_address: str) -> None:
+    def __init__(self, redis: Any, keys: KeySpace, per_login: str, per_address: str) -> None:
         self._redis = redis
+        self._prefix = keys.signin_failures
         self._script = redis.register_script(scripts.source("signin_reserve"))
         self._per_login = limits_of(per_login)
         self._per_address = limits_of(per_address)
 
-    @staticmethod
-    def _keys(limits: tuple[Limit, ...], kind: str, identity: str) -> tuple[str, ...]:
-        return tuple(f"{keys.SIGNIN_FAILURES}:{kind}:{identity}:{limit.name}" for limit in limits)
+    def _keys(self, limits: tuple[Limit, ...], kind: str, identity: str) -> tuple[str, ...]:
+        return tuple(f"{self._prefix}:{kind}:{identity}:{limit.name}" for limit in limits)
 
     async def reserve(self, who: tuple[str, str] | None, address: str) -> Reservation:
         """Count an attempt of ``who`` (``("login" | "device", digest)``; None: an API key) from ``address``."""

@@ -18,13 +18,12 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote, urlencode
 
-from redis.exceptions import RedisError
 from starlette.datastructures import FormData
 from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
 from starlette.templating import Jinja2Templates
 
-from svcgw.errors import SvcgwError
+from svcgw.errors import STORAGE_ERRORS, SvcgwError
 
 from .service import NotFound, when
 from .session import CSRF_FIELD, PATH, Session
@@ -88,7 +87,7 @@ class PageKit:
         if session is not None:
             try:
                 failing = await self.service.failing(session.account)
-            except RedisError:
+            except STORAGE_ERRORS:
                 pass  # the banner is the one thing a page can do without
         response = self.templates.TemplateResponse(
             request,
@@ -137,7 +136,7 @@ class PageKit:
                     await self.context.count_change(session)
                 except RateLimited as exc:
                     return await self._rate_limited(request, session, exc.retry_after)
-                except RedisError as exc:
+                except STORAGE_ERRORS as exc:
                     return await self._storage_error(request, session, exc)
             return await self._guarded(request, session, handler)
 
@@ -162,7 +161,7 @@ class PageKit:
     async def _session(self, request: Request) -> Session | None:
         try:
             return await self.sessions.from_cookie(request)
-        except RedisError:
+        except STORAGE_ERRORS:
             return None
 
     async def _guarded(self, request: Request, session: Session, handler: Handler) -> Response:
@@ -172,10 +171,10 @@ class PageKit:
             status, title = (exc.status, exc.title) if isinstance(exc, PageError) else (404, "Not found")
             message = exc.message if isinstance(exc, PageError) else "There is nothing here for your account."
             return await self.render(request, "error.html", session, status=status, title=title, message=message)
-        except RedisError as exc:
+        except STORAGE_ERRORS as exc:
             return await self._storage_error(request, session, exc)
 
-    async def _storage_error(self, request: Request, session: Session, exc: RedisError) -> Response:
+    async def _storage_error(self, request: Request, session: Session, exc: Exception) -> Response:
         log.warning("console storage error: %s", type(exc).__name__)
         return await self.render(
             request,

@@ -37,7 +37,7 @@ from typing import TYPE_CHECKING, Any, cast
 import orjson
 from redis.asyncio import Redis
 
-from svcgw import errors, keys, liveness
+from svcgw import errors, liveness
 from svcgw.calllog import read_log
 from svcgw.shardreads import instance_shard
 from svcgw.store import Scope
@@ -68,9 +68,10 @@ class QrFlow:
         self.settings = services.settings
         self.store = services.store
         self.text: Redis = services.text_redis
+        self.keys = services.keys  # shard 0's: accounts' QR logins live there
         # By shard index: an instance's log and liveness fields are on its shard (svcgw.shardreads).
-        self.shards: tuple[Redis, ...] = services.shard_redis or (services.redis,)
-        self.shard_texts: tuple[Redis, ...] = services.shard_text or (services.text_redis,)
+        self.shards = services.shards
+        self.shard_texts = services.text_shards
 
     # --- gateway calls -------------------------------------------------------------------
     async def call(
@@ -91,7 +92,7 @@ class QrFlow:
 
     # --- attempts ----------------------------------------------------------------------------
     async def _save(self, account: str, attempt: Attempt) -> None:
-        key = keys.console_login_attempt(account, attempt.id)
+        key = self.keys.console_login_attempt(account, attempt.id)
         fields: dict[Any, Any] = attempt.fields()
         async with self.text.pipeline(transaction=True) as pipe:
             pipe.hset(key, mapping=fields)
@@ -101,7 +102,7 @@ class QrFlow:
     async def get(self, account: str, attempt_id: str) -> Attempt:
         if not attempt_id or len(attempt_id) > 64:
             raise AttemptGone(attempt_id)
-        fields = cast(dict[str, str], await self.text.hgetall(keys.console_login_attempt(account, attempt_id)))
+        fields = cast(dict[str, str], await self.text.hgetall(self.keys.console_login_attempt(account, attempt_id)))
         if not fields.get("id"):
             raise AttemptGone(attempt_id)
         return Attempt.load(fields)
@@ -152,8 +153,8 @@ class QrFlow:
         await self._issue(account, attempt)
 
     async def _gap_closed_since(self, appid: str, since: float) -> bool:
-        raw = await instance_shard(self.shards, appid)
-        entries = await read_log(raw, self.settings, appid, since_seconds=time.time() - since + 1, limit=50)
+        raw, keys = await instance_shard(self.shards, appid)
+        entries = await read_log(raw, keys, self.settings, appid, since_seconds=time.time() - since + 1, limit=50)
         for entry in entries:
             if entry.received_at < since:
                 continue
@@ -256,7 +257,7 @@ class QrFlow:
         after the winner saved "done"; the winner's ``finished`` field, which
         no save writes, keeps the attempt done all the same.
         """
-        key = keys.console_login_attempt(account, attempt.id)
+        key = self.keys.console_login_attempt(account, attempt.id)
         if not await self.text.hsetnx(key, "starting", "1"):
             return
         try:
@@ -325,7 +326,7 @@ class QrFlow:
         begins (``long/stop``, its ``GapClosed``, ``getQr``) and is returned.
         ``proxy`` None reuses the one the gateway remembered.
         """
-        own = await instance_shard(self.shard_texts, appid)  # its liveness is on its shard
+        own, keys = await instance_shard(self.shard_texts, appid)  # its liveness is on its shard
         if proxy is None:
             remembered = await own.hget(keys.instance(appid), "proxy")
             proxy = remembered if isinstance(remembered, str) else ""
@@ -338,6 +339,6 @@ class QrFlow:
             if read.by_gateway:
                 raise FlowError(read)
             if read.ok:
-                await liveness.go_online(own, self.settings, appid, auto_reconnected=False, at=time.time())
+                await liveness.go_online(own, keys, self.settings, appid, auto_reconnected=False, at=time.time())
                 return None
         return await self.begin_existing(account, appid, proxy=proxy)

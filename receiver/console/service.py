@@ -24,12 +24,13 @@ from typing import TYPE_CHECKING, Any
 
 from redis.asyncio import Redis
 
-from svcgw import deadletters, deadshards, deliverylist, failing, keys, retrynow
+from svcgw import deadletters, deadshards, deliverylist, failing, retrynow
 from svcgw import instances as instance_views
 from svcgw.addresses import check_for_service
 from svcgw.callbacktest import CallbackTestResult, send_test
 from svcgw.calllog import LogEntry, read_log
 from svcgw.errors import Missing, SvcgwError
+from svcgw.shardclients import ShardRedis
 from svcgw.shardreads import first_found, shard_client
 from svcgw.store import CallbackConfig, OperatorDenied, Scope, normalise_operation
 from svcgw.store import NotFound as StoreNotFound
@@ -95,16 +96,16 @@ class ConsoleService:
         self.settings = services.settings
         self.store = services.store
         self.raw: Redis = services.redis  # bytes: log bodies
-        self.shards: tuple[Redis, ...] = services.shard_redis or (services.redis,)  # bytes, by shard index
-        self.texts: tuple[Redis, ...] = services.shard_text or (services.text_redis,)
+        self.keys = services.keys  # shard 0's names
+        self.shards, self.texts = services.shards, services.text_shards  # by shard index: bytes, and text
         self.text: Redis = services.text_redis
         self.vault = services.vault
         self._callbacks = services.callbacks
 
     # --- ownership -------------------------------------------------------------
-    async def check_owner(self, account: str, appid: str) -> Redis:
-        """The (bytes) client of the instance's shard, read with its owner in one command."""
-        found = await self.text.hmget(keys.instance(appid), ["account", "shard"]) if 0 < len(appid) <= 200 else [0]
+    async def check_owner(self, account: str, appid: str) -> ShardRedis:
+        """The (bytes) client and names of the instance's shard, read with its owner in one command."""
+        found = await self.text.hmget(self.keys.instance(appid), ["account", "shard"]) if 0 < len(appid) <= 200 else [0]
         if found[0] != account:
             raise NotFound(f"no instance {appid[:200]!r}")
         return shard_client(self.shards, found[1])
@@ -119,7 +120,7 @@ class ConsoleService:
     async def instances(self, account: str) -> list[dict[str, Any]]:
         appids = await self.store.instances_of(account)
         views = await instance_views.load_many(
-            self.store, self.raw, self.settings, appids, last_event=True, shards=self.shards
+            self.store, self.raw, self.keys, self.settings, appids, last_event=True, shards=self.shards
         )
         return [view.for_owner() for view in views]
 
@@ -127,7 +128,7 @@ class ConsoleService:
         await self.check_owner(account, appid)
         try:
             view = await instance_views.load(
-                self.store, self.raw, self.settings, appid, last_event=True, shards=self.shards
+                self.store, self.raw, self.keys, self.settings, appid, last_event=True, shards=self.shards
             )
         except StoreNotFound:
             raise NotFound(f"no instance {appid!r}") from None
@@ -174,7 +175,7 @@ class ConsoleService:
     async def _test(self, scope: Scope, url: str, config: CallbackConfig) -> CallbackTestResult:
         token: str | None = None
         if config.bearer:
-            sealed = await self.text.hget(scope.key, "token")
+            sealed = await self.text.hget(scope.key(self.keys), "token")
             try:
                 token = self.vault.open(sealed) if sealed else None
             except VaultError:
@@ -197,13 +198,11 @@ class ConsoleService:
         self, account: str, appid: str, *, limit: int = 20, before: str | None = None
     ) -> tuple[list[LogEntry], str | None]:
         """One page of the last 24 h of posts, newest first, and the ``before`` of the next page."""
-        raw = await self.check_owner(account, appid)
+        raw, keys = await self.check_owner(account, appid)
         if before is not None and not _stream_id(before):
             raise Invalid("before must be a callback log entry id such as 1700000000000-0")
         window = min(self.settings.log_retention, 86400)
-        entries = await read_log(
-            raw, self.settings, appid, since_seconds=window, limit=limit + 1, before=before
-        )
+        entries = await read_log(raw, keys, self.settings, appid, since_seconds=window, limit=limit + 1, before=before)
         more = len(entries) > limit
         entries = entries[:limit]
         return entries, (entries[-1].id if more and entries else None)
@@ -281,12 +280,13 @@ class ConsoleService:
         before: str | None = None,
     ) -> deliverylist.Page:
         """One page of the instance's deliveries, newest first (``svcgw.deliverylist``)."""
-        raw = await self.check_owner(account, appid)
+        raw, keys = await self.check_owner(account, appid)
         if len(event_type or "") > 200 or len(event_id or "") > 200:
             raise Invalid("event_type and event_id are at most 200 characters")
         try:
             return await deliverylist.list_deliveries(
                 raw,
+                keys,
                 self.settings,
                 appid,
                 account=account,
@@ -304,7 +304,9 @@ class ConsoleService:
     async def delivery(self, account: str, delivery_id: str) -> deliverylist.Delivery:
         try:
             show, settings = deliverylist.show, self.settings
-            return await first_found(self.shards, lambda r: show(r, settings, delivery_id, account=account), Missing)
+            return await first_found(
+                self.shards, lambda shard: show(*shard, settings, delivery_id, account=account), Missing
+            )
         except deliverylist.NotFound:
             raise DeliveryNotFound(f"no delivery {delivery_id[:200]!r}") from None
 
@@ -312,7 +314,9 @@ class ConsoleService:
         """Bring a retrying delivery's next attempt forward to now (``svcgw.retrynow``)."""
         try:
             retry = retrynow.retry_now
-            await first_found(self.shards, lambda r: retry(r, self.settings, delivery_id, account=account), Missing)
+            await first_found(
+                self.shards, lambda shard: retry(*shard, self.settings, delivery_id, account=account), Missing
+            )
         except retrynow.NotFound:
             raise DeliveryNotFound(f"no delivery {delivery_id[:200]!r}") from None
         except retrynow.NotRetrying as exc:
@@ -327,9 +331,9 @@ class ConsoleService:
         """
         appids = [appid] if appid is not None else await self.store.instances_of(account)
         async with self.text.pipeline(transaction=False) as pipe:
-            pipe.hget(keys.callback_account(account), "url")
+            pipe.hget(self.keys.callback_account(account), "url")
             for one in appids:
-                pipe.hget(keys.callback_instance(one), "url")
+                pipe.hget(self.keys.callback_instance(one), "url")
             default, *own = await pipe.execute()
         users: dict[str, list[str]] = {}
         for one, url in zip(appids, own, strict=True):

@@ -62,7 +62,6 @@ from redis.asyncio import Redis
 from starlette.requests import Request
 from starlette.responses import Response
 
-from svcgw import keys
 from svcgw.settings import Settings
 from svcgw.store import Store, digest
 from svcgw.vault import load_or_create_key
@@ -98,16 +97,13 @@ class Session:
     csrf: str = ""
     # Signed in with the API key on this very request (JSON API): no cookie, no CSRF needed.
     direct: bool = False
+    # The session's hash in Redis ('' for a request signed with the API key itself).
+    redis_key: str = ""
 
     def csrf_ok(self, presented: str | None) -> bool:
         if self.direct:
             return True
         return bool(presented) and hmac.compare_digest(self.csrf.encode(), (presented or "").encode())
-
-    @property
-    def redis_key(self) -> str:
-        """The session's hash in Redis ('' for a request signed with the API key itself)."""
-        return "" if self.direct else keys.console_session(self.id_digest)
 
 
 def _signed(serializer: URLSafeTimedSerializer, request: Request, name: str, max_age: int) -> Any:
@@ -136,6 +132,7 @@ class Sessions:
         # ``redis`` decodes responses (text); the store's client is the same kind.
         self.redis: Any = redis
         self.store = store
+        self.keys = store.keys  # shard 0's: sessions live there
         self.https = settings.public_url.lower().startswith("https://")
         key = signing_key(settings)
         self._cookie = URLSafeTimedSerializer(key, salt="svcgw-console-session")
@@ -148,7 +145,7 @@ class Sessions:
         account = await self.store.authenticate(presented.strip())
         if account is None:
             return None
-        key_id = await self.redis.get(keys.api_key_lookup(digest(presented.strip())))
+        key_id = await self.redis.get(self.keys.api_key_lookup(digest(presented.strip())))
         if not key_id:
             return None
         return account, str(key_id)
@@ -158,10 +155,10 @@ class Sessions:
         session_id = secrets.token_urlsafe(32)
         csrf = secrets.token_urlsafe(32)
         id_digest = digest(session_id)
-        key = keys.console_session(id_digest)
+        key = self.keys.console_session(id_digest)
         # Read first: an epoch raised between this read and the write ends the new session too,
         # which is the safe way round.
-        epoch = await self.redis.hget(keys.account(account), "session_epoch") or "0"
+        epoch = await self.redis.hget(self.keys.account(account), "session_epoch") or "0"
         async with self.redis.pipeline(transaction=True) as pipe:
             pipe.hset(
                 key,
@@ -175,11 +172,11 @@ class Sessions:
             )
             pipe.expire(key, SESSION_SECONDS)
             await pipe.execute()
-        return self._cookie.dumps(session_id), Session(id_digest, account, key_id, csrf)
+        return self._cookie.dumps(session_id), Session(id_digest, account, key_id, csrf, redis_key=key)
 
     async def end(self, session: Session) -> None:
         if not session.direct:
-            await self.redis.delete(keys.console_session(session.id_digest))
+            await self.redis.delete(self.keys.console_session(session.id_digest))
 
     # --- reading a request -----------------------------------------------------
     async def from_cookie(self, request: Request) -> Session | None:
@@ -188,14 +185,14 @@ class Sessions:
             return None
         id_digest = digest(session_id)
         account, key_id, csrf, epoch = await self.redis.hmget(
-            keys.console_session(id_digest), ["account", "key_id", "csrf", "epoch"]
+            self.keys.console_session(id_digest), ["account", "key_id", "csrf", "epoch"]
         )
         if not account or not csrf:
             return None
         if not await self._still_valid(account, key_id or "", epoch):
-            await self.redis.delete(keys.console_session(id_digest))
+            await self.redis.delete(self.keys.console_session(id_digest))
             return None
-        return Session(id_digest, account, key_id or "", csrf)
+        return Session(id_digest, account, key_id or "", csrf, redis_key=self.keys.console_session(id_digest))
 
     async def from_key(self, presented: str) -> Session | None:
         found = await self.key_account(presented)
@@ -206,9 +203,9 @@ class Sessions:
     async def _still_valid(self, account: str, key_id: str, epoch: str | None) -> bool:
         """Not ended by a newer session epoch, and (signed in with a key) the key is the account's, unrevoked."""
         async with self.redis.pipeline(transaction=False) as pipe:
-            pipe.hget(keys.account(account), "session_epoch")
+            pipe.hget(self.keys.account(account), "session_epoch")
             if key_id:
-                pipe.hmget(keys.api_key(key_id), ["account", "revoked_at"])
+                pipe.hmget(self.keys.api_key(key_id), ["account", "revoked_at"])
             found = await pipe.execute()
         if int(epoch or 0) < int(found[0] or 0):
             return False
@@ -220,12 +217,12 @@ class Sessions:
     # --- flash messages ------------------------------------------------------------
     async def flash(self, session: Session, message: dict[str, object]) -> None:
         if not session.direct:
-            await self.redis.hset(keys.console_session(session.id_digest), "flash", orjson.dumps(message))
+            await self.redis.hset(self.keys.console_session(session.id_digest), "flash", orjson.dumps(message))
 
     async def take_flash(self, session: Session) -> dict[str, Any] | None:
         if session.direct:
             return None
-        key = keys.console_session(session.id_digest)
+        key = self.keys.console_session(session.id_digest)
         async with self.redis.pipeline(transaction=True) as pipe:
             pipe.hget(key, "flash")
             pipe.hdel(key, "flash")

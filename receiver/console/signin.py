@@ -144,10 +144,10 @@ class Room:
 
 class PasswordSignIn:
     def __init__(self, services: Services) -> None:
-        self.credentials = Credentials(services.text_redis)
+        self.credentials = Credentials(services.text_redis, services.keys)
         settings = services.settings
         self.windows = FailureWindows(
-            services.text_redis, settings.signin_failures_per_login, settings.signin_failures_per_address
+            services.text_redis, services.keys, settings.signin_failures_per_login, settings.signin_failures_per_address
         )
         self.room = Room(WAITING_AT_ONCE, PER_ADDRESS)
         self.lane = Room(LANE_AT_ONCE, PER_ACCOUNT)

@@ -29,7 +29,7 @@ import logging
 from typing import TYPE_CHECKING, Any
 
 import orjson
-from redis.exceptions import RedisError
+from redis.exceptions import RedisClusterException, RedisError
 from starlette.requests import Request
 from starlette.responses import Response
 
@@ -90,7 +90,9 @@ def address_error(exc: AddressError) -> ConsoleHTTPError:
     return ConsoleHTTPError(errors.address_kind(exc), exc.message)
 
 
-def console_refusal(exc: ConsoleHTTPError | ConsoleError | AddressError | RedisError) -> ConsoleHTTPError:
+def console_refusal(
+    exc: ConsoleHTTPError | ConsoleError | AddressError | RedisError | RedisClusterException,
+) -> ConsoleHTTPError:
     """The console's one mapping of what its handlers raise to the error table's rows."""
     if isinstance(exc, ConsoleHTTPError):
         return exc
@@ -134,7 +136,7 @@ class Context:
     """What every console handler needs: the service, the sessions, the settings, the rate limit.
 
     And for signing in with a password: the failure limits and argon2 (``signin``), and invitations;
-    for requests signed with an API key, the guard of its look-up (``keys``, shared with the gateway).
+    for requests signed with an API key, the guard of its look-up (``key_guard``, shared with the gateway).
     """
 
     def __init__(
@@ -144,7 +146,7 @@ class Context:
         limiter: RateLimiter,
         signin: PasswordSignIn,
         invitations: Invitations,
-        keys: CredentialGuard,
+        key_guard: CredentialGuard,
     ) -> None:
         self.service = service
         self.sessions = sessions
@@ -152,7 +154,7 @@ class Context:
         self.limiter = limiter
         self.signin = signin
         self.invitations = invitations
-        self.keys = keys
+        self.key_guard = key_guard
 
     async def count_change(self, session: Session) -> None:
         """Count one change of the session's account; over the account's rate limit, :class:`RateLimited`."""
@@ -177,7 +179,7 @@ class Context:
     async def _from_key(self, request: Request, key: str) -> Session | None:
         """The session of a request signed with an API key, its look-up guarded per client address."""
         try:
-            return await self.keys.check(client_address(request), digest(key), lambda: self.sessions.from_key(key))
+            return await self.key_guard.check(client_address(request), digest(key), lambda: self.sessions.from_key(key))
         except Throttled as exc:
             retry = {"Retry-After": str(exc.retry_after)}
             raise ConsoleHTTPError(errors.RATE_LIMITED, errors.KEYS_THROTTLED_MESSAGE, headers=retry) from None

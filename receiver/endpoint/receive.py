@@ -24,7 +24,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Awaitable, Callable, Sequence
 
-from redis.exceptions import RedisError
+from redis.exceptions import RedisClusterException, RedisError
 from starlette.requests import Request
 from starlette.responses import Response
 
@@ -61,7 +61,9 @@ def make_endpoint(ingests: Sequence[Ingest], guard: CredentialGuard) -> Callable
                 raise UnknownReceiver(appid)
             body = await read_body(request, ingest.settings.max_body_bytes, strict=True)
             result = await ingest.accept(appid, token, body)
-        except (BadContentLength, BodyTooLarge, EnvelopeError, UnknownReceiver, Throttled, RedisError) as exc:
+        except (
+            BadContentLength, BodyTooLarge, EnvelopeError, UnknownReceiver, Throttled, RedisError, RedisClusterException
+        ) as exc:  # fmt: skip
             return _refused(exc)
         except LayoutError as exc:
             # Not stored, as when Redis fails: the sender posts again once the operator has fixed it.

@@ -43,7 +43,6 @@ from typing import Any, NamedTuple, cast
 
 from redis.asyncio import Redis
 
-from svcgw import keys
 from svcgw.scripts import text
 from svcgw.store import digest
 
@@ -61,9 +60,6 @@ MAX_KEY_LENGTH = 512
 # 80 MB when full); past it, the memory starts again, and each key in use pays its first call's
 # round trips once more.
 REMEMBERED = 100_000
-
-# The look-up of a call made for an account: a name that never exists (a digest is never empty).
-_NO_LOOKUP = keys.api_key_lookup("")
 
 # The script's answers (gateway_admit.lua) besides a refusal (0).
 _FOUND, _RENAMED = 1, 2
@@ -94,6 +90,9 @@ class _Named(NamedTuple):
 
 class Admission:
     def __init__(self, redis: Redis, limiter: RateLimiter) -> None:
+        self.keys = limiter.keys  # shard 0's: keys and accounts live there
+        # The look-up of a call made for an account: a name that never exists (a digest is never empty).
+        self._no_lookup = self.keys.api_key_lookup("")
         # The calls of one turn of the event loop go to Redis in one pipeline (see .batch).
         self._script = ScriptBatch(redis, text("gateway_admit"))
         self._clock = limiter.clock
@@ -110,16 +109,16 @@ class Admission:
                     appid: str | None) -> Facts | None:  # fmt: skip
         """The facts of a call made with ``key`` (None if it is no valid key), or for ``account``."""
         operation = operation.lower()
-        instance = keys.instance(appid or "")  # named, never read, without an appid
+        instance = self.keys.instance(appid or "")  # named, never read, without an appid
         owner = "0" if appid is None else "1"
         if account is not None:
             # The look-up and key hash are names that never exist, not read (ARGV[6] is '0').
             named = self._named("", account)
-            return _facts(await self._call(named, instance, _NO_LOOKUP, operation, owner, with_key=False))
+            return _facts(await self._call(named, instance, self._no_lookup, operation, owner, with_key=False))
         if not key or len(key) > MAX_KEY_LENGTH:
             return None
         presented = digest(key)
-        lookup = keys.api_key_lookup(presented)
+        lookup = self.keys.api_key_lookup(presented)
         named = self._known.get(presented, self._unknown)
         for _ in range(_TRIES):
             result = await self._call(named, instance, lookup, operation, owner, with_key=True)
@@ -153,9 +152,9 @@ class Admission:
         )
 
     def _named(self, key_id: str, account: str) -> _Named:
-        windows = (window_key(account, item) for item in self._items)
-        account_keys = (keys.account_denied(account), keys.account_own_denied(account), *windows)
-        return _Named(key_id, account, keys.api_key(key_id), account_keys)
+        windows = (window_key(self.keys, account, item) for item in self._items)
+        account_keys = (self.keys.account_denied(account), self.keys.account_own_denied(account), *windows)
+        return _Named(key_id, account, self.keys.api_key(key_id), account_keys)
 
 
 def _facts(result: list[Any]) -> Facts | None:

@@ -15,7 +15,7 @@ import logging
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING
 
-from redis.exceptions import RedisError
+from redis.exceptions import RedisClusterException, RedisError
 from starlette.requests import ClientDisconnect, Request
 from starlette.responses import PlainTextResponse, Response
 from starlette.routing import BaseRoute, Route
@@ -63,7 +63,7 @@ class Gateway:
         self.store = services.store
         self.limiter = services.limiter
         self.admission = Admission(services.text_redis, services.limiter)
-        self.keys = services.key_guard
+        self.key_guard = services.key_guard
         self.inflight = InflightBytes(settings.account_inflight_bytes)
         self.operations = Operations(services)
 
@@ -116,7 +116,7 @@ class Gateway:
         try:
             call = await admitted
             return await self._run(call, handler)
-        except (GatewayError, RedisError) as exc:
+        except (GatewayError, RedisError, RedisClusterException) as exc:
             return _refused(exc, module, action)
 
     async def invoke(
@@ -190,7 +190,7 @@ class Gateway:
         if not key or len(key) > MAX_KEY_LENGTH:
             return None  # no key this service issued: refused without a look-up
         try:
-            return await self.keys.check(
+            return await self.key_guard.check(
                 client_address(request), digest(key), lambda: self.admission.admit(key=key, operation=operation,
                                                                                    appid=appid)
             )  # fmt: skip
@@ -241,9 +241,9 @@ class Gateway:
             raise
 
 
-def _refused(exc: GatewayError | RedisError, module: str, action: str) -> Response:
+def _refused(exc: GatewayError | RedisError | RedisClusterException, module: str, action: str) -> Response:
     """The one mapping of the gateway's failures to answers: a refusal as it is, Redis as -50002."""
-    if isinstance(exc, RedisError):
+    if not isinstance(exc, GatewayError):
         log.warning("gateway storage error on %s/%s: %s", module, action, type(exc).__name__)
         exc = GatewayError(errors.UNAVAILABLE)
     return refusal_response(exc)

@@ -17,14 +17,14 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 from redis.asyncio import Redis
-from redis.exceptions import RedisError
 from starlette.responses import Response
 
 from svcgw import errors, liveness
 from svcgw.addresses import AddressError, check_for_service
-from svcgw.errors import GatewayError
+from svcgw.errors import STORAGE_ERRORS, GatewayError
 from svcgw.jsonspan import replace_member
 from svcgw.receivers import receiver_shard, receiver_url
+from svcgw.shardclients import ShardRedis
 from svcgw.shardcopy import ShardUnavailable
 from svcgw.shards import placement_order
 from svcgw.shardspec import layout_of
@@ -76,7 +76,7 @@ class Operations:
         self.settings = services.settings
         self.store = services.store
         self.redis: Redis = services.text_redis
-        self.quota = DeviceQuota(services.text_redis)
+        self.quota = DeviceQuota(services.text_redis, services.keys)
         self.shards = layout_of(self.settings).shards
         # appid -> receiver token. A token never changes for its appid, and every forwarded answer
         # is searched for it: one look-up and one decryption per instance and process, not per call.
@@ -121,19 +121,19 @@ class Operations:
         try:
             answer = await self._forward(call, call.raw)
         except GatewayError:
-            await liveness.mark_stopped(await self._liveness_redis(call.appid), call.appid)
+            await liveness.mark_stopped(*await self._liveness_redis(call.appid), call.appid)
             raise
-        await liveness.mark_stopped(await self._liveness_redis(call.appid), call.appid)
+        await liveness.mark_stopped(*await self._liveness_redis(call.appid), call.appid)
         return _pass_on(await self._scrub_other(call, answer))
 
     async def _after(self, call: Call) -> None:
         """Liveness bookkeeping once the capability layer accepted the operation."""
         if call.operation == "login/logout":
-            await liveness.mark_logged_out(await self._liveness_redis(call.appid), call.appid)
+            await liveness.mark_logged_out(*await self._liveness_redis(call.appid), call.appid)
         elif call.operation in PROXY_OPERATIONS:
             proxy = call.document.get("proxy")
             if isinstance(proxy, str):
-                await liveness.record_proxy(await self._liveness_redis(call.appid), call.appid, proxy)
+                await liveness.record_proxy(*await self._liveness_redis(call.appid), call.appid, proxy)
 
     async def _scrub_other(self, call: Call, answer: Answer) -> bytes:
         """The answer without the instance's receiver token, looked for in every answer (see .scrub)."""
@@ -211,18 +211,18 @@ class Operations:
             self._tokens[appid] = token
         return token
 
-    async def _liveness_redis(self, appid: str) -> Redis:
+    async def _liveness_redis(self, appid: str) -> ShardRedis:
         """The client of the instance's shard, where its liveness and probe schedule live.
 
         The shard is read from the receiver token, which this process keeps
         once it has looked it up: no round trip of its own after the first.
         """
         if len(self.services.shard_text) <= 1:
-            return self.redis
+            return self.services.shard_text_of(0)
         try:
             token = await self._receiver_token(appid)
         except NotFound:
-            return self.redis
+            return self.services.shard_text_of(0)
         return self.services.shard_text_of(receiver_shard(token))
 
     async def _receiver_url(self, appid: str) -> tuple[str, str]:
@@ -246,9 +246,9 @@ class Operations:
                 if not call.inherits_address:
                     await self.store.set_callback(CallbackScope(appid=call.appid), url)
                 if call.operation == LONG_START:
-                    redis = self.services.shard_text_of(receiver_shard(token))
-                    await liveness.mark_started(redis, call.appid, self.settings.probe_interval)
-            except RedisError as exc:
+                    redis, keys = self.services.shard_text_of(receiver_shard(token))
+                    await liveness.mark_started(redis, keys, call.appid, self.settings.probe_interval)
+            except STORAGE_ERRORS as exc:
                 log.warning("storing the callback address of an instance failed: %s", type(exc).__name__)
                 raise GatewayError(errors.REGISTRATION_FAILED) from exc
         return _pass_on(scrub(answer, receiver_url, token, url))
@@ -259,7 +259,7 @@ class Operations:
             config = await self.store.set_callback(CallbackScope(appid=call.appid), url)
         except NotFound:
             raise GatewayError(errors.NOT_FOUND) from None
-        except RedisError as exc:
+        except STORAGE_ERRORS as exc:
             raise GatewayError(errors.REGISTRATION_FAILED) from exc
         return _json(
             {

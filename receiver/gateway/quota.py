@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 from redis.asyncio import Redis
 
-from svcgw import keys
+from svcgw.keys import KeySpace
 from svcgw.scripts import register
 
 __all__ = ["RESERVATION_SECONDS", "DeviceQuota", "Reservation"]
@@ -41,23 +41,24 @@ class DeviceQuota:
     A slot left behind by a server that died mid-call expires by itself.
     """
 
-    def __init__(self, redis: Redis) -> None:
+    def __init__(self, redis: Redis, keys: KeySpace) -> None:
         self.redis = redis
+        self.keys = keys
         self._reserve = register(redis, "device_reserve")
         self._hold = register(redis, "device_hold")
 
     async def reserve(self, account_id: str, quota: int) -> Reservation | None:
         reservation = Reservation(account_id, "rsv_" + secrets.token_hex(8))
         taken = await self._reserve(
-            keys=[keys.account_instances(account_id), keys.device_reservations(account_id)],
+            keys=[self.keys.account_instances(account_id), self.keys.device_reservations(account_id)],
             args=[quota, reservation.id, RESERVATION_SECONDS],
         )
         return reservation if int(taken) else None
 
     async def hold(self, reservation: Reservation, appid: str) -> None:
-        await self._hold(keys=[keys.device_reservations(reservation.account)], args=[reservation.id, appid])
+        await self._hold(keys=[self.keys.device_reservations(reservation.account)], args=[reservation.id, appid])
         reservation.appid = appid
 
     async def release(self, reservation: Reservation) -> None:
         names = [reservation.id] + ([reservation.appid] if reservation.appid else [])
-        await self.redis.zrem(keys.device_reservations(reservation.account), *names)
+        await self.redis.zrem(self.keys.device_reservations(reservation.account), *names)

@@ -1,10 +1,11 @@
--- Gives instances' keys of before the shard tags their tagged names (svcgw.retag), once per
--- deployment at the upgrade. Idempotent: an old name that is gone was moved already.
--- KEYS: per instance 8: old log, log, old dead index, dead index, old service-event list,
---       service-event list, old seq, seq (svcgw.keys.untagged_instance_keys, tagged_instance_keys)
+-- Gives keys of before their names of now, once per shard at an upgrade (svcgw.retag): an
+-- instance's keys of before the shard tags their tag, or a Cluster shard's keys their one tag.
+-- Idempotent: an old name that is gone was moved already.
+-- KEYS: pairs: old name, new name (svcgw.retag)
 -- ARGV: none
--- Returns {renamed, merged, left}: old keys renamed, merged into a new one that exists already,
--- and logs left under their old name (their entries and the new one's overlap in time).
+-- Returns {renamed, merged, left}: old keys renamed, merged into a new one that exists already
+-- (by the key's type), and logs left under their old name (their entries and the new one's
+-- overlap in time).
 local renamed, merged, left = 0, 0, 0
 
 -- The merged key keeps no expiry if either had none, else the later one.
@@ -79,16 +80,35 @@ local function merge_seq(old, new, ttl_old, ttl_new)
   merged = merged + 1
 end
 
-local merges = {merge_log, merge_set, merge_list, merge_seq}
-for i = 1, #KEYS, 8 do
-  for k = 0, 3 do
-    local old, new = KEYS[i + 2 * k], KEYS[i + 2 * k + 1]
-    if redis.call('EXISTS', old) == 1 then
-      if redis.call('EXISTS', new) == 0 then
-        redis.call('RENAME', old, new)
-        renamed = renamed + 1
+-- A hash under both names: the new one's fields stand, the old one's others join them, each with
+-- its own expiry where the server keeps one per field.
+local function merge_hash(old, new, ttl_old, ttl_new)
+  local flat = redis.call('HGETALL', old)
+  for i = 1, #flat, 2 do
+    if redis.call('HSETNX', new, flat[i], flat[i + 1]) == 1 then
+      local ok, ttl = pcall(redis.call, 'HPTTL', old, 'FIELDS', 1, flat[i])
+      if ok and ttl[1] and ttl[1] > 0 then redis.call('HPEXPIRE', new, ttl[1], 'FIELDS', 1, flat[i]) end
+    end
+  end
+  redis.call('DEL', old)
+  keep_expiry(new, ttl_old, ttl_new)
+  merged = merged + 1
+end
+
+local merges = {stream = merge_log, set = merge_set, list = merge_list, string = merge_seq, hash = merge_hash}
+for i = 1, #KEYS, 2 do
+  local old, new = KEYS[i], KEYS[i + 1]
+  if redis.call('EXISTS', old) == 1 then
+    if redis.call('EXISTS', new) == 0 then
+      redis.call('RENAME', old, new)
+      renamed = renamed + 1
+    else
+      local kind = redis.call('TYPE', old)['ok']
+      local merge = merges[kind]
+      if merge then
+        merge(old, new, redis.call('PTTL', old), redis.call('PTTL', new))
       else
-        merges[k + 1](old, new, redis.call('PTTL', old), redis.call('PTTL', new))
+        left = left + 1
       end
     end
   end

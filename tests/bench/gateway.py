@@ -59,6 +59,7 @@ import orjson
 from cryptography.fernet import Fernet
 from redis.asyncio import Redis as AsyncRedis
 
+from svcgw.keys import PLAIN as keys
 from svcgw.settings import Settings
 from svcgw.store import Store
 from svcgw.vault import TokenVault
@@ -245,7 +246,7 @@ def provision(rig: Rig) -> str:
     async def run() -> str:
         client = AsyncRedis.from_url(rig.env["SVCGW_REDIS_URL"], decode_responses=True)
         try:
-            store = Store(client, TokenVault.from_settings(rig.settings))
+            store = Store(client, TokenVault.from_settings(rig.settings), keys)
             account = await store.create_account("bench-gateway", devices=10)
             _, key = await store.create_key(account.id)
             await store.register_instance(APPID, account.id)

@@ -27,8 +27,8 @@ import orjson
 from cryptography.fernet import Fernet
 from redis.asyncio import Redis as AsyncRedis
 
-from svcgw import keys
 from svcgw.ingest import Ingest
+from svcgw.keys import PLAIN as keys
 from svcgw.settings import Settings
 from svcgw.store import Scope, Store
 from svcgw.vault import TokenVault
@@ -44,7 +44,7 @@ CLAIM = 200
 async def _fill(settings: Settings, redis: AsyncRedis, jobs: int) -> tuple[str, list[str]]:
     """An account of ``INSTANCES`` instances with ``jobs`` queued deliveries between them."""
     store = Store(
-        AsyncRedis.from_url(settings.redis_url or "", decode_responses=True), TokenVault.from_settings(settings)
+        AsyncRedis.from_url(settings.redis_url or "", decode_responses=True), TokenVault.from_settings(settings), keys
     )
     account = await store.create_account("held back", devices=INSTANCES)
     instances = []
@@ -54,7 +54,7 @@ async def _fill(settings: Settings, redis: AsyncRedis, jobs: int) -> tuple[str, 
         await store.set_callback(Scope(appid=appid), f"http://127.0.0.1:{9000 + n}/hook")
         instances.append((appid, token))
     await store.redis.aclose()
-    ingest = Ingest(redis, settings)
+    ingest = Ingest(redis, keys, settings)
     for n in range(jobs):
         appid, token = instances[n % INSTANCES]
         await ingest.accept(appid, token, b'{"event_type":"Msg","events":[{"id":"e%d"}]}' % n)
@@ -70,7 +70,7 @@ async def _costs(redis: AsyncRedis) -> tuple[int, float]:
 async def _claim_all(
     settings: Settings, redis: AsyncRedis, account: str, appids: list[str], *, seen: bool
 ) -> dict[str, float]:
-    queue = DeliveryQueue(redis, settings.queue_name)
+    queue = DeliveryQueue(redis, keys, settings.queue_name)
     sightings = queue._claimer.sightings
     if seen:
         for appid in appids:
@@ -99,13 +99,13 @@ async def _claim_all(
 
 async def _requeue(settings: Settings, redis: AsyncRedis) -> None:
     """Everything held back back in the queue, queued, for the next measurement."""
-    scheduled, queue = keys.rq_scheduled(settings.queue_name), keys.rq_queue(settings.queue_name)
+    scheduled, queue = keys.rq.scheduled(settings.queue_name), keys.rq.queue(settings.queue_name)
     ids = await redis.zrange(scheduled, 0, -1)
     async with redis.pipeline(transaction=True) as pipe:
         pipe.delete(scheduled)
         pipe.rpush(queue, *ids)
         for delivery_id in ids:
-            pipe.hset(keys.rq_job(delivery_id.decode()), "status", "queued")
+            pipe.hset(keys.rq.job(delivery_id.decode()), "status", "queued")
         await pipe.execute()
 
 

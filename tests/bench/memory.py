@@ -36,7 +36,7 @@ from typing import Any
 
 import orjson
 
-from svcgw import keys
+from svcgw.keys import PLAIN as keys
 from tests.support import free_port
 
 from .scenarios import Bench, Plan, Tenant
@@ -118,9 +118,9 @@ def kind_of(key: bytes) -> str:
         return "attempt records"
     if name.startswith(keys.delivery("")):
         return "delivery hashes"
-    if name.startswith(keys.rq_job("")):
+    if name.startswith(keys.rq.job("")):
         return "RQ job hashes"
-    if name.startswith(f"{keys.PREFIX}deliveries:"):
+    if name.startswith(f"{keys.prefix}deliveries:"):
         return "deliveries index"  # kept until the log became the index
     if name.startswith(keys.outcomes("")[: -len("}")]):
         return "bare outcomes"
@@ -241,16 +241,16 @@ def _commands(phases: list[tuple[Reading, Reading]], events: int) -> dict[str, f
 def _deliver(bench: Bench, delivered: int, dead: int) -> None:
     """Run the workers until ``delivered`` more reached the sink and ``dead`` more are dead letters."""
     client, name = bench.redis.client, bench.settings.queue_name
-    failed_before = int(client.zcard(keys.rq_failed(name)))
+    failed_before = int(client.zcard(keys.rq.failed(name)))
     bench.sink.reset()
     bench.start_workers()
     try:
         wait_until(lambda: bench.sink.count() >= delivered, 120, "the deliveries")
-        wait_until(lambda: int(client.zcard(keys.rq_failed(name))) >= failed_before + dead, 120, "the dead letters")
+        wait_until(lambda: int(client.zcard(keys.rq.failed(name))) >= failed_before + dead, 120, "the dead letters")
         wait_until(
             lambda: not any(
-                int(n) for n in (client.llen(keys.rq_queue(name)), client.zcard(keys.inflight(name)),
-                                 client.zcard(keys.rq_scheduled(name)))
+                int(n) for n in (client.llen(keys.rq.queue(name)), client.zcard(keys.inflight(name)),
+                                 client.zcard(keys.rq.scheduled(name)))
             ),
             60, "the queue to drain",
         )  # fmt: skip

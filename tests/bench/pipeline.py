@@ -37,7 +37,7 @@ from typing import Any
 
 import orjson
 
-from svcgw import keys
+from svcgw.keys import PLAIN as keys
 from tests.support import free_port
 
 from . import verdict
@@ -100,7 +100,7 @@ def measure(tree: Tree, workdir: Path, seconds: float, short: bool) -> dict[str,
         used0, commands0 = bench.redis.used_memory(), bench.redis.commands()
         redis0, serve0 = bench.redis.cpu_seconds(), cpu_seconds(serve_pids)
         posted = saturate_with_wrk(bench, seconds, 64, prefix=f"{tree.name}-")
-        queue = keys.rq_queue(bench.settings.queue_name)
+        queue = keys.rq.queue(bench.settings.queue_name)
         stored = settled(lambda: int(bench.redis.client.llen(queue)))
         used1, commands1 = bench.redis.used_memory(), bench.redis.commands()
         redis1, serve1 = bench.redis.cpu_seconds(), cpu_seconds(serve_pids)

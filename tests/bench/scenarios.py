@@ -24,9 +24,10 @@ import orjson
 from cryptography.fernet import Fernet
 from redis.asyncio import Redis as AsyncRedis
 
-from svcgw import attemptrecords, deliveryid, keys, layout
+from svcgw import attemptrecords, deliveryid, layout
 from svcgw.bareoutcome import Outcome, attempts_of
 from svcgw.ingest import Ingest
+from svcgw.keys import PLAIN as keys
 from svcgw.outcomestore import stream_outcome
 from svcgw.receivers import receiver_path
 from svcgw.settings import Settings
@@ -197,7 +198,7 @@ class Bench:
     def provision(self, ports: list[int]) -> list[Tenant]:
         async def run() -> list[Tenant]:
             client = AsyncRedis.from_url(self.redis.url, decode_responses=True)
-            store = Store(client, TokenVault.from_settings(self.settings))
+            store = Store(client, TokenVault.from_settings(self.settings), keys)
             account = await store.create_account("bench", devices=100000)
             tenants = []
             for port in ports:
@@ -221,7 +222,7 @@ class Bench:
 
         async def run() -> None:
             client = AsyncRedis.from_url(self.redis.url)
-            ingest = Ingest(client, self.settings)
+            ingest = Ingest(client, keys, self.settings)
             limit = asyncio.Semaphore(64)
 
             async def one(n: int) -> None:
@@ -238,7 +239,7 @@ class Bench:
 
     def clear_queue(self) -> None:
         name = self.settings.queue_name
-        self.redis.client.delete(keys.rq_queue(name), keys.rq_scheduled(name), keys.inflight(name))
+        self.redis.client.delete(keys.rq.queue(name), keys.rq.scheduled(name), keys.inflight(name))
 
     def service_rss(self) -> int:
         served = self.server.rss_bytes() if self.server is not None else 0
@@ -276,7 +277,7 @@ class Bench:
 async def _mark_layout(url: str) -> None:
     client = AsyncRedis.from_url(url)
     try:
-        await layout.mark_at_start(client)
+        await layout.mark_at_start(client, keys)
     finally:
         await client.aclose()
 
@@ -347,7 +348,7 @@ def ingest(bench: Bench) -> dict[str, Any]:
         saturated["generator"] = "python"
     posts = fixed["ok"] + saturated["ok"]
     time.sleep(0.5)  # posts cut off when the generator stopped may still be stored
-    stored = int(bench.redis.client.llen(keys.rq_queue(bench.settings.queue_name)))
+    stored = int(bench.redis.client.llen(keys.rq.queue(bench.settings.queue_name)))
     used_after, commands_after = bench.redis.used_memory(), bench.redis.commands()
     return {
         "fixed_rate": plan.fixed_rate,
@@ -408,7 +409,7 @@ def sustained(bench: Bench) -> dict[str, Any]:
     within = [t for _, t in arrivals if started <= t <= ended]
     name, client = bench.settings.queue_name, bench.redis.client
     wait_until(
-        lambda: client.llen(keys.rq_queue(name)) == 0 and client.zcard(keys.inflight(name)) == 0,
+        lambda: client.llen(keys.rq.queue(name)) == 0 and client.zcard(keys.inflight(name)) == 0,
         120, "the queue to drain",
     )  # fmt: skip
     return {
@@ -613,12 +614,12 @@ def retry_timing(bench: Bench) -> dict[str, Any]:
     count = bench.plan.retry_due
     bench.fill(bench.fast, count, "due-")
     name = bench.settings.queue_name
-    ids = [i.decode() for i in bench.redis.client.lrange(keys.rq_queue(name), 0, -1)]
+    ids = [i.decode() for i in bench.redis.client.lrange(keys.rq.queue(name), 0, -1)]
     due = time.time() + 4.0
     make_due = bench.redis.client.register_script(_MAKE_DUE)
-    make_due(keys=[keys.rq_queue(name), keys.rq_scheduled(name)], args=[due, keys.rq_job("")])
+    make_due(keys=[keys.rq.queue(name), keys.rq.scheduled(name)], args=[due, keys.rq.job("")])
     bench.start_workers()
-    scheduled = keys.rq_scheduled(name)
+    scheduled = keys.rq.scheduled(name)
     wait_until(lambda: time.time() >= due, 30, "the due time", interval=0.005)
     promoted_at = wait_until(
         lambda: time.time() if bench.redis.client.zcard(scheduled) == 0 else None, 60, "promotion", interval=0.005

@@ -35,7 +35,8 @@ from typing import Any
 
 from cryptography.fernet import Fernet
 
-from svcgw import keys, layout
+from svcgw import layout
+from svcgw.keys import PLAIN as keys
 from svcgw.settings import Settings
 from svcgw.shards import shard_of_token
 from svcgw.store import Scope
@@ -81,8 +82,10 @@ def register(settings: Settings, ports: list[int]) -> list[Tenant]:
 
     async def run() -> list[Tenant]:
         async with sharded_store(settings) as store:
-            for client in store.copies.shards if store.copies else ():
-                await layout.mark_at_start(client)  # a new deployment: each shard marked before anything is stored
+            shards = zip(store.copies.shards, store.copies.spaces, strict=True) if store.copies else ()
+            for client, names in shards:
+                # A new deployment: each shard marked before anything is stored.
+                await layout.mark_at_start(client, names)
             account = await store.create_account("bench-shards", devices=100000)
             tenants = []
             for port in ports:
@@ -117,7 +120,7 @@ def measure(count: int, workdir: Path, seconds: float, appendfsync: str = "alway
         wait_until(lambda: ready(rig.base), 30, "svcgw serve")
         used0, cpu0 = [s.used_memory() for s in servers], [_cpu(s) for s in servers]
         posted = saturate_with_wrk(rig, seconds, 64, prefix=f"n{count}-")
-        queue = keys.rq_queue(settings.queue_name)
+        queue = keys.rq.queue(settings.queue_name)
         stored = settled(lambda: sum(int(s.client.llen(queue)) for s in servers))
         sink.reset()
         roles += [Role(["worker"], env, workdir / f"worker-{n}.log").start() for n in range(2)]

@@ -8,7 +8,7 @@ from click.testing import CliRunner
 from redis import Redis
 
 from cli.main import cli
-from svcgw import keys
+from svcgw.keys import PLAIN as keys
 from svcgw.settings import Settings
 from svcgw.vault import TokenVault
 from tests.cli.commands import fails, ok, svcgw

@@ -5,7 +5,7 @@ from __future__ import annotations
 import orjson
 from redis import Redis
 
-from svcgw import keys
+from svcgw.keys import PLAIN as keys
 from svcgw.settings import Settings
 from tests.cli.commands import fails, ok, svcgw
 from tests.conftest import provision

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from svcgw.keys import PLAIN as keys
 from svcgw.settings import Settings
 from tests.cli.commands import ok
 
@@ -77,9 +78,9 @@ def test_the_demo_walkthrough_starts_at_an_invitation_that_signs_in(env: dict[st
     assert f"{settings.public_url}/console/invitation/{demo.invitation}" in text and "demo@example.com" in text
 
     async def accept(store: Store) -> str | None:
-        account = await Invitations(store.redis).redeem(demo.invitation or "")
+        account = await Invitations(store.redis, keys).redeem(demo.invitation or "")
         if account is not None:
-            await Credentials(store.redis).set_password(account, passwords.hash_password("demo password 123"))
+            await Credentials(store.redis, keys).set_password(account, passwords.hash_password("demo password 123"))
         return account
 
     assert with_store(settings, accept) == demo.account

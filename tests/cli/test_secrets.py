@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from redis import Redis
 
-from svcgw import keys
+from svcgw.keys import PLAIN as keys
 from svcgw.settings import Settings
 from svcgw.vault import TokenVault
 from tests.cli.commands import ok

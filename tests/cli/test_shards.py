@@ -5,9 +5,9 @@ from __future__ import annotations
 import httpx
 from redis import Redis
 
-from svcgw import keys
+from svcgw.keys import PLAIN
+from svcgw.keys import PLAIN as keys
 from svcgw.settings import Settings
-from svcgw.shardkeys import SHARD_INSTANCES
 from svcgw.shards import Shard
 from svcgw.store import Store
 from svcgw.storebase import digest
@@ -35,7 +35,7 @@ def test_one_redis_is_one_shard_with_its_instances_memory_queue_and_health(
 
 
 def test_instances_registered_before_shards_count_on_shard_0(settings: Settings, redis: Redis) -> None:
-    redis.sadd(keys.INSTANCES, "we_old1", "we_old2")  # as registered before shards were counted
+    redis.sadd(keys.instances, "we_old1", "we_old2")  # as registered before shards were counted
     shards = [Shard(0, "a"), Shard(1, "b", 1), Shard(2, "c", 2)]
 
     async def action(store: Store) -> tuple[str | None, dict[int, int], str, str | None]:
@@ -47,7 +47,7 @@ def test_instances_registered_before_shards_count_on_shard_0(settings: Settings,
     owner, counts, token, field = with_store(settings, action)
     assert owner is not None and counts == {0: 2, 1: 0, 2: 1}
     assert token.startswith("s2.") and field == "2"
-    assert redis.hgetall(SHARD_INSTANCES) == {b"2": b"1"}
+    assert redis.hgetall(PLAIN.shard_instances) == {b"2": b"1"}
     assert redis.get(keys.receiver_lookup(digest(token))) == b"we_new"
 
 

@@ -8,9 +8,9 @@ import orjson
 from click.testing import CliRunner, Result
 
 from cli.main import cli
-from svcgw import keys
 from svcgw.credentials import Credentials, Login
 from svcgw.invitations import Invitations
+from svcgw.keys import PLAIN as keys
 from svcgw.settings import Settings
 from svcgw.store import Store, digest
 from tests.cli.commands import fails, ok
@@ -25,7 +25,7 @@ def run(env: dict[str, str], *args: str, stdin: str | None = None) -> Result:
 
 def lookup(settings: Settings, login: str) -> Login | None:
     async def action(store: Store) -> Login | None:
-        return await Credentials(store.redis).lookup(login)
+        return await Credentials(store.redis, keys).lookup(login)
 
     return with_store(settings, action)
 
@@ -89,7 +89,7 @@ def test_invite_prints_a_link_that_expires(env: dict[str, str], settings: Settin
 
     async def check(store: Store) -> tuple[str | None, int]:
         ttl = await store.redis.ttl(keys.invitation(digest(token)))
-        return await Invitations(store.redis).account_of(token), int(ttl)
+        return await Invitations(store.redis, keys).account_of(token), int(ttl)
 
     found, ttl = with_store(settings, check)
     assert found == account and 7100 < ttl <= 7200

@@ -181,8 +181,8 @@ async def sharded_store(settings: Settings) -> AsyncIterator[Store]:
     """The registry's ``Store`` of a sharded deployment, writing the copies instances' shards read, as serve does."""
     texts = role_clients(settings, decode=True)
     try:
-        store = Store(texts[0], TokenVault.from_settings(settings))
-        store.copies = ShardCopies(texts)
+        store = Store(texts[0].redis, TokenVault.from_settings(settings), texts[0].keys)
+        store.copies = ShardCopies([client for client, _ in texts], [names for _, names in texts])
         yield store
     finally:
         await aclose_all(texts)

@@ -25,7 +25,7 @@ import httpx
 import orjson
 import pytest
 
-from svcgw import keys
+from svcgw.keys import KeySpace
 from svcgw.receivers import RECEIVER_PREFIX
 from svcgw.settings import Settings
 from svcgw.shards import shard_of_token
@@ -185,11 +185,13 @@ def test_the_gateway_places_instances_over_the_virtual_shards_and_each_event_arr
     wait_for(lambda: len(counting.count("ev-")) == 2 * DEVICES, timeout=30, what="every event delivered")
     assert set(counting.count("ev-").values()) == {1}
 
-    # Each instance's log is in its tag's slot, named as on one Redis behind the tag.
+    # Each instance's log is in its tag's slot, its name carrying that tag alone.
     for appid in appids[:4]:
         holder = _slot_holder(cluster, shards[appid] or 0)
         try:
-            assert holder.xlen(f"{{s{shards[appid]}}}" + keys.callback_log(appid)) == 2
+            name = KeySpace(f"{{s{shards[appid] or 0}}}").callback_log(appid)
+            assert name == f"{{s{shards[appid] or 0}}}svcgw:log:{appid}"
+            assert holder.xlen(name) == 2
         finally:
             holder.close()
 

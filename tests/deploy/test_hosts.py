@@ -20,7 +20,7 @@ import orjson
 import pytest
 from redis import Redis
 
-from svcgw import keys
+from svcgw.keys import PLAIN as keys
 from svcgw.settings import Settings
 from svcgw.store import Scope
 from tests.conftest import Tenant, run

@@ -14,7 +14,7 @@ import orjson
 import pytest
 from redis import Redis
 
-from svcgw import keys
+from svcgw.keys import PLAIN as keys
 from svcgw.settings import Settings
 from tests.conftest import provision
 from tests.deploy.load import Load, event_ids, missing

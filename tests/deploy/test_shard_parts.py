@@ -19,7 +19,7 @@ import orjson
 import pytest
 
 from receiver.app import create_app
-from svcgw import keys
+from svcgw.keys import PLAIN as keys
 from svcgw.settings import Settings
 from svcgw.store import Scope
 from tests.conftest import Tenant, run
@@ -159,7 +159,7 @@ async def _recopy(settings: Settings, tenant: Tenant) -> None:
     async with sharded_store(settings) as store:
         assert store.copies is not None
         await store.copies.instance(tenant.appid, tenant.account, tenant.receiver_token, 1)
-        await store.copies.callback(keys.callback_account(tenant.account), None)
+        await store.copies.callback(Scope(account=tenant.account))
 
 
 def test_readyz_names_the_shard_that_does_not_answer_and_stays_ready_while_shard_0_answers(

@@ -18,7 +18,7 @@ import httpx
 import orjson
 import pytest
 
-from svcgw import keys
+from svcgw.keys import PLAIN as keys
 from svcgw.receivers import RECEIVER_PREFIX
 from svcgw.settings import Settings
 from svcgw.store import Scope

@@ -22,10 +22,10 @@ import pytest
 from redis import Redis
 
 from receiver.app import create_app
-from svcgw import keys
+from svcgw.keys import PLAIN
+from svcgw.keys import PLAIN as keys
 from svcgw.settings import Settings
 from svcgw.shardclients import AsyncShardClients, ShardClients
-from svcgw.shardkeys import SHARD_INSTANCES
 from svcgw.shards import shard_of_token
 from svcgw.store import Store
 from tests.cli.commands import svcgw
@@ -123,7 +123,7 @@ def test_the_gateway_places_300_instances_a_third_on_each_of_three_shards(
     assert [row["name"] for row in rows] == fleet.urls()
     assert [row["instances"] for row in rows] == [per_shard[i] for i in range(3)]
     assert all(row["healthy"] and row["queue_depth"] == 0 and row["used_memory"] > 0 for row in rows)
-    counts = fleet.nodes[0].client(decode_responses=True).hgetall(SHARD_INSTANCES)
+    counts = fleet.nodes[0].client(decode_responses=True).hgetall(PLAIN.shard_instances)
     assert {int(i): int(n) for i, n in counts.items()} == dict(per_shard)
 
 
@@ -151,19 +151,19 @@ def test_device_create_goes_past_a_shard_that_is_down_and_fails_only_when_no_ope
         owner = registry.hget(keys.instance(fourth), "account")
         assert shard_one.hgetall(keys.instance(fourth)) == {"account": owner, "shard": "1"}
         shard_one.close()
-        assert registry.hgetall(SHARD_INSTANCES) == {"1": "3", "2": "1"}
+        assert registry.hgetall(PLAIN.shard_instances) == {"1": "3", "2": "1"}
         post = stack.client.post(stack.receiver_url(fourth), content=b'{"event_type":"Msg","events":[{"id":"p1"}]}')
         assert post.status_code == 200  # its shard answers
 
         fleet.nodes[1].kill()  # no open shard answers now
         body = {"appid": "", "type": "iPad", "name": "t", "version": 0}
         assert error(stack.api(key, "device/create", body)) == (502, -50002)
-        assert registry.hgetall(SHARD_INSTANCES) == {"1": "3", "2": "1"}
-        assert registry.scard(keys.INSTANCES) == 4  # nothing of it registered
+        assert registry.hgetall(PLAIN.shard_instances) == {"1": "3", "2": "1"}
+        assert registry.scard(keys.instances) == 4  # nothing of it registered
 
         fleet.nodes[2].start()  # back, empty: it takes the next instance again
         assert placed_on(stack, stack.create_device(key)) == 2
-        assert registry.hgetall(SHARD_INSTANCES) == {"1": "3", "2": "2"}
+        assert registry.hgetall(PLAIN.shard_instances) == {"1": "3", "2": "2"}
     finally:
         registry.close()
         stack.stop()
@@ -214,27 +214,34 @@ def test_the_cluster_clients_keep_each_virtual_shard_in_its_slot(
     async def each_shard() -> dict[int, str]:
         clients = AsyncShardClients(settings, decode=True)
         try:
+            assert len(clients.distinct()) == 1  # one stock Cluster client for every shard
             nodes = {}
             for shard in clients.shards:
-                client = clients.of(shard)
-                assert await client.set("svcgw:probe", str(shard.index)) is True
-                assert await client.get("svcgw:probe") == str(shard.index)  # each shard its own keyspace
-                nodes[shard.index] = client.get_node_from_key(shard.tag).name
-            # Keys named as on one Redis, in one slot: one script, one transaction.
+                client, names = clients.of(shard), clients.keys_of(shard)
+                probe = names.prefix + "probe"
+                assert probe == f"{shard.tag}svcgw:probe"
+                assert await client.set(probe, str(shard.index)) is True
+                assert await client.get(probe) == str(shard.index)  # each shard its own names
+                nodes[shard.index] = client.get_node_from_key(probe).name
+            # A shard's names share one slot: one script, one transaction.
             script = (
                 "redis.call('SET', KEYS[1], ARGV[1]); redis.call('RPUSH', KEYS[2], ARGV[1]); "
                 "return redis.call('LLEN', KEYS[2])"
             )
-            one = clients.of(clients.shards[3])
-            assert await one.eval(script, 2, "svcgw:a", "rq:queue:svcgw", "x") == 1
-            assert await one.eval(script, 2, "svcgw:a", "rq:queue:svcgw", "y") == 2
+            one, three = clients.of(clients.shards[3]), clients.keys_of(clients.shards[3])
+            queue = three.rq.queue("svcgw")
+            assert await one.eval(script, 2, three.prefix + "a", queue, "x") == 1
+            assert await one.eval(script, 2, three.prefix + "a", queue, "y") == 2
             async with one.pipeline(transaction=True) as pipe:
-                pipe.rpush("rq:queue:svcgw", "z")
-                pipe.hset("svcgw:h", "f", "v")
+                pipe.rpush(queue, "z")
+                pipe.hset(three.prefix + "h", "f", "v")
                 assert await pipe.execute() == [3, 1]
-            assert await clients.of(clients.shards[4]).llen("rq:queue:svcgw") == 0
-            # SCAN sees the shard's keys alone, without their tag (the upgrade's rename scans).
-            assert [k async for k in one.scan_iter(match="rq:queue:*")] == ["rq:queue:svcgw"]
+            four = clients.keys_of(clients.shards[4])
+            assert await clients.of(clients.shards[4]).llen(four.rq.queue("svcgw")) == 0
+            # A SCAN of the shard's master finds the shard's keys by their tag (the upgrade's rename scans).
+            node = one.get_node_from_key(queue)
+            found = [k async for k in one.scan_iter(match=three.rq.queue("*"), target_nodes=node)]
+            assert found == [queue]
             return nodes
         finally:
             await clients.aclose()
@@ -248,7 +255,8 @@ def test_the_cluster_clients_keep_each_virtual_shard_in_its_slot(
         node.close()
     blocking = ShardClients(settings, decode=True)
     try:
-        assert blocking.of(blocking.shards[5]).get("svcgw:probe") == "5"
+        five = blocking.shards[5]
+        assert blocking.of(five).get(blocking.keys_of(five).prefix + "probe") == "5"
     finally:
         blocking.close()
 

@@ -11,9 +11,10 @@ import pytest
 from redis import Redis
 
 from receiver.app import create_app
-from svcgw import keys, redisconf
+from svcgw import redisconf
 from svcgw.calllog import body_of
 from svcgw.envelope import parse_post
+from svcgw.keys import PLAIN as keys
 from svcgw.settings import Settings
 from tests.conftest import provision
 from tests.deploy.redis_nodes import Node, require_binaries

@@ -10,7 +10,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from redis import Redis
 
 from receiver.metrics import merge, render
-from svcgw import keys
+from svcgw.keys import PLAIN as keys
 from svcgw.metrics import LATENCY_BUCKETS, attempt_commands, ingest_commands
 from svcgw.settings import Settings, SettingsError
 from tests.conftest import provision
@@ -74,19 +74,19 @@ def test_counters_move_when_events_flow(
     assert final["svcgw_delivery_attempts_total{outcome=dead}"] == 1
     assert final["svcgw_deliveries_total{outcome=dead}"] == 1
     assert final["svcgw_dead_letters_total"] == 1
-    assert redis.hlen(keys.METRICS_COUNTERS) > 0
+    assert redis.hlen(keys.metrics_counters) > 0
 
 
 def test_rendering_is_cumulative_and_labelled() -> None:
     counters: dict[str, float] = {}
     latency: dict[str, float] = {}
     for command, key, field, amount in [
-        *ingest_commands(3, 1),
-        *attempt_commands("delivered", received_at=100.0, now=100.07),
-        *attempt_commands("delivered", received_at=100.0, now=400.0),
-        *attempt_commands("retry", received_at=100.0),
+        *ingest_commands(keys, 3, 1),
+        *attempt_commands(keys, "delivered", received_at=100.0, now=100.07),
+        *attempt_commands(keys, "delivered", received_at=100.0, now=400.0),
+        *attempt_commands(keys, "retry", received_at=100.0),
     ]:
-        target = counters if key == keys.METRICS_COUNTERS else latency
+        target = counters if key == keys.metrics_counters else latency
         target[field] = target.get(field, 0) + amount
         assert command in ("HINCRBY", "HINCRBYFLOAT")
     text = render(

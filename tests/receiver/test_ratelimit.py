@@ -9,6 +9,7 @@ import pytest
 from redis.asyncio import Redis as AsyncRedis
 
 from receiver.ratelimit import RateLimiter
+from svcgw.keys import PLAIN as keys
 
 
 class FakeClock:
@@ -33,7 +34,7 @@ def test_moving_window_counts_refused_calls_and_tells_an_honest_wait(redis_url: 
         client = _async_redis(redis_url)
         clock = FakeClock()
         try:
-            limiter = RateLimiter(client, "3/2second", clock=clock)
+            limiter = RateLimiter(client, keys, "3/2second", clock=clock)
             first = [await limiter.hit("acc_a") for _ in range(3)]
             refused = await limiter.hit("acc_a")
             other = await limiter.hit("acc_b")
@@ -58,7 +59,7 @@ def test_several_limits_are_all_enforced(redis_url: str) -> None:
         client = _async_redis(redis_url)
         clock = FakeClock()
         try:
-            limiter = RateLimiter(client, "2/second;3/minute", clock=clock)
+            limiter = RateLimiter(client, keys, "2/second;3/minute", clock=clock)
             allowed = []
             for _ in range(2):
                 allowed.append((await limiter.hit("acc")).allowed)
@@ -78,7 +79,7 @@ def test_the_redis_clock_is_the_default(redis_url: str) -> None:
     async def scenario() -> list[bool]:
         client = _async_redis(redis_url)
         try:
-            limiter = RateLimiter(client, "2/minute")
+            limiter = RateLimiter(client, keys, "2/minute")
             return [(await limiter.hit("acc")).allowed for _ in range(3)]
         finally:
             await client.aclose()
@@ -90,7 +91,7 @@ def test_rate_limit_needs_a_positive_amount(redis_url: str) -> None:
     async def build() -> None:
         client = _async_redis(redis_url)
         try:
-            RateLimiter(client, "0/second")
+            RateLimiter(client, keys, "0/second")
         finally:
             await client.aclose()
 

@@ -33,6 +33,7 @@ from starlette.applications import Starlette
 
 from receiver.app import create_app
 from receiver.openapi import document
+from svcgw.keys import PLAIN as keys
 from svcgw.settings import Settings
 from svcgw.store import Store
 from svcgw.vault import TokenVault
@@ -59,7 +60,7 @@ class Fuzzed:
 async def _developer(settings: Settings) -> tuple[str, str, str]:
     client = AsyncRedis.from_url(settings.redis_url or "", decode_responses=True)
     try:
-        store = Store(client, TokenVault.from_settings(settings))
+        store = Store(client, TokenVault.from_settings(settings), keys)
         account = await store.create_account("fuzzed", devices=10)
         _, key = await store.create_key(account.id)
         appid = "we_fuzzed"

@@ -6,8 +6,9 @@ import time
 
 from redis import Redis
 
-from svcgw import attemptrecords, keys
+from svcgw import attemptrecords
 from svcgw.deliveries import exc_info_field
+from svcgw.keys import PLAIN as keys
 from svcgw.settings import Settings
 from tests.conftest import provision
 from tests.support import attempt_records, wait_for

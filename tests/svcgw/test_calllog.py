@@ -11,10 +11,11 @@ import pytest
 from redis import Redis
 from redis.asyncio import Redis as AsyncRedis
 
-from svcgw import calllog, keys
+from svcgw import calllog
 from svcgw.calllog import COMPRESS_FROM, LogEntry, body_of, parse_since, stored_body
 from svcgw.calllog import read_log as read
 from svcgw.ingest import Ingest
+from svcgw.keys import PLAIN as keys
 from svcgw.settings import Settings
 from tests.conftest import provision
 from tests.svcgw.test_deadletters import ingest
@@ -26,7 +27,7 @@ def read_log(settings: Settings, appid: str, **kwargs: Any) -> list[LogEntry]:
     async def run() -> list[LogEntry]:
         client = AsyncRedis.from_url(settings.redis_url or "")
         try:
-            return await read(client, settings, appid, **kwargs)
+            return await read(client, keys, settings, appid, **kwargs)
         finally:
             await client.aclose()
 
@@ -59,7 +60,7 @@ def test_entries_are_raw_and_newest_first(settings: Settings, redis: Redis) -> N
     async def post_duplicate() -> None:
         client = AsyncRedis.from_url(settings.redis_url or "")
         try:
-            result = await Ingest(client, settings).accept(tenant.appid, tenant.receiver_token, bodies[2])
+            result = await Ingest(client, keys, settings).accept(tenant.appid, tenant.receiver_token, bodies[2])
         finally:
             await client.aclose()
         assert result.delivery_id is None and result.duplicates == 1

@@ -6,8 +6,8 @@ import asyncio
 
 from redis import Redis
 
-from svcgw import keys
 from svcgw.credentials import Credentials, LoginTaken
+from svcgw.keys import PLAIN as keys
 from svcgw.settings import Settings
 from svcgw.store import Account, Store
 from tests.conftest import with_store
@@ -23,14 +23,14 @@ def test_accounts_racing_for_one_login_get_it_once(settings: Settings, redis: Re
     results = with_store(settings, action)
     created = [r for r in results if isinstance(r, Account)]
     assert len(created) == 1 and sum(isinstance(r, LoginTaken) for r in results) == 5
-    assert redis.smembers(keys.ACCOUNTS) == {created[0].id.encode()}  # nothing left of the refused ones
+    assert redis.smembers(keys.accounts) == {created[0].id.encode()}  # nothing left of the refused ones
     assert redis.get(keys.login("racer@example.com")) == created[0].id.encode()
 
 
 def test_set_password_raises_the_epoch_and_keeps_one_session(settings: Settings, redis: Redis) -> None:
     async def action(store: Store) -> tuple[int, int, int]:
         account = await store.create_account("x", login="keeper")
-        credentials = Credentials(store.redis)
+        credentials = Credentials(store.redis, keys)
         kept = keys.console_session("kept")
         await store.redis.hset(kept, mapping={"account": account.id, "epoch": "0"})
         first = await credentials.set_password(account.id, "$argon2id$first", keep_session=kept)
@@ -43,7 +43,7 @@ def test_set_password_raises_the_epoch_and_keeps_one_session(settings: Settings,
 
     async def missing(store: Store) -> str:
         try:
-            await Credentials(store.redis).end_sessions("acc_nope")
+            await Credentials(store.redis, keys).end_sessions("acc_nope")
         except LookupError as exc:
             return str(exc)
         return "no error"

@@ -12,10 +12,11 @@ import pytest
 from redis import Redis
 from redis.asyncio import Redis as AsyncRedis
 
-from svcgw import deadletters, keys
+from svcgw import deadletters
 from svcgw.deadletters import DeadLetter, DeadLetterDetail, NotFound, ReplayResult
 from svcgw.deliveries import exc_info_field
 from svcgw.ingest import Ingest
+from svcgw.keys import PLAIN as keys
 from svcgw.settings import Settings
 from tests.conftest import Tenant, provision
 from tests.worker.support import claim, claim_batch, finish
@@ -29,7 +30,7 @@ def ingest(settings: Settings, tenant: Tenant, body: bytes) -> str:
     async def run() -> str | None:
         client = AsyncRedis.from_url(settings.redis_url or "")
         try:
-            result = await Ingest(client, settings).accept(tenant.appid, tenant.receiver_token, body)
+            result = await Ingest(client, keys, settings).accept(tenant.appid, tenant.receiver_token, body)
         finally:
             await client.aclose()
         return result.delivery_id
@@ -66,7 +67,7 @@ def _run(settings: Settings, read: Callable[..., Awaitable[T]], *args: Any, deco
     async def run() -> T:
         client = AsyncRedis.from_url(settings.redis_url or "", decode_responses=decode)
         try:
-            return await read(client, settings, *args, **kwargs)
+            return await read(client, keys, settings, *args, **kwargs)
         finally:
             await client.aclose()
 
@@ -144,7 +145,7 @@ def test_stale_index_ids_are_filtered(settings: Settings, redis: Redis) -> None:
     requeued = kill(settings, tenant, "requeued", died_at=time.time())
     expired = kill(settings, tenant, "expired", died_at=time.time())
     index = keys.dead_letters_by_appid(tenant.appid)
-    failed = keys.rq_failed(settings.queue_name)
+    failed = keys.rq.failed(settings.queue_name)
     redis.sadd(index, "dlv_never_existed")
     redis.zrem(failed, requeued)  # what `rq requeue` does: the index is not told
     redis.zadd(failed, {expired: time.time() - 1})  # past its expiry, not yet cleaned
@@ -167,7 +168,7 @@ def test_replay_queues_one_fresh_attempt(settings: Settings, redis: Redis) -> No
     record = redis.hgetall(keys.delivery(delivery_id))
     assert record[b"state"] == b"queued"
     assert int(record[b"failures"]) == len(settings.retry_schedule)
-    assert redis.lrange(keys.rq_queue(settings.queue_name), 0, -1) == [delivery_id.encode()]
+    assert redis.lrange(keys.rq.queue(settings.queue_name), 0, -1) == [delivery_id.encode()]
     assert not redis.sismember(keys.dead_letters_by_appid(tenant.appid), delivery_id)
     assert list_dead(settings) == []
     # Not a dead letter any more: a second replay finds nothing.
@@ -177,10 +178,10 @@ def test_replay_queues_one_fresh_attempt(settings: Settings, redis: Redis) -> No
 def test_replay_of_expired_data_reports_it(settings: Settings, redis: Redis) -> None:
     tenant = provision(settings)
     delivery_id = kill(settings, tenant, "x", died_at=time.time())
-    redis.delete(keys.rq_job(delivery_id))
+    redis.delete(keys.rq.job(delivery_id))
 
     assert [r.status for r in replay(settings, all=True)] == ["expired"]
-    assert redis.zscore(keys.rq_failed(settings.queue_name), delivery_id) is None
+    assert redis.zscore(keys.rq.failed(settings.queue_name), delivery_id) is None
     assert not redis.sismember(keys.dead_letters_by_appid(tenant.appid), delivery_id)
 
 
@@ -224,12 +225,12 @@ def test_rq_requeue_of_a_dead_letter_with_one_hash(settings: Settings, redis: Re
 
     tenant = provision(settings)
     delivery_id = kill(settings, tenant, "rq1", died_at=time.time())
-    assert keys.delivery(delivery_id) == keys.rq_job(delivery_id)
+    assert keys.delivery(delivery_id) == keys.rq.job(delivery_id)
     registry = FailedJobRegistry(settings.queue_name, connection=redis, serializer=JSONSerializer)
     assert delivery_id in registry.get_job_ids()
     registry.requeue(delivery_id)
     assert Job.fetch(delivery_id, connection=redis, serializer=JSONSerializer).get_status() == "queued"
-    assert redis.lrange(keys.rq_queue(settings.queue_name), 0, -1) == [delivery_id.encode()]
+    assert redis.lrange(keys.rq.queue(settings.queue_name), 0, -1) == [delivery_id.encode()]
     (job,) = claim_batch(settings, 1)
     assert job.delivery_id == delivery_id and job.fields["appid"] == tenant.appid.encode()
     assert job.fields["body"] and job.fields["state"] == b"dead"  # a replay: one fresh attempt

@@ -11,10 +11,11 @@ import pytest
 from redis import Redis
 from redis.asyncio import Redis as AsyncRedis
 
-from svcgw import dedup, keys
+from svcgw import dedup
 from svcgw.dedup import Plan
 from svcgw.envelope import parse_post
 from svcgw.ingest import Ingest
+from svcgw.keys import PLAIN as keys
 from svcgw.layout import BUCKETS, HEXPIRE, Layout
 from svcgw.scripts import source
 from svcgw.settings import Settings
@@ -79,23 +80,24 @@ def test_an_id_in_a_bucket_is_found_until_at_least_a_window_later(written: float
 def test_the_plan_names_every_key_the_script_touches() -> None:
     now = 1795645968.5
     n = dedup.bucket(now, DAY)
-    assert dedup.plan(APPID, [A[0]], UPGRADED_LONG_AGO, now, DAY, hsetex=True) == Plan(
+    assert dedup.plan(keys, APPID, [A[0]], UPGRADED_LONG_AGO, now, DAY, hsetex=True) == Plan(
         [f"svcgw:dd:{{{APPID}}}:{n}", f"svcgw:dd:{{{APPID}}}:{n - 1}"], "buckets", (n + 2) * DAY
     )
     hexpire = Layout(2, 0, HEXPIRE)
-    assert dedup.plan(APPID, [A[0]], hexpire, now, DAY, hsetex=True) == Plan([f"svcgw:dd:{{{APPID}}}"], "hsetex", DAY)
-    assert dedup.plan(APPID, [A[0]], hexpire, now, DAY, hsetex=False).mode == "hexpire"
+    planned = dedup.plan(keys, APPID, [A[0]], hexpire, now, DAY, hsetex=True)
+    assert planned == Plan([f"svcgw:dd:{{{APPID}}}"], "hsetex", DAY)
+    assert dedup.plan(keys, APPID, [A[0]], hexpire, now, DAY, hsetex=False).mode == "hexpire"
 
 
 def test_layout_1_keys_are_named_until_since_plus_the_window() -> None:
     since = 1795645968
     upgraded = Layout(2, since, HEXPIRE)
     old = [keys.dedup(APPID, A[0]), keys.dedup(APPID, B[0])]
-    assert dedup.plan(APPID, [A[0], B[0]], upgraded, since, DAY, hsetex=True).keys[1:] == old
-    assert dedup.plan(APPID, [A[0], B[0]], upgraded, since + DAY - 0.001, DAY, hsetex=True).keys[1:] == old
-    assert dedup.plan(APPID, [A[0], B[0]], upgraded, since + DAY, DAY, hsetex=True).keys[1:] == []
+    assert dedup.plan(keys, APPID, [A[0], B[0]], upgraded, since, DAY, hsetex=True).keys[1:] == old
+    assert dedup.plan(keys, APPID, [A[0], B[0]], upgraded, since + DAY - 0.001, DAY, hsetex=True).keys[1:] == old
+    assert dedup.plan(keys, APPID, [A[0], B[0]], upgraded, since + DAY, DAY, hsetex=True).keys[1:] == []
     # A post without ids names none.
-    assert dedup.plan(APPID, [], upgraded, since, DAY, hsetex=True).keys[1:] == []
+    assert dedup.plan(keys, APPID, [], upgraded, since, DAY, hsetex=True).keys[1:] == []
 
 
 def test_the_field_is_16_bytes_of_the_ids_sha256() -> None:
@@ -119,7 +121,7 @@ def test_buckets_refuse_a_repeat_within_the_window_and_take_it_after(fake: faker
     t = time.time()
 
     def at(now: float, *fields: bytes) -> list[int]:
-        return run_window(fake, dedup.plan(APPID, [], UPGRADED_LONG_AGO, now, DAY, hsetex=False), fields)
+        return run_window(fake, dedup.plan(keys, APPID, [], UPGRADED_LONG_AGO, now, DAY, hsetex=False), fields)
 
     assert at(t, A[1], A[1], B[1]) == [1, 0, 1]  # a repeat within one post too
     n = dedup.bucket(t, DAY)
@@ -133,7 +135,7 @@ def test_buckets_refuse_a_repeat_within_the_window_and_take_it_after(fake: faker
 
 @pytest.mark.parametrize("mode", ["hexpire", "hsetex"])
 def test_fields_that_expire_refuse_a_repeat_for_the_window(fake: fakeredis.FakeRedis, mode: str) -> None:
-    plan = dedup.plan(APPID, [], Layout(2, 0, HEXPIRE), time.time(), DAY, hsetex=mode == "hsetex")
+    plan = dedup.plan(keys, APPID, [], Layout(2, 0, HEXPIRE), time.time(), DAY, hsetex=mode == "hsetex")
     assert plan.mode == mode
     assert run_window(fake, plan, [A[1], A[1], B[1]]) == [1, 0, 1]
     assert run_window(fake, plan, [A[1], C[1]]) == [0, 1]
@@ -147,16 +149,16 @@ def test_an_id_under_its_layout_1_key_is_a_duplicate_and_not_copied(fake: fakere
     now = time.time()
     fake.set(keys.dedup(APPID, A[0]), 1, nx=True, ex=DAY)  # as the ingest script of layout 1 wrote it
     upgrading = Layout(2, int(now), HEXPIRE)
-    plan = dedup.plan(APPID, [A[0], B[0]], upgrading, now, DAY, hsetex=True)
+    plan = dedup.plan(keys, APPID, [A[0], B[0]], upgrading, now, DAY, hsetex=True)
     assert run_window(fake, plan, [A[1], B[1]]) == [0, 1]
     assert fake.hkeys(keys.dedup_container(APPID)) == [B[1]]
     # A window after the marker's since, the old keys are no longer looked at.
-    later = dedup.plan(APPID, [A[0]], upgrading, now + DAY, DAY, hsetex=True)
+    later = dedup.plan(keys, APPID, [A[0]], upgrading, now + DAY, DAY, hsetex=True)
     assert run_window(fake, later, [A[1]]) == [1]
 
 
 def test_a_post_of_duplicates_only_sets_no_expiry(fake: fakeredis.FakeRedis) -> None:
-    plan = dedup.plan(APPID, [], UPGRADED_LONG_AGO, time.time(), DAY, hsetex=False)
+    plan = dedup.plan(keys, APPID, [], UPGRADED_LONG_AGO, time.time(), DAY, hsetex=False)
     assert run_window(fake, plan, [A[1]]) == [1]
     fake.persist(plan.keys[0])
     assert run_window(fake, plan, [A[1]]) == [0]
@@ -168,7 +170,7 @@ def test_on_valkey_a_field_expires_after_the_window(valkey_url: str, mode: str) 
     """The embedded default's server: real per-field expiry, with a one-second window."""
     client = Redis.from_url(valkey_url)
     try:
-        plan = dedup.plan(APPID, [], Layout(2, 0, HEXPIRE), time.time(), 1, hsetex=mode == "hsetex")
+        plan = dedup.plan(keys, APPID, [], Layout(2, 0, HEXPIRE), time.time(), 1, hsetex=mode == "hsetex")
         started = time.monotonic()
         assert run_window(client, plan, [A[1], B[1]]) == [1, 1]
         assert run_window(client, plan, [A[1]]) == [0]
@@ -196,7 +198,7 @@ def ingest(settings: Settings, tenant: Tenant, *ids: str) -> tuple[int, int]:
     async def main() -> tuple[int, int]:
         client = AsyncRedis.from_url(settings.redis_url or "")
         try:
-            result = await Ingest(client, settings).accept(tenant.appid, tenant.receiver_token, body)
+            result = await Ingest(client, keys, settings).accept(tenant.appid, tenant.receiver_token, body)
         finally:
             await client.aclose()
         return result.accepted, result.duplicates
@@ -210,7 +212,7 @@ def test_a_repeat_within_the_window_is_refused_in_either_mode(deployment: tuple[
     assert ingest(settings, tenant, "a", "a", "b") == (2, 1)
     assert ingest(settings, tenant, "b", "c") == (1, 1)
     with Redis.from_url(url) as client:
-        mode = client.hget(keys.LAYOUT, "dedup")
+        mode = client.hget(keys.layout, "dedup")
         containers = client.keys(keys.dedup_container(tenant.appid) + "*")
         fields = {A[1], B[1], C[1]}
         if mode == b"hexpire":
@@ -230,7 +232,7 @@ def test_an_upgrade_keeps_refusing_the_ids_seen_before_it_for_their_window(deplo
     with Redis.from_url(url) as client:
         # Seen by the receiver of layout 1 (ingest.lua's SET NX EX), just before the upgrade.
         client.set(keys.dedup(tenant.appid, A[0]), 1, nx=True, ex=dedup.window(settings))
-        assert not client.exists(keys.LAYOUT)
+        assert not client.exists(keys.layout)
         # The first receiver of layout 2 writes the marker: since = now.
         assert ingest(settings, tenant, "a", "b") == (1, 1)
         assert ingest(settings, tenant, "a") == (0, 1)
@@ -239,6 +241,6 @@ def test_an_upgrade_keeps_refusing_the_ids_seen_before_it_for_their_window(deplo
         }
         # A window after since, receivers stop looking: the key kept alive here would be ignored.
         since = int(time.time()) - dedup.window(settings)
-        client.hset(keys.LAYOUT, "since", since)
+        client.hset(keys.layout, "since", since)
         assert ingest(settings, tenant, "a") == (1, 0)
         assert ingest(settings, tenant, "a") == (0, 1)  # now under the new layout

@@ -17,7 +17,7 @@ from redis.asyncio import Redis as AsyncRedis
 from rq.job import Job
 from rq.serializers import JSONSerializer
 
-from svcgw import deliveryid, keys
+from svcgw import deliveryid
 from svcgw.deliveries import (
     FUNC_NAME,
     job_fields,
@@ -28,6 +28,7 @@ from svcgw.deliveries import (
 )
 from svcgw.envelope import build_envelope
 from svcgw.ingest import Ingest
+from svcgw.keys import PLAIN as keys
 from svcgw.settings import Settings
 from tests.conftest import provision
 from tests.support import service_chain
@@ -74,7 +75,7 @@ def _written(redis: Redis, settings: Settings, appid: str, delivery_id: str) -> 
     """Everything a delivery wrote, without what differs from one write to the next."""
     record = redis.hgetall(keys.delivery(delivery_id))
     record.pop(b"received_at")
-    job = {k: v for k, v in redis.hgetall(keys.rq_job(delivery_id)).items() if v != b""}
+    job = {k: v for k, v in redis.hgetall(keys.rq.job(delivery_id)).items() if v != b""}
     for varying in (b"created_at", b"enqueued_at"):
         job.pop(varying)
     (entry,) = redis.xrange(keys.callback_log(appid))
@@ -83,8 +84,8 @@ def _written(redis: Redis, settings: Settings, appid: str, delivery_id: str) -> 
     return {
         "record": record,
         "job": job,
-        "queued": delivery_id.encode() in redis.lrange(keys.rq_queue(settings.queue_name), 0, -1),
-        "queues": redis.smembers(keys.RQ_QUEUES),
+        "queued": delivery_id.encode() in redis.lrange(keys.rq.queue(settings.queue_name), 0, -1),
+        "queues": redis.smembers(keys.rq.queues),
         "log": {k: v for k, v in fields.items() if k != b"body"},
         "log_ttl": 0 < redis.ttl(keys.callback_log(appid)) <= settings.log_retention,
     }
@@ -98,7 +99,7 @@ def test_queue_delivery_writes_what_the_ingest_script_writes(settings: Settings,
     async def ingest() -> str | None:
         client = AsyncRedis.from_url(settings.redis_url or "")
         try:
-            return (await Ingest(client, settings).accept(posted.appid, posted.receiver_token, raw)).delivery_id
+            return (await Ingest(client, keys, settings).accept(posted.appid, posted.receiver_token, raw)).delivery_id
         finally:
             await client.aclose()
 
@@ -106,7 +107,7 @@ def test_queue_delivery_writes_what_the_ingest_script_writes(settings: Settings,
     assert from_post is not None
     from_service = new_delivery_id()
     with redis.pipeline(transaction=True) as pipe:
-        queue_delivery(pipe, settings, appid=queued.appid, account=queued.account, event_type="Msg",
+        queue_delivery(pipe, keys, settings, appid=queued.appid, account=queued.account, event_type="Msg",
                        events=events, delivery_id=from_service, now=time.time(),
                        chain=service_chain(redis, queued.appid))
         pipe.execute()
@@ -130,9 +131,9 @@ def test_queue_delivery_writes_what_the_ingest_script_writes(settings: Settings,
     # and has one hash: RQ's job hash, holding RQ's fields that Job.fetch reads and the delivery's.
     (entry,) = redis.xrange(keys.callback_log(posted.appid))
     assert from_post == deliveryid.from_entry(posted.appid, entry[0].decode()) and entry[1] == {b"body": raw}
-    assert keys.delivery(from_post) == keys.rq_job(from_post)
-    assert not redis.exists(keys.PREFIX + "delivery:" + from_post)
-    one = redis.hgetall(keys.rq_job(from_post))
+    assert keys.delivery(from_post) == keys.rq.job(from_post)
+    assert not redis.exists(keys.prefix + "delivery:" + from_post)
+    one = redis.hgetall(keys.rq.job(from_post))
     assert json.loads(zlib.decompress(one.pop(b"data"))) == [FUNC_NAME, None, [from_post], {}]
     assert one.pop(b"created_at")
     assert one.pop(b"body") == build_envelope(posted.appid, "Msg", [orjson.dumps(e) for e in events])
@@ -141,9 +142,9 @@ def test_queue_delivery_writes_what_the_ingest_script_writes(settings: Settings,
     job = Job.fetch(from_post, connection=redis, serializer=JSONSerializer)
     assert job.args == [from_post] and job.func_name == FUNC_NAME and job.get_status() == "queued"
     assert job.origin == settings.queue_name and job.description is None
-    assert other["queued"] and from_post.encode() in redis.lrange(keys.rq_queue(settings.queue_name), 0, -1)
+    assert other["queued"] and from_post.encode() in redis.lrange(keys.rq.queue(settings.queue_name), 0, -1)
     assert other["log_ttl"] and 0 < redis.ttl(keys.callback_log(posted.appid)) <= settings.log_retention
-    assert other["queues"] == {keys.rq_queue(settings.queue_name).encode()}
+    assert other["queues"] == {keys.rq.queue(settings.queue_name).encode()}
 
 
 def test_queue_delivery_only_buffers_on_an_asyncio_transaction(settings: Settings, redis: Redis) -> None:
@@ -156,7 +157,7 @@ def test_queue_delivery_only_buffers_on_an_asyncio_transaction(settings: Setting
             async with client.pipeline(transaction=True) as pipe:
                 await pipe.watch(keys.instance(tenant.appid))
                 pipe.multi()  # type: ignore[no-untyped-call]
-                result = queue_delivery(pipe, settings, appid=tenant.appid, account=tenant.account,  # type: ignore[func-returns-value]
+                result = queue_delivery(pipe, keys, settings, appid=tenant.appid, account=tenant.account,  # type: ignore[func-returns-value]
                                         event_type="InstanceOffline", events=[{"id": "x"}],
                                         delivery_id=delivery_id, now=time.time(), chain=[])
                 assert result is None
@@ -196,7 +197,7 @@ def test_a_posted_event_type_with_markup_stays_out_of_the_job(settings: Settings
     async def accept() -> str | None:
         client = AsyncRedis.from_url(settings.redis_url or "")
         try:
-            return (await Ingest(client, settings).accept(tenant.appid, tenant.receiver_token, raw)).delivery_id
+            return (await Ingest(client, keys, settings).accept(tenant.appid, tenant.receiver_token, raw)).delivery_id
         finally:
             await client.aclose()
 
@@ -216,7 +217,7 @@ def _queue_service_event(
     client = Redis.from_url(settings.redis_url or "")
     try:
         with client.pipeline(transaction=True) as pipe:
-            queue_delivery(pipe, settings, appid=tenant.appid, account=tenant.account, event_type=kind,
+            queue_delivery(pipe, keys, settings, appid=tenant.appid, account=tenant.account, event_type=kind,
                            events=events, delivery_id=delivery_id, now=time.time(),
                            chain=service_chain(client, tenant.appid))
             pipe.execute()
@@ -230,11 +231,11 @@ def _events(redis: Redis, delivery_id: str) -> list[dict[str, Any]]:
 
 
 def _queued(redis: Redis, settings: Settings) -> list[str]:
-    return [x.decode() for x in redis.lrange(keys.rq_queue(settings.queue_name), 0, -1)]
+    return [x.decode() for x in redis.lrange(keys.rq.queue(settings.queue_name), 0, -1)]
 
 
 def _deferred(redis: Redis, settings: Settings) -> list[str]:
-    return [x.decode() for x in redis.zrange(keys.rq_deferred(settings.queue_name), 0, -1)]
+    return [x.decode() for x in redis.zrange(keys.rq.deferred(settings.queue_name), 0, -1)]
 
 
 def _status(redis: Redis, delivery_id: str) -> str:

@@ -7,9 +7,10 @@ import asyncio
 from redis import Redis
 from redis.asyncio import Redis as AsyncRedis
 
-from svcgw import deliveryid, keys
+from svcgw import deliveryid
 from svcgw.bareoutcome import Outcome, attempts_of, delivered, late_bucket, late_buckets, late_expire_at
 from svcgw.ingest import Ingest
+from svcgw.keys import PLAIN as keys
 from svcgw.settings import Settings
 from tests.conftest import provision
 
@@ -67,7 +68,7 @@ def test_a_proposed_entry_id_below_the_log_is_proposed_again(settings: Settings,
         client = AsyncRedis.from_url(settings.redis_url or "")
         try:
             body = b'{"event_type":"Msg","events":[{"id":"late"}]}'
-            return (await Ingest(client, settings).accept(tenant.appid, tenant.receiver_token, body)).delivery_id
+            return (await Ingest(client, keys, settings).accept(tenant.appid, tenant.receiver_token, body)).delivery_id
         finally:
             await client.aclose()
 
@@ -87,7 +88,7 @@ def test_posts_to_one_instance_at_once_through_two_receivers_are_all_stored_once
 
     async def post_all() -> list[str | None]:
         clients = [AsyncRedis.from_url(settings.redis_url or "") for _ in range(2)]
-        receivers = [Ingest(client, settings) for client in clients]
+        receivers = [Ingest(client, keys, settings) for client in clients]
         limit = asyncio.Semaphore(16)
 
         async def one(n: int) -> str | None:

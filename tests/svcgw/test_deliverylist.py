@@ -13,9 +13,10 @@ from redis import Redis
 from redis.asyncio import Redis as AsyncRedis
 
 import worker.queue as queue_module
-from svcgw import deliveryid, deliverylist, keys
+from svcgw import deliveryid, deliverylist
 from svcgw.deliverylist import Delivery, Invalid, NotFound, Page, build, event_ids, state_of
 from svcgw.ingest import Ingest
+from svcgw.keys import PLAIN as keys
 from svcgw.settings import Settings
 from tests.conftest import Tenant, provision
 from tests.svcgw.test_deadletters import ingest
@@ -38,11 +39,11 @@ def call(settings: Settings, action: Callable[[AsyncRedis], Awaitable[T]]) -> T:
 
 
 def listed(settings: Settings, appid: str, **filters: object) -> Page:
-    return call(settings, lambda r: deliverylist.list_deliveries(r, settings, appid, **filters))
+    return call(settings, lambda r: deliverylist.list_deliveries(r, keys, settings, appid, **filters))
 
 
 def shown(settings: Settings, delivery_id: str, account: str | None = None) -> Delivery:
-    return call(settings, lambda r: deliverylist.show(r, settings, delivery_id, account=account))
+    return call(settings, lambda r: deliverylist.show(r, keys, settings, delivery_id, account=account))
 
 
 def post(settings: Settings, tenant: Tenant, *ids: str, event_type: str = "Msg") -> str:
@@ -156,12 +157,12 @@ def test_a_delivered_delivery_keeps_only_its_bare_outcome(settings: Settings, re
     tenant = provision(settings)
     delivery_id = post(settings, tenant, "m1", "needle")
     fail_once(settings, delivery_id, tenant.appid, due_in=0)
-    call(settings, lambda r: DeliveryQueue(r, settings.queue_name).promote_due())
+    call(settings, lambda r: DeliveryQueue(r, keys, settings.queue_name).promote_due())
     deliver_now(settings, delivery_id, tenant.appid, 2)
     other = post(settings, tenant, "m2")
 
     # Its records are gone; the stream holds each attempt's time, status and duration.
-    assert not redis.exists(keys.delivery(delivery_id), keys.rq_job(delivery_id))
+    assert not redis.exists(keys.delivery(delivery_id), keys.rq.job(delivery_id))
     ((_, fields),) = redis.xrange(keys.outcomes(tenant.appid))
     appid, entry = deliveryid.parse(delivery_id) or ("", "")
     assert appid == tenant.appid and b"i" not in fields
@@ -210,18 +211,18 @@ def test_a_late_outcome_and_one_of_a_post_with_duplicates(
     # A copy of its job whose lease ran out meanwhile fails later: nothing is left behind.
     failed = Attempt(ok=False, at=time.time(), duration=0.01, status=503, error="HTTP 503", destination="d")
     assert not finish(settings, Finish(delivery_id, tenant.appid, "retry", failed.record(2), due=time.time() + 60))
-    assert not redis.exists(keys.rq_job(delivery_id)) and shown(settings, delivery_id).as_dict() == one.as_dict()
-    assert not redis.zscore(keys.rq_scheduled(settings.queue_name), delivery_id)
+    assert not redis.exists(keys.rq.job(delivery_id)) and shown(settings, delivery_id).as_dict() == one.as_dict()
+    assert not redis.zscore(keys.rq.scheduled(settings.queue_name), delivery_id)
     ok = Attempt(ok=True, at=time.time(), duration=0.01, status=200, response="", destination="d")
     assert not finish(settings, Finish(delivery_id, tenant.appid, "delivered", ok.record(2)))  # nor a second outcome
-    assert not redis.exists(keys.rq_job(delivery_id), keys.outcomes(tenant.appid)) and redis.hlen(late) == 1
+    assert not redis.exists(keys.rq.job(delivery_id), keys.outcomes(tenant.appid)) and redis.hlen(late) == 1
 
 
 def test_pages_follow_each_other_without_gaps_or_repeats(settings: Settings, redis: Redis) -> None:
     tenant = provision(settings)
     ids = [post(settings, tenant, f"p{i}") for i in range(7)]
     repeat = b'{"event_type":"Msg","events":[{"id":"p1","text":"hi"}]}'  # a post without a delivery: not listed
-    accepted = call(settings, lambda r: Ingest(r, settings).accept(tenant.appid, tenant.receiver_token, repeat))
+    accepted = call(settings, lambda r: Ingest(r, keys, settings).accept(tenant.appid, tenant.receiver_token, repeat))
     assert accepted.delivery_id is None and accepted.duplicates == 1
     ids.append(post(settings, tenant, "p7"))
     seen: list[str] = []
@@ -247,7 +248,7 @@ def test_the_list_is_the_callback_log_within_its_retention(settings: Settings, r
     new = post(settings, tenant, "new")
     page = listed(settings, tenant.appid)
     assert [d.id for d in page.deliveries] == [new] and page.next_before is None
-    assert not redis.keys(keys.PREFIX + "deliveries:*")  # no index of its own
+    assert not redis.keys(keys.prefix + "deliveries:*")  # no index of its own
     assert shown(settings, old).id == old  # still shown by id while its record lives
 
 
@@ -256,7 +257,7 @@ def test_other_accounts_see_nothing(settings: Settings) -> None:
     other = provision(settings)
     delivery_id = post(settings, tenant, "mine")
     with pytest.raises(NotFound):
-        call(settings, lambda r: deliverylist.list_deliveries(r, settings, tenant.appid, account=other.account))
+        call(settings, lambda r: deliverylist.list_deliveries(r, keys, settings, tenant.appid, account=other.account))
     with pytest.raises(NotFound):
         shown(settings, delivery_id, account=other.account)
     assert shown(settings, delivery_id, account=tenant.account).id == delivery_id
@@ -288,7 +289,7 @@ def test_posts_that_made_no_delivery_list_as_an_empty_page(settings: Settings) -
 
     async def empty_post(client: AsyncRedis) -> str | None:
         body = b'{"event_type":"Msg","events":[]}'
-        return (await Ingest(client, settings).accept(tenant.appid, tenant.receiver_token, body)).delivery_id
+        return (await Ingest(client, keys, settings).accept(tenant.appid, tenant.receiver_token, body)).delivery_id
 
     assert call(settings, empty_post) is None  # logged, with no delivery
     page = listed(settings, tenant.appid)

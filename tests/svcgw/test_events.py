@@ -12,13 +12,14 @@ from redis.asyncio import Redis as AsyncRedis
 from rq.job import Job
 from rq.serializers import JSONSerializer
 
-from svcgw import chainkeys, keys, liveness
+from svcgw import chainkeys, liveness
 from svcgw.deliveries import FUNC_NAME, new_delivery_id, queue_delivery
 from svcgw.events import (
     instance_offline,
     instance_recovered,
     iso8601,
 )
+from svcgw.keys import PLAIN as keys
 from svcgw.settings import Settings
 from svcgw.signing import sign
 from svcgw.vault import TokenVault
@@ -44,7 +45,7 @@ def enqueue_service_event(
             async with client.pipeline(transaction=True) as pipe:
                 queue_delivery(
                     pipe,
-                    settings,
+                    keys, settings,
                     appid=tenant.appid,
                     account=tenant.account,
                     event_type=event_type,
@@ -120,8 +121,8 @@ def test_a_service_event_is_queued_like_a_received_post(settings: Settings, redi
     assert job.args == [delivery_id]
     assert job.get_status() == "queued"
     assert job.origin == settings.queue_name
-    assert redis.lrange(keys.rq_queue(settings.queue_name), 0, -1) == [delivery_id.encode()]
-    assert keys.rq_queue(settings.queue_name).encode() in redis.smembers(keys.RQ_QUEUES)
+    assert redis.lrange(keys.rq.queue(settings.queue_name), 0, -1) == [delivery_id.encode()]
+    assert keys.rq.queue(settings.queue_name).encode() in redis.smembers(keys.rq.queues)
 
     (entry,) = read_log(settings, tenant.appid)
     assert entry.body == body
@@ -165,10 +166,10 @@ def test_an_unknown_instance_gets_no_delivery(settings: Settings, redis: Redis) 
         client = AsyncRedis.from_url(settings.redis_url or "")
         try:
             return await liveness.go_offline(
-                client, settings, APPID, reason="x", action_required="relogin", detected_at=time.time()
+                client, keys, settings, APPID, reason="x", action_required="relogin", detected_at=time.time()
             )
         finally:
             await client.aclose()
 
     assert run(flip()) is None
-    assert redis.llen(keys.rq_queue(settings.queue_name)) == 0
+    assert redis.llen(keys.rq.queue(settings.queue_name)) == 0

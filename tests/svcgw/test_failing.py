@@ -11,8 +11,9 @@ from redis import Redis
 from redis.asyncio import Redis as AsyncRedis
 
 from receiver.metrics import render
-from svcgw import failing, keys
+from svcgw import failing
 from svcgw.failing import FailingDestination, destination_of, is_failing, parse
+from svcgw.keys import PLAIN as keys
 from svcgw.metrics import snapshot
 from svcgw.settings import Settings, SettingsError
 from tests.conftest import provision
@@ -64,8 +65,8 @@ def _attempt(settings: Settings, appid: str, delivery_id: str, ok: bool, destina
         redis = Redis.from_url(settings.redis_url or "")
         try:
             # Due at once: back to the queue for the next claim.
-            redis.zrem(keys.rq_scheduled(settings.queue_name), delivery_id)
-            redis.rpush(keys.rq_queue(settings.queue_name), delivery_id)
+            redis.zrem(keys.rq.scheduled(settings.queue_name), delivery_id)
+            redis.rpush(keys.rq.queue(settings.queue_name), delivery_id)
         finally:
             redis.close()
     return finished
@@ -77,9 +78,9 @@ def test_the_finish_script_reports_the_start_and_the_recovery_once(settings: Set
     delivery_id = ingest(settings, tenant, b'{"event_type":"Msg","events":[{"id":"f1"}]}')
     where = "https://down.example:443"
     seen = [_attempt(settings, tenant.appid, delivery_id, False, where, 1)]
-    first = parse(where, redis.hget(keys.FAILING_DESTINATIONS, where) or b"")
+    first = parse(where, redis.hget(keys.failing_destinations, where) or b"")
     assert first is not None and not first.flagged
-    redis.hset(keys.FAILING_DESTINATIONS, where, f"{first.first_failure - 2}:{first.last_failure}:0")
+    redis.hset(keys.failing_destinations, where, f"{first.first_failure - 2}:{first.last_failure}:0")
     seen += [_attempt(settings, tenant.appid, delivery_id, False, where, n) for n in (2, 3)]
     seen.append(_attempt(settings, tenant.appid, delivery_id, True, where, 4))
     assert [(f.held, f.started_failing, f.recovered) for f in seen] == [
@@ -88,7 +89,7 @@ def test_the_finish_script_reports_the_start_and_the_recovery_once(settings: Set
         (True, False, False),
         (True, False, True),  # the first success after it
     ]
-    assert redis.hget(keys.FAILING_DESTINATIONS, where) is None  # a destination that answers is not kept
+    assert redis.hget(keys.failing_destinations, where) is None  # a destination that answers is not kept
 
 
 def test_a_failing_destination_is_logged_once_each_way_and_counted(env: dict[str, str], sink: Sink) -> None:
@@ -124,7 +125,7 @@ def gauge(settings: Settings) -> int:
     async def read() -> int:
         client = AsyncRedis.from_url(settings.redis_url or "")
         try:
-            data = await snapshot(client, settings.queue_name, settings)
+            data = await snapshot(client, keys, settings.queue_name, settings)
         finally:
             await client.aclose()
         text = render(data).decode()
@@ -138,7 +139,7 @@ def gauge(settings: Settings) -> int:
 def test_failing_reads_the_named_destinations_or_all(settings: Settings, redis: Redis) -> None:
     now = time.time()
     redis.hset(
-        keys.FAILING_DESTINATIONS,
+        keys.failing_destinations,
         mapping={
             "https://a.example:443": f"{now - 2000}:{now - 5}:1",
             "https://b.example:443": f"{now - 10}:{now - 5}:0",  # not long enough yet
@@ -148,7 +149,7 @@ def test_failing_reads_the_named_destinations_or_all(settings: Settings, redis: 
     async def read(names: list[str] | None) -> list[str]:
         client = AsyncRedis.from_url(settings.redis_url or "")
         try:
-            return sorted(await failing.failing(client, settings, names))
+            return sorted(await failing.failing(client, keys, settings, names))
         finally:
             await client.aclose()
 

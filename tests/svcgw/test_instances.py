@@ -8,7 +8,8 @@ from typing import Any
 from redis import Redis
 from redis.asyncio import Redis as AsyncRedis
 
-from svcgw import instances, keys
+from svcgw import instances
+from svcgw.keys import PLAIN as keys
 from svcgw.settings import Settings
 from svcgw.store import Scope, Store
 from svcgw.vault import TokenVault
@@ -21,8 +22,8 @@ def views(settings: Settings, appids: list[str], **kwargs: Any) -> list[instance
         raw = AsyncRedis.from_url(settings.redis_url or "")
         text = AsyncRedis.from_url(settings.redis_url or "", decode_responses=True)
         try:
-            store = Store(text, TokenVault.from_settings(settings))
-            return await instances.load_many(store, raw, settings, appids, **kwargs)
+            store = Store(text, TokenVault.from_settings(settings), keys)
+            return await instances.load_many(store, raw, keys, settings, appids, **kwargs)
         finally:
             await raw.aclose()
             await text.aclose()
@@ -65,7 +66,7 @@ def test_without_an_address_and_without_a_record(settings: Settings, redis: Redi
     async def clear() -> None:
         text = AsyncRedis.from_url(settings.redis_url or "", decode_responses=True)
         try:
-            await Store(text, TokenVault.from_settings(settings)).clear_callback(Scope(account=tenant.account))
+            await Store(text, TokenVault.from_settings(settings), keys).clear_callback(Scope(account=tenant.account))
         finally:
             await text.aclose()
 

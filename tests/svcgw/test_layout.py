@@ -11,8 +11,9 @@ import pytest
 from redis import Redis
 from redis.asyncio import Redis as AsyncRedis
 
-from svcgw import keys, layout
+from svcgw import layout
 from svcgw.ingest import Ingest
+from svcgw.keys import PLAIN as keys
 from svcgw.layout import BUCKETS, HEXPIRE, Layout, LayoutError, Server
 from svcgw.settings import Settings
 from tests.conftest import provision
@@ -68,7 +69,7 @@ def _read(url: str, now: float | None = None) -> tuple[Layout, Server]:
     async def main() -> tuple[Layout, Server]:
         client = AsyncRedis.from_url(url)
         try:
-            return await layout.read(client, now=now)
+            return await layout.read(client, keys, now=now)
         finally:
             await client.aclose()
 
@@ -78,16 +79,16 @@ def _read(url: str, now: float | None = None) -> tuple[Layout, Server]:
 def test_the_first_start_writes_the_mode_its_server_allows(redis_url: str, valkey_url: str) -> None:
     before = int(time.time())
     with Redis.from_url(redis_url) as client:
-        client.delete(keys.INSTANCES)
+        client.delete(keys.instances)
     marker = _read(redis_url)[0]
     assert marker.dedup == BUCKETS and marker.since == 0  # the tests' Redis 7.0, a deployment without data
     with Redis.from_url(valkey_url) as client:
-        client.sadd(keys.INSTANCES, "we_registered_before")  # an earlier version's data
+        client.sadd(keys.instances, "we_registered_before")  # an earlier version's data
     marker, server = _read(valkey_url)
     assert marker.dedup == HEXPIRE and server.hsetex
     assert before <= marker.since <= time.time()
     with Redis.from_url(valkey_url) as client:
-        written = client.hgetall(keys.LAYOUT)
+        written = client.hgetall(keys.layout)
         assert before <= int(written.pop(b"tags")) <= time.time()  # nothing of before to rename
         assert written == {
             b"version": b"2",
@@ -98,13 +99,13 @@ def test_the_first_start_writes_the_mode_its_server_allows(redis_url: str, valke
 
 def test_the_marker_is_written_once_and_every_process_reads_the_same(valkey_url: str) -> None:
     with Redis.from_url(valkey_url) as client:
-        client.sadd(keys.INSTANCES, "we_registered_before")
+        client.sadd(keys.instances, "we_registered_before")
 
     async def main() -> list[Layout]:
         clients = [AsyncRedis.from_url(valkey_url) for _ in range(8)]
         try:
             # Eight processes starting at once, each with its own clock.
-            found = await asyncio.gather(*(layout.read(c, now=1000.0 + i) for i, c in enumerate(clients)))
+            found = await asyncio.gather(*(layout.read(c, keys, now=1000.0 + i) for i, c in enumerate(clients)))
         finally:
             for client in clients:
                 await client.aclose()
@@ -121,13 +122,13 @@ def test_the_ingest_obeys_the_marker_not_the_server(env: dict[str, str], valkey_
     settings = Settings.from_env(dict(env, SVCGW_REDIS_URL=valkey_url))
     tenant = provision(settings)
     with Redis.from_url(valkey_url) as client:
-        client.hset(keys.LAYOUT, mapping={"version": 2, "since": 0, "dedup": "buckets"})
+        client.hset(keys.layout, mapping={"version": 2, "since": 0, "dedup": "buckets"})
         body = b'{"event_type":"Msg","events":[{"id":"once"}]}'
 
         async def post() -> tuple[int, int]:
             redis = AsyncRedis.from_url(valkey_url)
             try:
-                result = await Ingest(redis, settings).accept(tenant.appid, tenant.receiver_token, body)
+                result = await Ingest(redis, keys, settings).accept(tenant.appid, tenant.receiver_token, body)
             finally:
                 await redis.aclose()
             return result.accepted, result.duplicates
@@ -136,18 +137,18 @@ def test_the_ingest_obeys_the_marker_not_the_server(env: dict[str, str], valkey_
         assert asyncio.run(post()) == (0, 1)
         assert client.exists(keys.dedup_container(tenant.appid)) == 0
         assert len(client.keys(keys.dedup_container(tenant.appid) + ":*")) == 1
-        written = client.hgetall(keys.LAYOUT)
+        written = client.hgetall(keys.layout)
         assert written.pop(b"tags") and written == {b"version": b"2", b"since": b"0", b"dedup": b"buckets"}
 
 
 def test_a_hexpire_marker_on_a_server_without_it_stops_the_ingest(settings: Settings, redis: Redis) -> None:
     tenant = provision(settings)
-    redis.hset(keys.LAYOUT, mapping={"version": 2, "since": 0, "dedup": "hexpire"})
+    redis.hset(keys.layout, mapping={"version": 2, "since": 0, "dedup": "hexpire"})
 
     async def post() -> None:
         client = AsyncRedis.from_url(settings.redis_url or "")
         try:
-            await Ingest(client, settings).accept(
+            await Ingest(client, keys, settings).accept(
                 tenant.appid, tenant.receiver_token, b'{"event_type":"M","events":[{}]}'
             )
         finally:
@@ -160,7 +161,7 @@ def test_a_hexpire_marker_on_a_server_without_it_stops_the_ingest(settings: Sett
 
 def test_the_receiver_answers_503_and_says_why(settings: Settings, server: str, redis: Redis) -> None:
     tenant = provision(settings)
-    redis.hset(keys.LAYOUT, mapping={"version": 3, "since": 0, "dedup": "buckets"})
+    redis.hset(keys.layout, mapping={"version": 3, "since": 0, "dedup": "buckets"})
     with mock.patch("receiver.endpoint.receive.log") as log:
         answer = httpx.post(tenant.receiver_url(server), content=b'{"event_type":"M","events":[{"id":"x"}]}')
     assert answer.status_code == 503 and answer.headers["retry-after"] == "1"
@@ -172,12 +173,12 @@ def test_a_process_start_marks_a_new_deployment_and_a_redis_not_yet_up_does_not_
     async def start(url: str) -> None:
         client = AsyncRedis.from_url(url, socket_connect_timeout=1)
         try:
-            await layout.mark_at_start(client)
+            await layout.mark_at_start(client, keys)
         finally:
             await client.aclose()
 
     asyncio.run(start(redis_url))
     with Redis.from_url(redis_url) as client:
         # Written before any instance was registered: nothing of an earlier layout to look for.
-        assert client.hget(keys.LAYOUT, "since") == b"0"
+        assert client.hget(keys.layout, "since") == b"0"
     asyncio.run(start(f"redis://127.0.0.1:{free_port()}/0"))  # nothing listens there: logged, not raised

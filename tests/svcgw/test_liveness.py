@@ -12,8 +12,9 @@ import pytest
 from redis import Redis
 from redis.asyncio import Redis as AsyncRedis
 
-from svcgw import keys, liveness
+from svcgw import liveness
 from svcgw.events import iso8601
+from svcgw.keys import PLAIN as keys
 from svcgw.settings import Settings
 from tests.conftest import provision, run
 
@@ -41,22 +42,22 @@ def text(redis_url: str) -> Any:
 
 def started(settings: Settings, interval: float = 60.0) -> str:
     appid = provision(settings).appid
-    with_async(settings, lambda r: liveness.mark_started(r, appid, interval))
+    with_async(settings, lambda r: liveness.mark_started(r, keys, appid, interval))
     return appid
 
 
 def offline(settings: Settings, appid: str, **flip: Any) -> str | None:
-    return with_async(settings, lambda r: liveness.go_offline(r, settings, appid, **flip))
+    return with_async(settings, lambda r: liveness.go_offline(r, keys, settings, appid, **flip))
 
 
 def online(settings: Settings, appid: str, **flip: Any) -> str | None:
-    return with_async(settings, lambda r: liveness.go_online(r, settings, appid, **flip))
+    return with_async(settings, lambda r: liveness.go_online(r, keys, settings, appid, **flip))
 
 
 def queued_events(text: Any, settings: Settings) -> list[dict[str, Any]]:
     """Service events queued, then those waiting behind an earlier one of their instance, oldest first."""
-    waiting = text.zrange(keys.rq_deferred(settings.queue_name), 0, -1)
-    ids = text.lrange(keys.rq_queue(settings.queue_name), 0, -1) + waiting
+    waiting = text.zrange(keys.rq.deferred(settings.queue_name), 0, -1)
+    ids = text.lrange(keys.rq.queue(settings.queue_name), 0, -1) + waiting
     return [orjson.loads(text.hget(keys.delivery(d), "body")) for d in ids]
 
 
@@ -70,28 +71,28 @@ def test_mark_started_schedules_the_first_probe_within_one_interval(settings: Se
     appid = started(settings, interval=60)
     state = fields(text, appid)
     assert state["maintained"] == "1" and state["status"] == "online"
-    due = text.zscore(keys.PROBE_SCHEDULE, appid)
+    due = text.zscore(keys.probe_schedule, appid)
     assert before + 30 <= due <= time.time() + 60
     assert float(state["next_probe"]) == pytest.approx(due)
 
 
 def test_stop_and_logout_leave_the_schedule(settings: Settings, text: Any) -> None:
     appid = started(settings)
-    with_async(settings, lambda r: liveness.mark_stopped(r, appid))
-    assert text.zscore(keys.PROBE_SCHEDULE, appid) is None
+    with_async(settings, lambda r: liveness.mark_stopped(r, keys, appid))
+    assert text.zscore(keys.probe_schedule, appid) is None
     assert fields(text, appid)["status"] == "stopped"
     assert fields(text, appid)["maintained"] == "0"
 
-    with_async(settings, lambda r: liveness.mark_started(r, appid, 60))
-    assert text.zscore(keys.PROBE_SCHEDULE, appid) is not None
-    with_async(settings, lambda r: liveness.mark_logged_out(r, appid))
-    assert text.zscore(keys.PROBE_SCHEDULE, appid) is None
+    with_async(settings, lambda r: liveness.mark_started(r, keys, appid, 60))
+    assert text.zscore(keys.probe_schedule, appid) is not None
+    with_async(settings, lambda r: liveness.mark_logged_out(r, keys, appid))
+    assert text.zscore(keys.probe_schedule, appid) is None
     assert fields(text, appid)["status"] == "logged_out"
 
 
 def test_record_proxy(settings: Settings, text: Any) -> None:
     appid = started(settings)
-    with_async(settings, lambda r: liveness.record_proxy(r, appid, "socks5://10.0.0.1:1080"))
+    with_async(settings, lambda r: liveness.record_proxy(r, keys, appid, "socks5://10.0.0.1:1080"))
     assert fields(text, appid)["proxy"] == "socks5://10.0.0.1:1080"
 
 
@@ -110,37 +111,38 @@ def test_parse_gap_closed_reads_code_and_message() -> None:
 
 def test_gap_closed_asks_for_a_probe_at_once(settings: Settings, text: Any) -> None:
     appid = started(settings)
-    outcome = with_async(settings, lambda r: liveness.on_gap_closed(r, appid, [(-11001, "reconnect")]))
+    outcome = with_async(settings, lambda r: liveness.on_gap_closed(r, keys, appid, [(-11001, "reconnect")]))
     assert outcome == "probe"
-    assert text.zscore(keys.PROBE_SCHEDULE, appid) <= time.time()
+    assert text.zscore(keys.probe_schedule, appid) <= time.time()
     state = fields(text, appid)
     assert (state["gap_code"], state["gap_message"]) == ("-11001", "reconnect")
 
 
 def test_a_manual_gap_closed_is_not_overwritten_by_a_later_probe_request(settings: Settings, text: Any) -> None:
     appid = started(settings)
-    assert with_async(settings, lambda r: liveness.on_gap_closed(r, appid, [(-1, "x"), (-1008, "phone")])) == "manual"
-    assert with_async(settings, lambda r: liveness.on_gap_closed(r, appid, [(-1, "error")])) == "probe"
+    closes = [(-1, "x"), (-1008, "phone")]
+    assert with_async(settings, lambda r: liveness.on_gap_closed(r, keys, appid, closes)) == "manual"
+    assert with_async(settings, lambda r: liveness.on_gap_closed(r, keys, appid, [(-1, "error")])) == "probe"
     assert fields(text, appid)["gap_code"] == "-1008"
 
 
 def test_gap_closed_zero_and_unmaintained_instances_change_nothing(settings: Settings, text: Any) -> None:
     appid = started(settings)
-    due = text.zscore(keys.PROBE_SCHEDULE, appid)
-    assert with_async(settings, lambda r: liveness.on_gap_closed(r, appid, [(0, "closed by user")])) == "none"
-    assert text.zscore(keys.PROBE_SCHEDULE, appid) == due
+    due = text.zscore(keys.probe_schedule, appid)
+    assert with_async(settings, lambda r: liveness.on_gap_closed(r, keys, appid, [(0, "closed by user")])) == "none"
+    assert text.zscore(keys.probe_schedule, appid) == due
     assert "gap_code" not in fields(text, appid)
 
-    with_async(settings, lambda r: liveness.mark_stopped(r, appid))
-    assert with_async(settings, lambda r: liveness.on_gap_closed(r, appid, [(-11002, "")])) == "none"
-    assert text.zscore(keys.PROBE_SCHEDULE, appid) is None
+    with_async(settings, lambda r: liveness.mark_stopped(r, keys, appid))
+    assert with_async(settings, lambda r: liveness.on_gap_closed(r, keys, appid, [(-11002, "")])) == "none"
+    assert text.zscore(keys.probe_schedule, appid) is None
     assert "gap_code" not in fields(text, appid)
 
 
 def test_long_start_clears_a_pending_gap(settings: Settings, text: Any) -> None:
     appid = started(settings)
-    with_async(settings, lambda r: liveness.on_gap_closed(r, appid, [(-11002, "")]))
-    with_async(settings, lambda r: liveness.mark_started(r, appid, 60))
+    with_async(settings, lambda r: liveness.on_gap_closed(r, keys, appid, [(-11002, "")]))
+    with_async(settings, lambda r: liveness.mark_started(r, keys, appid, 60))
     assert not {"gap_code", "gap_message", "gap_at", "gap_manual"} & set(fields(text, appid))
 
 
@@ -168,7 +170,7 @@ def test_offline_flips_once_and_queues_one_event(settings: Settings, text: Any) 
     }
     state = fields(text, appid)
     assert state["status"] == "offline" and state["maintained"] == "1"
-    assert text.zscore(keys.PROBE_SCHEDULE, appid) is not None  # relogin: retries go on
+    assert text.zscore(keys.probe_schedule, appid) is not None  # relogin: retries go on
 
 
 def test_concurrent_flips_queue_exactly_one_event(settings: Settings, redis_url: str) -> None:
@@ -197,9 +199,11 @@ def test_concurrent_flips_queue_exactly_one_event(settings: Settings, redis_url:
         return [r for r in results if r is not None]
 
     offline = race(
-        lambda c: liveness.go_offline(c, settings, appid, reason="lost", action_required="relogin", detected_at=1.0)
+        lambda c: liveness.go_offline(
+            c, keys, settings, appid, reason="lost", action_required="relogin", detected_at=1.0
+        )
     )
-    online = race(lambda c: liveness.go_online(c, settings, appid, auto_reconnected=True, at=time.time()))
+    online = race(lambda c: liveness.go_online(c, keys, settings, appid, auto_reconnected=True, at=time.time()))
     assert len(offline) == 1 and len(online) == 1
     text = Redis.from_url(redis_url, decode_responses=True)
     assert [e["event_type"] for e in queued_events(text, settings)] == ["InstanceOffline", "InstanceRecovered"]
@@ -216,7 +220,7 @@ def test_manual_stops_maintenance_and_an_upgrade_sends_nothing_more(settings: Se
     assert len(queued_events(text, settings)) == 1
     state = fields(text, appid)
     assert state["action_required"] == "manual" and state["maintained"] == "0"
-    assert text.zscore(keys.PROBE_SCHEDULE, appid) is None
+    assert text.zscore(keys.probe_schedule, appid) is None
     # Not maintained: no probe can bring it back on its own.
     assert online(settings, appid, auto_reconnected=True, at=time.time()) is None
 
@@ -245,9 +249,9 @@ def test_long_start_after_manual_owes_a_recovery_not_auto_reconnected(settings: 
     appid = started(settings)
     offline(settings, appid, reason="phone", action_required="manual", detected_at=time.time() - 30)
     before = time.time()
-    with_async(settings, lambda r: liveness.mark_started(r, appid, 60))
+    with_async(settings, lambda r: liveness.mark_started(r, keys, appid, 60))
     # The first probe is due at once, to send the recovery.
-    assert text.zscore(keys.PROBE_SCHEDULE, appid) <= time.time()
+    assert text.zscore(keys.probe_schedule, appid) <= time.time()
     state = fields(text, appid)
     assert state["status"] == "online" and "offline_since" in state
 
@@ -261,7 +265,7 @@ def test_long_start_after_manual_owes_a_recovery_not_auto_reconnected(settings: 
 
 def test_stopped_instances_do_not_flip(settings: Settings, text: Any) -> None:
     appid = started(settings)
-    with_async(settings, lambda r: liveness.mark_stopped(r, appid))
+    with_async(settings, lambda r: liveness.mark_stopped(r, keys, appid))
     assert offline(settings, appid, reason="x", action_required="relogin", detected_at=1) is None
     assert queued_events(text, settings) == []
 

@@ -10,7 +10,8 @@ from redis import Redis
 from redis.asyncio import Redis as AsyncRedis
 from redis.exceptions import ResponseError
 
-from svcgw import keys, liveness, metrics
+from svcgw import liveness, metrics
+from svcgw.keys import PLAIN as keys
 from svcgw.metrics import snapshot
 from svcgw.scripts import register as register_script
 from svcgw.scripts import source
@@ -22,7 +23,7 @@ def _snapshot(settings: Settings) -> dict[str, Any]:
     async def go() -> dict[str, Any]:
         client = AsyncRedis.from_url(settings.redis_url or "")
         try:
-            return await snapshot(client, settings.queue_name)
+            return await snapshot(client, keys, settings.queue_name)
         finally:
             await client.aclose()
 
@@ -44,7 +45,7 @@ def _counted_by_hand(redis: Redis) -> tuple[dict[str, int], int]:
     """What the scrape used to compute by reading every instance."""
     statuses: dict[str, int] = {}
     errors = 0
-    for appid in redis.smembers(keys.INSTANCES):
+    for appid in redis.smembers(keys.instances):
         status, probe_error = redis.hmget(keys.instance(appid.decode()), ["status", "probe_error"])
         name = status.decode() if status else "not_started"
         statuses[name] = statuses.get(name, 0) + 1
@@ -55,7 +56,7 @@ def _counted_by_hand(redis: Redis) -> tuple[dict[str, int], int]:
 def _probe_finished(redis: Redis, appid: str, error: str) -> None:
     script = redis.register_script(source("probe_finish"))
     script(
-        keys=[keys.instance(appid), keys.METRICS_INSTANCES, keys.INSTANCES],
+        keys=[keys.instance(appid), keys.metrics_instances, keys.instances],
         args=["lease", repr(time.time()), "0", "", error, appid],
     )
 
@@ -72,25 +73,25 @@ def test_counts_follow_every_status_change(settings: Settings, redis: Redis) -> 
     first, second, third = (provision(settings).appid for _ in range(3))
     assert _matches(settings, redis)["instances"] == {"not_started": 3}
 
-    _live(settings, lambda r: liveness.mark_started(r, first, 60))
-    _live(settings, lambda r: liveness.mark_started(r, second, 60))
+    _live(settings, lambda r: liveness.mark_started(r, keys, first, 60))
+    _live(settings, lambda r: liveness.mark_started(r, keys, second, 60))
     assert _matches(settings, redis)["instances"] == {"not_started": 1, "online": 2}
 
     now = time.time()
     _live(
         settings,
         lambda r: liveness.go_offline(
-            r, settings, first, reason="gone", action_required="relogin", detected_at=now
+            r, keys, settings, first, reason="gone", action_required="relogin", detected_at=now
         ),
     )
     _live(  # a second flip changes nothing
         settings,
         lambda r: liveness.go_offline(
-            r, settings, first, reason="gone", action_required="relogin", detected_at=now
+            r, keys, settings, first, reason="gone", action_required="relogin", detected_at=now
         ),
     )
     assert _matches(settings, redis)["instances"] == {"not_started": 1, "online": 1, "offline": 1}
-    _live(settings, lambda r: liveness.go_online(r, settings, first, auto_reconnected=True, at=time.time()))
+    _live(settings, lambda r: liveness.go_online(r, keys, settings, first, auto_reconnected=True, at=time.time()))
     assert _matches(settings, redis)["instances"] == {"not_started": 1, "online": 2}
 
     _probe_finished(redis, second, "upstream timed out")
@@ -99,12 +100,12 @@ def test_counts_follow_every_status_change(settings: Settings, redis: Redis) -> 
     _probe_finished(redis, second, "")
     assert _matches(settings, redis)["probe_errors"] == 0
     _probe_finished(redis, first, "upstream timed out")
-    _live(settings, lambda r: liveness.mark_started(r, first, 60))  # a long/start clears the error
+    _live(settings, lambda r: liveness.mark_started(r, keys, first, 60))  # a long/start clears the error
     assert _matches(settings, redis)["probe_errors"] == 0
 
-    _live(settings, lambda r: liveness.mark_stopped(r, first))
-    _live(settings, lambda r: liveness.mark_logged_out(r, second))
-    _live(settings, lambda r: liveness.mark_logged_out(r, third))
+    _live(settings, lambda r: liveness.mark_stopped(r, keys, first))
+    _live(settings, lambda r: liveness.mark_logged_out(r, keys, second))
+    _live(settings, lambda r: liveness.mark_logged_out(r, keys, third))
     assert _matches(settings, redis)["instances"] == {"stopped": 1, "logged_out": 2}
 
     # Registering an appid again does not count it twice.
@@ -119,7 +120,7 @@ def test_a_scrape_reads_the_counts_not_the_instances(settings: Settings, redis: 
         provision(settings)
     assert _snapshot(settings)["instances"] == {"not_started": 3}
     # Were the scrape to read every instance, it would find none now.
-    redis.rename(keys.INSTANCES, "elsewhere")
+    redis.rename(keys.instances, "elsewhere")
     assert _snapshot(settings)["instances"] == {"not_started": 3}
 
 
@@ -133,24 +134,24 @@ def test_counts_are_computed_once_for_instances_registered_before_they_were_kept
             redis.hset(keys.instance(appid), mapping={"status": "online", "maintained": "1"})
         if n == 1:
             redis.hset(keys.instance(appid), "probe_error", "upstream timed out")
-    redis.delete(keys.METRICS_INSTANCES)  # as before the counts were kept
+    redis.delete(keys.metrics_instances)  # as before the counts were kept
 
     data = _matches(settings, redis)
     assert data["instances"] == ({"not_started": 3, "online": 2} if count else {})
     assert data["probe_errors"] == (1 if count else 0)
-    built = redis.hget(keys.METRICS_INSTANCES, "built_at")
+    built = redis.hget(keys.metrics_instances, "built_at")
     assert built is not None
 
     provision(settings)  # counted from now on, not computed again
     _matches(settings, redis)
-    assert redis.hget(keys.METRICS_INSTANCES, "built_at") == built
+    assert redis.hget(keys.metrics_instances, "built_at") == built
 
 
 # --- the rebuild names every instance hash it reads ------------------------------------------
 def _register_behind(redis: Redis, appid: str) -> None:
     """A registration as the store makes it, on a client of its own: the set and, if they exist, the counts."""
     redis.hset(keys.instance(appid), mapping={"account": "acc_x", "status": "online"})
-    counts = (keys.INSTANCES, keys.METRICS_INSTANCES, keys.instance(appid))
+    counts = (keys.instances, keys.metrics_instances, keys.instance(appid))
     redis.eval(source("liveness_registered"), len(counts), *counts, appid)
 
 
@@ -177,10 +178,10 @@ def test_a_registration_between_the_read_and_the_count_makes_the_rebuild_read_ag
 ) -> None:
     for _ in range(3):
         provision(settings)
-    redis.delete(keys.METRICS_INSTANCES)
+    redis.delete(keys.metrics_instances)
     calls = _interleaved(monkeypatch, lambda n: _register_behind(redis, "we_late") if n == 1 else None)
 
-    assert _live(settings, metrics.rebuild_instance_counts) is True
+    assert _live(settings, lambda r: metrics.rebuild_instance_counts(r, keys)) is True
     assert calls == [2 + 3, 2 + 4]  # the second read names the late instance too
     assert _matches(settings, redis)["instances"] == {"not_started": 3, "online": 1}
 
@@ -189,12 +190,12 @@ def test_a_rebuild_gives_up_after_a_few_reads_and_the_next_scrape_counts(
     settings: Settings, redis: Redis, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     provision(settings)
-    redis.delete(keys.METRICS_INSTANCES)
+    redis.delete(keys.metrics_instances)
     calls = _interleaved(monkeypatch, lambda n: _register_behind(redis, f"we_late{n}"))
 
-    assert _live(settings, metrics.rebuild_instance_counts) is False
+    assert _live(settings, lambda r: metrics.rebuild_instance_counts(r, keys)) is False
     assert len(calls) == metrics.REBUILD_ATTEMPTS
-    assert redis.exists(keys.METRICS_INSTANCES) == 0
+    assert redis.exists(keys.metrics_instances) == 0
     monkeypatch.undo()
     assert _matches(settings, redis)["instances"] == {"not_started": 1, "online": metrics.REBUILD_ATTEMPTS}
 
@@ -202,29 +203,29 @@ def test_a_rebuild_gives_up_after_a_few_reads_and_the_next_scrape_counts(
 def test_the_count_script_refuses_a_set_that_is_not_the_one_named(redis: Redis) -> None:
     counts_script = redis.register_script(source("liveness_counts"))
     members = ["we_a", "we_b", "we_c"]
-    redis.sadd(keys.INSTANCES, *members)
+    redis.sadd(keys.instances, *members)
 
     def count(appids: list[str]) -> int:
         named = [keys.instance(appid) for appid in appids]
-        return int(counts_script(keys=[keys.INSTANCES, keys.METRICS_INSTANCES, *named], args=["1", *appids]))
+        return int(counts_script(keys=[keys.instances, keys.metrics_instances, *named], args=["1", *appids]))
 
     assert count(["we_a", "we_b"]) == -1  # one fewer
     assert count(["we_a", "we_b", "we_x"]) == -1  # as many, one of them another
-    assert redis.exists(keys.METRICS_INSTANCES) == 0
+    assert redis.exists(keys.metrics_instances) == 0
     with pytest.raises(ResponseError, match="one instance key per appid"):
-        counts_script(keys=[keys.INSTANCES, keys.METRICS_INSTANCES], args=["1", *members])
+        counts_script(keys=[keys.instances, keys.metrics_instances], args=["1", *members])
     assert count(members) == 1
-    assert redis.hget(keys.METRICS_INSTANCES, "status|not_started") == b"3"
+    assert redis.hget(keys.metrics_instances, "status|not_started") == b"3"
     assert count(members) == 0  # they exist now
 
 
 def test_a_rebuild_over_more_instances_than_lua_can_unpack(settings: Settings, redis: Redis) -> None:
     appids = [f"we_{n:012x}" for n in range(10_000)]
     with redis.pipeline(transaction=False) as pipe:
-        pipe.sadd(keys.INSTANCES, *appids)
+        pipe.sadd(keys.instances, *appids)
         for n, appid in enumerate(appids):
             pipe.hset(keys.instance(appid), mapping={"status": "online" if n % 4 else "stopped"})
         pipe.execute()
 
-    assert _live(settings, metrics.rebuild_instance_counts) is True
+    assert _live(settings, lambda r: metrics.rebuild_instance_counts(r, keys)) is True
     assert _matches(settings, redis)["instances"] == {"online": 7_500, "stopped": 2_500}

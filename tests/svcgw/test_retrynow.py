@@ -8,8 +8,9 @@ import pytest
 from redis import Redis
 from redis.asyncio import Redis as AsyncRedis
 
-from svcgw import keys, retrynow
+from svcgw import retrynow
 from svcgw.deliverylist import Delivery
+from svcgw.keys import PLAIN as keys
 from svcgw.settings import Settings
 from tests.conftest import provision
 from tests.support import Sink, wait_for
@@ -22,7 +23,7 @@ def retry(settings: Settings, delivery_id: str, account: str | None = None) -> N
     async def go() -> None:
         client = AsyncRedis.from_url(settings.redis_url or "")
         try:
-            await retrynow.retry_now(client, settings, delivery_id, account=account)
+            await retrynow.retry_now(client, keys, settings, delivery_id, account=account)
         finally:
             await client.aclose()
 
@@ -61,7 +62,7 @@ def test_retry_now_is_the_next_attempt_brought_forward(env: dict[str, str], sink
         retry(settings, delivery_id)
         wait_for(lambda: state().state == "delivered", timeout=10, what="the delivery")
         assert [a.status for a in state().attempts] == [500, 500, 200]
-        assert redis.zscore(keys.rq_scheduled(settings.queue_name), delivery_id) is None
+        assert redis.zscore(keys.rq.scheduled(settings.queue_name), delivery_id) is None
 
     with pytest.raises(retrynow.NotRetrying, match="delivered"):
         retry(settings, delivery_id)
@@ -82,4 +83,4 @@ def test_retry_now_refuses_a_pending_delivery_and_a_dead_letter(settings: Settin
     redis.hset(keys.delivery(delivery_id), "state", "retrying")
     with pytest.raises(retrynow.NotRetrying, match="being attempted"):
         retry(settings, delivery_id)
-    assert redis.lrange(keys.rq_queue(settings.queue_name), 0, -1) == [delivery_id.encode()]
+    assert redis.lrange(keys.rq.queue(settings.queue_name), 0, -1) == [delivery_id.encode()]

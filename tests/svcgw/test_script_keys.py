@@ -16,7 +16,8 @@ import pytest
 from redis import Redis
 from redis.asyncio import Redis as AsyncRedis
 
-from svcgw import deadletters, keys, liveness
+from svcgw import deadletters, liveness
+from svcgw.keys import PLAIN as keys
 from svcgw.replay import replay
 from svcgw.retrynow import NotRetrying, retry_now
 from svcgw.settings import Settings
@@ -35,7 +36,7 @@ def _dead(settings: Settings, appid: str) -> list[str]:
     async def go() -> list[str]:
         client = AsyncRedis.from_url(settings.redis_url or "")
         try:
-            return [d.id for d in await deadletters.list_dead(client, settings, appid=appid)]
+            return [d.id for d in await deadletters.list_dead(client, keys, settings, appid=appid)]
         finally:
             await client.aclose()
 
@@ -47,9 +48,9 @@ def _run(settings: Settings, action: str, delivery_id: str) -> None:
         client = AsyncRedis.from_url(settings.redis_url or "")
         try:
             if action == "replay":
-                await replay(client, settings, ids=[delivery_id])
+                await replay(client, keys, settings, ids=[delivery_id])
             else:
-                await retry_now(client, settings, delivery_id)
+                await retry_now(client, keys, settings, delivery_id)
         finally:
             await client.aclose()
 
@@ -60,7 +61,7 @@ def _started_now(settings: Settings, appid: str) -> None:
     async def go() -> None:
         client = AsyncRedis.from_url(settings.redis_url or "")
         try:
-            await liveness.mark_started(client, appid, 0.0)
+            await liveness.mark_started(client, keys, appid, 0.0)
         finally:
             await client.aclose()
 
@@ -69,7 +70,7 @@ def _started_now(settings: Settings, appid: str) -> None:
 
 def _retried_now(settings: Settings, redis: Redis, appid: str) -> bool:
     """Retry now the instance's delivery once it waits for a retry (they are 0.2 s apart: it may have gone on)."""
-    scheduled = [d.decode() for d in redis.zrange(keys.rq_scheduled(settings.queue_name), 0, -1)]
+    scheduled = [d.decode() for d in redis.zrange(keys.rq.scheduled(settings.queue_name), 0, -1)]
     mine = [d for d in scheduled if d.startswith(appid + "-")]
     if not mine:
         return False

@@ -11,7 +11,7 @@ from collections.abc import Iterator
 import fakeredis
 import pytest
 
-from svcgw import keys
+from svcgw.keys import PLAIN as keys
 from svcgw.scripts import register, source, text
 
 
@@ -34,18 +34,18 @@ def test_every_script_names_its_keys_and_arguments() -> None:
 
 
 def _replay(fake: fakeredis.FakeRedis, delivery_id: str, appid: str = "we_a") -> int:
-    queue = keys.rq_queue("svcgw")
+    queue = keys.rq.queue("svcgw")
     script = fake.register_script(source("replay"))
     return int(
         script(
             keys=[
-                keys.rq_failed("svcgw"),
+                keys.rq.failed("svcgw"),
                 queue,
                 keys.delivery(delivery_id),
                 keys.delivery_attempts(delivery_id),
-                keys.rq_job(delivery_id),
+                keys.rq.job(delivery_id),
                 keys.dead_letters_by_appid(appid),
-                keys.RQ_QUEUES,
+                keys.rq.queues,
             ],
             args=[delivery_id, 6, queue],
         )
@@ -53,39 +53,39 @@ def _replay(fake: fakeredis.FakeRedis, delivery_id: str, appid: str = "we_a") ->
 
 
 def _dead(fake: fakeredis.FakeRedis, delivery_id: str) -> None:
-    fake.zadd(keys.rq_failed("svcgw"), {delivery_id: 1e12})
+    fake.zadd(keys.rq.failed("svcgw"), {delivery_id: 1e12})
     fake.hset(keys.delivery(delivery_id), mapping={"state": "dead", "failures": 7})
     fake.expire(keys.delivery(delivery_id), 3600)
-    fake.hset(keys.rq_job(delivery_id), mapping={"status": "failed", "exc_info": b"x", "ended_at": "t"})
+    fake.hset(keys.rq.job(delivery_id), mapping={"status": "failed", "exc_info": b"x", "ended_at": "t"})
     fake.sadd(keys.dead_letters_by_appid("we_a"), delivery_id)
 
 
 def test_replay_queues_a_dead_letter_for_one_fresh_attempt(fake: fakeredis.FakeRedis) -> None:
     _dead(fake, "dlv_1")
     assert _replay(fake, "dlv_1") == 1
-    assert fake.lrange(keys.rq_queue("svcgw"), 0, -1) == [b"dlv_1"]
-    assert fake.zscore(keys.rq_failed("svcgw"), "dlv_1") is None
+    assert fake.lrange(keys.rq.queue("svcgw"), 0, -1) == [b"dlv_1"]
+    assert fake.zscore(keys.rq.failed("svcgw"), "dlv_1") is None
     delivery = fake.hgetall(keys.delivery("dlv_1"))
     # failures = the schedule's length: one fresh attempt, then dead again if it fails.
     assert delivery[b"state"] == b"queued" and delivery[b"failures"] == b"6"
     assert fake.ttl(keys.delivery("dlv_1")) == -1
-    job = fake.hgetall(keys.rq_job("dlv_1"))
+    job = fake.hgetall(keys.rq.job("dlv_1"))
     assert job[b"status"] == b"queued" and b"exc_info" not in job and b"ended_at" not in job
     assert fake.smembers(keys.dead_letters_by_appid("we_a")) == set()
-    assert fake.sismember(keys.RQ_QUEUES, keys.rq_queue("svcgw"))
+    assert fake.sismember(keys.rq.queues, keys.rq.queue("svcgw"))
 
 
 def test_replay_of_something_not_dead_changes_nothing(fake: fakeredis.FakeRedis) -> None:
     assert _replay(fake, "dlv_none") == 0
-    assert fake.llen(keys.rq_queue("svcgw")) == 0
+    assert fake.llen(keys.rq.queue("svcgw")) == 0
 
 
 def test_replay_of_an_expired_dead_letter_says_so(fake: fakeredis.FakeRedis) -> None:
     _dead(fake, "dlv_gone")
     fake.delete(keys.delivery("dlv_gone"))
     assert _replay(fake, "dlv_gone") == -1
-    assert fake.llen(keys.rq_queue("svcgw")) == 0
-    assert fake.zscore(keys.rq_failed("svcgw"), "dlv_gone") is None
+    assert fake.llen(keys.rq.queue("svcgw")) == 0
+    assert fake.zscore(keys.rq.failed("svcgw"), "dlv_gone") is None
 
 
 def test_the_registry_puts_shared_code_before_the_script_that_calls_it() -> None:
@@ -100,22 +100,22 @@ def test_the_admission_script_runs_the_rate_window_as_a_function_and_names_no_ke
     assert script == "local function rate_window(KEYS, ARGV)\n" + source("rate_window") + "\nend\n" + source(
         "gateway_admit"
     )
-    assert "NAMES" not in script and keys.PREFIX not in script
+    assert "NAMES" not in script and keys.prefix not in script
 
 
 def test_a_script_registered_by_name_runs(fake: fakeredis.FakeRedis) -> None:
     _dead(fake, "dlv_2")
     replayed = register(fake, "replay")
-    queue = keys.rq_queue("svcgw")
-    keys_ = [keys.rq_failed("svcgw"), queue, keys.delivery("dlv_2"), keys.delivery_attempts("dlv_2"),
-             keys.rq_job("dlv_2"), keys.dead_letters_by_appid("we_a"), keys.RQ_QUEUES]  # fmt: skip
+    queue = keys.rq.queue("svcgw")
+    keys_ = [keys.rq.failed("svcgw"), queue, keys.delivery("dlv_2"), keys.delivery_attempts("dlv_2"),
+             keys.rq.job("dlv_2"), keys.dead_letters_by_appid("we_a"), keys.rq.queues]  # fmt: skip
     assert replayed(keys=keys_, args=["dlv_2", 6, queue]) == 1
 
 
 def test_the_claim_holds_back_the_ids_of_the_instances_it_is_given_and_leases_the_rest(
     fake: fakeredis.FakeRedis,
 ) -> None:
-    queue, inflight, scheduled = keys.rq_queue("svcgw"), keys.inflight("svcgw"), keys.rq_scheduled("svcgw")
+    queue, inflight, scheduled = keys.rq.queue("svcgw"), keys.inflight("svcgw"), keys.rq.scheduled("svcgw")
     ids = ["we-a-1-1700000000000-0", "we_b-1700000000001-0", "dlv_" + "0" * 24, "we-a-1-1700000000002-3", "we-a-2"]
     fake.rpush(queue, *ids)
     claim = fake.register_script(source("queue_claim"))

@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import pytest
+from redis.asyncio.cluster import RedisCluster as AsyncRedisCluster
 
-from svcgw.clusterspace import AsyncTaggedCluster
-from svcgw.connections import async_client
 from svcgw.settings import Settings, SettingsError
+from svcgw.shardclients import role_clients
 from svcgw.shardspec import layout_of
 
 
@@ -77,9 +77,11 @@ def test_a_cluster_is_virtual_shards_each_a_hash_tag() -> None:
     assert {s.deployment for s in layout.shards} == {0}
     assert layout.shards[3].name == "cluster://n1:7000,n2:7001 {s3}"
     assert len(layout_of(read(SVCGW_REDIS_SHARDS="cluster://n1:7000", SVCGW_CLUSTER_SHARDS="4")).shards) == 4
-    # Shard 0's client, what belongs to the whole service, is the view of its tag.
-    client = async_client(settings)
-    assert isinstance(client, AsyncTaggedCluster) and client.tag == "{s0}"
+    # One stock Cluster client for every shard; each shard's names carry its tag.
+    clients = role_clients(settings)
+    assert all(isinstance(redis, AsyncRedisCluster) and redis is clients[0].redis for redis, _ in clients)
+    assert [names.tag for _, names in clients[:3]] == ["{s0}", "{s1}", "{s2}"]
+    assert clients[3].keys.callback_log("we_1") == "{s3}svcgw:log:we_1"
 
 
 @pytest.mark.parametrize(

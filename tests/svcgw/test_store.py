@@ -5,7 +5,7 @@ from __future__ import annotations
 from cryptography.fernet import Fernet
 from redis import Redis
 
-from svcgw import keys
+from svcgw.keys import PLAIN as keys
 from svcgw.settings import Settings
 from svcgw.store import CallbackConfig, Scope, Store
 from svcgw.vault import TokenVault

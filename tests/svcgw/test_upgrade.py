@@ -7,8 +7,9 @@ import time
 import orjson
 from redis import Redis
 
-from svcgw import keys
+from svcgw import retag
 from svcgw.deliveries import new_delivery_id, queue_delivery
+from svcgw.keys import PLAIN as keys
 from svcgw.settings import Settings
 from tests import support_oldlayout as old
 from tests.conftest import provision
@@ -36,7 +37,7 @@ def test_pending_retrying_delivered_and_dead_deliveries_of_before_are_delivered_
     states = [(fresh, "pending"), (died, "dead"), (done, "delivered"), (retried, "retrying"), (pending, "pending")]
     assert [(d.id, d.state) for d in listed(settings, tenant.appid).deliveries] == states
     # Its log and dead index of before carry the instance's tag now (svcgw.retag).
-    assert not any(redis.exists(name) for name in keys.untagged_instance_keys(tenant.appid))
+    assert not any(redis.exists(name) for name in retag.untagged_instance_keys(tenant.appid))
     assert [d.id for d in list_dead(settings, appid=tenant.appid)] == [died]
     with Running(settings):
         wait_for(lambda: all(is_delivered(redis, d) for d in (pending, retried, fresh)), timeout=20,
@@ -60,7 +61,7 @@ def test_pending_retrying_delivered_and_dead_deliveries_of_before_are_delivered_
     assert [a.status for a in shown(settings, died).attempts] == [500, 200]
     # The new one keeps its bare outcome only.
     assert [(a.status, a.response) for a in shown(settings, fresh).attempts] == [(200, "")]
-    assert not redis.exists(keys.rq_job(fresh))
+    assert not redis.exists(keys.rq.job(fresh))
 
     # Their event ids are still refused as repeats for the rest of their window.
     again = b'{"event_type":"Msg","events":[{"id":"u-pending"},{"id":"u-dead"},{"id":"u-new"},{"id":"u-other"}]}'
@@ -74,13 +75,13 @@ def test_service_events_of_before_keep_their_order_and_seq_under_the_tagged_name
     tenant = provision(settings, url=sink.url)
     offline = old.service_event(redis, settings, tenant, "InstanceOffline")
     recovered = old.service_event(redis, settings, tenant, "InstanceRecovered")  # deferred behind it
-    assert redis.llen(keys.untagged_instance_keys(tenant.appid)[2]) == 2
+    assert redis.llen(retag.untagged_instance_keys(tenant.appid)[2]) == 2
 
     ingest(settings, tenant, b'{"event_type":"Msg","events":[{"id":"u-after"}]}')  # the first start of the new version
     assert redis.lrange(keys.service_events(tenant.appid), 0, -1) == [offline.encode(), recovered.encode()]
     with redis.pipeline(transaction=True) as pipe:
         later = new_delivery_id()
-        queue_delivery(pipe, settings, appid=tenant.appid, account=tenant.account, event_type="InstanceOffline",
+        queue_delivery(pipe, keys, settings, appid=tenant.appid, account=tenant.account, event_type="InstanceOffline",
                        events=[{"id": "after"}], delivery_id=later, now=time.time(),
                        chain=service_chain(redis, tenant.appid))  # fmt: skip
         (first_seq,) = pipe.execute()

@@ -28,7 +28,7 @@ from redis import Redis
 from redis.asyncio import Redis as AsyncRedis
 from redis.exceptions import RedisError
 
-from svcgw import keys
+from svcgw.keys import PLAIN as keys
 from svcgw.settings import Settings
 from svcgw.upstream import Upstream
 from tests.support import Process, free_port, wait_for
@@ -79,7 +79,7 @@ def seed(redis: Redis, sim: httpx.Client, count: int, interval: float) -> list[s
                     "next_probe": repr(due),
                 },
             )
-            pipe.zadd(keys.PROBE_SCHEDULE, {appid: due})
+            pipe.zadd(keys.probe_schedule, {appid: due})
         pipe.execute()
     return appids
 
@@ -132,7 +132,7 @@ def main() -> None:
             nonlocal claims
             client = AsyncRedis.from_url(args.redis_url)
             upstream = Upstream(base, timeout=HTTP_TIMEOUT)
-            prober = Prober(settings, client, upstream, pool_size=args.pool)
+            prober = Prober(settings, client, keys, upstream, pool_size=args.pool)
             probe, claim = prober.probe, prober.claim
 
             async def counted(claimed: Claim) -> str:

@@ -10,6 +10,7 @@ from typing import TypeVar
 from redis.asyncio import Redis
 
 from svcgw import failing, liveness
+from svcgw.keys import PLAIN as keys
 from svcgw.settings import Settings
 from tests.conftest import Tenant, provision
 from tests.support import Received
@@ -25,7 +26,7 @@ def with_queue(settings: Settings, action: Callable[[DeliveryQueue], Awaitable[T
         try:
             queue = DeliveryQueue(
                 client,
-                settings.queue_name,
+                keys, settings.queue_name,
                 lease_seconds=settings.lease_seconds,
                 failing_argument=failing.script_argument(settings),
                 log_retention=settings.log_retention,
@@ -62,9 +63,9 @@ def flip(settings: Settings, appid: str, *, offline: bool) -> str:
         try:
             if offline:
                 return await liveness.go_offline(
-                    client, settings, appid, reason="lost", action_required="relogin", detected_at=time.time()
+                    client, keys, settings, appid, reason="lost", action_required="relogin", detected_at=time.time()
                 )
-            return await liveness.go_online(client, settings, appid, auto_reconnected=True, at=time.time())
+            return await liveness.go_online(client, keys, settings, appid, auto_reconnected=True, at=time.time())
         finally:
             await client.aclose()
 
@@ -83,7 +84,7 @@ def started(settings: Settings, url: str) -> Tenant:
 async def _mark_started(settings: Settings, appid: str) -> None:
     client = Redis.from_url(settings.redis_url or "")
     try:
-        await liveness.mark_started(client, appid, 3600)
+        await liveness.mark_started(client, keys, appid, 3600)
     finally:
         await client.aclose()
 

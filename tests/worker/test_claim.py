@@ -9,8 +9,8 @@ from typing import Any
 import pytest
 from redis import Redis
 
-from svcgw import keys
 from svcgw.ingest import Ingest
+from svcgw.keys import PLAIN as keys
 from svcgw.settings import Settings
 from svcgw.store import Scope, Store
 from tests.conftest import Tenant, provision, with_store
@@ -71,7 +71,7 @@ def test_a_job_is_deferred_for_its_own_account_being_busy_not_for_a_misremembere
     # Its own account busy, remembered as another: deferred all the same.
     again = ingest(settings, tenant, b'{"event_type":"Msg","events":[{"id":"b2"}]}')
     assert with_queue(settings, lambda queue: misremembering(queue, busy.account, tenant.account)) == []
-    assert redis.zscore(keys.rq_scheduled(settings.queue_name), again) == pytest.approx(later)
+    assert redis.zscore(keys.rq.scheduled(settings.queue_name), again) == pytest.approx(later)
     assert status(redis, again) == "scheduled"
 
 
@@ -98,13 +98,13 @@ def test_a_job_whose_lease_went_before_its_read_is_not_started(settings: Setting
 async def _post(queue: DeliveryQueue, settings: Settings, tenant: Tenant, event_id: str) -> str:
     """One post to ``tenant`` through the receiver's own code, from inside a queue's action."""
     body = b'{"event_type":"Msg","events":[{"id":"%s"}]}' % event_id.encode()
-    result = await Ingest(queue.redis, settings).accept(tenant.appid, tenant.receiver_token, body)
+    result = await Ingest(queue.redis, keys, settings).accept(tenant.appid, tenant.receiver_token, body)
     assert result.delivery_id is not None
     return result.delivery_id
 
 
 def _in_queue(settings: Settings, redis: Redis, delivery_id: str) -> bool:
-    return delivery_id.encode() in redis.lrange(keys.rq_queue(settings.queue_name), 0, -1)
+    return delivery_id.encode() in redis.lrange(keys.rq.queue(settings.queue_name), 0, -1)
 
 
 def test_the_jobs_of_an_instance_seen_with_a_busy_account_are_held_back_unread_at_the_pop(
@@ -125,7 +125,7 @@ def test_the_jobs_of_an_instance_seen_with_a_busy_account_are_held_back_unread_a
 
     held, popped, claimed, mine = with_queue(settings, go)
     assert popped == 4 and claimed == [mine]
-    scheduled = keys.rq_scheduled(settings.queue_name)
+    scheduled = keys.rq.scheduled(settings.queue_name)
     for delivery_id in held:
         assert redis.zscore(scheduled, delivery_id) == pytest.approx(later)
         assert redis.zscore(keys.inflight(settings.queue_name), delivery_id) is None
@@ -152,7 +152,7 @@ def test_the_jobs_of_an_instance_seen_going_to_a_saturated_destination_are_held_
 
     held, popped, second = with_queue(settings, go)
     assert (held, popped) == (0, 1)
-    assert redis.zscore(keys.rq_scheduled(settings.queue_name), second) == pytest.approx(later)
+    assert redis.zscore(keys.rq.scheduled(settings.queue_name), second) == pytest.approx(later)
     assert status(redis, second) == "queued"
 
 

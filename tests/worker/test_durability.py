@@ -12,7 +12,7 @@ import orjson
 import pytest
 from redis import Redis
 
-from svcgw import keys
+from svcgw.keys import PLAIN as keys
 from svcgw.settings import Settings
 from tests.conftest import provision
 from tests.support import Process, Sink, free_port, is_delivered, start_server, wait_for
@@ -108,7 +108,7 @@ def test_a_worker_killed_mid_attempt_does_not_stall_an_instances_service_events(
         wait_for(sink.posts, timeout=15, what="the worker to start the first delivery")
     finally:
         first.kill()  # SIGKILL mid-attempt: nothing is handed back, nothing recorded
-    assert redis.hget(keys.rq_job(recovered), "status") == b"deferred"
+    assert redis.hget(keys.rq.job(recovered), "status") == b"deferred"
 
     second = Process(["worker"], slow_env, "worker-2").start()
     try:

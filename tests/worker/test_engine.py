@@ -12,7 +12,7 @@ from urllib.parse import urlsplit
 import pytest
 from redis import Redis
 
-from svcgw import keys
+from svcgw.keys import PLAIN as keys
 from svcgw.outbound import Response, Sender
 from svcgw.settings import Settings
 from svcgw.store import Scope, Store
@@ -41,15 +41,15 @@ def test_claim_script_defers_jobs_of_saturated_hosts(settings: Settings, redis: 
     delivery_id = ingest(settings, tenant, b'{"event_type":"Msg","events":[{"id":"d1"}]}')
     due = time.time() + 30
     assert claim_batch(settings, 10, {host: due}) == []
-    assert redis.zscore(keys.rq_scheduled(settings.queue_name), delivery_id) == pytest.approx(due)
-    assert redis.hget(keys.rq_job(delivery_id), "status") == b"scheduled"
+    assert redis.zscore(keys.rq.scheduled(settings.queue_name), delivery_id) == pytest.approx(due)
+    assert redis.hget(keys.rq.job(delivery_id), "status") == b"scheduled"
     assert redis.zcard(keys.inflight(settings.queue_name)) == 0
 
-    redis.zrem(keys.rq_scheduled(settings.queue_name), delivery_id)
-    redis.rpush(keys.rq_queue(settings.queue_name), delivery_id)
+    redis.zrem(keys.rq.scheduled(settings.queue_name), delivery_id)
+    redis.rpush(keys.rq.queue(settings.queue_name), delivery_id)
     (claimed,) = claim_batch(settings, 10, {"other:1": due})
     assert claimed.delivery_id == delivery_id and claimed.own["url"] == url
-    assert redis.hget(keys.rq_job(delivery_id), "status") == b"started"
+    assert redis.hget(keys.rq.job(delivery_id), "status") == b"started"
 
 
 def test_claim_script_defers_jobs_of_busy_accounts(settings: Settings, redis: Redis) -> None:
@@ -57,8 +57,8 @@ def test_claim_script_defers_jobs_of_busy_accounts(settings: Settings, redis: Re
     delivery_id = ingest(settings, tenant, b'{"event_type":"Msg","events":[{"id":"d1"}]}')
     due = time.time() + 30
     assert with_queue(settings, lambda queue: queue.claim_batch(10, "test", {}, {tenant.account: due})) == []
-    assert redis.zscore(keys.rq_scheduled(settings.queue_name), delivery_id) == pytest.approx(due)
-    assert redis.hget(keys.rq_job(delivery_id), "status") == b"scheduled"
+    assert redis.zscore(keys.rq.scheduled(settings.queue_name), delivery_id) == pytest.approx(due)
+    assert redis.hget(keys.rq.job(delivery_id), "status") == b"scheduled"
 
 
 def test_a_claim_pops_more_ids_while_many_go_back_unstarted(settings: Settings) -> None:
@@ -191,14 +191,14 @@ def test_a_busy_accounts_jobs_wait_unread_and_are_all_attempted_once_it_has_slot
         instances = [_instance(settings, busy.account, hanging.url) for _ in range(2)]
         held = [_post(settings, instances[n % 2], f"b{n}") for n in range(40)]
         other = provision(settings, url=sink.url)
-        scheduled = keys.rq_scheduled(settings.queue_name)
+        scheduled = keys.rq.scheduled(settings.queue_name)
 
         def unread_and_waiting() -> list[str]:
             # Read at once (MULTI): promotion sets a job handed back by the read to queued too.
             pipe = redis.pipeline(transaction=True)
             for delivery_id in held:
                 pipe.zscore(scheduled, delivery_id)
-                pipe.hget(keys.rq_job(delivery_id), "status")
+                pipe.hget(keys.rq.job(delivery_id), "status")
             found = pipe.execute()
             return [d for n, d in enumerate(held) if found[2 * n] is not None and found[2 * n + 1] == b"queued"]
 
@@ -220,9 +220,9 @@ def test_a_busy_accounts_jobs_wait_unread_and_are_all_attempted_once_it_has_slot
 def _waiting(settings: Settings, redis: Redis, delivery_id: str) -> bool:
     name = settings.queue_name
     return (
-        redis.zscore(keys.rq_scheduled(name), delivery_id) is not None
+        redis.zscore(keys.rq.scheduled(name), delivery_id) is not None
         or redis.zscore(keys.inflight(name), delivery_id) is not None
-        or delivery_id.encode() in redis.lrange(keys.rq_queue(name), 0, -1)
+        or delivery_id.encode() in redis.lrange(keys.rq.queue(name), 0, -1)
     )
 
 
@@ -254,5 +254,5 @@ def test_an_exception_in_an_attempt_is_a_failed_attempt_and_ends_a_dead_letter(
     assert [a["attempt"] for a in attempts] == list(range(1, len(attempts) + 1))
     assert all(not a["ok"] and a["error"].startswith("ValueError: Newline") for a in attempts)
     assert redis.hget(keys.delivery(delivery_id), "attempts") == str(len(attempts)).encode()
-    assert redis.zscore(keys.rq_failed(settings.queue_name), delivery_id) is not None
+    assert redis.zscore(keys.rq.failed(settings.queue_name), delivery_id) is not None
     assert redis.zcard(keys.inflight(settings.queue_name)) == 0

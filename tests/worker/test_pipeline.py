@@ -12,7 +12,7 @@ from cryptography.hazmat.primitives import hashes
 from cryptography.hazmat.primitives import hmac as crypto_hmac
 from redis import Redis
 
-from svcgw import keys
+from svcgw.keys import PLAIN as keys
 from svcgw.settings import Settings
 from svcgw.store import Scope, Store
 from tests.conftest import Tenant, provision, with_store
@@ -111,7 +111,7 @@ def test_duplicates_posted_twice_are_forwarded_once(
 
 
 def _dead(redis: Redis) -> list[bytes]:
-    return redis.zrangebyscore(keys.rq_failed("svcgw"), time.time(), "+inf")
+    return redis.zrangebyscore(keys.rq.failed("svcgw"), time.time(), "+inf")
 
 
 def test_failing_sink_retries_on_schedule_then_dead_letter_then_replay(
@@ -157,7 +157,7 @@ def test_failing_sink_retries_on_schedule_then_dead_letter_then_replay(
     assert [r.status for r in replay(settings, ids=[delivery_id])] == ["replayed"]
     wait_for(lambda: is_delivered(redis, delivery_id), what="the replay")
     assert len(sink.posts()) == 9 and _dead(redis) == []
-    assert redis.exists(keys.rq_job(delivery_id)) == 0
+    assert redis.exists(keys.rq.job(delivery_id)) == 0
 
 
 def test_rotated_secret_signs_the_next_attempt(
@@ -320,7 +320,7 @@ def test_customer_events_are_not_held_back_by_a_retrying_service_event(
         wait_for(lambda: any(kind(p) == "Msg" for p in sink.posts()), timeout=20, what="the message to be delivered")
         assert redis.hget(keys.delivery(offline), "state") == b"retrying"
         assert redis.hget(keys.delivery(recovered), "state") == b"queued"
-        assert redis.hget(keys.rq_job(recovered), "status") == b"deferred"
+        assert redis.hget(keys.rq.job(recovered), "status") == b"deferred"
         assert [kind(p) for p in sink.posts()] == ["InstanceOffline", "InstanceOffline", "Msg"]
     finally:
         worker.stop()

@@ -18,7 +18,8 @@ from redis import Redis
 from redis.asyncio import Redis as AsyncRedis
 from redis.exceptions import ResponseError
 
-from svcgw import keys, liveness, scripts
+from svcgw import liveness, scripts
+from svcgw.keys import PLAIN as keys
 from svcgw.settings import Settings
 from svcgw.upstream import Upstream
 from tests.conftest import Tenant, provision, run
@@ -41,7 +42,7 @@ def mark_started(settings: Settings, appid: str, interval: float = INTERVAL) -> 
     async def go() -> None:
         client = AsyncRedis.from_url(settings.redis_url or "")
         try:
-            await liveness.mark_started(client, appid, interval)
+            await liveness.mark_started(client, keys, appid, interval)
         finally:
             await client.aclose()
 
@@ -52,7 +53,7 @@ def mark_stopped(settings: Settings, appid: str) -> None:
     async def go() -> None:
         client = AsyncRedis.from_url(settings.redis_url or "")
         try:
-            await liveness.mark_stopped(client, appid)
+            await liveness.mark_stopped(client, keys, appid)
         finally:
             await client.aclose()
 
@@ -164,7 +165,7 @@ def prober(settings: Settings, layer: FakeLayer) -> Iterator[Driven]:
     with asyncio.Runner() as runner:
         client = AsyncRedis.from_url(settings.redis_url or "")
         upstream = fake_upstream(layer)
-        yield Driven(runner, Prober(settings, client, upstream))
+        yield Driven(runner, Prober(settings, client, keys, upstream))
         runner.run(upstream.aclose())
         runner.run(client.aclose())
 
@@ -172,7 +173,7 @@ def prober(settings: Settings, layer: FakeLayer) -> Iterator[Driven]:
 def due_now(settings: Settings, text: Any, interval: float = INTERVAL) -> str:
     appid = provision(settings).appid
     mark_started(settings, appid, interval)
-    text.zadd(keys.PROBE_SCHEDULE, {appid: time.time() - 0.01})
+    text.zadd(keys.probe_schedule, {appid: time.time() - 0.01})
     return appid
 
 
@@ -184,8 +185,8 @@ def claim_one(prober: Driven, appid: str) -> Claim:
 
 def queued(text: Any, settings: Settings) -> list[dict[str, Any]]:
     """Service events queued, then those waiting behind an earlier one of their instance, oldest first."""
-    waiting = text.zrange(keys.rq_deferred(settings.queue_name), 0, -1)
-    ids = text.lrange(keys.rq_queue(settings.queue_name), 0, -1) + waiting
+    waiting = text.zrange(keys.rq.deferred(settings.queue_name), 0, -1)
+    ids = text.lrange(keys.rq.queue(settings.queue_name), 0, -1) + waiting
     return [orjson.loads(text.hget(keys.delivery(d), "body")) for d in ids]
 
 
@@ -198,7 +199,7 @@ def test_concurrent_claims_are_disjoint_and_reschedule_one_interval_on(
     for appid in appids:
         text.hset(keys.instance(appid), "maintained", "1")
     dues = {appid: now - 0.3 - i * 0.001 for i, appid in enumerate(appids)}
-    text.zadd(keys.PROBE_SCHEDULE, dues)
+    text.zadd(keys.probe_schedule, dues)
     claimed: list[str] = []
     lock = threading.Lock()
     barrier = threading.Barrier(4)
@@ -206,7 +207,7 @@ def test_concurrent_claims_are_disjoint_and_reschedule_one_interval_on(
     async def claims() -> None:
         client = AsyncRedis.from_url(settings.redis_url or "")
         upstream = fake_upstream(layer)
-        mine = Prober(settings, client, upstream)
+        mine = Prober(settings, client, keys, upstream)
         barrier.wait()
         for _ in range(20):
             claims, _ = await mine.claim(3)
@@ -225,16 +226,16 @@ def test_concurrent_claims_are_disjoint_and_reschedule_one_interval_on(
         thread.join()
     assert sorted(claimed) == sorted(appids)
     for appid in appids:
-        assert text.zscore(keys.PROBE_SCHEDULE, appid) == pytest.approx(dues[appid] + settings.probe_interval)
+        assert text.zscore(keys.probe_schedule, appid) == pytest.approx(dues[appid] + settings.probe_interval)
 
 
 def test_an_overdue_probe_keeps_its_phase_and_runs_once(settings: Settings, text: Any, prober: Driven) -> None:
     appid = provision(settings).appid
     text.hset(keys.instance(appid), "maintained", "1")
     due = time.time() - 3.5 * settings.probe_interval
-    text.zadd(keys.PROBE_SCHEDULE, {appid: due})
+    text.zadd(keys.probe_schedule, {appid: due})
     claim_one(prober, appid)
-    following = text.zscore(keys.PROBE_SCHEDULE, appid)
+    following = text.zscore(keys.probe_schedule, appid)
     assert following == pytest.approx(due + 4 * settings.probe_interval)
     assert float(text.hget(keys.instance(appid), "next_probe")) == pytest.approx(following)
     assert prober.claim(100)[0] == []
@@ -244,7 +245,7 @@ def test_unmaintained_instances_leave_the_schedule(settings: Settings, text: Any
     appid = due_now(settings, text)
     text.hset(keys.instance(appid), "maintained", "0")
     assert prober.claim(100)[0] == []
-    assert text.zscore(keys.PROBE_SCHEDULE, appid) is None
+    assert text.zscore(keys.probe_schedule, appid) is None
 
 
 def test_an_instance_being_probed_is_not_claimed_twice(
@@ -252,12 +253,12 @@ def test_an_instance_being_probed_is_not_claimed_twice(
 ) -> None:
     appid = due_now(settings, text, interval=0.05)
     first = claim_one(prober, appid)
-    text.zadd(keys.PROBE_SCHEDULE, {appid: time.time() - 0.01})
+    text.zadd(keys.probe_schedule, {appid: time.time() - 0.01})
     assert prober.claim(100)[0] == []
-    assert text.zscore(keys.PROBE_SCHEDULE, appid) <= time.time() + 1.0
+    assert text.zscore(keys.probe_schedule, appid) <= time.time() + 1.0
     assert prober.probe(first) == "online"
     assert text.hget(keys.instance(appid), "probing") is None
-    text.zadd(keys.PROBE_SCHEDULE, {appid: time.time() - 0.01})
+    text.zadd(keys.probe_schedule, {appid: time.time() - 0.01})
     assert claim_one(prober, appid).appid == appid
 
 
@@ -266,29 +267,29 @@ def test_a_probe_handed_back_is_due_at_once(settings: Settings, text: Any, probe
     claim = claim_one(prober, appid)
     prober.release(claim)
     assert text.hget(keys.instance(appid), "probing") is None
-    assert text.zscore(keys.PROBE_SCHEDULE, appid) <= time.time()
+    assert text.zscore(keys.probe_schedule, appid) <= time.time()
 
 
 def test_a_claim_reads_only_the_instance_hashes_it_names(settings: Settings, text: Any, prober: Driven) -> None:
     named, unnamed = due_now(settings, text), due_now(settings, text)
-    unnamed_due = text.zscore(keys.PROBE_SCHEDULE, unnamed)
+    unnamed_due = text.zscore(keys.probe_schedule, unnamed)
     now = time.time()
     claim_script = text.register_script(scripts.text("probe_claim"))
     # ``named`` is due and maintained, but the hash named for it is another, missing one: a script
     # that built the name from the appid would claim it. ``unnamed`` is due and not named at all.
     _, claimed = claim_script(
-        keys=[keys.PROBE_SCHEDULE, keys.instance("we_not_this_one")],
+        keys=[keys.probe_schedule, keys.instance("we_not_this_one")],
         args=[repr(now), 10, repr(INTERVAL), repr(now + 60), 1.0, named],
     )
     assert claimed == []
     assert text.hget(keys.instance(named), "probing") is None
     # The missing hash it was given says "not maintained", so the appid left the schedule.
-    assert text.zscore(keys.PROBE_SCHEDULE, named) is None
+    assert text.zscore(keys.probe_schedule, named) is None
     assert text.exists(keys.instance("we_not_this_one")) == 0
     assert text.hget(keys.instance(unnamed), "probing") is None
-    assert text.zscore(keys.PROBE_SCHEDULE, unnamed) == unnamed_due
+    assert text.zscore(keys.probe_schedule, unnamed) == unnamed_due
     with pytest.raises(ResponseError, match="one instance key per appid"):
-        claim_script(keys=[keys.PROBE_SCHEDULE], args=[repr(now), 10, repr(INTERVAL), repr(now + 60), 1.0, unnamed])
+        claim_script(keys=[keys.probe_schedule], args=[repr(now), 10, repr(INTERVAL), repr(now + 60), 1.0, unnamed])
     assert [c.appid for c in prober.claim(100)[0]] == [unnamed]
 
 
@@ -296,8 +297,8 @@ def test_a_member_claimed_or_removed_between_the_read_and_the_script_is_left_alo
     settings: Settings, text: Any, prober: Driven, layer: FakeLayer
 ) -> None:
     taken, kept, removed = (due_now(settings, text) for _ in range(3))
-    text.zadd(keys.PROBE_SCHEDULE, {taken: time.time() - 1.0, "we_later": time.time() + 30})
-    other = Prober(settings, prober.prober.redis, fake_upstream(layer))
+    text.zadd(keys.probe_schedule, {taken: time.time() - 1.0, "we_later": time.time() + 30})
+    other = Prober(settings, prober.prober.redis, keys, fake_upstream(layer))
     script = prober.prober._claim
     theirs: list[Claim] = []
     rescheduled: list[float] = []
@@ -307,8 +308,8 @@ def test_a_member_claimed_or_removed_between_the_read_and_the_script_is_left_alo
         # due) and ``removed`` leaves the schedule, though its hash still says maintained.
         claims, _ = await other.claim(1)
         theirs.extend(claims)
-        rescheduled.append(text.zscore(keys.PROBE_SCHEDULE, taken))
-        text.zrem(keys.PROBE_SCHEDULE, removed)
+        rescheduled.append(text.zscore(keys.probe_schedule, taken))
+        text.zrem(keys.probe_schedule, removed)
         return await script(**call)
 
     prober.prober._claim = raced  # type: ignore[assignment]
@@ -316,10 +317,10 @@ def test_a_member_claimed_or_removed_between_the_read_and_the_script_is_left_alo
     assert [c.appid for c in claims] == [kept]
     assert [c.appid for c in theirs] == [taken]
     assert text.hget(keys.instance(taken), "probing") == theirs[0].lease
-    assert text.zscore(keys.PROBE_SCHEDULE, taken) == rescheduled[0] > time.time()
-    assert text.zscore(keys.PROBE_SCHEDULE, removed) is None  # not brought back
+    assert text.zscore(keys.probe_schedule, taken) == rescheduled[0] > time.time()
+    assert text.zscore(keys.probe_schedule, removed) is None  # not brought back
     assert text.hget(keys.instance(removed), "probing") is None
-    ((_, first_due),) = text.zrange(keys.PROBE_SCHEDULE, 0, 0, withscores=True)
+    ((_, first_due),) = text.zrange(keys.probe_schedule, 0, 0, withscores=True)
     assert head == pytest.approx(first_due)
     prober.run(other.upstream.aclose())
 
@@ -328,8 +329,8 @@ def test_two_workers_reading_the_same_due_members_claim_different_ones(
     settings: Settings, text: Any, prober: Driven, layer: FakeLayer
 ) -> None:
     appids = [due_now(settings, text) for _ in range(4)]
-    text.zadd(keys.PROBE_SCHEDULE, {appid: time.time() - 1.0 + n * 0.01 for n, appid in enumerate(appids)})
-    other = Prober(settings, prober.prober.redis, fake_upstream(layer))
+    text.zadd(keys.probe_schedule, {appid: time.time() - 1.0 + n * 0.01 for n, appid in enumerate(appids)})
+    other = Prober(settings, prober.prober.redis, keys, fake_upstream(layer))
     script = prober.prober._claim
     theirs: list[Claim] = []
 
@@ -360,11 +361,11 @@ def test_nothing_due_costs_no_script_call_and_says_when_the_first_is_due(
     assert prober.claim(100) == ([], None)
     appid = due_now(settings, text)
     due = time.time() + 30
-    text.zadd(keys.PROBE_SCHEDULE, {appid: due})
+    text.zadd(keys.probe_schedule, {appid: due})
     claims, head = prober.claim(100)
     assert claims == [] and head == pytest.approx(due)
     assert calls == []
-    text.zadd(keys.PROBE_SCHEDULE, {appid: time.time() - 0.01})
+    text.zadd(keys.probe_schedule, {appid: time.time() - 0.01})
     assert [c.appid for c in prober.claim(100)[0]] == [appid]
     assert calls == [2]  # the schedule and the one due instance's hash
 
@@ -412,14 +413,14 @@ def test_a_failed_reconnect_is_offline_relogin_and_a_later_heal_recovers(
     text.hset(keys.instance(appid), "since", repr(time.time() - 60))
     layer.usable, layer.reconnect_heals = False, False
     assert prober.probe(claim_one(prober, appid)) == "offline"
-    text.zadd(keys.PROBE_SCHEDULE, {appid: time.time() - 0.01})
+    text.zadd(keys.probe_schedule, {appid: time.time() - 0.01})
     assert prober.probe(claim_one(prober, appid)) == "offline"
     (offline,) = queued(text, settings)
     assert offline["events"][0]["action_required"] == "relogin"
     assert "automatic reconnect failed" in offline["events"][0]["reason"]
 
     layer.reconnect_heals = True
-    text.zadd(keys.PROBE_SCHEDULE, {appid: time.time() - 0.01})
+    text.zadd(keys.probe_schedule, {appid: time.time() - 0.01})
     assert prober.probe(claim_one(prober, appid)) == "reconnected"
     _, recovered = queued(text, settings)
     assert recovered["event_type"] == "InstanceRecovered"
@@ -444,7 +445,7 @@ def test_a_manual_gap_closed_goes_offline_without_calling_the_layer(
 
     async def gap() -> None:
         client = AsyncRedis.from_url(settings.redis_url or "")
-        await liveness.on_gap_closed(client, appid, [(-1008, "logged out on phone")])
+        await liveness.on_gap_closed(client, keys, appid, [(-1008, "logged out on phone")])
         await client.aclose()
 
     run(gap())
@@ -456,7 +457,7 @@ def test_a_manual_gap_closed_goes_offline_without_calling_the_layer(
     assert "-1008" in event["reason"]
     state = text.hgetall(keys.instance(appid))
     assert state["maintained"] == "0" and "gap_code" not in state
-    assert text.zscore(keys.PROBE_SCHEDULE, appid) is None
+    assert text.zscore(keys.probe_schedule, appid) is None
 
 
 # --- whole workers against the simulator ----------------------------------------------------
@@ -584,7 +585,7 @@ def test_logged_in_elsewhere_is_offline_manual_until_the_next_start(
     # tried one reconnect; after the InstanceOffline nothing is tried again.
     assert calls["login/reconnect"] <= 1
     text = Redis.from_url(settings.redis_url or "", decode_responses=True)
-    assert text.zscore(keys.PROBE_SCHEDULE, appid) is None
+    assert text.zscore(keys.probe_schedule, appid) is None
     described = liveness.describe(text.hgetall(keys.instance(appid)))
     assert (described["status"], described["action_required"], described["maintained"]) == ("offline", "manual", False)
     text.close()
@@ -648,7 +649,7 @@ def test_workers_share_the_schedule_and_a_restart_keeps_it(
         for process in workers:
             process.stop()
         text = Redis.from_url(settings.redis_url or "", decode_responses=True)
-        assert set(text.zrange(keys.PROBE_SCHEDULE, 0, -1)) >= set(appids)
+        assert set(text.zrange(keys.probe_schedule, 0, -1)) >= set(appids)
         assert all(text.hget(keys.instance(a), "probing") is None for a in appids)
         text.close()
         before = {a: sim_control.reads(a) for a in appids}

@@ -11,8 +11,9 @@ from redis import Redis
 from redis.asyncio import Redis as AsyncRedis
 from redis.exceptions import ResponseError
 
-from svcgw import chainkeys, deadletters, keys
+from svcgw import chainkeys, deadletters
 from svcgw.deliveries import new_delivery_id, queue_delivery
+from svcgw.keys import PLAIN as keys
 from svcgw.settings import Settings
 from tests.conftest import Tenant, provision
 from tests.support import service_chain, wait_for
@@ -27,7 +28,7 @@ def service_event(settings: Settings, tenant: Tenant, kind: str = "InstanceOffli
     client = Redis.from_url(settings.redis_url or "")
     try:
         with client.pipeline(transaction=True) as pipe:
-            queue_delivery(pipe, settings, appid=tenant.appid, account=tenant.account, event_type=kind,
+            queue_delivery(pipe, keys, settings, appid=tenant.appid, account=tenant.account, event_type=kind,
                            events=[{"id": f"{kind}:{delivery_id}"}], delivery_id=delivery_id, now=time.time(),
                            chain=service_chain(client, tenant.appid))
             pipe.execute()
@@ -42,11 +43,11 @@ def ended(settings: Settings, tenant: Tenant, delivery_id: str, kind: Any, **ext
 
 
 def queued(redis: Redis, settings: Settings) -> list[str]:
-    return [x.decode() for x in redis.lrange(keys.rq_queue(settings.queue_name), 0, -1)]
+    return [x.decode() for x in redis.lrange(keys.rq.queue(settings.queue_name), 0, -1)]
 
 
 def deferred(redis: Redis, settings: Settings) -> list[str]:
-    return [x.decode() for x in redis.zrange(keys.rq_deferred(settings.queue_name), 0, -1)]
+    return [x.decode() for x in redis.zrange(keys.rq.deferred(settings.queue_name), 0, -1)]
 
 
 def chain(redis: Redis, tenant: Tenant) -> list[str]:
@@ -54,7 +55,7 @@ def chain(redis: Redis, tenant: Tenant) -> list[str]:
 
 
 def status(redis: Redis, delivery_id: str) -> str:
-    return (redis.hget(keys.rq_job(delivery_id), "status") or b"").decode()
+    return (redis.hget(keys.rq.job(delivery_id), "status") or b"").decode()
 
 
 def test_a_retry_holds_the_next_and_delivering_it_queues_the_next(settings: Settings, redis: Redis) -> None:
@@ -69,7 +70,7 @@ def test_a_retry_holds_the_next_and_delivering_it_queues_the_next(settings: Sett
     assert ended(settings, tenant, first, "delivered")
     # In the same step: the first leaves the chain, the second is queued as RQ has it.
     assert queued(redis, settings) == [second] and deferred(redis, settings) == [third]
-    assert status(redis, second) == "queued" and redis.hget(keys.rq_job(second), "enqueued_at")
+    assert status(redis, second) == "queued" and redis.hget(keys.rq.job(second), "enqueued_at")
     assert chain(redis, tenant) == [second, third]
     assert claim(settings, 10) == [second]
 
@@ -100,7 +101,7 @@ def test_a_dead_service_event_lets_the_next_go_and_its_replay_stays_out_of_the_o
 async def _replay(settings: Settings, delivery_id: str) -> list[deadletters.ReplayResult]:
     client = AsyncRedis.from_url(settings.redis_url or "")
     try:
-        return await deadletters.replay(client, settings, ids=[delivery_id])
+        return await deadletters.replay(client, keys, settings, ids=[delivery_id])
     finally:
         await client.aclose()
 
@@ -110,7 +111,7 @@ def test_a_lost_lease_hands_the_first_back_and_the_order_holds(settings: Setting
     first, second = service_event(settings, tenant), service_event(settings, tenant)
 
     async def claim_briefly(queue: DeliveryQueue) -> list[str]:
-        short = DeliveryQueue(queue.redis, settings.queue_name, lease_seconds=0.05)
+        short = DeliveryQueue(queue.redis, keys, settings.queue_name, lease_seconds=0.05)
         return [c.delivery_id for c in await short.claim_batch(10, "killed")]
 
     assert with_queue(settings, claim_briefly) == [first]
@@ -130,7 +131,7 @@ def test_the_late_end_of_a_lost_claim_still_moves_the_order_on(settings: Setting
     first, second = service_event(settings, tenant), service_event(settings, tenant)
     assert claim(settings, 10) == [first]
     redis.zrem(keys.inflight(settings.queue_name), first)  # as if the lease had run out and been reclaimed
-    redis.rpush(keys.rq_queue(settings.queue_name), first)
+    redis.rpush(keys.rq.queue(settings.queue_name), first)
     assert not ended(settings, tenant, first, "delivered")
     assert queued(redis, settings) == [second] and chain(redis, tenant) == [second]
 
@@ -150,7 +151,7 @@ def test_an_order_whose_first_vanished_is_repaired_by_the_next_event(settings: S
     tenant = provision(settings)
     first, second = service_event(settings, tenant), service_event(settings, tenant)
     # rq's tools can delete a queued job; the claim script then skips it and nothing ends it.
-    redis.delete(keys.rq_job(first))
+    redis.delete(keys.rq.job(first))
     assert claim(settings, 10) == []
     assert deferred(redis, settings) == [second]
     third = service_event(settings, tenant)
@@ -193,12 +194,12 @@ def test_a_job_deleted_while_scheduled_is_not_made_again_when_promoted(settings:
     gone = service_event(settings, tenant)
     kept = ingest(settings, tenant, b'{"event_type":"Msg","events":[{"id":"promoted"}]}')
     for delivery_id in (gone, kept):
-        redis.lrem(keys.rq_queue(settings.queue_name), 0, delivery_id)
-        redis.zadd(keys.rq_scheduled(settings.queue_name), {delivery_id: time.time() - 1})
-        redis.hset(keys.rq_job(delivery_id), "status", "scheduled")
-    redis.delete(keys.rq_job(gone))  # rq's tools
+        redis.lrem(keys.rq.queue(settings.queue_name), 0, delivery_id)
+        redis.zadd(keys.rq.scheduled(settings.queue_name), {delivery_id: time.time() - 1})
+        redis.hset(keys.rq.job(delivery_id), "status", "scheduled")
+    redis.delete(keys.rq.job(gone))  # rq's tools
     assert with_queue(settings, lambda q: q.promote_due()).moved == 2
-    assert not redis.exists(keys.rq_job(gone)) and status(redis, kept) == "queued"
+    assert not redis.exists(keys.rq.job(gone)) and status(redis, kept) == "queued"
 
 
 def test_a_service_event_queued_after_the_finish_read_the_chain_is_put_in_play(
@@ -211,8 +212,8 @@ def test_a_service_event_queued_after_the_finish_read_the_chain_is_put_in_play(
     later: list[str] = []
     read = chainkeys.read
 
-    async def read_then_queue(client: Any, chains: Any) -> list[str]:
-        members = await read(client, chains)
+    async def read_then_queue(client: Any, names: Any, chains: Any) -> list[str]:
+        members = await read(client, names, chains)
         later.append(service_event(settings, tenant))  # between the read and the finish
         return members
 
@@ -226,7 +227,7 @@ def test_queueing_behind_a_chain_other_than_the_one_read_writes_nothing(settings
     tenant = provision(settings)
     first = service_event(settings, tenant)
     with redis.pipeline(transaction=True) as pipe:
-        queue_delivery(pipe, settings, appid=tenant.appid, account=tenant.account, event_type="InstanceOffline",
+        queue_delivery(pipe, keys, settings, appid=tenant.appid, account=tenant.account, event_type="InstanceOffline",
                        events=[{"id": "stale"}], delivery_id=new_delivery_id(), now=time.time(), chain=[])  # fmt: skip
         with pytest.raises(ResponseError, match="chain changed"):
             pipe.execute()

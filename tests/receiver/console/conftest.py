@@ -14,6 +14,7 @@ import pytest
 from receiver.app import create_app
 from receiver.ratelimit import RateLimiter
 from svcgw.connections import async_client
+from svcgw.keys import PLAIN as keys
 from svcgw.settings import Settings
 from svcgw.store import Store
 from tests.conftest import with_store
@@ -96,7 +97,7 @@ def gateway_call(settings: Settings, account: str) -> bool:
     async def hit() -> bool:
         redis = async_client(settings, decode=True)
         try:
-            return (await RateLimiter(redis, settings.rate_limit).hit(account)).allowed
+            return (await RateLimiter(redis, keys, settings.rate_limit).hit(account)).allowed
         finally:
             await redis.aclose()
 

@@ -10,6 +10,7 @@ import httpx
 from svcgw import passwords
 from svcgw.credentials import Credentials
 from svcgw.invitations import Invitations
+from svcgw.keys import PLAIN as keys
 from svcgw.settings import Settings
 from svcgw.store import Store
 from tests.conftest import with_store
@@ -32,7 +33,7 @@ def make_member(settings: Settings, login: str | None = None, password: str | No
     async def action(store: Store) -> Member:
         account = await store.create_account("password test", devices=10, login=login)
         if password is not None:
-            await Credentials(store.redis).set_password(account.id, passwords.hash_password(password))
+            await Credentials(store.redis, keys).set_password(account.id, passwords.hash_password(password))
         return Member(account.id, login, password or "")
 
     return with_store(settings, action)
@@ -42,7 +43,7 @@ def invite(settings: Settings, account: str, seconds: int = 3600) -> str:
     """A new invitation's token, as ``svcgw accounts invite`` makes it."""
 
     async def action(store: Store) -> str:
-        return (await Invitations(store.redis).issue(account, seconds)).token
+        return (await Invitations(store.redis, keys).issue(account, seconds)).token
 
     return with_store(settings, action)
 

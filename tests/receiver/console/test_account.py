@@ -10,7 +10,8 @@ import threading
 import httpx
 from redis import Redis
 
-from svcgw import errors, keys
+from svcgw import errors
+from svcgw.keys import PLAIN as keys
 from svcgw.settings import Settings
 from svcgw.store import Store
 from tests.conftest import with_store
@@ -105,7 +106,7 @@ def test_failures_per_address_are_limited_across_logins(env: dict[str, str], red
             assert page.status_code == 429 and int(page.headers["retry-after"]) >= 1
             assert errors.SIGN_IN_MESSAGE in page.text and "svcgw_console=" not in page.headers.get("set-cookie", "")
     # The windows are Redis keys of their own, named by the login's digest: no login or password in them.
-    names = [name.decode() for name in redis.scan_iter(match=keys.SIGNIN_FAILURES + "*")]
+    names = [name.decode() for name in redis.scan_iter(match=keys.signin_failures + "*")]
     assert names and not any("@" in name or "wrong" in name for name in names)
 
 

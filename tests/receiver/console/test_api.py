@@ -10,8 +10,8 @@ import httpx
 import orjson
 from redis import Redis
 
-from svcgw import keys
 from svcgw.deliveries import exc_info_field
+from svcgw.keys import PLAIN as keys
 from svcgw.settings import Settings
 from svcgw.signing import verify
 from svcgw.store import Store
@@ -26,8 +26,8 @@ NOT_FOUND = {"code": -40404, "message": "appid does not exist or is not the call
 
 
 def nothing_queued_or_logged(redis: Redis, appids: list[str]) -> None:
-    assert redis.llen(keys.rq_queue("svcgw")) == 0
-    assert redis.zcard(keys.rq_scheduled("svcgw")) == 0
+    assert redis.llen(keys.rq.queue("svcgw")) == 0
+    assert redis.zcard(keys.rq.scheduled("svcgw")) == 0
     assert not list(redis.scan_iter(match=keys.delivery("*")))
     for appid in appids:
         assert redis.xlen(keys.callback_log(appid)) == 0
@@ -383,11 +383,11 @@ def test_dead_letters_list_show_and_replay(
         {"id": mine[0], "appid": developer.appids[0], "status": "replayed"},
         {"id": theirs, "appid": None, "status": "not_found"},
     ]
-    assert redis.zscore(keys.rq_failed("svcgw"), theirs) is not None  # untouched
+    assert redis.zscore(keys.rq.failed("svcgw"), theirs) is not None  # untouched
     rest = console.change("POST", "/dead-letters/replay", {"appid": developer.appids[0]}).json()["data"]
     assert rest["replayed"] == 2
     assert console.get("/dead-letters").json()["data"]["total"] == 0
-    assert set(x.decode() for x in redis.lrange(keys.rq_queue("svcgw"), 0, -1)) >= set(mine)
+    assert set(x.decode() for x in redis.lrange(keys.rq.queue("svcgw"), 0, -1)) >= set(mine)
     assert console.change("POST", "/dead-letters/replay", {}).status_code == 400
     both = console.change("POST", "/dead-letters/replay", {"ids": [mine[0]], "appid": developer.appids[0]})
     assert both.status_code == 400

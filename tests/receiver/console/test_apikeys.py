@@ -8,7 +8,7 @@ import time
 import httpx
 from redis import Redis
 
-from svcgw import keys
+from svcgw.keys import PLAIN as keys
 from svcgw.settings import Settings
 from tests.receiver.console.conftest import ConsoleClient, Developer, serve
 from tests.receiver.console.members import PASSWORD, PasswordClient, make_member

@@ -21,7 +21,7 @@ import orjson
 import pytest
 from redis import Redis
 
-from svcgw import keys
+from svcgw.keys import PLAIN as keys
 from svcgw.settings import Settings
 from svcgw.vault import TokenVault
 from tests.receiver.console.conftest import Developer
@@ -160,7 +160,7 @@ def test_console_in_a_browser(
     httpx.post(
         developer.receiver_url(server), content=b'{"event_type":"Msg","events":[{"id":"dead1"}]}', timeout=10
     ).raise_for_status()
-    wait_for(lambda: redis.zcard(keys.rq_failed("svcgw")) == 1, timeout=30, what="a dead letter")
+    wait_for(lambda: redis.zcard(keys.rq.failed("svcgw")) == 1, timeout=30, what="a dead letter")
     attempts = len(posts_with(sink, "dead1"))
     assert attempts == 7  # first attempt and six retries
     page.click("nav >> text=Dead letters")
@@ -174,7 +174,7 @@ def test_console_in_a_browser(
     page.locator("#flash").wait_for()
     assert "1 dead letter queued" in page.inner_text("#flash")
     wait_for(lambda: len(posts_with(sink, "dead1")) == attempts + 1, timeout=20, what="the replayed delivery")
-    wait_for(lambda: redis.zcard(keys.rq_failed("svcgw")) == 0, timeout=10, what="the dead letter to be gone")
+    wait_for(lambda: redis.zcard(keys.rq.failed("svcgw")) == 0, timeout=10, what="the dead letter to be gone")
 
     redis.sadd(keys.account_denied(developer.account), "login/logout")  # as svcgw accounts deny does
     page.click("nav >> text=Controlled operations")

@@ -7,8 +7,8 @@ import time
 import httpx
 from redis import Redis
 
-from svcgw import keys
 from svcgw.failing import destination_of
+from svcgw.keys import PLAIN as keys
 from svcgw.settings import Settings
 from tests.conftest import Tenant
 from tests.receiver.console.conftest import ConsoleClient, Developer
@@ -81,15 +81,15 @@ def test_retry_now_needs_the_csrf_token_and_a_retrying_delivery_of_the_account(
 
     forged = console.change("POST", f"/deliveries/{retrying}/retry", csrf=False)
     assert forged.status_code == 403 and forged.json()["code"] == -40310
-    assert redis.zscore(keys.rq_scheduled("svcgw"), retrying) is not None  # untouched
+    assert redis.zscore(keys.rq.scheduled("svcgw"), retrying) is not None  # untouched
 
     stolen = console.change("POST", f"/deliveries/{theirs}/retry")
     assert stolen.status_code == 404 and stolen.json() == NO_DELIVERY
-    assert redis.zscore(keys.rq_scheduled("svcgw"), theirs) is not None
+    assert redis.zscore(keys.rq.scheduled("svcgw"), theirs) is not None
 
     done = console.change("POST", f"/deliveries/{retrying}/retry")
     assert done.status_code == 200 and done.json()["data"]["id"] == retrying
-    assert redis.lrange(keys.rq_queue("svcgw"), 0, 0) == [retrying.encode()]  # next in line
+    assert redis.lrange(keys.rq.queue("svcgw"), 0, 0) == [retrying.encode()]  # next in line
     again = console.change("POST", f"/deliveries/{retrying}/retry")
     assert again.status_code == 409 and again.json()["code"] == -40900 and "being attempted" in again.json()["message"]
     pending = post(settings, mine, "p1")
@@ -108,20 +108,20 @@ def test_replay_since_is_per_account(
 
     answer = console.change("POST", "/dead-letters/replay", {"since": "2h"}).json()["data"]
     assert answer["replayed"] == 2 and {r["id"] for r in answer["results"]} == set(mine)
-    assert redis.zscore(keys.rq_failed("svcgw"), theirs) is not None
-    assert redis.zscore(keys.rq_failed("svcgw"), old) is not None
+    assert redis.zscore(keys.rq.failed("svcgw"), theirs) is not None
+    assert redis.zscore(keys.rq.failed("svcgw"), old) is not None
     one = console.change("POST", "/dead-letters/replay", {"since": "4h", "appid": developer.appids[0]}).json()
     assert [r["id"] for r in one["data"]["results"]] == [old]
     elsewhere = console.change("POST", "/dead-letters/replay", {"since": "1d", "appid": stranger.appids[0]})
     assert elsewhere.status_code == 404
     assert console.change("POST", "/dead-letters/replay", {"since": "soon"}).status_code == 400
     assert console.change("POST", "/dead-letters/replay", {"since": "1h", "ids": [theirs]}).status_code == 400
-    assert redis.zscore(keys.rq_failed("svcgw"), theirs) is not None
+    assert redis.zscore(keys.rq.failed("svcgw"), theirs) is not None
 
 
 def _failing(redis: Redis, url: str, seconds_ago: float) -> None:
     now = time.time()
-    redis.hset(keys.FAILING_DESTINATIONS, destination_of(url), f"{now - seconds_ago}:{now - 1}:1")
+    redis.hset(keys.failing_destinations, destination_of(url), f"{now - seconds_ago}:{now - 1}:1")
 
 
 def test_pages_list_deliveries_retry_now_and_show_the_failing_banner(
@@ -176,7 +176,7 @@ def test_pages_list_deliveries_retry_now_and_show_the_failing_banner(
         assert set(listed[0]["appids"]) == set(developer.appids)
 
         # Replay since, from the dead letters page (with nothing else queued).
-        redis.delete(keys.rq_queue("svcgw"))
+        redis.delete(keys.rq.queue("svcgw"))
         letter = kill(settings, mine, "d1", died_at=time.time())
         form = http.get("/console/dead-letters").text
         assert 'id="replay-since-form"' in form
@@ -185,7 +185,7 @@ def test_pages_list_deliveries_retry_now_and_show_the_failing_banner(
         )
         assert replayed.status_code == 303
         assert "1 dead letter of your instances that died in the last 1h" in http.get("/console/dead-letters").text
-        assert redis.zscore(keys.rq_failed("svcgw"), letter) is None
+        assert redis.zscore(keys.rq.failed("svcgw"), letter) is None
         bad = http.post("/console/dead-letters/replay", data={"csrf_token": csrf, "scope": "since", "since": "x"})
         assert bad.status_code == 400
     finally:

@@ -16,8 +16,9 @@ from typing import Any
 import pytest
 from redis import Redis
 
-from svcgw import keys, liveness
+from svcgw import liveness
 from svcgw.connections import async_client
+from svcgw.keys import PLAIN as keys
 from svcgw.settings import Settings
 from svcgw.store import Scope, Store
 from tests.receiver.console.conftest import ConsoleClient
@@ -104,7 +105,7 @@ def go_offline(settings: Settings, appid: str) -> None:
         client = async_client(settings, decode=True)
         try:
             made = await liveness.go_offline(
-                client, settings, appid, reason="probe failed", action_required="relogin", detected_at=1.0
+                client, keys, settings, appid, reason="probe failed", action_required="relogin", detected_at=1.0
             )
             assert made is not None
         finally:

@@ -7,7 +7,7 @@ import re
 import httpx
 from redis import Redis
 
-from svcgw import keys
+from svcgw.keys import PLAIN as keys
 from svcgw.settings import Settings
 from svcgw.vault import TokenVault
 from tests.conftest import with_store

@@ -23,6 +23,7 @@ from receiver.console.signin import (
 )
 from receiver.services import build_services
 from svcgw import passwords
+from svcgw.keys import PLAIN as keys
 from svcgw.settings import Settings
 from tests.receiver.console.members import PASSWORD, make_member
 
@@ -112,7 +113,7 @@ def test_a_burst_against_one_login_gets_no_more_checks_than_its_limit(
 
 def test_reserving_is_atomic_under_concurrency(settings: Settings) -> None:
     async def burst(signin: PasswordSignIn) -> list[int]:
-        windows = FailureWindows(signin.credentials.redis, "10/15minutes", "50/15minutes")
+        windows = FailureWindows(signin.credentials.redis, keys, "10/15minutes", "50/15minutes")
         # As many at once as the client's pool of connections allows (100).
         reservations = await asyncio.gather(*(windows.reserve(None, "203.0.113.9") for _ in range(80)))
         taken = [r for r in reservations if not r.wait]

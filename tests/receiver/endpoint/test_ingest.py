@@ -18,8 +18,9 @@ from redis.asyncio import Redis as AsyncRedis
 from starlette.exceptions import StarletteDeprecationWarning
 
 from receiver.app import create_app
-from svcgw import dedup, envelope, keys
+from svcgw import dedup, envelope
 from svcgw.ingest import PARSE_IN_THREAD_BYTES, Ingest, UnknownReceiver
+from svcgw.keys import PLAIN as keys
 from svcgw.settings import Settings, SettingsError
 from svcgw.store import digest
 from tests.conftest import provision
@@ -36,7 +37,7 @@ def post(url: str, body: bytes) -> httpx.Response:
 
 
 def queued(redis: Redis) -> list[bytes]:
-    return redis.lrange(keys.rq_queue("svcgw"), 0, -1)
+    return redis.lrange(keys.rq.queue("svcgw"), 0, -1)
 
 
 def test_accepted_post_is_logged_raw_and_queued_as_one_delivery(
@@ -262,7 +263,7 @@ def test_a_token_revoked_after_the_early_check_is_still_refused(settings: Settin
     async def main() -> None:
         client = AsyncRedis.from_url(settings.redis_url or "")
         try:
-            ingest = Ingest(client, settings)
+            ingest = Ingest(client, keys, settings)
             await ingest.check_receiver(tenant.appid, tenant.receiver_token)
             with pytest.raises(UnknownReceiver):
                 await ingest.check_receiver("we_other", tenant.receiver_token)
@@ -273,7 +274,7 @@ def test_a_token_revoked_after_the_early_check_is_still_refused(settings: Settin
                 await ingest.accept(tenant.appid, tenant.receiver_token, b'{"event_type":"Msg","events":[{}]}')
             # A fresh ingest asks Redis again.
             with pytest.raises(UnknownReceiver):
-                await Ingest(client, settings).check_receiver(tenant.appid, tenant.receiver_token)
+                await Ingest(client, keys, settings).check_receiver(tenant.appid, tenant.receiver_token)
         finally:
             await client.aclose()
 
@@ -291,7 +292,7 @@ def test_a_large_valid_post_is_parsed_off_the_event_loop(settings: Settings, red
         client = AsyncRedis.from_url(settings.redis_url or "")
         real = envelope.parse_post
         try:
-            ingest = Ingest(client, settings)
+            ingest = Ingest(client, keys, settings)
             for raw in (body, pad):
                 with mock.patch("svcgw.ingest.parse_post", side_effect=lambda *a, **k: (
                     threads.append(threading.current_thread().name), real(*a, **k))[1]):

@@ -14,7 +14,7 @@ from redis.asyncio import Redis as AsyncRedis
 from receiver.gateway import admission as admission_module
 from receiver.gateway.admission import Admission
 from receiver.ratelimit import RateLimiter
-from svcgw import keys
+from svcgw.keys import PLAIN as keys
 from svcgw.store import Store, digest
 from svcgw.vault import TokenVault
 from tests.scriptkeys import ScriptKeyWatch
@@ -27,8 +27,8 @@ def scenario(redis_url: str, rate: str, body: Callable[[Admission, Store, AsyncR
         client = AsyncRedis.from_url(redis_url, decode_responses=True)
         now = [NOW]
         try:
-            admission = Admission(client, RateLimiter(client, rate, clock=lambda: now[0]))
-            return await body(admission, Store(client, TokenVault([Fernet.generate_key().decode()])), client)
+            admission = Admission(client, RateLimiter(client, keys, rate, clock=lambda: now[0]))
+            return await body(admission, Store(client, TokenVault([Fernet.generate_key().decode()]), keys), client)
         finally:
             await client.aclose()
 
@@ -65,7 +65,7 @@ def test_unknown_revoked_blank_and_overlong_keys_are_refused_and_write_nothing(r
         record, key = await store.create_key(account.id)
         for presented in ("sk_unknown", "", None, "k" * 513):
             assert await admission.admit(key=presented, operation="user/getProfile", appid=None) is None
-        assert await client.keys(keys.PREFIX + "rate:*") == []
+        assert await client.keys(keys.prefix + "rate:*") == []
         assert await admission.admit(key=key, operation="user/getProfile", appid=None) is not None
         await store.revoke_key(record.id)
         # Only the key's id and account are remembered: the very next call is refused.
@@ -198,7 +198,7 @@ def test_a_keys_first_call_learns_its_id_and_account_and_later_calls_are_one_scr
         facts, calls = await watched.admit(account=account.id, operation="user/getProfile", appid="we_mine")
         assert calls == 1 and facts is not None and facts.owner == account.id
         # Another Admission (another process) learns the names for itself.
-        other = Watched(redis_url, Admission(client, RateLimiter(client, "100/minute", clock=lambda: NOW)))
+        other = Watched(redis_url, Admission(client, RateLimiter(client, keys, "100/minute", clock=lambda: NOW)))
         assert (await other.admit(key=key, operation="user/getProfile", appid=None))[1] == 3
         assert watched.undeclared == [] and other.undeclared == []
 
@@ -315,6 +315,6 @@ def test_a_key_whose_account_changes_under_every_call_is_refused_after_three(red
         admission._script = moving  # type: ignore[assignment]
         assert await admission.admit(key=key, operation="user/getProfile", appid=None) is None
         assert calls == 3
-        assert await client.keys(keys.PREFIX + "rate:*") == []
+        assert await client.keys(keys.prefix + "rate:*") == []
 
     scenario(redis_url, "100/minute", body)

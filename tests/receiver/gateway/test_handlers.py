@@ -13,7 +13,7 @@ import httpx
 import pytest
 from redis import Redis
 
-from svcgw import keys
+from svcgw.keys import PLAIN as keys
 from svcgw.settings import Settings
 from svcgw.signing import verify
 from svcgw.store import Scope, Store
@@ -584,12 +584,12 @@ def test_stop_and_logout_update_liveness(stack: Stack, redis: Redis) -> None:
     appid = stack.create_device(key)
     stack.login(key, appid)
     assert stack.api(key, "long/start", {"appid": appid, "callbackUrl": "http://127.0.0.1:1/x"}).json()["code"] == 0
-    assert redis.zscore(keys.PROBE_SCHEDULE, appid) is not None
+    assert redis.zscore(keys.probe_schedule, appid) is not None
 
     assert stack.api(key, "long/stop", {"appid": appid}).json()["code"] == 0
     fields = redis.hgetall(keys.instance(appid))
     assert fields[b"status"] == b"stopped" and fields[b"maintained"] == b"0"
-    assert redis.zscore(keys.PROBE_SCHEDULE, appid) is None
+    assert redis.zscore(keys.probe_schedule, appid) is None
 
     assert stack.api(key, "login/logout", {"appid": appid}).json()["code"] == 0
     assert redis.hget(keys.instance(appid), "status") == b"logged_out"
@@ -621,13 +621,13 @@ def test_long_stop_ends_maintenance_whatever_the_layer_answers(
     assert (answer.status_code, answer.json()["code"]) == answered, answer.text
     fields = redis.hgetall(keys.instance(appid))
     assert fields[b"status"] == b"stopped" and fields[b"maintained"] == b"0"
-    assert redis.zscore(keys.PROBE_SCHEDULE, appid) is None
+    assert redis.zscore(keys.probe_schedule, appid) is None
 
     # The next long/start resumes it.
     restart = stack.api(key, "long/start", {"appid": appid, "callbackUrl": "http://127.0.0.1:1/x"})
     assert restart.json()["code"] in (0, -1)  # -1 "started" if the connection stayed up
     assert redis.hget(keys.instance(appid), "maintained") == b"1"
-    assert redis.zscore(keys.PROBE_SCHEDULE, appid) is not None
+    assert redis.zscore(keys.probe_schedule, appid) is not None
 
 
 # --- rate limit ------------------------------------------------------------------------------------

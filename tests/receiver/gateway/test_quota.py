@@ -8,7 +8,7 @@ from redis import Redis
 from redis.asyncio import Redis as AsyncRedis
 
 from receiver.gateway.quota import DeviceQuota
-from svcgw import keys
+from svcgw.keys import PLAIN as keys
 
 
 def _async_redis(redis_url: str) -> AsyncRedis:
@@ -19,7 +19,7 @@ def test_reservations_are_atomic_and_count_an_appid_once(redis_url: str, redis: 
     async def scenario() -> tuple[int, int, int]:
         client = _async_redis(redis_url)
         try:
-            quota = DeviceQuota(client)
+            quota = DeviceQuota(client, keys)
             await client.sadd(keys.account_instances("acc"), "we_existing")
             held = await asyncio.gather(*(quota.reserve("acc", 4) for _ in range(20)))
             taken = [r for r in held if r is not None]

@@ -1,9 +1,8 @@
-"""Reading the environment's ``SVCGW_*`` variables, one kind of value at a time, for ``svcgw.settings``.
+"""Typed values of ``SVCGW_*`` variables: each read, checked and refused with a message that names it.
 
-Each method reads one variable (or a pair, or a group that must agree) and
-returns it typed, or its default when it is unset or blank; a value the
-service cannot use raises :class:`SettingsError`, whose message names the
-variable and never shows a secret.
+:class:`svcgw.settings.Settings` is built from these readers, once, at start-up; nothing else reads
+the environment. A refusal is a :class:`SettingsError`, whose message names the variable and never
+a secret's value.
 """
 
 from __future__ import annotations
@@ -12,12 +11,10 @@ import ipaddress
 from collections.abc import Mapping
 from urllib.parse import urlsplit
 
-from svcgw.errors import Rejected
-
-from .portranges import DEFAULT_DESTINATION_PORTS, PortRanges, parse_port_ranges
+from .errors import Rejected
 from .shardspec import ShardLayout, read_layout
 
-__all__ = ["EnvReader", "Network", "SettingsError"]
+__all__ = ["EnvReader", "Network", "PortRanges", "SettingsError"]
 
 
 class SettingsError(Rejected, ValueError):
@@ -25,22 +22,24 @@ class SettingsError(Rejected, ValueError):
 
 
 Network = ipaddress.IPv4Network | ipaddress.IPv6Network
+PortRanges = tuple[tuple[int, int], ...]  # inclusive (first, last) pairs
 
 
 class EnvReader:
-    """The ``SVCGW_*`` variables of ``env``, each read as its kind; a bad value is a ``SettingsError`` naming it."""
+    """The variables of ``env``, each by its name, as the type a setting needs."""
 
     def __init__(self, env: Mapping[str, str]) -> None:
         self.env = env
 
-    def _get(self, name: str) -> str | None:
+    def get(self, name: str) -> str | None:
+        """The variable's value without surrounding blanks; None when it is unset or blank."""
         value = self.env.get(name)
         if value is None or value.strip() == "":
             return None
         return value.strip()
 
     def url(self, name: str, *, schemes: tuple[str, ...]) -> str | None:
-        value = self._get(name)
+        value = self.get(name)
         if value is None:
             return None
         parts = urlsplit(value)
@@ -57,11 +56,11 @@ class EnvReader:
             raise SettingsError(str(exc)) from None
 
     def present(self, name: str) -> bool:
-        return self._get(name) is not None
+        return self.get(name) is not None
 
     def addresses(self, name: str) -> tuple[tuple[str, int], ...]:
         """``host:port,host:port``; an IPv6 host in brackets, ``[::1]:26379``."""
-        value = self._get(name)
+        value = self.get(name)
         if value is None:
             return ()
         found: list[tuple[str, int]] = []
@@ -78,7 +77,7 @@ class EnvReader:
         return tuple(found)
 
     def integer(self, name: str, default: int, *, minimum: int, maximum: int | None = None) -> int:
-        value = self._get(name)
+        value = self.get(name)
         if value is None:
             return default
         try:
@@ -91,7 +90,7 @@ class EnvReader:
         return number
 
     def number(self, name: str, default: float, *, minimum: float) -> float:
-        value = self._get(name)
+        value = self.get(name)
         if value is None:
             return default
         try:
@@ -103,7 +102,7 @@ class EnvReader:
         return number
 
     def schedule(self, name: str, default: tuple[float, ...]) -> tuple[float, ...]:
-        value = self._get(name)
+        value = self.get(name)
         if value is None:
             return default
         delays: list[float] = []
@@ -120,7 +119,7 @@ class EnvReader:
     def rate(self, name: str, default: str) -> str:
         from limits import parse_many
 
-        value = self._get(name) or default
+        value = self.get(name) or default
         try:
             items = parse_many(value)
         except ValueError:
@@ -130,7 +129,7 @@ class EnvReader:
         return value
 
     def networks(self, name: str) -> tuple[Network, ...]:
-        value = self._get(name)
+        value = self.get(name)
         if value is None:
             return ()
         networks: list[Network] = []
@@ -146,7 +145,7 @@ class EnvReader:
 
     def proxies(self, name: str) -> tuple[str, ...]:
         """Comma-separated addresses or CIDRs, or ``*`` (every peer: only where nothing else can connect)."""
-        value = self._get(name)
+        value = self.get(name)
         if value is None:
             return ()
         if value == "*":
@@ -155,7 +154,7 @@ class EnvReader:
 
     def credentials(self, user_name: str, password_name: str) -> dict[str, str | None]:
         """Both set, or neither: half a pair of credentials is a mistake worth stopping for."""
-        user, password = self._get(user_name), self._get(password_name)
+        user, password = self.get(user_name), self.get(password_name)
         if (user is None) != (password is None):
             missing = password_name if password is None else user_name
             raise SettingsError(f"{missing} must be set too: {user_name} and {password_name} go together")
@@ -163,51 +162,34 @@ class EnvReader:
             raise SettingsError(f"{user_name} cannot contain ':' (HTTP Basic credentials)")
         return {"dashboard_user": user, "dashboard_password": password}
 
-    def ports(self, name: str) -> PortRanges:
+    def ports(self, name: str, default: PortRanges) -> PortRanges:
         """``80,443,1024-65535``: single ports and inclusive ranges."""
-        value = self._get(name)
-        try:
-            return DEFAULT_DESTINATION_PORTS if value is None else parse_port_ranges(value)
-        except ValueError as exc:
-            raise SettingsError(f"{name} {exc}") from None
+        value = self.get(name)
+        if value is None:
+            return default
+        ranges: list[tuple[int, int]] = []
+        for part in value.split(","):
+            first, _, last = part.strip().partition("-")
+            try:
+                low, high = int(first), int(last or first)
+            except ValueError:
+                raise SettingsError(
+                    f"{name} must be comma-separated ports or ranges such as 1024-65535, got {part!r}"
+                ) from None
+            if not 0 < low <= high <= 65535:
+                raise SettingsError(f"{name} ports must be from 1 to 65535, low to high, got {part!r}")
+            ranges.append((low, high))
+        return tuple(ranges)
 
     def secret(self, name: str, *, minimum_length: int) -> str | None:
-        value = self._get(name)
+        value = self.get(name)
         if value is not None and len(value) < minimum_length:
             # The message names the variable, never the value.
             raise SettingsError(f"{name} must be at least {minimum_length} characters long")
         return value
 
     def words(self, name: str) -> tuple[str, ...]:
-        value = self._get(name)
+        value = self.get(name)
         if value is None:
             return ()
         return tuple(word.strip() for word in value.split(",") if word.strip())
-
-    def address_share(self) -> int | None:
-        """``SVCGW_HTTP_CONNECTIONS_PER_ADDRESS``, at most the cap it is a share of; None when unset."""
-        cap = self.integer("SVCGW_HTTP_LIMIT_CONCURRENCY", 2048, minimum=1)
-        share = self._get("SVCGW_HTTP_CONNECTIONS_PER_ADDRESS")
-        if share is None:
-            return None
-        number = self.integer("SVCGW_HTTP_CONNECTIONS_PER_ADDRESS", 0, minimum=1)
-        if number > cap:
-            raise SettingsError(
-                f"SVCGW_HTTP_CONNECTIONS_PER_ADDRESS ({number}) must be at most SVCGW_HTTP_LIMIT_CONCURRENCY ({cap})"
-            )
-        return number
-
-    def gateway_bodies(self) -> tuple[int, int, int]:
-        """The gateway's body limits (ordinary, upload, in flight per account), each let through by the next."""
-        ordinary = self.integer("SVCGW_GATEWAY_MAX_BODY_BYTES", 1024 * 1024, minimum=1024)
-        upload = self.integer("SVCGW_UPLOAD_MAX_BODY_BYTES", 32 * 1024 * 1024, minimum=1024)
-        inflight = self.integer("SVCGW_ACCOUNT_INFLIGHT_BYTES", 64 * 1024 * 1024, minimum=1024)
-        if upload < ordinary:
-            raise SettingsError(
-                f"SVCGW_UPLOAD_MAX_BODY_BYTES ({upload}) must be at least SVCGW_GATEWAY_MAX_BODY_BYTES ({ordinary})"
-            )
-        if inflight < upload:
-            raise SettingsError(
-                f"SVCGW_ACCOUNT_INFLIGHT_BYTES ({inflight}) must be at least SVCGW_UPLOAD_MAX_BODY_BYTES ({upload})"
-            )
-        return ordinary, upload, inflight
