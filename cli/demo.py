@@ -36,11 +36,11 @@ import httpx
 from redis.asyncio import Redis as AsyncRedis
 from redis.exceptions import RedisClusterException, RedisError
 
-from svcgw.credentials import Credentials, LoginTaken
-from svcgw.invitations import Invitations
-from svcgw.keys import PLAIN
-from svcgw.settings import Settings
-from svcgw.store import NotFound, Store
+from svcgw.config.settings import Settings
+from svcgw.registry.credentials import Credentials, LoginTaken
+from svcgw.registry.invitations import Invitations
+from svcgw.registry.store import NotFound, Store
+from svcgw.storage.keys import PLAIN
 from svcgw.vault import TokenVault, VaultError
 
 from .demotext import (

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 from urllib.parse import unquote, urlsplit
 
 from receiver.console.account import invitation_path
-from svcgw.settings import Settings
+from svcgw.config.settings import Settings
 
 from .context import safe_redis_url
 

@@ -52,9 +52,9 @@ from urllib.parse import urlencode
 from starlette.responses import PlainTextResponse
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from svcgw.connections import SENTINEL_TIMEOUT
-from svcgw.settings import Settings
-from svcgw.shardspec import Deployment
+from svcgw.config.settings import Settings
+from svcgw.config.shards import Deployment
+from svcgw.shards.connections import SENTINEL_TIMEOUT
 
 __all__ = ["DashboardGuard", "dashboard_urls", "make_dashboard", "sentinel_url"]
 
@@ -281,7 +281,7 @@ def sentinel_url(deployment: Deployment) -> str | None:
     """The ``redis+sentinel://`` URL of a Sentinel group for rq-dashboard; None for one it cannot name.
 
     Its sentinels are asked under the service's own deadline
-    (:data:`svcgw.connections.SENTINEL_TIMEOUT`) and with its sentinels'
+    (:data:`svcgw.shards.connections.SENTINEL_TIMEOUT`) and with its sentinels'
     password (``RQ_DASHBOARD_REDIS_SENTINEL_PASSWORD``, see :func:`make_dashboard`).
     It cannot carry a user name, an IPv6 sentinel, or a password or master
     name with a character of :data:`_NOT_IN_URL`.

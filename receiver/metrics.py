@@ -1,6 +1,6 @@
 """Prometheus metrics, served as text at ``GET /metrics``.
 
-The numbers live in Redis (``svcgw.counters`` records them, ``svcgw.metricsnapshot`` reads them
+The numbers live in Redis (``svcgw.counters`` records them, ``svcgw.views.metrics`` reads them
 back); this module renders each shard's snapshot, summed, with ``prometheus_client``.
 
 Who may scrape: with ``SVCGW_METRICS_TOKEN`` set, a request carrying
@@ -33,7 +33,7 @@ from starlette.responses import Response
 
 from svcgw.counters import COUNTERS, LATENCY_BUCKETS
 from svcgw.errors import STORAGE_ERRORS
-from svcgw.metricsnapshot import snapshot
+from svcgw.views.metrics import snapshot
 
 from .services import Services
 

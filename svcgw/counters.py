@@ -1,6 +1,6 @@
 """The counters of ``/metrics``, recorded in Redis by every process.
 
-``svcgw.metricsnapshot`` reads them back for a scrape, and ``receiver.metrics`` renders them.
+``svcgw.views.metrics`` reads them back for a scrape, and ``receiver.metrics`` renders them.
 
 Several processes produce the numbers: the HTTP server (posts received),
 any number of ``svcgw worker`` processes (attempts, deliveries, dead
@@ -19,13 +19,13 @@ memory:
   ingest script cost two Redis commands per post;
 * instances are counted by liveness status in the hash
   ``svcgw:metrics:instances``, updated in the same transaction as every
-  status change (registration, ``svcgw.liveness`` and the prober; see
+  status change (registration, ``svcgw.liveness.transitions`` and the prober; see
   :func:`count_change`), so a scrape never reads the instances themselves.
   Counts that do not exist yet (instances registered before they were kept)
   are computed once from the instances by the first scrape
-  (``svcgw.metricsnapshot.rebuild_instance_counts``);
+  (``svcgw.views.metrics.rebuild_instance_counts``);
 * a scrape reads these hashes and, live, the queue depth, the number of
-  dead letters and of failing destinations (``svcgw.failing``), and renders
+  dead letters and of failing destinations (``svcgw.delivery.failingdestinations``), and renders
   them with ``prometheus_client``.
 
 prometheus-client's multiprocess mode was the alternative. It was not
@@ -50,11 +50,11 @@ from typing import Any, Protocol
 
 from redis.asyncio import Redis as AsyncRedis
 
-from .connections import async_client
-from .errors import STORAGE_ERRORS
-from .keys import KeySpace
-from .scripts import text
-from .settings import Settings
+from svcgw.config.settings import Settings
+from svcgw.errors import STORAGE_ERRORS
+from svcgw.shards.connections import async_client
+from svcgw.storage.keys import KeySpace
+from svcgw.storage.scripts import text
 
 
 class Received(Protocol):

@@ -3,7 +3,7 @@
 A customer post's delivery is named by the entry of the instance's callback
 log that holds the post: the id needs no field of the log entry and gives,
 alone, the instance (whose containers hold what is left of a delivered
-delivery: ``svcgw.outcomestore``) and the time it was received. The id is
+delivery: ``svcgw.delivery.outcomereads``) and the time it was received. The id is
 also RQ's job id and ``X-Svc-Delivery-Id``; RQ allows letters, digits, ``_``
 and ``-`` in a job id, so an appid with any other character keeps the older
 form, ``dlv_`` and 24 hex digits, as do service events and every delivery

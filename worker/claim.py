@@ -26,9 +26,9 @@ from typing import Any, cast
 from redis.asyncio import Redis as AsyncRedis
 
 from svcgw import deliveryid
-from svcgw.keys import KeySpace
-from svcgw.rqformat import rq_now
-from svcgw.scripts import register
+from svcgw.storage.keys import KeySpace
+from svcgw.storage.rqformat import rq_now
+from svcgw.storage.scripts import register
 
 __all__ = ["DELIVERY_FIELDS", "SEEN_SECONDS", "Claimed", "Claimer", "Sightings"]
 

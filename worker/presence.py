@@ -29,11 +29,11 @@ from collections.abc import Callable
 
 from redis.asyncio import Redis as AsyncRedis
 
+from svcgw.config.settings import Settings
 from svcgw.errors import STORAGE_ERRORS
-from svcgw.keys import KeySpace
 from svcgw.logs import of_shard
-from svcgw.rqformat import rq_now, worker_fields
-from svcgw.settings import Settings
+from svcgw.storage.keys import KeySpace
+from svcgw.storage.rqformat import rq_now, worker_fields
 
 from .delivery import Attempt, Prepared
 from .engine import Engine

@@ -34,7 +34,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from svcgw import errors
-from svcgw.addresses import AddressError
+from svcgw.callbacks.addresses import AddressError
 from svcgw.digests import digest
 from svcgw.errors import Refusal
 
@@ -45,7 +45,7 @@ from .service import ConsoleError, DeliveryNotFound, DeniedByOperator, Invalid, 
 from .session import CSRF_HEADER, Session, Sessions
 
 if TYPE_CHECKING:
-    from svcgw.invitations import Invitations
+    from svcgw.registry.invitations import Invitations
 
     from .service import ConsoleService
     from .signin import PasswordSignIn

@@ -16,11 +16,11 @@ from pathlib import Path
 
 from redis.exceptions import RedisError
 
-from svcgw.settings import Settings
-from svcgw.shardclients import aclose_all, role_clients
-from svcgw.shardcopy import ShardCopies
-from svcgw.shards import place
-from svcgw.store import Store
+from svcgw.config.settings import Settings
+from svcgw.registry.copies import ShardCopies
+from svcgw.registry.store import Store
+from svcgw.shards.clients import aclose_all, role_clients
+from svcgw.shards.placement import place
 from svcgw.vault import TokenVault
 from tests.deploy.redis_nodes import Node, require_binaries
 from tests.support import free_port, wait_for

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from svcgw.outbound import SendFailed
+from svcgw.callbacks.outbound import SendFailed
 from tests.support import free_port
-from tests.svcgw.test_outbound import LOOPBACK, post, run
+from tests.svcgw.callbacks.test_outbound import LOOPBACK, post, run
 
 
 def test_a_refused_plain_http_connection_names_its_host_and_port() -> None:

@@ -10,12 +10,13 @@ from redis import Redis
 from redis.asyncio import Redis as AsyncRedis
 from redis.exceptions import ResponseError
 
-from svcgw import liveness, metricsnapshot
-from svcgw.keys import PLAIN as keys
-from svcgw.metricsnapshot import snapshot
-from svcgw.scripts import register as register_script
-from svcgw.scripts import source
-from svcgw.settings import Settings
+from svcgw.config.settings import Settings
+from svcgw.liveness import transitions
+from svcgw.storage.keys import PLAIN as keys
+from svcgw.storage.scripts import register as register_script
+from svcgw.storage.scripts import source
+from svcgw.views import metrics
+from svcgw.views.metrics import snapshot
 from tests.conftest import provision, run, with_store
 
 
@@ -73,25 +74,25 @@ def test_counts_follow_every_status_change(settings: Settings, redis: Redis) -> 
     first, second, third = (provision(settings).appid for _ in range(3))
     assert _matches(settings, redis)["instances"] == {"not_started": 3}
 
-    _live(settings, lambda r: liveness.mark_started(r, keys, first, 60))
-    _live(settings, lambda r: liveness.mark_started(r, keys, second, 60))
+    _live(settings, lambda r: transitions.mark_started(r, keys, first, 60))
+    _live(settings, lambda r: transitions.mark_started(r, keys, second, 60))
     assert _matches(settings, redis)["instances"] == {"not_started": 1, "online": 2}
 
     now = time.time()
     _live(
         settings,
-        lambda r: liveness.go_offline(
+        lambda r: transitions.go_offline(
             r, keys, settings, first, reason="gone", action_required="relogin", detected_at=now
         ),
     )
     _live(  # a second flip changes nothing
         settings,
-        lambda r: liveness.go_offline(
+        lambda r: transitions.go_offline(
             r, keys, settings, first, reason="gone", action_required="relogin", detected_at=now
         ),
     )
     assert _matches(settings, redis)["instances"] == {"not_started": 1, "online": 1, "offline": 1}
-    _live(settings, lambda r: liveness.go_online(r, keys, settings, first, auto_reconnected=True, at=time.time()))
+    _live(settings, lambda r: transitions.go_online(r, keys, settings, first, auto_reconnected=True, at=time.time()))
     assert _matches(settings, redis)["instances"] == {"not_started": 1, "online": 2}
 
     _probe_finished(redis, second, "upstream timed out")
@@ -100,12 +101,12 @@ def test_counts_follow_every_status_change(settings: Settings, redis: Redis) -> 
     _probe_finished(redis, second, "")
     assert _matches(settings, redis)["probe_errors"] == 0
     _probe_finished(redis, first, "upstream timed out")
-    _live(settings, lambda r: liveness.mark_started(r, keys, first, 60))  # a long/start clears the error
+    _live(settings, lambda r: transitions.mark_started(r, keys, first, 60))  # a long/start clears the error
     assert _matches(settings, redis)["probe_errors"] == 0
 
-    _live(settings, lambda r: liveness.mark_stopped(r, keys, first))
-    _live(settings, lambda r: liveness.mark_logged_out(r, keys, second))
-    _live(settings, lambda r: liveness.mark_logged_out(r, keys, third))
+    _live(settings, lambda r: transitions.mark_stopped(r, keys, first))
+    _live(settings, lambda r: transitions.mark_logged_out(r, keys, second))
+    _live(settings, lambda r: transitions.mark_logged_out(r, keys, third))
     assert _matches(settings, redis)["instances"] == {"stopped": 1, "logged_out": 2}
 
     # Registering an appid again does not count it twice.
@@ -169,7 +170,7 @@ def _interleaved(monkeypatch: pytest.MonkeyPatch, between: Any) -> list[int]:
 
         return call
 
-    monkeypatch.setattr(metricsnapshot, "register", register)
+    monkeypatch.setattr(metrics, "register", register)
     return calls
 
 
@@ -181,7 +182,7 @@ def test_a_registration_between_the_read_and_the_count_makes_the_rebuild_read_ag
     redis.delete(keys.metrics_instances)
     calls = _interleaved(monkeypatch, lambda n: _register_behind(redis, "we_late") if n == 1 else None)
 
-    assert _live(settings, lambda r: metricsnapshot.rebuild_instance_counts(r, keys)) is True
+    assert _live(settings, lambda r: metrics.rebuild_instance_counts(r, keys)) is True
     assert calls == [2 + 3, 2 + 4]  # the second read names the late instance too
     assert _matches(settings, redis)["instances"] == {"not_started": 3, "online": 1}
 
@@ -193,11 +194,11 @@ def test_a_rebuild_gives_up_after_a_few_reads_and_the_next_scrape_counts(
     redis.delete(keys.metrics_instances)
     calls = _interleaved(monkeypatch, lambda n: _register_behind(redis, f"we_late{n}"))
 
-    assert _live(settings, lambda r: metricsnapshot.rebuild_instance_counts(r, keys)) is False
-    assert len(calls) == metricsnapshot.REBUILD_ATTEMPTS
+    assert _live(settings, lambda r: metrics.rebuild_instance_counts(r, keys)) is False
+    assert len(calls) == metrics.REBUILD_ATTEMPTS
     assert redis.exists(keys.metrics_instances) == 0
     monkeypatch.undo()
-    assert _matches(settings, redis)["instances"] == {"not_started": 1, "online": metricsnapshot.REBUILD_ATTEMPTS}
+    assert _matches(settings, redis)["instances"] == {"not_started": 1, "online": metrics.REBUILD_ATTEMPTS}
 
 
 def test_the_count_script_refuses_a_set_that_is_not_the_one_named(redis: Redis) -> None:
@@ -254,5 +255,5 @@ def test_a_rebuild_over_more_instances_than_lua_can_unpack(settings: Settings, r
             pipe.hset(keys.instance(appid), mapping={"status": "online" if n % 4 else "stopped"})
         pipe.execute()
 
-    assert _live(settings, lambda r: metricsnapshot.rebuild_instance_counts(r, keys)) is True
+    assert _live(settings, lambda r: metrics.rebuild_instance_counts(r, keys)) is True
     assert _matches(settings, redis)["instances"] == {"online": 7_500, "stopped": 2_500}

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from svcgw.settings import Settings
+from svcgw.config.settings import Settings
 
 
 @pytest.mark.parametrize(

@@ -15,8 +15,8 @@ from receiver.gateway import admission as admission_module
 from receiver.gateway.admission import Admission
 from receiver.ratelimit import RateLimiter
 from svcgw.digests import digest
-from svcgw.keys import PLAIN as keys
-from svcgw.store import Store
+from svcgw.registry.store import Store
+from svcgw.storage.keys import PLAIN as keys
 from svcgw.vault import TokenVault
 from tests.scriptkeys import ScriptKeyWatch
 
