@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from redis.asyncio import Redis
 from redis.exceptions import RedisClusterException, RedisError
@@ -41,8 +41,14 @@ from svcgw.errors import Failure
 from svcgw.storage.keys import KeySpace
 from svcgw.storage.scripts import text
 
-if TYPE_CHECKING:
-    from svcgw.registry.callbackconfig import Scope
+
+class Scope(Protocol):
+    """Where a callback configuration lives (``svcgw.registry.callbackconfig.Scope``): what a copy needs of it."""
+
+    @property
+    def appid(self) -> str | None: ...
+
+    def key(self, keys: KeySpace) -> str: ...
 
 __all__ = ["ShardCopies", "ShardUnavailable"]
 
