@@ -102,7 +102,7 @@ def create_app(settings: Settings, *, services: Services | None = None) -> Starl
         Route("/metrics", metrics_endpoint, methods=["GET"], name="metrics"),
         Route(
             RECEIVER_PREFIX + "{appid}/{token}",
-            make_endpoint(services.ingests or (services.ingest,)),
+            make_endpoint(services.ingests or (services.ingest,), services.receiver_guard),
             methods=["POST"],
             name="receiver",
         ),

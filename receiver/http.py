@@ -5,6 +5,8 @@
   many bytes it is about to hold (so a budget can refuse it sooner).
 * :func:`presented_key` is the one meaning of "the API key of a request",
   for the gateway API and the console's JSON API alike.
+* :func:`client_address` is the one meaning of "the client of a request",
+  whose failed credentials and sign-ins are counted against it.
 * :func:`json_answer` is the ``{code, message, data}`` shape of a success.
 * :func:`refusal_response` is the one place a refusal (``svcgw.errors.Refusal``,
   a row of the table in ``svcgw.errors``) becomes the JSON answer of the
@@ -28,6 +30,7 @@ import orjson
 from starlette.requests import Request
 from starlette.responses import Response
 
+from svcgw.clientkeys import limit_key
 from svcgw.errors import Refusal, Rejected, error_body
 
 __all__ = [
@@ -36,6 +39,7 @@ __all__ = [
     "BodyError",
     "BodyTooLarge",
     "ConflictingKeys",
+    "client_address",
     "json_answer",
     "presented_key",
     "read_body",
@@ -132,6 +136,18 @@ def presented_key(request: Request) -> str | None:
         return None
     key = found.pop()
     return key or None
+
+
+def client_address(request: Request) -> str:
+    """The address failed credentials and sign-ins are counted against: the connection's peer, an IPv6 one by its /64.
+
+    Behind a proxy named in ``SVCGW_TRUSTED_PROXIES``, uvicorn has already put
+    the client that proxy reports (``X-Forwarded-For``) in its place; from any
+    other peer that header is ignored. ``svcgw.clientkeys.limit_key`` makes it
+    the key every per-address limit counts under.
+    """
+    client = request.scope.get("client")
+    return limit_key(str(client[0])) if client else "unknown"
 
 
 def json_answer(code: int, message: str, data: object = None, *, status: int = 200) -> Response:

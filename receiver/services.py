@@ -27,6 +27,7 @@ from svcgw.store import Store
 from svcgw.upstream import Upstream
 from svcgw.vault import TokenVault
 
+from .credentialguard import CredentialGuard, guards
 from .ratelimit import Clock, RateLimiter
 
 __all__ = ["Services", "build_services"]
@@ -46,6 +47,9 @@ class Services:
     vault: TokenVault
     # One budget per account, spent by gateway calls and console changes alike.
     limiter: RateLimiter
+    # The checks of receiver tokens and of API keys (gateway and console): per client address.
+    receiver_guard: CredentialGuard
+    key_guard: CredentialGuard
     # By shard index; shard 0's are ``redis``, ``text_redis`` and ``ingest`` themselves.
     shard_redis: tuple[ShardRedis, ...] = ()
     shard_text: tuple[ShardRedis, ...] = ()
@@ -96,6 +100,13 @@ def build_services(settings: Settings, *, clock: Clock | None = None) -> Service
     if len(texts) > 1:
         store.copies = ShardCopies([client for client, _ in texts], [names for _, names in texts])
     ingests = tuple(Ingest(raw, names, settings) for raw, names in raws)
+    # Checks of credentials not known may hold half the connections of a pool, no more.
+    receiver_guard, key_guard = guards(
+        settings.receiver_failures_per_address,
+        settings.key_failures_per_address,
+        total=max(1, settings.redis_max_connections // 2),
+        wait=settings.redis_pool_timeout,
+    )
     return Services(
         settings=settings,
         redis=raws[0].redis,
@@ -105,6 +116,8 @@ def build_services(settings: Settings, *, clock: Clock | None = None) -> Service
         ingest=ingests[0],
         vault=vault,
         limiter=RateLimiter(text, keys, settings.rate_limit, clock=clock),
+        receiver_guard=receiver_guard,
+        key_guard=key_guard,
         shard_redis=raws,
         shard_text=texts,
         ingests=ingests,

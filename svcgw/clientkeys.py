@@ -10,8 +10,9 @@ address (a test client's name, a proxy's ``unknown``) is its own key, as
 written.
 
 Pure: the console's sign-in failure windows and its room for password
-checks (``receiver.console.account.client_address``) build their keys here,
-and the HTTP server's share of connections per address (``cli.addressshare``).
+checks, and the guarded look-ups of receiver tokens and API keys
+(``receiver.http.client_address``), build their keys here, and the HTTP
+server's share of connections per address (``cli.addressshare``).
 """
 
 from __future__ import annotations

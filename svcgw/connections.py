@@ -18,6 +18,15 @@ deployment); :func:`async_client` and :func:`sync_client` are shard 0's,
 which holds what belongs to the whole service. A Cluster's client is redis-py's
 stock Cluster client: a shard's keys carry its tag (:mod:`svcgw.keys`), which
 is all it takes to keep them in one slot.
+
+Every client's pool holds at most ``SVCGW_REDIS_MAX_CONNECTIONS`` connections
+and, when all are in use, a command waits for one up to
+``SVCGW_REDIS_POOL_TIMEOUT`` seconds, in turn, before it fails as Redis
+unavailable (:mod:`svcgw.redispool`; the blocking clients, redis-py's
+``BlockingConnectionPool``), so a burst is served late rather than refused.
+On a Cluster, redis-py's client keeps a pool per node, and its asyncio client
+has no waiting one (redis 8.1): there ``SVCGW_REDIS_MAX_CONNECTIONS`` bounds
+each node's pool, and a command that finds it full fails at once.
 """
 
 from __future__ import annotations
@@ -25,22 +34,24 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from redis import Redis
+from redis import BlockingConnectionPool, Redis
 from redis.asyncio import Redis as AsyncRedis
 from redis.asyncio.cluster import ClusterNode as AsyncClusterNode
 from redis.asyncio.cluster import RedisCluster as AsyncRedisCluster
 from redis.asyncio.sentinel import Sentinel as AsyncSentinel
 from redis.cluster import ClusterNode, RedisCluster
 from redis.exceptions import RedisClusterException
-from redis.sentinel import Sentinel
+from redis.sentinel import Sentinel, SentinelConnectionPool
 
 from .keys import KeySpace
+from .redispool import WaitingPool, WaitingSentinelPool
 from .settings import Settings, SettingsError
 from .shards import Deployment, Shard
 from .shardspec import layout_of
 
 __all__ = [
     "AsyncSentinelRedis",
+    "BlockingSentinelPool",
     "SentinelRedis",
     "async_client",
     "async_shard_client",
@@ -64,6 +75,10 @@ class SentinelRedis(Redis):
         sentinel, self.sentinels = self.sentinels, None
         if sentinel is not None:
             sentinel.close()
+
+
+class BlockingSentinelPool(SentinelConnectionPool, BlockingConnectionPool):
+    """redis-py's blocking pool, for the primary a Sentinel names (the blocking clients)."""
 
 
 class AsyncSentinelRedis(AsyncRedis):
@@ -139,10 +154,22 @@ class _Flavour:
     node: type[Any]
     sentinel: type[Any]
     sentinel_redis: type[Any]
+    pool: type[Any]  # a pool that waits for a free connection, and its Sentinel kind
+    sentinel_pool: type[Any]
+    pool_timeout: str  # the name of its waiting time
+
+    def waiting(self, settings: Settings) -> dict[str, Any]:
+        """The pool's size and how long a command waits for a connection when it is full."""
+        return {"max_connections": settings.redis_max_connections, self.pool_timeout: settings.redis_pool_timeout}
 
 
-_BLOCKING = _Flavour(Redis, RedisCluster, ClusterNode, Sentinel, SentinelRedis)
-_ASYNCIO = _Flavour(AsyncRedis, AsyncRedisCluster, AsyncClusterNode, AsyncSentinel, AsyncSentinelRedis)
+_BLOCKING = _Flavour(
+    Redis, RedisCluster, ClusterNode, Sentinel, SentinelRedis, BlockingConnectionPool, BlockingSentinelPool, "timeout"
+)
+_ASYNCIO = _Flavour(
+    AsyncRedis, AsyncRedisCluster, AsyncClusterNode, AsyncSentinel, AsyncSentinelRedis, WaitingPool,
+    WaitingSentinelPool, "pool_timeout",
+)  # fmt: skip
 
 
 def _build(flavour: _Flavour, settings: Settings, shard: Shard, decode: bool, connect_timeout: float | None) -> Any:
@@ -151,20 +178,30 @@ def _build(flavour: _Flavour, settings: Settings, shard: Shard, decode: bool, co
         # A Cluster client finds each key's master itself, and follows resharding and failover.
         nodes = [flavour.node(host, port) for host, port in deployment.addresses]
         kwargs = _cluster_kwargs(deployment, decode, connect_timeout, settings.redis_socket_timeout)
+        # Each node's pool is bounded; redis-py's Cluster clients have no waiting one to offer.
+        kwargs["max_connections"] = settings.redis_max_connections
         return flavour.cluster(startup_nodes=nodes, **kwargs)
     if deployment.kind == "sentinel":
         sentinel = flavour.sentinel(list(deployment.addresses), sentinel_kwargs=_sentinel_kwargs(settings))
         kwargs = _primary_kwargs(deployment, decode, connect_timeout, settings.redis_socket_timeout)
-        client = sentinel.master_for(deployment.master, redis_class=flavour.sentinel_redis, **kwargs)
+        client = sentinel.master_for(
+            deployment.master,
+            redis_class=flavour.sentinel_redis,
+            connection_pool_class=flavour.sentinel_pool,
+            **kwargs,
+            **flavour.waiting(settings),
+        )
         client.sentinels = sentinel
         return client
-    return flavour.redis.from_url(
+    pool = flavour.pool.from_url(
         deployment.url or "",
         decode_responses=decode,
         health_check_interval=30,
         socket_connect_timeout=connect_timeout,
         socket_timeout=settings.redis_socket_timeout,
+        **flavour.waiting(settings),
     )
+    return flavour.redis.from_pool(pool)
 
 
 def sync_client(settings: Settings) -> Redis:

@@ -121,9 +121,11 @@ class EnvReader:
 
         value = self.get(name) or default
         try:
-            parse_many(value)
+            items = parse_many(value)
         except ValueError:
             raise SettingsError(f"{name} must look like '300/minute', got {value!r}") from None
+        if any(item.amount < 1 for item in items):
+            raise SettingsError(f"{name} must allow at least 1 per window, got {value!r}")
         return value
 
     def networks(self, name: str) -> tuple[Network, ...]:

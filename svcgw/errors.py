@@ -20,7 +20,9 @@ whole tree (each class's module in brackets when it is not this one)::
     │   ├── BodyError            a request body refused before it is read in full [receiver.http]
     │   │   ├── BodyTooLarge
     │   │   └── BadContentLength
-    │   └── ConflictingKeys      several different API keys in one request [receiver.http]
+    │   ├── ConflictingKeys      several different API keys in one request [receiver.http]
+    │   └── Throttled            a credential refused unchecked: its address failed too often lately,
+    │                            or no place for its check freed in time [receiver.credentialguard]
     ├── Missing                  what was asked for does not exist, or is not the caller's
     │   ├── NotFound             an account, key or instance [svcgw.store]
     │   └── UnknownReceiver      an appid and token that are no receiver [svcgw.ingest]
@@ -82,7 +84,7 @@ Three parts, one per audience:
 * the gateway API (:data:`ALL_KINDS`, the codes ``receiver.openapi``
   documents): the rows below down to :data:`UNAVAILABLE`;
 * the receiver, where the capability layer posts events: its code is the
-  negated HTTP status (``-400``, ``-404``, ``-413``, ``-422``), except a
+  negated HTTP status (``-400``, ``-404``, ``-413``, ``-422``, ``-429``), except a
   storage failure, ``-50002`` with 503 so the sender posts again
   (:data:`RECEIVER_KINDS`; :func:`receiver_kind` maps a status to its row);
 * the console (:data:`CONSOLE_KINDS`, below).
@@ -123,12 +125,14 @@ __all__ = [
     "CALLBACK_URL_UNUSABLE",
     "ENTITLEMENT_EXPIRED",
     "INSTANCE_FIELD",
+    "KEYS_THROTTLED_MESSAGE",
     "NOT_FOUND",
     "OPERATION_DENIED",
     "QUOTA_FULL",
     "RATE_LIMITED",
     "RECEIVER_BAD_BODY",
     "RECEIVER_KINDS",
+    "RECEIVER_LIMITED",
     "RECEIVER_NOT_ENVELOPE",
     "RECEIVER_NOT_FOUND",
     "RECEIVER_TOO_LARGE",
@@ -193,6 +197,8 @@ CALLBACK_FIELD_UNSUPPORTED = ErrorKind(
 NOT_FOUND = ErrorKind(-40404, 404, "appid does not exist or no access")
 BODY_TOO_LARGE = ErrorKind(-41300, 413, "the request body is too large")
 RATE_LIMITED = ErrorKind(-42900, 429, "rate limit exceeded; retry after the time in Retry-After")
+# RATE_LIMITED's message when the caller's address sent too many keys that are not valid (gateway, console).
+KEYS_THROTTLED_MESSAGE = "too many API keys that are not valid from this address; retry after the time in Retry-After"
 REGISTRATION_FAILED = ErrorKind(-50000, 502, "callback registration failed; retry later")
 UNAVAILABLE = ErrorKind(-50002, 502, "service temporarily unavailable; back off and retry")
 
@@ -222,6 +228,9 @@ RECEIVER_NOT_FOUND = ErrorKind(-404, 404, "no such receiver")
 RECEIVER_TOO_LARGE = ErrorKind(-413, 413, "the body is too large")
 RECEIVER_NOT_ENVELOPE = ErrorKind(-422, 422, "the body is not an envelope")
 RECEIVER_UNAVAILABLE = ErrorKind(-50002, 503, "storage temporarily unavailable, retry later")
+RECEIVER_LIMITED = ErrorKind(
+    -429, 429, "too many posts to receivers that do not exist from this address; retry after the time in Retry-After"
+)
 
 RECEIVER_KINDS: tuple[ErrorKind, ...] = (
     RECEIVER_BAD_BODY,
@@ -229,6 +238,7 @@ RECEIVER_KINDS: tuple[ErrorKind, ...] = (
     RECEIVER_TOO_LARGE,
     RECEIVER_NOT_ENVELOPE,
     RECEIVER_UNAVAILABLE,
+    RECEIVER_LIMITED,
 )
 
 _RECEIVER_BY_STATUS = {kind.status: kind for kind in RECEIVER_KINDS if kind.code == -kind.status}

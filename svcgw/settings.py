@@ -109,6 +109,14 @@ class Settings:
     http_body_min_rate: int = 500
     # Connections one client address may hold in one server process; None: an eighth of the cap.
     http_connections_per_address: int | None = None
+    # Connections of each Redis client's pool (on a Cluster, of each node's), and the seconds a
+    # command waits for one when all are in use before it fails as Redis unavailable.
+    redis_max_connections: int = 100
+    redis_pool_timeout: float = 5.0
+    # Failed receiver tokens and API keys allowed per client address and server process (``limits``
+    # notation); over them, that address's credentials not found valid lately are refused unchecked.
+    receiver_failures_per_address: str = "600/minute"
+    key_failures_per_address: str = "600/minute"
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> Settings:
@@ -186,6 +194,10 @@ class Settings:
             http_body_timeout=reader.number("SVCGW_HTTP_BODY_TIMEOUT", 20.0, minimum=0.1),
             http_body_min_rate=reader.integer("SVCGW_HTTP_BODY_MIN_RATE", 500, minimum=0),
             http_connections_per_address=_address_share(reader),
+            redis_max_connections=reader.integer("SVCGW_REDIS_MAX_CONNECTIONS", 100, minimum=2, maximum=10_000),
+            redis_pool_timeout=reader.number("SVCGW_REDIS_POOL_TIMEOUT", 5.0, minimum=0.01),
+            receiver_failures_per_address=reader.rate("SVCGW_RECEIVER_FAILURES_PER_ADDRESS", "600/minute"),
+            key_failures_per_address=reader.rate("SVCGW_KEY_FAILURES_PER_ADDRESS", "600/minute"),
         )
 
     @property

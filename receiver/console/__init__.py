@@ -46,6 +46,7 @@ def console_routes(services: Services, gateway: Gateway) -> list[BaseRoute]:
         services.limiter,
         PasswordSignIn(services),
         Invitations(services.text_redis, services.keys),
+        services.key_guard,
     )
     api, pages, flow = Api(context), Pages(context), QrFlow(gateway, services)
     api_routes = [*OnboardingApi(api, flow).routes(), *api.routes(), *AccountApi(api).routes(), *KeyApi(api).routes()]

@@ -37,10 +37,11 @@ from starlette.responses import Response
 from starlette.routing import BaseRoute, Route
 
 from svcgw import errors, passwords
-from svcgw.clientkeys import limit_key
 from svcgw.errors import STORAGE_ERRORS
 from svcgw.passwords import PasswordRejected
+from svcgw.store import digest
 
+from ..http import client_address
 from .api import Api
 from .pages import Pages, _field, _path, _redirect, _safe_next
 from .requests import parse, parsed_body
@@ -56,7 +57,7 @@ from .session import CSRF_FIELD, LOGIN_COOKIE, PATH, Session
 from .signin import Attempt
 from .web import ConsoleHTTPError, Context, json_body, json_ok
 
-__all__ = ["AccountApi", "AccountPages", "client_address", "invitation_path"]
+__all__ = ["AccountApi", "AccountPages", "invitation_path"]
 
 _KEY_REFUSED = "That API key is not valid (or has been revoked)."
 
@@ -64,17 +65,6 @@ _KEY_REFUSED = "That API key is not valid (or has been revoked)."
 def invitation_path(token: str) -> str:
     """The console path of an invitation (``svcgw accounts invite`` puts SVCGW_PUBLIC_URL before it)."""
     return f"{PATH}/invitation/{token}"
-
-
-def client_address(request: Request) -> str:
-    """The address failed sign-ins are counted against: the connection's peer, an IPv6 one by its /64.
-
-    Behind a proxy named in ``SVCGW_TRUSTED_PROXIES``, uvicorn has already put
-    the client that proxy reports (``X-Forwarded-For``) in its place; from any
-    other peer that header is ignored. ``svcgw.clientkeys.limit_key`` makes it
-    the key every per-address limit counts under.
-    """
-    return limit_key(request.client.host) if request.client else "unknown"
 
 
 def _sentence(message: str) -> str:
@@ -95,13 +85,22 @@ class _Shared:
     async def sign_in(self, request: Request, login: str, password: str) -> Attempt:
         if len(login) > MAX_LOGIN_FIELD:
             login = login[:MAX_LOGIN_FIELD]  # counted all the same, under what was sent
-        return await self.signin.attempt(login, password, client_address(request), self.sessions.device_of(request))
+        sessions = self.sessions
+        return await self.signin.attempt(
+            login, password, client_address(request), sessions.device_of(request), sessions.lane_of(request)
+        )
 
     async def key_sign_in(self, request: Request, presented: str) -> tuple[tuple[str, str] | None, int]:
         """(account, key id) of a valid API key, or None; and the wait when the address's window is full."""
         if len(presented) > MAX_KEY_FIELD:
             presented = ""  # no key this service issued: refused, and counted all the same
-        return await self.signin.key_attempt(client_address(request), lambda: self.sessions.key_account(presented))
+        name, guard = digest(presented.strip()), self.context.key_guard
+        found, wait = await self.signin.key_attempt(
+            client_address(request), lambda: self.sessions.key_account(presented), known=guard.known(name)
+        )
+        if found is not None:
+            guard.remember(name)
+        return found, wait
 
     async def accept_invitation(self, token: str, password: str) -> str:
         """Set the invited account's password; its account id. ``PasswordRejected``, or ``ConsoleHTTPError`` 410."""
@@ -120,7 +119,11 @@ class _Shared:
         """The new password's version; ``ConsoleHTTPError`` (-40330, or 429 over the failure limits) or
         ``PasswordRejected``."""
         attempt = await self.signin.check_current(
-            session.account, current, client_address(request), self.sessions.device_of(request)
+            session.account,
+            current,
+            client_address(request),
+            self.sessions.device_of(request),
+            self.sessions.lane_of(request),
         )
         if attempt.retry_after:
             raise ConsoleHTTPError(errors.SIGN_IN_LIMITED, headers={"Retry-After": str(attempt.retry_after)})

@@ -38,7 +38,8 @@ def err(description: str) -> Answer:
 
 
 LIMITED = Answer(
-    "code -42900: over the account's rate limit; retry after the seconds in Retry-After",
+    "code -42900: over the account's rate limit (a change), or, with an API key, from an address that sent too "
+    "many keys that are not valid; retry after the seconds in Retry-After",
     Error,
     headers={"Retry-After": RETRY_AFTER},
 )
@@ -73,8 +74,7 @@ def op(
     if change:
         answers[403] = CSRF
         description += CHANGE_NOTE + (COUNTED_NOTE if counted else "")
-    if counted:
-        answers[429] = LIMITED
+    answers[429] = LIMITED
     if found:
         answers[404] = err(
             "code -40404: no such appid, dead letter or delivery, or another account's (the same answer)"

@@ -36,7 +36,10 @@ before; a browser without it still meets the login's limit. A new password
 every device cookie made before it: nothing of them is kept on the server,
 so the version is what tells them apart, and a cookie of another version
 (or of none, made before versions were kept) counts as no cookie. The
-browser that changes the password gets a new one at once.
+browser that changes the password gets a new one at once. A device cookie
+also opens a lane of sign-ins of its own to that browser
+(``receiver.console.signin``), which a flood of sign-ins without one cannot
+fill.
 
 The signing key is derived from the first encryption key
 (``SVCGW_ENCRYPTION_KEYS``, or the generated one in the state directory),
@@ -83,6 +86,7 @@ SESSION_SECONDS = 12 * 3600
 LOGIN_SECONDS = 3600
 DEVICE_COOKIE = "svcgw_device"
 DEVICE_SECONDS = 365 * 86400
+DEVICE_COOKIES_READ = 8  # of one request, to find its lane: one per account the browser signed in to
 
 
 @dataclass(frozen=True)
@@ -263,6 +267,20 @@ class Sessions:
             return str(device) if owner == account and version == password_version else None
 
         return of
+
+    def lane_of(self, request: Request) -> str | None:
+        """The account of a device cookie this service signed on ``request`` (the first by name), or None.
+
+        Only the signature and the name are checked here, no more than :data:`DEVICE_COOKIES_READ`
+        cookies: it says which lane of sign-ins the browser may use (``receiver.console.signin``),
+        which then takes it only for that account's own login (:meth:`device_of`).
+        """
+        names = sorted(name for name in request.cookies if name.startswith(DEVICE_COOKIE + "_"))
+        for name in names[:DEVICE_COOKIES_READ]:
+            value = _signed(self._device, request, name, DEVICE_SECONDS)
+            if isinstance(value, list) and value and isinstance(value[0], str) and name == _device_cookie(value[0]):
+                return value[0]
+        return None
 
     def set_device_cookie(self, request: Request, response: Response, account: str, password_version: str) -> None:
         """A new device id for this browser and account (after a right password), under that password's version."""

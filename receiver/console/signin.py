@@ -2,7 +2,7 @@
 
 Every attempt is first counted in its failure windows (``receiver.console.failures``):
 per login, or per device when the browser shows the account's device cookie
-(``receiver.console.session``), and per client address (``client_address``:
+(``receiver.console.session``), and per client address (``receiver.http.client_address``:
 the peer, or what a trusted proxy says it is). While a window is full the
 attempt is refused before any password is looked at, with the same generic
 answer as a wrong password, and how long to wait. A login nobody has is
@@ -19,6 +19,20 @@ address neither queues without bound nor holds more than one of the
 threads, and someone else's sign-in waits for one check at most. An unknown login,
 or one without a password, still costs one verification
 (``svcgw.passwords.verify_nothing``).
+
+That room is everyone's, so a flood from many addresses fills it. A browser
+that shows a device cookie of the very login it signs in to (it signed in
+there before: ``receiver.console.session``) has a lane of its own instead:
+:data:`LANE_AT_ONCE` places per process, :data:`PER_ACCOUNT` of one account,
+with an argon2 thread of their own (:data:`LANE_HASHING`). Only a cookie
+this service signed opens it, and only for the account it names: the
+lane's place is taken for the cookie's account, the login is looked up, and
+an attempt at any other login leaves the lane for the room. A flood of
+sign-ins without such a cookie never reaches it.
+
+An API key given to sign in has a room of its own too (:data:`KEYS_AT_ONCE`,
+:data:`PER_ADDRESS` of one address; no argon2, but Redis look-ups), which a
+key found valid lately (``receiver.credentialguard``) does not need.
 """
 
 from __future__ import annotations
@@ -39,14 +53,34 @@ from .failures import FailureWindows
 if TYPE_CHECKING:
     from receiver.services import Services
 
-__all__ = ["BUSY_SECONDS", "HASHING_AT_ONCE", "PER_ADDRESS", "WAITING_AT_ONCE", "Attempt", "PasswordSignIn", "Room"]
+__all__ = [
+    "BUSY_SECONDS",
+    "HASHING_AT_ONCE",
+    "KEYS_AT_ONCE",
+    "LANE_AT_ONCE",
+    "LANE_HASHING",
+    "PER_ACCOUNT",
+    "PER_ADDRESS",
+    "WAITING_AT_ONCE",
+    "Attempt",
+    "PasswordSignIn",
+    "Room",
+]
 
 HASHING_AT_ONCE = 2  # argon2 runs per process; two cores, 64 MiB each
 WAITING_AT_ONCE = 8 * HASHING_AT_ONCE  # attempts waiting for a check or in one, per process
 PER_ADDRESS = HASHING_AT_ONCE  # of those, one client address's at most: others wait one check at most
 BUSY_SECONDS = 1  # Retry-After of an attempt that found no room
+# The lane of browsers that signed in to their login before: places per process, one account's at
+# most, and argon2 runs of its own besides HASHING_AT_ONCE.
+LANE_AT_ONCE = 8
+PER_ACCOUNT = 2
+LANE_HASHING = 1
+KEYS_AT_ONCE = WAITING_AT_ONCE  # API keys given to sign in, being checked, per process
 
 T = TypeVar("T")
+# A login's account, its password hash ('' when it has none) and that password's version.
+_Found = tuple[str, str, str]
 # An account and its password's version: the device its cookie proves on this request, or None.
 DeviceOf = Callable[[str, str], str | None]
 
@@ -65,7 +99,7 @@ class Attempt:
 
 
 class _Share:
-    """One address's places, and its turn at the checks (one at a time)."""
+    """The places of one client address (or account), and its turn at the checks (one at a time)."""
 
     __slots__ = ("places", "turn")
 
@@ -75,7 +109,10 @@ class _Share:
 
 
 class Room:
-    """Places for attempts waiting for a password check or in one, in this process, bounded per address."""
+    """Places for attempts waiting for a check or in one, in this process, bounded per client (``who``).
+
+    ``who`` is the client address in the room everyone shares, the account in the lane of its devices.
+    """
 
     def __init__(self, total: int, per_address: int) -> None:
         self.total = total
@@ -83,26 +120,26 @@ class Room:
         self.held = 0
         self._shares: dict[str, _Share] = {}
 
-    def take(self, address: str) -> bool:
-        share = self._shares.get(address)
+    def take(self, who: str) -> bool:
+        share = self._shares.get(who)
         if self.held >= self.total or (share is not None and share.places >= self.per_address):
             return False
         if share is None:
-            share = self._shares[address] = _Share()
+            share = self._shares[who] = _Share()
         self.held += 1
         share.places += 1
         return True
 
-    def turn(self, address: str) -> anyio.Lock:
-        """Held while one of the address's attempts waits for a check or runs it (the address must hold a place)."""
-        return self._shares[address].turn
+    def turn(self, who: str) -> anyio.Lock:
+        """Held while one of ``who``'s attempts waits for a check or runs it (``who`` must hold a place)."""
+        return self._shares[who].turn
 
-    def give_back(self, address: str) -> None:
+    def give_back(self, who: str) -> None:
         self.held -= 1
-        share = self._shares[address]
+        share = self._shares[who]
         share.places -= 1
         if not share.places:
-            del self._shares[address]
+            del self._shares[who]
 
 
 class PasswordSignIn:
@@ -113,39 +150,65 @@ class PasswordSignIn:
             services.text_redis, services.keys, settings.signin_failures_per_login, settings.signin_failures_per_address
         )
         self.room = Room(WAITING_AT_ONCE, PER_ADDRESS)
+        self.lane = Room(LANE_AT_ONCE, PER_ACCOUNT)
+        self.keys_room = Room(KEYS_AT_ONCE, PER_ADDRESS)
         self._hashing = anyio.Semaphore(HASHING_AT_ONCE)
+        self._lane_hashing = anyio.Semaphore(LANE_HASHING)
 
     # --- the work of argon2, in a thread ------------------------------------------------
-    async def _in_thread(self, work: Callable[[], T]) -> T:
-        async with self._hashing:
+    async def _in_thread(self, work: Callable[[], T], hashing: anyio.Semaphore | None = None) -> T:
+        async with hashing or self._hashing:
             return await in_thread(work, abandon_on_cancel=False)
 
     async def hash_password(self, password: str) -> str:
         return await self._in_thread(lambda: passwords.hash_password(password))
 
     # --- signing in ---------------------------------------------------------------------
-    async def attempt(self, login: str, password: str, address: str, device_of: DeviceOf = _no_device) -> Attempt:
-        """Check ``login`` and ``password`` coming from ``address``, within the room and the failure limits."""
+    async def attempt(
+        self, login: str, password: str, address: str, device_of: DeviceOf = _no_device, lane: str | None = None
+    ) -> Attempt:
+        """Check ``login`` and ``password`` coming from ``address``, within the room and the failure limits.
+
+        ``lane``: the account of a device cookie the browser shows (``Sessions.lane_of``); the
+        attempt takes the lane if the login is that account's and ``device_of`` proves its device.
+        """
+        found: _Found | None = None
+        looked_up = False
+        if lane is not None and self.lane.take(lane):
+            try:
+                found, looked_up = await self.credentials.lookup(login), True
+                if found is not None and found[0] == lane and device_of(lane, found[2]):
+                    return await self._attempt(found, login, password, address, device_of, lane=lane)
+            finally:
+                self.lane.give_back(lane)
         if not self.room.take(address):
             return Attempt(None, BUSY_SECONDS)
         try:
-            return await self._attempt(login, password, address, device_of)
+            if not looked_up:
+                found = await self.credentials.lookup(login)
+            return await self._attempt(found, login, password, address, device_of)
         finally:
             self.room.give_back(address)
 
-    async def _attempt(self, login: str, password: str, address: str, device_of: DeviceOf) -> Attempt:
-        account, stored, version = await self.credentials.lookup(login) or ("", "", "")
+    async def _attempt(
+        self, found: _Found | None, login: str, password: str, address: str, device_of: DeviceOf,
+        lane: str | None = None,
+    ) -> Attempt:  # fmt: skip
+        """The attempt once it holds its place: in the room, or (``lane``: the account) in the lane."""
+        account, stored, version = found or ("", "", "")
         device = device_of(account, version) if account else None
         who = ("device", digest(device)) if device else ("login", digest(_normalised(login)))
         # Counted before the check, and before waiting for it.
         reservation = await self.windows.reserve(who, address)
         if reservation.wait:
             return Attempt(None, reservation.wait)
-        async with self.room.turn(address):
+        turn = self.lane.turn(lane) if lane is not None else self.room.turn(address)
+        hashing = self._lane_hashing if lane is not None else self._hashing
+        async with turn:
             if stored:
-                ok = await self._in_thread(lambda: passwords.verify(stored, password))
+                ok = await self._in_thread(lambda: passwords.verify(stored, password), hashing)
             else:
-                await self._in_thread(passwords.verify_nothing)
+                await self._in_thread(passwords.verify_nothing, hashing)
                 ok = False
         if not ok:
             return Attempt(None)
@@ -155,17 +218,32 @@ class PasswordSignIn:
         return Attempt(account, password_version=version)
 
     async def check_current(
-        self, account: str, password: str, address: str, device_of: DeviceOf = _no_device
+        self, account: str, password: str, address: str, device_of: DeviceOf = _no_device, lane: str | None = None
     ) -> Attempt:
         """The account's own password, asked again before it is changed; counted like a sign-in."""
         login = await self.credentials.login_of(account)
         if login is None:
             return Attempt(None)
-        attempt = await self.attempt(login, password, address, device_of)
+        attempt = await self.attempt(login, password, address, device_of, lane)
         return attempt if attempt.account == account else Attempt(None, attempt.retry_after)
 
-    async def key_attempt(self, address: str, check: Callable[[], Awaitable[T | None]]) -> tuple[T | None, int]:
-        """An API key given to sign in, counted against ``address`` like a password: (what ``check`` found, wait)."""
+    async def key_attempt(
+        self, address: str, check: Callable[[], Awaitable[T | None]], *, known: bool = False
+    ) -> tuple[T | None, int]:
+        """An API key given to sign in, counted against ``address`` like a password: (what ``check`` found, wait).
+
+        A key not ``known`` (found valid lately) is checked with a place in the keys' room, or refused.
+        """
+        if known:
+            return await self._key_attempt(address, check)
+        if not self.keys_room.take(address):
+            return None, BUSY_SECONDS
+        try:
+            return await self._key_attempt(address, check)
+        finally:
+            self.keys_room.give_back(address)
+
+    async def _key_attempt(self, address: str, check: Callable[[], Awaitable[T | None]]) -> tuple[T | None, int]:
         reservation = await self.windows.reserve(None, address)
         if reservation.wait:
             return None, reservation.wait

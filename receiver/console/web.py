@@ -36,8 +36,10 @@ from starlette.responses import Response
 from svcgw import errors
 from svcgw.addresses import AddressError
 from svcgw.errors import Refusal
+from svcgw.store import digest
 
-from ..http import BodyTooLarge, ConflictingKeys, presented_key, read_body
+from ..credentialguard import CredentialGuard, Throttled
+from ..http import BodyTooLarge, ConflictingKeys, client_address, presented_key, read_body
 from ..ratelimit import RateLimiter
 from .service import ConsoleError, DeliveryNotFound, DeniedByOperator, Invalid, NotFound, NotRetrying
 from .session import CSRF_HEADER, Session, Sessions
@@ -133,7 +135,8 @@ def json_error(status: int, code: int, message: str, headers: dict[str, str] | N
 class Context:
     """What every console handler needs: the service, the sessions, the settings, the rate limit.
 
-    And for signing in with a password: the failure limits and argon2 (``signin``), and invitations.
+    And for signing in with a password: the failure limits and argon2 (``signin``), and invitations;
+    for requests signed with an API key, the guard of its look-up (``key_guard``, shared with the gateway).
     """
 
     def __init__(
@@ -143,6 +146,7 @@ class Context:
         limiter: RateLimiter,
         signin: PasswordSignIn,
         invitations: Invitations,
+        key_guard: CredentialGuard,
     ) -> None:
         self.service = service
         self.sessions = sessions
@@ -150,6 +154,7 @@ class Context:
         self.limiter = limiter
         self.signin = signin
         self.invitations = invitations
+        self.key_guard = key_guard
 
     async def count_change(self, session: Session) -> None:
         """Count one change of the session's account; over the account's rate limit, :class:`RateLimited`."""
@@ -163,12 +168,21 @@ class Context:
             key = presented_key(request)
         except ConflictingKeys:
             raise ConsoleHTTPError(errors.NOT_SIGNED_IN) from None
-        session = await self.sessions.from_key(key) if key else await self.sessions.from_cookie(request)
+        session = await self._from_key(request, key) if key else await self.sessions.from_cookie(request)
         if session is None:
             raise ConsoleHTTPError(errors.NOT_SIGNED_IN)
         if change and not session.csrf_ok(request.headers.get(CSRF_HEADER)):
             raise ConsoleHTTPError(errors.CSRF_FAILED)
         return session
+
+
+    async def _from_key(self, request: Request, key: str) -> Session | None:
+        """The session of a request signed with an API key, its look-up guarded per client address."""
+        try:
+            return await self.key_guard.check(client_address(request), digest(key), lambda: self.sessions.from_key(key))
+        except Throttled as exc:
+            retry = {"Retry-After": str(exc.retry_after)}
+            raise ConsoleHTTPError(errors.RATE_LIMITED, errors.KEYS_THROTTLED_MESSAGE, headers=retry) from None
 
 
 async def json_body(request: Request) -> dict[str, Any]:

@@ -10,6 +10,13 @@ With several shards, the token names the instance's shard
 (:func:`svcgw.receivers.receiver_shard`): the post goes to that shard's
 ``Ingest``, one script on one shard, with no look-up elsewhere. A token
 naming a shard this deployment does not have is no receiver (404).
+
+The token's look-up is guarded per client address
+(``receiver.credentialguard``): a token this process has found valid
+lately goes straight to it; others are looked up a few at a time, and not
+at all while the address's window of failures is full (429 and
+``Retry-After``), so a flood of made-up tokens cannot keep real posts from
+Redis.
 """
 
 from __future__ import annotations
@@ -27,16 +34,18 @@ from svcgw.errors import GatewayError
 from svcgw.ingest import Ingest, UnknownReceiver
 from svcgw.layout import LayoutError
 from svcgw.receivers import receiver_shard
+from svcgw.store import digest
 
-from ..http import BadContentLength, BodyTooLarge, json_answer, read_body, refusal_response
+from ..credentialguard import CredentialGuard, Throttled
+from ..http import BadContentLength, BodyTooLarge, client_address, json_answer, read_body, refusal_response
 
 __all__ = ["make_endpoint"]
 
 log = logging.getLogger("svcgw.receiver")
 
 
-def make_endpoint(ingests: Sequence[Ingest]) -> Callable[[Request], Awaitable[Response]]:
-    """The route; ``ingests`` by shard index."""
+def make_endpoint(ingests: Sequence[Ingest], guard: CredentialGuard) -> Callable[[Request], Awaitable[Response]]:
+    """The route; ``ingests`` by shard index, ``guard`` the look-ups of tokens."""
     shards = tuple(ingests)
 
     async def receive(request: Request) -> Response:
@@ -44,14 +53,17 @@ def make_endpoint(ingests: Sequence[Ingest]) -> Callable[[Request], Awaitable[Re
         token = request.path_params["token"]
         shard = receiver_shard(token)
         if shard is None or shard >= len(shards):
-            return _refused(UnknownReceiver(appid))
+            return _refused(UnknownReceiver(appid))  # known without a look-up: nothing to guard
         ingest = shards[shard]
         try:
             # The token first: a stranger's post is neither read nor parsed.
-            await ingest.check_receiver(appid, token)
+            if not await guard.check(client_address(request), digest(token), lambda: _receiver(ingest, appid, token)):
+                raise UnknownReceiver(appid)
             body = await read_body(request, ingest.settings.max_body_bytes, strict=True)
             result = await ingest.accept(appid, token, body)
-        except (BadContentLength, BodyTooLarge, EnvelopeError, UnknownReceiver, RedisError, RedisClusterException) as exc:  # noqa: E501
+        except (
+            BadContentLength, BodyTooLarge, EnvelopeError, UnknownReceiver, Throttled, RedisError, RedisClusterException
+        ) as exc:  # fmt: skip
             return _refused(exc)
         except LayoutError as exc:
             # Not stored, as when Redis fails: the sender posts again once the operator has fixed it.
@@ -60,6 +72,15 @@ def make_endpoint(ingests: Sequence[Ingest]) -> Callable[[Request], Awaitable[Re
         return json_answer(0, "ok", {"accepted": result.accepted, "duplicates": result.duplicates})
 
     return receive
+
+
+async def _receiver(ingest: Ingest, appid: str, token: str) -> bool | None:
+    """True if ``token`` is ``appid``'s receiver token; None if not (the guard's "not valid")."""
+    try:
+        await ingest.check_receiver(appid, token)
+    except UnknownReceiver:
+        return None
+    return True
 
 
 def _refused(exc: Exception) -> Response:
@@ -72,6 +93,8 @@ def _refused(exc: Exception) -> Response:
         return refusal_response(GatewayError(errors.receiver_kind(exc.status), str(exc)))
     if isinstance(exc, UnknownReceiver):
         return refusal_response(GatewayError(errors.RECEIVER_NOT_FOUND))
+    if isinstance(exc, Throttled):
+        return refusal_response(GatewayError(errors.RECEIVER_LIMITED, headers={"Retry-After": str(exc.retry_after)}))
     # Redis (or a layout it cannot keep): not stored, so not acknowledged, and the sender must try again.
     response = refusal_response(GatewayError(errors.RECEIVER_UNAVAILABLE))
     response.headers["Retry-After"] = "1"

@@ -67,6 +67,11 @@ OPERATIONS = (
             404: _error("no such receiver"),
             413: _error("body too large"),
             422: _error("not an envelope"),
+            429: Answer(
+                "too many posts to receivers that do not exist from this address; retry after Retry-After",
+                Error,
+                headers={"Retry-After": RETRY_AFTER},
+            ),
             503: Answer("storage unavailable; retry", Error, headers={"Retry-After": RETRY_AFTER}),
         },
     ),

@@ -19,7 +19,12 @@ Order of checks; the first one that fails answers, with
    is -40004 (400).
 2. API key, from ``Svc-Key``, ``X-Svc-Key`` or ``Authorization: Bearer``
    (``receiver.http.presented_key``): missing, invalid, revoked, or several
-   headers carrying different keys is 401 (code 401).
+   headers carrying different keys is 401 (code 401). Its look-up is
+   guarded per client address (``receiver.credentialguard``): a key not
+   found valid lately in this process, from an address whose window of
+   failed keys (``SVCGW_KEY_FAILURES_PER_ADDRESS``) is full, or that finds
+   no place for its look-up in time, is -42900 (429) with ``Retry-After``,
+   unchecked.
 3. Rate limit (``receiver.ratelimit``): every call that got past 2 counts,
    whatever its outcome, a refused one included; excess is -42900 (429)
    with ``Retry-After``.

@@ -23,10 +23,12 @@ from starlette.types import Receive, Scope, Send
 
 from svcgw import errors
 from svcgw.errors import GatewayError
+from svcgw.store import digest
 
+from ..credentialguard import Throttled
 from ..headers import NOSNIFF
-from ..http import refusal_response
-from .admission import Admission, Facts
+from ..http import client_address, refusal_response
+from .admission import MAX_KEY_LENGTH, Admission, Facts
 from .body import DEVICE_CREATE, SET_CALLBACK_OPERATION, UPLOAD_OPERATIONS, check_callback_fields
 from .inflight import InflightBytes
 from .intake import (
@@ -61,6 +63,7 @@ class Gateway:
         self.store = services.store
         self.limiter = services.limiter
         self.admission = Admission(services.text_redis, services.limiter)
+        self.key_guard = services.key_guard
         self.inflight = InflightBytes(settings.account_inflight_bytes)
         self.operations = Operations(services)
 
@@ -177,10 +180,23 @@ class Gateway:
                 pending.partial = chunk
             else:
                 await pending.load(chunk)
-        facts = await self.admission.admit(key=key, operation=operation, appid=pending.ask())
+        facts = await self._admit_key(request, key, operation, pending.ask())
         if facts is None:
             raise GatewayError(errors.UNAUTHORIZED, headers={"WWW-Authenticate": "Bearer"})
         return await self._judge(facts, pending, module, action, request)
+
+    async def _admit_key(self, request: Request, key: str | None, operation: str, appid: str | None) -> Facts | None:
+        """What Redis said of a call with ``key``, its look-up guarded per client address; None: no valid key."""
+        if not key or len(key) > MAX_KEY_LENGTH:
+            return None  # no key this service issued: refused without a look-up
+        try:
+            return await self.key_guard.check(
+                client_address(request), digest(key), lambda: self.admission.admit(key=key, operation=operation,
+                                                                                   appid=appid)
+            )  # fmt: skip
+        except Throttled as exc:
+            retry = {"Retry-After": str(exc.retry_after)}
+            raise GatewayError(errors.RATE_LIMITED, errors.KEYS_THROTTLED_MESSAGE, headers=retry) from None
 
     def _limit(self, operation: str) -> int:
         if operation in UPLOAD_OPERATIONS:

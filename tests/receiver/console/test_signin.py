@@ -12,7 +12,15 @@ from typing import Any, TypeVar
 import pytest
 
 from receiver.console.failures import FailureWindows
-from receiver.console.signin import BUSY_SECONDS, HASHING_AT_ONCE, PER_ADDRESS, Attempt, PasswordSignIn
+from receiver.console.signin import (
+    BUSY_SECONDS,
+    HASHING_AT_ONCE,
+    KEYS_AT_ONCE,
+    PER_ADDRESS,
+    WAITING_AT_ONCE,
+    Attempt,
+    PasswordSignIn,
+)
 from receiver.services import build_services
 from svcgw import passwords
 from svcgw.keys import PLAIN as keys
@@ -144,3 +152,72 @@ def test_a_flood_from_one_address_leaves_room_for_another(settings: Settings) ->
     # What found no room was refused with a wait, not queued: the flood got its share of places, no more.
     busy = [o for o in outcomes if o.retry_after == BUSY_SECONDS and o.account is None]
     assert len(busy) >= 400 - PER_ADDRESS
+
+
+def test_api_keys_given_to_sign_in_have_a_bounded_room_which_a_key_found_valid_lately_does_not_need(
+    settings: Settings,
+) -> None:
+    async def burst(signin: PasswordSignIn) -> tuple[list[tuple[str | None, int]], list[tuple[str | None, int]], int]:
+        running = most = 0
+
+        async def check(found: str | None) -> str | None:
+            nonlocal running, most
+            running += 1
+            most = max(most, running)
+            await asyncio.sleep(0.05)
+            running -= 1
+            return found
+
+        # Wrong keys from one address and from many, at once, and a key known valid from the first address.
+        wrong = [signin.key_attempt("192.0.2.1", lambda: check(None)) for _ in range(20)]
+        wrong += [signin.key_attempt(f"198.51.100.{n}", lambda: check(None)) for n in range(2 * KEYS_AT_ONCE)]
+        known = [signin.key_attempt("192.0.2.1", lambda: check("account"), known=True) for _ in range(3)]
+        outcomes = await asyncio.gather(*wrong, *known)
+        return outcomes[: len(wrong)], outcomes[len(wrong) :], most
+
+    wrong, known, most = with_signin(settings, burst)
+    assert known == [("account", 0)] * 3
+    busy = [outcome for outcome in wrong if outcome == (None, BUSY_SECONDS)]
+    assert len(busy) >= len(wrong) - KEYS_AT_ONCE and len(busy) >= 20 - PER_ADDRESS
+    assert most <= KEYS_AT_ONCE + 3  # the room's, and the known keys'
+
+
+def test_a_browser_with_a_device_cookie_of_its_login_has_a_lane_that_a_flood_from_many_addresses_cannot_fill(
+    settings: Settings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    member, other = make_member(settings), make_member(settings)
+    real = passwords.verify_nothing
+
+    def slow_nothing() -> None:
+        time.sleep(0.5)
+        real()
+
+    # The flood's checks take their time: the room everyone shares stays full while the browser signs in.
+    monkeypatch.setattr(passwords, "verify_nothing", slow_nothing)
+
+    def device_of(account: str, password_version: str) -> str | None:
+        return "this browser" if account == member.account else None
+
+    async def flood(signin: PasswordSignIn) -> tuple[int, Attempt, Attempt, Attempt]:
+        strangers = [
+            asyncio.ensure_future(signin.attempt(f"stranger{n}@example.com", "wrong password!", f"203.0.113.{n}"))
+            for n in range(100)
+        ]
+        await asyncio.sleep(0.05)
+        held = signin.room.held
+        try:
+            mine = await signin.attempt(member.login, PASSWORD, "192.0.2.7", device_of, lane=member.account)
+            # The cookie opens its own account's lane only: another login from that browser meets the room...
+            theirs = await signin.attempt(other.login, PASSWORD, "192.0.2.7", device_of, lane=member.account)
+            # ...and so does a cookie the login does not prove (device_of knows no device of it).
+            unproved = await signin.attempt(member.login, PASSWORD, "192.0.2.8", lane=member.account)
+        finally:
+            for stranger in strangers:
+                stranger.cancel()
+            await asyncio.gather(*strangers, return_exceptions=True)
+        return held, mine, theirs, unproved
+
+    held, mine, theirs, unproved = with_signin(settings, flood)
+    assert held == WAITING_AT_ONCE
+    assert mine.account == member.account
+    assert theirs == unproved == Attempt(None, BUSY_SECONDS)

@@ -1,10 +1,12 @@
 """Sign-in's limits over real HTTP, served with the options of ``svcgw serve`` (cli.runner.server_options):
-the client address behind (or without) a trusted proxy, device cookies, wrong API keys, no room for checks."""
+the client address behind (or without) a trusted proxy, device cookies and their lane, wrong API keys, no room
+for checks."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import socket
 import threading
 import time
@@ -23,6 +25,7 @@ from svcgw.settings import Settings, SettingsError
 from tests.receiver.console.conftest import make_developer
 from tests.receiver.console.members import PASSWORD, make_member, sign_in
 from tests.receiver.console.test_pages import csrf_of
+from tests.receiver.floods import address, request
 from tests.support import free_port, start_server, wait_for
 
 LIMITED = {"code": -42900, "message": errors.SIGN_IN_MESSAGE, "data": None}
@@ -246,3 +249,51 @@ def test_during_a_flood_from_one_address_another_address_signs_in_quickly(env: d
     # Under 2 s (a machine busy with other work may stretch that, never to the 200 checks of the queue).
     assert took < max(2.0, 3 * alone), (took, alone)
     assert 503 not in statuses and set(statuses) <= {401, 429} and statuses.count(429) >= 300
+
+
+@pytest.mark.slow
+def test_during_a_flood_from_many_addresses_a_browser_that_signed_in_before_signs_in_quickly(
+    env: dict[str, str],
+) -> None:
+    process, base = start_server(env)
+    port = int(base.rsplit(":", 1)[1])
+    member = make_member(Settings.from_env(env))
+    mine = {"login": member.login, "password": PASSWORD}
+
+    async def main(browser: httpx.AsyncClient) -> tuple[httpx.Response, float, float, list[int]]:
+        assert (await browser.post("/console/api/session", json=mine)).status_code == 200  # a device cookie
+        # 400 sign-ins with logins nobody has, each from an address of its own: connected first, then sent
+        # at once...
+        connections = await asyncio.gather(*(
+            asyncio.open_connection("127.0.0.1", port, local_addr=(address(number), 0)) for number in range(400)
+        ))  # fmt: skip
+        try:
+            for number, (_, writer) in enumerate(connections):
+                body = json.dumps({"login": f"stranger{number}@example.com", "password": "wrong!"}).encode()
+                writer.write(request("POST", "/console/api/session", body, Content_Type="application/json"))
+            # ...and, meanwhile, the browser that signed in before.
+            started = time.monotonic()
+            again = await browser.post("/console/api/session", json=mine)
+            took = time.monotonic() - started
+            heads = [await reader.readuntil(b"\r\n") for reader, _ in connections]
+        finally:
+            for _, writer in connections:
+                writer.close()
+        # The same sign-in alone, on the same server now: what the machine's own load costs it.
+        started = time.monotonic()
+        assert (await browser.post("/console/api/session", json=mine)).status_code == 200
+        return again, took, time.monotonic() - started, [int(head.split(b" ", 2)[1]) for head in heads]
+
+    async def with_browser() -> tuple[httpx.Response, float, float, list[int]]:
+        transport = httpx.AsyncHTTPTransport(local_address="127.0.0.2")
+        async with httpx.AsyncClient(base_url=base, timeout=60, transport=transport, trust_env=False) as browser:
+            return await main(browser)
+
+    try:
+        again, took, alone, statuses = asyncio.run(with_browser())
+    finally:
+        process.stop()
+    assert again.status_code == 200, again.text
+    assert took < max(3.0, 3 * alone), (took, alone)
+    # The flood filled the room everyone else shares: refused at once, not queued.
+    assert set(statuses) <= {401, 429} and statuses.count(429) >= 300, sorted(set(statuses))

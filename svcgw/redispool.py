@@ -1,0 +1,110 @@
+"""A Redis connection pool that, when every connection is in use, waits a bounded time for one.
+
+redis-py's own :class:`~redis.asyncio.ConnectionPool` fails a command at once
+with ``MaxConnectionsError`` when all of its ``max_connections`` are in use,
+so a burst of requests, however short, is answered "storage unavailable".
+:class:`WaitingPool` (and :class:`WaitingSentinelPool`, the same for a primary
+found through Sentinel) takes a free connection as that pool does and, only
+when there is none, waits for one to be released, in turn, for at most
+``pool_timeout`` seconds; then the command fails with a ``ConnectionError``
+like any other outage, which every role already treats as "not stored, try
+again".
+
+It is redis-py's :class:`~redis.asyncio.BlockingConnectionPool` in behaviour,
+without its cost when a connection is free: that pool enters a timeout scope
+and a condition for every command, about 9 µs of CPU each (some 30 % of the
+client's whole command path, measured with hiredis on uvloop); this one looks
+at the pool once and waits only when it is full. Waiters are served in
+order: a command arriving while others wait joins the end of the line
+rather than taking the connection just released for the first of them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import deque
+from typing import Any
+
+from redis.asyncio import ConnectionPool
+from redis.asyncio.sentinel import SentinelConnectionPool
+from redis.exceptions import ConnectionError as RedisConnectionError
+
+__all__ = ["DEFAULT_POOL_TIMEOUT", "WaitingPool", "WaitingSentinelPool"]
+
+DEFAULT_POOL_TIMEOUT = 5.0
+
+
+class _Waiting:
+    """The waiting, for any asyncio ``ConnectionPool`` class it is mixed in front of.
+
+    Commands that find the pool full wait in a line, each on a future of its own. A connection
+    released wakes the first of the line, and the pool keeps it for that waiter: while one is
+    woken and has not taken it yet, a command arriving finds the line and joins its end. A woken
+    waiter that took its connection wakes the next if another is free; one that timed out or was
+    cancelled before taking it passes its turn on.
+    """
+
+    max_connections: int
+
+    def __init__(self, *args: Any, pool_timeout: float = DEFAULT_POOL_TIMEOUT, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.pool_timeout = pool_timeout
+        self._line: deque[asyncio.Future[None]] = deque()
+        self._woken = 0  # waiters woken that have not taken their connection yet: 0 or 1
+
+    def can_get_connection(self) -> bool:  # redis-py's, typed
+        return bool(super().can_get_connection())  # type: ignore[misc]
+
+    async def get_connection(self, *args: Any, **kwargs: Any) -> Any:
+        if not self._line and not self._woken and self.can_get_connection():
+            # Nothing between the check and the take yields to the loop: redis-py's get_connection
+            # takes a free connection before its first suspension.
+            return await super().get_connection(*args, **kwargs)  # type: ignore[misc]
+        await self._wait()
+        try:
+            return await super().get_connection(*args, **kwargs)  # type: ignore[misc]
+        finally:
+            self._wake_next()
+
+    async def release(self, connection: Any) -> None:
+        await super().release(connection)  # type: ignore[misc]
+        if self._line:
+            self._wake_next()
+
+    def _wake_next(self) -> None:
+        if self._woken or not self.can_get_connection():
+            return
+        while self._line:
+            turn = self._line.popleft()
+            if not turn.done():  # a waiter that gave up before its turn is skipped
+                turn.set_result(None)
+                self._woken += 1
+                return
+
+    async def _wait(self) -> None:
+        turn: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._line.append(turn)
+        try:
+            async with asyncio.timeout(self.pool_timeout):
+                await turn
+        except BaseException as exc:
+            if turn.done() and not turn.cancelled():
+                # Woken, then timed out or cancelled before taking its connection: the next one's.
+                self._woken -= 1
+                self._wake_next()
+            else:
+                turn.cancel()
+            if isinstance(exc, TimeoutError):
+                raise RedisConnectionError(
+                    f"no Redis connection free within {self.pool_timeout} s ({self.max_connections} in use)"
+                ) from None
+            raise
+        self._woken -= 1
+
+
+class WaitingPool(_Waiting, ConnectionPool):
+    """An asyncio connection pool of at most ``max_connections`` that waits ``pool_timeout`` s for one when full."""
+
+
+class WaitingSentinelPool(_Waiting, SentinelConnectionPool):
+    """:class:`WaitingPool` for the primary a Sentinel names (``Sentinel.master_for(connection_pool_class=...)``)."""
