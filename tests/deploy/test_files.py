@@ -237,12 +237,12 @@ def test_kubernetes_roles_probes_and_shutdown() -> None:
 def test_every_setting_named_in_the_deploy_files_exists() -> None:
     # The settings, and the shard settings they read through svcgw.shardspec.
     source = (ROOT / "svcgw" / "settings.py").read_text() + (ROOT / "svcgw" / "shardspec.py").read_text()
-    readme = (ROOT / "README.md").read_text()
+    settings_page = (ROOT / "docs" / "settings.md").read_text()
     texts = [p.read_text() for p in [*DEPLOY.glob("*"), *K8S.glob("*")] if p.is_file()]
     named = set(re.findall(r"\bSVCGW_[A-Z0-9_]*[A-Z0-9]\b", "\n".join(texts)))
     assert named
     assert {n for n in named if f'"{n}"' not in source} == set(), "read by svcgw/settings.py or svcgw/shardspec.py"
-    assert {n for n in named if f"`{n}`" not in readme} == set(), "documented in README.md"
+    assert {n for n in named if f"`{n}`" not in settings_page} == set(), "documented in docs/settings.md"
 
 
 # --- the health check script, against a real server and Redis --------------------
