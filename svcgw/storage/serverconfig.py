@@ -2,7 +2,7 @@
 
 The embedded Redis of ``svcgw up`` is started with them, so are the
 benchmark's and the tests' own servers, and an operator's Redis must have
-them too (README, "Redis settings"; ``deploy/README.md``). Each is a plain
+them too (docs/shards.md, "One Redis and its settings"; ``deploy/README.md``). Each is a plain
 ``redis.conf`` directive, also settable with ``CONFIG SET``.
 """
 

@@ -223,7 +223,7 @@ def test_a_delivered_delivery_past_the_retention_is_not_shown_by_its_id(settings
 def test_redis_holds_a_post_past_the_retention_at_most_a_stream_nodes_posts_apart(
     valkey_url: str, env: dict[str, str], name: str, body: Any, per_node: int
 ) -> None:
-    """The figures of the README: a day's retention, one post every 10 minutes, on the embedded server's settings.
+    """The figures of docs/events.md: a day's retention, one post every 10 minutes, on the embedded server's settings.
 
     A post is removed with its stream node, at the first post after the node's newest is a retention old;
     a node holds up to 100 posts, or ``stream-node-max-bytes`` (16 KB) of them: 27 Msg posts of 940 bytes.

@@ -88,7 +88,7 @@ def test_last_duplicate_member_wins_like_the_parser() -> None:
 
 
 def test_an_event_with_two_ids_is_keyed_by_the_last_and_forwarded_as_received() -> None:
-    # As the README says: the last one counts, as it does for Python's json, JSON.parse and Go's
+    # As docs/security.md says: the last one counts, as it does for Python's json, JSON.parse and Go's
     # encoding/json; the bytes go on untouched, both members included.
     raw = b'{"id":"first","text":"hi","id":"last"}'
     (event,) = parse_post(b'{"event_type":"Msg","events":[' + raw + b"]}", max_bytes=LIMIT).events
