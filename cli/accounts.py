@@ -17,10 +17,10 @@ import click
 from rich.console import RenderableType
 
 from receiver.console.account import invitation_path
-from svcgw import passwords
-from svcgw.calllog import parse_since
-from svcgw.credentials import Credentials
-from svcgw.invitations import Invitations
+from svcgw.intake.calllog import parse_since
+from svcgw.registry import passwords
+from svcgw.registry.credentials import Credentials
+from svcgw.registry.invitations import Invitations
 
 from .context import Admin, admin_command
 from .output import emit, json_option, record, table, when

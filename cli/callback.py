@@ -18,8 +18,8 @@ from collections.abc import Callable
 
 import click
 
-from svcgw.addresses import check_for_service
-from svcgw.store import CallbackConfig, Scope
+from svcgw.callbacks.addresses import check_for_service
+from svcgw.registry.store import CallbackConfig, Scope
 
 from .context import Admin, admin_command
 from .output import emit, json_option, record

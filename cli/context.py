@@ -31,15 +31,14 @@ from redis.asyncio import Redis
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from svcgw.addresses import AddressError
+from svcgw.callbacks.addresses import AddressError
+from svcgw.config.settings import Settings, SettingsError
+from svcgw.config.shards import safe_url
 from svcgw.errors import STORAGE_ERRORS, SvcgwError
-from svcgw.keys import KeySpace
-from svcgw.settings import Settings, SettingsError
-from svcgw.shardclients import ShardRedis, aclose_all, role_clients, spaces
-from svcgw.shardcopy import ShardCopies
-from svcgw.shards import safe_url
-from svcgw.shardspec import layout_of
-from svcgw.store import Store
+from svcgw.registry.copies import ShardCopies
+from svcgw.registry.store import Store
+from svcgw.shards.clients import ShardRedis, aclose_all, role_clients, spaces
+from svcgw.storage.keys import KeySpace
 from svcgw.vault import KEY_FILE, TokenVault
 
 __all__ = ["CONNECT_TIMEOUT", "Admin", "admin_command", "error_message", "load_settings", "safe_redis_url"]
@@ -90,7 +89,7 @@ class Admin:
     @property
     def keys(self) -> KeySpace:
         """Shard 0's key names: what belongs to the whole service."""
-        return spaces(layout_of(self.settings))[0]
+        return spaces(self.settings.shard_layout)[0]
 
     @property
     def shards(self) -> tuple[ShardRedis, ...]:
@@ -116,7 +115,7 @@ class Admin:
         """The ``Store``; ``sealing`` when the command may encrypt or decrypt a token.
 
         With several shards it also writes the copies of callback settings
-        that instances' shards read (:mod:`svcgw.shardcopy`).
+        that instances' shards read (:mod:`svcgw.registry.copies`).
         """
         store = Store(self.text, self._vault(sealing), self.keys)
         if len(self.text_shards) > 1:

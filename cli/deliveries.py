@@ -4,7 +4,7 @@
 attempts, next attempt); ``show`` one delivery with each attempt's answer;
 ``retry`` brings a retrying delivery's next attempt forward to now. All
 three read and write through the same modules as the console
-(``svcgw.deliverylist``, ``svcgw.retrynow``).
+(``svcgw.delivery.listing``, ``svcgw.delivery.retrynow``).
 """
 
 from __future__ import annotations
@@ -12,10 +12,10 @@ from __future__ import annotations
 import click
 from rich.console import Group, RenderableType
 
-from svcgw import deliverylist, retrynow
-from svcgw.bareoutcome import ANSWERS_NOTE
-from svcgw.deliverylist import STATES, Delivery
-from svcgw.shardreads import first_found, instance_shard
+from svcgw.delivery import listing, retrynow
+from svcgw.delivery.listing import STATES, Delivery
+from svcgw.delivery.outcomes import ANSWERS_NOTE
+from svcgw.shards.routing import first_found, instance_shard
 
 from .context import Admin, admin_command
 from .output import console, emit, json_option, record, table, when
@@ -39,7 +39,7 @@ def _next(delivery: Delivery) -> str | None:
 @click.option("--state", type=click.Choice(STATES), default=None, help="Only deliveries in this state.")
 @click.option("--event-type", default=None, metavar="TYPE", help="Only deliveries of this event type.")
 @click.option("--event-id", default=None, metavar="ID", help="Only the deliveries carrying this event id.")
-@click.option("--limit", type=click.IntRange(1, deliverylist.MAX_LIMIT), default=50, show_default=True)
+@click.option("--limit", type=click.IntRange(1, listing.MAX_LIMIT), default=50, show_default=True)
 @click.option("--before", default=None, metavar="CURSOR", help="Older than this (next_before of a previous page).")
 @json_option
 @admin_command
@@ -54,7 +54,7 @@ async def deliveries_list(
     as_json: bool,
 ) -> None:
     """List an instance's deliveries, newest first."""
-    page = await deliverylist.list_deliveries(
+    page = await listing.list_deliveries(
         *await instance_shard(admin.shards, appid),
         admin.settings,
         appid,
@@ -123,7 +123,7 @@ def _detail(d: Delivery) -> RenderableType:
         "attempts",
     )
     if d.state == "delivered":
-        # What queue_finish.lua keeps of a delivered delivery (svcgw.bareoutcome).
+        # What queue_finish.lua keeps of a delivered delivery (svcgw.delivery.outcomes).
         return Group(facts, attempts, ANSWERS_NOTE)
     return Group(facts, attempts)
 
@@ -150,5 +150,5 @@ async def deliveries_retry(admin: Admin, delivery_id: str, as_json: bool) -> Non
 async def _show(admin: Admin, delivery_id: str) -> Delivery:
     """The delivery from whichever shard holds it (a delivery id does not name its shard)."""
     return await first_found(
-        admin.shards, lambda shard: deliverylist.show(*shard, admin.settings, delivery_id), deliverylist.NotFound
+        admin.shards, lambda shard: listing.show(*shard, admin.settings, delivery_id), listing.NotFound
     )

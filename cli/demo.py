@@ -27,7 +27,6 @@ import asyncio
 import secrets
 import string
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, cast
 
@@ -36,13 +35,14 @@ import httpx
 from redis.asyncio import Redis as AsyncRedis
 from redis.exceptions import RedisClusterException, RedisError
 
-from svcgw.credentials import Credentials, LoginTaken
-from svcgw.invitations import Invitations
-from svcgw.keys import PLAIN
-from svcgw.settings import Settings
-from svcgw.store import NotFound, Store
+from svcgw.config.settings import Settings
+from svcgw.registry.credentials import Credentials, LoginTaken
+from svcgw.registry.invitations import Invitations
+from svcgw.registry.store import NotFound, Store
+from svcgw.storage.keys import PLAIN
 from svcgw.vault import TokenVault, VaultError
 
+from .demoaccount import Demo
 from .demotext import (
     INVITATION_SECONDS,
     render_dead_letter,
@@ -79,18 +79,6 @@ _APPID_ALPHABET = string.ascii_lowercase + string.digits
 
 class DemoError(click.ClickException):
     """The demo could not be prepared (an operation or the simulator refused a step)."""
-
-
-@dataclass(frozen=True)
-class Demo:
-    account: str
-    key_id: str
-    key: str = field(repr=False)
-    appid: str
-    receiver_token: str = field(repr=False)
-    login: str | None = None
-    # A one-time link to choose the console password, while the account has none.
-    invitation: str | None = field(default=None, repr=False)
 
 
 CreateInstance = Callable[[str], Awaitable[str]]

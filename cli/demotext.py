@@ -14,16 +14,13 @@ import shutil
 import sys
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING
 from urllib.parse import unquote, urlsplit
 
 from receiver.console.account import invitation_path
-from svcgw.settings import Settings
+from svcgw.config.settings import Settings
 
 from .context import safe_redis_url
-
-if TYPE_CHECKING:
-    from .demo import Demo
+from .demoaccount import Demo
 
 __all__ = [
     "DEMO_RETRY_SCHEDULE",

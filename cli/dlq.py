@@ -1,6 +1,6 @@
 """``svcgw dlq``: dead letters (deliveries whose retries ran out), listed, shown and replayed.
 
-Every command reads every shard (``svcgw.deadshards``): one list, newest
+Every command reads every shard (``svcgw.delivery.dlq``): one list, newest
 first, whichever shard each dead letter is on.
 
 ``replay`` exits with status 1 when any dead letter named could not be
@@ -15,7 +15,7 @@ import time
 import click
 from rich.console import RenderableType
 
-from svcgw import deadshards
+from svcgw.delivery import dlq as every_shard
 
 from .context import Admin, admin_command
 from .output import console, emit, json_option, record, table, valid_since, when
@@ -50,12 +50,12 @@ async def dlq_list(
         raise click.UsageError("--all lists every dead letter: give it without --limit and --offset")
     if list_all:
         # As many as there are now; one that dies meanwhile is listed by the next call.
-        limit = await deadshards.count_dead(admin.shards, admin.settings, appid=appid, account=account)
+        limit = await every_shard.count_dead(admin.shards, admin.settings, appid=appid, account=account)
     elif limit is None:
         limit = 100
     letters = []
     if limit:
-        letters = await deadshards.list_dead(
+        letters = await every_shard.list_dead(
             admin.shards, admin.settings, appid=appid, account=account, limit=limit, offset=offset or 0
         )
     emit(
@@ -74,7 +74,7 @@ async def dlq_list(
 @admin_command
 async def dlq_show(admin: Admin, delivery_id: str, as_json: bool) -> None:
     """Show one dead letter: its attempts and its body."""
-    detail = await deadshards.show(admin.shards, admin.settings, delivery_id)
+    detail = await every_shard.show(admin.shards, admin.settings, delivery_id)
     if as_json:
         emit(True, detail.as_dict(), lambda: None)
         return
@@ -146,7 +146,7 @@ async def dlq_replay(
         raise click.UsageError("give dead letter IDs, or --appid APPID, or --all (exactly one), or --since DURATION")
     if account is not None and (ids or appid is not None):
         raise click.UsageError("--account goes with --since or --all, not with IDs or --appid")
-    results = await deadshards.replay(
+    results = await every_shard.replay(
         admin.shards,
         admin.settings,
         ids=list(ids) or None,

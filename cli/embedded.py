@@ -27,8 +27,8 @@ from urllib.parse import quote
 
 from redis import Redis
 
-from svcgw import redisconf
 from svcgw.errors import STORAGE_ERRORS
+from svcgw.storage import serverconfig
 
 from .ports import free_port, kept_port, port_is_free
 
@@ -102,7 +102,7 @@ class EmbeddedRedis:
             "--save", "",
             "--protected-mode", "yes",
             "--logfile", str(self.dir / "server.log"),
-            *redisconf.server_args(),
+            *serverconfig.server_args(),
         ]  # fmt: skip
         # Its own session: a Ctrl-C meant for ``svcgw up`` must not stop Redis
         # before the workers that write to it.

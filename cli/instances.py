@@ -1,6 +1,6 @@
 """``svcgw instances``: registered instances, their owner, status and the forward address in use.
 
-Rows are ``svcgw.instances.InstanceView.for_operator()``: the view the
+Rows are ``svcgw.views.instances.InstanceView.for_operator()``: the view the
 console also shows, projected for the operator, with the dead-letter count.
 """
 
@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import click
 
-from svcgw import instances as read_model
+from svcgw.views import instances as read_model
 
 from .context import Admin, admin_command
 from .output import emit, json_option, record, table, when

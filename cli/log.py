@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import click
 
-from svcgw.calllog import read_log
-from svcgw.shardreads import instance_shard
+from svcgw.intake.calllog import read_log
+from svcgw.shards.routing import instance_shard
 
 from .context import Admin, admin_command
 from .output import emit, json_option, valid_since, when

@@ -17,7 +17,7 @@ import sys
 
 import click
 
-from svcgw.settings import SettingsError
+from svcgw.config.settings import SettingsError
 
 from .context import load_settings
 

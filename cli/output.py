@@ -19,7 +19,7 @@ from rich.console import Console, RenderableType
 from rich.table import Table
 from rich.text import Text
 
-from svcgw.calllog import parse_since
+from svcgw.intake.calllog import parse_since
 
 __all__ = ["console", "emit", "json_option", "record", "table", "valid_since", "when"]
 

@@ -17,8 +17,8 @@ import time
 import click
 import httpx
 
-from svcgw.receivers import RECEIVER_PREFIX
-from svcgw.settings import Settings
+from svcgw.config.settings import Settings
+from svcgw.intake.receivers import RECEIVER_PREFIX
 
 __all__ = ["NotReady", "check_public_url", "local_base", "report_public_url", "wait_ready"]
 

@@ -21,7 +21,7 @@ from collections.abc import Sequence
 from types import FrameType
 from typing import Any
 
-from svcgw.settings import Settings
+from svcgw.config.settings import Settings
 
 __all__ = ["run_server", "run_up", "run_worker", "server_options"]
 

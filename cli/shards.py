@@ -10,8 +10,8 @@ from __future__ import annotations
 import click
 from rich.table import Table
 
-from svcgw.shardclients import AsyncShardClients
-from svcgw.shardstatus import ShardStatus, shard_statuses
+from svcgw.shards.clients import AsyncShardClients
+from svcgw.shards.status import ShardStatus, shard_statuses
 
 from .context import CONNECT_TIMEOUT, Admin, admin_command
 from .output import emit, json_option, table

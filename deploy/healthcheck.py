@@ -27,8 +27,8 @@ def check_http(url: str) -> int:
 def check_redis() -> int:
     from redis.exceptions import RedisError
 
-    from svcgw.connections import sync_client
-    from svcgw.settings import Settings, SettingsError
+    from svcgw.config.settings import Settings, SettingsError
+    from svcgw.shards.connections import sync_client
 
     try:
         client = sync_client(Settings.from_env())

@@ -17,9 +17,9 @@ from starlette.requests import ClientDisconnect
 from starlette.routing import BaseRoute, Mount, Route
 from starlette.types import Receive, Scope, Send
 
-from svcgw import layout
-from svcgw.receivers import RECEIVER_PREFIX
-from svcgw.settings import Settings
+from svcgw.config.settings import Settings
+from svcgw.intake.receivers import RECEIVER_PREFIX
+from svcgw.storage import layoutversion
 from svcgw.upstream import Upstream
 
 from .console import console_routes
@@ -82,7 +82,7 @@ def create_app(settings: Settings, *, services: Services | None = None) -> Starl
                 timeout=settings.upstream_timeout,
                 connect_timeout=settings.upstream_connect_timeout,
             )
-        await layout.mark_at_start(services.redis, services.keys)
+        await layoutversion.mark_at_start(services.redis, services.keys)
         await connect_shards(services)  # the first /readyz measures the shards, not their clients' setup
         try:
             yield

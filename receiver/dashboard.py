@@ -52,10 +52,9 @@ from urllib.parse import urlencode
 from starlette.responses import PlainTextResponse
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from svcgw.connections import SENTINEL_TIMEOUT
-from svcgw.settings import Settings
-from svcgw.shards import Deployment
-from svcgw.shardspec import layout_of
+from svcgw.config.settings import Settings
+from svcgw.config.shards import Deployment
+from svcgw.shards.connections import SENTINEL_TIMEOUT
 
 __all__ = ["DashboardGuard", "dashboard_urls", "make_dashboard", "sentinel_url"]
 
@@ -265,7 +264,7 @@ def dashboard_urls(settings: Settings) -> tuple[str, ...]:
     (``svcgw shards`` and ``svcgw dlq`` read every shard).
     """
     urls: list[str] = []
-    for deployment in layout_of(settings).deployments:
+    for deployment in settings.shard_layout.deployments:
         url = deployment.url if deployment.kind == "redis" else sentinel_url(deployment)
         if not url:
             return ()
@@ -282,7 +281,7 @@ def sentinel_url(deployment: Deployment) -> str | None:
     """The ``redis+sentinel://`` URL of a Sentinel group for rq-dashboard; None for one it cannot name.
 
     Its sentinels are asked under the service's own deadline
-    (:data:`svcgw.connections.SENTINEL_TIMEOUT`) and with its sentinels'
+    (:data:`svcgw.shards.connections.SENTINEL_TIMEOUT`) and with its sentinels'
     password (``RQ_DASHBOARD_REDIS_SENTINEL_PASSWORD``, see :func:`make_dashboard`).
     It cannot carry a user name, an IPv6 sentinel, or a password or master
     name with a character of :data:`_NOT_IN_URL`.
@@ -305,7 +304,7 @@ def make_dashboard(settings: Settings) -> ASGIApp | None:
         return None
     urls = dashboard_urls(settings)
     if not urls:
-        if layout_of(settings).deployments:
+        if settings.shard_layout.deployments:
             log.warning("rq-dashboard is not mounted at /rq: a shard is one it cannot be given as a URL "
                         "(a Redis Cluster, or a Sentinel group named with a user name, an IPv6 sentinel, "
                         "or one of @/?#[] in its password or master name)")  # fmt: skip

@@ -12,7 +12,7 @@ body says which shards did not (``unreachable``), by index only: the check
 is unauthenticated, and a shard's name carries its host (``svcgw shards``
 names them). With one shard the body is the one of before, with ``shards``
 and ``unreachable`` added. On a Cluster each shard's PING goes to the master
-of the shard's slot (svcgw.connections.on_shard_server), so each shard is
+of the shard's slot (svcgw.shards.connections.on_shard_server), so each shard is
 its own answer.
 
 A client connects on first use, and a Cluster client first learns the
@@ -33,8 +33,8 @@ from redis.exceptions import RedisClusterException, RedisError
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
-from svcgw.connections import on_shard_server
-from svcgw.shardclients import ShardRedis
+from svcgw.shards.clients import ShardRedis
+from svcgw.storage.servers import on_shard_server
 
 from .services import Services
 

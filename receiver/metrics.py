@@ -1,7 +1,7 @@
 """Prometheus metrics, served as text at ``GET /metrics``.
 
-The numbers live in Redis (``svcgw.metrics`` records them and reads the
-snapshot); this module renders that snapshot with ``prometheus_client``.
+The numbers live in Redis (``svcgw.counters`` records them, ``svcgw.views.metrics`` reads them
+back); this module renders each shard's snapshot, summed, with ``prometheus_client``.
 
 Who may scrape: with ``SVCGW_METRICS_TOKEN`` set, a request carrying
 ``Authorization: Bearer <token>`` (compared in constant time; anything else
@@ -31,8 +31,9 @@ from prometheus_client.registry import Collector
 from starlette.requests import Request
 from starlette.responses import Response
 
+from svcgw.counters import COUNTERS, LATENCY_BUCKETS
 from svcgw.errors import STORAGE_ERRORS
-from svcgw.metrics import COUNTERS, LATENCY_BUCKETS, snapshot
+from svcgw.views.metrics import snapshot
 
 from .services import Services
 

@@ -8,7 +8,7 @@ window lives in Redis.
 Each limit is one Redis list per account holding the timestamps of the
 account's latest calls, newest first, trimmed to the limit's amount: the
 same layout as the moving window of ``limits``. One Lua script
-(``svcgw/lua/rate_window.lua``) checks and records every limit at once, so
+(``svcgw/storage/lua/rate_window.lua``) checks and records every limit at once, so
 concurrent calls on several processes cannot slip past each other.
 
 The time of a call is the Redis server's clock by default, read inside the
@@ -37,8 +37,8 @@ from typing import Any, cast
 from limits import RateLimitItem, parse_many
 from redis.asyncio import Redis
 
-from svcgw.keys import KeySpace
-from svcgw.scripts import register
+from svcgw.storage.keys import KeySpace
+from svcgw.storage.scripts import register
 
 __all__ = ["Clock", "RateLimiter", "Verdict", "window_key"]
 

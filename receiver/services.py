@@ -5,10 +5,10 @@ One :class:`Services` per app, built by :func:`build_services` and kept on
 client and closes everything.
 
 With several shards (``SVCGW_REDIS_SHARDS``) there is a client pair, the
-shard's key names and an :class:`svcgw.ingest.Ingest` per shard: a post goes
+shard's key names and an :class:`svcgw.intake.ingest.Ingest` per shard: a post goes
 to its token's shard. ``redis``, ``text_redis``, ``keys`` and ``store`` are
 shard 0's, which holds what belongs to the whole service; the store writes
-the copies instances' shards read (:mod:`svcgw.shardcopy`).
+the copies instances' shards read (:mod:`svcgw.registry.copies`).
 """
 
 from __future__ import annotations
@@ -17,13 +17,13 @@ from dataclasses import dataclass
 
 from redis.asyncio import Redis
 
-from svcgw.ingest import Ingest
-from svcgw.keys import KeySpace
-from svcgw.outbound import Sender, sender_for
-from svcgw.settings import Settings
-from svcgw.shardclients import ShardRedis, aclose_all, role_clients
-from svcgw.shardcopy import ShardCopies
-from svcgw.store import Store
+from svcgw.callbacks.outbound import Sender, sender_for
+from svcgw.config.settings import Settings
+from svcgw.intake.ingest import Ingest
+from svcgw.registry.copies import ShardCopies
+from svcgw.registry.store import Store
+from svcgw.shards.clients import ShardRedis, aclose_all, role_clients
+from svcgw.storage.keys import KeySpace
 from svcgw.upstream import Upstream
 from svcgw.vault import TokenVault
 

@@ -3,7 +3,7 @@
 A customer post's delivery is named by the entry of the instance's callback
 log that holds the post: the id needs no field of the log entry and gives,
 alone, the instance (whose containers hold what is left of a delivered
-delivery: ``svcgw.outcomestore``) and the time it was received. The id is
+delivery: ``svcgw.delivery.outcomereads``) and the time it was received. The id is
 also RQ's job id and ``X-Svc-Delivery-Id``; RQ allows letters, digits, ``_``
 and ``-`` in a job id, so an appid with any other character keeps the older
 form, ``dlv_`` and 24 hex digits, as do service events and every delivery
@@ -20,13 +20,19 @@ receiver proposes again above it.
 from __future__ import annotations
 
 import re
+import secrets
 import threading
 import time
 
-__all__ = ["EntryClock", "entry_ms", "from_entry", "parse", "received_at", "takes_entry_ids"]
+__all__ = ["EntryClock", "entry_ms", "from_entry", "new_delivery_id", "parse", "received_at", "takes_entry_ids"]
 
 _SAFE_APPID = re.compile(r"[A-Za-z0-9_-]{1,100}")
 _ID = re.compile(r"([A-Za-z0-9_-]{1,100})-([0-9]{1,15})-([0-9]{1,15})")
+
+
+def new_delivery_id() -> str:
+    """An id of the older form, ``dlv_`` and 24 lowercase hex digits (service events'); also the RQ job id."""
+    return "dlv_" + secrets.token_hex(12)
 
 
 def takes_entry_ids(appid: str) -> bool:

@@ -10,13 +10,13 @@ whole tree (each class's module in brackets when it is not this one)::
     │   └── ConsoleHTTPError     the console's refusals [receiver.console.web]
     │       └── RateLimited      a change over the account's rate limit
     ├── Rejected                 input the service cannot use; each surface picks its row
-    │   ├── AddressError         a callback address against the address rules [svcgw.addresses]
-    │   ├── EnvelopeError        a receiver post that is not an envelope [svcgw.envelope]
-    │   ├── NotUnicode           JSON text that is not UTF-8 [svcgw.jsonspan]
-    │   ├── SettingsError        an SVCGW_* variable out of its range [svcgw.settings]
-    │   ├── PasswordRejected     a password against the password rules [svcgw.passwords]
-    │   ├── LoginRejected, LoginTaken    a console login [svcgw.credentials]
-    │   ├── OperatorDenied       an operation only the operator can allow [svcgw.store]
+    │   ├── AddressError         a callback address against the address rules [svcgw.callbacks.addresses]
+    │   ├── EnvelopeError        a receiver post that is not an envelope [svcgw.intake.envelope]
+    │   ├── NotUnicode           JSON text that is not UTF-8 [svcgw.intake.rawjson]
+    │   ├── SettingsError        an SVCGW_* variable out of its range [svcgw.config.settings]
+    │   ├── PasswordRejected     a password against the password rules [svcgw.registry.passwords]
+    │   ├── LoginRejected, LoginTaken    a console login [svcgw.registry.credentials]
+    │   ├── OperatorDenied       an operation only the operator can allow [svcgw.registry.store]
     │   ├── BodyError            a request body refused before it is read in full [receiver.http]
     │   │   ├── BodyTooLarge
     │   │   └── BadContentLength
@@ -24,14 +24,14 @@ whole tree (each class's module in brackets when it is not this one)::
     │   └── Throttled            a credential refused unchecked: its address failed too often lately,
     │                            or no place for its check freed in time [receiver.credentialguard]
     ├── Missing                  what was asked for does not exist, or is not the caller's
-    │   ├── NotFound             an account, key or instance [svcgw.store]
-    │   └── UnknownReceiver      an appid and token that are no receiver [svcgw.ingest]
-    ├── DeadLetterError          [svcgw.deadletters]
+    │   ├── NotFound             an account, key or instance [svcgw.registry.store]
+    │   └── UnknownReceiver      an appid and token that are no receiver [svcgw.intake.ingest]
+    ├── DeadLetterError          [svcgw.delivery.deadletters]
     │   └── NotFound             (also Missing)
-    ├── DeliveryListError        [svcgw.deliverylist]
+    ├── DeliveryListError        [svcgw.delivery.listing]
     │   ├── NotFound             (also Missing)
     │   └── Invalid              a filter or page the list cannot use
-    ├── RetryNowError            [svcgw.retrynow]
+    ├── RetryNowError            [svcgw.delivery.retrynow]
     │   ├── NotFound             (also Missing)
     │   └── NotRetrying          retry now of a delivery that is not retrying
     ├── ConsoleError             what the console's service refuses [receiver.console.service]
@@ -49,23 +49,24 @@ whole tree (each class's module in brackets when it is not this one)::
         ├── UpstreamError        the capability layer [svcgw.upstream]
         │   ├── UpstreamUnreachable
         │   └── UpstreamUnusable
-        ├── SendError            one delivery attempt [svcgw.outbound]
+        ├── SendError            one delivery attempt [svcgw.callbacks.outbound]
         │   ├── Refused          the destination is refused by the address rules
         │   ├── TimedOut
         │   └── SendFailed
-        ├── ReplicaNotConfirmed  (also RedisError) a post not confirmed by replicas [svcgw.ingest]
-        ├── EntryIdsTaken        (also RedisError) the log refused proposed entry ids [svcgw.ingest]
-        ├── LayoutError          the layout marker names a layout this version cannot keep [svcgw.layout]
+        ├── ReplicaNotConfirmed  (also RedisError) a post not confirmed by replicas [svcgw.intake.ingest]
+        ├── EntryIdsTaken        (also RedisError) the log refused proposed entry ids [svcgw.intake.ingest]
+        ├── LayoutError          the layout marker names a layout this version cannot keep [svcgw.storage.layoutversion]
         ├── _Unavailable         a probe could not ask the capability layer [worker.prober]
-        ├── NoOpenShard          placement with every shard closed [svcgw.shards]
-        ├── ShardUnavailable     (also RedisError) a new instance's shard did not take its copies [svcgw.shardcopy]
+        ├── NoOpenShard          placement with every shard closed [svcgw.shards.placement]
+        ├── ShardUnavailable     (also RedisError) a new instance's shard did not take its copies
+        │                        [svcgw.registry.copies]
         └── VaultError           encryption at rest [svcgw.vault]
 
 Classes that were ``LookupError``, ``ValueError`` or ``RedisError`` stay so,
 so ``except`` clauses written against those keep working. Redis not serving
 is :data:`STORAGE_ERRORS`: redis-py's ``RedisError``, and the ``RedisClusterException``
 its stock Cluster client raises when no node of the Cluster answers. Two exceptions of
-``svcgw.outbound`` stay outside the tree on purpose: they are what aiohttp's
+``svcgw.callbacks.outbound`` stay outside the tree on purpose: they are what aiohttp's
 connector expects (an ``OSError``, a ``ClientConnectionError``), raised and
 caught inside that module and turned into ``Refused`` there.
 
@@ -89,7 +90,7 @@ Three parts, one per audience:
   (:data:`RECEIVER_KINDS`; :func:`receiver_kind` maps a status to its row);
 * the console (:data:`CONSOLE_KINDS`, below).
 
-An address that breaks the address rules (``svcgw.addresses.AddressError``)
+An address that breaks the address rules (``svcgw.callbacks.addresses.AddressError``)
 maps to its row with :func:`address_kind`.
 
 ``kind.status`` groups the rows the way HTTP does:

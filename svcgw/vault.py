@@ -15,8 +15,8 @@ from pathlib import Path
 
 from cryptography.fernet import Fernet, InvalidToken, MultiFernet
 
-from .errors import Failure
-from .settings import Settings, SettingsError
+from svcgw.config.settings import Settings, SettingsError
+from svcgw.errors import Failure
 
 __all__ = ["RememberingVault", "TokenVault", "VaultError"]
 

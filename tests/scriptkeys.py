@@ -23,7 +23,7 @@ from urllib.parse import urlsplit
 from redis import Redis
 from redis.exceptions import ResponseError
 
-from svcgw.scripts import text
+from svcgw.storage.scripts import text
 
 __all__ = ["ScriptCall", "ScriptKeyWatch"]
 
@@ -53,7 +53,7 @@ def _unescape(quoted: bytes) -> bytes:
 
 def _script_names() -> dict[bytes, str]:
     """sha1 -> name of every script the service registers, for readable failures."""
-    files = resources.files("svcgw").joinpath("lua").iterdir()
+    files = resources.files("svcgw.storage").joinpath("lua").iterdir()
     names = [p.name[: -len(".lua")] for p in files if p.name.endswith(".lua")]
     # Redis names a script by its SHA-1.
     return {hashlib.sha1(text(n).encode()).hexdigest().encode(): n for n in names}

@@ -37,7 +37,7 @@ def wait_for(
 def is_delivered(redis: Any, delivery_id: str) -> bool:
     """Whether the delivery is delivered: its record says so, or (named by its post) it has none left."""
     from svcgw import deliveryid
-    from svcgw.keys import PLAIN as keys
+    from svcgw.storage.keys import PLAIN as keys
 
     if deliveryid.parse(delivery_id) is None:
         return bool(redis.hget(keys.delivery(delivery_id), "state") == b"delivered")
@@ -45,19 +45,20 @@ def is_delivered(redis: Any, delivery_id: str) -> bool:
 
 
 def service_chain(redis: Any, appid: str) -> list[str]:
-    """The instance's service-event chain as a liveness flip reads it before it queues one (svcgw.chainkeys)."""
-    from svcgw import chainkeys
-    from svcgw.keys import PLAIN as keys
+    """The instance's service-event chain as a liveness flip reads it before it queues one
+    (svcgw.delivery.chainkeys)."""
+    from svcgw.delivery import chainkeys
+    from svcgw.storage.keys import PLAIN as keys
 
     return chainkeys.members(redis.lrange(keys.service_events(appid), 0, -1))
 
 
 def attempt_records(redis: Any, delivery_id: str) -> list[dict[str, Any]]:
-    """A delivery's attempt records, oldest first, decoded, wherever they are kept (svcgw.attemptrecords)."""
+    """A delivery's attempt records, oldest first, decoded, wherever they are kept (svcgw.delivery.attemptrecords)."""
     import orjson
 
-    from svcgw import attemptrecords
-    from svcgw.keys import PLAIN as keys
+    from svcgw.delivery import attemptrecords
+    from svcgw.storage.keys import PLAIN as keys
 
     stored = {name.decode(): value for name, value in redis.hgetall(keys.delivery(delivery_id)).items()}
     legacy = redis.lrange(keys.delivery_attempts(delivery_id), 0, -1)

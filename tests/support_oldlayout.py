@@ -19,18 +19,13 @@ from typing import Any
 import orjson
 from redis import Redis
 
-from svcgw import retag
-from svcgw.deliveries import (
-    exc_info_field,
-    job_description,
-    job_fields_by_rq,
-    new_delivery_id,
-    queue_delivery,
-    rq_time,
-)
-from svcgw.envelope import build_envelope, parse_post
-from svcgw.keys import PLAIN as keys
-from svcgw.settings import Settings
+from svcgw.config.settings import Settings
+from svcgw.delivery.queueing import queue_delivery
+from svcgw.deliveryid import new_delivery_id
+from svcgw.intake.envelope import build_envelope, parse_post
+from svcgw.storage import renames
+from svcgw.storage.keys import PLAIN as keys
+from svcgw.storage.rqformat import exc_info_field, job_description, job_fields_by_rq, rq_time
 from tests.conftest import Tenant
 from tests.support import service_chain
 
@@ -73,7 +68,7 @@ def post(redis: Redis, settings: Settings, tenant: Tenant, event_ids: list[str],
         keys.rq.job(delivery_id),
         queue_key,
         keys.rq.queues,
-        retag.untagged_instance_keys(tenant.appid)[0],  # the log
+        renames.untagged_instance_keys(tenant.appid)[0],  # the log
         *(keys.dedup(tenant.appid, event.key or "") for event in events),
         tenant.appid, tenant.account, "Msg", build_envelope(tenant.appid, "Msg", raw_events), repr(moment),
         len(event_ids), delivery_id, queue_key, settings.log_retention, posted, max(settings.log_retention, 86400),
@@ -130,7 +125,7 @@ def dead(redis: Redis, settings: Settings, tenant: Tenant, delivery_id: str) -> 
     redis.hset(keys.rq.job(delivery_id), mapping=job)
     for key in (keys.rq.job(delivery_id), record):
         redis.expire(key, ttl)
-    redis.sadd(retag.untagged_instance_keys(tenant.appid)[1], delivery_id)  # the dead index
+    redis.sadd(renames.untagged_instance_keys(tenant.appid)[1], delivery_id)  # the dead index
 
 
 def untag(redis: Redis, appid: str) -> None:
@@ -138,8 +133,8 @@ def untag(redis: Redis, appid: str) -> None:
     tags, and its service events' ``chain`` field naming the list so (what the previous version wrote)."""
     chain = keys.service_events(appid)
     for delivery_id in redis.lrange(chain, 0, -1):
-        redis.hset(keys.delivery(delivery_id.decode()), "chain", retag.untagged_instance_keys(appid)[2])
-    for new, old in zip(retag.tagged_instance_keys(keys, appid), retag.untagged_instance_keys(appid), strict=True):
+        redis.hset(keys.delivery(delivery_id.decode()), "chain", renames.untagged_instance_keys(appid)[2])
+    for new, old in zip(renames.tagged_instance_keys(keys, appid), renames.untagged_instance_keys(appid), strict=True):
         if redis.exists(new):
             redis.rename(new, old)
 
@@ -147,8 +142,8 @@ def untag(redis: Redis, appid: str) -> None:
 def service_event(redis: Redis, settings: Settings, tenant: Tenant, kind: str) -> str:
     """A service event as the version before the shard tags queued it: the same script, untagged names."""
     delivery_id = new_delivery_id()
-    untagged = retag.untagged_instance_keys(tenant.appid)
-    for old, new in zip(untagged, retag.tagged_instance_keys(keys, tenant.appid), strict=True):
+    untagged = renames.untagged_instance_keys(tenant.appid)
+    for old, new in zip(untagged, renames.tagged_instance_keys(keys, tenant.appid), strict=True):
         if redis.exists(old):
             redis.rename(old, new)
     with redis.pipeline(transaction=True) as pipe:

@@ -21,17 +21,16 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from typing import Any, cast
 
 from redis.asyncio import Redis as AsyncRedis
-from rq.utils import utcformat
 
 from svcgw import deliveryid
-from svcgw.keys import KeySpace
-from svcgw.scripts import register
+from svcgw.storage.keys import KeySpace
+from svcgw.storage.rqformat import rq_now
+from svcgw.storage.scripts import register
 
-__all__ = ["DELIVERY_FIELDS", "SEEN_SECONDS", "Claimed", "Claimer", "Sightings", "rq_now"]
+__all__ = ["DELIVERY_FIELDS", "SEEN_SECONDS", "Claimed", "Claimer", "Sightings"]
 
 # The delivery hash fields an attempt reads; ``chain`` (service events only) is read for the finish.
 DELIVERY_FIELDS = ("appid", "account", "event_type", "body", "failures", "state", "attempts", "received_at", "chain")
@@ -273,8 +272,3 @@ class Claimer:
         for account, due in busy_accounts.items():
             args.extend((account, repr(due)))
         return cast(list[Any], await self._read(keys=script_keys, args=args))
-
-
-def rq_now() -> str:
-    """Now, as RQ writes times into a job hash."""
-    return utcformat(datetime.now(UTC).replace(tzinfo=None))

@@ -28,10 +28,10 @@ from urllib.parse import urlsplit, urlunsplit
 import orjson
 
 from svcgw import deliveryid
-from svcgw.callbacks import Destination, choose_destination, open_secret
-from svcgw.outbound import RESPONSE_SNIPPET_BYTES, Refused, Sender, SendError, TimedOut
-from svcgw.retry import next_delay
-from svcgw.signing import signed_headers
+from svcgw.callbacks.destinations import Destination, choose_destination, open_secret
+from svcgw.callbacks.outbound import RESPONSE_SNIPPET_BYTES, Refused, Sender, SendError, TimedOut
+from svcgw.callbacks.signing import signed_headers
+from svcgw.delivery.retry import next_delay
 from svcgw.vault import TokenVault, VaultError
 
 from .queue import Claimed
@@ -65,7 +65,7 @@ class Prepared:
     secret_unreadable: bool = False  # the stored signing secret cannot be opened with the configured keys
 
 
-# The first bytes of an answer's body kept in an attempt record (svcgw.deliverylist shows them).
+# The first bytes of an answer's body kept in an attempt record (svcgw.delivery.listing shows them).
 ANSWER_BODY_BYTES = 1024
 
 

@@ -7,9 +7,9 @@ they must share one count. A URL's keys are therefore the addresses its host
 resolves to, each with the port (``127.0.0.1:9100``, ``[::1]:9100``), and an
 attempt takes a slot on every one of them.
 
-Resolution goes through :func:`svcgw.addresses.filter_addresses`, the rules
+Resolution goes through :func:`svcgw.callbacks.addresses.filter_addresses`, the rules
 the connect-time check applies, so the keys are the addresses the sender may
-dial (:func:`svcgw.outbound.dialable`). IP literals in any spelling are read
+dial (:func:`svcgw.callbacks.outbound.dialable`). IP literals in any spelling are read
 without a lookup; names are looked up in a worker thread and the
 answer is kept for :data:`TTL` seconds, as aiohttp keeps its own. A host
 that does not resolve, or only to forbidden addresses, is keyed by its
@@ -28,10 +28,10 @@ import time
 from collections.abc import Iterable, Sequence
 from urllib.parse import urlsplit
 
-from svcgw.addresses import AddressError, Network, Resolver
-from svcgw.origins import origin
-from svcgw.outbound import dialable
-from svcgw.settings import DEFAULT_DESTINATION_PORTS, PortRanges
+from svcgw.callbacks.addresses import AddressError, Network, Resolver
+from svcgw.callbacks.origins import origin
+from svcgw.callbacks.outbound import dialable
+from svcgw.config.settings import DEFAULT_DESTINATION_PORTS, PortRanges
 
 __all__ = ["TTL", "DestinationKeys", "address_key", "netloc_of"]
 

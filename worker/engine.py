@@ -3,7 +3,7 @@
 A stock RQ worker runs one job at a time (and forks per job), which leaves a
 process idle for as long as a slow endpoint takes to answer. The engine
 instead runs every attempt as a task on one asyncio event loop (uvloop when
-installed), sends with aiohttp (:mod:`svcgw.outbound`) and talks to Redis in
+installed), sends with aiohttp (:mod:`svcgw.callbacks.outbound`) and talks to Redis in
 batches:
 
 * one script claims up to ``CLAIM_BATCH`` jobs and returns, with each, the
@@ -61,16 +61,15 @@ from typing import cast
 from redis.asyncio import Redis as AsyncRedis
 from redis.asyncio.cluster import RedisCluster as AsyncRedisCluster
 
-from svcgw import failing
-from svcgw.connections import async_client
+from svcgw.callbacks.outbound import Sender, sender_for
+from svcgw.config.settings import Settings
+from svcgw.counters import AttemptRecorder
+from svcgw.delivery import failingdestinations
 from svcgw.errors import STORAGE_ERRORS
-from svcgw.keys import KeySpace
 from svcgw.logs import of_shard
-from svcgw.metrics import AttemptRecorder
-from svcgw.outbound import Sender, sender_for
-from svcgw.settings import Settings
-from svcgw.shardclients import spaces
-from svcgw.shardspec import layout_of
+from svcgw.shards.clients import spaces
+from svcgw.shards.connections import async_client
+from svcgw.storage.keys import KeySpace
 from svcgw.vault import TokenVault
 
 from .delivery import Attempt, Prepared, prepare_claimed, send, stand_in, unexpected
@@ -122,11 +121,11 @@ class Engine:
     ``redis`` may be a ``redis.asyncio`` client (bytes, not decoded), which
     the engine uses as it is, with ``keys``, its shard's names. Any other value
     (a synchronous client, or None) makes the engine open its own asyncio client
-    from ``settings`` (``svcgw.connections.async_client``), which reaches the same
+    from ``settings`` (``svcgw.shards.connections.async_client``), which reaches the same
     Redis: shard 0's, whose names ``keys`` defaults to.
 
     ``client`` replaces the aiohttp sender with any
-    :class:`svcgw.outbound.Sender` (tests, an in-process run). It is not
+    :class:`svcgw.callbacks.outbound.Sender` (tests, an in-process run). It is not
     closed by the engine.
     """
 
@@ -143,7 +142,7 @@ class Engine:
         shard: int | None = None,
     ) -> None:
         self.settings = settings
-        self.keys = keys if keys is not None else spaces(layout_of(settings))[0]
+        self.keys = keys if keys is not None else spaces(settings.shard_layout)[0]
         # The shard it delivers for, named in its log lines when the worker has several (None: one).
         self.log = of_shard(log, shard)
         # Every attempt opens its destination's secret and token: the same few, over and over.
@@ -181,7 +180,7 @@ class Engine:
             self.keys,
             self.settings.queue_name,
             lease_seconds=self.settings.lease_seconds,
-            failing_argument=failing.script_argument(self.settings),
+            failing_argument=failingdestinations.script_argument(self.settings),
             log_retention=self.settings.log_retention,
         )
         self.sender = sender

@@ -1,8 +1,8 @@
-"""The function every delivery job names (``svcgw.deliveries.FUNC_NAME``).
+"""The function every delivery job names (``svcgw.storage.rqformat.FUNC_NAME``).
 
 RQ stores the dotted path of a job's function in its hash, so this module
 keeps that path importable. The job hashes themselves are written by
-``svcgw.deliveries``.
+``svcgw.delivery.queueing``.
 """
 
 from __future__ import annotations

@@ -25,10 +25,10 @@ import asyncio
 import logging
 import signal
 
-from svcgw import layout
-from svcgw.outbound import sender_for
-from svcgw.settings import Settings
-from svcgw.shardclients import aclose_all, role_clients
+from svcgw.callbacks.outbound import sender_for
+from svcgw.config.settings import Settings
+from svcgw.shards.clients import aclose_all, role_clients
+from svcgw.storage import layoutversion
 from svcgw.vault import TokenVault
 
 from . import presence, prober
@@ -90,7 +90,7 @@ async def serve(settings: Settings, *, burst: bool = False, stop: asyncio.Event 
     helpers: list[asyncio.Task[None]] = []
     try:
         for index, ((redis, keys), engine) in enumerate(zip(clients, engines, strict=True)):
-            await layout.mark_at_start(redis, keys)  # a shard that is down is marked at its first post instead
+            await layoutversion.mark_at_start(redis, keys)  # a shard that is down is marked at its first post instead
             probing = prober.serve(settings, redis, keys, stop, shard=shard_of(index))
             helpers.append(asyncio.create_task(probing, name=f"prober-{index}"))
             # rq info and rq-dashboard list the worker

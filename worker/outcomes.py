@@ -18,11 +18,11 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from svcgw import failing
-from svcgw.deliveries import exc_info_field
-from svcgw.deliveryview import stored_ids
+from svcgw.config.settings import Settings
+from svcgw.delivery import failingdestinations
+from svcgw.delivery.view import stored_ids
 from svcgw.errors import STORAGE_ERRORS
-from svcgw.settings import Settings
+from svcgw.storage.rqformat import exc_info_field
 
 from .delivery import Attempt, Prepared, decide
 from .queue import DeliveryQueue, Finish, Finished
@@ -68,7 +68,7 @@ class Outcomes:
         else:
             due = time.time() + delay if delay is not None else None
             retention = max(self.settings.log_retention, 86400)
-        destination = failing.destination_of(prepared.destination.url) if prepared.destination else ""
+        destination = failingdestinations.destination_of(prepared.destination.url) if prepared.destination else ""
         finished = await self.finish(
             Finish(
                 delivery_id,
@@ -134,7 +134,7 @@ class Outcomes:
 
 
 def _log_failing(destination: str, finished: Finished, attempt: Attempt) -> None:
-    """The one record of a destination that started failing or recovered (svcgw.failing)."""
+    """The one record of a destination that started failing or recovered (svcgw.delivery.failingdestinations)."""
     if finished.started_failing:
         log.warning(
             "destination failing",

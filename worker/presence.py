@@ -25,18 +25,15 @@ import asyncio
 import logging
 import os
 import socket
-import sys
 from collections.abc import Callable
-from datetime import UTC, datetime
 
 from redis.asyncio import Redis as AsyncRedis
-from rq.utils import utcformat
-from rq.version import VERSION
 
+from svcgw.config.settings import Settings
 from svcgw.errors import STORAGE_ERRORS
-from svcgw.keys import KeySpace
 from svcgw.logs import of_shard
-from svcgw.settings import Settings
+from svcgw.storage.keys import KeySpace
+from svcgw.storage.rqformat import rq_now, worker_fields
 
 from .delivery import Attempt, Prepared
 from .engine import Engine
@@ -50,7 +47,7 @@ HEARTBEAT_EVERY = 5.0  # seconds at most between heartbeats
 
 
 def _now() -> str:
-    return utcformat(datetime.now(UTC))
+    return rq_now()
 
 
 class Presence:
@@ -101,23 +98,8 @@ class Presence:
         now = _now()
         async with self.redis.pipeline(transaction=True) as pipe:
             pipe.delete(self.key)
-            pipe.hset(
-                self.key,
-                mapping={
-                    "birth": now,
-                    "last_heartbeat": now,
-                    "queues": self.queue_name,
-                    "pid": os.getpid(),
-                    "hostname": socket.gethostname(),
-                    "ip_address": "",
-                    "version": VERSION,
-                    "python_version": sys.version,
-                    "state": "idle",
-                    "successful_job_count": 0,
-                    "failed_job_count": 0,
-                    "total_working_time": 0,
-                },
-            )
+            born = worker_fields(self.queue_name, pid=os.getpid(), hostname=socket.gethostname(), now=now)
+            pipe.hset(self.key, mapping=born)
             pipe.sadd(self.workers_key, self.key)
             pipe.sadd(self.queue_key, self.key)
             pipe.expire(self.key, self._expiry())

@@ -32,7 +32,7 @@ When the capability layer cannot be asked at all (:attr:`Facts.unavailable`)
 the probe is "undecided": the upstream being down says nothing about the
 instance. Every probe ends with its outcome's name (for logs, metrics and
 tests), at most one state flip (:class:`GoOnline`, :class:`GoOffline`, made by
-``svcgw.liveness``), whether the instance was seen usable, and the error to
+``svcgw.liveness.transitions``), whether the instance was seen usable, and the error to
 show when it could not decide.
 """
 
@@ -40,8 +40,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from svcgw import liveness
-from svcgw.events import MANUAL, RELOGIN
+from svcgw.intake import gapclosed
+from svcgw.liveness import transitions
+from svcgw.liveness.events import MANUAL, RELOGIN
 
 __all__ = [
     "WARMUP_SECONDS",
@@ -145,7 +146,7 @@ Step = Recover | Read | Reconnect | AwaitGap | Done
 
 
 def _manual(gap: Gap | None) -> bool:
-    return gap is not None and gap[0] in liveness.MANUAL_GAP_CODES
+    return gap is not None and gap[0] in gapclosed.MANUAL_GAP_CODES
 
 
 def decide(facts: Facts) -> Step:
@@ -155,12 +156,12 @@ def decide(facts: Facts) -> Step:
     detected_at = (facts.gap_at if facts.gap_at is not None else facts.started) if facts.gap else facts.started
     if facts.gap is not None and _manual(facts.gap):
         code, message = facts.gap
-        return Done("manual", GoOffline(liveness.gap_reason(code, message), MANUAL, detected_at))
+        return Done("manual", GoOffline(gapclosed.gap_reason(code, message), MANUAL, detected_at))
     if facts.unavailable is not None:
         return Done("undecided", error=f"capability layer unavailable ({facts.unavailable})")
-    offline = facts.status == liveness.OFFLINE
+    offline = facts.status == transitions.OFFLINE
     if facts.first is None:
-        warm_until = facts.since + WARMUP_SECONDS if facts.status == liveness.ONLINE else 0.0
+        warm_until = facts.since + WARMUP_SECONDS if facts.status == transitions.ONLINE else 0.0
         return Read(warm_until, after_reconnect=False)
     if facts.first.usable:
         return Done("online", GoOnline(False, facts.first.at) if offline else None, seen=True)
@@ -171,16 +172,16 @@ def decide(facts: Facts) -> Step:
     second = facts.second if facts.reconnect.usable and facts.second is not None else facts.reconnect
     if second.usable:
         return Done("reconnected", GoOnline(True, second.at) if offline else None, seen=True)
-    if facts.status == liveness.ONLINE and facts.gap is None:
+    if facts.status == transitions.ONLINE and facts.gap is None:
         # A GapClosed explaining the loss may be on its way; if it says the
         # login is gone, the caller must be told a scan is needed.
         if not facts.looked_for_gap:
             return AwaitGap()
         if facts.late_gap is not None and _manual(facts.late_gap):
             code, message = facts.late_gap
-            return Done("manual", GoOffline(liveness.gap_reason(code, message), MANUAL, detected_at))
+            return Done("manual", GoOffline(gapclosed.gap_reason(code, message), MANUAL, detected_at))
     if facts.gap is not None:
-        cause = liveness.gap_reason(*facts.gap)
+        cause = gapclosed.gap_reason(*facts.gap)
     else:
         cause = f"connection lost ({facts.first.message})"
     reason = f"{cause}; automatic reconnect failed ({second.message})"

@@ -4,7 +4,7 @@ The schedule lives only in Redis, in the sorted set ``svcgw:probe:schedule``
 (appid scored by the time its next probe is due), so any number of workers
 share it and a restart of all of them loses nothing. A claim reads the
 schedule's due members (one ``ZRANGE``, no more when none is due), then one
-Lua script (``svcgw/lua/probe_claim.lua``), given their instance hashes as
+Lua script (``svcgw/storage/lua/probe_claim.lua``), given their instance hashes as
 KEYS, claims those still due, atomically; a member another worker claimed
 in between is skipped:
 
@@ -29,7 +29,7 @@ relogin). A loss the prober found by itself waits ``GAP_GRACE_SECONDS`` before
 it is reported: a ``GapClosed`` saying the login is gone (-11002, -1008)
 often arrives just after the drop, and then the caller must hear that a scan
 is needed (manual), not relogin. State flips and their events are
-``svcgw.liveness.go_offline`` and ``go_online``. When the capability layer
+``svcgw.liveness.transitions.go_offline`` and ``go_online``. When the capability layer
 itself cannot be reached, a probe decides nothing: the upstream being down
 says nothing about the instance.
 
@@ -59,13 +59,13 @@ from typing import Any, cast
 import orjson
 from redis.asyncio import Redis
 
-from svcgw import liveness
+from svcgw.config.settings import Settings
+from svcgw.counters import record_probe
 from svcgw.errors import STORAGE_ERRORS, Failure, SvcgwError
-from svcgw.keys import KeySpace
+from svcgw.liveness import transitions
 from svcgw.logs import of_shard
-from svcgw.metrics import record_probe
-from svcgw.scripts import register
-from svcgw.settings import Settings
+from svcgw.storage.keys import KeySpace
+from svcgw.storage.scripts import register
 from svcgw.upstream import Answer, Upstream, UpstreamError
 
 from .probe import AwaitGap, Done, Facts, GoOffline, GoOnline, Judgement, Read, Reconnect, Recover, Step, decide
@@ -137,7 +137,7 @@ def facts_of(claim: Claim, started: float) -> Facts:
     gap = _int(claim.get("gap_code"))
     return Facts(
         status=status,
-        owes_recovery=status == liveness.ONLINE and bool(claim.get("offline_since")),
+        owes_recovery=status == transitions.ONLINE and bool(claim.get("offline_since")),
         since=_float(claim.get("since")),
         gap=None if gap is None else (gap, claim.get("gap_message") or ""),
         gap_at=_float(claim.get("gap_at"), started) if gap is not None else None,
@@ -233,7 +233,7 @@ class Prober:
         if facts.unavailable is not None:
             self.log.warning("probe undecided: %s", facts.unavailable, extra={"appid": claim.appid})
         if isinstance(step.flip, GoOnline):
-            await liveness.go_online(
+            await transitions.go_online(
                 self.redis,
                 self.keys,
                 self.settings,
@@ -242,7 +242,7 @@ class Prober:
                 at=step.flip.at,
             )
         elif isinstance(step.flip, GoOffline):
-            await liveness.go_offline(
+            await transitions.go_offline(
                 self.redis,
                 self.keys,
                 self.settings,
@@ -259,7 +259,7 @@ class Prober:
         appid = claim.appid
         if isinstance(step, Recover):
             # Back through long/start after an InstanceOffline: the recovery is owed first.
-            await liveness.go_online(self.redis, self.keys, self.settings, appid, auto_reconnected=False, at=step.at)
+            await transitions.go_online(self.redis, self.keys, self.settings, appid, auto_reconnected=False, at=step.at)
             return replace(facts, recovered=True)
         if isinstance(step, AwaitGap):
             await self._sleep(GAP_GRACE_SECONDS)

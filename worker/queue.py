@@ -13,7 +13,7 @@ time. The keys are RQ's own where RQ has one:
   therefore at least once;
 * ``rq:deferred:<q>``: service events waiting for an earlier one of their
   instance (RQ's deferred registry); finishing that one queues the next
-  (``svcgw.deliveries``, ``svcgw/lua/chain.lua``).
+  (``svcgw.delivery.queueing``, ``svcgw/storage/lua/chain.lua``).
 
 The job hash (``rq:job:<id>``) keeps RQ's ``status`` current (queued,
 started, scheduled, failed with ``exc_info``) so that rq-dashboard and
@@ -28,7 +28,7 @@ fields and the callback configuration of its instance (and of its account
 when the instance has no address of its own): :mod:`worker.claim`.
 
 :class:`DeliveryQueue` takes a ``redis.asyncio`` client; its scripts are
-``svcgw/lua/queue_*.lua``, each naming in KEYS every key it touches.
+``svcgw/storage/lua/queue_*.lua``, each naming in KEYS every key it touches.
 """
 
 from __future__ import annotations
@@ -40,13 +40,15 @@ from typing import Any, Literal, cast
 
 from redis.asyncio import Redis as AsyncRedis
 
-from svcgw import chainkeys, deliveryid, failing
-from svcgw.bareoutcome import OUTCOME_WINDOW, late_bucket, late_expire_at
-from svcgw.keys import KeySpace
-from svcgw.scripts import register
-from svcgw.settings import Settings
+from svcgw import deliveryid
+from svcgw.config.settings import Settings
+from svcgw.delivery import chainkeys, failingdestinations
+from svcgw.delivery.outcomes import OUTCOME_WINDOW, late_bucket, late_expire_at
+from svcgw.storage.keys import KeySpace
+from svcgw.storage.rqformat import rq_now
+from svcgw.storage.scripts import register
 
-from .claim import DELIVERY_FIELDS, Claimed, Claimer, rq_now
+from .claim import DELIVERY_FIELDS, Claimed, Claimer
 
 __all__ = [
     "DELIVERY_FIELDS",
@@ -64,7 +66,7 @@ FinishKind = Literal["delivered", "retry", "dead", "defer", "drop"]
 
 # What the finish script is told of a claim this queue did not make: look its chain up.
 _CHAIN_UNKNOWN = "?"
-# The finish's answer bit for a chain whose front it could not advance (svcgw.chainkeys).
+# The finish's answer bit for a chain whose front it could not advance (svcgw.delivery.chainkeys).
 _CHAIN_UNNAMED = 8
 
 
@@ -85,8 +87,8 @@ class Finish:
     due: float | None = None  # retry and defer: when; dead: when the dead letter expires
     retention: int = 0  # seconds the delivery record is kept from now
     error: bytes = b""  # dead: RQ's exc_info (zlib)
-    destination: str = ""  # the attempt's destination (svcgw.failing.destination_of); '' for none
-    # delivered: the body's event ids (svcgw.deliverylist.stored_ids), kept instead of the body,
+    destination: str = ""  # the attempt's destination (svcgw.delivery.failingdestinations.destination_of); '' for none
+    # delivered: the body's event ids (svcgw.delivery.listing.stored_ids), kept instead of the body,
     # which the callback log holds already; b"" keeps the body
     event_ids: bytes = b""
 
@@ -96,7 +98,8 @@ class Finished:
     """How storing one claim's end went: ``held`` is False when the claim had been lost meanwhile."""
 
     held: bool
-    started_failing: bool = False  # this attempt made its destination a failing one (svcgw.failing)
+    # This attempt made its destination a failing one (svcgw.delivery.failingdestinations).
+    started_failing: bool = False
     recovered: bool = False  # this attempt ended its destination's failing
 
 
@@ -121,8 +124,8 @@ class DeliveryQueue:
         self.keys = keys
         # How long a delivered delivery's bare outcome is kept, like its post in the callback log.
         self.log_retention = log_retention
-        # The finish script's thresholds for failing destinations (svcgw.failing.script_argument).
-        self.failing_argument = failing_argument or failing.script_argument(Settings())
+        # The finish script's thresholds for failing destinations (svcgw.delivery.failingdestinations.script_argument).
+        self.failing_argument = failing_argument or failingdestinations.script_argument(Settings())
         self.name = queue_name
         self.lease_seconds = lease_seconds
         self.queue_key = keys.rq.queue(queue_name)
@@ -173,7 +176,7 @@ class DeliveryQueue:
             await self.release(self._claimer.unread)
         for job in claimed:
             # The field names the chain as it was named when queued (perhaps untagged, before the
-            # upgrade renamed it: svcgw.retag); the instance's tagged name is the one to touch.
+            # upgrade renamed it: svcgw.storage.renames); the instance's tagged name is the one to touch.
             appid = _text(job.fields.get("appid") or b"")
             self._chains[job.delivery_id] = self.keys.service_events(appid) if job.fields.get("chain") and appid else ""
         return claimed
@@ -275,7 +278,8 @@ class DeliveryQueue:
                 await chainkeys.advance(
                     self.redis, self.keys, chains[item.delivery_id], self.queue_key, self.deferred_key, ended
                 )
-        return [Finished(bool(x & 1), bool(x & failing.STARTED), bool(x & failing.RECOVERED)) for x in answers]
+        started, recovered = failingdestinations.STARTED, failingdestinations.RECOVERED
+        return [Finished(bool(x & 1), bool(x & started), bool(x & recovered)) for x in answers]
 
     async def _chain_keys(self, items: Sequence[Finish]) -> dict[str, str]:
         """Each item's service-event chain key, for the finish's KEYS (touched only for a service event).

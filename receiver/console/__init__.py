@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 
 from starlette.routing import BaseRoute, Mount
 
-from svcgw.invitations import Invitations
+from svcgw.registry.invitations import Invitations
 
 from .account import AccountApi, AccountPages
 from .api import Api

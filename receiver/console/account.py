@@ -36,10 +36,11 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import BaseRoute, Route
 
-from svcgw import errors, passwords
+from svcgw import errors
+from svcgw.digests import digest
 from svcgw.errors import STORAGE_ERRORS
-from svcgw.passwords import PasswordRejected
-from svcgw.store import digest
+from svcgw.registry import passwords
+from svcgw.registry.passwords import PasswordRejected
 
 from ..http import client_address
 from .api import Api

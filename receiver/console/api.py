@@ -20,8 +20,8 @@ from starlette.responses import Response
 from starlette.routing import BaseRoute, Route
 
 from svcgw import errors
-from svcgw.addresses import AddressError
-from svcgw.calllog import parse_since
+from svcgw.callbacks.addresses import AddressError
+from svcgw.intake.calllog import parse_since
 
 from .requests import parsed_body
 from .schemas import CallbackRequest, OperationsRequest, ReplayRequest

@@ -1,6 +1,6 @@
 """The API keys page and its JSON API: create a key with a label, list them, revoke one.
 
-Keys are the store's (``svcgw.store``: kept as SHA-256 digests, a prefix
+Keys are the store's (``svcgw.registry.store``: kept as SHA-256 digests, a prefix
 to recognise them, a label, ``last_used`` written by the gateway). A new
 key is shown once, in the answer that creates it, and never again: the page
 answers the form itself instead of redirecting, so the key is not parked in
@@ -32,8 +32,8 @@ from starlette.responses import Response
 from starlette.routing import BaseRoute, Route
 
 from svcgw import errors
-from svcgw.store import MAX_LABEL_LENGTH, ApiKey, Store
-from svcgw.store import NotFound as StoreNotFound
+from svcgw.registry.store import MAX_LABEL_LENGTH, ApiKey, Store
+from svcgw.registry.store import NotFound as StoreNotFound
 
 from .api import Api
 from .pages import CONTENT_SECURITY_POLICY, Pages, _field, _path, _redirect

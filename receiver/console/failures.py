@@ -4,7 +4,7 @@ Every limit (``SVCGW_SIGNIN_FAILURES_PER_LOGIN``, ``..._PER_ADDRESS``, in
 ``limits`` notation) is a moving window kept in Redis as a sorted set of
 attempts, one per login (or per device: ``receiver.console.session``) and
 one per client address, under ``keys.signin_failures``, so every server
-process shares them. One script (``svcgw/lua/signin_reserve.lua``) checks
+process shares them. One script (``svcgw/storage/lua/signin_reserve.lua``) checks
 every window of an attempt and counts it in all of them in one step, before
 any password is looked at: however many attempts arrive at once, no more of
 them reach a password check than the smallest limit allows. A right password
@@ -21,8 +21,8 @@ from typing import Any
 
 from limits import parse_many
 
-from svcgw import scripts
-from svcgw.keys import KeySpace
+from svcgw.storage import scripts
+from svcgw.storage.keys import KeySpace
 
 __all__ = ["FailureWindows", "Limit", "Reservation", "limits_of"]
 

@@ -14,9 +14,9 @@ from starlette.datastructures import FormData
 from starlette.requests import Request
 from starlette.responses import Response
 
-from svcgw.bareoutcome import ANSWERS_NOTE
-from svcgw.calllog import parse_since
-from svcgw.deliverylist import STATES
+from svcgw.delivery.listing import STATES
+from svcgw.delivery.outcomes import ANSWERS_NOTE
+from svcgw.intake.calllog import parse_since
 
 from .pagekit import PAGE_SIZE, PageError, PageKit, _field, _path, _redirect, _safe_next
 from .service import Invalid, NotRetrying

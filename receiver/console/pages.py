@@ -28,7 +28,7 @@ from starlette.responses import Response
 from starlette.routing import BaseRoute, Mount, Route
 from starlette.staticfiles import StaticFiles
 
-from svcgw.addresses import AddressError
+from svcgw.callbacks.addresses import AddressError
 
 from .history import HistoryPages
 from .pagekit import CONTENT_SECURITY_POLICY as CONTENT_SECURITY_POLICY

@@ -24,8 +24,8 @@ from typing import Any
 import orjson
 from starlette.responses import Response
 
-from svcgw import liveness
 from svcgw.errors import Missing, SvcgwError
+from svcgw.liveness import transitions
 
 __all__ = [
     "ATTEMPT_SECONDS",
@@ -74,13 +74,13 @@ def login_status_words(status: int | None) -> str:
 def action_needed(instance: Mapping[str, Any]) -> str | None:
     """What the developer must do for an instance's status (the console's view of it), in words."""
     status, action = instance.get("status"), instance.get("action_required")
-    if status == liveness.OFFLINE and action == "relogin":
+    if status == transitions.OFFLINE and action == "relogin":
         return "Re-login: the connection broke but the login is probably alive; usually no scan is needed."
-    if status == liveness.OFFLINE:
+    if status == transitions.OFFLINE:
         return "Scan a new QR code: the login is gone (risk control, another device, or logged out on the phone)."
-    if status == liveness.STOPPED:
+    if status == transitions.STOPPED:
         return "Start the long connection to receive events again."
-    if status == liveness.LOGGED_OUT:
+    if status == transitions.LOGGED_OUT:
         return "Log in again with a QR scan."
     if status == "not_started":
         return "Log in with a QR scan, then start the long connection."

@@ -8,7 +8,7 @@ proxy) and the same operation code. Nothing here talks to the capability
 layer or writes those records itself.
 
 The QR login (spec: "Login and QR") is an :class:`Attempt`, kept in a Redis
-hash owned by the account (``svcgw.keys.console_login_attempt``) for
+hash owned by the account (``svcgw.storage.keys.console_login_attempt``) for
 :data:`ATTEMPT_SECONDS`, so a plain page refresh, a second tab or the JSON API
 carry it on. Its stages:
 
@@ -37,10 +37,11 @@ from typing import TYPE_CHECKING, Any, cast
 import orjson
 from redis.asyncio import Redis
 
-from svcgw import errors, liveness
-from svcgw.calllog import read_log
-from svcgw.shardreads import instance_shard
-from svcgw.store import Scope
+from svcgw import errors
+from svcgw.intake.calllog import read_log
+from svcgw.liveness import transitions
+from svcgw.registry.store import Scope
+from svcgw.shards.routing import instance_shard
 
 from .qrattempt import ATTEMPT_SECONDS, BUSINESS_READ, DEVICE, GAP_WAIT_SECONDS, image_data_url
 from .qrattempt import Attempt as Attempt
@@ -69,7 +70,7 @@ class QrFlow:
         self.store = services.store
         self.text: Redis = services.text_redis
         self.keys = services.keys  # shard 0's: accounts' QR logins live there
-        # By shard index: an instance's log and liveness fields are on its shard (svcgw.shardreads).
+        # By shard index: an instance's log and liveness fields are on its shard (svcgw.shards.routing).
         self.shards = services.shards
         self.shard_texts = services.text_shards
 
@@ -321,7 +322,7 @@ class QrFlow:
         """``login/reconnect`` and a business read; None when the instance is back.
 
         Back: the recovery is recorded by the prober's own flip
-        (``liveness.go_online``), so one ``InstanceRecovered`` is sent however
+        (``transitions.go_online``), so one ``InstanceRecovered`` is sent however
         the prober and this race. Not back: a new QR login of the instance
         begins (``long/stop``, its ``GapClosed``, ``getQr``) and is returned.
         ``proxy`` None reuses the one the gateway remembered.
@@ -339,6 +340,6 @@ class QrFlow:
             if read.by_gateway:
                 raise FlowError(read)
             if read.ok:
-                await liveness.go_online(own, keys, self.settings, appid, auto_reconnected=False, at=time.time())
+                await transitions.go_online(own, keys, self.settings, appid, auto_reconnected=False, at=time.time())
                 return None
         return await self.begin_existing(account, appid, proxy=proxy)

@@ -13,7 +13,7 @@ from typing import Annotated, Any, Literal
 import msgspec
 from msgspec import UNSET, Meta, UnsetType
 
-from svcgw.store import MAX_LABEL_LENGTH
+from svcgw.registry.store import MAX_LABEL_LENGTH
 
 MAX_LOGIN_FIELD = 512  # longer is no login (254 at most): cut before it is counted
 MAX_KEY_FIELD = 512  # longer is no API key this service issued

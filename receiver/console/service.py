@@ -12,7 +12,7 @@ Errors::
     ├── NotFound        (also a LookupError) unknown, or another account's
     ├── Invalid         (also a ValueError) a value the console cannot use
     └── DeniedByOperator  allowing an operation the operator denied; nothing changed
-    svcgw.addresses.AddressError   a callback address breaks the address rules
+    svcgw.callbacks.addresses.AddressError   a callback address breaks the address rules
 """
 
 from __future__ import annotations
@@ -24,18 +24,18 @@ from typing import TYPE_CHECKING, Any
 
 from redis.asyncio import Redis
 
-from svcgw import deadletters, deadshards, deliverylist, failing, retrynow
-from svcgw import instances as instance_views
-from svcgw.addresses import check_for_service
-from svcgw.callbacktest import CallbackTestResult, send_test
-from svcgw.calllog import LogEntry, read_log
+from svcgw.callbacks.addresses import check_for_service
+from svcgw.callbacks.testpost import CallbackTestResult, send_test
+from svcgw.delivery import deadletters, dlq, failingdestinations, listing, retrynow
 from svcgw.errors import Missing, SvcgwError
-from svcgw.shardclients import ShardRedis
-from svcgw.shardreads import first_found, shard_client
-from svcgw.store import CallbackConfig, OperatorDenied, Scope, normalise_operation
-from svcgw.store import NotFound as StoreNotFound
+from svcgw.intake.calllog import LogEntry, read_log
+from svcgw.registry.store import CallbackConfig, OperatorDenied, Scope, normalise_operation
+from svcgw.registry.store import NotFound as StoreNotFound
+from svcgw.shards.clients import ShardRedis
+from svcgw.shards.routing import first_found, shard_client
 from svcgw.threads import in_thread
 from svcgw.vault import VaultError
+from svcgw.views import instances as instance_views
 
 if TYPE_CHECKING:
     from receiver.services import Services
@@ -212,10 +212,10 @@ class ConsoleService:
         self, account: str, appid: str | None, *, limit: int = 20, offset: int = 0, detailed: bool = False
     ) -> tuple[list[dict[str, Any]], int]:
         shards = self.shards if appid is None else (await self.check_owner(account, appid),)
-        letters = await deadshards.list_dead(
+        letters = await dlq.list_dead(
             shards, self.settings, appid=appid, account=account, limit=limit, offset=offset
         )
-        total = await deadshards.count_dead(shards, self.settings, appid=appid, account=account)
+        total = await dlq.count_dead(shards, self.settings, appid=appid, account=account)
         rows: list[dict[str, Any]] = []
         for letter in letters:
             if detailed:
@@ -231,7 +231,7 @@ class ConsoleService:
         if not delivery_id or len(delivery_id) > 200:
             raise NotFound("no such dead letter")
         try:
-            detail = await deadshards.show(self.shards, self.settings, delivery_id, account=account)
+            detail = await dlq.show(self.shards, self.settings, delivery_id, account=account)
         except deadletters.NotFound:
             raise NotFound(f"no dead letter {delivery_id!r}") from None
         return detail.as_dict()
@@ -253,7 +253,7 @@ class ConsoleService:
             if ids:
                 raise Invalid("replay since a time works on an instance or on every instance, not on ids")
             shards = self.shards if appid is None else (await self.check_owner(account, appid),)
-            results = await deadshards.replay(
+            results = await dlq.replay(
                 shards, self.settings, appid=appid, account=account, since=time.time() - since_seconds
             )
             return [result.as_dict() for result in results]
@@ -262,7 +262,7 @@ class ConsoleService:
         shards = self.shards if appid is None else (await self.check_owner(account, appid),)
         if ids is not None and (len(ids) > 1000 or any(not isinstance(i, str) or len(i) > 200 for i in ids)):
             raise Invalid("ids must be at most 1000 dead letter ids")
-        results = await deadshards.replay(
+        results = await dlq.replay(
             shards, self.settings, ids=list(ids) if ids else None, appid=appid, account=account
         )
         return [result.as_dict() for result in results]
@@ -278,13 +278,13 @@ class ConsoleService:
         event_id: str | None = None,
         limit: int = 20,
         before: str | None = None,
-    ) -> deliverylist.Page:
-        """One page of the instance's deliveries, newest first (``svcgw.deliverylist``)."""
+    ) -> listing.Page:
+        """One page of the instance's deliveries, newest first (``svcgw.delivery.listing``)."""
         raw, keys = await self.check_owner(account, appid)
         if len(event_type or "") > 200 or len(event_id or "") > 200:
             raise Invalid("event_type and event_id are at most 200 characters")
         try:
-            return await deliverylist.list_deliveries(
+            return await listing.list_deliveries(
                 raw,
                 keys,
                 self.settings,
@@ -296,22 +296,22 @@ class ConsoleService:
                 limit=limit,
                 before=before,
             )
-        except deliverylist.NotFound:
+        except listing.NotFound:
             raise NotFound(f"no instance {appid!r}") from None
-        except deliverylist.Invalid as exc:
+        except listing.Invalid as exc:
             raise Invalid(str(exc)) from None
 
-    async def delivery(self, account: str, delivery_id: str) -> deliverylist.Delivery:
+    async def delivery(self, account: str, delivery_id: str) -> listing.Delivery:
         try:
-            show, settings = deliverylist.show, self.settings
+            show, settings = listing.show, self.settings
             return await first_found(
                 self.shards, lambda shard: show(*shard, settings, delivery_id, account=account), Missing
             )
-        except deliverylist.NotFound:
+        except listing.NotFound:
             raise DeliveryNotFound(f"no delivery {delivery_id[:200]!r}") from None
 
-    async def retry_now(self, account: str, delivery_id: str) -> deliverylist.Delivery:
-        """Bring a retrying delivery's next attempt forward to now (``svcgw.retrynow``)."""
+    async def retry_now(self, account: str, delivery_id: str) -> listing.Delivery:
+        """Bring a retrying delivery's next attempt forward to now (``svcgw.delivery.retrynow``)."""
         try:
             retry = retrynow.retry_now
             await first_found(
@@ -325,7 +325,8 @@ class ConsoleService:
 
     # --- failing destinations -------------------------------------------------------------
     async def failing(self, account: str, appid: str | None = None) -> list[dict[str, Any]]:
-        """The account's failing destinations (``svcgw.failing``), with the instances that use each.
+        """The account's failing destinations (``svcgw.delivery.failingdestinations``), with the instances
+        that use each.
 
         With ``appid``, only the destination of that instance's address.
         """
@@ -337,12 +338,12 @@ class ConsoleService:
             default, *own = await pipe.execute()
         users: dict[str, list[str]] = {}
         for one, url in zip(appids, own, strict=True):
-            destination = failing.destination_of(url or default)
+            destination = failingdestinations.destination_of(url or default)
             if destination:
                 users.setdefault(destination, []).append(one)
         if appid is None and default:
-            users.setdefault(failing.destination_of(default), [])
-        found = await failing.failing_anywhere(self.texts, self.settings, users)
+            users.setdefault(failingdestinations.destination_of(default), [])
+        found = await failingdestinations.failing_anywhere(self.texts, self.settings, users)
         return [
             {**record.as_dict(), "appids": users.get(name, [])}
             for name, record in sorted(found.items(), key=lambda item: item[1].first_failure)

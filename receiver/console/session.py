@@ -10,7 +10,7 @@ only the id, in a cookie signed with itsdangerous (``HttpOnly``,
 reached over https), so a cookie can be neither forged nor replayed after
 sign-out: signing out deletes the hash, revoking the key ends its sessions
 at their next request, and so does raising the account's session epoch
-(sign out everywhere, a new password: ``svcgw.credentials``).
+(sign out everywhere, a new password: ``svcgw.registry.credentials``).
 
 CSRF: every session has its own random token. A change made from a page
 carries it as the form field ``csrf_token``; a change made through the JSON
@@ -27,7 +27,7 @@ credential to abuse, so it needs no CSRF token.
 A password sign-in also leaves a device cookie (OWASP's "device cookies"):
 ``svcgw_device_<account digest>``, signed, holding the account, a random
 device id and the version of the password that signed in (the account's
-``password_epoch``: ``svcgw.credentials``), for :data:`DEVICE_SECONDS`. A
+``password_epoch``: ``svcgw.registry.credentials``), for :data:`DEVICE_SECONDS`. A
 browser that shows it is counted in a failure window of its own instead of
 the login's (``receiver.console.failures``), so someone who only knows the
 login and fills its window does not lock out a browser that signed in
@@ -62,8 +62,9 @@ from redis.asyncio import Redis
 from starlette.requests import Request
 from starlette.responses import Response
 
-from svcgw.settings import Settings
-from svcgw.store import Store, digest
+from svcgw.config.settings import Settings
+from svcgw.digests import digest
+from svcgw.registry.store import Store
 from svcgw.vault import load_or_create_key
 
 __all__ = [

@@ -18,7 +18,7 @@ finds no room is refused at once (429, ``Retry-After``), so a flood from one
 address neither queues without bound nor holds more than one of the
 threads, and someone else's sign-in waits for one check at most. An unknown login,
 or one without a password, still costs one verification
-(``svcgw.passwords.verify_nothing``).
+(``svcgw.registry.passwords.verify_nothing``).
 
 That room is everyone's, so a flood from many addresses fills it. A browser
 that shows a device cookie of the very login it signs in to (it signed in
@@ -43,9 +43,9 @@ from typing import TYPE_CHECKING, TypeVar
 
 import anyio
 
-from svcgw import passwords
-from svcgw.credentials import Credentials, LoginRejected, normalise_login
-from svcgw.store import digest
+from svcgw.digests import digest
+from svcgw.registry import passwords
+from svcgw.registry.credentials import Credentials, LoginRejected, normalise_login
 from svcgw.threads import in_thread
 
 from .failures import FailureWindows

@@ -34,9 +34,9 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from svcgw import errors
-from svcgw.addresses import AddressError
+from svcgw.callbacks.addresses import AddressError
+from svcgw.digests import digest
 from svcgw.errors import Refusal
-from svcgw.store import digest
 
 from ..credentialguard import CredentialGuard, Throttled
 from ..http import BodyTooLarge, ConflictingKeys, client_address, presented_key, read_body
@@ -45,7 +45,7 @@ from .service import ConsoleError, DeliveryNotFound, DeniedByOperator, Invalid, 
 from .session import CSRF_HEADER, Session, Sessions
 
 if TYPE_CHECKING:
-    from svcgw.invitations import Invitations
+    from svcgw.registry.invitations import Invitations
 
     from .service import ConsoleService
     from .signin import PasswordSignIn

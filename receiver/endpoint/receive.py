@@ -3,11 +3,11 @@
 ``POST /svc/receiver/{appid}/{token}``: the token is the instance's secret
 part of the URL; a wrong token or an unknown appid answers 404 and stores
 nothing; the token is checked before the body is read. The post is stored
-by :class:`svcgw.ingest.Ingest` in one script call, and only then answered
+by :class:`svcgw.intake.ingest.Ingest` in one script call, and only then answered
 200, so every acknowledged event is in Redis.
 
 With several shards, the token names the instance's shard
-(:func:`svcgw.receivers.receiver_shard`): the post goes to that shard's
+(:func:`svcgw.intake.receivers.receiver_shard`): the post goes to that shard's
 ``Ingest``, one script on one shard, with no look-up elsewhere. A token
 naming a shard this deployment does not have is no receiver (404).
 
@@ -29,12 +29,12 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from svcgw import errors
-from svcgw.envelope import EnvelopeError
+from svcgw.digests import digest
 from svcgw.errors import GatewayError
-from svcgw.ingest import Ingest, UnknownReceiver
-from svcgw.layout import LayoutError
-from svcgw.receivers import receiver_shard
-from svcgw.store import digest
+from svcgw.intake.envelope import EnvelopeError
+from svcgw.intake.ingest import Ingest, UnknownReceiver
+from svcgw.intake.receivers import receiver_shard
+from svcgw.storage.layoutversion import LayoutError
 
 from ..credentialguard import CredentialGuard, Throttled
 from ..http import BadContentLength, BodyTooLarge, client_address, json_answer, read_body, refusal_response

@@ -1,6 +1,6 @@
 """The receiver endpoint's part of ``/openapi.json``: its request and answer types.
 
-The endpoint reads a post with ``svcgw.envelope`` (raw bytes, ids kept
+The endpoint reads a post with ``svcgw.intake.envelope`` (raw bytes, ids kept
 digit for digit), not with these types: they describe the post for the
 document only, as the gateway's do.
 """
@@ -12,7 +12,7 @@ from typing import Annotated, Any, Literal
 import msgspec
 from msgspec import UNSET, Meta, UnsetType
 
-from svcgw.receivers import RECEIVER_PREFIX
+from svcgw.intake.receivers import RECEIVER_PREFIX
 
 from ..apispec import RETRY_AFTER, Answer, Error, Operation, Param
 

@@ -1,6 +1,6 @@
 """What a gateway call's checks read from Redis, in one round trip: key, rate, denial, ownership.
 
-One Lua script (``svcgw/lua/gateway_admit.lua``) looks the presented key up
+One Lua script (``svcgw/storage/lua/gateway_admit.lua``) looks the presented key up
 by its SHA-256 digest, refuses it if unknown or revoked, writes the key's
 ``last_used``, counts the call in the account's rate windows (the moving
 window of :mod:`receiver.ratelimit`, whose script runs inside this one as a
@@ -43,8 +43,8 @@ from typing import Any, NamedTuple, cast
 
 from redis.asyncio import Redis
 
-from svcgw.scripts import text
-from svcgw.store import digest
+from svcgw.digests import digest
+from svcgw.storage.scripts import text
 
 from ..ratelimit import RateLimiter, Verdict, window_key
 from .batch import ScriptBatch

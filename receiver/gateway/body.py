@@ -1,7 +1,7 @@
 """The body of a gateway call: checks 4, 5, 6 and 8 of the package docstring, pure.
 
 The body is parsed once, keeping where each top-level member's bytes are
-(``svcgw.jsonspan``), so the instance field can be judged with duplicates
+(``svcgw.intake.rawjson``), so the instance field can be judged with duplicates
 in view and ``callbackUrl`` can be rewritten without touching any other
 byte of what the caller sent.
 """
@@ -12,7 +12,7 @@ from typing import Any, cast
 
 from svcgw import errors
 from svcgw.errors import GatewayError
-from svcgw.jsonspan import Member, NotUnicode, parse_object
+from svcgw.intake.rawjson import Member, NotUnicode, parse_object
 
 __all__ = [
     "CALLBACK_FIELDS",

@@ -22,8 +22,8 @@ from starlette.routing import BaseRoute, Route
 from starlette.types import Receive, Scope, Send
 
 from svcgw import errors
+from svcgw.digests import digest
 from svcgw.errors import GatewayError
-from svcgw.store import digest
 
 from ..credentialguard import Throttled
 from ..headers import NOSNIFF

@@ -18,8 +18,8 @@ from starlette.types import Scope
 
 from svcgw import errors
 from svcgw.errors import GatewayError
-from svcgw.ingest import PARSE_IN_THREAD_BYTES
-from svcgw.jsonspan import Member
+from svcgw.intake.ingest import PARSE_IN_THREAD_BYTES
+from svcgw.intake.rawjson import Member
 from svcgw.threads import in_thread
 
 from ..http import BodyTooLarge, ConflictingKeys, presented_key, read_body

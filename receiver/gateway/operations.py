@@ -19,17 +19,17 @@ import orjson
 from redis.asyncio import Redis
 from starlette.responses import Response
 
-from svcgw import errors, liveness
-from svcgw.addresses import AddressError, check_for_service
+from svcgw import errors
+from svcgw.callbacks.addresses import AddressError, check_for_service
 from svcgw.errors import STORAGE_ERRORS, GatewayError
-from svcgw.jsonspan import replace_member
-from svcgw.receivers import receiver_shard, receiver_url
-from svcgw.shardclients import ShardRedis
-from svcgw.shardcopy import ShardUnavailable
-from svcgw.shards import placement_order
-from svcgw.shardspec import layout_of
-from svcgw.store import NotFound
-from svcgw.store import Scope as CallbackScope
+from svcgw.intake.rawjson import replace_member
+from svcgw.intake.receivers import receiver_shard, receiver_url
+from svcgw.liveness import transitions
+from svcgw.registry.copies import ShardUnavailable
+from svcgw.registry.store import NotFound
+from svcgw.registry.store import Scope as CallbackScope
+from svcgw.shards.clients import ShardRedis
+from svcgw.shards.placement import placement_order
 from svcgw.threads import in_thread
 from svcgw.upstream import Answer, Upstream, UpstreamError
 
@@ -77,7 +77,7 @@ class Operations:
         self.store = services.store
         self.redis: Redis = services.text_redis
         self.quota = DeviceQuota(services.text_redis, services.keys)
-        self.shards = layout_of(self.settings).shards
+        self.shards = self.settings.shard_layout.shards
         # appid -> receiver token. A token never changes for its appid, and every forwarded answer
         # is searched for it: one look-up and one decryption per instance and process, not per call.
         self._tokens: dict[str, str] = {}
@@ -121,19 +121,19 @@ class Operations:
         try:
             answer = await self._forward(call, call.raw)
         except GatewayError:
-            await liveness.mark_stopped(*await self._liveness_redis(call.appid), call.appid)
+            await transitions.mark_stopped(*await self._liveness_redis(call.appid), call.appid)
             raise
-        await liveness.mark_stopped(*await self._liveness_redis(call.appid), call.appid)
+        await transitions.mark_stopped(*await self._liveness_redis(call.appid), call.appid)
         return _pass_on(await self._scrub_other(call, answer))
 
     async def _after(self, call: Call) -> None:
         """Liveness bookkeeping once the capability layer accepted the operation."""
         if call.operation == "login/logout":
-            await liveness.mark_logged_out(*await self._liveness_redis(call.appid), call.appid)
+            await transitions.mark_logged_out(*await self._liveness_redis(call.appid), call.appid)
         elif call.operation in PROXY_OPERATIONS:
             proxy = call.document.get("proxy")
             if isinstance(proxy, str):
-                await liveness.record_proxy(*await self._liveness_redis(call.appid), call.appid, proxy)
+                await transitions.record_proxy(*await self._liveness_redis(call.appid), call.appid, proxy)
 
     async def _scrub_other(self, call: Call, answer: Answer) -> bytes:
         """The answer without the instance's receiver token, looked for in every answer (see .scrub)."""
@@ -174,7 +174,7 @@ class Operations:
     async def _register(self, account_id: str, appid: str) -> None:
         """Register a new appid on the best open shard that answers; a known one stays where it is.
 
-        Shards are tried in placement's order (svcgw.shards.placement_order).
+        Shards are tried in placement's order (svcgw.shards.placement.placement_order).
         The instance's copies are the first write to its shard, so a shard
         that is down costs the call nothing until it is the one chosen; then
         the next is tried. When no open shard takes it, the last one's
@@ -247,7 +247,7 @@ class Operations:
                     await self.store.set_callback(CallbackScope(appid=call.appid), url)
                 if call.operation == LONG_START:
                     redis, keys = self.services.shard_text_of(receiver_shard(token))
-                    await liveness.mark_started(redis, keys, call.appid, self.settings.probe_interval)
+                    await transitions.mark_started(redis, keys, call.appid, self.settings.probe_interval)
             except STORAGE_ERRORS as exc:
                 log.warning("storing the callback address of an instance failed: %s", type(exc).__name__)
                 raise GatewayError(errors.REGISTRATION_FAILED) from exc

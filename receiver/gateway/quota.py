@@ -1,7 +1,7 @@
 """Device quota: ``device/create`` never takes an account past its quota, even concurrently.
 
 A slot is counted as an instance of the account or a creation in flight.
-The two scripts (``svcgw/lua/device_reserve.lua``, ``device_hold.lua``) keep
+The two scripts (``svcgw/storage/lua/device_reserve.lua``, ``device_hold.lua``) keep
 the count atomic; the reservations live in one sorted set per account,
 scored by when they expire.
 """
@@ -13,8 +13,8 @@ from dataclasses import dataclass
 
 from redis.asyncio import Redis
 
-from svcgw.keys import KeySpace
-from svcgw.scripts import register
+from svcgw.storage.keys import KeySpace
+from svcgw.storage.scripts import register
 
 __all__ = ["RESERVATION_SECONDS", "DeviceQuota", "Reservation"]
 

@@ -59,9 +59,9 @@ import orjson
 from cryptography.fernet import Fernet
 from redis.asyncio import Redis as AsyncRedis
 
-from svcgw.keys import PLAIN as keys
-from svcgw.settings import Settings
-from svcgw.store import Store
+from svcgw.config.settings import Settings
+from svcgw.registry.store import Store
+from svcgw.storage.keys import PLAIN as keys
 from svcgw.vault import TokenVault
 from tests.support import free_port
 

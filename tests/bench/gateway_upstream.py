@@ -28,8 +28,8 @@ import httpx
 from redis import Redis
 from redis.exceptions import RedisError
 
-from svcgw.settings import Settings
-from svcgw.store import Store
+from svcgw.config.settings import Settings
+from svcgw.registry.store import Store
 from tests.conftest import with_store
 from tests.support import free_port, wait_for
 

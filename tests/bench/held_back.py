@@ -27,10 +27,10 @@ import orjson
 from cryptography.fernet import Fernet
 from redis.asyncio import Redis as AsyncRedis
 
-from svcgw.ingest import Ingest
-from svcgw.keys import PLAIN as keys
-from svcgw.settings import Settings
-from svcgw.store import Scope, Store
+from svcgw.config.settings import Settings
+from svcgw.intake.ingest import Ingest
+from svcgw.registry.store import Scope, Store
+from svcgw.storage.keys import PLAIN as keys
 from svcgw.vault import TokenVault
 from worker.queue import DeliveryQueue
 

@@ -8,7 +8,7 @@ benchmark's 84-byte post and a ~1 KB ``Msg`` post (text content, several
 
 1. warm-up: one post per instance, delivered (every per-instance key exists
    and every script is loaded before anything is measured);
-2. ``events`` posts through the receiver's own code (:class:`svcgw.ingest.Ingest`),
+2. ``events`` posts through the receiver's own code (:class:`svcgw.intake.ingest.Ingest`),
    no worker running: ``logged``, what an event costs while it waits;
 3. the workers deliver them to the sink: ``delivered``, what it costs for the
    rest of the log's retention;
@@ -36,7 +36,7 @@ from typing import Any
 
 import orjson
 
-from svcgw.keys import PLAIN as keys
+from svcgw.storage.keys import PLAIN as keys
 from tests.support import free_port
 
 from .scenarios import Bench, Plan, Tenant
@@ -111,7 +111,7 @@ def kind_of(key: bytes) -> str:
     name = key.decode("utf-8", "replace")
     if name.startswith(keys.callback_log("").removesuffix("}")):
         return "callback log"
-    # Layout 2's per-instance hashes (svcgw.dedup), and layout 1's key per id.
+    # Layout 2's per-instance hashes (svcgw.intake.dedup), and layout 1's key per id.
     if name.startswith((keys.dedup_container("").removesuffix("{}"), keys.dedup("", "")[: -len("::")] + ":")):
         return "de-duplication"
     if name.startswith(keys.delivery("")) and name.endswith(keys.delivery_attempts("")[len(keys.delivery("")) :]):

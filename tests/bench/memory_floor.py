@@ -1,7 +1,7 @@
 """What each piece of an event's 24 hours costs in Redis at the least, layout by layout.
 
 ``python -m tests.bench.memory_floor`` (about 20 seconds) starts a
-``redis-server`` of its own with the service's settings (``svcgw.redisconf``)
+``redis-server`` of its own with the service's settings (``svcgw.storage.serverconfig``)
 and writes 20,000 of each structure below the way a layout would keep it,
 reading ``used_memory`` before and after: what one event costs in that
 structure, its share of the key tables and expiries included. It sends
@@ -27,8 +27,8 @@ from typing import Any
 import orjson
 import redis
 
-from svcgw.deliveries import template
-from svcgw.redisconf import server_args
+from svcgw.storage.rqformat import template
+from svcgw.storage.serverconfig import server_args
 from tests.bench.memory import small_post
 from tests.support import free_port
 

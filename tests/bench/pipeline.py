@@ -37,7 +37,7 @@ from typing import Any
 
 import orjson
 
-from svcgw.keys import PLAIN as keys
+from svcgw.storage.keys import PLAIN as keys
 from tests.support import free_port
 
 from . import verdict

@@ -24,14 +24,16 @@ import orjson
 from cryptography.fernet import Fernet
 from redis.asyncio import Redis as AsyncRedis
 
-from svcgw import attemptrecords, deliveryid, layout
-from svcgw.bareoutcome import Outcome, attempts_of
-from svcgw.ingest import Ingest
-from svcgw.keys import PLAIN as keys
-from svcgw.outcomestore import stream_outcome
-from svcgw.receivers import receiver_path
-from svcgw.settings import Settings
-from svcgw.store import Scope, Store
+from svcgw import deliveryid
+from svcgw.config.settings import Settings
+from svcgw.delivery import attemptrecords
+from svcgw.delivery.outcomereads import stream_outcome
+from svcgw.delivery.outcomes import Outcome, attempts_of
+from svcgw.intake.ingest import Ingest
+from svcgw.intake.receivers import receiver_path
+from svcgw.registry.store import Scope, Store
+from svcgw.storage import layoutversion
+from svcgw.storage.keys import PLAIN as keys
 from svcgw.vault import TokenVault
 
 from .services import REPO, RedisServer, Role, Sink, compile_sources, start_server, wait_until, wrk_path
@@ -277,7 +279,7 @@ class Bench:
 async def _mark_layout(url: str) -> None:
     client = AsyncRedis.from_url(url)
     try:
-        await layout.mark_at_start(client, keys)
+        await layoutversion.mark_at_start(client, keys)
     finally:
         await client.aclose()
 
@@ -644,7 +646,7 @@ def retry_timing(bench: Bench) -> dict[str, Any]:
 
 def first_attempts(client: Any, ids: list[str]) -> list[float]:
     """When each delivery's first attempt started: from its attempt record while it has one, else,
-    delivered and named by its post, from the bare outcome its instance keeps (svcgw.bareoutcome)."""
+    delivered and named by its post, from the bare outcome its instance keeps (svcgw.delivery.outcomes)."""
     started: list[float] = []
     bare: dict[str, set[str]] = {}  # appid -> log entry ids
     for chunk in range(0, len(ids), 1000):

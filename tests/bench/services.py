@@ -18,7 +18,7 @@ import httpx
 import orjson
 from redis import Redis
 
-from svcgw import redisconf
+from svcgw.storage import serverconfig
 from tests.support import free_port
 
 REPO = Path(__file__).resolve().parents[2]
@@ -67,7 +67,7 @@ class RedisServer:
         self.proc = subprocess.Popen(
             ["redis-server", "--bind", "127.0.0.1", "--port", str(self.port), "--dir", str(self.dir),
              "--appendonly", "yes" if self.appendonly else "no", "--appendfsync", self.appendfsync, "--save", "",
-             "--maxclients", "10000", "--loglevel", "warning", *redisconf.server_args()],
+             "--maxclients", "10000", "--loglevel", "warning", *serverconfig.server_args()],
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, stdin=subprocess.DEVNULL,
         )  # fmt: skip
         self.client = Redis.from_url(self.url, socket_connect_timeout=0.5)

@@ -35,11 +35,11 @@ from typing import Any
 
 from cryptography.fernet import Fernet
 
-from svcgw import layout
-from svcgw.keys import PLAIN as keys
-from svcgw.settings import Settings
-from svcgw.shards import shard_of_token
-from svcgw.store import Scope
+from svcgw.config.settings import Settings
+from svcgw.registry.store import Scope
+from svcgw.shards.placement import shard_of_token
+from svcgw.storage import layoutversion
+from svcgw.storage.keys import PLAIN as keys
 from tests.deploy.redis_fleet import register_placed, sharded_store
 from tests.support import free_port
 
@@ -85,7 +85,7 @@ def register(settings: Settings, ports: list[int]) -> list[Tenant]:
             shards = zip(store.copies.shards, store.copies.spaces, strict=True) if store.copies else ()
             for client, names in shards:
                 # A new deployment: each shard marked before anything is stored.
-                await layout.mark_at_start(client, names)
+                await layoutversion.mark_at_start(client, names)
             account = await store.create_account("bench-shards", devices=100000)
             tenants = []
             for port in ports:

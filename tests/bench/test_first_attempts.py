@@ -6,10 +6,10 @@ import time
 
 from redis import Redis
 
-from svcgw.settings import Settings
+from svcgw.config.settings import Settings
 from tests.bench.scenarios import first_attempts
 from tests.conftest import provision
-from tests.svcgw.test_deliverylist import deliver_now, fail_once, post
+from tests.svcgw.delivery.test_listing import deliver_now, fail_once, post
 
 
 def test_first_attempts_from_records_and_from_bare_outcomes(settings: Settings, redis: Redis) -> None:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from svcgw.settings import Settings
+from svcgw.config.settings import Settings
 from tests.cli.commands import fails, ok, svcgw
 from tests.conftest import with_store
 

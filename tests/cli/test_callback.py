@@ -8,8 +8,8 @@ from click.testing import CliRunner
 from redis import Redis
 
 from cli.main import cli
-from svcgw.keys import PLAIN as keys
-from svcgw.settings import Settings
+from svcgw.config.settings import Settings
+from svcgw.storage.keys import PLAIN as keys
 from svcgw.vault import TokenVault
 from tests.cli.commands import fails, ok, svcgw
 from tests.conftest import provision

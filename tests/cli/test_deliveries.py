@@ -5,12 +5,12 @@ from __future__ import annotations
 import orjson
 from redis import Redis
 
-from svcgw.keys import PLAIN as keys
-from svcgw.settings import Settings
+from svcgw.config.settings import Settings
+from svcgw.storage.keys import PLAIN as keys
 from tests.cli.commands import fails, ok, svcgw
 from tests.conftest import provision
 from tests.support import Sink, is_delivered, wait_for
-from tests.svcgw.test_deadletters import ingest
+from tests.svcgw.delivery.test_deadletters import ingest
 from tests.worker.test_engine import Running
 
 

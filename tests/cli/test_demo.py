@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from svcgw.keys import PLAIN as keys
-from svcgw.settings import Settings
+from svcgw.config.settings import Settings
+from svcgw.storage.keys import PLAIN as keys
 from tests.cli.commands import ok
 
 
@@ -66,10 +66,10 @@ def test_the_demo_turns_on_rq_dashboard_with_generated_credentials(env: dict[str
 
 def test_the_demo_walkthrough_starts_at_an_invitation_that_signs_in(env: dict[str, str], settings: Settings) -> None:
     from cli.demo import ensure_demo, render_onboarding
-    from svcgw import passwords
-    from svcgw.credentials import Credentials
-    from svcgw.invitations import Invitations
-    from svcgw.store import Store
+    from svcgw.registry import passwords
+    from svcgw.registry.credentials import Credentials
+    from svcgw.registry.invitations import Invitations
+    from svcgw.registry.store import Store
     from tests.conftest import with_store
 
     demo = ensure_demo(settings)

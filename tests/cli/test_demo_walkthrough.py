@@ -10,7 +10,7 @@ from collections.abc import Iterator
 import pytest
 
 from cli.reachable import check_public_url
-from svcgw.settings import Settings
+from svcgw.config.settings import Settings
 from tests.support import Process, Sink, free_port, start_server, wait_for
 
 

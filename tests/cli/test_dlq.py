@@ -8,13 +8,13 @@ import orjson
 import pytest
 from redis import Redis
 
-from svcgw.keys import PLAIN as keys
-from svcgw.settings import Settings
+from svcgw.config.settings import Settings
+from svcgw.storage.keys import PLAIN as keys
 from svcgw.vault import TokenVault
 from tests.cli.commands import fails, ok, svcgw
 from tests.conftest import Tenant, provision
 from tests.support import Sink
-from tests.svcgw.test_deadletters import ingest, kill
+from tests.svcgw.delivery.test_deadletters import ingest, kill
 from tests.worker.support import deliver_all
 from worker.engine import Engine
 

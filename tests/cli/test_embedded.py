@@ -11,7 +11,7 @@ import redis
 import redis.exceptions
 
 from cli.embedded import EmbeddedRedis
-from svcgw import redisconf
+from svcgw.storage import serverconfig
 
 
 @pytest.fixture
@@ -57,7 +57,7 @@ def test_the_password_survives_a_restart(tmp_path: Path) -> None:
 
 def test_runs_with_the_settings_the_service_relies_on(embedded: EmbeddedRedis) -> None:
     with redis.Redis.from_url(embedded.url, decode_responses=True) as client:
-        for name, value in redisconf.SETTINGS.items():
+        for name, value in serverconfig.SETTINGS.items():
             assert client.config_get(name) == {name: value}
 
 

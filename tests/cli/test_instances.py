@@ -8,8 +8,8 @@ from datetime import UTC, datetime
 import orjson
 from redis import Redis
 
-from svcgw.keys import PLAIN as keys
-from svcgw.settings import Settings
+from svcgw.config.settings import Settings
+from svcgw.storage.keys import PLAIN as keys
 from tests.cli.commands import fails, ok, svcgw
 from tests.conftest import provision
 

@@ -9,12 +9,12 @@ from click.testing import CliRunner
 from redis import Redis
 
 from cli.main import cli
-from svcgw.keys import PLAIN as keys
-from svcgw.settings import Settings
+from svcgw.config.settings import Settings
+from svcgw.storage.keys import PLAIN as keys
 from tests.cli.commands import fails, ok, svcgw
 from tests.conftest import provision
-from tests.svcgw.test_calllog import DAY, post_every, small_post
-from tests.svcgw.test_deadletters import ingest
+from tests.svcgw.delivery.test_deadletters import ingest
+from tests.svcgw.intake.test_calllog import DAY, post_every, small_post
 
 
 def test_log_prints_raw_bodies(env: dict[str, str], settings: Settings) -> None:

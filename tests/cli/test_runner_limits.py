@@ -8,7 +8,7 @@ import time
 import httpx
 import pytest
 
-from svcgw.settings import Settings, SettingsError
+from svcgw.config.settings import Settings, SettingsError
 from tests.support import start_server, wait_for
 
 # Real processes of the service: run by .ci/run with the rest; `-m 'not slow'` skips them.

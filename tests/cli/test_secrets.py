@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from redis import Redis
 
-from svcgw.keys import PLAIN as keys
-from svcgw.settings import Settings
+from svcgw.config.settings import Settings
+from svcgw.storage.keys import PLAIN as keys
 from svcgw.vault import TokenVault
 from tests.cli.commands import ok
 from tests.conftest import provision

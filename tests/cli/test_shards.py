@@ -5,12 +5,12 @@ from __future__ import annotations
 import httpx
 from redis import Redis
 
-from svcgw.keys import PLAIN
-from svcgw.keys import PLAIN as keys
-from svcgw.settings import Settings
-from svcgw.shards import Shard
-from svcgw.store import Store
-from svcgw.storebase import digest
+from svcgw.config.settings import Settings
+from svcgw.config.shards import Shard
+from svcgw.digests import digest
+from svcgw.registry.store import Store
+from svcgw.storage.keys import PLAIN
+from svcgw.storage.keys import PLAIN as keys
 from tests.cli.commands import ok, svcgw
 from tests.conftest import with_store
 from tests.support import Process, free_port, wait_answering, wait_for

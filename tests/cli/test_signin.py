@@ -8,11 +8,12 @@ import orjson
 from click.testing import CliRunner, Result
 
 from cli.main import cli
-from svcgw.credentials import Credentials, Login
-from svcgw.invitations import Invitations
-from svcgw.keys import PLAIN as keys
-from svcgw.settings import Settings
-from svcgw.store import Store, digest
+from svcgw.config.settings import Settings
+from svcgw.digests import digest
+from svcgw.registry.credentials import Credentials, Login
+from svcgw.registry.invitations import Invitations
+from svcgw.registry.store import Store
+from svcgw.storage.keys import PLAIN as keys
 from tests.cli.commands import fails, ok
 from tests.conftest import with_store
 

@@ -14,8 +14,8 @@ import httpx
 import pytest
 
 from simulator.app import create_app as create_sim
-from svcgw.settings import Settings, SettingsError
-from svcgw.store import Store
+from svcgw.config.settings import Settings, SettingsError
+from svcgw.registry.store import Store
 from tests.conftest import with_store
 from tests.support import ThreadedServer, start_server, wait_for
 

@@ -16,12 +16,11 @@ from pathlib import Path
 
 from redis.exceptions import RedisError
 
-from svcgw.settings import Settings
-from svcgw.shardclients import aclose_all, role_clients
-from svcgw.shardcopy import ShardCopies
-from svcgw.shards import place
-from svcgw.shardspec import layout_of
-from svcgw.store import Store
+from svcgw.config.settings import Settings
+from svcgw.registry.copies import ShardCopies
+from svcgw.registry.store import Store
+from svcgw.shards.clients import aclose_all, role_clients
+from svcgw.shards.placement import place
 from svcgw.vault import TokenVault
 from tests.deploy.redis_nodes import Node, require_binaries
 from tests.support import free_port, wait_for
@@ -190,7 +189,7 @@ async def sharded_store(settings: Settings) -> AsyncIterator[Store]:
 
 async def register_placed(store: Store, settings: Settings, account_id: str, appid: str) -> tuple[str, int]:
     """Register ``appid`` on the shard ``device/create`` would place it on: its receiver token and that shard."""
-    shards = layout_of(settings).shards
+    shards = settings.shard_layout.shards
     _, counts = await store.owner_and_counts(appid, shards)
     shard = place(shards, counts).index
     return await store.register_instance(appid, account_id, shard), shard

@@ -27,11 +27,11 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from receiver.app import create_app
-from svcgw.keys import KeySpace
-from svcgw.receivers import RECEIVER_PREFIX
-from svcgw.settings import Settings
-from svcgw.shards import shard_of_token
-from svcgw.store import Scope
+from svcgw.config.settings import Settings
+from svcgw.intake.receivers import RECEIVER_PREFIX
+from svcgw.registry.store import Scope
+from svcgw.shards.placement import shard_of_token
+from svcgw.storage.keys import KeySpace
 from tests.cli.commands import ok
 from tests.conftest import run
 from tests.deploy.load import Load

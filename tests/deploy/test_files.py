@@ -32,8 +32,8 @@ import yaml
 from cryptography.fernet import Fernet
 from dockerfile_parse import DockerfileParser
 
-from svcgw import redisconf
-from svcgw.settings import Settings
+from svcgw.config.settings import Settings
+from svcgw.storage import serverconfig
 from tests.support import Process, free_port, wait_for
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -160,7 +160,7 @@ def test_compose_roles_health_checks_and_durability() -> None:
     assert services["worker"]["healthcheck"]["test"][2:] == ["redis"]
     redis_command = services["redis"]["command"]
     assert redis_command[redis_command.index("--appendonly") + 1] == "yes"
-    for name, value in redisconf.SETTINGS.items():
+    for name, value in serverconfig.SETTINGS.items():
         assert redis_command[redis_command.index(f"--{name}") + 1] == value
     assert services["redis"]["healthcheck"]["test"] == ["CMD", "redis-cli", "ping"]
     # Only the proxy is published; the API sits behind it.
@@ -235,13 +235,14 @@ def test_kubernetes_roles_probes_and_shutdown() -> None:
 
 
 def test_every_setting_named_in_the_deploy_files_exists() -> None:
-    # The settings, and the shard settings they read through svcgw.shardspec.
-    source = (ROOT / "svcgw" / "settings.py").read_text() + (ROOT / "svcgw" / "shardspec.py").read_text()
+    # The settings, the readers of their variables and the shard settings: svcgw.config.
+    source = "".join(path.read_text() for path in (ROOT / "svcgw" / "config").glob("*.py"))
     settings_page = (ROOT / "docs" / "settings.md").read_text()
     texts = [p.read_text() for p in [*DEPLOY.glob("*"), *K8S.glob("*")] if p.is_file()]
     named = set(re.findall(r"\bSVCGW_[A-Z0-9_]*[A-Z0-9]\b", "\n".join(texts)))
     assert named
-    assert {n for n in named if f'"{n}"' not in source} == set(), "read by svcgw/settings.py or svcgw/shardspec.py"
+    read_by = "read by svcgw/config/"
+    assert {n for n in named if f'"{n}"' not in source} == set(), read_by
     assert {n for n in named if f"`{n}`" not in settings_page} == set(), "documented in docs/settings.md"
 
 

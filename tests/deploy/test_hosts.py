@@ -20,9 +20,9 @@ import orjson
 import pytest
 from redis import Redis
 
-from svcgw.keys import PLAIN as keys
-from svcgw.settings import Settings
-from svcgw.store import Scope
+from svcgw.config.settings import Settings
+from svcgw.registry.store import Scope
+from svcgw.storage.keys import PLAIN as keys
 from tests.conftest import Tenant, run
 from tests.deploy.hosts import HostProcess, Hosts, HostSink
 from tests.deploy.load import Load

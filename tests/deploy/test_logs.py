@@ -14,8 +14,8 @@ import orjson
 import pytest
 from redis import Redis
 
-from svcgw.keys import PLAIN as keys
-from svcgw.settings import Settings
+from svcgw.config.settings import Settings
+from svcgw.storage.keys import PLAIN as keys
 from tests.conftest import provision
 from tests.deploy.load import Load, event_ids, missing
 from tests.support import Process, Sink, start_server, wait_for

@@ -16,9 +16,9 @@ import httpx
 import pytest
 
 from receiver.app import create_app
-from svcgw.connections import async_client, sync_client
-from svcgw.settings import Settings, SettingsError
-from svcgw.store import Scope
+from svcgw.config.settings import Settings, SettingsError
+from svcgw.registry.store import Scope
+from svcgw.shards.connections import async_client, sync_client
 from tests.conftest import Tenant, provision, run
 from tests.deploy.load import Load, event_ids, missing
 from tests.deploy.redis_fleet import sharded_store

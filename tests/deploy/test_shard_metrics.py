@@ -1,7 +1,7 @@
 """``/metrics`` of a deployment of three shards counts each instance, delivery and dead letter once.
 
 Shard 0's set of instances lists every shard's (it is the registry), while an
-instance's liveness, and its count, live on its own shard: the first scrape
+instance's transitions, and its count, live on its own shard: the first scrape
 computes each shard's counts from its own instances only, and so does a
 rebuild after shard 0's counts are lost, or when they were computed by the
 earlier rule that counted every instance of the set.
@@ -17,11 +17,11 @@ import orjson
 import pytest
 
 from receiver.app import create_app
-from svcgw import liveness
-from svcgw.keys import PLAIN as keys
-from svcgw.settings import Settings
-from svcgw.shardclients import aclose_all, role_clients
-from svcgw.store import Scope
+from svcgw.config.settings import Settings
+from svcgw.liveness import transitions
+from svcgw.registry.store import Scope
+from svcgw.shards.clients import aclose_all, role_clients
+from svcgw.storage.keys import PLAIN as keys
 from tests.conftest import run
 from tests.deploy.redis_fleet import RedisFleet, register_placed, sharded_store
 from tests.receiver.test_metrics import scrape
@@ -65,7 +65,7 @@ def placed(settings: Settings, url: str) -> dict[int, list[tuple[str, str]]]:
         try:
             for shard, placed in by_shard.items():
                 for appid, _ in placed[:STARTED_PER_SHARD]:
-                    await liveness.mark_started(*clients[shard], appid, 3600)
+                    await transitions.mark_started(*clients[shard], appid, 3600)
         finally:
             await aclose_all(clients)
         return by_shard
@@ -135,7 +135,7 @@ def test_every_figure_counts_each_instance_delivery_and_dead_letter_once(
 
         async def stop_it() -> None:
             try:
-                await liveness.mark_stopped(*shard_one[1], appid)
+                await transitions.mark_stopped(*shard_one[1], appid)
             finally:
                 await aclose_all(shard_one)
 

@@ -19,9 +19,9 @@ import orjson
 import pytest
 
 from receiver.app import create_app
-from svcgw.keys import PLAIN as keys
-from svcgw.settings import Settings
-from svcgw.store import Scope
+from svcgw.config.settings import Settings
+from svcgw.registry.store import Scope
+from svcgw.storage.keys import PLAIN as keys
 from tests.conftest import Tenant, run
 from tests.deploy.redis_fleet import RedisFleet, sharded_store
 from tests.deploy.redis_nodes import Node

@@ -18,10 +18,10 @@ import httpx
 import orjson
 import pytest
 
-from svcgw.keys import PLAIN as keys
-from svcgw.receivers import RECEIVER_PREFIX
-from svcgw.settings import Settings
-from svcgw.store import Scope
+from svcgw.config.settings import Settings
+from svcgw.intake.receivers import RECEIVER_PREFIX
+from svcgw.registry.store import Scope
+from svcgw.storage.keys import PLAIN as keys
 from tests.cli.commands import ok
 from tests.conftest import run
 from tests.deploy.load import Load

@@ -22,12 +22,12 @@ import pytest
 from redis import Redis
 
 from receiver.app import create_app
-from svcgw.keys import PLAIN
-from svcgw.keys import PLAIN as keys
-from svcgw.settings import Settings
-from svcgw.shardclients import AsyncShardClients, ShardClients
-from svcgw.shards import shard_of_token
-from svcgw.store import Store
+from svcgw.config.settings import Settings
+from svcgw.registry.store import Store
+from svcgw.shards.clients import AsyncShardClients, ShardClients
+from svcgw.shards.placement import shard_of_token
+from svcgw.storage.keys import PLAIN
+from svcgw.storage.keys import PLAIN as keys
 from tests.cli.commands import svcgw
 from tests.conftest import run
 from tests.deploy.redis_fleet import RedisClusterFleet, RedisFleet, stop

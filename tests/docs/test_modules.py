@@ -54,8 +54,8 @@ def test_every_package_and_module_is_in_the_map_and_nothing_else() -> None:
 
 
 def test_a_module_missing_or_stale_is_found() -> None:
-    text = "## `svcgw/`\n\n### Concept\n\n| module | what | role |\n|---|---|---|\n| `keys` | names | all |\n"
+    text = "## `svcgw/`\n\n### Concept\n\n| module | what | role |\n|---|---|---|\n| `errors` | names | all |\n"
     text += "## `verify/`\n\n| folder | what |\n|---|---|\n| `python/` | x |\n"
-    assert mapped(text) == {"svcgw": {"keys"}}
-    assert "settings" in tree()["svcgw"] - mapped(text)["svcgw"]
-    assert mapped(text.replace("`keys`", "`clusterspace`"))["svcgw"] - tree()["svcgw"] == {"clusterspace"}
+    assert mapped(text) == {"svcgw": {"errors"}}
+    assert "logs" in tree()["svcgw"] - mapped(text)["svcgw"]
+    assert mapped(text.replace("`errors`", "`clusterspace`"))["svcgw"] - tree()["svcgw"] == {"clusterspace"}

@@ -8,7 +8,7 @@ from urllib.parse import urlsplit
 
 import pytest
 
-from svcgw.settings import Settings
+from svcgw.config.settings import Settings
 from tests.conftest import provision
 from tests.support import start_server, wait_for
 

@@ -21,7 +21,7 @@ from receiver.app import create_app
 from receiver.credentialguard import BUSY_SECONDS, PER_ADDRESS, CheckRoom, CredentialGuard, Throttled
 from simulator.app import create_app as create_sim
 from svcgw import errors
-from svcgw.settings import Settings
+from svcgw.config.settings import Settings
 from tests.receiver.console.conftest import make_developer
 from tests.receiver.floods import flood, request
 from tests.support import Process, ThreadedServer, free_port, wait_ready_or_stop

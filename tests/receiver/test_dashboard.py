@@ -13,7 +13,7 @@ from redis_sentinel_url import parse_sentinel_url
 from starlette.exceptions import StarletteDeprecationWarning
 
 from receiver.dashboard import add_nonce, dashboard_urls, make_dashboard
-from svcgw.settings import Settings, SettingsError
+from svcgw.config.settings import Settings, SettingsError
 from tests.conftest import provision
 from tests.support import ThreadedServer
 from tests.worker.support import flip, started

@@ -9,7 +9,7 @@ from starlette.types import Message, Receive, Scope, Send
 
 from receiver.app import create_app
 from receiver.headers import NoSniff
-from svcgw.settings import Settings
+from svcgw.config.settings import Settings
 
 
 def test_every_part_of_the_app_answers_with_nosniff(settings: Settings) -> None:

@@ -11,7 +11,7 @@ from starlette.testclient import TestClient
 
 from receiver.app import create_app
 from receiver.health import READY_TIMEOUT
-from svcgw.settings import Settings
+from svcgw.config.settings import Settings
 from tests.deploy.redis_fleet import RedisFleet
 from tests.support import ThreadedServer, wait_for
 

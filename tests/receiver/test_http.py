@@ -20,7 +20,7 @@ from receiver.http import (
     presented_key,
     read_body,
 )
-from svcgw.settings import Settings
+from svcgw.config.settings import Settings
 from tests.receiver.console.conftest import make_developer
 
 with warnings.catch_warnings():

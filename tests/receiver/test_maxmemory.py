@@ -11,11 +11,11 @@ import pytest
 from redis import Redis
 
 from receiver.app import create_app
-from svcgw import redisconf
-from svcgw.calllog import body_of
-from svcgw.envelope import parse_post
-from svcgw.keys import PLAIN as keys
-from svcgw.settings import Settings
+from svcgw.config.settings import Settings
+from svcgw.intake.calllog import body_of
+from svcgw.intake.envelope import parse_post
+from svcgw.storage import serverconfig
+from svcgw.storage.keys import PLAIN as keys
 from tests.conftest import provision
 from tests.deploy.redis_nodes import Node, require_binaries
 from tests.support import Sink, ThreadedServer, ThreadedWorker, wait_for
@@ -31,7 +31,7 @@ HEADROOM = 1024 * 1024
 def full_redis(tmp_path: Path) -> Iterator[Node]:
     """A redis-server of the test's own, with the service's settings (noeviction among them)."""
     require_binaries("redis-server")
-    node = Node("redis-server", tmp_path / "redis", ["--save", "", "--appendonly", "no", *redisconf.server_args()])
+    node = Node("redis-server", tmp_path / "redis", ["--save", "", "--appendonly", "no", *serverconfig.server_args()])
     node.start()
     yield node
     node.kill()

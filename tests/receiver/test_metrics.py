@@ -10,9 +10,9 @@ from prometheus_client.parser import text_string_to_metric_families
 from redis import Redis
 
 from receiver.metrics import merge, render
-from svcgw.keys import PLAIN as keys
-from svcgw.metrics import LATENCY_BUCKETS, attempt_commands, ingest_commands
-from svcgw.settings import Settings, SettingsError
+from svcgw.config.settings import Settings, SettingsError
+from svcgw.counters import LATENCY_BUCKETS, attempt_commands, ingest_commands
+from svcgw.storage.keys import PLAIN as keys
 from tests.conftest import provision
 from tests.support import Sink, ThreadedWorker, wait_for
 

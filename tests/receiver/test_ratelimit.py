@@ -9,7 +9,7 @@ import pytest
 from redis.asyncio import Redis as AsyncRedis
 
 from receiver.ratelimit import RateLimiter
-from svcgw.keys import PLAIN as keys
+from svcgw.storage.keys import PLAIN as keys
 
 
 class FakeClock:

@@ -33,9 +33,9 @@ from starlette.applications import Starlette
 
 from receiver.app import create_app
 from receiver.openapi import document
-from svcgw.keys import PLAIN as keys
-from svcgw.settings import Settings
-from svcgw.store import Store
+from svcgw.config.settings import Settings
+from svcgw.registry.store import Store
+from svcgw.storage.keys import PLAIN as keys
 from svcgw.vault import TokenVault
 from tests.receiver.gateway.stack import sim as sim  # the simulator fixture, shared with this module
 

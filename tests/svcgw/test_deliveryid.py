@@ -8,10 +8,10 @@ from redis import Redis
 from redis.asyncio import Redis as AsyncRedis
 
 from svcgw import deliveryid
-from svcgw.bareoutcome import Outcome, attempts_of, delivered, late_bucket, late_buckets, late_expire_at
-from svcgw.ingest import Ingest
-from svcgw.keys import PLAIN as keys
-from svcgw.settings import Settings
+from svcgw.config.settings import Settings
+from svcgw.delivery.outcomes import Outcome, attempts_of, delivered, late_bucket, late_buckets, late_expire_at
+from svcgw.intake.ingest import Ingest
+from svcgw.storage.keys import PLAIN as keys
 from tests.conftest import provision
 
 

@@ -14,7 +14,7 @@ import pytest
 import redis
 import redis.exceptions
 
-from svcgw.signing import verify
+from svcgw.callbacks.signing import verify
 from tests.support import Process, free_port, wait_for
 
 # Real processes of the service: run by .ci/run with the rest; `-m 'not slow'` skips them.

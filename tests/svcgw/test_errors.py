@@ -46,8 +46,8 @@ def _own_exceptions() -> dict[str, type[BaseException]]:
 
 # Exceptions that must stay what a library expects, raised and caught inside one module.
 OUTSIDE_THE_TREE = {
-    "svcgw.outbound._ForbiddenAddress",  # an OSError for aiohttp's connector, turned into Refused
-    "svcgw.outbound.DestinationRefused",  # an aiohttp connection error, turned into Refused
+    "svcgw.callbacks.outbound._ForbiddenAddress",  # an OSError for aiohttp's connector, turned into Refused
+    "svcgw.callbacks.outbound.DestinationRefused",  # an aiohttp connection error, turned into Refused
 }
 
 
@@ -89,11 +89,11 @@ def test_every_exception_of_the_service_is_under_the_one_root() -> None:
 def test_the_branches_keep_the_builtin_bases_callers_catch() -> None:
     from receiver.console.web import ConsoleHTTPError, RateLimited
     from receiver.http import BodyTooLarge, ConflictingKeys
-    from svcgw.addresses import AddressError
-    from svcgw.deadletters import NotFound as DeadLetterNotFound
-    from svcgw.ingest import ReplicaNotConfirmed, UnknownReceiver
-    from svcgw.outbound import SendError
-    from svcgw.store import NotFound
+    from svcgw.callbacks.addresses import AddressError
+    from svcgw.callbacks.outbound import SendError
+    from svcgw.delivery.deadletters import NotFound as DeadLetterNotFound
+    from svcgw.intake.ingest import ReplicaNotConfirmed, UnknownReceiver
+    from svcgw.registry.store import NotFound
     from svcgw.upstream import UpstreamError
     from svcgw.vault import VaultError
 
@@ -157,7 +157,7 @@ def test_each_surface_maps_refusals_in_one_place() -> None:
 
 def test_the_cli_words_an_address_error_with_its_code() -> None:
     from cli.context import error_message
-    from svcgw.addresses import AddressError
+    from svcgw.callbacks.addresses import AddressError
 
     assert error_message(AddressError(-40012, "that is our own address")) == "that is our own address (code -40012)"
     assert error_message(errors.Missing("no such account")) == "no such account"

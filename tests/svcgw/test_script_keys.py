@@ -16,11 +16,12 @@ import pytest
 from redis import Redis
 from redis.asyncio import Redis as AsyncRedis
 
-from svcgw import deadletters, liveness
-from svcgw.keys import PLAIN as keys
-from svcgw.replay import replay
-from svcgw.retrynow import NotRetrying, retry_now
-from svcgw.settings import Settings
+from svcgw.config.settings import Settings
+from svcgw.delivery import deadletters
+from svcgw.delivery.replay import replay
+from svcgw.delivery.retrynow import NotRetrying, retry_now
+from svcgw.liveness import transitions
+from svcgw.storage.keys import PLAIN as keys
 from tests.conftest import provision
 from tests.receiver.console.conftest import ConsoleClient
 from tests.receiver.gateway.stack import sim as sim  # the module's simulator fixture
@@ -61,7 +62,7 @@ def _started_now(settings: Settings, appid: str) -> None:
     async def go() -> None:
         client = AsyncRedis.from_url(settings.redis_url or "")
         try:
-            await liveness.mark_started(client, keys, appid, 0.0)
+            await transitions.mark_started(client, keys, appid, 0.0)
         finally:
             await client.aclose()
 

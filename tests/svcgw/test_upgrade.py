@@ -7,15 +7,16 @@ import time
 import orjson
 from redis import Redis
 
-from svcgw import retag
-from svcgw.deliveries import new_delivery_id, queue_delivery
-from svcgw.keys import PLAIN as keys
-from svcgw.settings import Settings
+from svcgw.config.settings import Settings
+from svcgw.delivery.queueing import queue_delivery
+from svcgw.deliveryid import new_delivery_id
+from svcgw.storage import renames
+from svcgw.storage.keys import PLAIN as keys
 from tests import support_oldlayout as old
 from tests.conftest import provision
 from tests.support import Sink, is_delivered, service_chain, wait_for
-from tests.svcgw.test_deadletters import ingest, list_dead, replay
-from tests.svcgw.test_deliverylist import listed, shown
+from tests.svcgw.delivery.test_deadletters import ingest, list_dead, replay
+from tests.svcgw.delivery.test_listing import listed, shown
 from tests.worker.test_engine import Running
 
 
@@ -36,8 +37,8 @@ def test_pending_retrying_delivered_and_dead_deliveries_of_before_are_delivered_
     assert not fresh.startswith("dlv_")
     states = [(fresh, "pending"), (died, "dead"), (done, "delivered"), (retried, "retrying"), (pending, "pending")]
     assert [(d.id, d.state) for d in listed(settings, tenant.appid).deliveries] == states
-    # Its log and dead index of before carry the instance's tag now (svcgw.retag).
-    assert not any(redis.exists(name) for name in retag.untagged_instance_keys(tenant.appid))
+    # Its log and dead index of before carry the instance's tag now (svcgw.storage.renames).
+    assert not any(redis.exists(name) for name in renames.untagged_instance_keys(tenant.appid))
     assert [d.id for d in list_dead(settings, appid=tenant.appid)] == [died]
     with Running(settings):
         wait_for(lambda: all(is_delivered(redis, d) for d in (pending, retried, fresh)), timeout=20,
@@ -75,7 +76,7 @@ def test_service_events_of_before_keep_their_order_and_seq_under_the_tagged_name
     tenant = provision(settings, url=sink.url)
     offline = old.service_event(redis, settings, tenant, "InstanceOffline")
     recovered = old.service_event(redis, settings, tenant, "InstanceRecovered")  # deferred behind it
-    assert redis.llen(retag.untagged_instance_keys(tenant.appid)[2]) == 2
+    assert redis.llen(renames.untagged_instance_keys(tenant.appid)[2]) == 2
 
     ingest(settings, tenant, b'{"event_type":"Msg","events":[{"id":"u-after"}]}')  # the first start of the new version
     assert redis.lrange(keys.service_events(tenant.appid), 0, -1) == [offline.encode(), recovered.encode()]

@@ -12,7 +12,7 @@ import httpx
 import pytest
 from svcgw_verify import NO_MATCH, check, verify
 
-from svcgw.settings import Settings
+from svcgw.config.settings import Settings
 from tests.conftest import provision
 from tests.support import Process, Sink, wait_for
 from tests.verify.conftest import NODE_LIB

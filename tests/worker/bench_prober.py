@@ -28,8 +28,8 @@ from redis import Redis
 from redis.asyncio import Redis as AsyncRedis
 from redis.exceptions import RedisError
 
-from svcgw.keys import PLAIN as keys
-from svcgw.settings import Settings
+from svcgw.config.settings import Settings
+from svcgw.storage.keys import PLAIN as keys
 from svcgw.upstream import Upstream
 from tests.support import Process, free_port, wait_for
 from worker.engine import loop_factory

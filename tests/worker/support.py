@@ -9,9 +9,10 @@ from typing import TypeVar
 
 from redis.asyncio import Redis
 
-from svcgw import failing, liveness
-from svcgw.keys import PLAIN as keys
-from svcgw.settings import Settings
+from svcgw.config.settings import Settings
+from svcgw.delivery import failingdestinations
+from svcgw.liveness import transitions
+from svcgw.storage.keys import PLAIN as keys
 from tests.conftest import Tenant, provision
 from tests.support import Received
 from worker.engine import Engine, loop_factory
@@ -28,7 +29,7 @@ def with_queue(settings: Settings, action: Callable[[DeliveryQueue], Awaitable[T
                 client,
                 keys, settings.queue_name,
                 lease_seconds=settings.lease_seconds,
-                failing_argument=failing.script_argument(settings),
+                failing_argument=failingdestinations.script_argument(settings),
                 log_retention=settings.log_retention,
             )
             return await action(queue)
@@ -62,10 +63,10 @@ def flip(settings: Settings, appid: str, *, offline: bool) -> str:
         client = Redis.from_url(settings.redis_url or "")
         try:
             if offline:
-                return await liveness.go_offline(
+                return await transitions.go_offline(
                     client, keys, settings, appid, reason="lost", action_required="relogin", detected_at=time.time()
                 )
-            return await liveness.go_online(client, keys, settings, appid, auto_reconnected=True, at=time.time())
+            return await transitions.go_online(client, keys, settings, appid, auto_reconnected=True, at=time.time())
         finally:
             await client.aclose()
 
@@ -84,7 +85,7 @@ def started(settings: Settings, url: str) -> Tenant:
 async def _mark_started(settings: Settings, appid: str) -> None:
     client = Redis.from_url(settings.redis_url or "")
     try:
-        await liveness.mark_started(client, keys, appid, 3600)
+        await transitions.mark_started(client, keys, appid, 3600)
     finally:
         await client.aclose()
 

@@ -9,12 +9,12 @@ from typing import Any
 import pytest
 from redis import Redis
 
-from svcgw.ingest import Ingest
-from svcgw.keys import PLAIN as keys
-from svcgw.settings import Settings
-from svcgw.store import Scope, Store
+from svcgw.config.settings import Settings
+from svcgw.intake.ingest import Ingest
+from svcgw.registry.store import Scope, Store
+from svcgw.storage.keys import PLAIN as keys
 from tests.conftest import Tenant, provision, with_store
-from tests.svcgw.test_deadletters import ingest
+from tests.svcgw.delivery.test_deadletters import ingest
 from tests.worker.support import with_queue
 from tests.worker.test_queue import status
 from tests.worker.test_slots import Clock

@@ -8,8 +8,8 @@ from collections.abc import Mapping
 
 from cryptography.fernet import Fernet
 
-from svcgw.outbound import Response
-from svcgw.signing import verify
+from svcgw.callbacks.outbound import Response
+from svcgw.callbacks.signing import verify
 from svcgw.vault import TokenVault
 from worker.delivery import ANSWER_BODY_BYTES, Attempt, Prepared, prepare_claimed, send
 from worker.queue import Claimed

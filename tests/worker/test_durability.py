@@ -12,8 +12,8 @@ import orjson
 import pytest
 from redis import Redis
 
-from svcgw.keys import PLAIN as keys
-from svcgw.settings import Settings
+from svcgw.config.settings import Settings
+from svcgw.storage.keys import PLAIN as keys
 from tests.conftest import provision
 from tests.support import Process, Sink, free_port, is_delivered, start_server, wait_for
 from tests.worker.support import flip, kind, started

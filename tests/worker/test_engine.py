@@ -12,14 +12,14 @@ from urllib.parse import urlsplit
 import pytest
 from redis import Redis
 
-from svcgw.keys import PLAIN as keys
-from svcgw.outbound import Response, Sender
-from svcgw.settings import Settings
-from svcgw.store import Scope, Store
+from svcgw.callbacks.outbound import Response, Sender
+from svcgw.config.settings import Settings
+from svcgw.registry.store import Scope, Store
+from svcgw.storage.keys import PLAIN as keys
 from svcgw.vault import TokenVault
 from tests.conftest import Tenant, provision, with_store
 from tests.support import Sink, attempt_records, wait_for
-from tests.svcgw.test_deadletters import ingest
+from tests.svcgw.delivery.test_deadletters import ingest
 from tests.worker.support import claim_batch, with_queue
 from worker.engine import Engine, loop_factory
 

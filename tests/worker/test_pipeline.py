@@ -12,9 +12,9 @@ from cryptography.hazmat.primitives import hashes
 from cryptography.hazmat.primitives import hmac as crypto_hmac
 from redis import Redis
 
-from svcgw.keys import PLAIN as keys
-from svcgw.settings import Settings
-from svcgw.store import Scope, Store
+from svcgw.config.settings import Settings
+from svcgw.registry.store import Scope, Store
+from svcgw.storage.keys import PLAIN as keys
 from tests.conftest import Tenant, provision, with_store
 from tests.support import Process, Received, Sink, ThreadedWorker, attempt_records, is_delivered, start_server, wait_for
 from tests.worker.support import failing_first, flip, kind, started
@@ -147,7 +147,7 @@ def test_failing_sink_retries_on_schedule_then_dead_letter_then_replay(
     assert Job.fetch(delivery_id, connection=redis, serializer=JSONSerializer).get_status() == "failed"
 
     # Replay while the sink still fails: one fresh attempt, then back to the dead letters.
-    from tests.svcgw.test_deadletters import replay
+    from tests.svcgw.delivery.test_deadletters import replay
 
     assert [r.status for r in replay(settings, ids=[delivery_id])] == ["replayed"]
     wait_for(lambda: len(sink.posts()) == 8 and _dead(redis), what="the failed replay")
@@ -255,7 +255,7 @@ def test_loopback_destination_is_refused_at_connect_time_unless_allowed(
         strict.stop()
     allowed = Process(["worker"], env, "allowed-worker").start()
     try:
-        from tests.svcgw.test_deadletters import replay
+        from tests.svcgw.delivery.test_deadletters import replay
 
         assert [r.status for r in replay(settings, ids=[dead[0].decode()])] == ["replayed"]
         wait_for(sink.posts, what="the delivery through the allow-list")

@@ -13,7 +13,7 @@ from redis import Redis
 from rq.worker import Worker
 from rq.worker_registration import REDIS_WORKER_KEYS, WORKERS_BY_QUEUE_KEY
 
-from svcgw.settings import Settings
+from svcgw.config.settings import Settings
 from tests.conftest import provision
 from tests.support import Process, Sink, wait_for
 

@@ -66,7 +66,7 @@ def test_a_loss_found_by_the_prober_waits_for_a_gap_closed_then_is_offline_relog
 
 
 def test_an_offline_instance_still_lost_is_reported_again_without_waiting() -> None:
-    # The flip itself is a no-op then; svcgw.liveness queues no second event.
+    # The flip itself is a no-op then; svcgw.liveness.transitions queues no second event.
     step = decide(facts("offline", first=CLOSED, reconnect=Judgement(True, at=STARTED + 2), second=CLOSED))
     assert isinstance(step, Done) and step.outcome == "offline" and not step.seen
 

@@ -18,9 +18,11 @@ from redis import Redis
 from redis.asyncio import Redis as AsyncRedis
 from redis.exceptions import ResponseError
 
-from svcgw import liveness, scripts
-from svcgw.keys import PLAIN as keys
-from svcgw.settings import Settings
+from svcgw.config.settings import Settings
+from svcgw.intake import gapclosed
+from svcgw.liveness import transitions
+from svcgw.storage import scripts
+from svcgw.storage.keys import PLAIN as keys
 from svcgw.upstream import Upstream
 from tests.conftest import Tenant, provision, run
 from tests.receiver.gateway.stack import sim as sim  # the simulator, in-process behind a real HTTP server
@@ -42,7 +44,7 @@ def mark_started(settings: Settings, appid: str, interval: float = INTERVAL) -> 
     async def go() -> None:
         client = AsyncRedis.from_url(settings.redis_url or "")
         try:
-            await liveness.mark_started(client, keys, appid, interval)
+            await transitions.mark_started(client, keys, appid, interval)
         finally:
             await client.aclose()
 
@@ -53,7 +55,7 @@ def mark_stopped(settings: Settings, appid: str) -> None:
     async def go() -> None:
         client = AsyncRedis.from_url(settings.redis_url or "")
         try:
-            await liveness.mark_stopped(client, keys, appid)
+            await transitions.mark_stopped(client, keys, appid)
         finally:
             await client.aclose()
 
@@ -445,7 +447,7 @@ def test_a_manual_gap_closed_goes_offline_without_calling_the_layer(
 
     async def gap() -> None:
         client = AsyncRedis.from_url(settings.redis_url or "")
-        await liveness.on_gap_closed(client, keys, appid, [(-1008, "logged out on phone")])
+        await gapclosed.on_gap_closed(client, keys, appid, [(-1008, "logged out on phone")])
         await client.aclose()
 
     run(gap())
@@ -535,7 +537,7 @@ def test_a_brief_drop_healed_by_reconnect_sends_no_event(
     wait_rounds(sim_control, appid, 3)
     assert sim_control.calls(appid)["login/reconnect"] == 1
     assert service_events(sink, appid) == []
-    assert liveness.describe(text.hgetall(keys.instance(appid)))["status"] == "online"
+    assert transitions.describe(text.hgetall(keys.instance(appid)))["status"] == "online"
 
 
 def test_a_failed_reconnect_sends_one_offline_and_the_heal_one_recovered(
@@ -586,7 +588,7 @@ def test_logged_in_elsewhere_is_offline_manual_until_the_next_start(
     assert calls["login/reconnect"] <= 1
     text = Redis.from_url(settings.redis_url or "", decode_responses=True)
     assert text.zscore(keys.probe_schedule, appid) is None
-    described = liveness.describe(text.hgetall(keys.instance(appid)))
+    described = transitions.describe(text.hgetall(keys.instance(appid)))
     assert (described["status"], described["action_required"], described["maintained"]) == ("offline", "manual", False)
     text.close()
 

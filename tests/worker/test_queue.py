@@ -11,13 +11,14 @@ from redis import Redis
 from redis.asyncio import Redis as AsyncRedis
 from redis.exceptions import ResponseError
 
-from svcgw import chainkeys, deadletters
-from svcgw.deliveries import new_delivery_id, queue_delivery
-from svcgw.keys import PLAIN as keys
-from svcgw.settings import Settings
+from svcgw.config.settings import Settings
+from svcgw.delivery import chainkeys, deadletters
+from svcgw.delivery.queueing import queue_delivery
+from svcgw.deliveryid import new_delivery_id
+from svcgw.storage.keys import PLAIN as keys
 from tests.conftest import Tenant, provision
 from tests.support import service_chain, wait_for
-from tests.svcgw.test_deadletters import ingest
+from tests.svcgw.delivery.test_deadletters import ingest
 from tests.worker.support import claim, finish, with_queue
 from worker.queue import DeliveryQueue, Finish
 

@@ -11,8 +11,8 @@ from typing import Any
 
 import pytest
 
+from svcgw.config.settings import Settings
 from svcgw.logs import JsonFormatter, TextFormatter
-from svcgw.settings import Settings
 from tests.deploy.redis_fleet import RedisFleet
 from tests.support import ThreadedWorker, wait_for
 from worker import main

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 
-from svcgw.settings import Settings
+from svcgw.config.settings import Settings
 from tests.conftest import provision
 from tests.support import Received, Sink, wait_for
 from tests.worker.test_engine import Running, _post

@@ -13,10 +13,10 @@ import pytest
 
 from receiver.app import create_app
 from receiver.ratelimit import RateLimiter
-from svcgw.connections import async_client
-from svcgw.keys import PLAIN as keys
-from svcgw.settings import Settings
-from svcgw.store import Store
+from svcgw.config.settings import Settings
+from svcgw.registry.store import Store
+from svcgw.shards.connections import async_client
+from svcgw.storage.keys import PLAIN as keys
 from tests.conftest import with_store
 from tests.support import ThreadedServer
 

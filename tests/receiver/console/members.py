@@ -7,12 +7,12 @@ from dataclasses import dataclass
 
 import httpx
 
-from svcgw import passwords
-from svcgw.credentials import Credentials
-from svcgw.invitations import Invitations
-from svcgw.keys import PLAIN as keys
-from svcgw.settings import Settings
-from svcgw.store import Store
+from svcgw.config.settings import Settings
+from svcgw.registry import passwords
+from svcgw.registry.credentials import Credentials
+from svcgw.registry.invitations import Invitations
+from svcgw.registry.store import Store
+from svcgw.storage.keys import PLAIN as keys
 from tests.conftest import with_store
 from tests.receiver.console.conftest import ConsoleClient
 

@@ -11,9 +11,9 @@ import httpx
 from redis import Redis
 
 from svcgw import errors
-from svcgw.keys import PLAIN as keys
-from svcgw.settings import Settings
-from svcgw.store import Store
+from svcgw.config.settings import Settings
+from svcgw.registry.store import Store
+from svcgw.storage.keys import PLAIN as keys
 from tests.conftest import with_store
 from tests.receiver.console.conftest import ConsoleClient, Developer, serve
 from tests.receiver.console.members import PASSWORD, PasswordClient, invite, make_member, sign_in

@@ -10,11 +10,11 @@ import httpx
 import orjson
 from redis import Redis
 
-from svcgw.deliveries import exc_info_field
-from svcgw.keys import PLAIN as keys
-from svcgw.settings import Settings
-from svcgw.signing import verify
-from svcgw.store import Store
+from svcgw.callbacks.signing import verify
+from svcgw.config.settings import Settings
+from svcgw.registry.store import Store
+from svcgw.storage.keys import PLAIN as keys
+from svcgw.storage.rqformat import exc_info_field
 from tests.conftest import with_store
 from tests.receiver.console.conftest import ConsoleClient, Developer, gateway_call, serve
 from tests.support import Sink, wait_for
@@ -258,7 +258,7 @@ def test_other_accounts_appids_are_refused_like_unknown_ones(
     theirs = stranger.appids[0]
 
     async def configure(store: Store) -> None:
-        from svcgw.store import Scope
+        from svcgw.registry.store import Scope
 
         await store.set_callback(Scope(appid=theirs), "http://127.0.0.1:9/theirs", bearer_token="their-token")
 

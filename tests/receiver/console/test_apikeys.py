@@ -8,8 +8,8 @@ import time
 import httpx
 from redis import Redis
 
-from svcgw.keys import PLAIN as keys
-from svcgw.settings import Settings
+from svcgw.config.settings import Settings
+from svcgw.storage.keys import PLAIN as keys
 from tests.receiver.console.conftest import ConsoleClient, Developer, serve
 from tests.receiver.console.members import PASSWORD, PasswordClient, make_member
 from tests.receiver.console.test_pages import csrf_of

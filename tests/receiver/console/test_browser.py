@@ -21,8 +21,8 @@ import orjson
 import pytest
 from redis import Redis
 
-from svcgw.keys import PLAIN as keys
-from svcgw.settings import Settings
+from svcgw.config.settings import Settings
+from svcgw.storage.keys import PLAIN as keys
 from svcgw.vault import TokenVault
 from tests.receiver.console.conftest import Developer
 from tests.support import Sink, ThreadedWorker, missing_tool, start_server, tools_required, wait_for

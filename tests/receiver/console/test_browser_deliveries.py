@@ -14,9 +14,9 @@ import httpx
 import pytest
 from redis import Redis
 
-from svcgw.keys import PLAIN as keys
-from svcgw.settings import Settings
-from svcgw.store import Scope, Store
+from svcgw.config.settings import Settings
+from svcgw.registry.store import Scope, Store
+from svcgw.storage.keys import PLAIN as keys
 from tests.conftest import with_store
 from tests.receiver.console import test_browser
 from tests.receiver.console.conftest import Developer

@@ -23,7 +23,7 @@ import httpx
 import orjson
 import pytest
 
-from svcgw.signing import verify
+from svcgw.callbacks.signing import verify
 from tests.receiver.console import test_browser
 from tests.receiver.console.conftest import ConsoleClient
 from tests.receiver.console.journey import Phone, accept_invitation, create_api_key, new_instance_by_qr, relogin

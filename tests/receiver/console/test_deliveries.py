@@ -7,14 +7,14 @@ import time
 import httpx
 from redis import Redis
 
-from svcgw.failing import destination_of
-from svcgw.keys import PLAIN as keys
-from svcgw.settings import Settings
+from svcgw.config.settings import Settings
+from svcgw.delivery.failingdestinations import destination_of
+from svcgw.storage.keys import PLAIN as keys
 from tests.conftest import Tenant
 from tests.receiver.console.conftest import ConsoleClient, Developer
 from tests.receiver.console.test_pages import csrf_of, signed_in
-from tests.svcgw.test_deadletters import ingest, kill
-from tests.svcgw.test_deliverylist import deliver_now, fail_once
+from tests.svcgw.delivery.test_deadletters import ingest, kill
+from tests.svcgw.delivery.test_listing import deliver_now, fail_once
 
 NO_DELIVERY = {"code": -40404, "message": "no such delivery", "data": None}
 

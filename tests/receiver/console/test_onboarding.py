@@ -16,11 +16,11 @@ from typing import Any
 import pytest
 from redis import Redis
 
-from svcgw import liveness
-from svcgw.connections import async_client
-from svcgw.keys import PLAIN as keys
-from svcgw.settings import Settings
-from svcgw.store import Scope, Store
+from svcgw.config.settings import Settings
+from svcgw.liveness import transitions
+from svcgw.registry.store import Scope, Store
+from svcgw.shards.connections import async_client
+from svcgw.storage.keys import PLAIN as keys
 from tests.receiver.console.conftest import ConsoleClient
 from tests.receiver.gateway.stack import Stack, start_stack
 from tests.receiver.gateway.stack import sim as sim  # the module's simulator fixture
@@ -89,7 +89,7 @@ def stranger(stack: Stack) -> Iterator[Developer]:
 
 
 def status_of(redis: Redis, appid: str) -> str:
-    return str(liveness.describe(redis.hgetall(keys.instance(appid)))["status"])
+    return str(transitions.describe(redis.hgetall(keys.instance(appid)))["status"])
 
 
 def service_events(redis: Redis, appid: str, event_type: str) -> int:
@@ -104,7 +104,7 @@ def go_offline(settings: Settings, appid: str) -> None:
     async def flip() -> None:
         client = async_client(settings, decode=True)
         try:
-            made = await liveness.go_offline(
+            made = await transitions.go_offline(
                 client, keys, settings, appid, reason="probe failed", action_required="relogin", detected_at=1.0
             )
             assert made is not None

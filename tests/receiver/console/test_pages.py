@@ -7,8 +7,8 @@ import re
 import httpx
 from redis import Redis
 
-from svcgw.keys import PLAIN as keys
-from svcgw.settings import Settings
+from svcgw.config.settings import Settings
+from svcgw.storage.keys import PLAIN as keys
 from svcgw.vault import TokenVault
 from tests.conftest import with_store
 from tests.receiver.console.conftest import Developer, gateway_call, serve

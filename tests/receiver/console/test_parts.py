@@ -9,8 +9,8 @@ import pytest
 
 from receiver.console.pages import _safe_next
 from receiver.console.service import Invalid, _operations
-from svcgw.callbacktest import TEST_CONTENT, TEST_EVENT_TYPE, build_test_body, signed_headers
-from svcgw.signing import sign
+from svcgw.callbacks.signing import sign
+from svcgw.callbacks.testpost import TEST_CONTENT, TEST_EVENT_TYPE, build_test_body, signed_headers
 
 
 def test_test_body_for_an_instance_and_for_the_account_default() -> None:

@@ -22,9 +22,9 @@ from receiver.console.signin import (
     PasswordSignIn,
 )
 from receiver.services import build_services
-from svcgw import passwords
-from svcgw.keys import PLAIN as keys
-from svcgw.settings import Settings
+from svcgw.config.settings import Settings
+from svcgw.registry import passwords
+from svcgw.storage.keys import PLAIN as keys
 from tests.receiver.console.members import PASSWORD, make_member
 
 T = TypeVar("T")
@@ -43,7 +43,7 @@ def with_signin(settings: Settings, work: Callable[[PasswordSignIn], Awaitable[T
 
 
 class Checks:
-    """Counts the argon2 runs of ``svcgw.passwords``: on which threads, and how many at once."""
+    """Counts the argon2 runs of ``svcgw.registry.passwords``: on which threads, and how many at once."""
 
     def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
         self.threads: set[int] = set()

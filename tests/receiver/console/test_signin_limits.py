@@ -21,7 +21,7 @@ from cli.main import cli
 from cli.runner import server_options
 from receiver.app import create_app
 from svcgw import errors
-from svcgw.settings import Settings, SettingsError
+from svcgw.config.settings import Settings, SettingsError
 from tests.receiver.console.conftest import make_developer
 from tests.receiver.console.members import PASSWORD, make_member, sign_in
 from tests.receiver.console.test_pages import csrf_of

@@ -9,7 +9,7 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from receiver.console.service import DeliveryNotFound, DeniedByOperator, Invalid, NotFound, NotRetrying
 from receiver.console.web import ConsoleHTTPError, address_error, console_refusal
 from svcgw import errors
-from svcgw.addresses import OWN_ADDRESS, AddressError
+from svcgw.callbacks.addresses import OWN_ADDRESS, AddressError
 
 
 @pytest.mark.parametrize(

@@ -18,11 +18,11 @@ from redis.asyncio import Redis as AsyncRedis
 from starlette.exceptions import StarletteDeprecationWarning
 
 from receiver.app import create_app
-from svcgw import dedup, envelope
-from svcgw.ingest import PARSE_IN_THREAD_BYTES, Ingest, UnknownReceiver
-from svcgw.keys import PLAIN as keys
-from svcgw.settings import Settings, SettingsError
-from svcgw.store import digest
+from svcgw.config.settings import Settings, SettingsError
+from svcgw.digests import digest
+from svcgw.intake import dedup, envelope
+from svcgw.intake.ingest import PARSE_IN_THREAD_BYTES, Ingest, UnknownReceiver
+from svcgw.storage.keys import PLAIN as keys
 from tests.conftest import provision
 from tests.deploy.redis_nodes import Node, require_binaries
 
@@ -105,7 +105,7 @@ def test_a_post_mixing_events_with_and_without_an_id(settings: Settings, server:
     assert post(tenant.receiver_url(server), body).json()["data"] == {"accepted": 2, "duplicates": 1}
     second = redis.hget(keys.delivery(queued(redis)[1].decode()), "body")
     assert second is not None and second.endswith(b'"events":[{"code":0},{"code":0}]}')
-    # The Redis of the tests has no HEXPIRE: the window is kept in buckets (svcgw.dedup).
+    # The Redis of the tests has no HEXPIRE: the window is kept in buckets (svcgw.intake.dedup).
     now = time.time()
     seconds = dedup.window(settings)
     (bucket,) = redis.keys("svcgw:dd:*")
@@ -294,7 +294,7 @@ def test_a_large_valid_post_is_parsed_off_the_event_loop(settings: Settings, red
         try:
             ingest = Ingest(client, keys, settings)
             for raw in (body, pad):
-                with mock.patch("svcgw.ingest.parse_post", side_effect=lambda *a, **k: (
+                with mock.patch("svcgw.intake.ingest.parse_post", side_effect=lambda *a, **k: (
                     threads.append(threading.current_thread().name), real(*a, **k))[1]):
                     await ingest.accept(tenant.appid, tenant.receiver_token, raw)
         finally:

@@ -23,8 +23,8 @@ from receiver.app import create_app
 from receiver.ratelimit import Clock
 from receiver.services import build_services
 from simulator.app import create_app as create_sim
-from svcgw.settings import Settings
-from svcgw.store import Scope, Store
+from svcgw.config.settings import Settings
+from svcgw.registry.store import Scope, Store
 from tests.conftest import with_store
 from tests.support import Process, ThreadedServer, free_port, wait_ready_or_stop
 

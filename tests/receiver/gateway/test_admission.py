@@ -14,8 +14,9 @@ from redis.asyncio import Redis as AsyncRedis
 from receiver.gateway import admission as admission_module
 from receiver.gateway.admission import Admission
 from receiver.ratelimit import RateLimiter
-from svcgw.keys import PLAIN as keys
-from svcgw.store import Store, digest
+from svcgw.digests import digest
+from svcgw.registry.store import Store
+from svcgw.storage.keys import PLAIN as keys
 from svcgw.vault import TokenVault
 from tests.scriptkeys import ScriptKeyWatch
 

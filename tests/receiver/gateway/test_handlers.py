@@ -13,10 +13,10 @@ import httpx
 import pytest
 from redis import Redis
 
-from svcgw.keys import PLAIN as keys
-from svcgw.settings import Settings
-from svcgw.signing import verify
-from svcgw.store import Scope, Store
+from svcgw.callbacks.signing import verify
+from svcgw.config.settings import Settings
+from svcgw.registry.store import Scope, Store
+from svcgw.storage.keys import PLAIN as keys
 from tests.conftest import with_store
 from tests.support import Sink, ThreadedWorker, wait_for
 

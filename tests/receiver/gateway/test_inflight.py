@@ -12,9 +12,9 @@ import pytest
 
 from receiver.gateway import body as gateway_body
 from receiver.gateway.inflight import InflightBytes
+from svcgw.config.settings import Settings, SettingsError
 from svcgw.errors import GatewayError
-from svcgw.ingest import PARSE_IN_THREAD_BYTES
-from svcgw.settings import Settings, SettingsError
+from svcgw.intake.ingest import PARSE_IN_THREAD_BYTES
 from tests.support import wait_for
 
 from .stack import Stack, error, start_stack

@@ -8,7 +8,7 @@ from redis import Redis
 from redis.asyncio import Redis as AsyncRedis
 
 from receiver.gateway.quota import DeviceQuota
-from svcgw.keys import PLAIN as keys
+from svcgw.storage.keys import PLAIN as keys
 
 
 def _async_redis(redis_url: str) -> AsyncRedis:

@@ -1,0 +1,1 @@
+"""Configuration: the settings, read once from the environment, and the shards' layout they name."""

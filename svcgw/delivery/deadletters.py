@@ -1,0 +1,221 @@
+"""Dead letters: deliveries whose retries ran out, listed and shown (replayed by :mod:`svcgw.delivery.replay`).
+
+Where they are, and how an id is known to be one still, is
+:mod:`svcgw.delivery.deadindex`: RQ's failed registry, and an index by instance.
+:func:`replay` and :class:`ReplayResult` are importable from here too.
+
+Every function takes an optional ``account``: with it, a dead letter of
+another account is treated exactly like one that does not exist, so the
+answer tells nothing about other accounts (the console relies on this).
+
+The functions are coroutines; they accept a ``redis.asyncio`` client in either
+decoding mode.
+
+Errors::
+
+    DeadLetterError
+    └── NotFound          (also a LookupError)
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import orjson
+from redis.asyncio import Redis
+
+from svcgw import deliveryid
+from svcgw.config.settings import Settings
+from svcgw.delivery import attemptrecords
+from svcgw.delivery.deadindex import candidates, is_dead, live_ids, newest
+from svcgw.delivery.replay import ReplayResult, replay
+from svcgw.delivery.view import field_float, field_text
+from svcgw.errors import Missing, SvcgwError
+from svcgw.storage.keys import KeySpace
+
+__all__ = [
+    "DeadLetter",
+    "DeadLetterDetail",
+    "DeadLetterError",
+    "NotFound",
+    "ReplayResult",
+    "count_dead",
+    "list_dead",
+    "replay",
+    "show",
+]
+
+_FIELDS = ("appid", "account", "event_type", "attempts", "dead_at", "received_at", "state")
+
+
+class DeadLetterError(SvcgwError):
+    """Base class of this module's errors."""
+
+
+class NotFound(DeadLetterError, Missing, LookupError):
+    """No such dead letter (or it belongs to another account)."""
+
+
+@dataclass(frozen=True)
+class DeadLetter:
+    id: str
+    appid: str
+    account: str
+    event_type: str
+    attempts: int
+    last_error: str | None
+    dead_at: float | None
+    received_at: float | None
+
+    def as_dict(self) -> dict[str, object]:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class DeadLetterDetail:
+    """A dead letter with its body (as text) and every attempt record, oldest first."""
+
+    id: str
+    appid: str
+    account: str
+    event_type: str
+    last_error: str | None
+    dead_at: float | None
+    received_at: float | None
+    body: str = field(repr=False)
+    attempts: list[dict[str, Any]] = field(default_factory=list)
+
+    def as_dict(self) -> dict[str, object]:
+        return asdict(self)
+
+
+# --- reading -------------------------------------------------------------------
+async def list_dead(
+    redis: Redis,
+    keys: KeySpace,
+    settings: Settings,
+    *,
+    appid: str | None = None,
+    account: str | None = None,
+    limit: int = 100,
+    offset: int = 0,
+) -> list[DeadLetter]:
+    """Dead letters, newest first, optionally of one instance and/or one account."""
+    if limit < 0 or offset < 0:
+        raise ValueError("limit and offset cannot be negative")
+    if limit == 0:
+        return []
+    failed = keys.rq.failed(settings.queue_name)
+    if appid is None and account is None:
+        # The registry itself is ordered by expiry, i.e. by the time each died.
+        letters: list[DeadLetter] = []
+        start = offset
+        while len(letters) < limit:
+            want = limit - len(letters)
+            ids = await newest(redis, failed, start=start, num=want)
+            if not ids:
+                break
+            start += len(ids)
+            letters.extend(await _load(redis, keys, ids))
+        return letters
+    live = await live_ids(redis, keys, settings, await candidates(redis, keys, appid=appid, account=account))
+    page = live[offset : offset + limit]
+    return [
+        letter
+        for letter in await _load(redis, keys, page)
+        if (account is None or letter.account == account) and (appid is None or letter.appid == appid)
+    ]
+
+
+async def count_dead(
+    redis: Redis, keys: KeySpace, settings: Settings, *, appid: str | None = None, account: str | None = None
+) -> int:
+    """How many dead letters there are (of one instance and/or one account)."""
+    if appid is None and account is None:
+        return int(await redis.zcount(keys.rq.failed(settings.queue_name), f"({time.time()}", "+inf"))
+    return len(await live_ids(redis, keys, settings, await candidates(redis, keys, appid=appid, account=account)))
+
+
+async def show(
+    redis: Redis, keys: KeySpace, settings: Settings, delivery_id: str, *, account: str | None = None
+) -> DeadLetterDetail:
+    """One dead letter with its body and attempts; ``NotFound`` if it is not dead (or not the account's)."""
+    if not await is_dead(redis, keys, settings, delivery_id):
+        raise NotFound(f"no dead letter {delivery_id!r}")
+    async with redis.pipeline(transaction=False) as pipe:
+        pipe.hgetall(keys.delivery(delivery_id))  # with its attempt records, fields a1 .. aN
+        pipe.lrange(keys.delivery_attempts(delivery_id), 0, -1)  # records of earlier versions
+        whole, legacy = await pipe.execute()
+    stored = {field_text(name): value for name, value in whole.items()}
+    data = {name: stored.get(name) for name in (*_FIELDS, "body")}
+    if not data["appid"] or (account is not None and field_text(data["account"]) != account):
+        raise NotFound(f"no dead letter {delivery_id!r}")
+    attempts = [_attempt(record) for record in attemptrecords.from_hash(stored, legacy)]
+    body = data["body"]
+    return DeadLetterDetail(
+        id=delivery_id,
+        appid=field_text(data["appid"]),
+        account=field_text(data["account"]),
+        event_type=field_text(data["event_type"]),
+        last_error=_last_error(attempts[-1]) if attempts else None,
+        dead_at=field_float(data["dead_at"]),
+        received_at=field_float(data["received_at"]) or deliveryid.received_at(delivery_id),
+        body=body.decode("utf-8", "replace") if isinstance(body, bytes) else (body or ""),
+        attempts=attempts,
+    )
+
+
+# --- helpers -------------------------------------------------------------------
+async def _load(redis: Redis, keys: KeySpace, ids: Sequence[str]) -> list[DeadLetter]:
+    """Dead letters for ids, in order; ids whose delivery data has expired are skipped."""
+    async with redis.pipeline(transaction=False) as pipe:
+        for delivery_id in ids:
+            pipe.hmget(keys.delivery(delivery_id), list(_FIELDS))
+            pipe.lindex(keys.delivery_attempts(delivery_id), -1)  # records of earlier versions
+        replies = await pipe.execute()
+    found = [dict(zip(_FIELDS, replies[2 * index], strict=True)) for index in range(len(ids))]
+    counts = [attemptrecords.count_of(data["attempts"]) for data in found]
+    # The last record is field a<count>, known once the count is read: a second round trip.
+    async with redis.pipeline(transaction=False) as pipe:
+        for delivery_id, count in zip(ids, counts, strict=True):
+            if count:
+                pipe.hget(keys.delivery(delivery_id), attemptrecords.field(count))
+        lasts = iter(await pipe.execute())
+    letters: list[DeadLetter] = []
+    for index, delivery_id in enumerate(ids):
+        data = found[index]
+        last = (next(lasts) if counts[index] else None) or replies[2 * index + 1]
+        if not data["appid"]:
+            continue
+        letters.append(
+            DeadLetter(
+                id=delivery_id,
+                appid=field_text(data["appid"]),
+                account=field_text(data["account"]),
+                event_type=field_text(data["event_type"]),
+                attempts=int(field_text(data["attempts"]) or 0),
+                last_error=_last_error(_attempt(last)) if last else None,
+                dead_at=field_float(data["dead_at"]),
+                received_at=field_float(data["received_at"]) or deliveryid.received_at(delivery_id),
+            )
+        )
+    return letters
+
+
+def _attempt(record: bytes | str) -> dict[str, Any]:
+    try:
+        value = orjson.loads(record)
+    except orjson.JSONDecodeError:
+        return {"error": "unreadable attempt record"}
+    return value if isinstance(value, dict) else {"record": value}
+
+
+def _last_error(attempt: dict[str, Any]) -> str | None:
+    error = attempt.get("error")
+    if error:
+        return str(error)
+    status = attempt.get("status")
+    return f"HTTP {status}" if status is not None and not attempt.get("ok") else None

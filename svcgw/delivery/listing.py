@@ -1,0 +1,367 @@
+"""The deliveries of an instance, as the console, its API and ``svcgw deliveries`` show them.
+
+Every delivery an instance received in the last ``SVCGW_LOG_RETENTION``
+seconds, newest first, whatever became of it:
+
+* **pending**: queued for its first attempt (or for a replayed dead letter's
+  fresh one), or being attempted;
+* **retrying**: at least one attempt failed and another is scheduled;
+* **delivered**: an attempt was answered 2xx;
+* **dead**: its retries ran out; a dead letter (``svcgw dlq``).
+
+Each comes with every attempt (time, HTTP status or error, duration, the
+first 1 KB of the answer's body) and the time of the next attempt.
+
+The list is read from the instance's callback log (``svcgw.intake.calllog``: each
+post's entry is its delivery's name, ``svcgw.deliveryid``, or names it in a
+``delivery`` field: service events and entries of earlier versions) and the
+delivery records themselves; a delivered delivery named by its entry has no
+record left, only its post and a bare outcome (``svcgw.delivery.outcomes``: each
+attempt's time, status or error class and duration; the destination and the
+answers are kept only for deliveries that did not succeed). The log is the
+index: a separate one cost every post three Redis commands and every event
+50 to 200 bytes for the day. A page's cursor is a log entry id. A delivery
+still retrying after the log's retention has passed drops out of the list,
+but :func:`show` still finds it.
+
+The pure half, stored fields to a :class:`Delivery` (:func:`build`,
+:func:`event_ids`, :func:`state_of`), is :mod:`svcgw.delivery.view`; this
+module reads Redis (:func:`list_deliveries`, :func:`show`). With an
+``account``, a delivery or an instance of another account is treated
+exactly like one that does not exist.
+
+Errors::
+
+    DeliveryListError
+    ├── NotFound      (also a LookupError) no such delivery or instance, or another account's
+    └── Invalid       (also a ValueError) a filter or cursor that cannot be used
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import replace
+from typing import cast
+
+from redis.asyncio import Redis
+
+from svcgw import deliveryid
+from svcgw.config.settings import Settings
+from svcgw.delivery import attemptrecords, outcomereads
+from svcgw.delivery.outcomes import Outcome
+from svcgw.delivery.outcomes import delivered as delivered_outcome
+from svcgw.delivery.view import (
+    STATES,
+    Attempt,
+    Delivery,
+    Page,
+    attempt_of,
+    build,
+    event_ids,
+    field_float,
+    field_text,
+    ids_of,
+    state_of,
+    stored_ids,
+)
+from svcgw.errors import Missing, SvcgwError
+from svcgw.intake.calllog import body_of, in_window, made_delivery, window_start
+from svcgw.storage.keys import KeySpace
+
+__all__ = [
+    "STATES",
+    "Attempt",
+    "Delivery",
+    "DeliveryListError",
+    "Invalid",
+    "NotFound",
+    "Page",
+    "build",
+    "event_ids",
+    "ids_of",
+    "list_deliveries",
+    "show",
+    "state_of",
+    "stored_ids",
+]
+
+# The delivery hash fields the list reads (the body only when it needs the event ids).
+FIELDS = ("appid", "account", "event_type", "state", "received_at", "next_at", "delivered_at", "dead_at")
+# Where the event ids are: the body, or, once delivered, the list kept instead of it (stored_ids).
+_ID_FIELDS = ("body", "ids")
+SCAN_CHUNK = 200
+# At most this many posts of the log are looked at for one page: a filter that matches little
+# answers with what it found and a cursor to go on from, never a scan of a whole day.
+SCAN_LIMIT = 5000
+MAX_LIMIT = 200
+
+
+class DeliveryListError(SvcgwError):
+    """Base class of this module's errors."""
+
+
+class NotFound(DeliveryListError, Missing, LookupError):
+    """No such delivery or instance (or it belongs to another account)."""
+
+
+class Invalid(DeliveryListError, ValueError):
+    """A filter or cursor that cannot be used; the message says which."""
+
+
+_ENTRY_ID = re.compile(r"[0-9]{1,20}-[0-9]{1,20}")
+
+
+def parse_cursor(before: str) -> str:
+    """The log entry id of the last delivery looked at on the previous page."""
+    if not _ENTRY_ID.fullmatch(before):
+        raise Invalid("before must be the next_before of a previous page")
+    return before
+
+
+def cursor(entry_id: str) -> str:
+    return entry_id
+
+
+# --- reading Redis ----------------------------------------------------------------------
+async def list_deliveries(
+    redis: Redis,
+    keys: KeySpace,
+    settings: Settings,
+    appid: str,
+    *,
+    account: str | None = None,
+    state: str | None = None,
+    event_type: str | None = None,
+    event_id: str | None = None,
+    limit: int = 50,
+    before: str | None = None,
+    now: float | None = None,
+) -> Page:
+    """One page of the instance's deliveries, newest first, with their attempts.
+
+    Filters combine (all must match). ``before`` is the previous page's
+    ``next_before``. At most :data:`SCAN_LIMIT` posts of the log are looked at per
+    call; when the filters matched fewer than ``limit`` of them, the page is
+    short and ``next_before`` says where to go on.
+    """
+    if state is not None and state not in STATES:
+        raise Invalid(f"state must be one of {', '.join(STATES)}")
+    if not 1 <= limit <= MAX_LIMIT:
+        raise Invalid(f"limit must be from 1 to {MAX_LIMIT}")
+    owner = field_text(await redis.hget(keys.instance(appid), "account"))
+    if not owner or (account is not None and owner != account):
+        raise NotFound(f"no instance {appid[:200]!r}")
+    moment = time.time() if now is None else now
+    oldest = window_start(moment, settings.log_retention)
+    log_key = keys.callback_log(appid)
+    top = "(" + parse_cursor(before) if before else "+"
+    found: list[Delivery] = []
+    counts: dict[str, int] = {}  # attempts per delivery found, to read their records by field name
+    posts = _Posts(appid, owner, moment, settings.log_retention)
+    scanned = 0
+    last: str | None = None  # the entry id the next page starts below
+    while len(found) < limit and scanned < SCAN_LIMIT:
+        asked = min(SCAN_CHUNK, SCAN_LIMIT - scanned)
+        rows = cast(
+            list[tuple[bytes | str, dict[bytes | str, bytes | str]]],
+            await redis.xrevrange(log_key, top, oldest, count=asked),
+        )
+        if not rows:
+            last = None  # nothing older: no next page
+            break
+        # Posts whose every event was a repeat made no delivery.
+        chunk = [(posts.delivery_of(field_text(entry_id), fields), field_text(entry_id)) for entry_id, fields in rows]
+        chunk = [(delivery_id, entry_id) for delivery_id, entry_id in chunk if delivery_id]
+        matched = await _matching(redis, keys, settings, chunk, state, event_type, event_id, limit - len(found), posts)
+        found.extend(delivery for delivery, _, _ in matched)
+        counts.update((delivery.id, count) for delivery, _, count in matched if count >= 0)
+        if matched and len(found) >= limit:
+            # Stopped within the chunk: the next page starts below the last delivery taken.
+            last = chunk[matched[-1][1]][1]
+            scanned += next(n for n, (entry_id, _) in enumerate(rows, 1) if field_text(entry_id) == last)
+            break
+        scanned += len(rows)
+        last = field_text(rows[-1][0])
+        top = "(" + last
+    # Delivered deliveries named by their posts came with their bare attempts already.
+    recorded = [delivery for delivery in found if delivery.id in counts]
+    await _complete(redis, keys, recorded, counts, bodies_read=event_id is not None)
+    completed = {delivery.id: delivery for delivery in recorded}
+    found = [completed.get(delivery.id, delivery) for delivery in found]
+    following = None
+    if last is not None and await redis.xrevrange(log_key, "(" + last, oldest, count=1):
+        following = cursor(last)
+    return Page(found, following, scanned)
+
+
+async def show(
+    redis: Redis, keys: KeySpace, settings: Settings, delivery_id: str, *, account: str | None = None
+) -> Delivery:
+    """One delivery with every attempt; ``NotFound`` if it expired (or is another account's)."""
+    if not delivery_id or len(delivery_id) > 200:
+        raise NotFound("no such delivery")
+    async with redis.pipeline(transaction=False) as pipe:
+        pipe.hgetall(keys.delivery(delivery_id))  # with its attempt records, fields a1 .. aN
+        pipe.lrange(keys.delivery_attempts(delivery_id), 0, -1)  # records of earlier versions
+        pipe.zscore(keys.rq.scheduled(settings.queue_name), delivery_id)
+        whole, legacy, scheduled = await pipe.execute()
+    stored = {field_text(name): value for name, value in whole.items()}
+    named = deliveryid.parse(delivery_id)
+    if not stored and named is not None:
+        return await _show_delivered(redis, keys, settings, delivery_id, *named, account=account)
+    data = {name: stored.get(name) for name in (*FIELDS, *_ID_FIELDS)}
+    if account is not None and field_text(data["account"]) != account:
+        raise NotFound(f"no delivery {delivery_id!r}")
+    attempts = attemptrecords.from_hash(stored, legacy)
+    delivery = build(delivery_id, data, attempts, scheduled_at=field_float(scheduled))
+    if delivery is None:
+        raise NotFound(f"no delivery {delivery_id!r}")
+    return delivery
+
+
+async def _show_delivered(
+    redis: Redis,
+    keys: KeySpace,
+    settings: Settings,
+    delivery_id: str,
+    appid: str,
+    entry_id: str,
+    *,
+    account: str | None,
+) -> Delivery:
+    """A delivery named by its post with no record left: delivered, shown from its post and bare outcome."""
+    async with redis.pipeline(transaction=False) as pipe:
+        pipe.hget(keys.instance(appid), "account")
+        pipe.xrange(keys.callback_log(appid), entry_id, entry_id)
+        owner, rows = await pipe.execute()
+    if not owner or (account is not None and field_text(owner) != account) or not rows:
+        raise NotFound(f"no delivery {delivery_id!r}")
+    now = time.time()
+    if not in_window(entry_id, now, settings.log_retention):
+        raise NotFound(f"no delivery {delivery_id!r}")  # its post is past the log's retention, as if trimmed
+    posts = _Posts(appid, field_text(owner), now, settings.log_retention)
+    if posts.delivery_of(entry_id, rows[0][1]) != delivery_id:
+        raise NotFound(f"no delivery {delivery_id!r}")
+    return posts.delivered(delivery_id, entry_id, (await posts.outcomes(redis, keys, [entry_id])).get(entry_id))
+
+
+async def _matching(
+    redis: Redis,
+    keys: KeySpace,
+    settings: Settings,
+    chunk: Sequence[tuple[str, str]],  # (delivery id, log entry id)
+    state: str | None,
+    event_type: str | None,
+    event_id: str | None,
+    wanted: int,
+    posts: _Posts,
+) -> list[tuple[Delivery, int, int]]:
+    """The deliveries of ``chunk`` that pass the filters, with their positions in it and attempt counts.
+
+    A delivered delivery with no record left (named by its post) comes with its bare attempts and
+    the count -1.
+
+    Bodies are read here only to look for an event id; the others' are read
+    for the matches alone (:func:`_complete`).
+    """
+    if not chunk:
+        return []  # posts that made no delivery; and ZMSCORE takes at least one member
+    names = (*FIELDS, attemptrecords.COUNT, *_ID_FIELDS) if event_id is not None else (*FIELDS, attemptrecords.COUNT)
+    scheduled_key = keys.rq.scheduled(settings.queue_name)
+    async with redis.pipeline(transaction=False) as pipe:
+        for delivery_id, _ in chunk:
+            pipe.hmget(keys.delivery(delivery_id), list(names))
+        pipe.zmscore(scheduled_key, [delivery_id for delivery_id, _ in chunk])
+        replies = await pipe.execute()
+    scores = replies[-1]
+    records = [dict(zip(names, values, strict=True)) for values in replies[:-1]]
+    bare = [entry for (_, entry), data in zip(chunk, records, strict=True) if posts.bare(entry, data)]
+    outcomes = await posts.outcomes(redis, keys, bare if state in (None, "delivered") else [])
+    result: list[tuple[Delivery, int, int]] = []
+    for position, ((delivery_id, entry), data) in enumerate(zip(chunk, records, strict=True)):
+        if posts.bare(entry, data):
+            if state not in (None, "delivered"):
+                continue
+            shown = posts.delivered(delivery_id, entry, outcomes.get(entry))
+            if (event_type is None or shown.event_type == event_type) and (
+                event_id is None or event_id in shown.event_ids
+            ):
+                result.append((shown, position, -1))
+                if len(result) >= wanted:
+                    break
+            continue
+        if event_type is not None and field_text(data["event_type"]) != event_type:
+            continue
+        if state is not None and state_of(field_text(data["state"])) != state:
+            continue
+        if event_id is not None:
+            body = data["body"] or data["ids"]
+            if not body or event_id.encode() not in _bytes(body):
+                continue  # a cheap look first: most bodies do not hold the id at all
+        delivery = build(delivery_id, data, scheduled_at=field_float(scores[position]))
+        if delivery is None or (event_id is not None and event_id not in delivery.event_ids):
+            continue
+        result.append((delivery, position, attemptrecords.count_of(data[attemptrecords.COUNT])))
+        if len(result) >= wanted:
+            break
+    return result
+
+
+class _Posts:
+    """One instance's log entries as a page reads them: the delivery each made, and the posts of those named by them."""
+
+    def __init__(self, appid: str, account: str, now: float, retention: int) -> None:
+        self.appid, self.account, self.now, self.retention = appid, account, now, retention
+        self.bodies: dict[str, bytes] = {}  # log entry id -> the post as stored, for deliveries it names
+
+    def delivery_of(self, entry_id: str, fields: Mapping[bytes | str, bytes | str]) -> str:
+        """The id of the delivery the entry made; '' when every event of its post was a repeat."""
+        named = fields.get(b"delivery", fields.get("delivery"))
+        if named is not None:
+            return field_text(named)  # a service event's, or an entry of an earlier version
+        if not made_delivery(fields):
+            return ""
+        self.bodies[entry_id] = _bytes(fields.get(b"body", fields.get("body", b"")))
+        return deliveryid.from_entry(self.appid, entry_id)
+
+    def bare(self, entry_id: str, record: Mapping[str, bytes | str | None]) -> bool:
+        """Whether the delivery is delivered with only its bare outcome left (no record, named by its post)."""
+        return entry_id in self.bodies and not record.get("appid")
+
+    async def outcomes(self, redis: Redis, keys: KeySpace, entry_ids: Sequence[str]) -> dict[str, Outcome]:
+        return await outcomereads.find(redis, keys, self.appid, entry_ids, now=self.now, retention=self.retention)
+
+    def delivered(self, delivery_id: str, entry_id: str, outcome: Outcome | None) -> Delivery:
+        body = body_of(self.bodies[entry_id])
+        return delivered_outcome(delivery_id, self.appid, self.account, entry_id, body, outcome)
+
+
+async def _complete(
+    redis: Redis, keys: KeySpace, found: list[Delivery], counts: Mapping[str, int], *, bodies_read: bool
+) -> None:
+    """Give each delivery found its attempts, and its event ids unless its body was read already.
+
+    ``counts`` are the deliveries' attempt counts: their records are the hash's fields of those numbers.
+    """
+    if not found:
+        return
+    async with redis.pipeline(transaction=False) as pipe:
+        for delivery in found:
+            names = attemptrecords.fields(counts.get(delivery.id, 0))
+            pipe.lrange(keys.delivery_attempts(delivery.id), 0, -1)  # records of earlier versions
+            wanted = [*names, *([] if bodies_read else _ID_FIELDS)]
+            pipe.hmget(keys.delivery(delivery.id), wanted or [attemptrecords.COUNT])  # HMGET needs a field
+        replies = iter(await pipe.execute())
+    for index, delivery in enumerate(found):
+        count = counts.get(delivery.id, 0)
+        legacy, values = next(replies), next(replies)
+        records = attemptrecords.merged(count, values[:count], legacy)
+        ids = delivery.event_ids if bodies_read else ids_of(dict(zip(_ID_FIELDS, values[count:], strict=True)))
+        attempts = tuple(attempt_of(record, number + 1) for number, record in enumerate(records))
+        found[index] = replace(delivery, attempts=attempts, event_ids=ids)
+
+
+def _bytes(value: bytes | str) -> bytes:
+    return value if isinstance(value, bytes) else value.encode("utf-8")

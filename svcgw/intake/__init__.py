@@ -1,0 +1,1 @@
+"""The receiver's core: a post checked, de-duplicated and stored with its delivery, and the callback log."""

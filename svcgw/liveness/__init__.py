@@ -1,0 +1,1 @@
+"""Liveness: an instance's status and its transitions, and the service events that report them."""

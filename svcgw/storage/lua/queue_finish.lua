@@ -1,0 +1,211 @@
+-- Ends claims: records attempts and moves each job on (worker.queue.DeliveryQueue.finish_many).
+-- chain.lua is prepended: a service event delivered, dead or dropped lets its instance's next one go.
+-- KEYS: inflight, scheduled, failed, queue, deferred, failing destinations, then 7 per job:
+--       delivery (the job hash itself for a delivery named by its post: svcgw.storage.keys.delivery),
+--       old attempts list (svcgw.delivery.attemptrecords), job, dead index, outcome stream, late outcomes
+--       hash, its instance's service-event chain (touched only for a service event); then per
+--       member of those chains, as the worker read them (svcgw.delivery.chainkeys): job, delivery
+-- ARGV: now, rq ended_at, 'failing after:forget after' (seconds), log retention (seconds),
+--       late hash expiry (unix seconds), outcome window (seconds), number of chain members,
+--       their ids, then 10 per job: kind, id,
+--       attempt record, due (retry, defer) or expiry (dead), ttl of the delivery record,
+--       error text (zlib), destination ('' when the attempt had none), chain
+--       (non-empty for a service event, '' for a customer event, '?' if unknown: the
+--       delivery's own 'chain' field says; its value, a key name, may be one of before the tags),
+--       event ids (delivered: a JSON list kept instead of the body; '' keeps the body),
+--       log entry id of the post (svcgw.deliveryid; '' for a dlv_ delivery)
+-- A delivered delivery with a log entry id keeps only its bare outcome (svcgw.delivery.outcomes): its
+-- records are deleted and the outcome goes to the stream, or to the late hash when it ended more
+-- than the outcome window after its post. A dlv_ delivery keeps its hash until its ttl, as before.
+-- Returns per job: 1 if the claim was still ours, else 0; plus 2 when this
+-- attempt's destination started failing, 4 when it recovered (svcgw.delivery.failingdestinations); plus 8 when its
+-- chain's front is now a member the worker did not name (queued since it read the chain): the
+-- worker advances that chain again (chain_advance.lua).
+local MEMBERS = tonumber(ARGV[7])
+local HEAD, PER, KHEAD, KPER = 7 + MEMBERS, 10, 6, 7
+local n = (#ARGV - HEAD) / PER
+if n < 1 then return {} end
+local ids = {}
+for i = 0, n - 1 do ids[#ids + 1] = ARGV[HEAD + 2 + i * PER] end
+local held = redis.call('ZMSCORE', KEYS[1], unpack(ids))
+redis.call('ZREM', KEYS[1], unpack(ids))
+local now = ARGV[1]
+local results = {}
+-- --- failing destinations (svcgw.delivery.failingdestinations): one HGET per attempt, more only while failing ---
+local after_text, forget_text = string.match(ARGV[3], '^([^:]*):([^:]*)$')
+local failing_after, forget_after = tonumber(after_text), tonumber(forget_text)
+local function track(destination, ok)
+  if destination == '' then return 0 end
+  local held = redis.call('HGET', KEYS[6], destination)
+  if ok then
+    if not held then return 0 end
+    redis.call('HDEL', KEYS[6], destination)
+    local first, _, flagged = string.match(held, '^([^:]*):([^:]*):(%d)$')
+    if flagged == '1' or (first and tonumber(now) - tonumber(first) >= failing_after) then return 4 end
+    return 0
+  end
+  if not held then
+    redis.call('HSET', KEYS[6], destination, now .. ':' .. now .. ':0')
+    return 0
+  end
+  local first, last, flagged = string.match(held, '^([^:]*):([^:]*):(%d)$')
+  if not first or tonumber(now) - tonumber(last) > forget_after then
+    -- Unreadable, or forgotten: no attempt for so long that this failure starts afresh.
+    first, flagged = now, '0'
+  end
+  local started = 0
+  if flagged ~= '1' and tonumber(now) - tonumber(first) >= failing_after then
+    flagged, started = '1', 2
+  end
+  redis.call('HSET', KEYS[6], destination, first .. ':' .. now .. ':' .. flagged)
+  return started
+end
+-- --- end of failing destinations ---
+-- --- bare outcomes (svcgw.delivery.outcomes) ---
+local function error_class(text)
+  if type(text) ~= 'string' then return 'other' end
+  local t = string.lower(text)
+  local function has(word) return string.find(t, word, 1, true) ~= nil end
+  if has('timed out') or has('timeout') then return 'timeout' end
+  if has('refused') then return 'refused' end
+  if has('ssl') or has('tls') or has('certificate') then return 'tls' end
+  if has('name or service') or has('resolve') or has('dns') or has('getaddrinfo') then return 'dns' end
+  if has('reset') or has('broken pipe') or has('disconnect') then return 'reset' end
+  return 'other'
+end
+-- One attempt record (JSON, worker.delivery.Attempt.record) as '<ms after the post>:<status or class>:<ms>'.
+local function bare(record, base_ms)
+  local ok, data = pcall(cjson.decode, record)
+  if not ok or type(data) ~= 'table' then return nil end
+  local at = tonumber(data.at) or 0
+  local kind = data.status
+  if type(kind) ~= 'number' then kind = error_class(data.error) else kind = string.format('%d', kind) end
+  local duration = tonumber(data.duration_ms) or 0
+  return string.format('%d:%s:%d', math.floor(at * 1000 + 0.5) - base_ms, kind, math.floor(duration + 0.5))
+end
+local now_ms = math.floor(tonumber(now) * 1000)
+local oldest = math.max(now_ms - tonumber(ARGV[4]) * 1000, 0)
+-- The delivered delivery's bare outcome from its hash and this attempt's record; nothing is
+-- written when the hash is gone (another copy of the job delivered it already).
+local function outcome(delivery, record, entry, event_ids, out, late)
+  local stored = redis.call('HGETALL', delivery)
+  if #stored == 0 then return nil end
+  local h = {}
+  for j = 1, #stored, 2 do h[stored[j]] = stored[j + 1] end
+  local base_ms = tonumber(string.match(entry, '^(%d+)-'))
+  local parts = {}
+  for a = 1, (tonumber(h.attempts) or 0) do
+    local earlier = h['a' .. a] and bare(h['a' .. a], base_ms)
+    if earlier then parts[#parts + 1] = earlier end
+  end
+  parts[#parts + 1] = bare(record, base_ms) or ''
+  local text = table.concat(parts, ',')
+  -- The log entry says how many events were duplicates, not which: then the ids that went are kept.
+  local ids = nil
+  if h.dup and h.dup ~= '0' and event_ids ~= '' then ids = event_ids end
+  if now_ms - base_ms > tonumber(ARGV[6]) * 1000 then
+    if ids then text = text .. '\n' .. ids end
+    redis.call('HSET', late, entry, text)
+    redis.call('EXPIREAT', late, ARGV[5])
+  else
+    -- An entry id of sequence 0 (most) is written as its ms alone: a listpack keeps it as an integer.
+    local l = string.gsub(entry, '%-0$', '')
+    if ids then
+      redis.call('XADD', out, 'MINID', '~', oldest, '*', 'l', l, 'o', text, 'i', ids)
+    else
+      redis.call('XADD', out, 'MINID', '~', oldest, '*', 'l', l, 'o', text)
+    end
+    redis.call('EXPIRE', out, ARGV[4])
+  end
+  return h.chain
+end
+-- --- end of bare outcomes ---
+local members = chain_members(MEMBERS, 8, KHEAD + n * KPER + 1)
+for i = 0, n - 1 do
+  local b, kb = HEAD + 1 + i * PER, KHEAD + 1 + i * KPER
+  local kind, id = ARGV[b], ARGV[b + 1]
+  local delivery, legacy, job, dead = KEYS[kb], KEYS[kb + 1], KEYS[kb + 2], KEYS[kb + 3]
+  local record, due, ttl = ARGV[b + 2], ARGV[b + 3], ARGV[b + 4]
+  local claimed = 0
+  if held[i + 1] then claimed = 1 end
+  local failing = 0
+  if kind == 'delivered' then failing = track(ARGV[b + 6], true)
+  elseif kind == 'retry' or kind == 'dead' then failing = track(ARGV[b + 6], false) end
+  local entry = ARGV[b + 9]
+  local chain_of_bare = nil
+  -- A delivery named by its post whose hash is gone was delivered by another copy of its job (a
+  -- lease ran out meanwhile): this claim's end records nothing, lest it leave a hash behind.
+  -- (A delivered one finds out from the hash it reads anyway: outcome() writes nothing then.)
+  local gone = entry ~= '' and (kind == 'retry' or kind == 'dead' or kind == 'defer')
+    and redis.call('EXISTS', delivery) == 0
+  if gone then
+    if claimed == 0 then redis.call('LREM', KEYS[4], 0, id) end
+    redis.call('ZREM', KEYS[2], id)
+  elseif kind == 'delivered' and entry ~= '' then
+    chain_of_bare = outcome(delivery, record, entry, ARGV[b + 8], KEYS[kb + 4], KEYS[kb + 5]) or ''
+    redis.call('DEL', delivery, job)
+    if claimed == 0 then
+      redis.call('LREM', KEYS[4], 0, id)
+      redis.call('ZREM', KEYS[2], id)
+    end
+  elseif kind == 'delivered' then
+    -- The record is field a<count> of the delivery hash (svcgw.delivery.attemptrecords), in the HSET below.
+    local count = redis.call('HINCRBY', delivery, 'attempts', 1)
+    if ARGV[b + 8] ~= '' then
+      -- The body is in the callback log already; the deliveries list needs only its event ids.
+      -- Emptied in the same HSET rather than deleted: one command fewer.
+      redis.call('HSET', delivery, 'state', 'delivered', 'delivered_at', now, 'a' .. count, record,
+        'body', '', 'ids', ARGV[b + 8])
+    else
+      redis.call('HSET', delivery, 'state', 'delivered', 'delivered_at', now, 'a' .. count, record)
+    end
+    redis.call('EXPIRE', delivery, ttl)
+    -- Only a delivery attempted before an upgrade can have the old list; it expires with the hash.
+    if count > 1 then redis.call('EXPIRE', legacy, ttl) end
+    redis.call('DEL', job)
+    if claimed == 0 then
+      -- Our lease ran out and the job was handed back; it is done now.
+      redis.call('LREM', KEYS[4], 0, id)
+      redis.call('ZREM', KEYS[2], id)
+    end
+  elseif kind == 'retry' or kind == 'dead' then
+    local count = redis.call('HINCRBY', delivery, 'attempts', 1)
+    redis.call('HINCRBY', delivery, 'failures', 1)
+    if claimed == 0 then
+      -- Another copy of this job is queued or running; it owns what comes next.
+      redis.call('HSET', delivery, 'a' .. count, record)
+    elseif kind == 'retry' then
+      redis.call('HSET', delivery, 'a' .. count, record, 'state', 'retrying', 'next_at', due)
+      redis.call('ZADD', KEYS[2], due, id)
+      redis.call('HSET', job, 'status', 'scheduled')
+    else
+      redis.call('HSET', delivery, 'a' .. count, record, 'state', 'dead', 'dead_at', now)
+      redis.call('HDEL', delivery, 'next_at')
+      redis.call('ZADD', KEYS[3], due, id)
+      redis.call('HSET', job, 'status', 'failed', 'exc_info', ARGV[b + 5], 'ended_at', ARGV[2])
+      redis.call('EXPIRE', job, ttl)
+      redis.call('EXPIRE', delivery, ttl)
+      if count > 1 then redis.call('EXPIRE', legacy, ttl) end
+      redis.call('SADD', dead, id)
+      redis.call('EXPIRE', dead, ttl)
+    end
+  elseif kind == 'defer' then
+    if claimed == 1 then
+      redis.call('ZADD', KEYS[2], due, id)
+      redis.call('HSET', job, 'status', 'scheduled')
+    end
+  elseif kind == 'drop' then
+    redis.call('DEL', job)
+  end
+  -- The order of service events (chain.lua): a job that ends for good lets the next go.
+  if kind == 'delivered' or kind == 'drop' or (kind == 'dead' and claimed == 1) then
+    local chain = ARGV[b + 7]
+    if chain == '?' then chain = chain_of_bare or redis.call('HGET', delivery, 'chain') end
+    if chain and chain ~= '' and chain_finished({chain = KEYS[kb + 6], queue = KEYS[4], deferred = KEYS[5],
+        rq_now = ARGV[2], members = members}, id) then
+      failing = failing + 8
+    end
+  end
+  results[i + 1] = claimed + failing
+end
+return results

@@ -1,0 +1,308 @@
+"""What the service knows of RQ's formats: its key names, per shard, from RQ's own classes.
+
+Deliveries are RQ jobs, so that rq-dashboard, ``rq info`` and ``rq requeue`` see them, but
+``svcgw worker`` runs them itself and the service's scripts write RQ's keys directly. Every name
+they write is RQ's own, read off RQ's class attributes here (``Job.redis_job_namespace_prefix``,
+``Queue.redis_queue_namespace_prefix``, ``Queue.redis_queues_keys``, each registry's
+``key_template``, the worker registration's), never spelt out again: an RQ release that renames
+one renames it for the service too, and ``tests/svcgw/test_rqformat.py`` holds what the service
+writes to what RQ's API reads.
+
+On a Redis Cluster each shard has its own set of RQ classes, whose names carry the shard's tag
+in front (:func:`classes`): ``{s3}rq:job:<id>``. RQ's tools are not Cluster clients, so there
+they are the service's own readers' names only; on one Redis (no tag) the classes are RQ's own.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import re
+import sys
+import zlib
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+from redis import Redis
+from rq import worker_registration
+from rq.job import Job, JobStatus
+from rq.queue import Queue
+from rq.registry import DeferredJobRegistry, FailedJobRegistry, ScheduledJobRegistry, StartedJobRegistry
+from rq.serializers import JSONSerializer
+from rq.utils import utcformat
+from rq.version import VERSION as RQ_VERSION
+from rq.worker import Worker
+
+__all__ = [
+    "FUNC_NAME",
+    "JobTemplate",
+    "RqClasses",
+    "RqNames",
+    "classes",
+    "exc_info_field",
+    "job_description",
+    "job_fields",
+    "job_fields_by_rq",
+    "rq_now",
+    "rq_time",
+    "template",
+    "worker_fields",
+]
+
+
+@dataclass(frozen=True)
+class RqClasses:
+    """RQ's classes for one shard: their class attributes name that shard's keys."""
+
+    job: type[Job]
+    queue: type[Queue]
+    failed: type[FailedJobRegistry]
+    scheduled: type[ScheduledJobRegistry]
+    deferred: type[DeferredJobRegistry]
+    started: type[StartedJobRegistry]
+
+
+def _template(tag: str, template: str) -> str:
+    # A registry's key_template is a str.format template: the tag's braces are literal there.
+    return tag.replace("{", "{{").replace("}", "}}") + template
+
+
+@functools.cache
+def classes(tag: str = "") -> RqClasses:
+    """RQ's own classes without a tag; with one, subclasses whose names carry it in front."""
+    if not tag:
+        return RqClasses(Job, Queue, FailedJobRegistry, ScheduledJobRegistry, DeferredJobRegistry, StartedJobRegistry)
+    suffix = "".join(ch for ch in tag if ch.isalnum())
+    job = type(f"Job_{suffix}", (Job,), {"redis_job_namespace_prefix": tag + Job.redis_job_namespace_prefix})
+    queue = type(
+        f"Queue_{suffix}",
+        (Queue,),
+        {
+            "redis_queue_namespace_prefix": tag + Queue.redis_queue_namespace_prefix,
+            "redis_queues_keys": tag + Queue.redis_queues_keys,
+            "job_class": job,
+        },
+    )
+
+    def registry(base: type[FailedJobRegistry] | type[ScheduledJobRegistry] | type[DeferredJobRegistry]
+                 | type[StartedJobRegistry]) -> type:  # fmt: skip
+        return type(f"{base.__name__}_{suffix}", (base,), {"key_template": _template(tag, base.key_template)})
+
+    return RqClasses(
+        job=job,
+        queue=queue,
+        failed=registry(FailedJobRegistry),
+        scheduled=registry(ScheduledJobRegistry),
+        deferred=registry(DeferredJobRegistry),
+        started=registry(StartedJobRegistry),
+    )
+
+
+class RqNames:
+    """RQ's key names on one shard (``tag``: ``""``, or ``{s<i>}`` on a Cluster)."""
+
+    __slots__ = ("_job", "_queue", "_registries", "queues", "tag", "worker_prefix", "workers")
+
+    def __init__(self, tag: str = "") -> None:
+        self.tag = tag
+        rq = classes(tag)
+        self._job = rq.job.redis_job_namespace_prefix
+        self._queue = rq.queue.redis_queue_namespace_prefix
+        self._registries = {
+            "failed": rq.failed.key_template,
+            "scheduled": rq.scheduled.key_template,
+            "deferred": rq.deferred.key_template,
+        }
+        # Set of the queues' keys (``rq info`` and rq-dashboard list the queues from it).
+        self.queues: str = rq.queue.redis_queues_keys
+        # A worker's hash is ``worker_prefix + name``; ``workers`` lists every worker's.
+        self.worker_prefix = tag + Worker.redis_worker_namespace_prefix
+        self.workers = tag + worker_registration.REDIS_WORKER_KEYS
+
+    def job(self, job_id: str) -> str:
+        """RQ's job hash."""
+        return self._job + job_id
+
+    def queue(self, queue_name: str) -> str:
+        """RQ's queue: a list of job ids, oldest first."""
+        return self._queue + queue_name
+
+    def failed(self, queue_name: str) -> str:
+        """RQ's failed registry: dead letters, scored by expiry."""
+        return self._registries["failed"].format(queue_name)
+
+    def scheduled(self, queue_name: str) -> str:
+        """RQ's scheduled registry: retries, scored by due time."""
+        return self._registries["scheduled"].format(queue_name)
+
+    def deferred(self, queue_name: str) -> str:
+        """RQ's deferred registry: service events waiting for an earlier one of their instance."""
+        return self._registries["deferred"].format(queue_name)
+
+    def workers_of(self, queue_name: str) -> str:
+        """The set of the workers of one queue."""
+        return self.tag + worker_registration.WORKERS_BY_QUEUE_KEY % queue_name
+
+
+# --- the job hash ---------------------------------------------------------------
+FUNC_NAME = "worker.jobs.deliver"
+
+# Job.create wants a connection but only builds the object here; a client
+# opens no socket until it sends a command, and this one never does.
+_UNUSED_CONNECTION = Redis()
+
+class JobTemplate:
+    """RQ's job hash for the deliveries of one queue, built once by RQ's own ``Job.create``.
+
+    Only four fields differ between deliveries (the id inside ``data``, the
+    description and the two times); the rest is copied from the template.
+    ``tests/worker/test_jobs.py`` holds the result equal to what
+    ``Job.create`` writes.
+    """
+
+    def __init__(self, queue_name: str, failure_ttl: int) -> None:
+        self.fields = job_fields_by_rq("dlv_template", queue_name=queue_name, description="", failure_ttl=failure_ttl)
+        # RQ reads a missing field as an empty one, so a job hash written in
+        # a hurry (the receiver's) leaves the empty ones out.
+        self._constant = [
+            _bytes(part)
+            for name, value in self.fields.items()
+            if value != "" and name not in _VARYING
+            for part in (name, value)
+        ]
+
+    def fields_for(self, delivery_id: str, description: str, now: datetime | None = None) -> dict[str, Any]:
+        fields = dict(self.fields)
+        fields.update(self._varying(delivery_id, description, now))
+        return fields
+
+    def flat(self, delivery_id: str, description: str, now: datetime | None = None) -> list[bytes]:
+        """Field, value, field, value, ... of the non-empty fields, ready for HSET."""
+        flat = list(self._constant)
+        for name, value in self._varying(delivery_id, description, now).items():
+            flat.append(name.encode())
+            flat.append(_bytes(value))
+        return flat
+
+    def lean(self, delivery_id: str, now: datetime | None = None) -> list[bytes]:
+        """RQ's fields of a delivery named by its post (svcgw.deliveryid), whose job hash holds its fields too.
+
+        Only what ``Job.fetch`` and the worker read: origin, status, created_at and data. RQ
+        reads the others' absence as it reads them empty (rq-dashboard shows no description).
+        """
+        varying = self._varying(delivery_id, "", now)
+        lean = {"origin": self.fields["origin"], "status": self.fields["status"]}
+        lean.update(created_at=varying["created_at"], data=varying["data"])
+        return [_bytes(part) for name, value in lean.items() for part in (name, value)]
+
+    @staticmethod
+    def _varying(delivery_id: str, description: str, now: datetime | None) -> dict[str, Any]:
+        stamp = utcformat(now or datetime.now(UTC).replace(tzinfo=None))
+        # What Job.data holds for deliver(delivery_id) (JSONSerializer.dumps),
+        # compressed as Job.to_dict does.
+        data = zlib.compress(json.dumps((FUNC_NAME, None, [delivery_id], {})).encode("utf-8"))
+        return {"created_at": stamp, "enqueued_at": stamp, "description": description, "data": data}
+
+
+_VARYING = frozenset(("created_at", "enqueued_at", "description", "data"))
+
+
+def _bytes(value: object) -> bytes:
+    if isinstance(value, bytes):
+        return value
+    return str(value).encode("utf-8")
+
+
+def job_fields(
+    delivery_id: str,
+    *,
+    queue_name: str,
+    description: str,
+    failure_ttl: int,
+    now: datetime | None = None,
+) -> dict[str, Any]:
+    """The fields of RQ's job hash for a freshly queued delivery, as RQ itself writes them."""
+    return template(queue_name, failure_ttl).fields_for(delivery_id, description, now)
+
+
+@functools.lru_cache(maxsize=16)
+def template(queue_name: str, failure_ttl: int) -> JobTemplate:
+    return JobTemplate(queue_name, failure_ttl)
+
+
+def job_fields_by_rq(
+    delivery_id: str,
+    *,
+    queue_name: str,
+    description: str,
+    failure_ttl: int,
+    now: datetime | None = None,
+) -> dict[str, Any]:
+    """:func:`job_fields` computed by ``rq.job.Job.create`` for every delivery (the reference)."""
+    job = Job.create(
+        FUNC_NAME,
+        args=[delivery_id],
+        id=delivery_id,
+        connection=_UNUSED_CONNECTION,
+        serializer=JSONSerializer,
+        result_ttl=0,
+        failure_ttl=failure_ttl,
+        description=description,
+        origin=queue_name,
+        status=JobStatus.QUEUED,
+    )
+    stamp = now or datetime.now(UTC).replace(tzinfo=None)
+    job.created_at = stamp
+    job.enqueued_at = stamp
+    fields: dict[str, Any] = {}
+    for name, value in job.to_dict().items():
+        fields[name] = value.value if isinstance(value, JobStatus) else value
+    return fields
+
+
+def exc_info_field(text: str) -> bytes:
+    """RQ keeps a failed job's error text zlib-compressed in the job hash."""
+    return zlib.compress(text.encode("utf-8"))
+
+
+def rq_time(moment: datetime) -> str:
+    """``moment`` as RQ writes times into its hashes."""
+    return utcformat(moment)
+
+
+def rq_now() -> str:
+    """Now, as RQ writes times into its hashes."""
+    return rq_time(datetime.now(UTC).replace(tzinfo=None))
+
+
+# --- a worker's registration ----------------------------------------------------------
+def worker_fields(queue_name: str, *, pid: int, hostname: str, now: str) -> dict[Any, str | int]:
+    """The hash of a worker that was just born, as RQ's ``register_birth`` writes it (``Worker.all`` reads it)."""
+    return {
+        "birth": now,
+        "last_heartbeat": now,
+        "queues": queue_name,
+        "pid": pid,
+        "hostname": hostname,
+        "ip_address": "",
+        "version": RQ_VERSION,
+        "python_version": sys.version,
+        "state": "idle",
+        "successful_job_count": 0,
+        "failed_job_count": 0,
+        "total_working_time": 0,
+    }
+
+
+# What a job description may repeat of a delivery: rq-dashboard prints the
+# description into its pages without escaping it, so nothing else of what a
+# sender chose gets there.
+_PLAIN = re.compile(r"[A-Za-z0-9_.-]{1,64}")
+
+
+def job_description(event_type: str, appid: str) -> str:
+    """``Msg for we_...``: what rq-dashboard shows of a delivery, made only of plain names."""
+    kind = event_type if _PLAIN.fullmatch(event_type) else "event"
+    instance = appid if _PLAIN.fullmatch(appid) else "an instance"
+    return f"{kind} for {instance}"

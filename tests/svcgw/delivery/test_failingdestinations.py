@@ -1,0 +1,158 @@
+"""Failing destinations: the setting, the record the finish script keeps, the log records, the gauge."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+
+import pytest
+from redis import Redis
+from redis.asyncio import Redis as AsyncRedis
+
+from receiver.metrics import render
+from svcgw.config.settings import Settings, SettingsError
+from svcgw.delivery import failingdestinations
+from svcgw.delivery.failingdestinations import FailingDestination, destination_of, is_failing, parse
+from svcgw.storage.keys import PLAIN as keys
+from svcgw.views.metrics import snapshot
+from tests.conftest import provision
+from tests.support import LogCapture, Sink, wait_for
+from tests.svcgw.delivery.test_deadletters import ingest
+from tests.worker.support import claim, with_queue
+from tests.worker.test_engine import Running
+from worker.delivery import Attempt
+from worker.queue import Finish, Finished
+
+
+def test_the_setting_is_validated() -> None:
+    assert Settings.from_env({}).failing_after == 900
+    assert Settings.from_env({"SVCGW_FAILING_AFTER": "60"}).failing_after == 60
+    for bad in ("0", "-5", "soon", "1.5"):
+        with pytest.raises(SettingsError, match="SVCGW_FAILING_AFTER"):
+            Settings.from_env({"SVCGW_FAILING_AFTER": bad})
+
+
+def test_a_destination_is_the_origin_of_the_address() -> None:
+    assert destination_of("https://Hooks.Example.com/a/b?c=d") == "https://hooks.example.com:443"
+    assert destination_of("https://hooks.example.com:443/other") == "https://hooks.example.com:443"
+    assert destination_of("http://[::1]:8080/x") == "http://[::1]:8080"
+    assert destination_of("") == destination_of(None) == destination_of("not a url") == ""
+
+
+def test_failing_means_only_failures_for_long_enough_and_lately() -> None:
+    settings = Settings(failing_after=900, retry_schedule=(30.0, 600.0))
+    now = 10_000.0
+    record = FailingDestination("d", first_failure=now - 901, last_failure=now - 10, flagged=False)
+    assert is_failing(record, settings, now)
+    assert not is_failing(FailingDestination("d", now - 899, now - 1, False), settings, now)
+    # Nothing tried it for longer than the threshold and the longest retry delay: forgotten.
+    assert not is_failing(FailingDestination("d", now - 5000, now - 1501, True), settings, now)
+    assert parse("d", b"1.5:2.5:1") == FailingDestination("d", 1.5, 2.5, True)
+    assert parse("d", "garbage") is None
+
+
+def _attempt(settings: Settings, appid: str, delivery_id: str, ok: bool, destination: str, number: int) -> Finished:
+    """One attempt's outcome stored through the engine's finish script."""
+    assert claim(settings, 1) == [delivery_id]
+    attempt = Attempt(ok=ok, at=time.time(), duration=0.01, status=200 if ok else 500, destination="x")
+    kind = "delivered" if ok else "retry"
+    item = Finish(
+        delivery_id, appid, kind, attempt.record(number), due=time.time() - 1, retention=60, destination=destination
+    )
+    (finished,) = with_queue(settings, lambda queue: queue.finish_detailed([item]))
+    if not ok:
+        redis = Redis.from_url(settings.redis_url or "")
+        try:
+            # Due at once: back to the queue for the next claim.
+            redis.zrem(keys.rq.scheduled(settings.queue_name), delivery_id)
+            redis.rpush(keys.rq.queue(settings.queue_name), delivery_id)
+        finally:
+            redis.close()
+    return finished
+
+
+def test_the_finish_script_reports_the_start_and_the_recovery_once(settings: Settings, redis: Redis) -> None:
+    settings = Settings.from_env({"SVCGW_REDIS_URL": settings.redis_url or "", "SVCGW_FAILING_AFTER": "1"})
+    tenant = provision(settings)
+    delivery_id = ingest(settings, tenant, b'{"event_type":"Msg","events":[{"id":"f1"}]}')
+    where = "https://down.example:443"
+    seen = [_attempt(settings, tenant.appid, delivery_id, False, where, 1)]
+    first = parse(where, redis.hget(keys.failing_destinations, where) or b"")
+    assert first is not None and not first.flagged
+    redis.hset(keys.failing_destinations, where, f"{first.first_failure - 2}:{first.last_failure}:0")
+    seen += [_attempt(settings, tenant.appid, delivery_id, False, where, n) for n in (2, 3)]
+    seen.append(_attempt(settings, tenant.appid, delivery_id, True, where, 4))
+    assert [(f.held, f.started_failing, f.recovered) for f in seen] == [
+        (True, False, False),
+        (True, True, False),  # the first failure past the threshold: once
+        (True, False, False),
+        (True, False, True),  # the first success after it
+    ]
+    assert redis.hget(keys.failing_destinations, where) is None  # a destination that answers is not kept
+
+
+def test_a_failing_destination_is_logged_once_each_way_and_counted(env: dict[str, str], sink: Sink) -> None:
+    settings = Settings.from_env(dict(env, SVCGW_FAILING_AFTER="1", SVCGW_RETRY_SCHEDULE=",".join(["0.2"] * 15)))
+    tenant = provision(settings, url=sink.url)
+    sink.set(status=503)
+    capture = LogCapture()
+    logger = logging.getLogger("svcgw.delivery")
+    logger.addHandler(capture)
+    previous = logger.level
+    logger.setLevel(logging.INFO)
+    try:
+        # Two engines, as two workers: the records still come once.
+        with Running(settings), Running(settings):
+            for n in range(3):
+                ingest(settings, tenant, b'{"event_type":"Msg","events":[{"id":"x%d"}]}' % n)
+            wait_for(lambda: "destination failing" in capture.output(), timeout=15, what="the failing record")
+            assert gauge(settings) == 1
+            time.sleep(0.6)  # more failed attempts meanwhile: no second record
+            sink.set(status=200)
+            ingest(settings, tenant, b'{"event_type":"Msg","events":[{"id":"ok"}]}')
+            wait_for(lambda: "destination recovered" in capture.output(), timeout=15, what="the recovery record")
+            assert gauge(settings) == 0
+    finally:
+        logger.removeHandler(capture)
+        logger.setLevel(previous)
+    lines = capture.output().splitlines()
+    assert sum("destination failing" in line for line in lines) == 1
+    assert sum("destination recovered" in line for line in lines) == 1
+
+
+def gauge(settings: Settings) -> int:
+    async def read() -> int:
+        client = AsyncRedis.from_url(settings.redis_url or "")
+        try:
+            data = await snapshot(client, keys, settings.queue_name, settings)
+        finally:
+            await client.aclose()
+        text = render(data).decode()
+        line = next(line for line in text.splitlines() if line.startswith("svcgw_failing_destinations "))
+        assert int(float(line.split()[1])) == data["failing_destinations"]
+        return int(data["failing_destinations"])
+
+    return asyncio.run(read())
+
+
+def test_failing_reads_the_named_destinations_or_all(settings: Settings, redis: Redis) -> None:
+    now = time.time()
+    redis.hset(
+        keys.failing_destinations,
+        mapping={
+            "https://a.example:443": f"{now - 2000}:{now - 5}:1",
+            "https://b.example:443": f"{now - 10}:{now - 5}:0",  # not long enough yet
+        },
+    )
+
+    async def read(names: list[str] | None) -> list[str]:
+        client = AsyncRedis.from_url(settings.redis_url or "")
+        try:
+            return sorted(await failingdestinations.failing(client, keys, settings, names))
+        finally:
+            await client.aclose()
+
+    assert asyncio.run(read(None)) == ["https://a.example:443"]
+    assert asyncio.run(read(["https://b.example:443", ""])) == []
+    assert gauge(settings) == 1

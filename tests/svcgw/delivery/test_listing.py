@@ -1,0 +1,297 @@
+"""The deliveries read model: pure formatting, and the lists it reads from the index and the records."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Awaitable, Callable
+from typing import TypeVar
+
+import orjson
+import pytest
+from redis import Redis
+from redis.asyncio import Redis as AsyncRedis
+
+import worker.queue as queue_module
+from svcgw import deliveryid
+from svcgw.config.settings import Settings
+from svcgw.delivery import listing
+from svcgw.delivery.listing import Delivery, Invalid, NotFound, Page, build, event_ids, state_of
+from svcgw.intake.ingest import Ingest
+from svcgw.storage.keys import PLAIN as keys
+from tests.conftest import Tenant, provision
+from tests.svcgw.delivery.test_deadletters import ingest
+from tests.worker.support import claim, finish
+from worker.delivery import Attempt
+from worker.queue import DeliveryQueue, Finish
+
+T = TypeVar("T")
+
+
+def call(settings: Settings, action: Callable[[AsyncRedis], Awaitable[T]]) -> T:
+    async def go() -> T:
+        client = AsyncRedis.from_url(settings.redis_url or "")
+        try:
+            return await action(client)
+        finally:
+            await client.aclose()
+
+    return asyncio.run(go())
+
+
+def listed(settings: Settings, appid: str, **filters: object) -> Page:
+    return call(settings, lambda r: listing.list_deliveries(r, keys, settings, appid, **filters))
+
+
+def shown(settings: Settings, delivery_id: str, account: str | None = None) -> Delivery:
+    return call(settings, lambda r: listing.show(r, keys, settings, delivery_id, account=account))
+
+
+def post(settings: Settings, tenant: Tenant, *ids: str, event_type: str = "Msg") -> str:
+    events = ",".join(f'{{"id":"{i}","text":"hi"}}' for i in ids) or '{"text":"no id"}'
+    return ingest(settings, tenant, f'{{"event_type":"{event_type}","events":[{events}]}}'.encode())
+
+
+def fail_once(settings: Settings, delivery_id: str, appid: str, *, due_in: float = 600.0) -> None:
+    """One failed attempt recorded through the queue's scripts, with a retry due later."""
+    assert claim(settings, 1) == [delivery_id]
+    attempt = Attempt(
+        ok=False, at=time.time(), duration=0.25, status=503, error="HTTP 503", response="x" * 3000, destination="d"
+    )
+    assert finish(settings, Finish(delivery_id, appid, "retry", attempt.record(1), due=time.time() + due_in))
+
+
+def deliver_now(settings: Settings, delivery_id: str, appid: str, number: int = 1, event_ids: bytes = b"") -> None:
+    assert claim(settings, 1) == [delivery_id]
+    attempt = Attempt(ok=True, at=time.time(), duration=0.01, status=200, response='{"ok":true}', destination="d")
+    done = Finish(delivery_id, appid, "delivered", attempt.record(number), retention=3600, event_ids=event_ids)
+    assert finish(settings, done)
+
+
+# --- pure ---------------------------------------------------------------------------
+def test_states_shown() -> None:
+    assert [state_of(s) for s in ("queued", "retrying", "delivered", "dead", "", "odd")] == [
+        "pending",
+        "retrying",
+        "delivered",
+        "dead",
+        "pending",
+        "pending",
+    ]
+
+
+def test_event_ids_keep_big_integers_and_skip_events_without_one() -> None:
+    body = b'{"appid":"a","event_type":"Msg","events":[{"id":123456789012345678901234},{"x":1},{"id":"m1"},{"id":""}]}'
+    assert event_ids(body) == ("123456789012345678901234", "m1")
+    assert event_ids(b"not json") == ()
+    assert event_ids(None) == ()
+
+
+def test_build_reads_the_next_attempt_from_the_registry_first() -> None:
+    fields = {"appid": b"a", "account": b"acc", "event_type": b"Msg", "state": b"retrying", "next_at": b"100.5"}
+    assert build("dlv_1", fields).next_attempt_at == 100.5
+    assert build("dlv_1", fields, scheduled_at=200.0).next_attempt_at == 200.0
+    delivered = build("dlv_1", {**fields, "state": b"delivered", "delivered_at": b"7"})
+    assert delivered is not None and delivered.next_attempt_at is None and delivered.delivered_at == 7.0
+    assert build("dlv_1", {"appid": None}) is None  # expired
+
+
+def test_attempt_records_are_read_leniently() -> None:
+    good = orjson.dumps({"attempt": 2, "at": 1.5, "ok": False, "status": 502, "error": "HTTP 502", "duration_ms": 3})
+    delivery = build("dlv_1", {"appid": b"a", "state": b"retrying"}, [b"{broken", good])
+    assert delivery is not None
+    broken, second = delivery.attempts
+    assert (broken.number, broken.error) == (1, "unreadable attempt record")
+    assert (second.number, second.status, second.outcome, second.duration_ms) == (2, 502, "HTTP 502", 3.0)
+
+
+def test_a_cursor_that_is_not_one_is_refused() -> None:
+    for bad in ("", "x:dlv_1", "1.5:dlv_1", "nan", "12-", "-3", "1795319160000-0-1", "1" * 21 + "-0"):
+        with pytest.raises(Invalid):
+            listing.parse_cursor(bad)
+    assert listing.parse_cursor(listing.cursor("1795319160000-3")) == "1795319160000-3"
+
+
+# --- against Redis -----------------------------------------------------------------------
+def test_every_state_with_its_attempts_and_next_attempt(settings: Settings, redis: Redis) -> None:
+    tenant = provision(settings)
+    delivered = post(settings, tenant, "e1")
+    deliver_now(settings, delivered, tenant.appid)
+    retrying = post(settings, tenant, "e2", "e3", event_type="Offline")
+    fail_once(settings, retrying, tenant.appid)
+    pending = post(settings, tenant)
+
+    page = listed(settings, tenant.appid)
+    assert [d.id for d in page.deliveries] == [pending, retrying, delivered]
+    assert page.next_before is None
+    first, second, third = page.deliveries
+    assert (first.state, first.event_ids, first.attempts, first.next_attempt_at) == ("pending", (), (), None)
+    assert second.state == "retrying" and second.event_ids == ("e2", "e3") and second.event_type == "Offline"
+    assert second.next_attempt_at is not None and second.next_attempt_at > time.time() + 500
+    (attempt,) = second.attempts
+    assert (attempt.status, attempt.error, attempt.duration_ms) == (503, "HTTP 503", 250.0)
+    assert len(attempt.response.encode()) == 1024  # the answer's first 1 KB, no more
+    assert third.state == "delivered" and third.delivered_at is not None and third.attempts[0].ok
+
+    as_json = orjson.loads(orjson.dumps(page.as_dict()))
+    assert as_json["deliveries"][1]["attempts"][0]["status"] == 503
+    assert shown(settings, retrying).as_dict() == second.as_dict()
+
+
+def test_filters_combine(settings: Settings) -> None:
+    tenant = provision(settings)
+    a = post(settings, tenant, "a1", event_type="Msg")
+    b = post(settings, tenant, "b1", "needle", event_type="Msg")
+    c = post(settings, tenant, "needle2", event_type="Other")
+    fail_once(settings, a, tenant.appid)
+
+    assert [d.id for d in listed(settings, tenant.appid, state="retrying").deliveries] == [a]
+    assert [d.id for d in listed(settings, tenant.appid, state="pending").deliveries] == [c, b]
+    assert [d.id for d in listed(settings, tenant.appid, event_type="Msg").deliveries] == [b, a]
+    assert [d.id for d in listed(settings, tenant.appid, event_id="needle").deliveries] == [b]
+    assert listed(settings, tenant.appid, event_id="needle", event_type="Other").deliveries == []
+    with pytest.raises(Invalid):
+        listed(settings, tenant.appid, state="lost")
+
+
+def test_a_delivered_delivery_keeps_only_its_bare_outcome(settings: Settings, redis: Redis) -> None:
+    tenant = provision(settings)
+    delivery_id = post(settings, tenant, "m1", "needle")
+    fail_once(settings, delivery_id, tenant.appid, due_in=0)
+    call(settings, lambda r: DeliveryQueue(r, keys, settings.queue_name).promote_due())
+    deliver_now(settings, delivery_id, tenant.appid, 2)
+    other = post(settings, tenant, "m2")
+
+    # Its records are gone; the stream holds each attempt's time, status and duration.
+    assert not redis.exists(keys.delivery(delivery_id), keys.rq.job(delivery_id))
+    ((_, fields),) = redis.xrange(keys.outcomes(tenant.appid))
+    appid, entry = deliveryid.parse(delivery_id) or ("", "")
+    assert appid == tenant.appid and b"i" not in fields
+    assert fields[b"l"] == entry.removesuffix("-0").encode()  # the ms alone for sequence 0: an integer
+    assert [part.split(b":")[1:] for part in fields[b"o"].split(b",")] == [[b"503", b"250"], [b"200", b"10"]]
+    assert 0 < redis.ttl(keys.outcomes(tenant.appid)) <= settings.log_retention
+
+    one = shown(settings, delivery_id)
+    assert (one.state, one.event_ids, one.event_type, one.account) == ("delivered", ("m1", "needle"), "Msg",
+                                                                        tenant.account)  # fmt: skip
+    assert [(a.status, a.error, a.ok, a.duration_ms, a.response, a.destination) for a in one.attempts] == [
+        (503, None, False, 250.0, "", None),
+        (200, None, True, 10.0, "", None),
+    ]
+    assert one.received_at is not None and one.delivered_at is not None and one.delivered_at >= one.received_at
+    page = listed(settings, tenant.appid)
+    assert [(d.id, d.state, d.event_ids) for d in page.deliveries] == [
+        (other, "pending", ("m2",)),
+        (delivery_id, "delivered", ("m1", "needle")),
+    ]
+    assert page.deliveries[1].as_dict() == one.as_dict()
+    assert [d.id for d in listed(settings, tenant.appid, event_id="needle").deliveries] == [delivery_id]
+    assert [d.id for d in listed(settings, tenant.appid, state="delivered").deliveries] == [delivery_id]
+    assert [d.id for d in listed(settings, tenant.appid, state="pending").deliveries] == [other]
+    assert [d.id for d in listed(settings, tenant.appid, event_id="m2", state="pending").deliveries] == [other]
+    with pytest.raises(NotFound):
+        shown(settings, delivery_id, account=provision(settings).account)
+
+
+def test_a_late_outcome_and_one_of_a_post_with_duplicates(
+    settings: Settings, redis: Redis, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    tenant = provision(settings)
+    post(settings, tenant, "needle")
+    claim(settings, 1)
+    delivery_id = post(settings, tenant, "m1", "needle")  # needle is a repeat: only m1 goes
+    monkeypatch.setattr(queue_module, "OUTCOME_WINDOW", -1)  # every outcome is late
+    deliver_now(settings, delivery_id, tenant.appid, event_ids=b'["m1"]')
+
+    assert not redis.exists(keys.outcomes(tenant.appid))
+    (late,) = redis.keys(keys.late_outcomes(tenant.appid, 0).rsplit(":", 1)[0] + ":*")
+    assert 0 < redis.ttl(late) <= 2 * settings.log_retention
+    one = shown(settings, delivery_id)
+    assert one.state == "delivered" and one.event_ids == ("m1",) and [a.status for a in one.attempts] == [200]
+    assert listed(settings, tenant.appid, state="delivered").deliveries[0].as_dict() == one.as_dict()
+    # A copy of its job whose lease ran out meanwhile fails later: nothing is left behind.
+    failed = Attempt(ok=False, at=time.time(), duration=0.01, status=503, error="HTTP 503", destination="d")
+    assert not finish(settings, Finish(delivery_id, tenant.appid, "retry", failed.record(2), due=time.time() + 60))
+    assert not redis.exists(keys.rq.job(delivery_id)) and shown(settings, delivery_id).as_dict() == one.as_dict()
+    assert not redis.zscore(keys.rq.scheduled(settings.queue_name), delivery_id)
+    ok = Attempt(ok=True, at=time.time(), duration=0.01, status=200, response="", destination="d")
+    assert not finish(settings, Finish(delivery_id, tenant.appid, "delivered", ok.record(2)))  # nor a second outcome
+    assert not redis.exists(keys.rq.job(delivery_id), keys.outcomes(tenant.appid)) and redis.hlen(late) == 1
+
+
+def test_pages_follow_each_other_without_gaps_or_repeats(settings: Settings, redis: Redis) -> None:
+    tenant = provision(settings)
+    ids = [post(settings, tenant, f"p{i}") for i in range(7)]
+    repeat = b'{"event_type":"Msg","events":[{"id":"p1","text":"hi"}]}'  # a post without a delivery: not listed
+    accepted = call(settings, lambda r: Ingest(r, keys, settings).accept(tenant.appid, tenant.receiver_token, repeat))
+    assert accepted.delivery_id is None and accepted.duplicates == 1
+    ids.append(post(settings, tenant, "p7"))
+    seen: list[str] = []
+    before = None
+    for _ in range(10):
+        page = listed(settings, tenant.appid, limit=2, before=before)
+        seen += [d.id for d in page.deliveries]
+        before = page.next_before
+        if before is None:
+            break
+    assert sorted(seen) == sorted(ids) and len(seen) == len(ids)
+
+
+def test_the_list_is_the_callback_log_within_its_retention(settings: Settings, redis: Redis) -> None:
+    tenant = provision(settings)
+    old = post(settings, tenant, "old")
+    stream = keys.callback_log(tenant.appid)
+    # The same post logged a retention and a bit ago, as the log holds it until trimmed.
+    ((_, fields),) = redis.xrange(stream)
+    redis.delete(stream)
+    redis.xadd(stream, fields, id=f"{int((time.time() - settings.log_retention - 5) * 1000)}-0")
+    assert listed(settings, tenant.appid).deliveries == []  # out of the retention: not listed
+    new = post(settings, tenant, "new")
+    page = listed(settings, tenant.appid)
+    assert [d.id for d in page.deliveries] == [new] and page.next_before is None
+    assert not redis.keys(keys.prefix + "deliveries:*")  # no index of its own
+    assert shown(settings, old).id == old  # still shown by id while its record lives
+
+
+def test_other_accounts_see_nothing(settings: Settings) -> None:
+    tenant = provision(settings)
+    other = provision(settings)
+    delivery_id = post(settings, tenant, "mine")
+    with pytest.raises(NotFound):
+        call(settings, lambda r: listing.list_deliveries(r, keys, settings, tenant.appid, account=other.account))
+    with pytest.raises(NotFound):
+        shown(settings, delivery_id, account=other.account)
+    assert shown(settings, delivery_id, account=tenant.account).id == delivery_id
+    with pytest.raises(NotFound):
+        listed(settings, "we_nothing_here")
+    with pytest.raises(NotFound):
+        shown(settings, "dlv_000000000000000000000000")
+
+
+def test_a_filter_that_matches_little_stops_after_a_bounded_scan(
+    settings: Settings, redis: Redis, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(listing, "SCAN_LIMIT", 3)
+    monkeypatch.setattr(listing, "SCAN_CHUNK", 2)
+    tenant = provision(settings)
+    wanted = post(settings, tenant, "wanted")
+    for i in range(5):
+        post(settings, tenant, f"other{i}")
+    page = listed(settings, tenant.appid, event_id="wanted")
+    assert page.deliveries == [] and page.scanned == 3 and page.next_before is not None
+    pages = [page]
+    while pages[-1].next_before:
+        pages.append(listed(settings, tenant.appid, event_id="wanted", before=pages[-1].next_before))
+    assert [d.id for p in pages for d in p.deliveries] == [wanted]
+
+
+def test_posts_that_made_no_delivery_list_as_an_empty_page(settings: Settings) -> None:
+    tenant = provision(settings)
+
+    async def empty_post(client: AsyncRedis) -> str | None:
+        body = b'{"event_type":"Msg","events":[]}'
+        return (await Ingest(client, keys, settings).accept(tenant.appid, tenant.receiver_token, body)).delivery_id
+
+    assert call(settings, empty_post) is None  # logged, with no delivery
+    page = listed(settings, tenant.appid)
+    assert page.deliveries == [] and page.next_before is None

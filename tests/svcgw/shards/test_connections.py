@@ -1,0 +1,79 @@
+"""The Redis clients: a host that takes connections and never answers fails as Redis unreachable, in time;
+pools sized by the settings, which wait for a free connection."""
+
+from __future__ import annotations
+
+import time
+
+import httpx
+import pytest
+from redis import BlockingConnectionPool
+
+from receiver.app import create_app
+from svcgw.config.settings import Settings, SettingsError
+from svcgw.shards.connections import BlockingSentinelPool, async_client, sync_client
+from svcgw.shards.pools import WaitingPool, WaitingSentinelPool
+from tests.conftest import provision
+from tests.support import ThreadedServer
+
+
+def test_the_read_timeout_outlasts_the_longest_wait_a_command_asks_for(env: dict[str, str]) -> None:
+    assert Settings.from_env(env).redis_socket_timeout == 5.0
+    assert Settings.from_env(dict(env, SVCGW_REDIS_TIMEOUT="0.5")).redis_socket_timeout == 2.0  # WAIT's 1 s + 1
+    waited = Settings.from_env(dict(env, SVCGW_REDIS_TIMEOUT="2", SVCGW_REDIS_WAIT_TIMEOUT="0.1"))
+    assert waited.redis_socket_timeout == 2.0
+
+
+def test_a_post_to_a_shard_whose_host_never_answers_is_refused_in_time_and_the_others_go_on(
+    env: dict[str, str], redis_url: str, silent: int
+) -> None:
+    configured = {k: v for k, v in env.items() if k != "SVCGW_REDIS_URL"}
+    settings = Settings.from_env(
+        {**configured, "SVCGW_REDIS_SHARDS": f"{redis_url} redis://127.0.0.1:{silent}/0", "SVCGW_REDIS_TIMEOUT": "0.3",
+         "SVCGW_REDIS_WAIT_TIMEOUT": "0.01"}
+    )  # fmt: skip
+    tenant = provision(settings)  # on shard 0
+    server = ThreadedServer(create_app(settings)).start()
+    try:
+        with httpx.Client(timeout=30) as http:
+            body = b'{"event_type":"Msg","events":[{"id":"a"}]}'
+            started = time.monotonic()
+            hung = http.post(f"{server.base}/svc/receiver/{tenant.appid}/s1.{tenant.receiver_token}", content=body)
+            took = time.monotonic() - started
+            assert hung.status_code == 503 and hung.headers["retry-after"] == "1"
+            assert took < 5, took  # the read timeout (a connection that hangs would hold it for ever)
+            stored = http.post(tenant.receiver_url(server.base), content=body)
+            assert stored.status_code == 200, stored.text
+    finally:
+        server.stop()
+
+
+def test_every_pool_is_sized_by_the_settings_and_waits_for_a_free_connection(env: dict[str, str]) -> None:
+    defaults = Settings.from_env(env)
+    assert (defaults.redis_max_connections, defaults.redis_pool_timeout) == (100, 5.0)
+    settings = Settings.from_env(dict(env, SVCGW_REDIS_MAX_CONNECTIONS="12", SVCGW_REDIS_POOL_TIMEOUT="0.5"))
+    pool = async_client(settings).connection_pool
+    assert isinstance(pool, WaitingPool) and (pool.max_connections, pool.pool_timeout) == (12, 0.5)
+    blocking = sync_client(settings)
+    assert isinstance(blocking.connection_pool, BlockingConnectionPool)
+    assert (blocking.connection_pool.max_connections, blocking.connection_pool.timeout) == (12, 0.5)
+    blocking.close()
+    for name, value in (("SVCGW_REDIS_MAX_CONNECTIONS", "1"), ("SVCGW_REDIS_MAX_CONNECTIONS", "many"),
+                        ("SVCGW_REDIS_POOL_TIMEOUT", "0"), ("SVCGW_REDIS_POOL_TIMEOUT", "soon")):  # fmt: skip
+        with pytest.raises(SettingsError, match=name):
+            Settings.from_env(dict(env, **{name: value}))
+
+
+def test_sentinel_and_cluster_clients_are_sized_by_the_settings_too() -> None:
+    sized = {"SVCGW_REDIS_MAX_CONNECTIONS": "7", "SVCGW_REDIS_POOL_TIMEOUT": "0.25"}
+    # Neither connects before its first command: nothing needs to listen on port 1.
+    through_sentinel = Settings.from_env({**sized, "SVCGW_REDIS_SENTINELS": "127.0.0.1:1"})
+    waiting = async_client(through_sentinel).connection_pool
+    assert isinstance(waiting, WaitingSentinelPool) and (waiting.max_connections, waiting.pool_timeout) == (7, 0.25)
+    blocking = sync_client(through_sentinel)
+    assert isinstance(blocking.connection_pool, BlockingSentinelPool)
+    assert (blocking.connection_pool.max_connections, blocking.connection_pool.timeout) == (7, 0.25)
+    blocking.close()
+    cluster = Settings.from_env({**sized, "SVCGW_REDIS_SHARDS": "cluster://127.0.0.1:1"})
+    nodes = async_client(cluster).nodes_manager.startup_nodes.values()  # type: ignore[attr-defined]
+    assert [node.max_connections for node in nodes] == [7]
