@@ -64,7 +64,7 @@ from redis.asyncio.cluster import RedisCluster as AsyncRedisCluster
 from svcgw.callbacks.outbound import Sender, sender_for
 from svcgw.config.settings import Settings
 from svcgw.counters import AttemptRecorder
-from svcgw.delivery import failingdestinations
+from svcgw.delivery import failingdestinations, probing
 from svcgw.errors import STORAGE_ERRORS
 from svcgw.logs import of_shard
 from svcgw.shards.clients import spaces
@@ -73,9 +73,10 @@ from svcgw.storage.keys import KeySpace
 from svcgw.vault import TokenVault
 
 from .delivery import Attempt, Prepared, prepare_claimed, send, stand_in, unexpected
-from .destinations import DestinationKeys
+from .destinations import DestinationKeys, netloc_of
 from .outcomes import AttemptHook, Outcomes
-from .queue import Claimed, DeliveryQueue, Finish
+from .probing import READ_EVERY, Probing
+from .queue import Claimed, DeliveryQueue, Finish, Hold
 from .slots import AccountSlots, DestinationSlots
 
 __all__ = ["Engine", "loop_factory"]
@@ -90,6 +91,7 @@ CLAIM_BATCH = 100
 CLAIM_MOST = 2 * CLAIM_BATCH
 IDLE_WAIT = 0.25
 ACCOUNT_DEFER_SECONDS = 0.05  # the shortest deferral of a job whose account is at its cap
+UNPARK_CALLS = 100  # script calls at most that bring one destination's held-back jobs forward at once
 
 
 def worker_name() -> str:
@@ -113,6 +115,7 @@ class _Slots:
     token: int | None
     account: str
     account_token: int | None
+    origin: str  # the destination its probing counts it under (svcgw.delivery.probing); '' for none
 
 
 class Engine:
@@ -159,6 +162,9 @@ class Engine:
             settings.account_concurrency, settings.delivery_timeout, shortest=ACCOUNT_DEFER_SECONDS
         )
         self.destinations = DestinationKeys(settings.allow_private_destinations, settings.destination_ports)
+        # Destinations whose attempts time out get fewer attempts in flight (svcgw.delivery.probing).
+        self.probing = Probing(settings.destination_concurrency, settings.delivery_timeout)
+        self._probing_stale = True  # read the shard's records at the next turn
         # The stock Cluster client answers as one Redis does.
         self._given_redis = cast(AsyncRedis, redis) if isinstance(redis, AsyncRedis | AsyncRedisCluster) else None
         self._given_client = client
@@ -181,8 +187,10 @@ class Engine:
             self.settings.queue_name,
             lease_seconds=self.settings.lease_seconds,
             failing_argument=failingdestinations.script_argument(self.settings),
+            probing_argument=probing.script_argument(self.settings),
             log_retention=self.settings.log_retention,
         )
+        self.probing.join(self.keys)
         self.sender = sender
         self.outcomes = Outcomes(self.settings, self.queue, self.on_attempt)
         self._slot_freed = asyncio.Event()
@@ -214,11 +222,18 @@ class Engine:
 
     # --- main loop -----------------------------------------------------------------
     async def _main(self, stop: asyncio.Event, burst: bool) -> None:
-        next_promote = next_reclaim = next_extend = 0.0
+        next_promote = next_reclaim = next_extend = next_probing = 0.0
         failures = 0
         while not stop.is_set():
             try:
                 now = time.time()
+                if now >= next_probing or self._probing_stale:
+                    self._probing_stale = False
+                    records = await self.queue.probing_records(*probing.read_argument(self.settings))
+                    self.probing.update(self.keys, records)
+                    next_probing = now + READ_EVERY
+                if await self._unpark():
+                    next_promote = now
                 if now >= next_promote:
                     promotion = await self.queue.promote_due(PROMOTE_LIMIT)
                     while promotion.moved >= PROMOTE_LIMIT:
@@ -274,16 +289,31 @@ class Engine:
             # Never below a quarter: a claim never pops more than four times what it may start.
             self._started_share = max(0.25, 0.7 * self._started_share + 0.3 * started / popped)
 
-    def _saturated(self) -> dict[str, float]:
-        """The URL spellings (netlocs) seen lately that reach a destination at its cap, with when to try again."""
+    async def _unpark(self) -> int:
+        """Bring forward the held-back jobs of the destinations that answer again (svcgw.delivery.probing)."""
+        moved = 0
+        for destination in self.probing.unparking(self.keys):
+            due = 0
+            for _ in range(UNPARK_CALLS):
+                brought, left = await self.queue.unpark(destination)
+                due += brought
+                if not left:
+                    break
+            if due:
+                self.log.info("held-back deliveries due now", extra={"destination": destination, "count": due})
+            moved += due
+        return moved
+
+    def _saturated(self) -> dict[str, Hold]:
+        """The URL spellings (netlocs) seen lately that reach a destination at its cap or its probing limit,
+        with when to try again."""
+        held = self.probing.saturated(self.keys)
         full = self.slots.saturated()
-        if not full:
-            return {}
-        due: dict[str, float] = {}
         for key, when in full.items():
             for netloc in self.destinations.netlocs_of((key,)):
-                due[netloc] = max(due.get(netloc, 0.0), when)
-        return due
+                if netloc not in held or held[netloc].last < when:
+                    held[netloc] = Hold(when)
+        return held
 
     def _start(self, job: Claimed) -> None:
         self._held.add(job.delivery_id)
@@ -348,19 +378,31 @@ class Engine:
             attempt = Attempt(ok=False, at=time.time(), duration=0.0, error=unexpected(exc))
         finally:
             self._free(held)
-        await self.outcomes.record(prepared, attempt)
+        probe = self.probing.mark(held.origin, timed_out=attempt.timed_out, started=attempt.at)
+        finished = await self.outcomes.record(prepared, attempt, probe)
+        if finished.probe_changed:
+            self._probing_stale = True
+        if finished.reopened:
+            self.probing.reopened(held.origin)
 
     async def _take_slots(self, prepared: Prepared) -> _Slots | None:
-        """Slots on the attempt's destination and account; None when one is at its cap (the job is then deferred)."""
-        destinations = await self.destinations.keys(prepared.destination.url) if prepared.destination else ()
+        """Slots on the attempt's destination and account, within its probing limit; None when one is at its cap
+        (the job is then deferred)."""
+        url = prepared.destination.url if prepared.destination else ""
+        destinations = await self.destinations.keys(url) if url else ()
+        origin = failingdestinations.destination_of(url)
         account_token = self.accounts.acquire(prepared.account)
         if account_token is None:
             delay = self.accounts.defer_delay(prepared.account)
+        elif not self.probing.acquire(origin, netloc_of(url)):
+            self.accounts.give_back(prepared.account, account_token)
+            delay = self.probing.defer_delay(origin)
         else:
             token = self.slots.acquire_all(destinations) if destinations else None
             if token is not None or not destinations:
-                return _Slots(destinations, token, prepared.account, account_token)
+                return _Slots(destinations, token, prepared.account, account_token, origin)
             self.accounts.give_back(prepared.account, account_token)
+            self.probing.release(origin)
             delay = max(self.slots.defer_delay(key) for key in self.slots.full(destinations))
         await self.outcomes.finish(Finish(prepared.delivery_id, prepared.appid, "defer", due=time.time() + delay))
         return None
@@ -370,6 +412,7 @@ class Engine:
             self.slots.release_all(held.destinations, held.token)
         if held.account_token is not None:
             self.accounts.release(held.account, held.account_token)
+        self.probing.release(held.origin)
 
 
 async def _sleep_unless(stop: asyncio.Event, seconds: float) -> None:

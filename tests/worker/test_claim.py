@@ -18,7 +18,7 @@ from tests.svcgw.delivery.test_deadletters import ingest
 from tests.worker.support import with_queue
 from tests.worker.test_queue import status
 from tests.worker.test_slots import Clock
-from worker.claim import Sightings
+from worker.claim import Hold, Sightings
 from worker.queue import DeliveryQueue
 
 
@@ -206,22 +206,25 @@ def test_sightings_name_the_instances_of_busy_accounts_and_saturated_destination
     seen.saw("a2", "acct", "two.test")
     seen.saw("b1", "other", "one.test")
     assert seen.held_back({}, {}) == {}
-    assert seen.held_back({}, {"acct": 7.0}) == {"a1": 7.0, "a2": 7.0}
+    assert seen.held_back({}, {"acct": 7.0}) == {"a1": Hold(7.0), "a2": Hold(7.0)}
     # The later of the two dues, where an instance's account is busy and its destination full.
-    assert seen.held_back({"one.test": 9.0}, {"acct": 7.0}) == {"a1": 9.0, "a2": 7.0, "b1": 9.0}
+    assert seen.held_back({"one.test": Hold(9.0)}, {"acct": 7.0}) == {"a1": Hold(9.0), "a2": Hold(7.0), "b1": Hold(9.0)}
+    # A line counts by its end: a destination being probed parks its jobs over a minute.
+    parked = Hold(6.0, 60.0, "svcgw:parked:http://one.test:80")
+    assert seen.held_back({"one.test": parked}, {"acct": 7.0})["a1"] == parked
     clock.now += 5.5
     seen.saw("a2", "acct", "two.test")
-    assert seen.held_back({"one.test": 9.0}, {"acct": 7.0}) == {"a2": 7.0}
+    assert seen.held_back({"one.test": Hold(9.0)}, {"acct": 7.0}) == {"a2": Hold(7.0)}
 
 
 def test_a_sighting_follows_an_instance_to_its_new_address_and_an_owner_only_read_keeps_it() -> None:
     seen = Sightings(5.0, clock=Clock())
     seen.saw("a1", "acct", "old.test")
     seen.saw("a1", "acct", "")  # the read of a busy account's job reads its owner only
-    assert seen.held_back({"old.test": 3.0}, {}) == {"a1": 3.0}
+    assert seen.held_back({"old.test": Hold(3.0)}, {}) == {"a1": Hold(3.0)}
     seen.saw("a1", "acct", "new.test")
-    assert seen.held_back({"old.test": 3.0}, {}) == {}
-    assert seen.held_back({"new.test": 4.0}, {}) == {"a1": 4.0}
+    assert seen.held_back({"old.test": Hold(3.0)}, {}) == {}
+    assert seen.held_back({"new.test": Hold(4.0)}, {}) == {"a1": Hold(4.0)}
 
 
 def test_sightings_forget_instances_not_seen_lately() -> None:
