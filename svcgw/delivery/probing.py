@@ -50,8 +50,9 @@ from dataclasses import dataclass
 from redis.asyncio import Redis
 
 from svcgw.config.settings import Settings
-from svcgw.delivery.failingdestinations import forget_after
+from svcgw.delivery.failingdestinations import destination_of, forget_after
 from svcgw.shards.clients import ShardRedis
+from svcgw.shards.routing import instance_shard
 from svcgw.storage.keys import KeySpace
 
 __all__ = [
@@ -65,6 +66,7 @@ __all__ = [
     "Probe",
     "combine",
     "current",
+    "of_instance",
     "parse",
     "probing",
     "probing_anywhere",
@@ -208,6 +210,22 @@ async def probing_anywhere(
         for name, record in answer.items():
             by.setdefault(name, []).append(record)
     return current(by, settings, time.time() if now is None else now)
+
+
+async def of_instance(shards: Sequence[ShardRedis], settings: Settings, appid: str) -> Probe | None:
+    """The record of the destination ``appid``'s deliveries go to (its own address, or its account's default),
+    when that destination is being probed: what ``svcgw deliveries`` shows beside them."""
+    redis, keys = await instance_shard(shards, appid)
+    async with redis.pipeline(transaction=False) as pipe:
+        pipe.hget(keys.instance(appid), "account")
+        pipe.hget(keys.callback_instance(appid), "url")
+        account, url = await pipe.execute()
+    if not url and account:
+        url = await redis.hget(keys.callback_account(_text(account)), "url")
+    destination = destination_of(_text(url)) if url else ""
+    if not destination:
+        return None
+    return (await probing_anywhere(shards, settings, [destination])).get(destination)
 
 
 def _text(value: bytes | str) -> str:
