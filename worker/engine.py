@@ -189,6 +189,8 @@ class Engine:
             failing_argument=failingdestinations.script_argument(self.settings),
             probing_argument=probing.script_argument(self.settings),
             log_retention=self.settings.log_retention,
+            # Longer than any job held back for a destination being probed waits (worker.probing).
+            park_seconds=probing.PARK_SECONDS + self.settings.delivery_timeout + 60,
         )
         self.probing.join(self.keys)
         self.sender = sender

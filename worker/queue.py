@@ -128,6 +128,7 @@ class DeliveryQueue:
         failing_argument: str | None = None,
         probing_argument: str | None = None,
         log_retention: int = 86400,
+        park_seconds: float = 2 * probing.PARK_SECONDS,
     ) -> None:
         self.redis = redis
         self.keys = keys
@@ -145,7 +146,7 @@ class DeliveryQueue:
         self.failed_key = keys.rq.failed(queue_name)
         self._claimer = Claimer(
             redis, keys, self.queue_key, self.inflight_key, self.scheduled_key, lease_seconds,
-            park_seconds=probing.PARK_SECONDS * 2,
+            park_seconds=park_seconds,
         )  # fmt: skip
         self._promote = register(redis, "queue_promote")
         self._probing_read = register(redis, "probing_read")
