@@ -54,6 +54,7 @@ import os
 import secrets
 import socket
 import time
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import cast
@@ -77,7 +78,7 @@ from .destinations import DestinationKeys, netloc_of
 from .outcomes import AttemptHook, Outcomes
 from .probing import READ_EVERY, Probing
 from .queue import Claimed, DeliveryQueue, Finish, Hold
-from .slots import AccountSlots, DestinationSlots
+from .slots import LINE_WAIT, AccountSlots, DestinationSlots
 
 __all__ = ["Engine", "loop_factory"]
 
@@ -170,6 +171,9 @@ class Engine:
         self._given_client = client
         self._held: set[str] = set()
         self._tasks: set[asyncio.Task[None]] = set()
+        # Jobs over a quick destination's cap waiting in this worker for one of its slots, per key, first first
+        # (shared by the engines of one process, as the slots are).
+        self.lines: dict[str, deque[asyncio.Future[None]]] = {}
         self._low_water = max(1, min(CLAIM_BATCH, self.capacity // 8))
         # The share of popped ids that claims started lately. Jobs of a busy account or a
         # saturated destination go back without taking a slot, and a claim that started only
@@ -393,25 +397,68 @@ class Engine:
         url = prepared.destination.url if prepared.destination else ""
         destinations = await self.destinations.keys(url) if url else ()
         origin = failingdestinations.destination_of(url)
-        account_token = self.accounts.acquire(prepared.account)
-        if account_token is None:
-            delay = self.accounts.defer_delay(prepared.account)
-        elif not self.probing.acquire(origin, netloc_of(url)):
-            self.accounts.give_back(prepared.account, account_token)
-            delay = self.probing.defer_delay(origin)
-        else:
+        deadline = time.monotonic() + LINE_WAIT
+        while True:
+            account_token = self.accounts.acquire(prepared.account)
+            if account_token is None:
+                delay = self.accounts.defer_delay(prepared.account)
+                break
+            if not self.probing.acquire(origin, netloc_of(url)):
+                self.accounts.give_back(prepared.account, account_token)
+                delay = self.probing.defer_delay(origin)
+                break
             token = self.slots.acquire_all(destinations) if destinations else None
             if token is not None or not destinations:
                 return _Slots(destinations, token, prepared.account, account_token, origin)
             self.accounts.give_back(prepared.account, account_token)
             self.probing.release(origin)
-            delay = max(self.slots.defer_delay(key) for key in self.slots.full(destinations))
+            full = self.slots.full(destinations)
+            # A quick destination frees a slot within moments: wait for it here rather than go round Redis.
+            if not (all(self.slots.may_wait(key) for key in full) and await self._wait_in_line(full[0], deadline)):
+                delay = max(self.slots.defer_delay(key) for key in full)
+                break
         await self.outcomes.finish(Finish(prepared.delivery_id, prepared.appid, "defer", due=time.time() + delay))
         return None
+
+    async def _wait_in_line(self, key: str, deadline: float) -> bool:
+        """Wait until ``key`` frees a slot (True) or ``deadline`` passes (False), first come first served."""
+        left = deadline - time.monotonic()
+        if left <= 0:
+            return False
+        waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        line = self.lines.setdefault(key, deque())
+        line.append(waiter)
+        self.slots.waits(key, True)
+        try:
+            await asyncio.wait_for(waiter, left)
+            return True
+        except TimeoutError:
+            return False
+        finally:
+            self.slots.waits(key, False)
+            if not waiter.done():
+                waiter.cancel()
+            try:
+                line.remove(waiter)
+            except ValueError:
+                pass  # woken: it left the line then
+            if not line and self.lines.get(key) is line:
+                del self.lines[key]
+
+    def _wake(self, keys: tuple[str, ...]) -> None:
+        """A slot of each of ``keys`` was freed: the first job waiting for it may try again."""
+        for key in keys:
+            line = self.lines.get(key)
+            while line:
+                waiter = line.popleft()
+                if not waiter.done():
+                    waiter.set_result(None)
+                    break
 
     def _free(self, held: _Slots) -> None:
         if held.token is not None:
             self.slots.release_all(held.destinations, held.token)
+            self._wake(held.destinations)
         if held.account_token is not None:
             self.accounts.release(held.account, held.account_token)
         self.probing.release(held.origin)

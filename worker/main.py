@@ -87,7 +87,7 @@ async def serve(settings: Settings, *, burst: bool = False, stop: asyncio.Event 
     ]
     for engine in engines[1:]:
         engine.slots, engine.accounts, engine.destinations = first.slots, first.accounts, first.destinations
-        engine.probing = first.probing
+        engine.probing, engine.lines = first.probing, first.lines
     registrations: list[Presence] = []
     helpers: list[asyncio.Task[None]] = []
     try:
