@@ -164,7 +164,7 @@ def summarise(rounds: list[dict[str, Any]], names: list[str]) -> dict[str, Any]:
         for name in names:
             runs = [r[tree][name] for r in rounds]
             figures[tree][name] = {
-                f: statistics.median(v) if (v := [run[f] for run in runs if run[f] is not None]) else None
+                f: round(statistics.median(v), 3) if (v := [run[f] for run in runs if run[f] is not None]) else None
                 for f in FIGURES
             }
             every = [p for run in runs for p in run["pairs"]]

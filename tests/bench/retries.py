@@ -136,7 +136,8 @@ def summarise(rounds: list[dict[str, dict[str, Any]]]) -> dict[str, Any]:
     for name in rounds[0]:
         runs = [r[name] for r in rounds]
         figures[name] = {
-            f: statistics.median(values) if (values := [run[f] for run in runs if run[f] is not None]) else None
+            f: round(statistics.median(values), 3) if (values := [run[f] for run in runs if run[f] is not None])
+            else None
             for f in FIGURES
         }
         figures[name]["unattempted"] = max(run["unattempted"] for run in runs)
