@@ -14,6 +14,8 @@ batches:
 
 The main loop:
 
+* reads which destinations are probed, and brings forward the held-back jobs
+  of those that answer again;
 * promotes retries that are due (RQ's scheduled registry) to the queue;
 * hands back jobs whose lease ran out (their worker died);
 * extends the leases of the jobs it holds;
@@ -26,13 +28,20 @@ URL reaches, whatever the URL's spelling of the host: its resolved addresses
 and port (:mod:`worker.destinations`). Nor can one account: at most
 ``SVCGW_ACCOUNT_CONCURRENCY`` of its attempts run at once while another
 account wants slots; alone, an account whose endpoints answer quickly may
-use every slot (:class:`worker.slots.AccountSlots`). A job whose
-destination or account is at its cap goes back to the scheduled registry
-without counting an attempt, for longer the slower that destination has been
-answering. The claim does that itself for the destinations (as the URL
-spellings seen lately that reach them) and accounts the engine names, so
-such a job usually costs no round trip of its own, and the jobs of an
-instance a claim read lately are held back as they are popped, unread
+use every slot (:class:`worker.slots.AccountSlots`). Nor can one
+destination whose attempts time out: it is probed, allowed fewer attempts
+in flight while they time out and more as it answers (:mod:`worker.probing`,
+:mod:`svcgw.delivery.probing`). A job over a destination's cap waits in the
+worker for one of its slots while that destination answers quickly
+(:meth:`worker.slots.DestinationSlots.may_wait`): a burst of one
+destination's jobs costs no round trip per job. Otherwise a job whose
+destination or account is at its cap, or whose destination is at its
+probing limit, goes back to the scheduled registry without counting an
+attempt, for longer the slower that destination has been answering. The
+claim does that itself for the destinations (as the URL spellings seen
+lately that reach them) and accounts the engine names, so such a job
+usually costs no round trip of its own, and the jobs of an instance a claim
+read lately are held back as they are popped, unread
 (:class:`worker.claim.Sightings`); one the claim did not recognise is
 deferred with the next batch of finished attempts.
 
