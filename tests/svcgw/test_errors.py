@@ -176,8 +176,9 @@ def test_each_surface_answers_errors_in_one_place() -> None:
         "receiver/gateway/paths.py",
     }
     assert _callers_of("plain_answer") == {"receiver/http.py", "receiver/dashboard.py"}
-    # The CLI: every administration command through admin_command.
+    # The CLI: every administration command through admin_command, every bad setting through the group.
     assert _handlers_of(ROOT / "cli" / "context.py", ("SvcgwError",)) == 1
+    assert _handlers_of(ROOT / "cli" / "main.py", ("SettingsError",)) == 1
 
 
 def test_one_class_says_a_thing_was_not_found() -> None:
