@@ -41,7 +41,7 @@ from svcgw.callbacks.destinationrules import DestinationRejected
 from svcgw.callbacks.testpost import CallbackTestResult
 from svcgw.delivery import failingdestinations
 from svcgw.registry.destinations import KEEP, DestinationChange, DestinationConfig, Keep
-from svcgw.registry.destinationtest import send_destination_test
+from svcgw.registry.destinationtest import needs_test, send_destination_test
 from svcgw.registry.store import NotFound as StoreNotFound
 from svcgw.registry.store import Scope
 from svcgw.threads import in_thread
@@ -163,13 +163,7 @@ class Destinations:
         )
         with refusals():
             after = await self.store.update_destination(destination_id, change, account=account)
-        retest = (
-            after.url != before.url
-            or bool(token)
-            or after.bearer != before.bearer
-            or (after.enabled and not before.enabled)
-        )
-        return await self._saved(account, after, test=retest)
+        return await self._saved(account, after, test=needs_test(before, after, new_token=bool(token)))
 
     async def rotate(self, account: str, destination_id: str) -> dict[str, Any]:
         with refusals():
