@@ -319,7 +319,11 @@ SCRIPT_FIELDS: Final = frozenset(("status", ENQUEUED_AT, "started_at", "worker_n
 
 
 def exc_info_field(text: str) -> bytes:
-    """RQ keeps a failed job's error text zlib-compressed in the job hash."""
+    """A failed job's error text, zlib-compressed, as RQ reads it from the job hash (``Job.restore``).
+
+    RQ 2's own worker writes it to a results stream instead and ``job.exc_info`` reads this field
+    where the stream has none, as for every dead letter here (what rq-dashboard shows).
+    """
     return zlib.compress(text.encode("utf-8"))
 
 
