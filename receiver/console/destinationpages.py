@@ -27,8 +27,8 @@ from svcgw.callbacks.destinationrules import KNOWN_EVENT_TYPES, MAX_DESTINATIONS
 from svcgw.callbacks.testpost import CallbackTestResult
 
 from .destinations import Destinations
-from .pagekit import PageError, _field, _path, _redirect
 from .pages import Pages
+from .pageserving import PageError, _field, _path, _redirect
 from .session import Session
 from .web import ConsoleHTTPError
 
