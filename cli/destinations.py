@@ -21,7 +21,6 @@ read from standard input (``--bearer-token -``) or typed at a hidden prompt
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Callable
 
 import click
@@ -36,13 +35,11 @@ from svcgw.registry.destinations import KEEP, DestinationChange, DestinationConf
 from svcgw.registry.destinationtest import needs_test, send_destination_test
 from svcgw.registry.store import Scope, Store
 
+from .callback import read_bearer_token
 from .context import Admin, admin_command
 from .output import emit, json_option, record, table, when
 
 __all__ = ["destinations_group"]
-
-STDIN = "-"
-
 
 def _scope(account: str | None, appid: str | None) -> Scope:
     if (account is None) == (appid is None):
@@ -83,21 +80,6 @@ def value_options(func: Callable[..., None]) -> Callable[..., None]:
 
 def no_test_option(func: Callable[..., None]) -> Callable[..., None]:
     return click.option("--no-test", is_flag=True, help="Do not send the SvcCallbackTest POST.")(func)
-
-
-def _bearer_token(given: str | None, prompt: bool) -> str | None:
-    """The token to store: as given, read from stdin for ``-``, or typed at a hidden prompt; None: none given."""
-    if prompt and given is not None:
-        raise click.UsageError("--bearer-token and --bearer-token-prompt exclude each other")
-    if prompt:
-        token = str(click.prompt("Bearer token", hide_input=True, err=True)).strip()
-    elif given == STDIN:
-        token = sys.stdin.readline().strip()
-    else:
-        return given
-    if not token:
-        raise click.UsageError("the Bearer token read is empty")
-    return token
 
 
 async def _test(admin: Admin, store: Store, destination_id: str) -> CallbackTestResult:
@@ -208,7 +190,7 @@ async def destinations_add(
 ) -> None:
     """Add a destination, with a signing secret of its own, and send it a test POST."""
     scope = _scope(account, appid)
-    token = _bearer_token(bearer_token, bearer_token_prompt)
+    token = read_bearer_token(bearer_token, bearer_token_prompt)
     checked = check_for_service(url, admin.settings)
     store = admin.store(sealing=True)
     saved = await store.add_destination(
@@ -271,7 +253,7 @@ async def destinations_update(
         raise click.UsageError("--rate and --no-rate exclude each other")
     if (bearer_token is not None or bearer_token_prompt) and no_bearer:
         raise click.UsageError("--bearer-token and --no-bearer exclude each other")
-    token = _bearer_token(bearer_token, bearer_token_prompt)
+    token = read_bearer_token(bearer_token, bearer_token_prompt)
     store = admin.store(sealing=True)
     before = await store.get_destination(destination_id)
     types: list[str] | Keep = KEEP

@@ -106,20 +106,7 @@ class ShardCopies:
     async def callback(self, scope: Scope) -> None:
         """Copy the callback hash of ``scope`` from the registry: an instance's to its shard, an account's to
         every shard."""
-        if len(self.shards) == 1:
-            return
-        registry = self.spaces[0]
-        async with self.registry.pipeline(transaction=False) as pipe:
-            pipe.hgetall(scope.key(registry))
-            if scope.appid is not None:
-                pipe.hget(registry.instance(scope.appid), "shard")
-            found = await pipe.execute()
-        data: dict[str, str] = found[0]
-        if scope.appid is not None:
-            targets = [int(found[1])] if found[1] and found[1] != "0" else []
-        else:
-            targets = list(range(1, len(self.shards)))
-        await asyncio.gather(*(self._put(self.shards[index], scope.key(self.spaces[index]), data) for index in targets))
+        await self.hashes(scope.appid, lambda keys: [scope.key(keys)])
 
     async def hashes(self, appid: str | None, names: Callable[[KeySpace], Sequence[str]]) -> None:
         """Copy the hashes ``names`` gives for a shard's names from the registry: to the shard of ``appid``,
@@ -147,10 +134,6 @@ class ShardCopies:
                 for index in targets
             )
         )
-
-    @staticmethod
-    async def _put(client: Any, key: str, data: dict[str, str]) -> None:
-        await ShardCopies._put_all(client, [(key, data)])
 
     @staticmethod
     async def _put_all(client: Any, copies: Sequence[tuple[str, dict[str, str]]]) -> None:
