@@ -12,6 +12,9 @@ whole tree (each class's module in brackets when it is not this one)::
     │       └── RateLimited      a change over the account's rate limit
     ├── Rejected                 input the service cannot use; each surface picks its row
     │   ├── AddressError         a callback address against the address rules [svcgw.callbacks.addresses]
+    │   ├── DestinationRejected  a further destination's value (also ValueError) [svcgw.callbacks.destinationrules]
+    │   │   ├── BadEventTypes, BadRate, BadLabel
+    │   │   └── TooManyDestinations
     │   ├── EnvelopeError        a receiver post that is not an envelope [svcgw.intake.envelope]
     │   ├── NotUnicode           JSON text that is not UTF-8 [svcgw.intake.rawjson]
     │   ├── SettingsError        an SVCGW_* variable out of its range [svcgw.config.settings]
@@ -25,7 +28,7 @@ whole tree (each class's module in brackets when it is not this one)::
     │   └── Throttled            a credential refused unchecked: its address failed too often lately,
     │                            or no place for its check freed in time [receiver.credentialguard]
     ├── Missing                  what was asked for does not exist, or is not the caller's
-    │   ├── NotFound             an account, API key, instance, delivery or dead letter: ``what``
+    │   ├── NotFound             an account, API key, instance, delivery, dead letter or destination: ``what``
     │   │                        says which, so that each surface picks its row by it
     │   ├── UnknownReceiver      an appid and token that are no receiver [svcgw.intake.ingest]
     │   └── AttemptGone          no such QR login attempt [receiver.console.qrattempt]
@@ -38,7 +41,7 @@ whole tree (each class's module in brackets when it is not this one)::
     │   ├── DeniedByOperator
     │   └── NotRetrying
     ├── FlowError                a step of the console's QR login refused [receiver.console.qrattempt]
-    ├── PageError                a console page's refusal, as an HTML page [receiver.console.pagekit]
+    ├── PageError                a console page's refusal, as an HTML page [receiver.console.pageserving]
     ├── Abandoned                the worker stops; a probe gives its claim back undecided [worker.prober]
     └── Failure                  an internal failure, not a refusal: the edge that meets it
         │                        answers with a row of the table (``raise X(...) from exc``)
@@ -181,7 +184,7 @@ class Missing(SvcgwError):
 
 
 # What a NotFound says was not found; a surface picks its row by it.
-Thing = Literal["account", "api key", "instance", "delivery", "dead letter"]
+Thing = Literal["account", "api key", "instance", "delivery", "dead letter", "destination"]
 
 
 class NotFound(Missing, LookupError):
@@ -382,6 +385,10 @@ class Rows(Generic[Answer]):
 #   -40330   403   the current password given to change it is wrong
 #   -41000   410   an invitation that was used, has expired or was never issued
 #   -40404   404   no such API key, or another account's
+#   -40404   404   no such further destination, or another account's
+#   -40020   400   a further destination's event types are not plain event type names, or too many
+#   -40021   400   a further destination's rate limit is not deliveries per second within bounds
+#   -40920   409   a scope already has its most further destinations
 NOT_SIGNED_IN = ErrorKind(401, 401, "sign in first: a console session or an API key is required")
 KEY_REFUSED = ErrorKind(401, 401, "API key invalid or revoked")
 CSRF_FAILED = ErrorKind(-40310, 403, "CSRF token missing or wrong")
@@ -404,6 +411,10 @@ INVITATION_GONE = ErrorKind(
     -41000, 410, "this invitation has expired or has already been used; ask the operator for a new one"
 )
 NO_KEY = ErrorKind(-40404, 404, "no such API key")
+NO_DESTINATION = ErrorKind(-40404, 404, "no such destination")
+BAD_EVENT_TYPES = ErrorKind(-40020, 400, "event_types must be plain event type names such as Msg or InstanceOffline")
+BAD_RATE = ErrorKind(-40021, 400, "rate must be deliveries per second, more than 0, or null for no limit")
+TOO_MANY_DESTINATIONS = ErrorKind(-40920, 409, "this account or instance has the most destinations it may have")
 
 CONSOLE_KINDS: tuple[ErrorKind, ...] = (
     NOT_SIGNED_IN,
@@ -422,6 +433,10 @@ CONSOLE_KINDS: tuple[ErrorKind, ...] = (
     WRONG_PASSWORD,
     INVITATION_GONE,
     NO_KEY,
+    NO_DESTINATION,
+    BAD_EVENT_TYPES,
+    BAD_RATE,
+    TOO_MANY_DESTINATIONS,
 )
 
 # The console's row for a thing not found (another account's is not found alike).
@@ -430,9 +445,12 @@ CONSOLE_NOT_FOUND: Mapping[Thing, ErrorKind] = {
     "dead letter": NO_DEAD_LETTER,
     "delivery": NO_DELIVERY,
     "api key": NO_KEY,
+    "destination": NO_DESTINATION,
 }
 
 __all__ += [
+    "BAD_EVENT_TYPES",
+    "BAD_RATE",
     "BAD_REQUEST",
     "CONSOLE_KINDS",
     "CONSOLE_NOT_FOUND",
@@ -446,11 +464,13 @@ __all__ += [
     "NOT_THE_CALLERS",
     "NO_DEAD_LETTER",
     "NO_DELIVERY",
+    "NO_DESTINATION",
     "NO_KEY",
     "SIGN_IN_LIMITED",
     "SIGN_IN_MESSAGE",
     "SIGN_IN_REFUSED",
     "STORAGE_UNAVAILABLE",
+    "TOO_MANY_DESTINATIONS",
     "UNSUPPORTED_MEDIA",
     "WRONG_PASSWORD",
 ]

@@ -7,13 +7,15 @@ one place per surface:
 
 * the JSON API (:data:`API_ROWS`): ``{code, message, data: null}`` with a
   row of ``svcgw.errors`` (``CONSOLE_KINDS``, the callback address rows,
-  -42900), ``Cache-Control: no-store``, and ``WWW-Authenticate: Bearer`` on
-  the console's own 401s; a refused QR login step is answered as the
-  gateway answered it (or with the capability layer's code on HTTP 200);
+  -42900, a further destination's value the row it carries),
+  ``Cache-Control: no-store``, and ``WWW-Authenticate: Bearer`` on the
+  console's own 401s; a refused QR login step is answered as the gateway
+  answered it (or with the capability layer's code on HTTP 200);
 * the pages (:data:`PAGE_ROWS`): the error page, with the status, title and
   words of its row, for a thing not found, a storage failure (503), the
-  rate limit (429 and ``Retry-After``), a refused QR login step, and a
-  handler's own :class:`.pagekit.PageError`.
+  rate limit (429 and ``Retry-After``), a refused QR login step, a further
+  destination's value refused by a button, and a handler's own
+  :class:`.pageserving.PageError`.
 
 A storage failure is logged once, as a warning naming its class. What a
 form answers with the form itself (a refused address, a bad password, ...)
@@ -30,12 +32,13 @@ from starlette.responses import Response
 
 from svcgw import errors
 from svcgw.callbacks.addresses import AddressError
+from svcgw.callbacks.destinationrules import DestinationRejected
 from svcgw.errors import STORAGE_ERRORS, ErrorKind, NotFound, Refusal, Rows
 from svcgw.registry.passwords import PasswordRejected
 
 from ..credentialguard import Throttled
 from ..http import BodyTooLarge, ConflictingKeys
-from .pagekit import PageError, PageKit
+from .pageserving import PageError, PageKit
 from .qrattempt import AttemptGone, FlowError, Outcome
 from .service import DeniedByOperator, Invalid, NotRetrying
 from .web import ConsoleHTTPError, RateLimited, address_error
@@ -84,6 +87,7 @@ API_ROWS: Rows[Refusal] = Rows(
         DeniedByOperator: _worded(errors.DENIED_BY_OPERATOR),
         NotRetrying: _worded(errors.NOT_RETRYING),
         AddressError: address_error,
+        DestinationRejected: lambda exc: ConsoleHTTPError(exc.kind, exc.message),
         # Different keys in one request: none it can be signed in with.
         ConflictingKeys: lambda exc: ConsoleHTTPError(errors.NOT_SIGNED_IN),
         Throttled: _keys_throttled,
@@ -149,6 +153,7 @@ PAGE_ROWS: Rows[PageError] = Rows(
         ),
         RateLimited: _too_many_changes,
         FlowError: lambda exc: flow_page(exc.outcome),
+        DestinationRejected: lambda exc: PageError(exc.kind.status, "Refused", exc.message),
         STORAGE_ERRORS: lambda exc: PageError(
             503, "Storage unavailable", "The service's storage cannot be reached right now. Try again in a moment."
         ),

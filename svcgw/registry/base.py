@@ -1,6 +1,6 @@
 """What every part of the store shares: its Redis client, names and vault, and ids.
 
-What is not found raises ``svcgw.errors.NotFound``, naming the thing (account, API key, instance).
+What is not found raises ``svcgw.errors.NotFound``, naming the thing (account, API key, instance, destination).
 API keys and receiver tokens are kept only as SHA-256 digests for look-up (:mod:`svcgw.digests`).
 """
 

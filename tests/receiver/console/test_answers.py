@@ -7,7 +7,7 @@ import pytest
 from redis.exceptions import ConnectionError as RedisConnectionError
 
 from receiver.console.answers import API_ROWS, PAGE_ROWS, api_answer, api_handlers, flow_page
-from receiver.console.pagekit import PageError
+from receiver.console.pageserving import PageError
 from receiver.console.qrattempt import AttemptGone, FlowError, Outcome
 from receiver.console.service import DeniedByOperator, Invalid, NotRetrying
 from receiver.console.web import ConsoleHTTPError, RateLimited

@@ -30,7 +30,6 @@ from .web import Context
 
 __all__ = ["CONTENT_SECURITY_POLICY", "PAGE_HEADERS", "Handler", "PageError", "PageKit"]
 
-
 HERE = Path(__file__).parent
 PAGE_SIZE = 20
 
