@@ -2,7 +2,8 @@
 
 The dashboard is a Flask app (``rq_dashboard.cli.make_flask_app``) run
 through a2wsgi's ``WSGIMiddleware``, configured with the service's Redis and
-RQ's JSON serializer (the deliveries are JSON-serialized jobs). It is
+RQ's JSON serializer (the deliveries are JSON-serialized jobs:
+``svcgw.storage.rqformat.SERIALIZER``). It is
 mounted only when both ``SVCGW_DASHBOARD_USER`` and
 ``SVCGW_DASHBOARD_PASSWORD`` are set; otherwise ``/rq`` answers 404. It is
 given every shard's URL and switches between them (``/rq/<shard>/view``;
@@ -55,6 +56,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from svcgw.config.settings import Settings
 from svcgw.config.shards import Deployment
 from svcgw.shards.connections import SENTINEL_TIMEOUT
+from svcgw.storage.rqformat import SERIALIZER
 
 __all__ = ["DashboardGuard", "dashboard_urls", "make_dashboard", "sentinel_url"]
 
@@ -313,7 +315,6 @@ def make_dashboard(settings: Settings) -> ASGIApp | None:
     from redis.exceptions import ConnectionError as RedisConnectionError
     from redis.exceptions import TimeoutError as RedisTimeoutError
     from rq.exceptions import NoSuchJobError
-    from rq.serializers import JSONSerializer
     from rq_dashboard import web as dashboard_web
     from rq_dashboard.cli import make_flask_app
 
@@ -325,7 +326,7 @@ def make_dashboard(settings: Settings) -> ASGIApp | None:
     flask_app.config["RQ_DASHBOARD_DISABLE_DELETE"] = True
     flask_app.config["RQ_DASHBOARD_POLL_INTERVAL"] = 5000
     # The dashboard keeps its serializer in a module-level setting.
-    dashboard_web.config.serializer = JSONSerializer
+    dashboard_web.config.serializer = SERIALIZER
     dashboard_web.setup_rq_connection(flask_app)
     # Its job views fetch the job unchecked; a job that is gone (delivered, expired) is no server error.
     flask_app.register_error_handler(NoSuchJobError, lambda _: _plain("no such job\n", 404))

@@ -42,7 +42,7 @@ whole tree (each class's module in brackets when it is not this one)::
     │   └── NotRetrying
     ├── FlowError                a step of the console's QR login refused [receiver.console.qrattempt]
     ├── AttemptGone              (also Missing) no such QR login attempt [receiver.console.qrattempt]
-    ├── PageError                a console page's refusal, as an HTML page [receiver.console.pagekit]
+    ├── PageError                a console page's refusal, as an HTML page [receiver.console.pageserving]
     ├── Abandoned                the worker stops; a probe gives its claim back undecided [worker.prober]
     └── Failure                  an internal failure, not a refusal: the edge that meets it
         │                        answers with a row of the table (``raise X(...) from exc``)

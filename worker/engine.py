@@ -21,12 +21,12 @@ The main loop:
 
 One failing destination cannot take every slot: at most
 ``SVCGW_DESTINATION_CONCURRENCY`` attempts run against one destination at
-once (:class:`worker.slots.DestinationSlots`). A destination is the socket a
+once (:class:`worker.concurrencycaps.DestinationSlots`). A destination is the socket a
 URL reaches, whatever the URL's spelling of the host: its resolved addresses
 and port (:mod:`worker.destinations`). Nor can one account: at most
 ``SVCGW_ACCOUNT_CONCURRENCY`` of its attempts run at once while another
 account wants slots; alone, an account whose endpoints answer quickly may
-use every slot (:class:`worker.slots.AccountSlots`). A job whose
+use every slot (:class:`worker.concurrencycaps.AccountSlots`). A job whose
 destination or account is at its cap goes back to the scheduled registry
 without counting an attempt, for longer the slower that destination has been
 answering. The claim does that itself for the destinations (as the URL
@@ -72,11 +72,11 @@ from svcgw.shards.connections import async_client
 from svcgw.storage.keys import KeySpace
 from svcgw.vault import TokenVault
 
-from .delivery import Attempt, Prepared, prepare_claimed, send, stand_in, unexpected
+from .concurrencycaps import AccountSlots, DestinationSlots
+from .delivery import Attempt, Prepared, prepare_claimed, prepared_leniently, send, unexpected
 from .destinations import DestinationKeys
 from .outcomes import AttemptHook, Outcomes
 from .queue import Claimed, DeliveryQueue, Finish
-from .slots import AccountSlots, DestinationSlots
 
 __all__ = ["Engine", "loop_factory"]
 
@@ -321,7 +321,7 @@ class Engine:
             now = time.time()
             try:
                 failed = Attempt(ok=False, at=now, duration=0.0, error=unexpected(exc))
-                await self.outcomes.record(stand_in(job), failed)
+                await self.outcomes.record(prepared_leniently(job), failed)
             except Exception:
                 # The claim stays in Redis and its lease is no longer extended:
                 # the job is handed back and tried again, nothing is lost.

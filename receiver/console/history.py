@@ -18,7 +18,7 @@ from svcgw.delivery.listing import STATES
 from svcgw.delivery.outcomes import ANSWERS_NOTE
 from svcgw.intake.calllog import parse_since
 
-from .pagekit import PAGE_SIZE, PageError, PageKit, _field, _path, _redirect, _safe_next
+from .pageserving import PAGE_SIZE, PageError, PageKit, _field, _path, _redirect, _safe_next
 from .service import Invalid, NotRetrying
 from .session import Session
 

@@ -13,7 +13,7 @@ Every page, the sign-in page included, is sent with :data:`PAGE_HEADERS`: a
 Content-Security-Policy that allows only the console's own stylesheet (the
 console has no script), no framing, and no caching.
 
-Modules: :mod:`.pagekit` (rendering, guards, error pages), :mod:`.history`
+Modules: :mod:`.pageserving` (rendering, guards, error pages), :mod:`.history`
 (the callback log, dead letters and deliveries) and this one (the routes,
 signing out, instances, callback settings and controlled operations).
 """
@@ -31,14 +31,14 @@ from starlette.staticfiles import StaticFiles
 from svcgw.callbacks.addresses import AddressError
 
 from .history import HistoryPages
-from .pagekit import CONTENT_SECURITY_POLICY as CONTENT_SECURITY_POLICY
-from .pagekit import HERE
-from .pagekit import PAGE_HEADERS as PAGE_HEADERS
-from .pagekit import PageError as PageError
-from .pagekit import _field as _field
-from .pagekit import _path as _path
-from .pagekit import _redirect as _redirect
-from .pagekit import _safe_next as _safe_next
+from .pageserving import CONTENT_SECURITY_POLICY as CONTENT_SECURITY_POLICY
+from .pageserving import HERE
+from .pageserving import PAGE_HEADERS as PAGE_HEADERS
+from .pageserving import PageError as PageError
+from .pageserving import _field as _field
+from .pageserving import _path as _path
+from .pageserving import _redirect as _redirect
+from .pageserving import _safe_next as _safe_next
 from .service import DeniedByOperator, Invalid
 from .session import Session
 

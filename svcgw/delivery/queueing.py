@@ -51,7 +51,7 @@ from svcgw.config.settings import Settings
 from svcgw.delivery.chainkeys import member_keys
 from svcgw.intake.envelope import build_envelope
 from svcgw.storage.keys import KeySpace
-from svcgw.storage.rqformat import job_description, job_fields
+from svcgw.storage.rqformat import ENQUEUED_AT, job_description, job_fields
 from svcgw.storage.scripts import add_to_transaction
 
 __all__ = ["queue_delivery", "seq_pieces"]
@@ -120,7 +120,7 @@ def queue_delivery(
         delivery_id,
         queue_key,
         settings.log_retention,
-        job["enqueued_at"],
+        job[ENQUEUED_AT],
         len(chain),
         len(pieces),
         *chain,

@@ -21,6 +21,7 @@
 -- attempt's destination started failing, 4 when it recovered (svcgw.delivery.failingdestinations); plus 8 when its
 -- chain's front is now a member the worker did not name (queued since it read the chain): the
 -- worker advances that chain again (chain_advance.lua).
+-- RQ's statuses and job fields: as svcgw.storage.rqformat names them (SCRIPT_STATUSES, SCRIPT_FIELDS).
 local MEMBERS = tonumber(ARGV[7])
 local HEAD, PER, KHEAD, KPER = 7 + MEMBERS, 10, 6, 7
 local n = (#ARGV - HEAD) / PER
