@@ -11,8 +11,9 @@ exit status 1, never a traceback:
 * any error of the service's own tree (``svcgw.errors.SvcgwError``: an unknown
   account, key, appid or dead letter, a bad value, unusable encryption keys,
   ...) and any other ``LookupError`` or ``ValueError``: its message, and for
-  a callback address that breaks the address rules (``AddressError``) its
-  code too. :func:`error_message` is the one place that words them.
+  a callback address that breaks the address rules (``AddressError``), and a
+  further destination's refused value (``DestinationRejected``), its code
+  too. :func:`error_message` is the one place that words them.
 
 The commands need ``SVCGW_REDIS_URL`` (or ``SVCGW_REDIS_SENTINELS``); they use
 the same settings, key names and ``Store`` as the service itself.
@@ -32,6 +33,7 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from svcgw.callbacks.addresses import AddressError
+from svcgw.callbacks.destinationrules import DestinationRejected
 from svcgw.config.settings import Settings, SettingsError
 from svcgw.config.shards import safe_url
 from svcgw.errors import STORAGE_ERRORS, SvcgwError
@@ -169,4 +171,6 @@ def error_message(exc: Exception) -> str:
     """What an administration command prints on stderr for an error of the service (exit status 1)."""
     if isinstance(exc, AddressError):
         return f"{exc.message} (code {exc.code})"
+    if isinstance(exc, DestinationRejected):
+        return f"{exc.message} (code {exc.kind.code})"
     return str(exc)

@@ -28,6 +28,7 @@ ADMINISTRATION = {
     "accounts": ("cli.accounts", "accounts"),
     "callback": ("cli.callback", "callback"),
     "deliveries": ("cli.deliveries", "deliveries"),
+    "destinations": ("cli.destinations", "destinations_group"),
     "dlq": ("cli.dlq", "dlq"),
     "instances": ("cli.instances", "instances"),
     "keys": ("cli.keys", "keys_group"),

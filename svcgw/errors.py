@@ -11,6 +11,9 @@ whole tree (each class's module in brackets when it is not this one)::
     │       └── RateLimited      a change over the account's rate limit
     ├── Rejected                 input the service cannot use; each surface picks its row
     │   ├── AddressError         a callback address against the address rules [svcgw.callbacks.addresses]
+    │   ├── DestinationRejected  a further destination's value (also ValueError) [svcgw.callbacks.destinationrules]
+    │   │   ├── BadEventTypes, BadRate, BadLabel
+    │   │   └── TooManyDestinations
     │   ├── EnvelopeError        a receiver post that is not an envelope [svcgw.intake.envelope]
     │   ├── NotUnicode           JSON text that is not UTF-8 [svcgw.intake.rawjson]
     │   ├── SettingsError        an SVCGW_* variable out of its range [svcgw.config.settings]
@@ -316,6 +319,10 @@ class GatewayError(Refusal):
 #   -40330   403   the current password given to change it is wrong
 #   -41000   410   an invitation that was used, has expired or was never issued
 #   -40404   404   no such API key, or another account's
+#   -40404   404   no such further destination, or another account's
+#   -40020   400   a further destination's event types are not plain event type names, or too many
+#   -40021   400   a further destination's rate limit is not deliveries per second within bounds
+#   -40920   409   a scope already has its most further destinations
 NOT_SIGNED_IN = ErrorKind(401, 401, "sign in first: a console session or an API key is required")
 KEY_REFUSED = ErrorKind(401, 401, "API key invalid or revoked")
 CSRF_FAILED = ErrorKind(-40310, 403, "CSRF token missing or wrong")
@@ -338,6 +345,10 @@ INVITATION_GONE = ErrorKind(
     -41000, 410, "this invitation has expired or has already been used; ask the operator for a new one"
 )
 NO_KEY = ErrorKind(-40404, 404, "no such API key")
+NO_DESTINATION = ErrorKind(-40404, 404, "no such destination")
+BAD_EVENT_TYPES = ErrorKind(-40020, 400, "event_types must be plain event type names such as Msg or InstanceOffline")
+BAD_RATE = ErrorKind(-40021, 400, "rate must be deliveries per second, more than 0, or null for no limit")
+TOO_MANY_DESTINATIONS = ErrorKind(-40920, 409, "this account or instance has the most destinations it may have")
 
 CONSOLE_KINDS: tuple[ErrorKind, ...] = (
     NOT_SIGNED_IN,
@@ -356,9 +367,15 @@ CONSOLE_KINDS: tuple[ErrorKind, ...] = (
     WRONG_PASSWORD,
     INVITATION_GONE,
     NO_KEY,
+    NO_DESTINATION,
+    BAD_EVENT_TYPES,
+    BAD_RATE,
+    TOO_MANY_DESTINATIONS,
 )
 
 __all__ += [
+    "BAD_EVENT_TYPES",
+    "BAD_RATE",
     "BAD_REQUEST",
     "CONSOLE_KINDS",
     "CSRF_FAILED",
@@ -370,11 +387,13 @@ __all__ += [
     "NOT_THE_CALLERS",
     "NO_DEAD_LETTER",
     "NO_DELIVERY",
+    "NO_DESTINATION",
     "NO_KEY",
     "SIGN_IN_LIMITED",
     "SIGN_IN_MESSAGE",
     "SIGN_IN_REFUSED",
     "STORAGE_UNAVAILABLE",
+    "TOO_MANY_DESTINATIONS",
     "UNSUPPORTED_MEDIA",
     "WRONG_PASSWORD",
 ]

@@ -7,8 +7,9 @@ Pages (``receiver.console.pages``) and a JSON API under ``/console/api``
 actions (``receiver.console.onboarding`` over ``receiver.console.qrflow``)
 make their gateway calls through the app's one ``Gateway``. Signing in,
 invitations and the account page (``receiver.console.account``, with
-``.signin``) and API keys (``receiver.console.apikeys``) add their pages and
-API routes. ``console_routes(services, gateway)`` returns the mount.
+``.signin``), API keys (``receiver.console.apikeys``) and further
+destinations (``receiver.console.destinations``, ``.destinationpages``) add
+their pages and API routes. ``console_routes(services, gateway)`` returns the mount.
 """
 
 from __future__ import annotations
@@ -22,6 +23,8 @@ from svcgw.registry.invitations import Invitations
 from .account import AccountApi, AccountPages
 from .api import Api
 from .apikeys import KeyApi, KeyPages
+from .destinationpages import DestinationPages
+from .destinations import DestinationApi, Destinations
 from .onboarding import OnboardingApi, OnboardingPages
 from .pages import Pages
 from .qrflow import QrFlow
@@ -49,7 +52,14 @@ def console_routes(services: Services, gateway: Gateway) -> list[BaseRoute]:
         services.key_guard,
     )
     api, pages, flow = Api(context), Pages(context), QrFlow(gateway, services)
-    api_routes = [*OnboardingApi(api, flow).routes(), *api.routes(), *AccountApi(api).routes(), *KeyApi(api).routes()]
+    destinations = Destinations(services, service)
+    api_routes = [
+        *OnboardingApi(api, flow).routes(),
+        *api.routes(),
+        *AccountApi(api).routes(),
+        *KeyApi(api).routes(),
+        *DestinationApi(api, destinations).routes(),
+    ]
     return [
         Mount(
             PATH,
@@ -59,6 +69,7 @@ def console_routes(services: Services, gateway: Gateway) -> list[BaseRoute]:
                 *pages.routes(),
                 *AccountPages(pages).routes(),
                 *KeyPages(pages).routes(),
+                *DestinationPages(pages, destinations).routes(),
             ],
             name="console",
         )
