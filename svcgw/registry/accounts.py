@@ -101,7 +101,8 @@ class AccountStore(StoreBase):
         async with self.redis.pipeline(transaction=True) as pipe:
             if normalised is not None:
                 await pipe.watch(self.keys.login(normalised))
-                if await pipe.exists(self.keys.login(normalised)):
+                # GET, not EXISTS: a Cluster client's pipeline sends EXISTS (split by slot) only once buffered.
+                if await pipe.get(self.keys.login(normalised)) is not None:
                     raise LoginTaken(login or "")
                 pipe.multi()
                 pipe.set(self.keys.login(normalised), account_id)

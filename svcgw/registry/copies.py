@@ -44,7 +44,7 @@ from redis.exceptions import RedisClusterException, RedisError
 from svcgw.digests import digest
 from svcgw.errors import Failure
 from svcgw.storage.keys import KeySpace
-from svcgw.storage.scripts import text
+from svcgw.storage.scripts import add_to_transaction
 
 
 class Scope(Protocol):
@@ -98,7 +98,7 @@ class ShardCopies:
                 pipe.set(keys.receiver_lookup(digest(token)), appid)
                 # One of the shard's instances: its liveness changes count in the shard's /metrics counts.
                 counts = (keys.instances, keys.metrics_instances, keys.instance(appid))
-                pipe.eval(text("liveness_registered"), len(counts), *counts, appid)
+                add_to_transaction(pipe, "liveness_registered", keys=counts, args=(appid,))
                 await pipe.execute()
         except (RedisError, RedisClusterException, OSError) as exc:
             raise ShardUnavailable(shard, exc) from exc

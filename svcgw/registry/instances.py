@@ -21,7 +21,7 @@ from svcgw.digests import digest
 from svcgw.errors import NotFound
 from svcgw.registry.base import StoreBase
 from svcgw.shards.placement import instance_counts, token_for_shard
-from svcgw.storage.scripts import text
+from svcgw.storage.scripts import add_to_transaction
 
 __all__ = ["Instance", "InstanceStore"]
 
@@ -67,13 +67,11 @@ class InstanceStore(StoreBase):
             pipe.sadd(self.keys.account_instances(account_id), appid)
             if shard == 0:
                 # Adds it to every instance and, when it is new, to the instance counts of /metrics.
-                pipe.eval(
-                    text("liveness_registered"),
-                    3,
-                    self.keys.instances,
-                    self.keys.metrics_instances,
-                    self.keys.instance(appid),
-                    appid,
+                add_to_transaction(
+                    pipe,
+                    "liveness_registered",
+                    keys=(self.keys.instances, self.keys.metrics_instances, self.keys.instance(appid)),
+                    args=(appid,),
                 )
             else:  # counted by its own shard, where its liveness is (svcgw.registry.copies)
                 pipe.sadd(self.keys.instances, appid)
