@@ -34,7 +34,7 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from svcgw.callbacks.addresses import AddressError
 from svcgw.callbacks.destinationrules import DestinationRejected
-from svcgw.config.settings import Settings, SettingsError
+from svcgw.config.settings import Settings
 from svcgw.config.shards import safe_url
 from svcgw.errors import STORAGE_ERRORS, SvcgwError
 from svcgw.registry.copies import ShardCopies
@@ -49,11 +49,11 @@ CONNECT_TIMEOUT = 5
 
 
 def load_settings() -> Settings:
-    """The settings from the environment; a bad one ends the command with its message."""
-    try:
-        return Settings.from_env()
-    except SettingsError as exc:
-        raise click.ClickException(str(exc)) from None
+    """The settings from the environment; a bad one (``SettingsError``) ends the command with its message.
+
+    The ending is the ``svcgw`` group's (``cli.main.Svcgw.invoke``), for every command alike.
+    """
+    return Settings.from_env()
 
 
 def safe_redis_url(url: str) -> str:

@@ -9,12 +9,13 @@ signing secret with a rotate button, **Send a test**, **Enable** /
 post back with the CSRF token and are answered with a redirect and a
 one-time message, the test POST's outcome in it as for a callback address;
 a refused value is shown on the form, typed values kept, nothing saved.
+Anything else refused (a destination not found, another account's, a
+value refused by a button) is raised, and is the error page of
+``receiver.console.answers``.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from contextlib import contextmanager
 from typing import Any
 
 from starlette.datastructures import FormData
@@ -23,32 +24,23 @@ from starlette.responses import Response
 from starlette.routing import BaseRoute, Route
 
 from svcgw.callbacks.addresses import AddressError
-from svcgw.callbacks.destinationrules import KNOWN_EVENT_TYPES, MAX_DESTINATIONS, split_event_types
+from svcgw.callbacks.destinationrules import (
+    KNOWN_EVENT_TYPES,
+    MAX_DESTINATIONS,
+    DestinationRejected,
+    split_event_types,
+)
 from svcgw.callbacks.testpost import CallbackTestResult
 
 from .destinations import Destinations
 from .pages import Pages
-from .pageserving import PageError, _field, _path, _redirect
+from .pageserving import _field, _path, _redirect
 from .session import Session
-from .web import ConsoleHTTPError
 
 __all__ = ["DestinationPages"]
 
-
-def not_found(exc: ConsoleHTTPError | AddressError) -> None:
-    """No such destination, or another account's: the not-found page, as for anything else not the account's."""
-    if isinstance(exc, ConsoleHTTPError) and exc.status == 404:
-        raise PageError(404, "Not found", "There is nothing here for your account.") from None
-
-
-@contextmanager
-def as_page() -> Iterator[None]:
-    """A refusal of a page that shows a destination: its error page (404 for another account's, as elsewhere)."""
-    try:
-        yield
-    except ConsoleHTTPError as exc:
-        not_found(exc)
-        raise PageError(exc.status, "Refused", exc.message) from None
+# What a form shows on itself, typed values kept: a value the destination cannot hold, an address refused.
+FormRefusal = DestinationRejected | AddressError
 
 
 def _form_values(form: FormData) -> dict[str, Any]:
@@ -82,8 +74,9 @@ def _stored_values(destination: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def _refused(exc: ConsoleHTTPError | AddressError) -> dict[str, object]:
-    return {"code": exc.code, "message": exc.message}
+def _refused(exc: FormRefusal) -> dict[str, object]:
+    code = exc.kind.code if isinstance(exc, DestinationRejected) else exc.code
+    return {"code": code, "message": exc.message}
 
 
 def _saved_message(text: str, test: CallbackTestResult | None) -> dict[str, object]:
@@ -155,8 +148,7 @@ class DestinationPages:
                 enabled=values["enabled"],
                 bearer_token=values["bearer_token"],
             )
-        except (ConsoleHTTPError, AddressError) as exc:
-            not_found(exc)
+        except (DestinationRejected, AddressError) as exc:  # the form again
             return await self.listed(request, session, values=values, error=_refused(exc), status=exc_status(exc))
         await self.pages.sessions.flash(session, _saved_message("Destination added.", test))
         return _redirect(_path("destinations", view["id"]))
@@ -171,8 +163,7 @@ class DestinationPages:
         error: dict[str, object] | None = None,
         status: int = 200,
     ) -> Response:
-        with as_page():
-            destination = await self.destinations.show(session.account, request.path_params["destination_id"])
+        destination = await self.destinations.show(session.account, request.path_params["destination_id"])
         return await self.pages.render(
             request,
             "destination.html",
@@ -202,8 +193,7 @@ class DestinationPages:
                 bearer=values["bearer"],
                 keep_token=values["keep_token"],
             )
-        except (ConsoleHTTPError, AddressError) as exc:
-            not_found(exc)
+        except (DestinationRejected, AddressError) as exc:  # the form again
             return await self.show(request, session, values=values, error=_refused(exc), status=exc_status(exc))
         await self.pages.sessions.flash(session, _saved_message("Destination saved.", test))
         return _redirect(_path("destinations", destination_id))
@@ -216,16 +206,14 @@ class DestinationPages:
 
     async def _switch(self, request: Request, session: Session, *, enabled: bool) -> Response:
         destination_id = request.path_params["destination_id"]
-        with as_page():
-            _, test = await self.destinations.update(session.account, destination_id, enabled=enabled)
+        _, test = await self.destinations.update(session.account, destination_id, enabled=enabled)
         text = "Destination enabled." if enabled else "Destination disabled: nothing is sent to it until enabled."
         await self.pages.sessions.flash(session, _saved_message(text, test))
         return _redirect(_path("destinations", destination_id))
 
     async def rotate(self, request: Request, session: Session) -> Response:
         destination_id = request.path_params["destination_id"]
-        with as_page():
-            await self.destinations.rotate(session.account, destination_id)
+        await self.destinations.rotate(session.account, destination_id)
         await self.pages.sessions.flash(
             session,
             {"kind": "ok", "text": "New signing secret in use for this destination; the old one is gone."},
@@ -234,27 +222,24 @@ class DestinationPages:
 
     async def test(self, request: Request, session: Session) -> Response:
         destination_id = request.path_params["destination_id"]
-        with as_page():
-            result = await self.destinations.test(session.account, destination_id)
+        result = await self.destinations.test(session.account, destination_id)
         await self.pages.sessions.flash(session, _saved_message("Test sent.", result))
         return _redirect(_path("destinations", destination_id))
 
     async def confirm_remove(self, request: Request, session: Session) -> Response:
-        with as_page():
-            destination = await self.destinations.show(session.account, request.path_params["destination_id"])
+        destination = await self.destinations.show(session.account, request.path_params["destination_id"])
         return await self.pages.render(
             request, "remove_destination.html", session, nav="destinations", destination=destination
         )
 
     async def remove(self, request: Request, session: Session) -> Response:
-        with as_page():
-            removed = await self.destinations.remove(session.account, request.path_params["destination_id"])
+        removed = await self.destinations.remove(session.account, request.path_params["destination_id"])
         name = removed["label"] or removed["url"]
         await self.pages.sessions.flash(session, {"kind": "info", "text": f"Destination {name} removed."})
         appid = removed["appid"]
         return _redirect(_path("instances", appid, "destinations") if appid else _path("destinations"))
 
 
-def exc_status(exc: ConsoleHTTPError | AddressError) -> int:
+def exc_status(exc: FormRefusal) -> int:
     """The page's status for a refused value: the row's (an address refused is 400)."""
-    return exc.status if isinstance(exc, ConsoleHTTPError) else 400
+    return exc.kind.status if isinstance(exc, DestinationRejected) else 400

@@ -22,12 +22,16 @@ also names the account's, which the instance takes too), ``GET|PATCH|DELETE
 /destinations/{id}``, ``POST /destinations/{id}/rotate-secret`` and
 ``POST /destinations/{id}/test``. Changes count against the account's rate
 limit like every change of the console.
+
+What is refused is raised: a value a destination cannot hold
+(``DestinationRejected``, which carries its row), a destination not found
+(``svcgw.errors.NotFound``, ``what="destination"``: -40404), an address
+(``AddressError``); ``receiver.console.answers`` answers them.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from msgspec import UNSET
@@ -35,21 +39,18 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import BaseRoute, Route
 
-from svcgw import errors
 from svcgw.callbacks.addresses import check_for_service
-from svcgw.callbacks.destinationrules import DestinationRejected
 from svcgw.callbacks.testpost import CallbackTestResult
 from svcgw.delivery import failingdestinations
 from svcgw.registry.destinations import KEEP, DestinationChange, DestinationConfig, Keep
 from svcgw.registry.destinationtest import needs_test, send_destination_test
-from svcgw.registry.store import NotFound as StoreNotFound
 from svcgw.registry.store import Scope
 from svcgw.threads import in_thread
 
 from .requests import parsed_body
 from .schemas import DestinationRequest, DestinationUpdate
 from .session import Session
-from .web import ConsoleHTTPError, json_ok
+from .web import json_ok
 
 if TYPE_CHECKING:
     from receiver.services import Services
@@ -60,17 +61,6 @@ if TYPE_CHECKING:
 __all__ = ["DestinationApi", "Destinations"]
 
 Saved = tuple[dict[str, Any], CallbackTestResult | None]
-
-
-@contextmanager
-def refusals() -> Iterator[None]:
-    """The store's refusals as the console's rows: a value's own row, and 404 for a destination not found."""
-    try:
-        yield
-    except DestinationRejected as exc:
-        raise ConsoleHTTPError(exc.kind, exc.message) from None
-    except StoreNotFound:
-        raise ConsoleHTTPError(errors.NO_DESTINATION) from None
 
 
 class Destinations:
@@ -87,17 +77,15 @@ class Destinations:
     async def listed(self, account: str, appid: str | None) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
         """The scope's own destinations, and for an instance its account's (which it takes too); no secrets."""
         scope = await self._scope(account, appid)
-        with refusals():
-            own = await self.store.list_destinations(scope)
-            inherited = await self.store.list_destinations(Scope(account=account)) if appid is not None else []
+        own = await self.store.list_destinations(scope)
+        inherited = await self.store.list_destinations(Scope(account=account)) if appid is not None else []
         failing = await self._failing([*own, *inherited])
         return [self._view(d, failing, secret=False) for d in own], [
             self._view(d, failing, secret=False) for d in inherited
         ]
 
     async def show(self, account: str, destination_id: str) -> dict[str, Any]:
-        with refusals():
-            found = await self.store.get_destination(destination_id, account=account)
+        found = await self.store.get_destination(destination_id, account=account)
         return self._view(found, await self._failing([found]))
 
     # --- changing ----------------------------------------------------------------------------
@@ -116,16 +104,15 @@ class Destinations:
         """Check the address (``AddressError``, nothing saved), save, then send the test."""
         scope = await self._scope(account, appid)
         checked = await in_thread(check_for_service, url.strip(), self.settings, abandon_on_cancel=False)
-        with refusals():
-            saved = await self.store.add_destination(
-                scope,
-                checked,
-                label=label,
-                event_types=event_types,
-                rate=rate,
-                enabled=enabled,
-                bearer_token=bearer_token.strip() or None,
-            )
+        saved = await self.store.add_destination(
+            scope,
+            checked,
+            label=label,
+            event_types=event_types,
+            rate=rate,
+            enabled=enabled,
+            bearer_token=bearer_token.strip() or None,
+        )
         return await self._saved(account, saved, test=True)
 
     async def update(
@@ -143,8 +130,7 @@ class Destinations:
         keep_token: bool = False,
     ) -> Saved:
         """Change what is given; a blank ``bearer_token`` keeps the token (same origin), ``bearer`` False deletes it."""
-        with refusals():
-            before = await self.store.get_destination(destination_id, account=account)
+        before = await self.store.get_destination(destination_id, account=account)
         checked = (
             KEEP
             if isinstance(url, Keep)
@@ -161,23 +147,19 @@ class Destinations:
             no_bearer=bearer is False,
             keep_token=keep_token,
         )
-        with refusals():
-            after = await self.store.update_destination(destination_id, change, account=account)
+        after = await self.store.update_destination(destination_id, change, account=account)
         return await self._saved(account, after, test=needs_test(before, after, new_token=bool(token)))
 
     async def rotate(self, account: str, destination_id: str) -> dict[str, Any]:
-        with refusals():
-            rotated = await self.store.rotate_destination_secret(destination_id, account=account)
+        rotated = await self.store.rotate_destination_secret(destination_id, account=account)
         return self._view(rotated, await self._failing([rotated]))
 
     async def remove(self, account: str, destination_id: str) -> dict[str, Any]:
-        with refusals():
-            removed = await self.store.remove_destination(destination_id, account=account)
+        removed = await self.store.remove_destination(destination_id, account=account)
         return self._view(removed, {}, secret=False)
 
     async def test(self, account: str, destination_id: str) -> CallbackTestResult:
-        with refusals():
-            return await send_destination_test(self.store, self._sender(), destination_id, account=account)
+        return await send_destination_test(self.store, self._sender(), destination_id, account=account)
 
     # --- the parts ---------------------------------------------------------------------------------
     async def _scope(self, account: str, appid: str | None) -> Scope:

@@ -47,8 +47,9 @@ from svcgw.callbacks.destinationrules import (
 from svcgw.callbacks.destinations import new_signing_secret, open_secret, seal_secret
 from svcgw.callbacks.origins import same_origin
 from svcgw.callbacks.routes import build_routes
+from svcgw.errors import NotFound
 from svcgw.registry.accounts import AccountStore
-from svcgw.registry.base import NotFound, new_id, optional_float
+from svcgw.registry.base import new_id, optional_float
 from svcgw.registry.callbackconfig import Scope
 from svcgw.registry.instances import InstanceStore
 from svcgw.storage.keys import KeySpace
@@ -290,7 +291,7 @@ class DestinationStore(AccountStore, InstanceStore):
 
         def update(current: dict[str, str] | None, count: int) -> dict[str, str]:
             if current is None:
-                raise NotFound(f"no destination {destination_id!r}")
+                raise NotFound(f"no destination {destination_id!r}", what="destination")
             new = dict(current)
             if not isinstance(change.url, Keep):
                 new["url"] = change.url.url
@@ -318,7 +319,7 @@ class DestinationStore(AccountStore, InstanceStore):
 
         def rotate(current: dict[str, str] | None, count: int) -> dict[str, str]:
             if current is None:
-                raise NotFound(f"no destination {destination_id!r}")
+                raise NotFound(f"no destination {destination_id!r}", what="destination")
             return {**current, "secret": secret, "updated_at": repr(time.time())}
 
         return self._config(destination_id, await self._transact(scope, destination_id, rotate) or {})
@@ -330,7 +331,7 @@ class DestinationStore(AccountStore, InstanceStore):
 
         def remove(current: dict[str, str] | None, count: int) -> None:
             if current is None:
-                raise NotFound(f"no destination {destination_id!r}")
+                raise NotFound(f"no destination {destination_id!r}", what="destination")
             removed.update(current)
             return None
 
@@ -379,7 +380,7 @@ class DestinationStore(AccountStore, InstanceStore):
         if is_destination_id(destination_id):
             data = await self.redis.hgetall(self.keys.destination(destination_id))
         if not data or (account is not None and data.get("account") != account):
-            raise NotFound(f"no destination {destination_id[:40]!r}")
+            raise NotFound(f"no destination {destination_id[:40]!r}", what="destination")
         return data
 
     def _config(self, destination_id: str, data: dict[str, str]) -> DestinationConfig:

@@ -18,7 +18,8 @@ from redis.asyncio.client import Pipeline
 
 from svcgw.config.shards import Shard
 from svcgw.digests import digest
-from svcgw.registry.base import NotFound, StoreBase
+from svcgw.errors import NotFound
+from svcgw.registry.base import StoreBase
 from svcgw.shards.placement import instance_counts, token_for_shard
 from svcgw.storage.scripts import add_to_transaction
 
@@ -80,7 +81,7 @@ class InstanceStore(StoreBase):
     async def get_instance(self, appid: str) -> Instance:
         data = await self.redis.hgetall(self.keys.instance(appid))
         if not data or "account" not in data:
-            raise NotFound(f"no instance {appid!r}")
+            raise NotFound(f"no instance {appid!r}", what="instance")
         public = {k: v for k, v in data.items() if k != "receiver_token"}
         return Instance(appid, data["account"], float(data.get("created_at", "0")), public)
 
@@ -115,5 +116,5 @@ class InstanceStore(StoreBase):
     async def receiver_token(self, appid: str) -> str:
         sealed = await self.redis.hget(self.keys.instance(appid), "receiver_token")
         if not sealed:
-            raise NotFound(f"no instance {appid!r}")
+            raise NotFound(f"no instance {appid!r}", what="instance")
         return self.vault.open(sealed)

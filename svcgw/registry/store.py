@@ -9,7 +9,9 @@ key names live in ``svcgw.storage.keys``. Each concept has a module of its own, 
 * :mod:`svcgw.registry.instances`: instances and their receiver tokens;
 * :mod:`svcgw.registry.callbackconfig`: callback addresses, signing secrets, Bearer tokens;
 * :mod:`svcgw.registry.destinations`: further destinations, beside the primary address;
-* :mod:`svcgw.registry.base`: what they share (``NotFound``, :func:`digest`).
+* :mod:`svcgw.registry.base`: what they share (the client, names and vault, ids).
+
+What does not exist raises ``svcgw.errors.NotFound``, whose ``what`` names the thing.
 
 Here, too: re-sealing every stored secret under the vault's first key
 (:meth:`Store.reseal_tokens`, :meth:`Store.reseal_secrets`).
@@ -20,7 +22,6 @@ from __future__ import annotations
 from svcgw.callbacks.destinations import seal_secret
 from svcgw.registry.accounts import Account, Denials, OperatorDenied, normalise_operation
 from svcgw.registry.apikeys import MAX_LABEL_LENGTH, ApiKey, KeyStore, check_label
-from svcgw.registry.base import NotFound
 from svcgw.registry.callbackconfig import CallbackConfig, CallbackStore, Scope
 from svcgw.registry.destinations import DestinationStore
 from svcgw.registry.instances import Instance
@@ -32,7 +33,6 @@ __all__ = [
     "CallbackConfig",
     "Denials",
     "Instance",
-    "NotFound",
     "OperatorDenied",
     "Scope",
     "Store",

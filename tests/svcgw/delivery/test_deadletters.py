@@ -14,7 +14,8 @@ from redis.asyncio import Redis as AsyncRedis
 
 from svcgw.config.settings import Settings
 from svcgw.delivery import deadletters
-from svcgw.delivery.deadletters import DeadLetter, DeadLetterDetail, NotFound, ReplayResult
+from svcgw.delivery.deadletters import DeadLetter, DeadLetterDetail, ReplayResult
+from svcgw.errors import NotFound
 from svcgw.intake.ingest import Ingest
 from svcgw.storage.keys import PLAIN as keys
 from svcgw.storage.rqformat import exc_info_field, failed_score
@@ -127,6 +128,7 @@ def test_other_accounts_are_refused_like_unknown_ids(settings: Settings, redis: 
     with pytest.raises(NotFound) as unknown_error:
         show(settings, "dlv_nothing", account=mine.account)
     assert str(foreign_error.value) == str(unknown_error.value).replace("dlv_nothing", foreign)
+    assert foreign_error.value.what == unknown_error.value.what == "dead letter"
 
     results = replay(settings, ids=[foreign, "dlv_nothing"], account=mine.account)
     assert [r.as_dict() for r in results] == [

@@ -12,8 +12,9 @@ from redis import Redis
 from svcgw.callbacks.addresses import CallbackUrl, check_for_service
 from svcgw.callbacks.destinationrules import MAX_DESTINATIONS, BadEventTypes, BadRate, TooManyDestinations
 from svcgw.config.settings import Settings
+from svcgw.errors import NotFound
 from svcgw.registry.destinations import DestinationChange, DestinationConfig
-from svcgw.registry.store import NotFound, Scope, Store
+from svcgw.registry.store import Scope, Store
 from svcgw.storage.keys import PLAIN as keys
 from svcgw.vault import TokenVault
 from tests.conftest import provision, with_store
@@ -173,6 +174,7 @@ def test_another_accounts_destination_is_not_found_like_one_that_does_not_exist(
             with pytest.raises(NotFound) as missing:
                 with_store(settings, call)
             messages.append(str(missing.value).replace(destination_id[:40], "ID"))
+            assert missing.value.what == "destination"
     assert set(messages) == {"no destination 'ID'"}
     assert redis.hgetall(keys.destination(theirs.id)) == before
 
