@@ -24,7 +24,7 @@ from svcgw.registry.store import CallbackConfig, Scope
 from .context import Admin, admin_command
 from .output import emit, json_option, record
 
-__all__ = ["callback"]
+__all__ = ["callback", "read_bearer_token"]
 
 
 def scope_options(func: Callable[..., None]) -> Callable[..., None]:
@@ -52,7 +52,7 @@ def callback() -> None:
 STDIN = "-"
 
 
-def _bearer_token(given: str | None, prompt: bool) -> str | None:
+def read_bearer_token(given: str | None, prompt: bool) -> str | None:
     """The token to store: as given, read from stdin for ``-``, or typed at a hidden prompt; None keeps it."""
     if prompt and given is not None:
         raise click.UsageError("--bearer-token and --bearer-token-prompt exclude each other")
@@ -105,7 +105,7 @@ async def callback_set(
     scope = _scope(account, appid)
     if (bearer_token is not None or bearer_token_prompt) and no_bearer:
         raise click.UsageError("--bearer-token and --no-bearer exclude each other")
-    bearer_token = _bearer_token(bearer_token, bearer_token_prompt)
+    bearer_token = read_bearer_token(bearer_token, bearer_token_prompt)
     checked = check_for_service(url, admin.settings)
     # Sealing: the token, and the signing secret generated with a first address.
     store = admin.store(sealing=True)

@@ -11,8 +11,9 @@ exit status 1, never a traceback:
 * any error of the service's own tree (``svcgw.errors.SvcgwError``: an unknown
   account, key, appid or dead letter, a bad value, unusable encryption keys,
   ...) and any other ``LookupError`` or ``ValueError``: its message, and for
-  a callback address that breaks the address rules (``AddressError``) its
-  code too. :func:`error_message` is the one place that words them.
+  a callback address that breaks the address rules (``AddressError``), and a
+  further destination's refused value (``DestinationRejected``), its code
+  too. :func:`error_message` is the one place that words them.
 
 The commands need ``SVCGW_REDIS_URL`` (or ``SVCGW_REDIS_SENTINELS``); they use
 the same settings, key names and ``Store`` as the service itself.
@@ -32,7 +33,8 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from svcgw.callbacks.addresses import AddressError
-from svcgw.config.settings import Settings, SettingsError
+from svcgw.callbacks.destinationrules import DestinationRejected
+from svcgw.config.settings import Settings
 from svcgw.config.shards import safe_url
 from svcgw.errors import STORAGE_ERRORS, SvcgwError
 from svcgw.registry.copies import ShardCopies
@@ -47,11 +49,11 @@ CONNECT_TIMEOUT = 5
 
 
 def load_settings() -> Settings:
-    """The settings from the environment; a bad one ends the command with its message."""
-    try:
-        return Settings.from_env()
-    except SettingsError as exc:
-        raise click.ClickException(str(exc)) from None
+    """The settings from the environment; a bad one (``SettingsError``) ends the command with its message.
+
+    The ending is the ``svcgw`` group's (``cli.main.Svcgw.invoke``), for every command alike.
+    """
+    return Settings.from_env()
 
 
 def safe_redis_url(url: str) -> str:
@@ -169,4 +171,6 @@ def error_message(exc: Exception) -> str:
     """What an administration command prints on stderr for an error of the service (exit status 1)."""
     if isinstance(exc, AddressError):
         return f"{exc.message} (code {exc.code})"
+    if isinstance(exc, DestinationRejected):
+        return f"{exc.message} (code {exc.kind.code})"
     return str(exc)

@@ -20,6 +20,7 @@ from svcgw.delivery import listing, probing, retrynow
 from svcgw.delivery.listing import STATES, Delivery
 from svcgw.delivery.outcomes import ANSWERS_NOTE
 from svcgw.delivery.probing import Probe
+from svcgw.errors import NotFound
 from svcgw.shards.routing import first_found, instance_shard
 
 from .context import Admin, admin_command
@@ -160,9 +161,7 @@ async def deliveries_retry(admin: Admin, delivery_id: str, as_json: bool) -> Non
     It counts as the attempt the schedule planned next; if it fails, the
     schedule goes on from it. Refused for a delivery that is not retrying.
     """
-    await first_found(
-        admin.shards, lambda shard: retrynow.retry_now(*shard, admin.settings, delivery_id), retrynow.NotFound
-    )
+    await first_found(admin.shards, lambda shard: retrynow.retry_now(*shard, admin.settings, delivery_id), NotFound)
     delivery = await _show(admin, delivery_id)
     emit(as_json, {"id": delivery_id, "queued": True, "delivery": delivery.as_dict()}, lambda: None)
     if not as_json:
@@ -171,6 +170,4 @@ async def deliveries_retry(admin: Admin, delivery_id: str, as_json: bool) -> Non
 
 async def _show(admin: Admin, delivery_id: str) -> Delivery:
     """The delivery from whichever shard holds it (a delivery id does not name its shard)."""
-    return await first_found(
-        admin.shards, lambda shard: listing.show(*shard, admin.settings, delivery_id), listing.NotFound
-    )
+    return await first_found(admin.shards, lambda shard: listing.show(*shard, admin.settings, delivery_id), NotFound)

@@ -36,9 +36,10 @@ from redis.asyncio import Redis as AsyncRedis
 from redis.exceptions import RedisClusterException, RedisError
 
 from svcgw.config.settings import Settings
+from svcgw.errors import NotFound
 from svcgw.registry.credentials import Credentials, LoginTaken
 from svcgw.registry.invitations import Invitations
-from svcgw.registry.store import NotFound, Store
+from svcgw.registry.store import Store
 from svcgw.storage.keys import PLAIN
 from svcgw.vault import TokenVault, VaultError
 

@@ -8,12 +8,17 @@ runs in an event loop of its own (``cli.context``).
 The administration groups are imported only when one of them runs (or help
 lists them): some reach the console's code, and a worker or a server started
 by a supervisor should not spend its start compiling what it never runs.
+
+A bad setting (``SettingsError``), whether the environment is read or a
+role finds it when it starts, ends any command with its message and exit
+status 1, never a traceback: in one place, the group's :meth:`Svcgw.invoke`.
 """
 
 from __future__ import annotations
 
 import importlib
 import sys
+from typing import Any
 
 import click
 
@@ -28,6 +33,7 @@ ADMINISTRATION = {
     "accounts": ("cli.accounts", "accounts"),
     "callback": ("cli.callback", "callback"),
     "deliveries": ("cli.deliveries", "deliveries"),
+    "destinations": ("cli.destinations", "destinations_group"),
     "dlq": ("cli.dlq", "dlq"),
     "instances": ("cli.instances", "instances"),
     "keys": ("cli.keys", "keys_group"),
@@ -39,6 +45,12 @@ ADMINISTRATION = {
 
 class Svcgw(click.Group):
     """The top group, which imports an administration command's module when it is asked for."""
+
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except SettingsError as exc:
+            raise click.ClickException(str(exc)) from None
 
     def list_commands(self, ctx: click.Context) -> list[str]:
         return sorted({*super().list_commands(ctx), *ADMINISTRATION})
@@ -76,10 +88,7 @@ def up(demo: bool, workers: int) -> None:
     settings = load_settings()
     if not demo and not settings.upstream_url:
         raise click.ClickException("SVCGW_UPSTREAM_URL is required (or use --demo for the simulator)")
-    try:
-        sys.exit(run_up(settings, demo=demo, workers=workers))
-    except SettingsError as exc:
-        raise click.ClickException(str(exc)) from None
+    sys.exit(run_up(settings, demo=demo, workers=workers))
 
 
 @cli.command()
@@ -87,10 +96,7 @@ def serve() -> None:
     """Run the HTTP server: gateway API, receiver and console."""
     from .runner import run_server
 
-    try:
-        run_server(load_settings())
-    except SettingsError as exc:
-        raise click.ClickException(str(exc)) from None
+    run_server(load_settings())
 
 
 @cli.command()
@@ -99,10 +105,7 @@ def worker(burst: bool) -> None:
     """Run deliveries, retry scheduling and the liveness prober."""
     from .runner import run_worker
 
-    try:
-        run_worker(load_settings(), burst=burst)
-    except SettingsError as exc:
-        raise click.ClickException(str(exc)) from None
+    run_worker(load_settings(), burst=burst)
 
 
 @cli.command()

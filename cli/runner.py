@@ -56,7 +56,7 @@ def settle_collector() -> None:
 def server_options(settings: Settings) -> dict[str, Any]:
     """uvicorn's options for the HTTP server of ``settings`` (its protocol's own limits set too)."""
     from .addressshare import AddressShare
-    from .protocol import OneWriteProtocol
+    from .httpprotocol import OneWriteProtocol
 
     OneWriteProtocol.configure(
         header_timeout=settings.http_header_timeout,
@@ -77,9 +77,9 @@ def server_options(settings: Settings) -> dict[str, Any]:
         "timeout_keep_alive": settings.http_keepalive_timeout,
         "server_header": False,
         # Pinned dependencies: the gateway's hot path is mostly the event loop and HTTP parsing.
-        # The protocol is uvicorn's httptools one, writing each answer in one piece (cli.protocol).
+        # The protocol is uvicorn's httptools one, writing each answer in one piece (cli.httpprotocol).
         "loop": "uvloop",
-        "http": "cli.protocol:OneWriteProtocol",
+        "http": "cli.httpprotocol:OneWriteProtocol",
         # X-Forwarded-For is read only from the proxies named in SVCGW_TRUSTED_PROXIES; by default
         # from none, so a client cannot choose the address its failed sign-ins are counted against.
         "proxy_headers": bool(settings.trusted_proxies),

@@ -3,6 +3,13 @@
 The composition root of the HTTP role. ``create_app(settings)`` builds the
 Starlette app from its parts; what they share (``receiver.services``) is
 kept on ``app.state.services`` and closed when the lifespan ends.
+
+Errors are answered in one place per surface: the gateway's and the
+receiver's at their one entry each (``receiver.gateway.refusals``,
+``receiver.endpoint.receive``), the console's by a handler on each of its
+mounts (``receiver.console.answers``), the operators' plain answers
+(/metrics, /docs) by the app's handler of ``PlainRefusal`` and the
+dashboard's guard (``receiver.dashboard``).
 """
 
 from __future__ import annotations
@@ -18,6 +25,7 @@ from starlette.routing import BaseRoute, Mount, Route
 from starlette.types import Receive, Scope, Send
 
 from svcgw.config.settings import Settings
+from svcgw.errors import PlainRefusal
 from svcgw.intake.receivers import RECEIVER_PREFIX
 from svcgw.storage import layoutversion
 from svcgw.upstream import Upstream
@@ -29,6 +37,7 @@ from .endpoint import make_endpoint
 from .gateway import Gateway, PathGuard, direct_operation
 from .headers import NoSniff
 from .health import connect_shards, healthz, readyz
+from .http import plain_refused
 from .metrics import metrics_endpoint
 from .openapi import openapi_endpoint
 from .services import Services, build_services
@@ -47,7 +56,7 @@ class ServiceApp(Starlette):
     request, an ambiguous gateway path included, takes the ordinary way.
 
     A client that goes away while its body is read (or whose body the server
-    gave up on as too slow, ``cli.protocol``) ends its request with
+    gave up on as too slow, ``cli.httpprotocol``) ends its request with
     ``ClientDisconnect`` wherever the body was being read: nobody is left to
     answer, and it is an info line, not an error with a traceback.
     """
@@ -113,7 +122,12 @@ def create_app(settings: Settings, *, services: Services | None = None) -> Starl
     ]
     if (dashboard := make_dashboard(settings)) is not None:
         routes.append(Mount("/rq", app=dashboard, name="rq-dashboard"))
-    app = ServiceApp(routes=routes, lifespan=lifespan, middleware=[Middleware(NoSniff), Middleware(PathGuard)])
+    app = ServiceApp(
+        routes=routes,
+        lifespan=lifespan,
+        middleware=[Middleware(NoSniff), Middleware(PathGuard)],
+        exception_handlers={PlainRefusal: plain_refused},
+    )
     app.gateway = gateway
     app.state.services = services
     return app

@@ -2,7 +2,8 @@
 
 The dashboard is a Flask app (``rq_dashboard.cli.make_flask_app``) run
 through a2wsgi's ``WSGIMiddleware``, configured with the service's Redis and
-RQ's JSON serializer (the deliveries are JSON-serialized jobs). It is
+RQ's JSON serializer (the deliveries are JSON-serialized jobs:
+``svcgw.storage.rqformat.SERIALIZER``). It is
 mounted only when both ``SVCGW_DASHBOARD_USER`` and
 ``SVCGW_DASHBOARD_PASSWORD`` are set; otherwise ``/rq`` answers 404. It is
 given every shard's URL and switches between them (``/rq/<shard>/view``;
@@ -36,6 +37,11 @@ unchecked:
    written into that one tag, matched exactly, and allowed by the policy:
    markup that reaches a page from job data (an event handler attribute, a
    script tag of any shape) gets no nonce and does not run.
+
+Its refusals are rows of ``svcgw.errors`` (``DASHBOARD_*``), one line of
+text: the guard's are rendered by ``receiver.http.plain_answer`` (through
+the guard's ``send``, so they carry the headers above too); Flask's error
+handlers, which must answer in Flask's terms, render the same rows.
 """
 
 from __future__ import annotations
@@ -49,12 +55,16 @@ import secrets
 from typing import Any
 from urllib.parse import urlencode
 
-from starlette.responses import PlainTextResponse
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from svcgw import errors
 from svcgw.config.settings import Settings
 from svcgw.config.shards import Deployment
+from svcgw.errors import ErrorKind, PlainRefusal
 from svcgw.shards.connections import SENTINEL_TIMEOUT
+from svcgw.storage.rqformat import SERIALIZER
+
+from .http import plain_answer
 
 __all__ = ["DashboardGuard", "dashboard_urls", "make_dashboard", "sentinel_url"]
 
@@ -193,27 +203,25 @@ class DashboardGuard:
         await self._guarded(scope, receive, _Hardened(send))
 
     async def _guarded(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if not self._authorized(scope):
-            response = PlainTextResponse(
-                "authentication required\n", status_code=401, headers={"WWW-Authenticate": f'Basic realm="{REALM}"'}
-            )
-            await response(scope, receive, send)
+        refusal = self._refusal(scope)
+        if refusal is not None:
+            await plain_answer(refusal)(scope, receive, send)
             return
+        await self.app(scope, receive, send)
+
+    def _refusal(self, scope: Scope) -> PlainRefusal | None:
+        """Why the request does not reach the dashboard, or None when it does."""
+        if not self._authorized(scope):
+            return PlainRefusal(errors.DASHBOARD_SIGN_IN, headers={"WWW-Authenticate": f'Basic realm="{REALM}"'})
         root, path = scope.get("root_path", ""), scope["path"]
         if root and path.startswith(root):
             path = path[len(root) :]
         if scope["method"] not in ("GET", "HEAD") or not _READ_ONLY.match(path or "/"):
-            response = PlainTextResponse(
-                "the dashboard is read-only here; replay dead letters with `svcgw dlq replay` or the console\n",
-                status_code=403,
-            )
-            await response(scope, receive, send)
-            return
+            return PlainRefusal(errors.DASHBOARD_READ_ONLY)
         why = unanswerable(path or "/", self._shards)
         if why is not None:
-            await PlainTextResponse(f"not found in the dashboard: {why}\n", status_code=404)(scope, receive, send)
-            return
-        await self.app(scope, receive, send)
+            return PlainRefusal(errors.DASHBOARD_NOT_FOUND, f"{errors.DASHBOARD_NOT_FOUND.message}: {why}")
+        return None
 
 
 class _Hardened:
@@ -313,7 +321,6 @@ def make_dashboard(settings: Settings) -> ASGIApp | None:
     from redis.exceptions import ConnectionError as RedisConnectionError
     from redis.exceptions import TimeoutError as RedisTimeoutError
     from rq.exceptions import NoSuchJobError
-    from rq.serializers import JSONSerializer
     from rq_dashboard import web as dashboard_web
     from rq_dashboard.cli import make_flask_app
 
@@ -325,10 +332,10 @@ def make_dashboard(settings: Settings) -> ASGIApp | None:
     flask_app.config["RQ_DASHBOARD_DISABLE_DELETE"] = True
     flask_app.config["RQ_DASHBOARD_POLL_INTERVAL"] = 5000
     # The dashboard keeps its serializer in a module-level setting.
-    dashboard_web.config.serializer = JSONSerializer
+    dashboard_web.config.serializer = SERIALIZER
     dashboard_web.setup_rq_connection(flask_app)
     # Its job views fetch the job unchecked; a job that is gone (delivered, expired) is no server error.
-    flask_app.register_error_handler(NoSuchJobError, lambda _: _plain("no such job\n", 404))
+    flask_app.register_error_handler(NoSuchJobError, lambda _: _plain(errors.DASHBOARD_NO_JOB))
     # Nor is a Redis that does not answer: the page is there again once it does. (Its text never
     # reaches the operator: it may name the host.)
     for unreachable in (RedisConnectionError, RedisTimeoutError):
@@ -337,10 +344,12 @@ def make_dashboard(settings: Settings) -> ASGIApp | None:
     return DashboardGuard(wsgi, settings.dashboard_user, settings.dashboard_password, shards=len(urls))
 
 
-def _plain(text: str, status: int, **headers: str) -> tuple[str, int, dict[str, str]]:
-    return text, status, {"Content-Type": "text/plain; charset=utf-8", "Cache-Control": "no-store", **headers}
+def _plain(kind: ErrorKind, **headers: str) -> tuple[str, int, dict[str, str]]:
+    """A row as Flask's answer: what ``receiver.http.plain_answer`` sends, and ``no-store``."""
+    plain = {"Content-Type": "text/plain; charset=utf-8", "Cache-Control": "no-store", **headers}
+    return kind.message + "\n", kind.status, plain
 
 
 def _unavailable(exc: Exception) -> tuple[str, int, dict[str, str]]:
     log.warning("rq-dashboard: Redis did not answer (%s)", type(exc).__name__)
-    return _plain("Redis does not answer; try again shortly\n", 503, **{"Retry-After": "1"})
+    return _plain(errors.DASHBOARD_UNAVAILABLE, **{"Retry-After": "1"})

@@ -11,7 +11,13 @@
 * :func:`refusal_response` is the one place a refusal (``svcgw.errors.Refusal``,
   a row of the table in ``svcgw.errors``) becomes the JSON answer of the
   gateway API and of the receiver: ``{code, message, data: null}``, the
-  row's status and the refusal's headers.
+  row's status and the refusal's headers. Each of the two has its own table
+  of which error gets which row (``receiver.gateway.refusals``,
+  ``receiver.endpoint.receive``).
+* :func:`plain_answer` is the one place a refusal of the operators'
+  endpoints (/metrics, /docs, /rq: ``svcgw.errors.PlainRefusal``) becomes
+  their answer, one line of text; :func:`plain_refused` is the app's
+  handler of it.
 
 Errors (in the one tree of ``svcgw.errors``, under ``Rejected``; each endpoint
 maps them to its own row)::
@@ -28,10 +34,10 @@ from collections.abc import Callable
 
 import orjson
 from starlette.requests import Request
-from starlette.responses import Response
+from starlette.responses import PlainTextResponse, Response
 
 from svcgw.clientkeys import limit_key
-from svcgw.errors import Refusal, Rejected, error_body
+from svcgw.errors import PlainRefusal, Refusal, Rejected, error_body
 
 __all__ = [
     "KEY_HEADERS",
@@ -41,6 +47,8 @@ __all__ = [
     "ConflictingKeys",
     "client_address",
     "json_answer",
+    "plain_answer",
+    "plain_refused",
     "presented_key",
     "read_body",
     "refusal_response",
@@ -160,10 +168,21 @@ def json_answer(code: int, message: str, data: object = None, *, status: int = 2
 
 
 def refusal_response(refusal: Refusal) -> Response:
-    """A refusal as the gateway's and the receiver's JSON answer (the console has its own, in its ``web``)."""
+    """A refusal as the gateway's and the receiver's JSON answer (the console's is in ``receiver.console.answers``)."""
     return Response(
         error_body(refusal.kind.code, refusal.message),
         status_code=refusal.kind.status,
         headers=refusal.headers,
         media_type="application/json",
     )
+
+
+def plain_answer(refusal: Refusal) -> Response:
+    """A refusal as the operators' endpoints answer it: its message as one line of text, its status and headers."""
+    return PlainTextResponse(refusal.message + "\n", status_code=refusal.status, headers=refusal.headers or None)
+
+
+async def plain_refused(request: Request, exc: Exception) -> Response:
+    """The app's handler of :class:`svcgw.errors.PlainRefusal`, which /metrics and /docs raise."""
+    assert isinstance(exc, PlainRefusal)
+    return plain_answer(exc)

@@ -6,7 +6,8 @@ back); this module renders each shard's snapshot, summed, with ``prometheus_clie
 Who may scrape: with ``SVCGW_METRICS_TOKEN`` set, a request carrying
 ``Authorization: Bearer <token>`` (compared in constant time; anything else
 is 401); without it, only clients on a loopback address (403 for the rest).
-Queue depths and tenant counts are not for the public internet.
+Queue depths and tenant counts are not for the public internet. A refusal
+is raised (``svcgw.errors.PlainRefusal``, answered by the app as text).
 
 With several shards, each shard's snapshot is read (at once) and the
 counts are summed (:func:`merge`); each shard counts only its own instances,
@@ -31,8 +32,9 @@ from prometheus_client.registry import Collector
 from starlette.requests import Request
 from starlette.responses import Response
 
+from svcgw import errors
 from svcgw.counters import COUNTERS, LATENCY_BUCKETS
-from svcgw.errors import STORAGE_ERRORS
+from svcgw.errors import STORAGE_ERRORS, PlainRefusal
 from svcgw.views.metrics import snapshot
 
 from .services import Services
@@ -144,32 +146,25 @@ def render(data: dict[str, Any]) -> bytes:
     return generate_latest(registry)
 
 
-def _refusal(request: Request, token: str | None) -> Response | None:
-    """Why this request may not scrape (an answer to send), or None when it may."""
+def _check_scraper(request: Request, token: str | None) -> None:
+    """Refuse (``PlainRefusal``) a request that may not scrape."""
     if token is not None:
         scheme, _, presented = request.headers.get("authorization", "").partition(" ")
         if scheme.lower() == "bearer" and hmac.compare_digest(presented.strip().encode(), token.encode()):
-            return None
-        return Response(
-            "a bearer token is required\n",
-            status_code=401,
-            media_type="text/plain",
-            headers={"WWW-Authenticate": 'Bearer realm="metrics"'},
-        )
+            return
+        raise PlainRefusal(errors.METRICS_TOKEN_REQUIRED, headers={"WWW-Authenticate": 'Bearer realm="metrics"'})
     host = request.client.host if request.client else ""
     try:
         if ipaddress.ip_address(host).is_loopback:
-            return None
+            return
     except ValueError:
-        pass
-    return Response("set SVCGW_METRICS_TOKEN to scrape from another host\n", status_code=403, media_type="text/plain")
+        pass  # not an address (a Unix socket's peer): not loopback
+    raise PlainRefusal(errors.METRICS_NOT_LOCAL)
 
 
 async def metrics_endpoint(request: Request) -> Response:
     services: Services = request.app.state.services
-    refusal = _refusal(request, services.settings.metrics_token)
-    if refusal is not None:
-        return refusal
+    _check_scraper(request, services.settings.metrics_token)
     settings = services.settings
     clients = services.shards
     read = await asyncio.gather(
@@ -185,6 +180,6 @@ async def metrics_endpoint(request: Request) -> Response:
         if isinstance(answer, STORAGE_ERRORS):
             log.warning("metrics of shard %d not read: %s", index, type(answer).__name__)
     if isinstance(read[0], BaseException):
-        return Response("storage unavailable\n", status_code=503, media_type="text/plain")
+        raise PlainRefusal(errors.METRICS_UNAVAILABLE)  # shard 0, the service's own data: no scrape without it
     data = merge([None if isinstance(answer, BaseException) else answer for answer in read])
     return Response(render(data), media_type="text/plain; version=0.0.4; charset=utf-8")

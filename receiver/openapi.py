@@ -8,9 +8,9 @@ answer as it is.
 
 Every route is an :class:`receiver.apispec.Operation` in the table of the
 part that defines it (``receiver.endpoint.schemas``,
-``receiver.gateway.schemas``, ``receiver.console.operations`` and
-``.onboarding_operations``, and :data:`SERVER` here); :data:`OPERATIONS`
-lists them. :func:`document` turns them into the document on each call:
+``receiver.gateway.schemas``, ``receiver.console.operations``,
+``.onboarding_operations`` and ``.destination_operations``, and
+:data:`SERVER` here); :data:`OPERATIONS` lists them. :func:`document` turns them into the document on each call:
 msgspec makes every schema from the operations' types, which are named
 in ``components``.
 """
@@ -27,7 +27,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from .apispec import JSON, Answer, Operation
-from .console import onboarding_operations, operations
+from .console import destination_operations, onboarding_operations, operations
 from .endpoint import schemas as endpoint
 from .gateway import schemas as gateway
 
@@ -104,6 +104,7 @@ OPERATIONS: list[Operation] = [
     *SERVER,
     *operations.OPERATIONS,
     *onboarding_operations.OPERATIONS,
+    *destination_operations.OPERATIONS,
 ]
 
 SECURITY_SCHEMES: dict[str, Any] = {

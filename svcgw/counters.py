@@ -54,7 +54,7 @@ from svcgw.config.settings import Settings
 from svcgw.errors import STORAGE_ERRORS
 from svcgw.shards.connections import async_client
 from svcgw.storage.keys import KeySpace
-from svcgw.storage.scripts import text
+from svcgw.storage.scripts import add_to_transaction
 
 
 class Received(Protocol):
@@ -276,13 +276,9 @@ def count_change(
     instance's current status and ``probe_error`` when the transaction runs.
     ``status`` is the new status ("" when it does not change).
     """
-    pipe.eval(
-        text("liveness_count"),
-        3,
-        keys.instance(appid),
-        keys.metrics_instances,
-        keys.instances,
-        appid,
-        status,
-        probe_error,
+    add_to_transaction(
+        pipe,
+        "liveness_count",
+        keys=(keys.instance(appid), keys.metrics_instances, keys.instances),
+        args=(appid, status, probe_error),
     )

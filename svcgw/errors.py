@@ -7,10 +7,14 @@ whole tree (each class's module in brackets when it is not this one)::
     ├── Refusal                  an answer to a caller: an ErrorKind (code, HTTP status, message),
     │   │                        this occurrence's message and extra headers (Retry-After)
     │   ├── GatewayError         the gateway API's and the receiver's refusals
+    │   ├── PlainRefusal         the operators' endpoints' refusals (/metrics, /docs, /rq), as text
     │   └── ConsoleHTTPError     the console's refusals [receiver.console.web]
     │       └── RateLimited      a change over the account's rate limit
     ├── Rejected                 input the service cannot use; each surface picks its row
     │   ├── AddressError         a callback address against the address rules [svcgw.callbacks.addresses]
+    │   ├── DestinationRejected  a further destination's value (also ValueError) [svcgw.callbacks.destinationrules]
+    │   │   ├── BadEventTypes, BadRate, BadLabel
+    │   │   └── TooManyDestinations
     │   ├── EnvelopeError        a receiver post that is not an envelope [svcgw.intake.envelope]
     │   ├── NotUnicode           JSON text that is not UTF-8 [svcgw.intake.rawjson]
     │   ├── SettingsError        an SVCGW_* variable out of its range [svcgw.config.settings]
@@ -24,25 +28,20 @@ whole tree (each class's module in brackets when it is not this one)::
     │   └── Throttled            a credential refused unchecked: its address failed too often lately,
     │                            or no place for its check freed in time [receiver.credentialguard]
     ├── Missing                  what was asked for does not exist, or is not the caller's
-    │   ├── NotFound             an account, key or instance [svcgw.registry.store]
-    │   └── UnknownReceiver      an appid and token that are no receiver [svcgw.intake.ingest]
-    ├── DeadLetterError          [svcgw.delivery.deadletters]
-    │   └── NotFound             (also Missing)
+    │   ├── NotFound             an account, API key, instance, delivery, dead letter or destination: ``what``
+    │   │                        says which, so that each surface picks its row by it
+    │   ├── UnknownReceiver      an appid and token that are no receiver [svcgw.intake.ingest]
+    │   └── AttemptGone          no such QR login attempt [receiver.console.qrattempt]
     ├── DeliveryListError        [svcgw.delivery.listing]
-    │   ├── NotFound             (also Missing)
     │   └── Invalid              a filter or page the list cannot use
     ├── RetryNowError            [svcgw.delivery.retrynow]
-    │   ├── NotFound             (also Missing)
     │   └── NotRetrying          retry now of a delivery that is not retrying
     ├── ConsoleError             what the console's service refuses [receiver.console.service]
-    │   ├── NotFound             (also Missing)
-    │   │   └── DeliveryNotFound
     │   ├── Invalid
     │   ├── DeniedByOperator
     │   └── NotRetrying
     ├── FlowError                a step of the console's QR login refused [receiver.console.qrattempt]
-    ├── AttemptGone              (also Missing) no such QR login attempt [receiver.console.qrattempt]
-    ├── PageError                a console page's refusal, as an HTML page [receiver.console.pagekit]
+    ├── PageError                a console page's refusal, as an HTML page [receiver.console.pageserving]
     ├── Abandoned                the worker stops; a probe gives its claim back undecided [worker.prober]
     └── Failure                  an internal failure, not a refusal: the edge that meets it
         │                        answers with a row of the table (``raise X(...) from exc``)
@@ -70,17 +69,30 @@ its stock Cluster client raises when no node of the Cluster answers. Two excepti
 connector expects (an ``OSError``, a ``ClientConnectionError``), raised and
 caught inside that module and turned into ``Refused`` there.
 
-A :class:`Refusal` carries no answer of its own: each surface renders it in
-one place, ``receiver.http.refusal_response`` (gateway and receiver JSON),
-``receiver.console.web`` (the console's JSON API and its pages) and
-``cli.context`` (exit status 1 and the message on stderr). The core imports
-no web framework.
+Answered in one place per surface. An error carries no answer of its own:
+each surface has one table, a :class:`Rows`, that gives every error class it
+answers its row there (a :class:`Refusal`, or a page), found along the
+error's class hierarchy as Starlette finds an exception handler, and one
+handler that renders it:
+
+* the gateway API (``receiver.gateway.refusals``) and the receiver
+  (``receiver.endpoint.receive``): JSON, rendered by ``receiver.http.refusal_response``;
+* the console's JSON API and its pages (``receiver.console.answers``, the
+  handlers of their two mounts);
+* the operators' endpoints, /metrics, /docs and /rq: one line of text
+  (``receiver.http.plain_answer``, the app's handler of :class:`PlainRefusal`);
+* the command line (``cli.context``): exit status 1 and the message on stderr.
+
+Route code raises; the core imports no web framework. A :class:`NotFound`
+names what was not found (:data:`Thing`), and a surface picks its row by
+that (:data:`GATEWAY_NOT_FOUND`, :data:`CONSOLE_NOT_FOUND`), never by the
+message's words.
 
 The table: every answer is ``{"code": ..., "message": ..., "data": null}``
 with the HTTP status the spec pairs with the code, so a client may check
 either. An :class:`ErrorKind` names one row.
 
-Three parts, one per audience:
+Four parts, one per audience:
 
 * the gateway API (:data:`ALL_KINDS`, the codes ``receiver.openapi``
   documents): the rows below down to :data:`UNAVAILABLE`;
@@ -88,7 +100,9 @@ Three parts, one per audience:
   negated HTTP status (``-400``, ``-404``, ``-413``, ``-422``, ``-429``), except a
   storage failure, ``-50002`` with 503 so the sender posts again
   (:data:`RECEIVER_KINDS`; :func:`receiver_kind` maps a status to its row);
-* the console (:data:`CONSOLE_KINDS`, below).
+* the console (:data:`CONSOLE_KINDS`, below);
+* the operators' endpoints (:data:`PLAIN_KINDS`, below): not JSON but the
+  message as one line of text; the code is the HTTP status.
 
 An address that breaks the address rules (``svcgw.callbacks.addresses.AddressError``)
 maps to its row with :func:`address_kind`.
@@ -107,9 +121,9 @@ and ``-41300`` (413) for a body larger than the gateway accepts.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, Generic, Literal, Protocol, TypeVar
 
 import orjson
 from redis.exceptions import RedisClusterException, RedisError
@@ -145,9 +159,12 @@ __all__ = [
     "Failure",
     "GatewayError",
     "Missing",
+    "NotFound",
     "Refusal",
     "Rejected",
+    "Rows",
     "SvcgwError",
+    "Thing",
     "address_kind",
     "error_body",
     "receiver_kind",
@@ -164,6 +181,18 @@ class Rejected(SvcgwError):
 
 class Missing(SvcgwError):
     """What was asked for does not exist, or is not the caller's."""
+
+
+# What a NotFound says was not found; a surface picks its row by it.
+Thing = Literal["account", "api key", "instance", "delivery", "dead letter", "destination"]
+
+
+class NotFound(Missing, LookupError):
+    """No such thing, or not the caller's; ``what`` says which thing, the message names it for a person."""
+
+    def __init__(self, message: str, *, what: Thing) -> None:
+        super().__init__(message)
+        self.what: Thing = what
 
 
 class Failure(SvcgwError):
@@ -242,6 +271,10 @@ RECEIVER_KINDS: tuple[ErrorKind, ...] = (
     RECEIVER_LIMITED,
 )
 
+# The gateway's row for a thing not found: an instance is -40404; the caller's own account, gone
+# since its key was checked, is a key that no longer works.
+GATEWAY_NOT_FOUND: Mapping[Thing, ErrorKind] = {"instance": NOT_FOUND, "account": UNAUTHORIZED}
+
 _RECEIVER_BY_STATUS = {kind.status: kind for kind in RECEIVER_KINDS if kind.code == -kind.status}
 
 _ADDRESS_KINDS = {kind.code: kind for kind in (CALLBACK_URL_INVALID, CALLBACK_URL_OWN, CALLBACK_URL_UNUSABLE)}
@@ -295,6 +328,42 @@ class GatewayError(Refusal):
     """A refusal of the gateway API or of the receiver."""
 
 
+class PlainRefusal(Refusal):
+    """A refusal of an operators' endpoint (/metrics, /docs, /rq), answered as one line of text."""
+
+
+Answer = TypeVar("Answer")
+
+
+class Rows(Generic[Answer]):
+    """One surface's table: the answer there to each error class it answers.
+
+    ``rows`` maps an error class (or a tuple of them) to what makes its
+    answer from the error. An error finds its row along its class's MRO,
+    nearest first, as Starlette finds an exception handler, so a subclass
+    may have a row of its own. :attr:`classes` are what a surface registers
+    its one handler for (or catches, on a path that bypasses the router).
+    """
+
+    __slots__ = ("_rows", "classes")
+
+    def __init__(self, rows: Mapping[type[Exception] | tuple[type[Exception], ...], Callable[[Any], Answer]]) -> None:
+        table: dict[type[Exception], Callable[[Any], Answer]] = {}
+        for key, row in rows.items():
+            for cls in key if isinstance(key, tuple) else (key,):
+                table[cls] = row
+        self._rows = table
+        self.classes: tuple[type[Exception], ...] = tuple(table)
+
+    def answer(self, exc: Exception) -> Answer:
+        """``exc``'s answer; ``exc`` itself is raised again when no row is its (caught by mistake: a bug)."""
+        for cls in type(exc).__mro__:
+            row = self._rows.get(cls)
+            if row is not None:
+                return row(exc)
+        raise exc
+
+
 # --- the console's answers ------------------------------------------------------
 # The console (``receiver.console``) answers in the same shape, with these rows
 # of its own. They stay out of ``ALL_KINDS``, which is the gateway's table. Its
@@ -316,6 +385,10 @@ class GatewayError(Refusal):
 #   -40330   403   the current password given to change it is wrong
 #   -41000   410   an invitation that was used, has expired or was never issued
 #   -40404   404   no such API key, or another account's
+#   -40404   404   no such further destination, or another account's
+#   -40020   400   a further destination's event types are not plain event type names, or too many
+#   -40021   400   a further destination's rate limit is not deliveries per second within bounds
+#   -40920   409   a scope already has its most further destinations
 NOT_SIGNED_IN = ErrorKind(401, 401, "sign in first: a console session or an API key is required")
 KEY_REFUSED = ErrorKind(401, 401, "API key invalid or revoked")
 CSRF_FAILED = ErrorKind(-40310, 403, "CSRF token missing or wrong")
@@ -338,6 +411,10 @@ INVITATION_GONE = ErrorKind(
     -41000, 410, "this invitation has expired or has already been used; ask the operator for a new one"
 )
 NO_KEY = ErrorKind(-40404, 404, "no such API key")
+NO_DESTINATION = ErrorKind(-40404, 404, "no such destination")
+BAD_EVENT_TYPES = ErrorKind(-40020, 400, "event_types must be plain event type names such as Msg or InstanceOffline")
+BAD_RATE = ErrorKind(-40021, 400, "rate must be deliveries per second, more than 0, or null for no limit")
+TOO_MANY_DESTINATIONS = ErrorKind(-40920, 409, "this account or instance has the most destinations it may have")
 
 CONSOLE_KINDS: tuple[ErrorKind, ...] = (
     NOT_SIGNED_IN,
@@ -356,13 +433,30 @@ CONSOLE_KINDS: tuple[ErrorKind, ...] = (
     WRONG_PASSWORD,
     INVITATION_GONE,
     NO_KEY,
+    NO_DESTINATION,
+    BAD_EVENT_TYPES,
+    BAD_RATE,
+    TOO_MANY_DESTINATIONS,
 )
 
+# The console's row for a thing not found (another account's is not found alike).
+CONSOLE_NOT_FOUND: Mapping[Thing, ErrorKind] = {
+    "instance": NOT_THE_CALLERS,
+    "dead letter": NO_DEAD_LETTER,
+    "delivery": NO_DELIVERY,
+    "api key": NO_KEY,
+    "destination": NO_DESTINATION,
+}
+
 __all__ += [
+    "BAD_EVENT_TYPES",
+    "BAD_RATE",
     "BAD_REQUEST",
     "CONSOLE_KINDS",
+    "CONSOLE_NOT_FOUND",
     "CSRF_FAILED",
     "DENIED_BY_OPERATOR",
+    "GATEWAY_NOT_FOUND",
     "INVITATION_GONE",
     "KEY_REFUSED",
     "NOT_RETRYING",
@@ -370,13 +464,57 @@ __all__ += [
     "NOT_THE_CALLERS",
     "NO_DEAD_LETTER",
     "NO_DELIVERY",
+    "NO_DESTINATION",
     "NO_KEY",
     "SIGN_IN_LIMITED",
     "SIGN_IN_MESSAGE",
     "SIGN_IN_REFUSED",
     "STORAGE_UNAVAILABLE",
+    "TOO_MANY_DESTINATIONS",
     "UNSUPPORTED_MEDIA",
     "WRONG_PASSWORD",
+]
+
+# --- the operators' plain answers ------------------------------------------------
+# /metrics, /docs and the rq-dashboard at /rq answer in text, one line and its
+# newline (``receiver.http.plain_answer``); the code is the HTTP status.
+METRICS_TOKEN_REQUIRED = ErrorKind(401, 401, "a bearer token is required")
+METRICS_NOT_LOCAL = ErrorKind(403, 403, "set SVCGW_METRICS_TOKEN to scrape from another host")
+METRICS_UNAVAILABLE = ErrorKind(503, 503, "storage unavailable")
+DOCS_NOT_FOUND = ErrorKind(404, 404, "not found")
+DASHBOARD_SIGN_IN = ErrorKind(401, 401, "authentication required")
+DASHBOARD_READ_ONLY = ErrorKind(
+    403, 403, "the dashboard is read-only here; replay dead letters with `svcgw dlq replay` or the console"
+)
+DASHBOARD_NOT_FOUND = ErrorKind(404, 404, "not found in the dashboard")  # then ": " and why
+DASHBOARD_NO_JOB = ErrorKind(404, 404, "no such job")
+# Its text never names the Redis (the host may be in it).
+DASHBOARD_UNAVAILABLE = ErrorKind(503, 503, "Redis does not answer; try again shortly")
+
+PLAIN_KINDS: tuple[ErrorKind, ...] = (
+    METRICS_TOKEN_REQUIRED,
+    METRICS_NOT_LOCAL,
+    METRICS_UNAVAILABLE,
+    DOCS_NOT_FOUND,
+    DASHBOARD_SIGN_IN,
+    DASHBOARD_READ_ONLY,
+    DASHBOARD_NOT_FOUND,
+    DASHBOARD_NO_JOB,
+    DASHBOARD_UNAVAILABLE,
+)
+
+__all__ += [
+    "DASHBOARD_NOT_FOUND",
+    "DASHBOARD_NO_JOB",
+    "DASHBOARD_READ_ONLY",
+    "DASHBOARD_SIGN_IN",
+    "DASHBOARD_UNAVAILABLE",
+    "DOCS_NOT_FOUND",
+    "METRICS_NOT_LOCAL",
+    "METRICS_TOKEN_REQUIRED",
+    "METRICS_UNAVAILABLE",
+    "PLAIN_KINDS",
+    "PlainRefusal",
 ]
 
 # Redis not serving a command: a ``RedisError``, or, from the stock Cluster client, the

@@ -5,7 +5,8 @@ hash tag (docs/redis-layout.md, "Scripts and their KEYS"). A plain Redis does no
 :class:`ScriptKeyWatch` checks it on the real server: it follows ``MONITOR`` while a test runs
 the service, and for every command a script ran (the ``lua`` lines that follow the script's own
 call, which nothing can interleave), asks Redis which of its arguments are keys
-(``COMMAND GETKEYS``) and whether its script named each.
+(``COMMAND GETKEYS``) and whether its script named each; on a Redis Cluster's master, also whether
+all of a call's keys are in one hash slot (:meth:`ScriptKeyWatch.cross_slot`).
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from types import TracebackType
 from urllib.parse import urlsplit
 
 from redis import Redis
+from redis.crc import key_slot
 from redis.exceptions import ResponseError
 
 from svcgw.storage.scripts import text
@@ -169,6 +171,28 @@ class ScriptKeyWatch:
         finally:
             client.close()
         return found
+
+
+    def cross_slot(self) -> list[tuple[str, bytes, str]]:
+        """(script, command, key) for every key a script named (command ``KEYS``) or touched in another hash
+        slot than its first KEY's: on a Redis Cluster, every key of a call must be in one slot."""
+        client = Redis(host=self.host, port=self.port, password=self.password)
+        found: list[tuple[str, bytes, str]] = []
+        try:
+            for call in self.calls():
+                declared = _keys_of(client, call.call)
+                slot = key_slot(_bytes(declared[0])) if declared else None
+                commands = [(b"KEYS", declared), *((command[0], _keys_of(client, command)) for command in call.inner)]
+                for command, keys in commands:
+                    found.extend((call.name, command, _bytes(key).decode("utf-8", "replace"))
+                                 for key in keys if key_slot(_bytes(key)) != slot)  # fmt: skip
+        finally:
+            client.close()
+        return found
+
+
+def _bytes(key: bytes | str) -> bytes:
+    return key if isinstance(key, bytes) else key.encode()
 
 
 def _keys_of(client: Redis, command: list[bytes]) -> list[str]:

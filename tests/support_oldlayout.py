@@ -25,7 +25,7 @@ from svcgw.deliveryid import new_delivery_id
 from svcgw.intake.envelope import build_envelope, parse_post
 from svcgw.storage import renames
 from svcgw.storage.keys import PLAIN as keys
-from svcgw.storage.rqformat import exc_info_field, job_description, job_fields_by_rq, rq_time
+from svcgw.storage.rqformat import FAILED, exc_info_field, failed_score, job_description, job_fields_by_rq, rq_time
 from tests.conftest import Tenant
 from tests.support import service_chain
 
@@ -119,9 +119,9 @@ def dead(redis: Redis, settings: Settings, tenant: Tenant, delivery_id: str) -> 
     redis.hincrby(record, "attempts", 1)
     redis.hincrby(record, "failures", len(settings.retry_schedule) + 1)
     redis.hset(record, mapping={"a1": _record(1, 500, now), "state": "dead", "dead_at": repr(now)})
-    redis.zadd(keys.rq.failed(settings.queue_name), {delivery_id: now + ttl})
+    redis.zadd(keys.rq.failed(settings.queue_name), {delivery_id: failed_score(now, ttl)})
     ended = rq_time(datetime.now(UTC).replace(tzinfo=None))
-    job: dict[Any, Any] = {"status": "failed", "exc_info": exc_info_field("HTTP 500"), "ended_at": ended}
+    job: dict[Any, Any] = {"status": FAILED, "exc_info": exc_info_field("HTTP 500"), "ended_at": ended}
     redis.hset(keys.rq.job(delivery_id), mapping=job)
     for key in (keys.rq.job(delivery_id), record):
         redis.expire(key, ttl)

@@ -43,8 +43,8 @@ __all__ = [
     "Prepared",
     "decide",
     "prepare_claimed",
+    "prepared_leniently",
     "send",
-    "stand_in",
     "unexpected",
 ]
 
@@ -169,7 +169,7 @@ def _number(value: bytes | None) -> int:
         return 0
 
 
-def stand_in(job: Claimed) -> Prepared:
+def prepared_leniently(job: Claimed) -> Prepared:
     """What is known of a claimed job whose attempt could not even be prepared, read leniently."""
     return Prepared(
         delivery_id=job.delivery_id,

@@ -1,6 +1,6 @@
 """Destination keys: which socket a callback URL reaches, for the per-destination cap.
 
-The cap of :class:`worker.slots.DestinationSlots` must hold however a URL
+The cap of :class:`worker.concurrencycaps.DestinationSlots` must hold however a URL
 spells its host: ``127.0.0.1:9100``, ``127.0.0.1:09100``, ``127.1:9100``,
 ``localhost:9100`` and any name of a wildcard DNS zone reach one socket, so
 they must share one count. A URL's keys are therefore the addresses its host

@@ -23,17 +23,17 @@ The main loop:
 
 One failing destination cannot take every slot: at most
 ``SVCGW_DESTINATION_CONCURRENCY`` attempts run against one destination at
-once (:class:`worker.slots.DestinationSlots`). A destination is the socket a
+once (:class:`worker.concurrencycaps.DestinationSlots`). A destination is the socket a
 URL reaches, whatever the URL's spelling of the host: its resolved addresses
 and port (:mod:`worker.destinations`). Nor can one account: at most
 ``SVCGW_ACCOUNT_CONCURRENCY`` of its attempts run at once while another
 account wants slots; alone, an account whose endpoints answer quickly may
-use every slot (:class:`worker.slots.AccountSlots`). Nor can one
+use every slot (:class:`worker.concurrencycaps.AccountSlots`). Nor can one
 destination whose attempts time out: it is probed, allowed fewer attempts
 in flight while they time out and more as it answers (:mod:`worker.probing`,
 :mod:`svcgw.delivery.probing`). A job over a destination's cap waits in the
 worker for one of its slots while that destination answers quickly
-(:meth:`worker.slots.DestinationSlots.may_wait`): a burst of one
+(:meth:`worker.concurrencycaps.DestinationSlots.may_wait`): a burst of one
 destination's jobs costs no round trip per job. Otherwise a job whose
 destination or account is at its cap, or whose destination is at its
 probing limit, goes back to the scheduled registry without counting an
@@ -82,12 +82,12 @@ from svcgw.shards.connections import async_client
 from svcgw.storage.keys import KeySpace
 from svcgw.vault import TokenVault
 
-from .delivery import Attempt, Prepared, prepare_claimed, send, stand_in, unexpected
+from .concurrencycaps import LINE_WAIT, AccountSlots, DestinationSlots
+from .delivery import Attempt, Prepared, prepare_claimed, prepared_leniently, send, unexpected
 from .destinations import DestinationKeys, netloc_of
 from .outcomes import AttemptHook, Outcomes
 from .probing import READ_EVERY, Probing
 from .queue import Claimed, DeliveryQueue, Finish, Hold
-from .slots import LINE_WAIT, AccountSlots, DestinationSlots
 
 __all__ = ["Engine", "loop_factory"]
 
@@ -366,7 +366,7 @@ class Engine:
             now = time.time()
             try:
                 failed = Attempt(ok=False, at=now, duration=0.0, error=unexpected(exc))
-                await self.outcomes.record(stand_in(job), failed)
+                await self.outcomes.record(prepared_leniently(job), failed)
             except Exception:
                 # The claim stays in Redis and its lease is no longer extended:
                 # the job is handed back and tried again, nothing is lost.

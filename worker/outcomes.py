@@ -23,7 +23,7 @@ from svcgw.config.settings import Settings
 from svcgw.delivery import failingdestinations
 from svcgw.delivery.view import stored_ids
 from svcgw.errors import STORAGE_ERRORS
-from svcgw.storage.rqformat import exc_info_field
+from svcgw.storage.rqformat import exc_info_field, failed_score
 
 from .delivery import Attempt, Prepared, decide
 from .queue import DeliveryQueue, Finish, Finished
@@ -67,7 +67,7 @@ class Outcomes:
         step, delay = decide(prepared, attempt, self.settings.retry_schedule)
         number = prepared.attempts + 1
         if step == "dead":
-            due: float | None = time.time() + self.settings.dead_letter_retention
+            due: float | None = failed_score(time.time(), self.settings.dead_letter_retention)
             retention = self.settings.dead_letter_retention
         else:
             due = time.time() + delay if delay is not None else None

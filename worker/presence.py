@@ -2,7 +2,8 @@
 
 An ``svcgw worker`` is not an RQ worker (see ``worker.engine``), yet it is
 monitored as one: it writes the keys a stock RQ worker writes, with rq's own
-names and formats, so rq's ``Worker.all()`` reads them:
+names and formats (both from ``svcgw.storage.rqformat``), so rq's
+``Worker.all()`` reads them:
 
 * the hash ``rq:worker:<name>``: birth, last_heartbeat, queues, pid, hostname,
   version, python_version, state (busy or idle), current_job (one of the
@@ -33,7 +34,15 @@ from svcgw.config.settings import Settings
 from svcgw.errors import STORAGE_ERRORS
 from svcgw.logs import of_shard
 from svcgw.storage.keys import KeySpace
-from svcgw.storage.rqformat import rq_now, worker_fields
+from svcgw.storage.rqformat import (
+    WORKER_COUNTS,
+    WORKER_CURRENT_JOB,
+    WORKER_KEPT_DEAD,
+    rq_now,
+    worker_death,
+    worker_fields,
+    worker_heartbeat,
+)
 
 from .delivery import Attempt, Prepared
 from .engine import Engine
@@ -44,10 +53,6 @@ __all__ = ["Presence", "attach"]
 log = logging.getLogger("svcgw")
 
 HEARTBEAT_EVERY = 5.0  # seconds at most between heartbeats
-
-
-def _now() -> str:
-    return rq_now()
 
 
 class Presence:
@@ -95,7 +100,7 @@ class Presence:
             self.log.warning("could not register as an RQ worker yet (%s)", type(exc).__name__)
 
     async def _register(self) -> None:
-        now = _now()
+        now = rq_now()
         async with self.redis.pipeline(transaction=True) as pipe:
             pipe.delete(self.key)
             born = worker_fields(self.queue_name, pid=os.getpid(), hostname=socket.gethostname(), now=now)
@@ -117,15 +122,16 @@ class Presence:
         successful, failed, working = self._successful, self._failed, self._working
         self._successful = self._failed = 0
         self._working = 0.0
+        successful_field, failed_field, working_field = WORKER_COUNTS
         async with self.redis.pipeline(transaction=True) as pipe:
-            pipe.hset(self.key, mapping={"last_heartbeat": _now(), "state": "busy" if held else "idle"})
+            pipe.hset(self.key, mapping=worker_heartbeat(rq_now(), busy=bool(held)))
             if held:
-                pipe.hset(self.key, "current_job", held[0])
+                pipe.hset(self.key, WORKER_CURRENT_JOB, held[0])
             else:
-                pipe.hdel(self.key, "current_job")
-            pipe.hincrby(self.key, "successful_job_count", successful)
-            pipe.hincrby(self.key, "failed_job_count", failed)
-            pipe.hincrbyfloat(self.key, "total_working_time", working)
+                pipe.hdel(self.key, WORKER_CURRENT_JOB)
+            pipe.hincrby(self.key, successful_field, successful)
+            pipe.hincrby(self.key, failed_field, failed)
+            pipe.hincrbyfloat(self.key, working_field, working)
             # Put back what a hash that expired meanwhile (a long pause) no longer lists.
             pipe.sadd(self.workers_key, self.key)
             pipe.sadd(self.queue_key, self.key)
@@ -157,9 +163,9 @@ class Presence:
             async with self.redis.pipeline(transaction=True) as pipe:
                 pipe.srem(self.workers_key, self.key)
                 pipe.srem(self.queue_key, self.key)
-                pipe.hset(self.key, mapping={"death": _now(), "state": "dead"})
-                pipe.hdel(self.key, "current_job")
-                pipe.expire(self.key, 60)
+                pipe.hset(self.key, mapping=worker_death(rq_now()))
+                pipe.hdel(self.key, WORKER_CURRENT_JOB)
+                pipe.expire(self.key, WORKER_KEPT_DEAD)
                 await pipe.execute()
         except STORAGE_ERRORS as exc:
             # The hash expires by itself within SVCGW_WORKER_TTL.

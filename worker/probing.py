@@ -3,7 +3,7 @@
 The rule and its record in Redis are :mod:`svcgw.delivery.probing`'s: a destination (a callback
 address's origin) whose attempts time out is allowed fewer attempts in flight than its caps,
 down to a probing few, and more again as it answers. This is the worker's side of it, shared by
-the engines of one process as its caps are (:mod:`worker.slots`):
+the engines of one process as its caps are (:mod:`worker.concurrencycaps`):
 
 * each engine reads its shard's records every :data:`READ_EVERY` seconds, and at once after a
   finish that changed one (:meth:`Probing.update`); a destination's limit is that of the record

@@ -6,7 +6,8 @@ time. The keys are RQ's own where RQ has one:
 
 * ``rq:queue:<q>``: ready jobs, oldest first;
 * ``rq:scheduled:<q>``: retries, scored by due time (RQ's scheduled registry);
-* ``rq:failed:<q>``: dead letters, scored by expiry (RQ's failed registry);
+* ``rq:failed:<q>``: dead letters, scored by expiry (RQ's failed registry,
+  ``svcgw.storage.rqformat.failed_score``);
 * ``svcgw:inflight:<q>``: claimed jobs, scored by lease expiry. A worker
   extends the leases of what it holds; a lease that runs out (the worker was
   killed) puts the job back at the front of the queue. Delivery is
@@ -16,7 +17,8 @@ time. The keys are RQ's own where RQ has one:
   (``svcgw.delivery.queueing``, ``svcgw/storage/lua/chain.lua``).
 
 The job hash (``rq:job:<id>``) keeps RQ's ``status`` current (queued,
-started, scheduled, failed with ``exc_info``) so that rq-dashboard and
+started, scheduled, failed with ``exc_info``: the statuses and fields of
+``svcgw.storage.rqformat``, which the scripts spell) so that rq-dashboard and
 ``rq requeue`` work on deliveries; a delivered job's hash is deleted, as RQ
 does with ``result_ttl=0``. One exception: a job the claim holds back at
 the pop, for a busy account or a full destination, waits in the scheduled
@@ -45,7 +47,7 @@ from svcgw.config.settings import Settings
 from svcgw.delivery import chainkeys, failingdestinations, probing
 from svcgw.delivery.outcomes import OUTCOME_WINDOW, late_bucket, late_expire_at
 from svcgw.storage.keys import KeySpace
-from svcgw.storage.rqformat import rq_now
+from svcgw.storage.rqformat import SCHEDULED, STARTED, rq_now
 from svcgw.storage.scripts import register
 
 from .claim import DELIVERY_FIELDS, Claimed, Claimer, Hold
@@ -224,7 +226,7 @@ class DeliveryQueue:
         if moved:
             # Reclaimed jobs were started; promoted ones scheduled (or, held back by a busy
             # destination or account, scheduled by the claim).
-            had = "started" if front else "scheduled"
+            had = STARTED if front else SCHEDULED
             await self._mark(keys=[self.keys.rq.job(_text(job_id)) for job_id in moved], args=[had])
         return Promotion(len(moved), float(following) if following else None)
 

@@ -7,21 +7,29 @@ Pages (``receiver.console.pages``) and a JSON API under ``/console/api``
 actions (``receiver.console.onboarding`` over ``receiver.console.qrflow``)
 make their gateway calls through the app's one ``Gateway``. Signing in,
 invitations and the account page (``receiver.console.account``, with
-``.signin``) and API keys (``receiver.console.apikeys``) add their pages and
-API routes. ``console_routes(services, gateway)`` returns the mount.
+``.signin``), API keys (``receiver.console.apikeys``) and further
+destinations (``receiver.console.destinations``, ``.destinationpages``) add
+their pages and API routes. ``console_routes(services, gateway)`` returns the
+mount: the JSON API's and the pages' side by side, each with its one handler
+of errors (``receiver.console.answers``).
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
+from starlette.middleware import Middleware
+from starlette.middleware.exceptions import ExceptionMiddleware
 from starlette.routing import BaseRoute, Mount
 
 from svcgw.registry.invitations import Invitations
 
 from .account import AccountApi, AccountPages
+from .answers import api_handlers, page_handlers
 from .api import Api
 from .apikeys import KeyApi, KeyPages
+from .destinationpages import DestinationPages
+from .destinations import DestinationApi, Destinations
 from .onboarding import OnboardingApi, OnboardingPages
 from .pages import Pages
 from .qrflow import QrFlow
@@ -49,17 +57,34 @@ def console_routes(services: Services, gateway: Gateway) -> list[BaseRoute]:
         services.key_guard,
     )
     api, pages, flow = Api(context), Pages(context), QrFlow(gateway, services)
-    api_routes = [*OnboardingApi(api, flow).routes(), *api.routes(), *AccountApi(api).routes(), *KeyApi(api).routes()]
+    destinations = Destinations(services, service)
+    api_routes = [
+        *OnboardingApi(api, flow).routes(),
+        *api.routes(),
+        *AccountApi(api).routes(),
+        *KeyApi(api).routes(),
+        *DestinationApi(api, destinations).routes(),
+    ]
+    page_routes = [
+        *OnboardingPages(pages, flow).routes(),
+        *pages.routes(),
+        *AccountPages(pages).routes(),
+        *KeyPages(pages).routes(),
+        *DestinationPages(pages, destinations).routes(),
+    ]
+    # Siblings, not one inside the other: an error of the API never reaches the pages' handler.
     return [
         Mount(
             PATH,
             routes=[
-                Mount("/api", routes=api_routes),
-                *OnboardingPages(pages, flow).routes(),
-                *pages.routes(),
-                *AccountPages(pages).routes(),
-                *KeyPages(pages).routes(),
+                Mount("/api", routes=api_routes, middleware=[_handled(api_handlers())]),
+                Mount("", routes=page_routes, middleware=[_handled(page_handlers(pages))]),
             ],
             name="console",
         )
     ]
+
+
+def _handled(handlers: dict[Any, Any]) -> Middleware:
+    """Starlette's exception handlers, for one mount: its errors answered in one place."""
+    return Middleware(ExceptionMiddleware, handlers=handlers)

@@ -29,8 +29,6 @@ the account's rate limit; changing the password does.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
-
 from starlette.datastructures import FormData
 from starlette.requests import Request
 from starlette.responses import Response
@@ -174,6 +172,7 @@ class AccountPages:
                 return await self._signed_in(request, *found, then=then)
             attempt = await self.shared.sign_in(request, login, _field(form, "password"))
         except STORAGE_ERRORS:
+            # The sign-in form again, saying why: a visitor not signed in is not sent to an error page.
             return await self.pages.login_page(
                 request, "The service's storage cannot be reached. Try again shortly.", 503
             )
@@ -211,6 +210,7 @@ class AccountPages:
             account = await self.shared.invitations.account_of(token)
             login = await self.shared.credentials.login_of(account) if account else None
         except STORAGE_ERRORS:
+            # The invitation's own page, saying why (and keeping its token from any Referer).
             return self._gone(request, "The service's storage cannot be reached. Try again shortly.", 503)
         if account is None:
             return self._gone(request, _sentence(errors.INVITATION_GONE.message))
@@ -233,6 +233,7 @@ class AccountPages:
         password = _field(form, "password")
         if password != _field(form, "password_confirm"):
             return await self.invitation_page(request, "The two passwords are not the same.", 400)
+        # What is refused is shown on the invitation's own pages, the form again when a password can be chosen.
         try:
             account = await self.shared.accept_invitation(request.path_params["token"], password)
         except PasswordRejected as exc:
@@ -266,6 +267,7 @@ class AccountPages:
         new = _field(form, "new_password")
         if new != _field(form, "new_password_confirm"):
             return await self.account(request, session, "The two new passwords are not the same.", 400)
+        # A refusal is the account page's form again, with the reason in it; anything else is an error page.
         try:
             version = await self.shared.change_password(request, session, _field(form, "current_password"), new)
         except PasswordRejected as exc:
@@ -308,46 +310,31 @@ class AccountApi:
             ),
         ]
 
-    async def _answer(self, work: Callable[[], Awaitable[Response]]) -> Response:
-        try:
-            return await work()
-        except ConsoleHTTPError as exc:
-            return exc.response()
-        except PasswordRejected as exc:
-            return ConsoleHTTPError(errors.BAD_REQUEST, str(exc)).response()
-        except STORAGE_ERRORS:
-            return ConsoleHTTPError(errors.STORAGE_UNAVAILABLE).response()
-
+    # Each raises what it refuses (a ConsoleHTTPError, PasswordRejected, Redis): receiver.console.answers.
     async def sign_in(self, request: Request) -> Response:
-        async def work() -> Response:
-            document = await json_body(request)
-            if "api_key" in document:
-                presented = parse(document, SignInWithKey).api_key
-                found, wait = await self.shared.key_sign_in(request, presented)
-                if wait:
-                    raise ConsoleHTTPError(errors.SIGN_IN_LIMITED, headers={"Retry-After": str(wait)})
-                if found is None:
-                    raise ConsoleHTTPError(errors.KEY_REFUSED)
-                return await self._session(request, *found)
-            form = parse(document, SignInWithPassword)
-            attempt = await self.shared.sign_in(request, form.login, form.password)
-            if attempt.retry_after:
-                raise ConsoleHTTPError(errors.SIGN_IN_LIMITED, headers={"Retry-After": str(attempt.retry_after)})
-            if attempt.account is None:
-                raise ConsoleHTTPError(errors.SIGN_IN_REFUSED)
-            response = await self._session(request, attempt.account)
-            self.sessions.set_device_cookie(request, response, attempt.account, attempt.password_version)
-            return response
-
-        return await self._answer(work)
+        document = await json_body(request)
+        if "api_key" in document:
+            presented = parse(document, SignInWithKey).api_key
+            found, wait = await self.shared.key_sign_in(request, presented)
+            if wait:
+                raise ConsoleHTTPError(errors.SIGN_IN_LIMITED, headers={"Retry-After": str(wait)})
+            if found is None:
+                raise ConsoleHTTPError(errors.KEY_REFUSED)
+            return await self._session(request, *found)
+        form = parse(document, SignInWithPassword)
+        attempt = await self.shared.sign_in(request, form.login, form.password)
+        if attempt.retry_after:
+            raise ConsoleHTTPError(errors.SIGN_IN_LIMITED, headers={"Retry-After": str(attempt.retry_after)})
+        if attempt.account is None:
+            raise ConsoleHTTPError(errors.SIGN_IN_REFUSED)
+        response = await self._session(request, attempt.account)
+        self.sessions.set_device_cookie(request, response, attempt.account, attempt.password_version)
+        return response
 
     async def accept_invitation(self, request: Request) -> Response:
-        async def work() -> Response:
-            invitation = await parsed_body(request, InvitationRequest)
-            account = await self.shared.accept_invitation(invitation.token, invitation.password)
-            return await self._session(request, account)
-
-        return await self._answer(work)
+        invitation = await parsed_body(request, InvitationRequest)
+        account = await self.shared.accept_invitation(invitation.token, invitation.password)
+        return await self._session(request, account)
 
     async def _session(self, request: Request, account: str, key_id: str = "") -> Response:
         cookie, session = await self.sessions.create(account, key_id)
@@ -356,17 +343,12 @@ class AccountApi:
         return response
 
     async def change_password(self, request: Request, session: Session) -> Response:
-        async def work() -> Response:
-            asked = await parsed_body(request, PasswordRequest)
-            version = await self.shared.change_password(
-                request, session, asked.current_password, asked.new_password
-            )
-            response = json_ok({"changed": True, "other_sessions_ended": True})
-            # The new password retired every device cookie; this browser has just proved it.
-            self.sessions.set_device_cookie(request, response, session.account, version)
-            return response
-
-        return await self._answer(work)
+        asked = await parsed_body(request, PasswordRequest)
+        version = await self.shared.change_password(request, session, asked.current_password, asked.new_password)
+        response = json_ok({"changed": True, "other_sessions_ended": True})
+        # The new password retired every device cookie; this browser has just proved it.
+        self.sessions.set_device_cookie(request, response, session.account, version)
+        return response
 
     async def sign_out_everywhere(self, request: Request, session: Session) -> Response:
         await self.shared.credentials.end_sessions(session.account)

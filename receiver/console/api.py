@@ -1,12 +1,13 @@
 """The console's JSON API under ``/console/api``: everything the pages show and do.
 
-Every answer is ``{code, message, data}`` (``code`` 0 on success; errors in
-``receiver.console.web``). Requests are made by the signed-in account: a
-session cookie (changes then need the ``X-CSRF-Token`` header) or the API
-key itself in ``Svc-Key`` / ``X-Svc-Key`` / ``Authorization: Bearer``, with
-the gateway's meaning (``receiver.http.presented_key``: different keys in
-several headers are 401). Every change but signing out counts against the
-account's rate limit, shared with the gateway (``receiver.console.web``).
+Every answer is ``{code, message, data}`` (``code`` 0 on success; a handler
+raises, and ``receiver.console.answers`` answers every error of the mount).
+Requests are made by the signed-in account: a session cookie (changes then
+need the ``X-CSRF-Token`` header) or the API key itself in ``Svc-Key`` /
+``X-Svc-Key`` / ``Authorization: Bearer``, with the gateway's meaning
+(``receiver.http.presented_key``: different keys in several headers are
+401). Every change but signing out counts against the account's rate limit,
+shared with the gateway (``receiver.console.web``).
 """
 
 from __future__ import annotations
@@ -14,20 +15,17 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 
 from msgspec import UNSET
-from redis.exceptions import RedisClusterException, RedisError
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import BaseRoute, Route
 
 from svcgw import errors
-from svcgw.callbacks.addresses import AddressError
 from svcgw.intake.calllog import parse_since
 
 from .requests import parsed_body
 from .schemas import CallbackRequest, OperationsRequest, ReplayRequest
-from .service import ConsoleError
 from .session import Session
-from .web import ConsoleHTTPError, Context, console_refusal, int_param, json_ok
+from .web import ConsoleHTTPError, Context, int_param, json_ok
 
 __all__ = ["Api"]
 
@@ -75,7 +73,7 @@ class Api:
             Route("/operations/allow", change(self.allow), methods=["POST"], name="api-allow"),
         ]
 
-    # --- wrappers: who is calling, and errors as JSON ------------------------------
+    # --- wrappers: who is calling ----------------------------------------------------
     def _read(self, handler: Handler) -> Callable[[Request], Awaitable[Response]]:
         return self._wrap(handler, change=False)
 
@@ -89,18 +87,12 @@ class Api:
         count = change if counted is None else counted
 
         async def endpoint(request: Request) -> Response:
-            return await self._guarded(request, handler, change, count=count)
-
-        return endpoint
-
-    async def _guarded(self, request: Request, handler: Handler, change: bool, *, count: bool = False) -> Response:
-        try:
             session = await self.context.api_session(request, change=change)
             if count:
                 await self.context.count_change(session)
             return await handler(request, session)
-        except (ConsoleHTTPError, ConsoleError, AddressError, RedisError, RedisClusterException) as exc:
-            return console_refusal(exc).response()
+
+        return endpoint
 
     # --- session (signing in: receiver.console.account) ---------------------------------------
     async def whoami(self, request: Request, session: Session) -> Response:

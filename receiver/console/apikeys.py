@@ -32,14 +32,13 @@ from starlette.responses import Response
 from starlette.routing import BaseRoute, Route
 
 from svcgw import errors
+from svcgw.errors import NotFound
 from svcgw.registry.store import MAX_LABEL_LENGTH, ApiKey, Store
-from svcgw.registry.store import NotFound as StoreNotFound
 
 from .api import Api
 from .pages import CONTENT_SECURITY_POLICY, Pages, _field, _path, _redirect
 from .requests import parsed_body
 from .schemas import NewKeyRequest
-from .service import NotFound
 from .session import Session
 from .web import ConsoleHTTPError, json_ok
 
@@ -73,12 +72,10 @@ class Keys:
             raise ConsoleHTTPError(errors.BAD_REQUEST, str(exc)) from None
 
     async def revoke(self, account: str, key_id: str) -> ApiKey:
-        try:
-            key = await self.store.get_key(key_id) if len(key_id) <= 64 else None
-        except StoreNotFound:
-            key = None
+        """Revoke one of the account's keys; another account's is not found, like one that does not exist."""
+        key = await self.store.get_key(key_id) if len(key_id) <= 64 else None
         if key is None or key.account != account:
-            raise NotFound("no such API key")
+            raise NotFound("no such API key", what="api key")
         return await self.store.revoke_key(key_id)
 
 
@@ -126,7 +123,7 @@ class KeyPages:
         form: FormData = request.state.form
         try:
             created = await self.keys.create(session.account, _field(form, "label"))
-        except ConsoleHTTPError as exc:
+        except ConsoleHTTPError as exc:  # the form again, with the reason in it
             return await self.page(request, session, error=exc.message, status=exc.status)
         # Answered here, not redirected: the key is shown this once and kept nowhere.
         return await self.page(request, session, created=created, status=201)
@@ -162,8 +159,5 @@ class KeyApi:
         return json_ok({**_view(key), "key": clear}, status=201)
 
     async def revoke(self, request: Request, session: Session) -> Response:
-        try:
-            key = await self.keys.revoke(session.account, request.path_params["key_id"])
-        except NotFound:
-            raise ConsoleHTTPError(errors.NO_KEY) from None
+        key = await self.keys.revoke(session.account, request.path_params["key_id"])
         return json_ok(_view(key))

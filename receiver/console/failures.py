@@ -21,8 +21,8 @@ from typing import Any
 
 from limits import parse_many
 
-from svcgw.storage import scripts
 from svcgw.storage.keys import KeySpace
+from svcgw.storage.scripts import register
 
 __all__ = ["FailureWindows", "Limit", "Reservation", "limits_of"]
 
@@ -55,7 +55,7 @@ class FailureWindows:
     def __init__(self, redis: Any, keys: KeySpace, per_login: str, per_address: str) -> None:
         self._redis = redis
         self._prefix = keys.signin_failures
-        self._script = redis.register_script(scripts.source("signin_reserve"))
+        self._script = register(redis, "signin_reserve")
         self._per_login = limits_of(per_login)
         self._per_address = limits_of(per_address)
 

@@ -4,6 +4,10 @@ The callback log of an instance, page by page; the dead letters with their
 attempts, and their replay (chosen ones, an instance's all, or those that
 died in the last stretch of time); an instance's deliveries with their
 attempts, and retry now for a retrying one.
+
+A value the service refuses (``Invalid``) becomes a ``PageError`` whose
+title says what the page was doing ("Bad filter", "Cannot replay"); the
+error page itself is ``receiver.console.answers``'s.
 """
 
 from __future__ import annotations
@@ -18,7 +22,7 @@ from svcgw.delivery.listing import STATES
 from svcgw.delivery.outcomes import ANSWERS_NOTE
 from svcgw.intake.calllog import parse_since
 
-from .pagekit import PAGE_SIZE, PageError, PageKit, _field, _path, _redirect, _safe_next
+from .pageserving import PAGE_SIZE, PageError, PageKit, _field, _path, _redirect, _safe_next
 from .service import Invalid, NotRetrying
 from .session import Session
 
@@ -175,7 +179,7 @@ class HistoryPages(PageKit):
         form: FormData = request.state.form
         try:
             await self.service.retry_now(session.account, delivery_id)
-        except NotRetrying as exc:
+        except NotRetrying as exc:  # not an error page: back to the delivery, which says what it is doing
             await self.sessions.flash(session, {"kind": "warn", "text": f"Not retried: {exc}."})
         else:
             await self.sessions.flash(

@@ -25,11 +25,14 @@ lead to, ``long/start`` once the phone confirmed, is what the developer
 asked for when starting the login, and a cross-site GET carries no session
 (the cookie is ``SameSite=Strict``).
 
-A refused step keeps its code and message on the page and in the API's
-answer: refused by the gateway (quota -40402, -40404, -42900, ...), the
-gateway's HTTP status, code and message (and ``Retry-After``); refused by
-the capability layer, HTTP 200 with its code and a message naming the
-operation.
+A refused step (``FlowError``) keeps its code and message on the page and
+in the API's answer: refused by the gateway (quota -40402, -40404, -42900,
+...), the gateway's HTTP status, code and message (and ``Retry-After``);
+refused by the capability layer, HTTP 200 with its code and a message
+naming the operation (a page: 502). The handlers raise it, and an attempt
+that is gone (``AttemptGone``), like anything else refused;
+``receiver.console.answers`` answers them. The forms that begin a login,
+and the login page, show a refusal in the page itself instead.
 """
 
 from __future__ import annotations
@@ -43,13 +46,12 @@ from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
 from starlette.routing import BaseRoute, Route
 
-from svcgw import errors
-
-from .qrflow import Attempt, AttemptGone, FlowError, Outcome, QrFlow, action_needed
+from .answers import flow_page
+from .qrflow import Attempt, FlowError, Outcome, QrFlow, action_needed
 from .requests import parsed_body
 from .schemas import MAX_FIELD, CodeRequest, LoginOptions, ReloginRequest, StartRequest
 from .session import PATH, Session
-from .web import ConsoleHTTPError, json_error, json_ok
+from .web import json_ok
 
 if TYPE_CHECKING:
     from .api import Api
@@ -90,16 +92,6 @@ def _stripped(value: str | None) -> str:
     return (value or "").strip()
 
 
-def refused(outcome: Outcome) -> Response:
-    """A refused step as the API answers it: the gateway's own answer, or the layer's code on HTTP 200."""
-    headers = {"Retry-After": outcome.retry_after} if outcome.retry_after else None
-    message = outcome.message if outcome.by_gateway else outcome.describe()
-    return json_error(outcome.status, outcome.code, message, headers)
-
-
-GONE = ConsoleHTTPError(errors.NOT_THE_CALLERS, "no such login attempt (an attempt expires after 15 minutes)")
-
-
 class OnboardingApi:
     def __init__(self, api: Api, flow: QrFlow) -> None:
         self.api = api
@@ -107,10 +99,9 @@ class OnboardingApi:
 
     def routes(self) -> list[BaseRoute]:
         def change(handler: Handler) -> Callable[[Request], Awaitable[Response]]:
-            return self.api._wrap(self._refusals(handler), change=True, counted=False)
+            return self.api._wrap(handler, change=True, counted=False)
 
-        def read(handler: Handler) -> Callable[[Request], Awaitable[Response]]:
-            return self.api._wrap(self._refusals(handler), change=False)
+        read = self.api._read
 
         return [
             Route("/instances/new", change(self.begin), methods=["POST"], name="api-new-instance"),
@@ -123,17 +114,6 @@ class OnboardingApi:
             Route("/instances/{appid}/start", change(self.start), methods=["POST"], name="api-start"),
             Route("/instances/{appid}/logout", change(self.logout), methods=["POST"], name="api-logout"),
         ]
-
-    def _refusals(self, handler: Handler) -> Handler:
-        async def guarded(request: Request, session: Session) -> Response:
-            try:
-                return await handler(request, session)
-            except FlowError as exc:
-                return refused(exc.outcome)
-            except AttemptGone:
-                raise GONE from None
-
-        return guarded
 
     async def begin(self, request: Request, session: Session) -> Response:
         body = await parsed_body(request, LoginOptions)
@@ -214,33 +194,22 @@ class OnboardingPages:
         ]
 
     async def _refused(
-        self, request: Request, session: Session, outcome: Outcome, template: str = "error.html", **context: Any
+        self, request: Request, session: Session, outcome: Outcome, template: str, **context: Any
     ) -> Response:
-        status = outcome.status if outcome.by_gateway else 502
+        """A refused step shown in the page it was asked from (the error page's words, the form kept)."""
+        page = flow_page(outcome)
         response = await self.pages.render(
             request,
             template,
             session,
-            status=status,
-            title="Refused",
-            message=outcome.describe(),
-            refusal={"code": outcome.code, "message": outcome.message, "operation": outcome.operation},
-            nav="instances",
+            status=page.status,
+            title=page.title,
+            message=page.message,
+            **page.context,
             **context,
         )
-        if outcome.retry_after:
-            response.headers["Retry-After"] = outcome.retry_after
+        response.headers.update(page.headers)
         return response
-
-    async def _gone(self, request: Request, session: Session) -> Response:
-        return await self.pages.render(
-            request,
-            "error.html",
-            session,
-            status=404,
-            title="Login expired",
-            message="There is no such login for your account any more (a login expires after 15 minutes).",
-        )
 
     # --- a new instance -----------------------------------------------------------------------------
     async def new_page(self, request: Request, session: Session) -> Response:
@@ -254,7 +223,7 @@ class OnboardingPages:
         typed = {"callback_url": _field(form, "callback_url"), "proxy": _field(form, "proxy")}
         try:
             attempt = await self.flow.begin(session.account, proxy=typed["proxy"], callback_url=typed["callback_url"])
-        except FlowError as exc:
+        except FlowError as exc:  # the form again, with what was typed and the refusal
             default = await self.pages.service.callback(session.account, None)
             return await self._refused(
                 request, session, exc.outcome, "new_instance.html", default_url=default.get("url"), typed=typed
@@ -266,13 +235,8 @@ class OnboardingPages:
         attempt_id = request.path_params["attempt"]
         try:
             attempt = await self.flow.advance(session.account, attempt_id)
-        except AttemptGone:
-            return await self._gone(request, session)
-        except FlowError as exc:
-            try:
-                attempt = await self.flow.get(session.account, attempt_id)
-            except AttemptGone:
-                return await self._gone(request, session)
+        except FlowError as exc:  # the login page still, with the refusal in it
+            attempt = await self.flow.get(session.account, attempt_id)
             return await self._refused(request, session, exc.outcome, "qr_login.html", attempt=attempt, refresh=None)
         if attempt.stage == "done":
             await self.sessions.flash(
@@ -300,20 +264,15 @@ class OnboardingPages:
         attempt_id = request.path_params["attempt"]
         try:
             await step(attempt_id)
-        except AttemptGone:
-            return await self._gone(request, session)
         except FlowError:
-            pass  # kept on the attempt; the login page shows it
+            pass  # not answered here: kept on the attempt, and the login page shows it
         return _redirect(_path("logins", attempt_id))
 
     # --- instance actions -------------------------------------------------------------------------------
     async def relogin(self, request: Request, session: Session) -> Response:
         appid = request.path_params["appid"]
         proxy = _field(request.state.form, "proxy") or None
-        try:
-            attempt = await self.flow.relogin(session.account, appid, proxy)
-        except FlowError as exc:
-            return await self._refused(request, session, exc.outcome)
+        attempt = await self.flow.relogin(session.account, appid, proxy)
         if attempt is None:
             await self.sessions.flash(
                 session, {"kind": "ok", "text": "Re-logged in without a scan: the connection answers again."}
@@ -328,12 +287,9 @@ class OnboardingPages:
     async def qr_login(self, request: Request, session: Session) -> Response:
         appid = request.path_params["appid"]
         form: FormData = request.state.form
-        try:
-            attempt = await self.flow.begin_existing(
-                session.account, appid, proxy=_field(form, "proxy"), callback_url=_field(form, "callback_url")
-            )
-        except FlowError as exc:
-            return await self._refused(request, session, exc.outcome)
+        attempt = await self.flow.begin_existing(
+            session.account, appid, proxy=_field(form, "proxy"), callback_url=_field(form, "callback_url")
+        )
         return _redirect(_path("logins", attempt.id))
 
     async def stop(self, request: Request, session: Session) -> Response:
@@ -348,15 +304,12 @@ class OnboardingPages:
     async def _action(self, request: Request, session: Session, done: str) -> Response:
         appid = request.path_params["appid"]
         name = request.url.path.rsplit("/", 1)[1]
-        try:
-            if name == "stop":
-                await self.flow.stop(session.account, appid)
-            elif name == "start":
-                await self.flow.start(session.account, appid, _field(request.state.form, "callback_url"))
-            else:
-                await self.flow.logout(session.account, appid)
-        except FlowError as exc:
-            return await self._refused(request, session, exc.outcome)
+        if name == "stop":
+            await self.flow.stop(session.account, appid)
+        elif name == "start":
+            await self.flow.start(session.account, appid, _field(request.state.form, "callback_url"))
+        else:
+            await self.flow.logout(session.account, appid)
         await self.sessions.flash(session, {"kind": "ok", "text": done})
         return _redirect(_path("instances", appid))
 

@@ -13,9 +13,11 @@ Every page, the sign-in page included, is sent with :data:`PAGE_HEADERS`: a
 Content-Security-Policy that allows only the console's own stylesheet (the
 console has no script), no framing, and no caching.
 
-Modules: :mod:`.pagekit` (rendering, guards, error pages), :mod:`.history`
-(the callback log, dead letters and deliveries) and this one (the routes,
-signing out, instances, callback settings and controlled operations).
+Modules: :mod:`.pageserving` (rendering, guards), :mod:`.history` (the
+callback log, dead letters and deliveries) and this one (the routes, signing
+out, instances, callback settings and controlled operations). A handler
+raises what it cannot do; the error pages are ``receiver.console.answers``'s.
+A form refused for what was typed in it is shown again, with the reason.
 """
 
 from __future__ import annotations
@@ -31,14 +33,14 @@ from starlette.staticfiles import StaticFiles
 from svcgw.callbacks.addresses import AddressError
 
 from .history import HistoryPages
-from .pagekit import CONTENT_SECURITY_POLICY as CONTENT_SECURITY_POLICY
-from .pagekit import HERE
-from .pagekit import PAGE_HEADERS as PAGE_HEADERS
-from .pagekit import PageError as PageError
-from .pagekit import _field as _field
-from .pagekit import _path as _path
-from .pagekit import _redirect as _redirect
-from .pagekit import _safe_next as _safe_next
+from .pageserving import CONTENT_SECURITY_POLICY as CONTENT_SECURITY_POLICY
+from .pageserving import HERE
+from .pageserving import PAGE_HEADERS as PAGE_HEADERS
+from .pageserving import PageError as PageError
+from .pageserving import _field as _field
+from .pageserving import _path as _path
+from .pageserving import _redirect as _redirect
+from .pageserving import _safe_next as _safe_next
 from .service import DeniedByOperator, Invalid
 from .session import Session
 
@@ -120,7 +122,7 @@ class Pages(HistoryPages):
             result = await self.service.save_callback(
                 session.account, appid, url, bearer_token=token, bearer=bearer, keep_token=keep_token
             )
-        except AddressError as exc:
+        except AddressError as exc:  # the form again, with the address typed and why it is refused
             callback = await self.service.callback(session.account, appid)
             context: dict[str, Any] = {"callback": callback, "appid": appid, "typed_url": url}
             context["address_error"] = {"code": exc.code, "message": exc.message}
@@ -174,7 +176,7 @@ class Pages(HistoryPages):
         operations = [op.strip() for op in _field(form, "operations").replace(",", "\n").splitlines() if op.strip()]
         try:
             await self.service.deny(session.account, operations)
-        except Invalid as exc:
+        except Invalid as exc:  # the form again, with the reason
             return await self.operations(request, session, str(exc))
         await self.sessions.flash(session, {"kind": "ok", "text": f"Denied: {', '.join(operations)}."})
         return _redirect(_path("operations"))
@@ -184,7 +186,7 @@ class Pages(HistoryPages):
         operation = _field(form, "operation")
         try:
             await self.service.allow(session.account, [operation])
-        except Invalid as exc:
+        except Invalid as exc:  # the form again, with the reason
             return await self.operations(request, session, str(exc))
         except DeniedByOperator as exc:
             return await self.operations(request, session, str(exc), status=403)

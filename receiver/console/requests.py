@@ -4,7 +4,7 @@ The types are those of ``/openapi.json`` (``receiver.console.schemas``), so
 the document and the parsing cannot drift apart. msgspec checks types,
 required fields and lengths; a refusal is told in the API's own words, from
 the field's type: ``{name} must be a string`` (a list of strings, true or
-false), ``{name} is longer than {limit} characters``, always -40000 (400).
+false, a number), ``{name} is longer than {limit} characters``, always -40000 (400).
 """
 
 from __future__ import annotations
@@ -55,6 +55,8 @@ def _message(kind: type[msgspec.Struct], refusal: str, document: dict[str, Any])
         return f"{name} must be a list of strings"
     if any(isinstance(each, inspect.BoolType) for each in kinds):
         return f"{name} must be true or false"
+    if any(isinstance(each, inspect.FloatType | inspect.IntType) for each in kinds):
+        return f"{name} must be a number" + (" or null" if any(isinstance(k, inspect.NoneType) for k in kinds) else "")
     return f"{name} must be a string"
 
 

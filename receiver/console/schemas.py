@@ -13,6 +13,7 @@ from typing import Annotated, Any, Literal
 import msgspec
 from msgspec import UNSET, Meta, UnsetType
 
+from svcgw.callbacks.destinationrules import MAX_LABEL_LENGTH as MAX_DESTINATION_LABEL
 from svcgw.registry.store import MAX_LABEL_LENGTH
 
 MAX_LOGIN_FIELD = 512  # longer is no login (254 at most): cut before it is counted
@@ -126,6 +127,49 @@ class StartRequest(msgspec.Struct):
     """The address long/start gives the capability layer; empty: the instance's own, or the account default."""
 
     callback_url: StepField | None = None
+
+
+EventTypes = Annotated[
+    Strings,
+    Meta(description="event types it takes, such as Msg or InstanceOffline (case-sensitive); empty: every type"),
+]
+Rate = Annotated[
+    float | None, Meta(description="deliveries per second, more than 0 and at most 1000; null: no limit")
+]
+DestinationLabel = Annotated[str, Meta(max_length=MAX_DESTINATION_LABEL, description="a name for people")]
+DestinationUrl = Annotated[str, Meta(max_length=4096, description="public http(s) address that accepts POST")]
+DestinationToken = Annotated[str, Meta(max_length=1024, description="sent as Authorization: Bearer; stored encrypted")]
+
+
+class DestinationRequest(msgspec.Struct, kw_only=True):
+    """A new further destination. Saving it sends it one SvcCallbackTest POST."""
+
+    url: DestinationUrl
+    label: DestinationLabel | None = None
+    event_types: EventTypes | None = None
+    rate: Rate = None
+    enabled: bool = True
+    bearer_token: DestinationToken | None = None
+
+
+class DestinationUpdate(msgspec.Struct, kw_only=True):
+    """What to change of a further destination; a field left out keeps its value."""
+
+    url: DestinationUrl | UnsetType = UNSET
+    label: DestinationLabel | UnsetType = UNSET
+    event_types: EventTypes | UnsetType = UNSET
+    rate: Rate | UnsetType = UNSET
+    enabled: bool | UnsetType = UNSET
+    bearer_token: (
+        Annotated[DestinationToken, Meta(description="a new token; blank keeps the stored one (same origin)")]
+        | UnsetType
+        | None
+    ) = UNSET
+    bearer: Annotated[bool | None, Meta(description="false deletes the token")] | UnsetType = UNSET
+    keep_token: (
+        Annotated[bool, Meta(description="true keeps the token for a url on a new origin; else it is deleted")]
+        | UnsetType
+    ) = UNSET
 
 
 # --- answers ------------------------------------------------------------------------------------
@@ -369,3 +413,40 @@ class InstanceDone(msgspec.Struct):
     """The instance acted on."""
 
     appid: str | UnsetType = UNSET
+
+
+class ConsoleDestination(msgspec.Struct, kw_only=True):
+    """A further destination. The Bearer token is never returned, only whether one is set; the signing secret
+    only for one destination (not in a list)."""
+
+    id: str | UnsetType = UNSET
+    scope: Literal["account", "instance"] | UnsetType = UNSET
+    account: str | UnsetType = UNSET
+    appid: str | UnsetType | None = UNSET
+    label: str | UnsetType = UNSET
+    url: str | UnsetType = UNSET
+    secret: Annotated[str | None, Meta(description="its own signing secret for X-Svc-Signature")] | UnsetType = UNSET
+    bearer: Annotated[bool, Meta(description="whether a Bearer token is set")] | UnsetType = UNSET
+    event_types: Strings | UnsetType = UNSET
+    rate: Rate | UnsetType = UNSET
+    enabled: bool | UnsetType = UNSET
+    created_at: float | UnsetType = UNSET
+    updated_at: float | UnsetType = UNSET
+    failing_since: (
+        Annotated[float | None, Meta(description="every attempt to its origin has failed since; null: not failing")]
+        | UnsetType
+    ) = UNSET
+
+
+class DestinationList(msgspec.Struct):
+    """A scope's further destinations, oldest first; for an instance, also its account's (which it takes too)."""
+
+    destinations: list[ConsoleDestination] | UnsetType = UNSET
+    account_destinations: list[ConsoleDestination] | UnsetType = UNSET
+
+
+class SavedDestination(msgspec.Struct):
+    """The saved destination, and its SvcCallbackTest POST (null when no test was sent)."""
+
+    destination: ConsoleDestination | UnsetType = UNSET
+    test: ConsoleTest | UnsetType | None = UNSET

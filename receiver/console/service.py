@@ -1,17 +1,18 @@
 """What the console does, for one signed-in account; the pages and the JSON API both call this.
 
-Every method takes the account and checks ownership first: an ``appid`` or
-a dead letter of another account raises :class:`NotFound` exactly like one
-that does not exist, after the same kind of look-up. Nothing returned here
-contains a Bearer token: a callback configuration says only whether one is
-set.
+Every method takes the account and checks ownership first: an ``appid``, a
+dead letter or a delivery of another account raises ``svcgw.errors.NotFound``
+(``what`` names the thing) exactly like one that does not exist, after the
+same kind of look-up. Nothing returned here contains a Bearer token: a
+callback configuration says only whether one is set.
 
 Errors::
 
     ConsoleError
-    ├── NotFound        (also a LookupError) unknown, or another account's
     ├── Invalid         (also a ValueError) a value the console cannot use
-    └── DeniedByOperator  allowing an operation the operator denied; nothing changed
+    ├── DeniedByOperator  allowing an operation the operator denied; nothing changed
+    └── NotRetrying     retry now of a delivery that is not retrying
+    svcgw.errors.NotFound                    unknown, or another account's
     svcgw.callbacks.addresses.AddressError   a callback address breaks the address rules
 """
 
@@ -26,11 +27,10 @@ from redis.asyncio import Redis
 
 from svcgw.callbacks.addresses import check_for_service
 from svcgw.callbacks.testpost import CallbackTestResult, send_test
-from svcgw.delivery import deadletters, dlq, failingdestinations, listing, probing, retrynow
-from svcgw.errors import Missing, SvcgwError
+from svcgw.delivery import dlq, failingdestinations, listing, probing, retrynow
+from svcgw.errors import NotFound, SvcgwError
 from svcgw.intake.calllog import LogEntry, read_log
 from svcgw.registry.store import CallbackConfig, OperatorDenied, Scope, normalise_operation
-from svcgw.registry.store import NotFound as StoreNotFound
 from svcgw.shards.clients import ShardRedis
 from svcgw.shards.routing import first_found, shard_client
 from svcgw.threads import in_thread
@@ -43,10 +43,8 @@ if TYPE_CHECKING:
 __all__ = [
     "ConsoleError",
     "ConsoleService",
-    "DeliveryNotFound",
     "DeniedByOperator",
     "Invalid",
-    "NotFound",
     "NotRetrying",
     "SaveResult",
 ]
@@ -56,14 +54,6 @@ MAX_OPERATION_LENGTH = 128
 
 class ConsoleError(SvcgwError):
     """Base class of this module's errors."""
-
-
-class NotFound(ConsoleError, Missing, LookupError):
-    """No such instance or dead letter, or it belongs to another account."""
-
-
-class DeliveryNotFound(NotFound):
-    """No such delivery, or another account's."""
 
 
 class Invalid(ConsoleError, ValueError):
@@ -107,7 +97,7 @@ class ConsoleService:
         """The (bytes) client and names of the instance's shard, read with its owner in one command."""
         found = await self.text.hmget(self.keys.instance(appid), ["account", "shard"]) if 0 < len(appid) <= 200 else [0]
         if found[0] != account:
-            raise NotFound(f"no instance {appid[:200]!r}")
+            raise NotFound(f"no instance {appid[:200]!r}", what="instance")
         return shard_client(self.shards, found[1])
 
     async def _scope(self, account: str, appid: str | None) -> Scope:
@@ -126,12 +116,9 @@ class ConsoleService:
 
     async def instance(self, account: str, appid: str) -> dict[str, Any]:
         await self.check_owner(account, appid)
-        try:
-            view = await instance_views.load(
-                self.store, self.raw, self.keys, self.settings, appid, last_event=True, shards=self.shards
-            )
-        except StoreNotFound:
-            raise NotFound(f"no instance {appid!r}") from None
+        view = await instance_views.load(
+            self.store, self.raw, self.keys, self.settings, appid, last_event=True, shards=self.shards
+        )
         return view.for_owner()
 
     # --- callback settings ---------------------------------------------------------
@@ -178,7 +165,7 @@ class ConsoleService:
             sealed = await self.text.hget(scope.key(self.keys), "token")
             try:
                 token = self.vault.open(sealed) if sealed else None
-            except VaultError:
+            except VaultError:  # the test's result, not an error answer: the address is saved all the same
                 return CallbackTestResult(
                     ok=False, event_id="", error="the Bearer token cannot be decrypted with the configured keys"
                 )
@@ -229,11 +216,8 @@ class ConsoleService:
 
     async def dead_letter(self, account: str, delivery_id: str) -> dict[str, Any]:
         if not delivery_id or len(delivery_id) > 200:
-            raise NotFound("no such dead letter")
-        try:
-            detail = await dlq.show(self.shards, self.settings, delivery_id, account=account)
-        except deadletters.NotFound:
-            raise NotFound(f"no dead letter {delivery_id!r}") from None
+            raise NotFound("no such dead letter", what="dead letter")
+        detail = await dlq.show(self.shards, self.settings, delivery_id, account=account)
         return detail.as_dict()
 
     async def replay(
@@ -296,31 +280,24 @@ class ConsoleService:
                 limit=limit,
                 before=before,
             )
-        except listing.NotFound:
-            raise NotFound(f"no instance {appid!r}") from None
         except listing.Invalid as exc:
-            raise Invalid(str(exc)) from None
+            raise Invalid(str(exc)) from None  # the console's own, which its pages and API answer
 
     async def delivery(self, account: str, delivery_id: str) -> listing.Delivery:
-        try:
-            show, settings = listing.show, self.settings
-            return await first_found(
-                self.shards, lambda shard: show(*shard, settings, delivery_id, account=account), Missing
-            )
-        except listing.NotFound:
-            raise DeliveryNotFound(f"no delivery {delivery_id[:200]!r}") from None
+        show, settings = listing.show, self.settings
+        return await first_found(
+            self.shards, lambda shard: show(*shard, settings, delivery_id, account=account), NotFound
+        )
 
     async def retry_now(self, account: str, delivery_id: str) -> listing.Delivery:
         """Bring a retrying delivery's next attempt forward to now (``svcgw.delivery.retrynow``)."""
         try:
             retry = retrynow.retry_now
             await first_found(
-                self.shards, lambda shard: retry(*shard, self.settings, delivery_id, account=account), Missing
+                self.shards, lambda shard: retry(*shard, self.settings, delivery_id, account=account), NotFound
             )
-        except retrynow.NotFound:
-            raise DeliveryNotFound(f"no delivery {delivery_id[:200]!r}") from None
         except retrynow.NotRetrying as exc:
-            raise NotRetrying(str(exc)) from None
+            raise NotRetrying(str(exc)) from None  # the console's own, which its pages and API answer
         return await self.delivery(account, delivery_id)
 
     # --- failing destinations, and destinations being probed ----------------------------------
@@ -378,7 +355,7 @@ class ConsoleService:
         try:
             return (await self.store.allow_own(account, _operations(operations))).as_dict()
         except OperatorDenied as exc:
-            raise DeniedByOperator(str(exc)) from None
+            raise DeniedByOperator(str(exc)) from None  # the console's own, which its pages and API answer
 
 
 def _operations(operations: Sequence[str]) -> list[str]:

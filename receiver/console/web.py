@@ -1,11 +1,11 @@
-"""Shared plumbing of the console's pages and JSON API: who is signed in, CSRF, answers.
+"""Shared plumbing of the console's pages and JSON API: who is signed in, CSRF, the refusals.
 
-JSON errors have the gateway's shape ``{code, message, data: null}``. Each
-is a row of the one error table, ``svcgw.errors``: the console's own rows
-(401 not signed in, -40310 CSRF, -40404 not found, -40000 bad value, -41500
-not JSON, -50002 storage unavailable, listed in ``svcgw.errors.CONSOLE_KINDS``)
-and the gateway's callback address rows (-40011..-40013), and the gateway's
--42900 (429 with ``Retry-After``) for a change over the account's rate limit.
+A handler refuses by raising a :class:`ConsoleHTTPError` (a row of the one
+error table, ``svcgw.errors``: the console's own rows, listed in
+``svcgw.errors.CONSOLE_KINDS``, the gateway's callback address rows
+-40011..-40013, and its -42900 for a change over the account's rate limit),
+or whatever else the console's table answers; ``receiver.console.answers``
+turns it into the answer, JSON ``{code, message, data: null}`` or a page.
 
 Rate limit: every change an account makes through the console (a POST, PUT
 or DELETE of the JSON API or a form of the pages) counts against the same
@@ -25,11 +25,9 @@ Errors (in the one tree of ``svcgw.errors``)::
 
 from __future__ import annotations
 
-import logging
 from typing import TYPE_CHECKING, Any
 
 import orjson
-from redis.exceptions import RedisClusterException, RedisError
 from starlette.requests import Request
 from starlette.responses import Response
 
@@ -38,10 +36,9 @@ from svcgw.callbacks.addresses import AddressError
 from svcgw.digests import digest
 from svcgw.errors import Refusal
 
-from ..credentialguard import CredentialGuard, Throttled
-from ..http import BodyTooLarge, ConflictingKeys, client_address, presented_key, read_body
+from ..credentialguard import CredentialGuard
+from ..http import client_address, presented_key, read_body
 from ..ratelimit import RateLimiter
-from .service import ConsoleError, DeliveryNotFound, DeniedByOperator, Invalid, NotFound, NotRetrying
 from .session import CSRF_HEADER, Session, Sessions
 
 if TYPE_CHECKING:
@@ -55,26 +52,14 @@ __all__ = [
     "Context",
     "RateLimited",
     "address_error",
-    "console_refusal",
-    "json_error",
     "json_ok",
 ]
-
-log = logging.getLogger("svcgw.console")
 
 MAX_JSON_BYTES = 64 * 1024
 
 
 class ConsoleHTTPError(Refusal):
-    """A refusal of the console; turned into JSON (API, :meth:`response`) or a page (``pages``)."""
-
-    def response(self) -> Response:
-        """The console's JSON answer to a refusal: the one place it is built."""
-        headers = dict(self.headers)
-        if self.status == 401:
-            # A 401 names the scheme an API client can use instead of a session.
-            headers["WWW-Authenticate"] = "Bearer"
-        return json_error(self.status, self.code, self.message, headers or None)
+    """A refusal of the console; answered as JSON or as a page by ``receiver.console.answers``."""
 
 
 class RateLimited(ConsoleHTTPError):
@@ -90,45 +75,12 @@ def address_error(exc: AddressError) -> ConsoleHTTPError:
     return ConsoleHTTPError(errors.address_kind(exc), exc.message)
 
 
-def console_refusal(
-    exc: ConsoleHTTPError | ConsoleError | AddressError | RedisError | RedisClusterException,
-) -> ConsoleHTTPError:
-    """The console's one mapping of what its handlers raise to the error table's rows."""
-    if isinstance(exc, ConsoleHTTPError):
-        return exc
-    if isinstance(exc, DeniedByOperator):
-        return ConsoleHTTPError(errors.DENIED_BY_OPERATOR, str(exc))
-    if isinstance(exc, DeliveryNotFound):
-        return ConsoleHTTPError(errors.NO_DELIVERY)
-    if isinstance(exc, NotRetrying):
-        return ConsoleHTTPError(errors.NOT_RETRYING, str(exc))
-    if isinstance(exc, NotFound):
-        return ConsoleHTTPError(errors.NO_DEAD_LETTER if "dead letter" in str(exc) else errors.NOT_THE_CALLERS)
-    if isinstance(exc, Invalid):
-        return ConsoleHTTPError(errors.BAD_REQUEST, str(exc))
-    if isinstance(exc, AddressError):
-        return address_error(exc)
-    if isinstance(exc, ConsoleError):
-        raise exc  # a ConsoleError this table has no row for: a bug, not an answer
-    log.warning("console storage error: %s", type(exc).__name__)
-    return ConsoleHTTPError(errors.STORAGE_UNAVAILABLE)
-
-
 def json_ok(data: object, status: int = 200) -> Response:
     return Response(
         orjson.dumps({"code": 0, "message": "ok", "data": data}),
         status_code=status,
         media_type="application/json",
         headers={"Cache-Control": "no-store"},
-    )
-
-
-def json_error(status: int, code: int, message: str, headers: dict[str, str] | None = None) -> Response:
-    return Response(
-        errors.error_body(code, message),
-        status_code=status,
-        media_type="application/json",
-        headers={"Cache-Control": "no-store", **(headers or {})},
     )
 
 
@@ -163,11 +115,11 @@ class Context:
             raise RateLimited(verdict.retry_after)
 
     async def api_session(self, request: Request, *, change: bool) -> Session:
-        """The caller of a JSON API request; a change also needs the CSRF header (cookie sessions only)."""
-        try:
-            key = presented_key(request)
-        except ConflictingKeys:
-            raise ConsoleHTTPError(errors.NOT_SIGNED_IN) from None
+        """The caller of a JSON API request; a change also needs the CSRF header (cookie sessions only).
+
+        Different keys in several headers (``ConflictingKeys``) are not signed in: 401.
+        """
+        key = presented_key(request)
         session = await self._from_key(request, key) if key else await self.sessions.from_cookie(request)
         if session is None:
             raise ConsoleHTTPError(errors.NOT_SIGNED_IN)
@@ -177,22 +129,15 @@ class Context:
 
 
     async def _from_key(self, request: Request, key: str) -> Session | None:
-        """The session of a request signed with an API key, its look-up guarded per client address."""
-        try:
-            return await self.key_guard.check(client_address(request), digest(key), lambda: self.sessions.from_key(key))
-        except Throttled as exc:
-            retry = {"Retry-After": str(exc.retry_after)}
-            raise ConsoleHTTPError(errors.RATE_LIMITED, errors.KEYS_THROTTLED_MESSAGE, headers=retry) from None
+        """The session of a request signed with an API key, its look-up guarded per client address (``Throttled``)."""
+        return await self.key_guard.check(client_address(request), digest(key), lambda: self.sessions.from_key(key))
 
 
 async def json_body(request: Request) -> dict[str, Any]:
     content_type = request.headers.get("content-type", "").split(";")[0].strip().lower()
     if content_type != "application/json":
         raise ConsoleHTTPError(errors.UNSUPPORTED_MEDIA)
-    try:
-        raw = await read_body(request, MAX_JSON_BYTES, check_declared=False)
-    except BodyTooLarge as exc:
-        raise ConsoleHTTPError(errors.BAD_REQUEST, str(exc)) from None
+    raw = await read_body(request, MAX_JSON_BYTES, check_declared=False)  # too large: BodyTooLarge, 400
     try:
         document = orjson.loads(raw) if raw.strip() else {}
     except orjson.JSONDecodeError:

@@ -24,13 +24,12 @@ from __future__ import annotations
 import logging
 from collections.abc import Awaitable, Callable, Sequence
 
-from redis.exceptions import RedisClusterException, RedisError
 from starlette.requests import Request
 from starlette.responses import Response
 
 from svcgw import errors
 from svcgw.digests import digest
-from svcgw.errors import GatewayError
+from svcgw.errors import STORAGE_ERRORS, GatewayError, Refusal, Rows
 from svcgw.intake.envelope import EnvelopeError
 from svcgw.intake.ingest import Ingest, UnknownReceiver
 from svcgw.intake.receivers import receiver_shard
@@ -39,9 +38,24 @@ from svcgw.storage.layoutversion import LayoutError
 from ..credentialguard import CredentialGuard, Throttled
 from ..http import BadContentLength, BodyTooLarge, client_address, json_answer, read_body, refusal_response
 
-__all__ = ["make_endpoint"]
+__all__ = ["ROWS", "make_endpoint", "refused"]
 
 log = logging.getLogger("svcgw.receiver")
+
+_AGAIN = {"Retry-After": "1"}
+
+# The receiver's table: each error a post can meet, and the row it is answered with.
+ROWS: Rows[Refusal] = Rows(
+    {
+        BadContentLength: lambda exc: GatewayError(errors.RECEIVER_BAD_BODY, str(exc)),
+        BodyTooLarge: lambda exc: GatewayError(errors.RECEIVER_TOO_LARGE, str(exc)),
+        EnvelopeError: lambda exc: GatewayError(errors.receiver_kind(exc.status), str(exc)),
+        UnknownReceiver: lambda exc: GatewayError(errors.RECEIVER_NOT_FOUND),
+        Throttled: lambda exc: GatewayError(errors.RECEIVER_LIMITED, headers={"Retry-After": str(exc.retry_after)}),
+        # Not stored, so not acknowledged: the sender must post again.
+        (*STORAGE_ERRORS, LayoutError): lambda exc: GatewayError(errors.RECEIVER_UNAVAILABLE, headers=_AGAIN),
+    }
+)
 
 
 def make_endpoint(ingests: Sequence[Ingest], guard: CredentialGuard) -> Callable[[Request], Awaitable[Response]]:
@@ -52,23 +66,18 @@ def make_endpoint(ingests: Sequence[Ingest], guard: CredentialGuard) -> Callable
         appid = request.path_params["appid"]
         token = request.path_params["token"]
         shard = receiver_shard(token)
-        if shard is None or shard >= len(shards):
-            return _refused(UnknownReceiver(appid))  # known without a look-up: nothing to guard
-        ingest = shards[shard]
+        # The receiver's one handler, on the route itself: a post pays for no exception middleware.
         try:
+            if shard is None or shard >= len(shards):
+                raise UnknownReceiver(appid)  # known without a look-up: nothing to guard
+            ingest = shards[shard]
             # The token first: a stranger's post is neither read nor parsed.
             if not await guard.check(client_address(request), digest(token), lambda: _receiver(ingest, appid, token)):
                 raise UnknownReceiver(appid)
             body = await read_body(request, ingest.settings.max_body_bytes, strict=True)
             result = await ingest.accept(appid, token, body)
-        except (
-            BadContentLength, BodyTooLarge, EnvelopeError, UnknownReceiver, Throttled, RedisError, RedisClusterException
-        ) as exc:  # fmt: skip
-            return _refused(exc)
-        except LayoutError as exc:
-            # Not stored, as when Redis fails: the sender posts again once the operator has fixed it.
-            log.error("post not stored: %s", exc)
-            return _refused(exc)
+        except ROWS.classes as exc:
+            return refused(exc)
         return json_answer(0, "ok", {"accepted": result.accepted, "duplicates": result.duplicates})
 
     return receive
@@ -79,23 +88,13 @@ async def _receiver(ingest: Ingest, appid: str, token: str) -> bool | None:
     try:
         await ingest.check_receiver(appid, token)
     except UnknownReceiver:
-        return None
+        return None  # the guard's answer, not the post's: it counts the failure, then refuses
     return True
 
 
-def _refused(exc: Exception) -> Response:
-    """The answer to a post that was not stored: the receiver's rows of the table."""
-    if isinstance(exc, BadContentLength):
-        return refusal_response(GatewayError(errors.RECEIVER_BAD_BODY, str(exc)))
-    if isinstance(exc, BodyTooLarge):
-        return refusal_response(GatewayError(errors.RECEIVER_TOO_LARGE, str(exc)))
-    if isinstance(exc, EnvelopeError):
-        return refusal_response(GatewayError(errors.receiver_kind(exc.status), str(exc)))
-    if isinstance(exc, UnknownReceiver):
-        return refusal_response(GatewayError(errors.RECEIVER_NOT_FOUND))
-    if isinstance(exc, Throttled):
-        return refusal_response(GatewayError(errors.RECEIVER_LIMITED, headers={"Retry-After": str(exc.retry_after)}))
-    # Redis (or a layout it cannot keep): not stored, so not acknowledged, and the sender must try again.
-    response = refusal_response(GatewayError(errors.RECEIVER_UNAVAILABLE))
-    response.headers["Retry-After"] = "1"
-    return response
+def refused(exc: Exception) -> Response:
+    """The answer to a post that was not stored: its row of :data:`ROWS`."""
+    if isinstance(exc, LayoutError):
+        # Not stored, as when Redis fails: the sender posts again once the operator has fixed it.
+        log.error("post not stored: %s", exc)
+    return refusal_response(ROWS.answer(exc))

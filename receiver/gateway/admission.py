@@ -44,10 +44,9 @@ from typing import Any, NamedTuple, cast
 from redis.asyncio import Redis
 
 from svcgw.digests import digest
-from svcgw.storage.scripts import text
+from svcgw.storage.scripts import batched
 
 from ..ratelimit import RateLimiter, Verdict, window_key
-from .batch import ScriptBatch
 
 __all__ = ["MAX_KEY_LENGTH", "REMEMBERED", "Admission", "Facts"]
 
@@ -93,8 +92,8 @@ class Admission:
         self.keys = limiter.keys  # shard 0's: keys and accounts live there
         # The look-up of a call made for an account: a name that never exists (a digest is never empty).
         self._no_lookup = self.keys.api_key_lookup("")
-        # The calls of one turn of the event loop go to Redis in one pipeline (see .batch).
-        self._script = ScriptBatch(redis, text("gateway_admit"))
+        # The calls of one turn of the event loop go to Redis in one pipeline (svcgw.storage.scriptbatch).
+        self._script = batched(redis, "gateway_admit")
         self._clock = limiter.clock
         self._items = limiter.items
         self._limits: list[str] = []

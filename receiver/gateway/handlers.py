@@ -2,20 +2,18 @@
 
 :class:`Gateway` admits a call (key, rate, body, instance, denial, callback
 fields, ownership) into a :class:`.intake.Call`, then runs the operation
-(:mod:`.operations`). Every refusal is a ``GatewayError`` from
-``svcgw.errors``, and a Redis failure anywhere is -50002: both are turned
-into the answer in one place, :meth:`Gateway._refused`, for the HTTP routes
-and for :meth:`Gateway.invoke` (the console) alike.
+(:mod:`.operations`). Checks and operations raise; whatever they raise
+that has a row (a ``GatewayError``, Redis failing, ...: :mod:`.refusals`) is
+turned into the answer in one place, :meth:`Gateway._answer`, for the direct
+path, the HTTP routes and :meth:`Gateway.invoke` (the console) alike.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import logging
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING
 
-from redis.exceptions import RedisClusterException, RedisError
 from starlette.requests import ClientDisconnect, Request
 from starlette.responses import PlainTextResponse, Response
 from starlette.routing import BaseRoute, Route
@@ -25,9 +23,8 @@ from svcgw import errors
 from svcgw.digests import digest
 from svcgw.errors import GatewayError
 
-from ..credentialguard import Throttled
 from ..headers import NOSNIFF
-from ..http import client_address, refusal_response
+from ..http import BodyTooLarge, client_address, presented_key
 from .admission import MAX_KEY_LENGTH, Admission, Facts
 from .body import DEVICE_CREATE, SET_CALLBACK_OPERATION, UPLOAD_OPERATIONS, check_callback_fields
 from .inflight import InflightBytes
@@ -35,7 +32,6 @@ from .intake import (
     EARLY_BODY_BYTES,
     Call,
     Pending,
-    api_key,
     declares_small,
     direct_operation,
     first_chunk,
@@ -43,13 +39,12 @@ from .intake import (
     read_rest,
 )
 from .operations import Operations
+from .refusals import ROWS, refused
 
 if TYPE_CHECKING:
     from ..services import Services
 
 __all__ = ["API_PATH", "SET_CALLBACK_PATH", "Call", "Gateway", "direct_operation"]
-
-log = logging.getLogger("svcgw.gateway")
 
 API_PATH = "/svc/api/{module}/{action}"
 SET_CALLBACK_PATH = "/svc/instances/set-callback"
@@ -79,7 +74,8 @@ class Gateway:
 
         The hot path of the service: the app hands every call on a plain API
         path (:func:`direct_operation`) here. What the middleware would add, this
-        does itself: ``nosniff`` on the answer, and a 500 for an unexpected error.
+        does itself: ``nosniff`` on the answer, and, for an error no row answers (:mod:`.refusals`),
+        the 500 that Starlette's ``ServerErrorMiddleware`` would send, the error raised on to the server.
         """
         try:
             request = Request(scope, receive)
@@ -112,12 +108,15 @@ class Gateway:
     async def _answer(
         self, admitted: Awaitable[Call], module: str, action: str, handler: Callable[[Call], Awaitable[Response]]
     ) -> Response:
-        """The operation's answer once ``admitted`` gives the call; a refusal's on the way, from :meth:`_refused`."""
+        """The operation's answer once ``admitted`` gives the call; on the way, the row of what was raised.
+
+        The gateway's one handler of errors (:mod:`.refusals`), for every way a call comes in.
+        """
         try:
             call = await admitted
             return await self._run(call, handler)
-        except (GatewayError, RedisError, RedisClusterException) as exc:
-            return _refused(exc, module, action)
+        except ROWS.classes as exc:
+            return refused(exc, module, action)
 
     async def invoke(
         self, account: str, module: str, action: str, raw: bytes, *, inherits_address: bool = False
@@ -169,7 +168,7 @@ class Gateway:
         and the owner is then read on its own (a second round trip).
         """
         operation = f"{module}/{action}"
-        key = api_key(request)
+        key = presented_key(request)
         pending = Pending(operation)
         limit = self._limit(operation)
         if key and declares_small(request, min(limit, EARLY_BODY_BYTES)):
@@ -189,14 +188,10 @@ class Gateway:
         """What Redis said of a call with ``key``, its look-up guarded per client address; None: no valid key."""
         if not key or len(key) > MAX_KEY_LENGTH:
             return None  # no key this service issued: refused without a look-up
-        try:
-            return await self.key_guard.check(
-                client_address(request), digest(key), lambda: self.admission.admit(key=key, operation=operation,
-                                                                                   appid=appid)
-            )  # fmt: skip
-        except Throttled as exc:
-            retry = {"Retry-After": str(exc.retry_after)}
-            raise GatewayError(errors.RATE_LIMITED, errors.KEYS_THROTTLED_MESSAGE, headers=retry) from None
+        admit = self.admission.admit
+        return await self.key_guard.check(
+            client_address(request), digest(key), lambda: admit(key=key, operation=operation, appid=appid)
+        )
 
     def _limit(self, operation: str) -> int:
         if operation in UPLOAD_OPERATIONS:
@@ -223,9 +218,7 @@ class Gateway:
                     await pending.load(await read_limited(request, limit, share))
             else:
                 if len(pending.raw) > self._limit(operation):
-                    raise GatewayError(
-                        errors.BODY_TOO_LARGE, f"the request body is larger than {self._limit(operation)} bytes"
-                    )
+                    raise BodyTooLarge(self._limit(operation))
                 share.hold(len(pending.raw))
             document, members, appid = pending.result()
             if facts.denied:
@@ -240,10 +233,3 @@ class Gateway:
             share.release()
             raise
 
-
-def _refused(exc: GatewayError | RedisError | RedisClusterException, module: str, action: str) -> Response:
-    """The one mapping of the gateway's failures to answers: a refusal as it is, Redis as -50002."""
-    if not isinstance(exc, GatewayError):
-        log.warning("gateway storage error on %s/%s: %s", module, action, type(exc).__name__)
-        exc = GatewayError(errors.UNAVAILABLE)
-    return refusal_response(exc)

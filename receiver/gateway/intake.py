@@ -16,13 +16,12 @@ from typing import Any
 from starlette.requests import ClientDisconnect, Request
 from starlette.types import Scope
 
-from svcgw import errors
 from svcgw.errors import GatewayError
 from svcgw.intake.ingest import PARSE_IN_THREAD_BYTES
 from svcgw.intake.rawjson import Member
 from svcgw.threads import in_thread
 
-from ..http import BodyTooLarge, ConflictingKeys, presented_key, read_body
+from ..http import BodyTooLarge, read_body
 from .body import CALLBACK_OPERATIONS, DEVICE_CREATE, instance_id, parse_body
 from .inflight import Share
 
@@ -30,7 +29,6 @@ __all__ = [
     "EARLY_BODY_BYTES",
     "Call",
     "Pending",
-    "api_key",
     "declares_small",
     "direct_operation",
     "first_chunk",
@@ -45,10 +43,6 @@ _PLAIN_API_PATH = re.compile(rb"/svc/api/([^/%.?]+)/([^/%.?]+)")
 # A body declared this small is read before the key is looked up, so one Redis round trip serves
 # every check (see Gateway._admit_request); its bytes are what the HTTP server buffers anyway.
 EARLY_BODY_BYTES = PARSE_IN_THREAD_BYTES
-
-
-def _too_large(limit: int) -> GatewayError:
-    return GatewayError(errors.BODY_TOO_LARGE, f"the request body is larger than {limit} bytes")
 
 
 @dataclass(frozen=True)
@@ -73,10 +67,8 @@ class Call:
 
 
 async def read_limited(request: Request, limit: int, share: Share | None) -> bytes:
-    try:
-        return await read_body(request, limit, hold=share.hold if share is not None else None)
-    except BodyTooLarge:
-        raise _too_large(limit) from None
+    """The body, within ``limit`` (``BodyTooLarge``, -41300), its bytes held against ``share`` as they arrive."""
+    return await read_body(request, limit, hold=share.hold if share is not None else None)
 
 
 async def _parse_body(raw: bytes) -> tuple[dict[str, Any], list[Member]]:
@@ -119,6 +111,7 @@ class Pending:
 
     async def load(self, raw: bytes) -> None:
         self.raw = raw
+        # Kept, not raised: checks 2 and 3 (key, rate limit) are answered before the body's (4 to 6).
         try:
             self.document, self.members = await _parse_body(raw)
             self.appid = instance_id(
@@ -156,7 +149,7 @@ async def read_rest(request: Request, first: bytes, limit: int, share: Share) ->
     chunks, size = [first], len(first)
     while True:
         if size > limit:
-            raise _too_large(limit)
+            raise BodyTooLarge(limit)
         if size > declared:
             share.hold(size)
         message = await request.receive()
@@ -168,7 +161,7 @@ async def read_rest(request: Request, first: bytes, limit: int, share: Share) ->
         if not message.get("more_body", False):
             break
     if size > limit:
-        raise _too_large(limit)
+        raise BodyTooLarge(limit)
     if size > declared:
         share.hold(size)
     return b"".join(chunks)
@@ -179,9 +172,3 @@ def declares_small(request: Request, limit: int) -> bool:
     declared = request.headers.get("content-length")
     return declared is not None and declared.isdigit() and int(declared) <= limit
 
-
-def api_key(request: Request) -> str | None:
-    try:
-        return presented_key(request)
-    except ConflictingKeys:
-        return None

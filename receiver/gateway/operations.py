@@ -4,9 +4,10 @@ Most are forwarded as received; ``device/create`` (the quota, check 10),
 the callback operations (check 11: the address is checked and the
 receiver's own given to the capability layer) and the liveness-relevant
 ones have their own handling. Every answer from the capability layer has
-the instance's receiver token scrubbed out (:mod:`.scrub`). An upstream
-failure is converted here to its row, -50002 or -50000 for a callback
-registration (``raise GatewayError(...) from exc``).
+the instance's receiver token scrubbed out (:mod:`.scrub`). What they
+raise is answered by its row (:mod:`.refusals`): an upstream failure is
+-50002, except in a callback registration, which converts it (and a storage
+failure) to -50000 here (``raise GatewayError(...) from exc``).
 """
 
 from __future__ import annotations
@@ -20,13 +21,12 @@ from redis.asyncio import Redis
 from starlette.responses import Response
 
 from svcgw import errors
-from svcgw.callbacks.addresses import AddressError, check_for_service
-from svcgw.errors import STORAGE_ERRORS, GatewayError
+from svcgw.callbacks.addresses import check_for_service
+from svcgw.errors import STORAGE_ERRORS, GatewayError, NotFound
 from svcgw.intake.rawjson import replace_member
 from svcgw.intake.receivers import receiver_shard, receiver_url
 from svcgw.liveness import transitions
 from svcgw.registry.copies import ShardUnavailable
-from svcgw.registry.store import NotFound
 from svcgw.registry.store import Scope as CallbackScope
 from svcgw.shards.clients import ShardRedis
 from svcgw.shards.placement import placement_order
@@ -89,11 +89,8 @@ class Operations:
         return upstream
 
     async def _forward(self, call: Call, body: bytes) -> Answer:
-        try:
-            return await self._upstream().call(call.module, call.action, body)
-        except UpstreamError as exc:
-            log.warning("upstream %s failed: %s", call.operation, exc)
-            raise GatewayError(errors.UNAVAILABLE) from exc
+        """The capability layer's answer; ``UpstreamError`` when it fails (-50002, :mod:`.refusals`)."""
+        return await self._upstream().call(call.module, call.action, body)
 
     async def run(self, call: Call) -> Response:
         if call.operation == DEVICE_CREATE:
@@ -120,7 +117,8 @@ class Operations:
         """
         try:
             answer = await self._forward(call, call.raw)
-        except GatewayError:
+        except (GatewayError, UpstreamError):
+            # Not answered here (its row is, on the way out): the stop is recorded all the same.
             await transitions.mark_stopped(*await self._liveness_redis(call.appid), call.appid)
             raise
         await transitions.mark_stopped(*await self._liveness_redis(call.appid), call.appid)
@@ -140,17 +138,14 @@ class Operations:
         try:
             token = await self._receiver_token(call.appid)
         except NotFound:
-            return answer.raw  # no instance (removed meanwhile): no token to leak
+            return answer.raw  # no instance (removed meanwhile): no token to leak, and the answer stands
         if not might_mention(answer.raw, token) or not mentions(answer.envelope, token):
             return answer.raw
         config = await self.store.get_callback(CallbackScope(appid=call.appid))
         return scrub(answer, receiver_url(self.settings, call.appid, token), token, config.url or "")
 
     async def _device_create(self, call: Call) -> Response:
-        try:
-            account = await self.store.get_account(call.account)
-        except NotFound:
-            raise GatewayError(errors.UNAUTHORIZED) from None
+        account = await self.store.get_account(call.account)  # gone since its key was checked: 401
         if account.expired():
             raise GatewayError(errors.ENTITLEMENT_EXPIRED)
         reservation: Reservation | None = None
@@ -192,14 +187,13 @@ class Operations:
                 await self.store.register_instance(appid, account_id, shard.index)
                 return
             except ShardUnavailable as exc:
+                # Not an answer: the next shard is tried (the last one's is -50002).
                 log.warning("%s; placing the instance on the next open shard", exc)
         await self.store.register_instance(appid, account_id, last.index)
 
     async def _check_url(self, value: object) -> str:
-        try:
-            checked = await in_thread(check_for_service, value, self.settings, abandon_on_cancel=False)
-        except AddressError as exc:
-            raise GatewayError(errors.address_kind(exc), exc.message) from None
+        """The address, checked against the address rules (``AddressError``: its row, -40011 to -40013)."""
+        checked = await in_thread(check_for_service, value, self.settings, abandon_on_cancel=False)
         return checked.url
 
     async def _receiver_token(self, appid: str) -> str:
@@ -222,7 +216,7 @@ class Operations:
         try:
             token = await self._receiver_token(appid)
         except NotFound:
-            return self.services.shard_text_of(0)
+            return self.services.shard_text_of(0)  # no instance: nothing of it on any shard to keep
         return self.services.shard_text_of(receiver_shard(token))
 
     async def _receiver_url(self, appid: str) -> tuple[str, str]:
@@ -231,14 +225,12 @@ class Operations:
 
     async def _configure_callback(self, call: Call) -> Response:
         url = await self._check_url(call.document.get("callbackUrl"))
-        try:
-            receiver_url, token = await self._receiver_url(call.appid)
-        except NotFound:
-            raise GatewayError(errors.NOT_FOUND) from None
+        receiver_url, token = await self._receiver_url(call.appid)
         body = replace_member(call.raw, call.members, "callbackUrl", receiver_url)
         try:
             answer = await self._upstream().call(call.module, call.action, body)
         except UpstreamError as exc:
+            # This step's row, not the table's -50002: the registration is what failed.
             log.warning("upstream %s failed: %s", call.operation, exc)
             raise GatewayError(errors.REGISTRATION_FAILED) from exc
         if answer.ok or (call.operation == LONG_START and _is_started(answer)):
@@ -249,6 +241,7 @@ class Operations:
                     redis, keys = self.services.shard_text_of(receiver_shard(token))
                     await transitions.mark_started(redis, keys, call.appid, self.settings.probe_interval)
             except STORAGE_ERRORS as exc:
+                # This step's row: the layer has the address, the service could not keep it.
                 log.warning("storing the callback address of an instance failed: %s", type(exc).__name__)
                 raise GatewayError(errors.REGISTRATION_FAILED) from exc
         return _pass_on(scrub(answer, receiver_url, token, url))
@@ -257,10 +250,8 @@ class Operations:
         url = await self._check_url(call.document.get("callbackUrl"))
         try:
             config = await self.store.set_callback(CallbackScope(appid=call.appid), url)
-        except NotFound:
-            raise GatewayError(errors.NOT_FOUND) from None
         except STORAGE_ERRORS as exc:
-            raise GatewayError(errors.REGISTRATION_FAILED) from exc
+            raise GatewayError(errors.REGISTRATION_FAILED) from exc  # this step's row, as in long/start
         return _json(
             {
                 "code": 0,

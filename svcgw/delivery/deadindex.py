@@ -2,7 +2,8 @@
 
 The source of truth is RQ's failed registry (``rq:failed:<queue>``): its
 members are delivery ids scored by their expiry, and only a member whose
-score is still in the future is a dead letter. ``svcgw:dead:{<appid>}`` is an
+score is still in the future is a dead letter
+(``svcgw.storage.rqformat.failed_live``). ``svcgw:dead:{<appid>}`` is an
 index by instance for fast listing; it may still hold ids that were replayed
 by ``rq requeue`` or that expired, so every id read from it is checked
 against the registry (:func:`live_ids`). Read by :mod:`svcgw.delivery.deadletters`
@@ -20,6 +21,7 @@ from redis.asyncio import Redis
 from svcgw.config.settings import Settings
 from svcgw.delivery.view import field_text
 from svcgw.storage.keys import KeySpace
+from svcgw.storage.rqformat import failed_live
 
 __all__ = ["CHUNK", "candidates", "chunks", "is_dead", "live_ids", "newest", "text_or_none"]
 
@@ -54,7 +56,7 @@ async def live_ids(redis: Redis, keys: KeySpace, settings: Settings, ids: Iterab
     scored: list[tuple[float, str]] = []
     for chunk in chunks(list(dict.fromkeys(ids)), CHUNK):
         for delivery_id, score in zip(chunk, await redis.zmscore(failed, chunk), strict=True):
-            if score is not None and float(score) > now:
+            if score is not None and failed_live(score, now):
                 scored.append((float(score), delivery_id))
     scored.sort(reverse=True)
     return [delivery_id for _, delivery_id in scored]
@@ -62,6 +64,7 @@ async def live_ids(redis: Redis, keys: KeySpace, settings: Settings, ids: Iterab
 
 async def newest(redis: Redis, failed: str, *, start: int | None = None, num: int | None = None) -> list[str]:
     """Live members of the failed registry, newest first (a slice of them with start/num)."""
+    # Scored above now: failed_live's members, read by score.
     members = cast(
         list[bytes | str], await redis.zrevrangebyscore(failed, "+inf", f"({time.time()}", start=start, num=num)
     )
@@ -70,7 +73,7 @@ async def newest(redis: Redis, failed: str, *, start: int | None = None, num: in
 
 async def is_dead(redis: Redis, keys: KeySpace, settings: Settings, delivery_id: str) -> bool:
     score = await redis.zscore(keys.rq.failed(settings.queue_name), delivery_id)
-    return score is not None and float(score) > time.time()
+    return score is not None and failed_live(score, time.time())
 
 
 def chunks(items: Sequence[str], size: int) -> Iterable[list[str]]:

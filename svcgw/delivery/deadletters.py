@@ -11,10 +11,8 @@ answer tells nothing about other accounts (the console relies on this).
 The functions are coroutines; they accept a ``redis.asyncio`` client in either
 decoding mode.
 
-Errors::
-
-    DeadLetterError
-    └── NotFound          (also a LookupError)
+A dead letter that is not there (or is another account's) raises
+``svcgw.errors.NotFound`` with ``what="dead letter"``.
 """
 
 from __future__ import annotations
@@ -33,14 +31,12 @@ from svcgw.delivery import attemptrecords
 from svcgw.delivery.deadindex import candidates, is_dead, live_ids, newest
 from svcgw.delivery.replay import ReplayResult, replay
 from svcgw.delivery.view import field_float, field_text
-from svcgw.errors import Missing, SvcgwError
+from svcgw.errors import NotFound
 from svcgw.storage.keys import KeySpace
 
 __all__ = [
     "DeadLetter",
     "DeadLetterDetail",
-    "DeadLetterError",
-    "NotFound",
     "ReplayResult",
     "count_dead",
     "list_dead",
@@ -49,14 +45,6 @@ __all__ = [
 ]
 
 _FIELDS = ("appid", "account", "event_type", "attempts", "dead_at", "received_at", "state")
-
-
-class DeadLetterError(SvcgwError):
-    """Base class of this module's errors."""
-
-
-class NotFound(DeadLetterError, Missing, LookupError):
-    """No such dead letter (or it belongs to another account)."""
 
 
 @dataclass(frozen=True)
@@ -144,7 +132,7 @@ async def show(
 ) -> DeadLetterDetail:
     """One dead letter with its body and attempts; ``NotFound`` if it is not dead (or not the account's)."""
     if not await is_dead(redis, keys, settings, delivery_id):
-        raise NotFound(f"no dead letter {delivery_id!r}")
+        raise NotFound(f"no dead letter {delivery_id!r}", what="dead letter")
     async with redis.pipeline(transaction=False) as pipe:
         pipe.hgetall(keys.delivery(delivery_id))  # with its attempt records, fields a1 .. aN
         pipe.lrange(keys.delivery_attempts(delivery_id), 0, -1)  # records of earlier versions
@@ -152,7 +140,7 @@ async def show(
     stored = {field_text(name): value for name, value in whole.items()}
     data = {name: stored.get(name) for name in (*_FIELDS, "body")}
     if not data["appid"] or (account is not None and field_text(data["account"]) != account):
-        raise NotFound(f"no dead letter {delivery_id!r}")
+        raise NotFound(f"no dead letter {delivery_id!r}", what="dead letter")
     attempts = [_attempt(record) for record in attemptrecords.from_hash(stored, legacy)]
     body = data["body"]
     return DeadLetterDetail(

@@ -17,7 +17,8 @@ from collections.abc import Sequence
 
 from svcgw.config.settings import Settings
 from svcgw.delivery import deadletters
-from svcgw.delivery.deadletters import DeadLetter, DeadLetterDetail, NotFound, ReplayResult
+from svcgw.delivery.deadletters import DeadLetter, DeadLetterDetail, ReplayResult
+from svcgw.errors import NotFound
 from svcgw.shards.clients import ShardRedis
 from svcgw.shards.routing import first_found, instance_shard
 

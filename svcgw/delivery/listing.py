@@ -33,8 +33,10 @@ exactly like one that does not exist.
 Errors::
 
     DeliveryListError
-    ├── NotFound      (also a LookupError) no such delivery or instance, or another account's
     └── Invalid       (also a ValueError) a filter or cursor that cannot be used
+
+and ``svcgw.errors.NotFound`` (``what`` "instance" or "delivery"): no such
+instance or delivery, or another account's.
 """
 
 from __future__ import annotations
@@ -66,7 +68,7 @@ from svcgw.delivery.view import (
     state_of,
     stored_ids,
 )
-from svcgw.errors import Missing, SvcgwError
+from svcgw.errors import NotFound, SvcgwError
 from svcgw.intake.calllog import body_of, in_window, made_delivery, window_start
 from svcgw.storage.keys import KeySpace
 
@@ -76,7 +78,6 @@ __all__ = [
     "Delivery",
     "DeliveryListError",
     "Invalid",
-    "NotFound",
     "Page",
     "build",
     "event_ids",
@@ -100,10 +101,6 @@ MAX_LIMIT = 200
 
 class DeliveryListError(SvcgwError):
     """Base class of this module's errors."""
-
-
-class NotFound(DeliveryListError, Missing, LookupError):
-    """No such delivery or instance (or it belongs to another account)."""
 
 
 class Invalid(DeliveryListError, ValueError):
@@ -152,7 +149,7 @@ async def list_deliveries(
         raise Invalid(f"limit must be from 1 to {MAX_LIMIT}")
     owner = field_text(await redis.hget(keys.instance(appid), "account"))
     if not owner or (account is not None and owner != account):
-        raise NotFound(f"no instance {appid[:200]!r}")
+        raise NotFound(f"no instance {appid[:200]!r}", what="instance")
     moment = time.time() if now is None else now
     oldest = window_start(moment, settings.log_retention)
     log_key = keys.callback_log(appid)
@@ -201,7 +198,7 @@ async def show(
 ) -> Delivery:
     """One delivery with every attempt; ``NotFound`` if it expired (or is another account's)."""
     if not delivery_id or len(delivery_id) > 200:
-        raise NotFound("no such delivery")
+        raise NotFound("no such delivery", what="delivery")
     async with redis.pipeline(transaction=False) as pipe:
         pipe.hgetall(keys.delivery(delivery_id))  # with its attempt records, fields a1 .. aN
         pipe.lrange(keys.delivery_attempts(delivery_id), 0, -1)  # records of earlier versions
@@ -213,11 +210,11 @@ async def show(
         return await _show_delivered(redis, keys, settings, delivery_id, *named, account=account)
     data = {name: stored.get(name) for name in (*FIELDS, *_ID_FIELDS)}
     if account is not None and field_text(data["account"]) != account:
-        raise NotFound(f"no delivery {delivery_id!r}")
+        raise NotFound(f"no delivery {delivery_id!r}", what="delivery")
     attempts = attemptrecords.from_hash(stored, legacy)
     delivery = build(delivery_id, data, attempts, scheduled_at=field_float(scheduled))
     if delivery is None:
-        raise NotFound(f"no delivery {delivery_id!r}")
+        raise NotFound(f"no delivery {delivery_id!r}", what="delivery")
     return delivery
 
 
@@ -237,13 +234,14 @@ async def _show_delivered(
         pipe.xrange(keys.callback_log(appid), entry_id, entry_id)
         owner, rows = await pipe.execute()
     if not owner or (account is not None and field_text(owner) != account) or not rows:
-        raise NotFound(f"no delivery {delivery_id!r}")
+        raise NotFound(f"no delivery {delivery_id!r}", what="delivery")
     now = time.time()
     if not in_window(entry_id, now, settings.log_retention):
-        raise NotFound(f"no delivery {delivery_id!r}")  # its post is past the log's retention, as if trimmed
+        # Its post is past the log's retention, as if trimmed.
+        raise NotFound(f"no delivery {delivery_id!r}", what="delivery")
     posts = _Posts(appid, field_text(owner), now, settings.log_retention)
     if posts.delivery_of(entry_id, rows[0][1]) != delivery_id:
-        raise NotFound(f"no delivery {delivery_id!r}")
+        raise NotFound(f"no delivery {delivery_id!r}", what="delivery")
     return posts.delivered(delivery_id, entry_id, (await posts.outcomes(redis, keys, [entry_id])).get(entry_id))
 
 

@@ -51,8 +51,8 @@ from svcgw.config.settings import Settings
 from svcgw.delivery.chainkeys import member_keys
 from svcgw.intake.envelope import build_envelope
 from svcgw.storage.keys import KeySpace
-from svcgw.storage.rqformat import job_description, job_fields
-from svcgw.storage.scripts import text
+from svcgw.storage.rqformat import ENQUEUED_AT, job_description, job_fields
+from svcgw.storage.scripts import add_to_transaction
 
 __all__ = ["queue_delivery", "seq_pieces"]
 
@@ -80,7 +80,8 @@ def queue_delivery(
     ``chain``: the ids in the instance's service-event chain, as read under the transaction's
     WATCH of it (:mod:`svcgw.delivery.chainkeys`): the script touches their hashes, so it names them.
 
-    Only buffers: one ``EVAL`` of ``queue_delivery`` (:mod:`svcgw.storage.scripts`), which writes the same
+    Only buffers: one ``EVAL`` of ``queue_delivery``
+    (:func:`svcgw.storage.scripts.add_to_transaction`), which writes the same
     records as the ingest script writes for an accepted post, with the events
     as the envelope's ``events`` and nothing counted as a duplicate. It also
     gives each event the instance's next ``seq`` and queues the delivery
@@ -99,9 +100,7 @@ def queue_delivery(
         description=job_description(event_type, appid),
         failure_ttl=settings.dead_letter_retention,
     )
-    pipe.eval(
-        text("queue_delivery"),
-        8 + 2 * len(chain),
+    script_keys = [
         keys.delivery(delivery_id),
         keys.rq.job(delivery_id),
         queue_key,
@@ -111,6 +110,8 @@ def queue_delivery(
         keys.service_event_seq(appid),
         keys.rq.deferred(settings.queue_name),
         *member_keys(keys, chain),
+    ]
+    args = [
         appid,
         account,
         event_type,
@@ -119,13 +120,14 @@ def queue_delivery(
         delivery_id,
         queue_key,
         settings.log_retention,
-        job["enqueued_at"],
+        job[ENQUEUED_AT],
         len(chain),
         len(pieces),
         *chain,
         *pieces,
         *(part for name, value in job.items() for part in (name, value)),
-    )
+    ]
+    add_to_transaction(pipe, "queue_delivery", keys=script_keys, args=args)
 
 
 def seq_pieces(appid: str, event_type: str, events: Sequence[dict[str, Any]]) -> list[bytes]:

@@ -20,8 +20,9 @@ that does not exist.
 Errors::
 
     RetryNowError
-    ├── NotFound        (also a LookupError) no such delivery, or another account's
     └── NotRetrying     (also a ValueError) its state is not retrying, or its attempt is under way
+
+and ``svcgw.errors.NotFound`` (``what="delivery"``): no such delivery, or another account's.
 """
 
 from __future__ import annotations
@@ -33,19 +34,15 @@ from redis.asyncio import Redis
 from svcgw import deliveryid
 from svcgw.config.settings import Settings
 from svcgw.delivery import listing
-from svcgw.errors import Missing, SvcgwError
+from svcgw.errors import NotFound, SvcgwError
 from svcgw.storage.keys import KeySpace
 from svcgw.storage.scripts import register
 
-__all__ = ["NotFound", "NotRetrying", "RetryNowError", "retry_now"]
+__all__ = ["NotRetrying", "RetryNowError", "retry_now"]
 
 
 class RetryNowError(SvcgwError):
     """Base class of this module's errors."""
-
-
-class NotFound(RetryNowError, Missing, LookupError):
-    """No such delivery (or it belongs to another account)."""
 
 
 class NotRetrying(RetryNowError, ValueError):
@@ -57,7 +54,7 @@ async def retry_now(
 ) -> None:
     """Queue the delivery's next attempt at once; ``NotFound`` or ``NotRetrying`` when it cannot be."""
     if not delivery_id or len(delivery_id) > 200:
-        raise NotFound("no such delivery")
+        raise NotFound("no such delivery", what="delivery")
     queue_key = keys.rq.queue(settings.queue_name)
     script = register(redis, "retry_now")
     outcome = int(
@@ -76,12 +73,12 @@ async def retry_now(
         # Named by its post and without a record: delivered, if its post and outcome are still kept.
         try:
             await listing.show(redis, keys, settings, delivery_id, account=account)
-        except listing.NotFound:
-            pass
+        except NotFound:
+            pass  # not kept any more: not found, below
         else:
             raise NotRetrying(f"delivery {delivery_id} is delivered; only a retrying delivery can be retried now")
     if outcome == 0:
-        raise NotFound(f"no delivery {delivery_id!r}")
+        raise NotFound(f"no delivery {delivery_id!r}", what="delivery")
     if outcome == -1:
         state = await redis.hget(keys.delivery(delivery_id), "state")
         # A post's delivery has no state until an attempt ends (svcgw.storage.keys.delivery): pending.

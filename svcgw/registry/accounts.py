@@ -14,8 +14,8 @@ from datetime import date
 
 from redis.exceptions import WatchError
 
-from svcgw.errors import Rejected
-from svcgw.registry.base import NotFound, StoreBase, new_id
+from svcgw.errors import NotFound, Rejected
+from svcgw.registry.base import StoreBase, new_id
 from svcgw.registry.credentials import LoginTaken, normalise_login
 
 __all__ = ["Account", "AccountStore", "Denials", "OperatorDenied", "normalise_operation"]
@@ -101,7 +101,8 @@ class AccountStore(StoreBase):
         async with self.redis.pipeline(transaction=True) as pipe:
             if normalised is not None:
                 await pipe.watch(self.keys.login(normalised))
-                if await pipe.exists(self.keys.login(normalised)):
+                # GET, not EXISTS: a Cluster client's pipeline sends EXISTS (split by slot) only once buffered.
+                if await pipe.get(self.keys.login(normalised)) is not None:
                     raise LoginTaken(login or "")
                 pipe.multi()
                 pipe.set(self.keys.login(normalised), account_id)
@@ -126,7 +127,7 @@ class AccountStore(StoreBase):
             await pipe.watch(self.keys.login(normalised), self.keys.account(account_id))
             data = await pipe.hgetall(self.keys.account(account_id))
             if not data:
-                raise NotFound(f"no account {account_id!r}")
+                raise NotFound(f"no account {account_id!r}", what="account")
             holder = await pipe.get(self.keys.login(normalised))
             if holder is not None and holder != account_id:
                 raise LoginTaken(login)
@@ -145,7 +146,7 @@ class AccountStore(StoreBase):
     async def get_account(self, account_id: str) -> Account:
         data = await self.redis.hgetall(self.keys.account(account_id))
         if not data:
-            raise NotFound(f"no account {account_id!r}")
+            raise NotFound(f"no account {account_id!r}", what="account")
         devices = data.get("devices")
         return Account(
             id=account_id,

@@ -12,8 +12,9 @@ import time
 from dataclasses import dataclass
 
 from svcgw.digests import digest
+from svcgw.errors import NotFound
 from svcgw.registry.accounts import AccountStore
-from svcgw.registry.base import NotFound, new_id, optional_float
+from svcgw.registry.base import new_id, optional_float
 
 __all__ = ["MAX_LABEL_LENGTH", "ApiKey", "KeyStore", "check_label"]
 
@@ -70,7 +71,7 @@ class KeyStore(AccountStore):
     async def get_key(self, key_id: str) -> ApiKey:
         data = await self.redis.hgetall(self.keys.api_key(key_id))
         if not data:
-            raise NotFound(f"no key {key_id!r}")
+            raise NotFound(f"no key {key_id!r}", what="api key")
         return ApiKey(
             id=key_id,
             account=data["account"],
@@ -89,7 +90,7 @@ class KeyStore(AccountStore):
     async def revoke_key(self, key_id: str) -> ApiKey:
         data = await self.redis.hgetall(self.keys.api_key(key_id))
         if not data:
-            raise NotFound(f"no key {key_id!r}")
+            raise NotFound(f"no key {key_id!r}", what="api key")
         async with self.redis.pipeline(transaction=True) as pipe:
             pipe.hsetnx(self.keys.api_key(key_id), "revoked_at", repr(time.time()))
             # Dropping the look-up entry makes the very next call fail.

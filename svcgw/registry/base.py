@@ -1,5 +1,6 @@
-"""What every part of the store shares: its Redis client, names and vault, ``NotFound`` and ids.
+"""What every part of the store shares: its Redis client, names and vault, and ids.
 
+What is not found raises ``svcgw.errors.NotFound``, naming the thing (account, API key, instance, destination).
 API keys and receiver tokens are kept only as SHA-256 digests for look-up (:mod:`svcgw.digests`).
 """
 
@@ -10,18 +11,13 @@ from typing import TYPE_CHECKING, Any
 
 from redis.asyncio import Redis
 
-from svcgw.errors import Missing
 from svcgw.storage.keys import KeySpace
 from svcgw.vault import TokenVault
 
 if TYPE_CHECKING:
     from svcgw.registry.copies import ShardCopies
 
-__all__ = ["NotFound", "StoreBase", "new_id", "optional_float"]
-
-
-class NotFound(Missing, LookupError):
-    """The account, key or instance does not exist."""
+__all__ = ["StoreBase", "new_id", "optional_float"]
 
 
 def new_id(prefix: str) -> str:

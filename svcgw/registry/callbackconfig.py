@@ -16,8 +16,8 @@ from redis.exceptions import WatchError
 
 from svcgw.callbacks.destinations import Destination, choose_destination, new_signing_secret, open_secret
 from svcgw.callbacks.origins import same_origin
+from svcgw.errors import NotFound
 from svcgw.registry.accounts import AccountStore
-from svcgw.registry.base import NotFound
 from svcgw.registry.instances import InstanceStore
 from svcgw.storage.keys import KeySpace
 from svcgw.vault import VaultError
@@ -140,7 +140,7 @@ class CallbackStore(AccountStore, InstanceStore):
     async def destination(self, appid: str) -> Destination | None:
         account = await self.owner(appid)
         if account is None:
-            raise NotFound(f"no instance {appid!r}")
+            raise NotFound(f"no instance {appid!r}", what="instance")
         async with self.redis.pipeline(transaction=False) as pipe:
             pipe.hgetall(self.keys.callback_instance(appid))
             pipe.hgetall(self.keys.callback_account(account))

@@ -7,7 +7,9 @@ them read registry data with their keys, in the same round trip:
 * the ingest script checks the receiver token's look-up key and the
   instance's ``account`` (:mod:`svcgw.intake.ingest`);
 * the delivery queue's claim reads the instance's callback settings and its
-  account's default with each job (``worker.queue``).
+  account's default with each job (``worker.queue``);
+* delivery to further destinations reads their routing records and their
+  hashes (``docs/destinations.md``).
 
 So the instance's shard holds a copy of those: the look-up key and the
 instance hash's ``account`` and ``shard`` (written before the registry's
@@ -15,11 +17,14 @@ own, so that no token is handed out whose shard cannot take its posts; the
 shard's set of instances lists it, and its liveness is counted there), and
 the callback hashes, copied after every change on shard 0 -- an instance's
 to its shard, an account default to every other shard, as the account's
-instances may be on any of them. Copies are whole hashes (``DEL`` then
-``HSET`` in one transaction): a copy is as the registry is, never a merge.
-That costs a round trip per shard on the calls that change callback
-settings, and nothing on any other call. On one shard there is nothing to
-copy, and nothing here runs.
+instances may be on any of them. Further destinations are copied the same
+way (:meth:`ShardCopies.hashes`): a scope's routing record and the hashes of
+its destinations, an instance's to its shard, an account's to every other
+shard; a destination removed from the registry is removed from the copies.
+Copies are whole hashes (``DEL`` then ``HSET`` in one transaction): a copy is
+as the registry is, never a merge. That costs a round trip per shard on the
+calls that change callback settings or destinations, and nothing on any
+other call. On one shard there is nothing to copy, and nothing here runs.
 
 The instance's copies are the first write to its shard when it is created,
 so they are what finds the shard down: :class:`ShardUnavailable` says that
@@ -30,7 +35,7 @@ another shard instead (``receiver.gateway.operations``).
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
 from redis.asyncio import Redis
@@ -39,7 +44,7 @@ from redis.exceptions import RedisClusterException, RedisError
 from svcgw.digests import digest
 from svcgw.errors import Failure
 from svcgw.storage.keys import KeySpace
-from svcgw.storage.scripts import text
+from svcgw.storage.scripts import add_to_transaction
 
 
 class Scope(Protocol):
@@ -93,7 +98,7 @@ class ShardCopies:
                 pipe.set(keys.receiver_lookup(digest(token)), appid)
                 # One of the shard's instances: its liveness changes count in the shard's /metrics counts.
                 counts = (keys.instances, keys.metrics_instances, keys.instance(appid))
-                pipe.eval(text("liveness_registered"), len(counts), *counts, appid)
+                add_to_transaction(pipe, "liveness_registered", keys=counts, args=(appid,))
                 await pipe.execute()
         except (RedisError, RedisClusterException, OSError) as exc:
             raise ShardUnavailable(shard, exc) from exc
@@ -101,25 +106,40 @@ class ShardCopies:
     async def callback(self, scope: Scope) -> None:
         """Copy the callback hash of ``scope`` from the registry: an instance's to its shard, an account's to
         every shard."""
+        await self.hashes(scope.appid, lambda keys: [scope.key(keys)])
+
+    async def hashes(self, appid: str | None, names: Callable[[KeySpace], Sequence[str]]) -> None:
+        """Copy the hashes ``names`` gives for a shard's names from the registry: to the shard of ``appid``,
+        or, for None (an account's), to every shard; each in one transaction per shard.
+
+        A hash the registry does not have is deleted from the copies.
+        """
         if len(self.shards) == 1:
             return
         registry = self.spaces[0]
         async with self.registry.pipeline(transaction=False) as pipe:
-            pipe.hgetall(scope.key(registry))
-            if scope.appid is not None:
-                pipe.hget(registry.instance(scope.appid), "shard")
+            for name in names(registry):
+                pipe.hgetall(name)
+            if appid is not None:
+                pipe.hget(registry.instance(appid), "shard")
             found = await pipe.execute()
-        data: dict[str, str] = found[0]
-        if scope.appid is not None:
-            targets = [int(found[1])] if found[1] and found[1] != "0" else []
+        if appid is not None:
+            shard = found.pop()
+            targets = [int(shard)] if shard and shard != "0" else []
         else:
             targets = list(range(1, len(self.shards)))
-        await asyncio.gather(*(self._put(self.shards[index], scope.key(self.spaces[index]), data) for index in targets))
+        await asyncio.gather(
+            *(
+                self._put_all(self.shards[index], list(zip(names(self.spaces[index]), found, strict=True)))
+                for index in targets
+            )
+        )
 
     @staticmethod
-    async def _put(client: Any, key: str, data: dict[str, str]) -> None:
+    async def _put_all(client: Any, copies: Sequence[tuple[str, dict[str, str]]]) -> None:
         async with client.pipeline(transaction=True) as pipe:
-            pipe.delete(key)
-            if data:
-                pipe.hset(key, mapping=data)
+            for key, data in copies:
+                pipe.delete(key)
+                if data:
+                    pipe.hset(key, mapping=data)
             await pipe.execute()

@@ -18,9 +18,10 @@ from redis.asyncio.client import Pipeline
 
 from svcgw.config.shards import Shard
 from svcgw.digests import digest
-from svcgw.registry.base import NotFound, StoreBase
+from svcgw.errors import NotFound
+from svcgw.registry.base import StoreBase
 from svcgw.shards.placement import instance_counts, token_for_shard
-from svcgw.storage.scripts import text
+from svcgw.storage.scripts import add_to_transaction
 
 __all__ = ["Instance", "InstanceStore"]
 
@@ -66,13 +67,11 @@ class InstanceStore(StoreBase):
             pipe.sadd(self.keys.account_instances(account_id), appid)
             if shard == 0:
                 # Adds it to every instance and, when it is new, to the instance counts of /metrics.
-                pipe.eval(
-                    text("liveness_registered"),
-                    3,
-                    self.keys.instances,
-                    self.keys.metrics_instances,
-                    self.keys.instance(appid),
-                    appid,
+                add_to_transaction(
+                    pipe,
+                    "liveness_registered",
+                    keys=(self.keys.instances, self.keys.metrics_instances, self.keys.instance(appid)),
+                    args=(appid,),
                 )
             else:  # counted by its own shard, where its liveness is (svcgw.registry.copies)
                 pipe.sadd(self.keys.instances, appid)
@@ -82,7 +81,7 @@ class InstanceStore(StoreBase):
     async def get_instance(self, appid: str) -> Instance:
         data = await self.redis.hgetall(self.keys.instance(appid))
         if not data or "account" not in data:
-            raise NotFound(f"no instance {appid!r}")
+            raise NotFound(f"no instance {appid!r}", what="instance")
         public = {k: v for k, v in data.items() if k != "receiver_token"}
         return Instance(appid, data["account"], float(data.get("created_at", "0")), public)
 
@@ -117,5 +116,5 @@ class InstanceStore(StoreBase):
     async def receiver_token(self, appid: str) -> str:
         sealed = await self.redis.hget(self.keys.instance(appid), "receiver_token")
         if not sealed:
-            raise NotFound(f"no instance {appid!r}")
+            raise NotFound(f"no instance {appid!r}", what="instance")
         return self.vault.open(sealed)

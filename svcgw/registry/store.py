@@ -8,7 +8,10 @@ key names live in ``svcgw.storage.keys``. Each concept has a module of its own, 
 * :mod:`svcgw.registry.apikeys`: API keys;
 * :mod:`svcgw.registry.instances`: instances and their receiver tokens;
 * :mod:`svcgw.registry.callbackconfig`: callback addresses, signing secrets, Bearer tokens;
-* :mod:`svcgw.registry.base`: what they share (``NotFound``, :func:`digest`).
+* :mod:`svcgw.registry.destinations`: further destinations, beside the primary address;
+* :mod:`svcgw.registry.base`: what they share (the client, names and vault, ids).
+
+What does not exist raises ``svcgw.errors.NotFound``, whose ``what`` names the thing.
 
 Here, too: re-sealing every stored secret under the vault's first key
 (:meth:`Store.reseal_tokens`, :meth:`Store.reseal_secrets`).
@@ -19,8 +22,8 @@ from __future__ import annotations
 from svcgw.callbacks.destinations import seal_secret
 from svcgw.registry.accounts import Account, Denials, OperatorDenied, normalise_operation
 from svcgw.registry.apikeys import MAX_LABEL_LENGTH, ApiKey, KeyStore, check_label
-from svcgw.registry.base import NotFound
 from svcgw.registry.callbackconfig import CallbackConfig, CallbackStore, Scope
+from svcgw.registry.destinations import DestinationStore
 from svcgw.registry.instances import Instance
 
 __all__ = [
@@ -30,7 +33,6 @@ __all__ = [
     "CallbackConfig",
     "Denials",
     "Instance",
-    "NotFound",
     "OperatorDenied",
     "Scope",
     "Store",
@@ -39,12 +41,12 @@ __all__ = [
 ]
 
 
-class Store(KeyStore, CallbackStore):
-    """Accounts, API keys, instances and callback configuration on one client and vault."""
+class Store(KeyStore, CallbackStore, DestinationStore):
+    """Accounts, API keys, instances, callback configuration and further destinations on one client and vault."""
 
     async def reseal_tokens(self) -> int:
         """Re-encrypt every stored Bearer and receiver token under the first key."""
-        count = 0
+        count = await self.reseal_destinations("token")
         for account_id in await self.redis.smembers(self.keys.accounts):
             count += await self._reseal_callback(Scope(account=account_id), "token")
         for appid in await self.redis.smembers(self.keys.instances):
@@ -54,7 +56,7 @@ class Store(KeyStore, CallbackStore):
 
     async def reseal_secrets(self) -> int:
         """Seal every stored signing secret under the first key: those in clear from before, and sealed ones."""
-        count = 0
+        count = await self.reseal_destinations("secret")
         for account_id in await self.redis.smembers(self.keys.accounts):
             count += await self._reseal_callback(Scope(account=account_id), "secret", clear_ok=True)
         for appid in await self.redis.smembers(self.keys.instances):

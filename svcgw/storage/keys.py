@@ -174,6 +174,35 @@ class KeySpace:
         """Hash: url, secret, token (encrypted), updated_at: the instance's own."""
         return f"{self.prefix}callback:instance:{appid}"
 
+    # --- further destinations (svcgw.registry.destinations, docs/destinations.md) -----
+    def destination(self, destination_id: str) -> str:
+        """Hash of one further destination: scope (``account`` or ``instance``), account, appid (an instance's
+        only), label, url, secret (sealed), token (sealed; absent when none), event_types (comma-separated;
+        empty: every type), rate (deliveries per second; empty: no limit), enabled (``1`` or ``0``),
+        created_at, updated_at.
+
+        The registry's, and the copy the shards that deliver for its scope read (svcgw.registry.copies).
+        """
+        return f"{self.prefix}destination:{destination_id}"
+
+    def destinations_account(self, account_id: str) -> str:
+        """Set of the ids of the account's own further destinations (those for all its instances)."""
+        return f"{self.prefix}destinations:account:{account_id}"
+
+    def destinations_instance(self, appid: str) -> str:
+        """Set of the ids of the instance's own further destinations."""
+        return f"{self.prefix}destinations:instance:{appid}"
+
+    def routes_account(self, account_id: str) -> str:
+        """Hash: the routing record of the account's further destinations (svcgw.callbacks.routes), copied to
+        every shard."""
+        return f"{self.prefix}routes:account:{account_id}"
+
+    def routes_instance(self, appid: str) -> str:
+        """Hash: the routing record of the instance's own further destinations (svcgw.callbacks.routes), copied
+        to the instance's shard."""
+        return f"{self.prefix}routes:instance:{appid}"
+
     # --- ingest: callback log and de-duplication --------------------------------
     def callback_log(self, appid: str) -> str:
         """Stream of posts as received: body (compressed when that pays, svcgw.intake.calllog), received_at,

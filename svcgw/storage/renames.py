@@ -99,16 +99,27 @@ async def tag_instances(redis: Redis, keys: KeySpace) -> Retagged:
 
 
 # --- a Cluster's names with two tags -----------------------------------------------------------
+# The names that carried the instance's tag inside the shard's (``KeySpace._own``), by family: the
+# log, the outcomes, the dead index, the de-duplication window (a container, or a bucket ``:<n>``),
+# the late outcomes ``:<n>``, the service-event list and its seq.
+_TWO_TAGS = re.compile(r"(\{[^{}]*\}svcgw:(log|out|dead|dd|late|instance):)\{([^{}]+)\}(.*)", re.DOTALL)
+_TAILS = {
+    "log": re.compile(""), "out": re.compile(""), "dead": re.compile(""), "dd": re.compile(r"(?::\d+)?"),
+    "late": re.compile(r":\d+"), "instance": re.compile(":(?:service-events|seq)"),
+}  # fmt: skip
+
+
 def one_tag_name(name: str) -> str | None:
     """``name`` with its second tag's braces taken out (``{s3}svcgw:log:{we_1}`` -> ``{s3}svcgw:log:we_1``);
-    None for a name with one tag."""
+    None for any other name.
+
+    Only an instance's own names had a second tag. Braces anywhere else are data, kept as they are
+    under every version: an e-mail login ``a{b}c@example.com`` is ``{s0}svcgw:login:a{b}c@example.com``.
+    """
     match = _TWO_TAGS.fullmatch(name)
-    if match is None:
+    if match is None or _TAILS[match.group(2)].fullmatch(match.group(4)) is None:
         return None
-    return match.group(1) + match.group(2) + match.group(3)
-
-
-_TWO_TAGS = re.compile(r"(\{[^}]*\}svcgw:[^{]*)\{([^}]*)\}(.*)", re.DOTALL)
+    return match.group(1) + match.group(3) + match.group(4)
 
 
 async def one_tag(redis: AsyncRedisCluster, keys: KeySpace) -> Retagged:

@@ -1,12 +1,34 @@
-"""What the service knows of RQ's formats: its key names, per shard, from RQ's own classes.
+"""Everything the service knows of RQ's formats, in one place.
 
 Deliveries are RQ jobs, so that rq-dashboard, ``rq info`` and ``rq requeue`` see them, but
-``svcgw worker`` runs them itself and the service's scripts write RQ's keys directly. Every name
-they write is RQ's own, read off RQ's class attributes here (``Job.redis_job_namespace_prefix``,
-``Queue.redis_queue_namespace_prefix``, ``Queue.redis_queues_keys``, each registry's
-``key_template``, the worker registration's), never spelt out again: an RQ release that renames
-one renames it for the service too, and ``tests/svcgw/test_rqformat.py`` holds what the service
-writes to what RQ's API reads.
+``svcgw worker`` runs them itself and the service's scripts write RQ's keys directly. What they
+write is RQ's own, read off RQ here and spelt nowhere else in Python:
+
+* **key names, per shard** (:class:`RqNames`, :func:`classes`): a job's hash, a queue, the set of
+  queues, the failed, scheduled and deferred registries, a worker's hash and the sets of workers,
+  from RQ's class attributes (``Job.redis_job_namespace_prefix``,
+  ``Queue.redis_queue_namespace_prefix``, ``Queue.redis_queues_keys``, each registry's
+  ``key_template``, ``Worker.redis_worker_namespace_prefix``, ``Worker.redis_workers_keys``) and
+  ``worker_registration.WORKERS_BY_QUEUE_KEY``;
+* **the job hash** (:class:`JobTemplate`, :func:`job_fields`): what RQ's own ``Job.create`` writes
+  for a delivery (:func:`job_fields_by_rq`, the reference), its function (:data:`FUNC_NAME`), the
+  JSON serializer (:data:`SERIALIZER`), the description rq-dashboard shows
+  (:func:`job_description`) and a dead letter's error text (:func:`exc_info_field`);
+* **a job's statuses and the fields the Lua scripts set** (:data:`QUEUED` .. :data:`DEFERRED`,
+  :data:`SCRIPT_STATUSES`, :data:`SCRIPT_FIELDS`): a script is one text sent as it is, so
+  ``svcgw/storage/lua/*.lua`` spell them as literals, and the tests hold each literal to the
+  names here;
+* **times** (:func:`rq_time`, :func:`rq_now`): as RQ writes them into its hashes;
+* **the registries' scores**: a retry is scored by when it is due and a service event waiting in
+  the deferred registry by when it was deferred, as RQ scores them; a dead letter by when it
+  expires (:func:`failed_score`, :func:`failed_live`);
+* **a worker's registration** (:func:`worker_fields`, :func:`worker_heartbeat`,
+  :func:`worker_death` and the fields RQ's worker counts in): what ``svcgw worker`` writes so that
+  ``Worker.all``, ``rq info`` and rq-dashboard list it (``worker.presence``).
+
+``tests/svcgw/storage/test_rqformat.py`` holds what the service writes to what RQ's own API and
+command line read (``Job.fetch``, ``Queue``, the registries, ``Worker.all``, ``rq info``,
+``rq requeue``): an RQ release that changes a format fails a test there, not production.
 
 On a Redis Cluster each shard has its own set of RQ classes, whose names carry the shard's tag
 in front (:func:`classes`): ``{s3}rq:job:<id>``. RQ's tools are not Cluster clients, so there
@@ -22,7 +44,7 @@ import sys
 import zlib
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, Final
 
 from redis import Redis
 from rq import worker_registration
@@ -32,22 +54,38 @@ from rq.registry import DeferredJobRegistry, FailedJobRegistry, ScheduledJobRegi
 from rq.serializers import JSONSerializer
 from rq.utils import utcformat
 from rq.version import VERSION as RQ_VERSION
-from rq.worker import Worker
+from rq.worker import Worker, WorkerStatus
 
 __all__ = [
+    "DEFERRED",
+    "ENQUEUED_AT",
+    "FAILED",
     "FUNC_NAME",
+    "QUEUED",
+    "SCHEDULED",
+    "SCRIPT_FIELDS",
+    "SCRIPT_STATUSES",
+    "SERIALIZER",
+    "STARTED",
+    "WORKER_COUNTS",
+    "WORKER_CURRENT_JOB",
+    "WORKER_KEPT_DEAD",
     "JobTemplate",
     "RqClasses",
     "RqNames",
     "classes",
     "exc_info_field",
+    "failed_live",
+    "failed_score",
     "job_description",
     "job_fields",
     "job_fields_by_rq",
     "rq_now",
     "rq_time",
     "template",
+    "worker_death",
     "worker_fields",
+    "worker_heartbeat",
 ]
 
 
@@ -118,7 +156,7 @@ class RqNames:
         self.queues: str = rq.queue.redis_queues_keys
         # A worker's hash is ``worker_prefix + name``; ``workers`` lists every worker's.
         self.worker_prefix = tag + Worker.redis_worker_namespace_prefix
-        self.workers = tag + worker_registration.REDIS_WORKER_KEYS
+        self.workers = tag + Worker.redis_workers_keys
 
     def job(self, job_id: str) -> str:
         """RQ's job hash."""
@@ -129,7 +167,7 @@ class RqNames:
         return self._queue + queue_name
 
     def failed(self, queue_name: str) -> str:
-        """RQ's failed registry: dead letters, scored by expiry."""
+        """RQ's failed registry: dead letters, scored by expiry (:func:`failed_score`)."""
         return self._registries["failed"].format(queue_name)
 
     def scheduled(self, queue_name: str) -> str:
@@ -137,16 +175,19 @@ class RqNames:
         return self._registries["scheduled"].format(queue_name)
 
     def deferred(self, queue_name: str) -> str:
-        """RQ's deferred registry: service events waiting for an earlier one of their instance."""
+        """RQ's deferred registry: service events waiting for an earlier one of their instance, scored by
+        when they were deferred (``DeferredJobRegistry.add``: the time)."""
         return self._registries["deferred"].format(queue_name)
 
     def workers_of(self, queue_name: str) -> str:
-        """The set of the workers of one queue."""
+        """The set of the workers of one queue (RQ names it in its module, not on a class)."""
         return self.tag + worker_registration.WORKERS_BY_QUEUE_KEY % queue_name
 
 
 # --- the job hash ---------------------------------------------------------------
 FUNC_NAME = "worker.jobs.deliver"
+# How a job's function and arguments are kept in its hash (``data``); RQ's tools are given it.
+SERIALIZER: Final = JSONSerializer
 
 # Job.create wants a connection but only builds the object here; a client
 # opens no socket until it sends a command, and this one never does.
@@ -157,7 +198,7 @@ class JobTemplate:
 
     Only four fields differ between deliveries (the id inside ``data``, the
     description and the two times); the rest is copied from the template.
-    ``tests/worker/test_jobs.py`` holds the result equal to what
+    ``tests/svcgw/storage/test_rqformat.py`` holds the result equal to what
     ``Job.create`` writes.
     """
 
@@ -199,7 +240,7 @@ class JobTemplate:
     @staticmethod
     def _varying(delivery_id: str, description: str, now: datetime | None) -> dict[str, Any]:
         stamp = utcformat(now or datetime.now(UTC).replace(tzinfo=None))
-        # What Job.data holds for deliver(delivery_id) (JSONSerializer.dumps),
+        # What Job.data holds for deliver(delivery_id) (SERIALIZER.dumps),
         # compressed as Job.to_dict does.
         data = zlib.compress(json.dumps((FUNC_NAME, None, [delivery_id], {})).encode("utf-8"))
         return {"created_at": stamp, "enqueued_at": stamp, "description": description, "data": data}
@@ -245,7 +286,7 @@ def job_fields_by_rq(
         args=[delivery_id],
         id=delivery_id,
         connection=_UNUSED_CONNECTION,
-        serializer=JSONSerializer,
+        serializer=SERIALIZER,
         result_ttl=0,
         failure_ttl=failure_ttl,
         description=description,
@@ -261,8 +302,28 @@ def job_fields_by_rq(
     return fields
 
 
+# --- a job's statuses, and what the scripts set in a job hash --------------------------------
+QUEUED: Final[str] = JobStatus.QUEUED.value
+SCHEDULED: Final[str] = JobStatus.SCHEDULED.value  # a retry, due at its score
+STARTED: Final[str] = JobStatus.STARTED.value  # claimed: an attempt under way
+FAILED: Final[str] = JobStatus.FAILED.value  # a dead letter
+DEFERRED: Final[str] = JobStatus.DEFERRED.value  # a service event behind an earlier one of its instance
+
+# What the Lua scripts (svcgw/storage/lua/) set in a job hash as they move a job on, spelt there as
+# literals: a script is one text, sent as it is, and names passed in with every call would cost
+# every call their bytes. tests/svcgw/storage/test_rqformat.py holds every status and field a
+# script spells to these, and these to RQ's Job.
+SCRIPT_STATUSES: Final = frozenset((QUEUED, SCHEDULED, STARTED, FAILED, DEFERRED))
+ENQUEUED_AT: Final = "enqueued_at"
+SCRIPT_FIELDS: Final = frozenset(("status", ENQUEUED_AT, "started_at", "worker_name", "ended_at", "exc_info"))
+
+
 def exc_info_field(text: str) -> bytes:
-    """RQ keeps a failed job's error text zlib-compressed in the job hash."""
+    """A failed job's error text, zlib-compressed, as RQ reads it from the job hash (``Job.restore``).
+
+    RQ 2's own worker writes it to a results stream instead and ``job.exc_info`` reads this field
+    where the stream has none, as for every dead letter here (what rq-dashboard shows).
+    """
     return zlib.compress(text.encode("utf-8"))
 
 
@@ -276,9 +337,30 @@ def rq_now() -> str:
     return rq_time(datetime.now(UTC).replace(tzinfo=None))
 
 
+# --- the registries' scores -------------------------------------------------------------
+def failed_score(died_at: float, failure_ttl: float) -> float:
+    """A dead letter's score in RQ's failed registry: when it expires, as ``FailedJobRegistry.add`` scores it."""
+    return died_at + failure_ttl
+
+
+def failed_live(score: float, now: float) -> bool:
+    """Whether a failed registry's member of this score is still a dead letter: RQ's cleanup drops it once passed."""
+    return score > now
+
+
 # --- a worker's registration ----------------------------------------------------------
+# The fields of a worker's hash that RQ's worker keeps as it runs jobs: the job it holds
+# (``set_current_job_id``), and its counts (``increment_successful_job_count``,
+# ``increment_failed_job_count``, ``increment_total_working_time``: HINCRBY, HINCRBYFLOAT).
+WORKER_CURRENT_JOB: Final = "current_job"
+WORKER_COUNTS: Final = ("successful_job_count", "failed_job_count", "total_working_time")
+# Seconds a dead worker's hash is kept (``register_death``).
+WORKER_KEPT_DEAD: Final = 60
+
+
 def worker_fields(queue_name: str, *, pid: int, hostname: str, now: str) -> dict[Any, str | int]:
     """The hash of a worker that was just born, as RQ's ``register_birth`` writes it (``Worker.all`` reads it)."""
+    successful, failed, working = WORKER_COUNTS
     return {
         "birth": now,
         "last_heartbeat": now,
@@ -288,11 +370,21 @@ def worker_fields(queue_name: str, *, pid: int, hostname: str, now: str) -> dict
         "ip_address": "",
         "version": RQ_VERSION,
         "python_version": sys.version,
-        "state": "idle",
-        "successful_job_count": 0,
-        "failed_job_count": 0,
-        "total_working_time": 0,
+        "state": WorkerStatus.IDLE.value,
+        successful: 0,
+        failed: 0,
+        working: 0,
     }
+
+
+def worker_heartbeat(now: str, *, busy: bool) -> dict[Any, str]:
+    """What a heartbeat sets: RQ's ``heartbeat`` (the time) and ``set_state`` (busy while it holds a job)."""
+    return {"last_heartbeat": now, "state": (WorkerStatus.BUSY if busy else WorkerStatus.IDLE).value}
+
+
+def worker_death(now: str) -> dict[Any, str]:
+    """RQ's ``register_death``: when; and the state ``rq info`` and rq-dashboard show of it."""
+    return {"death": now, "state": "dead"}
 
 
 # What a job description may repeat of a delivery: rq-dashboard prints the

@@ -1,30 +1,45 @@
 """The service's Lua scripts: one registry, one ``.lua`` file each under ``svcgw/storage/lua/``.
 
 Each file starts with a comment that names its KEYS and ARGV. Every file is
-read once. A caller asks for a script by name: :func:`register` gives it a
-script object of its client (done once, when the caller is built), or
-:func:`text` the whole text for a ``pipe.eval``.
+read once. Every script the service runs is run through here, asked for by
+name (:func:`names` lists them), in one of three ways:
+
+* :func:`register`: a script object of the caller's client, made once when the
+  caller is built; each call is an ``EVALSHA``, the script loaded again when
+  Redis lost it;
+* :func:`add_to_transaction`: one call added to a ``MULTI`` pipeline, as an
+  ``EVAL`` of the whole text. Not ``EVALSHA``: a script missing from Redis
+  (a restart, ``SCRIPT FLUSH``) between the pipeline's load and its ``EXEC``
+  would fail that one command while the transaction's others are applied;
+  ``EVAL`` cannot be missing;
+* :func:`batched`: the calls made in one turn of the event loop sent
+  together (:mod:`svcgw.storage.scriptbatch`), for the gateway's admission.
 
 Some scripts call code they share with others or keep apart: ``delivery.lua``
-(the one writer of a delivery), ``chain.lua`` (service events' order) and
-``dedup.lua`` (the de-duplication window). Those are
-put together here, once, the shared parts first (:data:`_PARTS`). The
-gateway's admission script runs a whole script of its own as a function
-(:data:`_FUNCTIONS`): ``rate_window.lua``, also run alone by the rate
-limiter. No caller joins script text itself.
+(the one writer of a delivery), ``chain.lua`` (service events' order),
+``dedup.lua`` (the de-duplication window) and ``clock.lua`` (the time of a
+call in milliseconds, the caller's or Redis's). Those are put together here,
+once, the shared parts first (:data:`_PARTS`). The gateway's admission
+script runs a whole script of its own as a function (:data:`_FUNCTIONS`):
+``rate_window.lua``, also run alone by the rate limiter; both read the clock
+of ``clock.lua``, which comes once, before either. No caller joins script
+text itself.
 """
 
 from __future__ import annotations
 
 import functools
+from collections.abc import Sequence
 from importlib import resources
-from typing import overload
+from typing import Any, overload
 
 from redis import Redis
 from redis.asyncio import Redis as AsyncRedis
 from redis.commands.core import AsyncScript, Script
 
-__all__ = ["register", "source", "text"]
+from svcgw.storage.scriptbatch import ScriptBatch
+
+__all__ = ["ScriptBatch", "add_to_transaction", "batched", "names", "register", "source", "text"]
 
 # The scripts made of several files, in order: what they call first, the script itself last.
 _PARTS: dict[str, tuple[str, ...]] = {
@@ -34,11 +49,15 @@ _PARTS: dict[str, tuple[str, ...]] = {
     # answered a destination being probed, moves what the destination is allowed.
     "queue_finish": ("chain", "probing", "queue_finish"),
     "chain_advance": ("chain", "chain_advance"),
+    # The windows of calls: one clock.
+    "rate_window": ("clock", "rate_window"),
+    "gateway_admit": ("clock", "gateway_admit"),
+    "signin_reserve": ("clock", "signin_reserve"),
 }
 
 # The scripts that run others whole, each as a local function ``name(KEYS, ARGV)`` defined before
 # the script, so that what they share has one implementation: the gateway's admission counts its
-# call in the rate windows as the rate limiter does.
+# call in the rate windows as the rate limiter does. The function's own shared parts come first.
 _FUNCTIONS: dict[str, tuple[str, ...]] = {
     "gateway_admit": ("rate_window",),
 }
@@ -50,13 +69,28 @@ def source(name: str) -> str:
     return resources.files("svcgw.storage").joinpath("lua", f"{name}.lua").read_text(encoding="utf-8")
 
 
+def _shared(name: str) -> tuple[str, ...]:
+    return _PARTS.get(name, (name,))[:-1]
+
+
+@functools.cache
+def names() -> tuple[str, ...]:
+    """Every script the service runs, by name: the files under ``lua/`` but the parts only others include."""
+    parts = {part for name in _PARTS for part in _shared(name)}
+    files = resources.files("svcgw.storage").joinpath("lua").iterdir()
+    return tuple(sorted({f.name.removesuffix(".lua") for f in files if f.name.endswith(".lua")} - parts))
+
+
 @functools.cache
 def text(name: str) -> str:
-    """The whole script ``name``: its file, after the code it calls (the functions, then the shared files)."""
-    functions = "".join(
-        f"local function {function}(KEYS, ARGV)\n{source(function)}\nend\n" for function in _FUNCTIONS.get(name, ())
-    )
-    return functions + "\n".join(source(part) for part in _PARTS.get(name, (name,)))
+    """The whole script ``name``: the shared parts (its functions' first), the functions, then its file."""
+    functions = _FUNCTIONS.get(name, ())
+    shared = dict.fromkeys(part for script in (*functions, name) for part in _shared(script))
+    return "\n".join([
+        *(source(part) for part in shared),
+        *(f"local function {function}(KEYS, ARGV)\n{source(function)}\nend" for function in functions),
+        source(name),
+    ])  # fmt: skip
 
 
 @overload
@@ -66,3 +100,16 @@ def register(redis: Redis, name: str) -> Script: ...
 def register(redis: AsyncRedis | Redis, name: str) -> AsyncScript | Script:
     """The script ``name`` registered with ``redis`` (EVALSHA, loaded again when Redis lost it)."""
     return redis.register_script(text(name))
+
+
+def add_to_transaction(pipe: Any, name: str, *, keys: Sequence[Any], args: Sequence[Any]) -> None:
+    """Add one call of the script ``name`` to ``pipe`` (sync or asyncio, in MULTI mode): an ``EVAL``.
+
+    Only buffers; its answer is the script's, in its place among the transaction's answers.
+    """
+    pipe.eval(text(name), len(keys), *keys, *args)
+
+
+def batched(redis: AsyncRedis, name: str) -> ScriptBatch:
+    """The script ``name`` for callers on one event loop: each turn's calls sent as one pipeline."""
+    return ScriptBatch(register(redis, name))

@@ -17,7 +17,7 @@ It has two projections, because its two audiences are told different things:
   instance hash, the forward address with its source ("none" without one),
   and the dead-letter count.
 
-A missing instance raises ``svcgw.registry.store.NotFound``; :func:`load_many` skips
+A missing instance raises ``svcgw.errors.NotFound``; :func:`load_many` skips
 ids that an index still lists but whose record is gone.
 
 With several shards (``shards``: clients by shard index), the liveness
@@ -36,9 +36,10 @@ from redis.asyncio import Redis
 from svcgw.callbacks.destinations import Destination
 from svcgw.config.settings import Settings
 from svcgw.delivery import deadletters
+from svcgw.errors import NotFound
 from svcgw.intake import calllog
 from svcgw.liveness import transitions
-from svcgw.registry.store import NotFound, Store
+from svcgw.registry.store import Store
 from svcgw.shards.clients import ShardRedis
 from svcgw.shards.routing import shard_client
 from svcgw.storage.keys import KeySpace

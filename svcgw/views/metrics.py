@@ -90,6 +90,7 @@ async def snapshot(
         pipe.llen(keys.rq.queue(queue_name))
         pipe.zcard(keys.inflight(queue_name))
         pipe.zcard(keys.rq.scheduled(queue_name))
+        # Dead letters: the failed registry's members scored after now (svcgw.storage.rqformat.failed_live).
         pipe.zcount(keys.rq.failed(queue_name), f"({now}", "+inf")
         pipe.hgetall(keys.metrics_instances)
         pipe.hgetall(keys.failing_destinations)

@@ -235,7 +235,12 @@ def test_2100_trickling_bodies_from_one_address_leave_the_server_to_others(env: 
             healthz()
             time.sleep(0.5)
         assert not conns, f"{len(conns)} trickling bodies still open {time.monotonic() - opened:.1f} s on"
-        assert len(timed_out) == held and all(answer.startswith(b"HTTP/1.1 408 ") for answer in timed_out)
+        # A byte sent after the server's 408 and close can meet a reset that drops the 408 unread (the
+        # kernel discards what the reset overtakes), on a busy machine more often: every answer read is
+        # a 408, and most are read.
+        answered = [answer for answer in timed_out if answer]
+        assert len(timed_out) == held and all(answer.startswith(b"HTTP/1.1 408 ") for answer in answered)
+        assert len(answered) >= held // 2, (len(answered), held)
         assert max(waits) < 2.0 and len(waits) > 40, (len(waits), max(waits))
         log = process.output()
         assert "Traceback" not in log and "client 127.0.0.2 holds 256 connections" in log

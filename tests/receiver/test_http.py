@@ -163,3 +163,22 @@ def test_a_refusal_is_the_gateways_json_with_its_rows_status_and_its_headers() -
     assert orjson.loads(response.body) == {"code": -42900, "message": errors.RATE_LIMITED.message, "data": None}
     told = refusal_response(GatewayError(errors.NOT_FOUND, "no such appid"))
     assert (told.status_code, told.body) == (404, b'{"code":-40404,"message":"no such appid","data":null}')
+
+
+def test_a_plain_refusal_is_one_line_of_text_with_its_status_and_headers() -> None:
+    from receiver.http import plain_answer
+    from svcgw import errors
+    from svcgw.errors import PlainRefusal
+
+    answer = plain_answer(PlainRefusal(errors.METRICS_TOKEN_REQUIRED, headers={"WWW-Authenticate": "Bearer"}))
+    assert (answer.status_code, answer.body) == (401, b"a bearer token is required\n")
+    assert answer.headers["content-type"] == "text/plain; charset=utf-8"
+    assert answer.headers["www-authenticate"] == "Bearer"
+    told = plain_answer(PlainRefusal(errors.DASHBOARD_NOT_FOUND, "not found in the dashboard: no shard 3"))
+    assert (told.status_code, told.body) == (404, b"not found in the dashboard: no shard 3\n")
+
+
+def test_the_operators_endpoints_raise_and_the_app_answers_in_text(client: TestClient) -> None:
+    missing = client.get("/docs/swagger-ui.js.map")
+    assert (missing.status_code, missing.text) == (404, "not found\n")
+    assert missing.headers["content-type"] == "text/plain; charset=utf-8"

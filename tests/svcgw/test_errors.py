@@ -16,10 +16,15 @@ import receiver
 import svcgw
 import worker
 from svcgw import errors
-from svcgw.errors import ErrorKind, Failure, GatewayError, Missing, Refusal, Rejected, SvcgwError
+from svcgw.errors import ErrorKind, Failure, GatewayError, Missing, NotFound, Refusal, Rejected, Rows, SvcgwError
 
 ROOT = Path(svcgw.__file__).parent.parent
-EVERY_KIND: tuple[ErrorKind, ...] = (*errors.ALL_KINDS, *errors.RECEIVER_KINDS, *errors.CONSOLE_KINDS)
+EVERY_KIND: tuple[ErrorKind, ...] = (
+    *errors.ALL_KINDS,
+    *errors.RECEIVER_KINDS,
+    *errors.CONSOLE_KINDS,
+    *errors.PLAIN_KINDS,
+)
 
 
 def _modules(package: object) -> list[object]:
@@ -87,13 +92,12 @@ def test_every_exception_of_the_service_is_under_the_one_root() -> None:
 
 
 def test_the_branches_keep_the_builtin_bases_callers_catch() -> None:
+    from receiver.console.qrattempt import AttemptGone
     from receiver.console.web import ConsoleHTTPError, RateLimited
     from receiver.http import BodyTooLarge, ConflictingKeys
     from svcgw.callbacks.addresses import AddressError
     from svcgw.callbacks.outbound import SendError
-    from svcgw.delivery.deadletters import NotFound as DeadLetterNotFound
     from svcgw.intake.ingest import ReplicaNotConfirmed, UnknownReceiver
-    from svcgw.registry.store import NotFound
     from svcgw.upstream import UpstreamError
     from svcgw.vault import VaultError
 
@@ -101,7 +105,7 @@ def test_the_branches_keep_the_builtin_bases_callers_catch() -> None:
     assert issubclass(GatewayError, Refusal)
     assert issubclass(AddressError, Rejected) and issubclass(AddressError, ValueError)
     assert issubclass(BodyTooLarge, Rejected) and issubclass(ConflictingKeys, Rejected)
-    for missing in (NotFound, DeadLetterNotFound, UnknownReceiver):
+    for missing in (NotFound, UnknownReceiver, AttemptGone):
         assert issubclass(missing, Missing) and issubclass(missing, LookupError)
     for failure in (UpstreamError, SendError, VaultError):
         assert issubclass(failure, Failure) and not issubclass(failure, (Rejected, Refusal, Missing))
@@ -143,16 +147,73 @@ def _handlers_of(path: Path, names: tuple[str, ...]) -> int:
     )
 
 
-def test_each_surface_maps_refusals_in_one_place() -> None:
-    # The gateway: one clause turns a refusal or a storage failure into the answer (for HTTP and invoke).
-    gateway = ROOT / "receiver" / "gateway"
-    assert _handlers_of(gateway / "handlers.py", ("GatewayError", "RedisError")) == 1
-    # The receiver: one clause, one mapping.
-    assert _handlers_of(ROOT / "receiver" / "endpoint" / "receive.py", ("RedisError", "BodyTooLarge")) == 1
-    # The console's JSON API: every handler's errors go through web.console_refusal, in one clause.
-    assert _handlers_of(ROOT / "receiver" / "console" / "api.py", ("ConsoleHTTPError", "RedisError")) == 1
-    # The CLI: every administration command through admin_command.
+def _callers_of(function: str) -> set[str]:
+    """The modules of the HTTP role that call ``function``."""
+    return {
+        str(path.relative_to(ROOT))
+        for path in (ROOT / "receiver").rglob("*.py")
+        if any(
+            isinstance(node, ast.Call) and ast.unparse(node.func).split(".")[-1] == function
+            for node in ast.walk(ast.parse(path.read_text()))
+        )
+    }
+
+
+def test_each_surface_answers_errors_in_one_place() -> None:
+    receiver_dir = ROOT / "receiver"
+    # The gateway: one clause, for the direct path, the routes and invoke, hands its table's classes to refused.
+    assert _handlers_of(receiver_dir / "gateway" / "handlers.py", ("ROWS.classes",)) == 1
+    # The receiver: one clause, on its one route.
+    assert _handlers_of(receiver_dir / "endpoint" / "receive.py", ("ROWS.classes",)) == 1
+    # The console's JSON API catches none of what it answers: its mount's handler does (receiver.console.answers).
+    answered = ("ConsoleHTTPError", "ConsoleError", "NotFound", "AddressError", "RedisError", "STORAGE_ERRORS")
+    assert _handlers_of(receiver_dir / "console" / "api.py", answered) == 0
+    # The bodies of error answers are built by the renderers alone (the path guard runs before routing).
+    assert _callers_of("error_body") == {"receiver/http.py", "receiver/console/answers.py"}
+    assert _callers_of("refusal_response") == {
+        "receiver/gateway/refusals.py",
+        "receiver/endpoint/receive.py",
+        "receiver/gateway/paths.py",
+    }
+    assert _callers_of("plain_answer") == {"receiver/http.py", "receiver/dashboard.py"}
+    # The CLI: every administration command through admin_command, every bad setting through the group.
     assert _handlers_of(ROOT / "cli" / "context.py", ("SvcgwError",)) == 1
+    assert _handlers_of(ROOT / "cli" / "main.py", ("SettingsError",)) == 1
+
+
+def test_one_class_says_a_thing_was_not_found() -> None:
+    named = {name for name, cls in _own_exceptions().items() if cls.__name__ == "NotFound"}
+    assert named == {"svcgw.errors.NotFound"}
+    missing = NotFound("no dead letter 'x'", what="dead letter")
+    assert (str(missing), missing.what) == ("no dead letter 'x'", "dead letter")
+    assert isinstance(missing, Missing) and isinstance(missing, LookupError)
+
+
+def test_a_surface_picks_its_not_found_row_by_the_thing_not_by_its_words() -> None:
+    assert errors.CONSOLE_NOT_FOUND["dead letter"] is errors.NO_DEAD_LETTER
+    assert errors.CONSOLE_NOT_FOUND["instance"] is errors.NOT_THE_CALLERS
+    assert errors.GATEWAY_NOT_FOUND["instance"] is errors.NOT_FOUND
+    assert errors.GATEWAY_NOT_FOUND["account"] is errors.UNAUTHORIZED
+
+
+class _Base(Exception):
+    pass
+
+
+class _Child(_Base):
+    pass
+
+
+def test_a_table_finds_the_nearest_row_along_the_class_hierarchy() -> None:
+    rows: Rows[str] = Rows({_Base: lambda exc: "base", (_Child, KeyError): lambda exc: f"child {exc}"})
+    assert rows.classes == (_Base, _Child, KeyError)
+    assert rows.answer(_Base()) == "base"
+    assert rows.answer(_Child("x")) == "child x"
+    assert rows.answer(KeyError("k")) == "child 'k'"
+    lost = ValueError("no row")
+    with pytest.raises(ValueError) as raised:
+        rows.answer(lost)  # caught by mistake: raised again, a bug and not an answer
+    assert raised.value is lost
 
 
 def test_the_cli_words_an_address_error_with_its_code() -> None:

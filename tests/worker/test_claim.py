@@ -16,8 +16,8 @@ from svcgw.storage.keys import PLAIN as keys
 from tests.conftest import Tenant, provision, with_store
 from tests.svcgw.delivery.test_deadletters import ingest
 from tests.worker.support import with_queue
+from tests.worker.test_concurrencycaps import Clock
 from tests.worker.test_queue import status
-from tests.worker.test_slots import Clock
 from worker.claim import Hold, Sightings
 from worker.queue import DeliveryQueue
 

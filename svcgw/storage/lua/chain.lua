@@ -12,6 +12,7 @@
 -- chain_advance(c) and chain_finished return true when the chain's front is a member the caller
 -- did not name (it was queued after the caller read the list): the caller advances it again
 -- (chain_advance.lua) with the members read anew.
+-- RQ's statuses and job fields: as svcgw.storage.rqformat names them (SCRIPT_STATUSES, SCRIPT_FIELDS).
 
 -- Member id -> {job=, delivery=}: the ids from ARGV[first_arg ..], their keys from KEYS[first_key ..].
 local function chain_members(count, first_arg, first_key)

@@ -14,10 +14,11 @@
 -- ARGV[6]: '1' for a call made with a key; '0' for a call made for the account of ARGV[2], whose
 --   KEYS[1] and KEYS[2] are names that never exist, not read
 -- ARGV[7..]: per rate limit, in the order of KEYS[6..], its amount and its window in ms
--- Runs after rate_window.lua's body, wrapped as the local function rate_window(KEYS, ARGV) (see
--- svcgw.storage.scripts), so the rate limit has one implementation.
+-- Runs after clock.lua and rate_window.lua's body, the latter wrapped as the local function
+-- rate_window(KEYS, ARGV) (see svcgw.storage.scripts), so the clock and the rate limit each have
+-- one implementation.
 -- Every key read or written is in KEYS, so that on a Redis Cluster all carry shard 0's tag
--- (svcgw.clusterspace). The caller names the key's hash and the account's keys from what it
+-- (svcgw.storage.keys). The caller names the key's hash and the account's keys from what it
 -- remembers of the key; this checks that they are the key's, and reads nothing else otherwise.
 -- Returns:
 --   {0} for a missing, unknown or revoked key (nothing written);
@@ -28,13 +29,7 @@
 --    denied 1/0, owner of the instance ('' when unknown or not read)}.
 -- On an admitted key, writes last_used (Unix seconds) on the key's hash, allowed or not; the rate
 -- windows' writes stay in memory (not in the append-only file, not replicated; see below).
-local now
-if ARGV[1] == '' then
-  local t = redis.call('TIME')
-  now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-else
-  now = tonumber(ARGV[1])
-end
+local now = clock_ms(ARGV[1])  -- clock.lua
 
 local account, stored = ARGV[2], ''
 if ARGV[6] == '1' then

@@ -25,6 +25,7 @@
 -- chain's front is now a member the worker did not name (queued since it read the chain): the
 -- worker advances that chain again (chain_advance.lua); plus 16 when the attempt changed its
 -- destination's probing record, 32 when it was the first answer after timeouts (svcgw.delivery.probing).
+-- RQ's statuses and job fields: as svcgw.storage.rqformat names them (SCRIPT_STATUSES, SCRIPT_FIELDS).
 local MEMBERS = tonumber(ARGV[7])
 local HEAD, PER, KHEAD, KPER = 8 + MEMBERS, 11, 7, 7
 local probe_cap, probe_floor = string.match(ARGV[8], '^(%d+):(%d+)$')

@@ -7,6 +7,7 @@
 -- Returns how many were set.
 -- allow-oom: it only ever shortens a field that exists, so a full Redis (noeviction) lets it run,
 -- as it lets the other queue scripts, which free memory before they write.
+-- RQ's statuses and job fields: as svcgw.storage.rqformat names them (SCRIPT_STATUSES, SCRIPT_FIELDS).
 local set = 0
 for _, job in ipairs(KEYS) do
   if redis.call('HGET', job, 'status') == ARGV[1] then

@@ -23,6 +23,7 @@
 -- allow-oom: a full Redis (noeviction) must still let the workers claim what was acknowledged,
 -- since finishing deliveries is what frees memory; it writes a few short fields per job (a
 -- status, a start time, a worker's name) and moves deferred ids between sorted sets.
+-- RQ's statuses and job fields: as svcgw.storage.rqformat names them (SCRIPT_STATUSES, SCRIPT_FIELDS).
 local nfields = tonumber(ARGV[3])
 local fields = {}
 for f = 4, 3 + nfields do fields[#fields + 1] = ARGV[f] end

@@ -2,6 +2,7 @@
 -- KEYS: inflight, queue, then each job's hash, in the order of the ids
 -- ARGV: ids...
 -- Returns how many were still claimed and went back.
+-- RQ's statuses and job fields: as svcgw.storage.rqformat names them (SCRIPT_STATUSES, SCRIPT_FIELDS).
 local released = 0
 for i = 1, #ARGV do
   local id = ARGV[i]

@@ -2,13 +2,7 @@
 -- KEYS: one list of call timestamps per limit, newest first
 -- ARGV: now in milliseconds ('' for the Redis server's clock), then per limit its amount and its window in ms
 -- Returns {allowed (1/0), milliseconds until the next call passes (0 when allowed)}.
-local now
-if ARGV[1] == '' then
-  local now_parts = redis.call('TIME')
-  now = tonumber(now_parts[1]) * 1000 + math.floor(tonumber(now_parts[2]) / 1000)
-else
-  now = tonumber(ARGV[1])
-end
+local now = clock_ms(ARGV[1])  -- clock.lua
 local allowed = 1
 local wait = 0
 for i = 1, #KEYS do

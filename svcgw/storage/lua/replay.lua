@@ -3,6 +3,7 @@
 --       dead index, rq:queues
 -- ARGV: id, failures that exhaust the schedule, queue key
 -- Returns 1 if replayed, 0 if it is not a dead letter, -1 if its data expired.
+-- RQ's statuses and job fields: as svcgw.storage.rqformat names them (SCRIPT_STATUSES, SCRIPT_FIELDS).
 if redis.call('ZREM', KEYS[1], ARGV[1]) == 0 then return 0 end
 if redis.call('EXISTS', KEYS[5]) == 0 or redis.call('EXISTS', KEYS[3]) == 0 then return -1 end
 redis.call('HSET', KEYS[3], 'state', 'queued', 'failures', ARGV[2])

@@ -3,6 +3,7 @@
 -- ARGV: id, account ('' for any), queue key, now
 -- Returns 1 if queued, 0 if there is no such delivery (or it is another account's),
 -- -1 if it is not retrying, -2 if its next attempt is already under way.
+-- RQ's statuses and job fields: as svcgw.storage.rqformat names them (SCRIPT_STATUSES, SCRIPT_FIELDS).
 local owner = redis.call('HGET', KEYS[3], 'account')
 if not owner or (ARGV[2] ~= '' and owner ~= ARGV[2]) then return 0 end
 if redis.call('HGET', KEYS[3], 'state') ~= 'retrying' then return -1 end

@@ -5,8 +5,7 @@
 -- Returns {1, 0} when the attempt is counted in every window, or {0, ms until one fits} and
 -- nothing is counted when any window is full: checked and counted in one step, so a burst of
 -- attempts gets no more checks than the smallest amount.
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local now = clock_ms('')  -- clock.lua: the Redis server's
 local wait = 0
 for i = 1, #KEYS do
   local amount = tonumber(ARGV[i * 2])

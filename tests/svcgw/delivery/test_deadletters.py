@@ -14,12 +14,13 @@ from redis.asyncio import Redis as AsyncRedis
 
 from svcgw.config.settings import Settings
 from svcgw.delivery import deadletters
-from svcgw.delivery.deadletters import DeadLetter, DeadLetterDetail, NotFound, ReplayResult
+from svcgw.delivery.deadletters import DeadLetter, DeadLetterDetail, ReplayResult
+from svcgw.errors import NotFound
 from svcgw.intake.ingest import Ingest
 from svcgw.storage.keys import PLAIN as keys
-from svcgw.storage.rqformat import exc_info_field
+from svcgw.storage.rqformat import exc_info_field, failed_score
 from tests.conftest import Tenant, provision
-from tests.worker.support import claim, claim_batch, finish
+from tests.worker.support import claim, finish
 from worker.delivery import Attempt
 from worker.queue import Finish
 
@@ -53,7 +54,7 @@ def kill(settings: Settings, tenant: Tenant, event_id: str, *, died_at: float) -
             tenant.appid,
             "dead",
             attempt.record(1),
-            due=died_at + settings.dead_letter_retention,
+            due=failed_score(died_at, settings.dead_letter_retention),
             retention=settings.dead_letter_retention,
             error=exc_info_field("HTTP 500"),
         ),
@@ -127,6 +128,7 @@ def test_other_accounts_are_refused_like_unknown_ids(settings: Settings, redis: 
     with pytest.raises(NotFound) as unknown_error:
         show(settings, "dlv_nothing", account=mine.account)
     assert str(foreign_error.value) == str(unknown_error.value).replace("dlv_nothing", foreign)
+    assert foreign_error.value.what == unknown_error.value.what == "dead letter"
 
     results = replay(settings, ids=[foreign, "dlv_nothing"], account=mine.account)
     assert [r.as_dict() for r in results] == [
@@ -214,23 +216,3 @@ def test_replay_since_takes_only_what_died_in_that_stretch(settings: Settings, r
     assert [r.id for r in replay(settings, since=now - 60)] == [elsewhere]
     with pytest.raises(ValueError):
         replay(settings, appid=tenant.appid, all=True, since=now)
-
-
-def test_rq_requeue_of_a_dead_letter_with_one_hash(settings: Settings, redis: Redis) -> None:
-    """`rq requeue` (RQ's FailedJobRegistry.requeue) rewrites RQ's fields of the job hash it fetched,
-    which also holds the delivery's (svcgw.storage.keys.delivery): the delivery is queued, then claimed whole."""
-    from rq.job import Job
-    from rq.registry import FailedJobRegistry
-    from rq.serializers import JSONSerializer
-
-    tenant = provision(settings)
-    delivery_id = kill(settings, tenant, "rq1", died_at=time.time())
-    assert keys.delivery(delivery_id) == keys.rq.job(delivery_id)
-    registry = FailedJobRegistry(settings.queue_name, connection=redis, serializer=JSONSerializer)
-    assert delivery_id in registry.get_job_ids()
-    registry.requeue(delivery_id)
-    assert Job.fetch(delivery_id, connection=redis, serializer=JSONSerializer).get_status() == "queued"
-    assert redis.lrange(keys.rq.queue(settings.queue_name), 0, -1) == [delivery_id.encode()]
-    (job,) = claim_batch(settings, 1)
-    assert job.delivery_id == delivery_id and job.fields["appid"] == tenant.appid.encode()
-    assert job.fields["body"] and job.fields["state"] == b"dead"  # a replay: one fresh attempt

@@ -16,7 +16,8 @@ import worker.queue as queue_module
 from svcgw import deliveryid
 from svcgw.config.settings import Settings
 from svcgw.delivery import listing
-from svcgw.delivery.listing import Delivery, Invalid, NotFound, Page, build, event_ids, state_of
+from svcgw.delivery.listing import Delivery, Invalid, Page, build, event_ids, state_of
+from svcgw.errors import NotFound
 from svcgw.intake.ingest import Ingest
 from svcgw.storage.keys import PLAIN as keys
 from tests.conftest import Tenant, provision
@@ -257,10 +258,11 @@ def test_other_accounts_see_nothing(settings: Settings) -> None:
     tenant = provision(settings)
     other = provision(settings)
     delivery_id = post(settings, tenant, "mine")
-    with pytest.raises(NotFound):
+    with pytest.raises(NotFound) as instance:
         call(settings, lambda r: listing.list_deliveries(r, keys, settings, tenant.appid, account=other.account))
-    with pytest.raises(NotFound):
+    with pytest.raises(NotFound) as delivery:
         shown(settings, delivery_id, account=other.account)
+    assert (instance.value.what, delivery.value.what) == ("instance", "delivery")
     assert shown(settings, delivery_id, account=tenant.account).id == delivery_id
     with pytest.raises(NotFound):
         listed(settings, "we_nothing_here")

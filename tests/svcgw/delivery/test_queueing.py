@@ -1,4 +1,7 @@
-"""Deliveries as RQ jobs (the job hash is what RQ itself would write), and their one writer."""
+"""Deliveries queued by their one writer, and service events' seq and order.
+
+That RQ reads them as its own jobs is tests/svcgw/storage/test_rqformat.py's.
+"""
 
 from __future__ import annotations
 
@@ -6,7 +9,6 @@ import asyncio
 import json
 import time
 import zlib
-from datetime import datetime
 from typing import Any
 
 import orjson
@@ -24,45 +26,9 @@ from svcgw.deliveryid import new_delivery_id
 from svcgw.intake.envelope import build_envelope
 from svcgw.intake.ingest import Ingest
 from svcgw.storage.keys import PLAIN as keys
-from svcgw.storage.rqformat import FUNC_NAME, job_fields, job_fields_by_rq
+from svcgw.storage.rqformat import FUNC_NAME
 from tests.conftest import provision
 from tests.support import service_chain
-
-
-def test_job_fields_equal_what_rq_writes() -> None:
-    moment = datetime(2026, 11, 22, 3, 44, 57, 123456)
-    for delivery_id, description, queue, ttl in [
-        ("dlv_0123456789abcdef01234567", "Msg for we_x", "svcgw", 2592000),
-        ("dlv_ffffffffffffffffffffffff", "GapClosed for we_\u4f60", "other", 60),
-    ]:
-        ours = job_fields(delivery_id, queue_name=queue, description=description, failure_ttl=ttl, now=moment)
-        theirs = job_fields_by_rq(delivery_id, queue_name=queue, description=description, failure_ttl=ttl, now=moment)
-        assert ours == theirs
-
-
-def test_each_delivery_gets_its_own_copy() -> None:
-    first = job_fields("dlv_a", queue_name="svcgw", description="a", failure_ttl=60)
-    first["status"] = "changed"
-    assert job_fields("dlv_b", queue_name="svcgw", description="b", failure_ttl=60)["status"] == "queued"
-
-
-def test_flat_fields_load_in_rq_as_the_full_ones(redis) -> None:  # type: ignore[no-untyped-def]
-    from rq.job import Job
-    from rq.serializers import JSONSerializer
-
-    from svcgw.storage.rqformat import template
-
-    flat = template("svcgw", 60).flat("dlv_flat", "Msg for we_y")
-    assert b"" not in flat[1::2]
-    redis.hset("rq:job:dlv_flat", mapping=dict(zip(flat[::2], flat[1::2], strict=True)))
-    redis.hset("rq:job:dlv_full", mapping=job_fields("dlv_full", queue_name="svcgw", description="Msg for we_y",
-                                                     failure_ttl=60))
-    loaded = Job.fetch("dlv_flat", connection=redis, serializer=JSONSerializer)
-    full = Job.fetch("dlv_full", connection=redis, serializer=JSONSerializer)
-    assert loaded.args == ["dlv_flat"] and loaded.func_name == "worker.jobs.deliver"
-    for name in ("origin", "description", "result_ttl", "failure_ttl", "worker_name", "started_at", "ended_at"):
-        assert getattr(loaded, name) == getattr(full, name), name
-    assert loaded.get_status() == full.get_status() == "queued"
 
 
 # --- the one writer ---------------------------------------------------------------------
@@ -134,9 +100,6 @@ def test_queue_delivery_writes_what_the_ingest_script_writes(settings: Settings,
     assert one.pop(b"body") == build_envelope(posted.appid, "Msg", [orjson.dumps(e) for e in events])
     assert one == {b"origin": settings.queue_name.encode(), b"status": b"queued", b"appid": posted.appid.encode(),
                    b"account": posted.account.encode(), b"event_type": b"Msg"}  # fmt: skip
-    job = Job.fetch(from_post, connection=redis, serializer=JSONSerializer)
-    assert job.args == [from_post] and job.func_name == FUNC_NAME and job.get_status() == "queued"
-    assert job.origin == settings.queue_name and job.description is None
     assert other["queued"] and from_post.encode() in redis.lrange(keys.rq.queue(settings.queue_name), 0, -1)
     assert other["log_ttl"] and 0 < redis.ttl(keys.callback_log(posted.appid)) <= settings.log_retention
     assert other["queues"] == {keys.rq.queue(settings.queue_name).encode()}
@@ -174,36 +137,6 @@ def test_delivery_ids() -> None:
     assert all(len(i) == 28 and i.startswith("dlv_") and int(i[4:], 16) >= 0 for i in (first, second))
 
 
-def test_job_descriptions_carry_only_plain_names() -> None:
-    from svcgw.storage.rqformat import job_description
-
-    assert job_description("Msg", "we_abc123") == "Msg for we_abc123"
-    assert job_description("InstanceOffline", "we_x") == "InstanceOffline for we_x"
-    # rq-dashboard prints descriptions unescaped: markup a sender chose never gets there.
-    assert job_description("<img src=x onerror=alert(1)>", "we_x") == "event for we_x"
-    assert job_description("Msg", "<b>") == "Msg for an instance"
-    assert job_description("a" * 65, "we_x") == "event for we_x"
-
-
-def test_a_posted_event_type_with_markup_stays_out_of_the_job(settings: Settings, redis: Redis) -> None:
-    tenant = provision(settings)
-    raw = b'{"event_type":"<script>alert(1)</script>","events":[{"id":"x1"}]}'
-
-    async def accept() -> str | None:
-        client = AsyncRedis.from_url(settings.redis_url or "")
-        try:
-            return (await Ingest(client, keys, settings).accept(tenant.appid, tenant.receiver_token, raw)).delivery_id
-        finally:
-            await client.aclose()
-
-    delivery_id = asyncio.run(accept())
-    assert delivery_id is not None
-    job = Job.fetch(delivery_id, connection=redis, serializer=JSONSerializer)
-    # The job hash holds the delivery's fields too, but RQ (and rq-dashboard, which prints a job's
-    # description unescaped) reads only its own: no description, nothing the sender chose.
-    assert job.description is None and "<script>" not in repr(job.to_dict())
-
-
 # --- service events: seq and their order per instance ------------------------------------
 def _queue_service_event(
     settings: Settings, tenant: Any, events: list[dict[str, Any]], kind: str = "InstanceOffline"
@@ -233,10 +166,6 @@ def _deferred(redis: Redis, settings: Settings) -> list[str]:
     return [x.decode() for x in redis.zrange(keys.rq.deferred(settings.queue_name), 0, -1)]
 
 
-def _status(redis: Redis, delivery_id: str) -> str:
-    return Job.fetch(delivery_id, connection=redis, serializer=JSONSerializer).get_status()
-
-
 def test_service_events_get_their_instances_next_seq(settings: Settings, redis: Redis) -> None:
     one, other = provision(settings), provision(settings)
     first = _queue_service_event(settings, one, [{"id": "a"}])
@@ -260,18 +189,15 @@ def test_service_events_get_their_instances_next_seq(settings: Settings, redis: 
         raise AssertionError("an event with a seq of its own was queued")
 
 
-def test_a_later_service_event_waits_deferred_and_rq_lists_it(settings: Settings, redis: Redis) -> None:
-    from rq.registry import DeferredJobRegistry
-
+def test_a_later_service_event_waits_behind_the_earlier_one(settings: Settings, redis: Redis) -> None:
+    """Off the queue, in RQ's deferred registry (read with RQ's API in tests/svcgw/storage/test_rqformat.py)."""
     one, other = provision(settings), provision(settings)
     offline = _queue_service_event(settings, one, [{"id": "off"}])
     recovered = _queue_service_event(settings, one, [{"id": "rec"}], kind="InstanceRecovered")
     elsewhere = _queue_service_event(settings, other, [{"id": "x"}])
     assert _queued(redis, settings) == [offline, elsewhere]
     assert _deferred(redis, settings) == [recovered]
-    assert (_status(redis, offline), _status(redis, recovered)) == ("queued", "deferred")
     assert redis.hget(keys.delivery(recovered), "state") == b"queued"  # pending, for people
-    assert DeferredJobRegistry(settings.queue_name, connection=redis).get_job_ids() == [recovered]
     assert redis.lrange(keys.service_events(one.appid), 0, -1) == [offline.encode(), recovered.encode()]
 
 

@@ -11,6 +11,7 @@ from redis.asyncio import Redis as AsyncRedis
 from svcgw.config.settings import Settings
 from svcgw.delivery import retrynow
 from svcgw.delivery.listing import Delivery
+from svcgw.errors import NotFound
 from svcgw.storage.keys import PLAIN as keys
 from tests.conftest import provision
 from tests.support import Sink, wait_for
@@ -47,8 +48,9 @@ def test_retry_now_is_the_next_attempt_brought_forward(env: dict[str, str], sink
         assert first.state == "retrying" and first.next_attempt_at is not None
         assert first.next_attempt_at == pytest.approx(first.attempts[0].at + 3600, abs=5)
 
-        with pytest.raises(retrynow.NotFound):
+        with pytest.raises(NotFound, match="no delivery") as foreign:
             retry(settings, delivery_id, account=other.account)  # another account's: as if absent
+        assert foreign.value.what == "delivery"
         retry(settings, delivery_id, account=tenant.account)
         wait_for(lambda: len(state().attempts) == 2, timeout=10, what="the attempt made now")
         second = state()
@@ -66,7 +68,7 @@ def test_retry_now_is_the_next_attempt_brought_forward(env: dict[str, str], sink
 
     with pytest.raises(retrynow.NotRetrying, match="delivered"):
         retry(settings, delivery_id)
-    with pytest.raises(retrynow.NotFound):
+    with pytest.raises(NotFound):
         retry(settings, "dlv_000000000000000000000000")
     assert len(sink.posts()) == 3
 

@@ -15,6 +15,7 @@ from redis.asyncio import Redis as AsyncRedis
 from svcgw import deliveryid
 from svcgw.config.settings import Settings
 from svcgw.delivery import listing
+from svcgw.errors import NotFound
 from svcgw.intake import calllog
 from svcgw.intake.calllog import COMPRESS_FROM, LogEntry, body_of, parse_since, stored_body
 from svcgw.intake.calllog import read_log as read
@@ -215,7 +216,7 @@ def test_a_delivered_delivery_past_the_retention_is_not_shown_by_its_id(settings
             await client.aclose()
 
     assert asyncio.run(show(recent)) == "delivered"
-    with pytest.raises(listing.NotFound):
+    with pytest.raises(NotFound):
         asyncio.run(show(old))
 
 

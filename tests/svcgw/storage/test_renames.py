@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import inspect
 
 from redis import Redis
 from redis.asyncio import Redis as AsyncRedis
@@ -10,6 +11,8 @@ from redis.asyncio import Redis as AsyncRedis
 from svcgw.config.settings import Settings
 from svcgw.storage import layoutversion, renames
 from svcgw.storage.keys import PLAIN as keys
+from svcgw.storage.keys import KeySpace
+from tests.support_twotags import TwoTags
 
 
 def _run(settings: Settings) -> renames.Retagged:
@@ -102,3 +105,33 @@ def test_the_marker_says_when_the_rename_was_done_and_it_is_not_done_again(setti
     redis.sadd(renames.untagged_instance_keys("we_b")[1], "dlv_2")  # no version writes this any more
     asyncio.run(read())
     assert redis.exists(renames.untagged_instance_keys("we_b")[1])
+
+
+def _every_name(space: KeySpace) -> dict[str, str]:
+    """Every name ``space`` makes, by method or attribute, for an appid (or id) ``we_1`` and a bucket 7."""
+    names: dict[str, str] = {}
+    for attribute in dir(space):
+        value = getattr(space, attribute)
+        if attribute.startswith("_") or attribute in ("tag", "prefix", "rq"):
+            continue
+        if isinstance(value, str):
+            names[attribute] = value
+        elif callable(value):
+            parameters = list(inspect.signature(value).parameters)
+            names[attribute] = value(*["we_1", 7, "x"][: len(parameters)])
+    return names
+
+
+def test_a_cluster_name_of_before_loses_its_second_tag_and_no_other_name_changes() -> None:
+    before, now = _every_name(TwoTags("{s3}")), _every_name(KeySpace("{s3}"))
+    assert before.keys() == now.keys() and len(now) > 30
+    changed = {attribute for attribute in now if before[attribute] != now[attribute]}
+    assert changed == {"callback_log", "dedup_container", "dedup_bucket", "outcomes", "late_outcomes",
+                       "dead_letters_by_appid", "service_events", "service_event_seq"}  # fmt: skip
+    for attribute, name in before.items():
+        assert renames.one_tag_name(name) == (now[attribute] if attribute in changed else None), name
+    assert renames.one_tag_name("{s3}svcgw:log:{we_1}") == "{s3}svcgw:log:we_1"
+    # Braces that are data, not a tag: an e-mail login, an appid of the capability layer's choosing.
+    for kept in (KeySpace("{s0}").login("a{b}c@example.com"), KeySpace("{s0}").instance("{we_1}"),
+                 "{s3}svcgw:log:{we_1}:x", "{s3}svcgw:instance:{we_1}", "{s3}svcgw:late:{we_1}"):  # fmt: skip
+        assert renames.one_tag_name(kept) is None, kept

@@ -6,13 +6,16 @@ each branch of a script without a server.
 
 from __future__ import annotations
 
+import ast
+import asyncio
 from collections.abc import Iterator
+from pathlib import Path
 
 import fakeredis
 import pytest
 
 from svcgw.storage.keys import PLAIN as keys
-from svcgw.storage.scripts import register, source, text
+from svcgw.storage.scripts import ScriptBatch, add_to_transaction, batched, names, register, source, text
 
 
 @pytest.fixture
@@ -97,10 +100,129 @@ def test_the_registry_puts_shared_code_before_the_script_that_calls_it() -> None
 
 def test_the_admission_script_runs_the_rate_window_as_a_function_and_names_no_key_itself() -> None:
     script = text("gateway_admit")
-    assert script == "local function rate_window(KEYS, ARGV)\n" + source("rate_window") + "\nend\n" + source(
-        "gateway_admit"
-    )
+    assert script == "\n".join((source("clock"), "local function rate_window(KEYS, ARGV)", source("rate_window"),
+                                 "end", source("gateway_admit")))  # fmt: skip
     assert "NAMES" not in script and keys.prefix not in script
+
+
+def test_the_windows_of_calls_read_one_clock_written_once() -> None:
+    assert text("rate_window") == source("clock") + "\n" + source("rate_window")
+    assert text("signin_reserve") == source("clock") + "\n" + source("signin_reserve")
+    # The admission's own clock and its rate window's are the one function, included once.
+    assert text("gateway_admit").count(source("clock")) == 1
+    for name in ("rate_window", "gateway_admit", "signin_reserve"):
+        assert "'TIME'" not in source(name), name
+        assert "clock_ms(" in source(name), name
+
+
+@pytest.mark.parametrize("given, expected", [("1700000000123", 1700000000123), ("", None)])
+def test_the_clock_is_the_callers_or_the_servers(fake: fakeredis.FakeRedis, given: str, expected: int | None) -> None:
+    clock = fake.register_script(source("clock") + "\nreturn clock_ms(ARGV[1])")
+    before = int(fake.time()[0]) * 1000
+    now = int(clock(keys=[], args=[given]))
+    if expected is None:
+        assert before <= now <= before + 5_000
+    else:
+        assert now == expected
+
+
+def test_the_registry_names_every_script_the_service_runs_and_no_part() -> None:
+    from importlib import resources
+
+    files = {p.name[: -len(".lua")] for p in resources.files("svcgw.storage").joinpath("lua").iterdir()
+             if p.name.endswith(".lua")}  # fmt: skip
+    assert set(names()) == files - {"delivery", "chain", "dedup", "clock"}
+    assert {"rate_window", "gateway_admit", "retag", "queue_delivery", "ingest"} <= set(names())
+
+
+def test_a_script_added_to_a_transaction_is_an_eval_of_its_whole_text(fake: fakeredis.FakeRedis) -> None:
+    fake.sadd(keys.instances, "we_a")
+    with fake.pipeline(transaction=True) as pipe:
+        pipe.hset(keys.instance("we_a"), "account", "acc_1")
+        add_to_transaction(pipe, "liveness_registered",
+                           keys=(keys.instances, keys.metrics_instances, keys.instance("we_a")), args=("we_a",))
+        (command,) = [c for c in pipe.command_stack if c[0][0] == "EVAL"]  # fmt: skip
+        pipe.execute()
+    assert command[0][1:3] == (text("liveness_registered"), 3)
+    assert fake.sismember(keys.instances, "we_a")
+
+
+def test_a_batched_script_is_the_registrys(fake: fakeredis.FakeRedis) -> None:
+    from redis.asyncio import Redis as AsyncRedis
+
+    client = AsyncRedis()  # never connected: the batch only holds the script
+    try:
+        batch = batched(client, "gateway_admit")
+        assert isinstance(batch, ScriptBatch)
+        assert batch._script.script == text("gateway_admit")
+    finally:
+        asyncio.run(client.aclose())
+
+
+# --- no script run but through the registry -------------------------------------------------
+ROOT = Path(__file__).resolve().parents[3]
+CODE = ("svcgw", "receiver", "worker", "cli", "simulator", "deploy")
+REGISTRY = "svcgw/storage/scripts.py"
+# What sends a script to Redis, or loads one; the batch sends the registry's scripts by their SHA-1.
+_SENDS = {"register_script", "eval", "eval_ro", "evalsha", "evalsha_ro", "script_load", "fcall", "fcall_ro",
+          "function_load"}  # fmt: skip
+_ALLOWED = {REGISTRY: _SENDS, "svcgw/storage/scriptbatch.py": {"evalsha", "script_load"}}
+_COMMANDS = {"EVAL", "EVAL_RO", "EVALSHA", "EVALSHA_RO", "SCRIPT", "FCALL", "FCALL_RO", "FUNCTION"}
+
+
+def bypasses(path: str, code: str) -> list[str]:
+    """What in ``code`` (the file ``path``) runs or reads a script other than through the registry."""
+    found = []
+    for node in ast.walk(ast.parse(code)):
+        where = f"{path}:{getattr(node, 'lineno', 0)}"
+        if isinstance(node, ast.Call):
+            func = node.func
+            called = func.attr if isinstance(func, ast.Attribute) else func.id if isinstance(func, ast.Name) else ""
+            if called in _SENDS and called not in _ALLOWED.get(path, set()):
+                found.append(f"{where}: {called}()")
+            first = node.args[0] if node.args else None
+            if (called == "execute_command" and isinstance(first, ast.Constant) and isinstance(first.value, str)
+                    and first.value.upper() in _COMMANDS):  # fmt: skip
+                found.append(f"{where}: execute_command({first.value!r})")
+        elif isinstance(node, ast.ImportFrom) and node.module == "svcgw.storage.scripts" and path != REGISTRY:
+            # The text of a script is for the registry to send; a part of one, for nobody.
+            found += [f"{where}: imports {a.name}" for a in node.names if a.name in ("text", "source")]
+        elif (isinstance(node, ast.Attribute) and node.attr in ("text", "source")
+              and isinstance(node.value, ast.Name) and node.value.id == "scripts"):  # fmt: skip
+            found.append(f"{where}: scripts.{node.attr}")
+        elif isinstance(node, ast.Constant) and isinstance(node.value, str) and path != REGISTRY:
+            if "redis.call(" in node.value or node.value.endswith(".lua"):
+                found.append(f"{where}: Lua of its own")
+    return found
+
+
+def test_no_code_runs_a_script_but_through_the_registry() -> None:
+    files = sorted(p for package in CODE for p in (ROOT / package).rglob("*.py"))
+    assert len(files) > 100 and (ROOT / REGISTRY) in files
+    found = [hit for p in files for hit in bypasses(p.relative_to(ROOT).as_posix(), p.read_text(encoding="utf-8"))]
+    assert found == []
+
+
+@pytest.mark.parametrize(
+    "code",
+    [
+        "pipe.eval(text('x'), 1, 'k')",
+        "self._script = redis.register_script(scripts.source('signin_reserve'))",
+        "from svcgw.storage.scripts import text",
+        "await client.evalsha(sha, 0)",
+        "await redis.execute_command('EVALSHA', sha, 0)",
+        "S = \"return redis.call('GET', KEYS[1])\"",
+        "await redis.script_load(body)",
+    ],
+)
+def test_a_bypass_is_found(code: str) -> None:
+    assert bypasses("receiver/gateway/somewhere.py", code)
+
+
+def test_the_registrys_own_calls_are_no_bypass() -> None:
+    assert bypasses(REGISTRY, (ROOT / REGISTRY).read_text(encoding="utf-8")) == []
+    assert bypasses("svcgw/storage/scriptbatch.py", "pipe.evalsha(sha, 1, 'k')") == []
+    assert bypasses("svcgw/storage/scriptbatch.py", "redis.register_script('x')")
 
 
 def test_a_script_registered_by_name_runs(fake: fakeredis.FakeRedis) -> None:
@@ -120,8 +242,8 @@ def test_the_claim_holds_back_the_ids_of_the_instances_it_is_given_and_leases_th
     fake.rpush(queue, *ids)
     claim = fake.register_script(source("queue_claim"))
     # "we-a-1" holds back its own ids only: not "we-a" (a prefix) nor an id of no instance.
-    head = [10, 500, 100, 0.5, 120]  # count, lease until, now, seed, seconds a parked set is kept
-    holds = ["we-a-1", 900, 0, 0, "we-a", 800, 0, 0, "", 700, 0, 0]
+    head: list[str | float] = [10, 500, 100, 0.5, 120]  # count, lease until, now, seed, seconds a parked set is kept
+    holds: list[str | float] = ["we-a-1", 900, 0, 0, "we-a", 800, 0, 0, "", 700, 0, 0]
     answer = claim(keys=[queue, inflight, scheduled], args=[*head, *holds])
     assert answer[0] == 2
     assert [i.decode() for i in answer[1:]] == ["we_b-1700000000001-0", "dlv_" + "0" * 24, "we-a-2"]

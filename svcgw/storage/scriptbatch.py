@@ -18,7 +18,8 @@ FLUSH``) is loaded, and the calls it refused, which did not run, are sent
 again once.
 
 The batch belongs to the loop of its first call, as the client's
-connections do.
+connections do. It is made by :func:`svcgw.storage.scripts.batched`, from a
+script of the registry.
 """
 
 from __future__ import annotations
@@ -27,7 +28,6 @@ import asyncio
 from collections.abc import Sequence
 from typing import Any
 
-from redis.asyncio import Redis
 from redis.commands.core import AsyncScript
 from redis.exceptions import NoScriptError
 
@@ -37,9 +37,9 @@ _Call = tuple[Sequence[str], Sequence[str], "asyncio.Future[Any]"]
 
 
 class ScriptBatch:
-    def __init__(self, redis: Redis, script: str) -> None:
-        self._redis = redis
-        self._script: AsyncScript = redis.register_script(script)
+    def __init__(self, script: AsyncScript) -> None:
+        self._script = script
+        self._redis = script.registered_client
         self._calls: list[_Call] = []  # made in this turn of self._loop, sent when it ends
         self._loop: asyncio.AbstractEventLoop | None = None
         # The batches being sent: a task must be referenced until it is done.

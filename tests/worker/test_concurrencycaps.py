@@ -8,7 +8,7 @@ from svcgw.config.settings import Settings
 from tests.conftest import provision
 from tests.support import Received, Sink, wait_for
 from tests.worker.test_engine import Running, _post
-from worker.slots import (
+from worker.concurrencycaps import (
     BORROW_SECONDS,
     CONTENDED_SECONDS,
     DEFER_SECONDS,

@@ -1,4 +1,4 @@
-"""Slots: how many attempts run against each key at once, and how long its attempts take.
+"""The concurrency caps: how many attempts run against each destination and account at once, and how long they take.
 
 One failing destination must not take every slot of a worker: at most
 ``cap`` attempts (``SVCGW_DESTINATION_CONCURRENCY``) run against one

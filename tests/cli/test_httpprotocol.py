@@ -13,7 +13,7 @@ from typing import Any
 import uvicorn
 
 from cli.addressshare import AddressShare
-from cli.protocol import OneWriteProtocol, TurnWriter, body_due
+from cli.httpprotocol import OneWriteProtocol, TurnWriter, body_due
 from tests.support import free_port, wait_for
 
 

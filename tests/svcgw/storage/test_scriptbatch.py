@@ -14,7 +14,7 @@ from redis.backoff import NoBackoff
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import ResponseError
 
-from receiver.gateway.batch import ScriptBatch
+from svcgw.storage.scriptbatch import ScriptBatch
 from tests.support import free_port
 
 # Counts its calls per key and fails on demand: every answer says which call it was.
@@ -50,7 +50,7 @@ async def connections_named(observer: AsyncRedis, client: AsyncRedis) -> int:
 
 def test_calls_of_one_turn_share_one_connection_and_each_gets_its_own_answer(redis_url: str) -> None:
     async def body(client: AsyncRedis, observer: AsyncRedis) -> None:
-        batch = ScriptBatch(client, fresh(COUNTING))
+        batch = ScriptBatch(client.register_script(fresh(COUNTING)))
         # The first turn finds the script missing: it is loaded and the calls run once each.
         first = await asyncio.gather(*(batch(keys=["counter"], args=[f"call-{i}"]) for i in range(20)))
         assert first == [[f"call-{i}", i + 1] for i in range(20)]  # each its own, in the order made
@@ -65,7 +65,7 @@ def test_calls_of_one_turn_share_one_connection_and_each_gets_its_own_answer(red
 
 def test_a_call_alone_in_its_turn_is_answered(redis_url: str) -> None:
     async def body(client: AsyncRedis, observer: AsyncRedis) -> None:
-        batch = ScriptBatch(client, fresh(COUNTING))
+        batch = ScriptBatch(client.register_script(fresh(COUNTING)))
         assert await batch(keys=["alone"], args=["a"]) == ["a", 1]
         assert await batch(keys=["alone"], args=["b"]) == ["b", 2]
 
@@ -74,7 +74,7 @@ def test_a_call_alone_in_its_turn_is_answered(redis_url: str) -> None:
 
 def test_a_script_error_answers_only_the_call_that_caused_it(redis_url: str) -> None:
     async def body(client: AsyncRedis, observer: AsyncRedis) -> None:
-        batch = ScriptBatch(client, fresh(COUNTING))
+        batch = ScriptBatch(client.register_script(fresh(COUNTING)))
         answers = await asyncio.gather(
             batch(keys=["k"], args=["one"]), batch(keys=["k"], args=["fail"]), batch(keys=["k"], args=["two"]),
             return_exceptions=True,
@@ -92,7 +92,7 @@ def test_an_unreachable_redis_fails_every_call_of_the_batch() -> None:
         # No retries with back-off: the outcome is the same, sooner.
         client = AsyncRedis(host="127.0.0.1", port=free_port(), socket_connect_timeout=0.5, retry=Retry(NoBackoff(), 0))
         try:
-            batch = ScriptBatch(client, COUNTING)
+            batch = ScriptBatch(client.register_script(COUNTING))
             answers = await asyncio.gather(
                 *(batch(keys=["k"], args=[str(i)]) for i in range(5)), return_exceptions=True
             )
@@ -107,7 +107,7 @@ def test_an_unreachable_redis_fails_every_call_of_the_batch() -> None:
 
 def test_a_caller_that_leaves_does_not_disturb_the_others(redis_url: str) -> None:
     async def body(client: AsyncRedis, observer: AsyncRedis) -> None:
-        batch = ScriptBatch(client, fresh(COUNTING))
+        batch = ScriptBatch(client.register_script(fresh(COUNTING)))
         leaving = asyncio.ensure_future(batch(keys=["c"], args=["leaving"]))
         staying = asyncio.ensure_future(batch(keys=["c"], args=["staying"]))
         await asyncio.sleep(0)
@@ -121,7 +121,7 @@ def test_a_caller_that_leaves_does_not_disturb_the_others(redis_url: str) -> Non
 
 def test_a_batch_left_unsent_by_a_stopped_loop_does_not_hold_up_the_next_loop(redis_url: str) -> None:
     client = AsyncRedis.from_url(redis_url, decode_responses=True)
-    batch = ScriptBatch(client, fresh(COUNTING))
+    batch = ScriptBatch(client.register_script(fresh(COUNTING)))
 
     stranded: list[asyncio.Future[Any]] = []
 

@@ -1,19 +1,18 @@
-"""What every console page shares: rendering, the session and CSRF guards, and error pages.
+"""What every console page shares: rendering, and the session and CSRF guards.
 
 :class:`PageKit` renders a template with :data:`PAGE_HEADERS` (a
 Content-Security-Policy that allows only the console's own stylesheet, no
 framing, no caching). A page handler runs guarded: a session is required
 (else the sign-in page), a form also needs the session's CSRF token and
-counts against the account's rate limit. The one place a failure of a page
-handler becomes an HTML page is :meth:`PageKit._guarded` (with
-:meth:`PageKit._rate_limited` and :meth:`PageKit._storage_error`): a
-:class:`PageError` or a missing thing as its page, Redis as 503.
+counts against the account's rate limit. A handler raises what it cannot
+do (:class:`PageError`, a thing not found, Redis failing, the rate limit);
+the pages' one handler of errors (``receiver.console.answers``) renders it
+as the error page, with the session the guard found (:meth:`PageKit.session_of`).
 """
 
 from __future__ import annotations
 
-import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote, urlencode
@@ -25,13 +24,11 @@ from starlette.templating import Jinja2Templates
 
 from svcgw.errors import STORAGE_ERRORS, SvcgwError
 
-from .service import NotFound, when
+from .service import when
 from .session import CSRF_FIELD, PATH, Session
-from .web import Context, RateLimited
+from .web import Context
 
 __all__ = ["CONTENT_SECURITY_POLICY", "PAGE_HEADERS", "Handler", "PageError", "PageKit"]
-
-log = logging.getLogger("svcgw.console")
 
 HERE = Path(__file__).parent
 PAGE_SIZE = 20
@@ -50,13 +47,26 @@ Handler = Callable[[Request, Session], Awaitable[Response]]
 
 
 class PageError(SvcgwError):
-    """A page handler's refusal, shown as an error page with this status, title and message."""
+    """A page's refusal, shown as the error page with this status, title and message.
 
-    def __init__(self, status: int, title: str, message: str) -> None:
+    ``headers`` go on the answer (``Retry-After``); ``context`` is what else the error page shows.
+    """
+
+    def __init__(
+        self,
+        status: int,
+        title: str,
+        message: str,
+        *,
+        headers: Mapping[str, str] | None = None,
+        context: Mapping[str, Any] | None = None,
+    ) -> None:
         super().__init__(message)
         self.status = status
         self.title = title
         self.message = message
+        self.headers = dict(headers or {})
+        self.context = dict(context or {})
 
 
 def _path(*parts: str) -> str:
@@ -112,7 +122,8 @@ class PageKit:
             session = await self._session(request)
             if session is None:
                 return _redirect(_path("login") + "?" + urlencode({"next": request.url.path}))
-            return await self._guarded(request, session, handler)
+            request.state.session = session  # for the error page, should the handler raise
+            return await handler(request, session)
 
         return endpoint
 
@@ -125,68 +136,30 @@ class PageKit:
                 return _redirect(_path("login"))
             form = await request.form(max_files=0, max_fields=1100)
             request.state.form = form
+            request.state.session = session  # for the error page, should the handler raise
             if not session.csrf_ok(_field(form, CSRF_FIELD)):
-                return await self.render(
-                    request,
-                    "error.html",
-                    session,
-                    status=403,
-                    title="Request refused",
-                    message="The form's security token is missing or out of date. Reload the page and try again.",
+                raise PageError(
+                    403,
+                    "Request refused",
+                    "The form's security token is missing or out of date. Reload the page and try again.",
                 )
             if counted:
-                try:
-                    await self.context.count_change(session)
-                except RateLimited as exc:
-                    return await self._rate_limited(request, session, exc.retry_after)
-                except STORAGE_ERRORS as exc:
-                    return await self._storage_error(request, session, exc)
-            return await self._guarded(request, session, handler)
+                await self.context.count_change(session)  # over the rate limit: RateLimited, a 429 page
+            return await handler(request, session)
 
         return endpoint
-
-    async def _rate_limited(self, request: Request, session: Session, retry_after: int) -> Response:
-        seconds = f"{retry_after} second{'s' if retry_after != 1 else ''}"
-        response = await self.render(
-            request,
-            "error.html",
-            session,
-            status=429,
-            title="Too many changes",
-            message=(
-                "This account has used up its rate limit (console changes and gateway calls count together). "
-                f"Nothing was changed. Try again in {seconds}."
-            ),
-        )
-        response.headers["Retry-After"] = str(retry_after)
-        return response
 
     async def _session(self, request: Request) -> Session | None:
         try:
             return await self.sessions.from_cookie(request)
         except STORAGE_ERRORS:
-            return None
+            return None  # not an error page: no session to show one in; the sign-in page says the rest
 
-    async def _guarded(self, request: Request, session: Session, handler: Handler) -> Response:
-        try:
-            return await handler(request, session)
-        except (NotFound, PageError) as exc:
-            status, title = (exc.status, exc.title) if isinstance(exc, PageError) else (404, "Not found")
-            message = exc.message if isinstance(exc, PageError) else "There is nothing here for your account."
-            return await self.render(request, "error.html", session, status=status, title=title, message=message)
-        except STORAGE_ERRORS as exc:
-            return await self._storage_error(request, session, exc)
-
-    async def _storage_error(self, request: Request, session: Session, exc: Exception) -> Response:
-        log.warning("console storage error: %s", type(exc).__name__)
-        return await self.render(
-            request,
-            "error.html",
-            session,
-            status=503,
-            title="Storage unavailable",
-            message="The service's storage cannot be reached right now. Try again in a moment.",
-        )
+    @staticmethod
+    def session_of(request: Request) -> Session | None:
+        """The session a guard found for this request (None before one did, or on a public page)."""
+        session: Session | None = getattr(request.state, "session", None)
+        return session
 
     def public_page(self, request: Request, template: str, status: int = 200, **context: Any) -> Response:
         """A page for someone not signed in; its forms carry the sign-in form's CSRF token."""
