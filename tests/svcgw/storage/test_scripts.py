@@ -131,7 +131,7 @@ def test_the_registry_names_every_script_the_service_runs_and_no_part() -> None:
 
     files = {p.name[: -len(".lua")] for p in resources.files("svcgw.storage").joinpath("lua").iterdir()
              if p.name.endswith(".lua")}  # fmt: skip
-    assert set(names()) == files - {"delivery", "chain", "dedup", "clock"}
+    assert set(names()) == files - {"delivery", "chain", "dedup", "clock", "probing"}
     assert {"rate_window", "gateway_admit", "retag", "queue_delivery", "ingest"} <= set(names())
 
 
