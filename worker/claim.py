@@ -200,8 +200,9 @@ class Claimer:
         now = time.time()
         args: list[Any] = [count, now + self.lease_seconds, repr(now), repr(random.random()), round(self.park_seconds)]
         script_keys = [self.queue_key, self.inflight_key, self.scheduled_key]
+        parks = _Parks(script_keys)
         for appid, hold in self.sightings.held_back(saturated, busy_accounts).items():
-            args.extend((appid, repr(hold.due), repr(hold.spread), _park_index(script_keys, hold.park)))
+            args.extend((appid, repr(hold.due), repr(hold.spread), parks.index(hold.park)))
         held_back, *popped = await self._claim(keys=script_keys, args=args)
         ids = [_text(i) for i in popped]
         self.popped = len(ids) + int(held_back)
@@ -293,19 +294,27 @@ class Claimer:
             )
             args.extend((delivery_id, appid, account))
         args.extend((len(saturated), repr(time.time()), repr(random.random()), round(self.park_seconds)))
+        parks = _Parks(script_keys)
         for host, hold in saturated.items():
-            args.extend((host, repr(hold.due), repr(hold.spread), _park_index(script_keys, hold.park)))
+            args.extend((host, repr(hold.due), repr(hold.spread), parks.index(hold.park)))
         for account, due in busy_accounts.items():
             args.extend((account, repr(due)))
         return cast(list[Any], await self._read(keys=script_keys, args=args))
 
 
-def _park_index(script_keys: list[str], park: str) -> int:
-    """The index in KEYS (from 1, as Lua counts) of the parked set ``park``, added when not there; 0 for none."""
-    if not park:
-        return 0
-    try:
-        return script_keys.index(park) + 1
-    except ValueError:
-        script_keys.append(park)
-        return len(script_keys)
+class _Parks:
+    """The parked sets a script call names, appended to its KEYS as they come."""
+
+    def __init__(self, script_keys: list[str]) -> None:
+        self.script_keys = script_keys
+        self._index: dict[str, int] = {}
+
+    def index(self, park: str) -> int:
+        """The index in KEYS (from 1, as Lua counts) of the parked set ``park``, added when not there; 0 for none."""
+        if not park:
+            return 0
+        found = self._index.get(park)
+        if found is None:
+            self.script_keys.append(park)
+            found = self._index[park] = len(self.script_keys)
+        return found

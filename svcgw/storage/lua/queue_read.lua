@@ -69,6 +69,8 @@ local function hand_back(id, job, hold, destination)
       nth = nth + 1
       due = due + hold[2] * ((seed + nth * 0.6180339887498949) % 1)
     end
+    -- A long line comes back a second at a time: a promotion and a claim for many jobs, not one each.
+    if hold[2] > 1 then due = math.ceil(due) end
     local score = string.format('%.6f', due)
     redis.call('ZADD', KEYS[2], score, id)
     if hold[3] > 0 then

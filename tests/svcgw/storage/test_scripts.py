@@ -268,7 +268,7 @@ def test_the_claim_lines_the_jobs_of_a_destination_being_probed_up_in_its_parked
     answer = claim(keys=[queue, inflight, scheduled, parked], args=[100, 500, 100, 0.25, 120, "we_h", 130, 60, 4])
     assert answer == [20]
     dues = dict(fake.zrange(scheduled, 0, -1, withscores=True))
-    assert len(dues) == 20 and all(130 <= due < 190 for due in dues.values())
+    assert len(dues) == 20 and all(130 <= due <= 190 and due == int(due) for due in dues.values())  # whole seconds
     assert len({round(due) for due in dues.values()}) > 15  # spread over the minute
     assert dict(fake.zrange(parked, 0, -1, withscores=True)) == dues
     assert 0 < fake.ttl(parked) <= 120
