@@ -137,9 +137,10 @@ def run(plan: Plan, appendfsync: str, workdir: Path) -> dict[str, Any]:
             bench, max(sustained * plan.light_fraction, 20.0), plan.light_latency_seconds, "light-"
         )
         figures["latency"] = scenarios.latency(bench, max(sustained / 2, 50.0), plan.latency_seconds, "lat-")
+        e2e = figures["e2e"]["deliveries_per_s"]
         step("slow endpoints")
-        figures["slow"] = scenarios.slow(bench)
-        pair_healthy = plan.pair_healthy(figures["e2e"]["deliveries_per_s"])
+        figures["slow"] = scenarios.slow(bench, plan.slow_deliveries(e2e))
+        pair_healthy = plan.pair_healthy(e2e)
         step("isolation")
         figures["isolation"] = scenarios.isolation(bench, pair_healthy)
         step("one account hanging")
