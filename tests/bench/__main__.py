@@ -44,7 +44,8 @@ LATENCY_FULL = (*all_of("latency.posted", "latency.posts_due"), *all_of("latency
                 *all_of("latency_light.delivered", "latency_light.posted"))  # fmt: skip
 
 # Every rate and time is judged as a ratio to a reference measured in the same run, so that a
-# machine twice as fast or twice as slow gives the same verdict (docs/performance.md, "Targets").
+# machine twice as fast or twice as slow gives the same verdict; where each bound comes from is in
+# docs/performance.md, "Where the bounds come from".
 # Counts, bytes and megabytes are not speeds: they keep their bounds.
 TARGETS: list[Target] = [
     Target("ingest_vs_aiohttp", "ratios.ingest_vs_aiohttp", ">=", 0.4,
@@ -60,9 +61,9 @@ TARGETS: list[Target] = [
     Target("e2e_vs_simpleworker", "ratios.e2e_vs_simpleworker", ">=", 4,
            "end to end / stock RQ SimpleWorker x2: both 2 processes, 100 destinations, middle 80 % of arrivals",
            (*E2E_FULL, *all_of("reference.rq_simpleworker_x2.delivered", "reference.rq_simpleworker_x2.jobs"))),
-    Target("latency_p50_vs_light", "ratios.latency_p50_vs_light", "<=", 1.7,
+    Target("latency_p50_vs_light", "ratios.latency_p50_vs_light", "<=", 4.3,
            "ingest to sink p50 at half the sustained rate / at a tenth of it, every post delivered", LATENCY_FULL),
-    Target("latency_p99_vs_light", "ratios.latency_p99_vs_light", "<=", 8.7,
+    Target("latency_p99_vs_light", "ratios.latency_p99_vs_light", "<=", 22,
            "ingest to sink p99 at half the sustained rate / at a tenth of it, every post delivered", LATENCY_FULL),
     Target("slow_vs_e2e", "ratios.slow_vs_e2e", ">=", 0.54,
            "deliveries per second to 200 ms endpoints / end to end to the fast sink",
