@@ -451,7 +451,7 @@ def gateway(rig: Rig, plan: GatewayPlan, trees: list[Tree]) -> dict[str, Any]:
         }
         print(f"... gateway Redis commands and memory ({n})", file=sys.stderr, flush=True)
         figures.update(redis_per_call(rig, tree, fast, key, plan.counted_calls))
-        figures.update(soak(rig, servers[(n, "w1")], key, plan.soak_calls))
+        figures.update(soak(rig, servers[(n, "w1")], key, plan.soak_calls, float(figures["c50_w1_per_s"]["median"])))
         result[n] = figures
     after = result["after"]
     sim_direct = float(upstream["sim_c50_per_s"]["median"])
@@ -501,13 +501,14 @@ def redis_per_call(rig: Rig, tree: Tree, upstream: str, key: str, calls: int) ->
     }
 
 
-def soak(rig: Rig, base: str, key: str, calls: int) -> dict[str, float | int]:
-    """RSS of the one-worker server before and after ``calls`` more calls."""
+def soak(rig: Rig, base: str, key: str, calls: int, per_s: float) -> dict[str, float | int]:
+    """RSS of the one-worker server before and after ``calls`` more calls, made at about ``per_s``."""
     role = next(r for r in rig.children if isinstance(r, TreeRole) and r.env["SVCGW_PORT"] == base.rsplit(":", 1)[1])
     before = role.rss_bytes()
     done = failed = 0
     while done < calls:
-        result = load(rig, base, key, 50, max(1.0, min(20.0, (calls - done) / 2000)))
+        # As long as the calls left take at the rate measured, a little more: closed-loop runs are timed.
+        result = load(rig, base, key, 50, max(1.0, min(20.0, 1.1 * (calls - done) / max(per_s, 500.0))))
         done += int(result["requests"])
         failed += int(result["bad"])
     after = role.rss_bytes()

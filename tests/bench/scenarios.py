@@ -107,11 +107,12 @@ class Plan:
         # 8,000/s), where each hanging slot's first attempt, and not yet its timeout, fell in a run.
         return 4.0
 
-    def pair_healthy(self, e2e_per_s: float | None) -> int:
-        """How many healthy deliveries each run of a pair makes, from this run's end-to-end rate."""
+    def pair_healthy(self, per_s: float | None) -> int:
+        """How many healthy deliveries each run of a pair makes: :attr:`pair_seconds` at ``per_s``, this
+        run's end to end for its first pair, and the control's rate of the pair before for the others."""
         if self.short:
             return 270
-        rate = e2e_per_s or 0.0
+        rate = per_s or 0.0
         return int(min(max(rate * self.pair_seconds, 4000), 60000)) // 100 * 100
 
     @property
@@ -609,21 +610,29 @@ def _median_pair(
     healthy delivery in ``control_cpu_us_rounds`` and ``healthy_cpu_us_rounds``; and how many
     attempts the hanging destinations received in ``hanging_attempts_rounds``. A reader sees which
     side moved, and whether it moved with the work done or with the machine.
+
+    The first pair makes ``healthy_count`` healthy deliveries a run; each later one as many as the
+    control before it made in :attr:`Plan.pair_seconds` (``healthy_expected_rounds``), so that a
+    run lasts about as long when the machine's speed drifts; where the time of each pair went is
+    in ``seconds_rounds``.
     """
-    # Every job of the run beside the hanging destinations, so that ``healthy_count`` of them are healthy.
-    count = -(-healthy_count * len(tenants) // sum(1 for t in tenants if t not in hanging))
     pairs = []
     for n in range(bench.plan.control_pairs):
         started = time.monotonic()
+        # Every job of the run beside the hanging destinations, so that ``healthy_count`` of them are healthy.
+        count = -(-healthy_count * len(tenants) // sum(1 for t in tenants if t not in hanging))
         pair = _against_control(bench, healthy, tenants, hanging, (f"{prefixes[0]}{n}-", f"{prefixes[1]}{n}-"), count)
         pairs.append(pair)
+        if not bench.plan.short:
+            # The next pair as long as this one's control took: the machine's speed drifts within a run.
+            healthy_count = bench.plan.pair_healthy(pair["control_per_s"])
         print(f"    pair {n + 1} of {bench.plan.control_pairs}: control {pair['control_per_s']:.0f}/s, beside the "
               f"hanging ones {pair['healthy_per_s']:.0f}/s ({pair['vs_control']}), {time.monotonic() - started:.1f} s: "
               + ", ".join(f"{name} {seconds} s" for name, seconds in pair["seconds"].items()),
               file=sys.stderr, flush=True)  # fmt: skip
     median = sorted(pairs, key=lambda pair: pair["vs_control"] or 0.0)[len(pairs) // 2]
     rounds = ("vs_control", "control_per_s", "healthy_per_s", "control_cpu_us", "healthy_cpu_us", "hanging_attempts",
-              "seconds")  # fmt: skip
+              "healthy_expected", "seconds")  # fmt: skip
     return {**median, **{f"{name}_rounds": [pair[name] for pair in pairs] for name in rounds}}
 
 
