@@ -36,7 +36,8 @@ sample of answers is checked byte for byte against the upstream's own.
 The targets (:data:`GATEWAY_TARGETS`, judged by :mod:`.verdict`) judge the
 gateway both ways: its capacity, in front of ``fast``, over the simulator
 straight; and like for like, in front of ``sim``, over the simulator
-straight, the two sharing the cores. None is met if a call failed.
+straight, the two sharing the cores; and the latency it adds to a lone call
+over a lone call's to the simulator straight. None is met if a call failed.
 """
 
 from __future__ import annotations
@@ -91,10 +92,13 @@ GATEWAY_TARGETS: list[Target] = [
     # Like for like: the gateway in front of the simulator, the two sharing the cores.
     Target("gateway_sim_w1_vs_sim_direct", "gateway.ratios.sim_w1_vs_sim_direct", ">=", 0.5,
            "gateway c=50, 1 worker, in front of the simulator / the simulator straight, same cores", ALL_CALLS),
-    Target("gateway_added_p50_ms", "gateway.after.c1_added_p50_ms", "<=", 0.5,
-           "gateway c=1 added latency over the fast upstream, p50", ALL_CALLS),
-    Target("gateway_added_p99_ms", "gateway.after.c1_added_p99_ms", "<=", 2,
-           "gateway c=1 added latency over the fast upstream, p99", ALL_CALLS),
+    # Latency: what the gateway adds to a lone call, against a lone call to the simulator straight
+    # (its own HTTP server and handler), both in the same rounds; the bounds are the earlier 0.5 ms
+    # and 2 ms over the simulator's 0.133 ms and 0.205 ms of the run that set them.
+    Target("gateway_added_p50_vs_sim", "gateway.ratios.added_p50_vs_sim_p50", "<=", 3.7,
+           "gateway c=1 added latency over the fast upstream, p50 / the simulator straight's c=1 p50", ALL_CALLS),
+    Target("gateway_added_p99_vs_sim", "gateway.ratios.added_p99_vs_sim_p99", "<=", 9.7,
+           "gateway c=1 added latency over the fast upstream, p99 / the simulator straight's c=1 p99", ALL_CALLS),
     Target("gateway_round_trips", "gateway.after.round_trips_per_call", "<=", 1,
            "Redis round trips per gateway call", (*ALL_CALLS, none("gateway.after.counted_failed"))),
     Target("gateway_rss_growth_mb", "gateway.after.rss_growth_mb", "<=", 5, "server RSS growth over the soak, MB",
@@ -113,11 +117,14 @@ class GatewayPlan:
 
     @property
     def seconds(self) -> float:
-        return 1.0 if self.short else 5.0
+        # Two seconds a figure hold thousands of calls even on a slow machine at c=1; the medians
+        # of three rounds are judged.
+        return 1.0 if self.short else 2.0
 
     @property
     def soak_calls(self) -> int:
-        return 5_000 if self.short else 100_000
+        # A leak of 100 bytes a call would show as the bound's 5 MB.
+        return 5_000 if self.short else 50_000
 
     @property
     def counted_calls(self) -> int:
@@ -444,7 +451,7 @@ def gateway(rig: Rig, plan: GatewayPlan, trees: list[Tree]) -> dict[str, Any]:
         }
         print(f"... gateway Redis commands and memory ({n})", file=sys.stderr, flush=True)
         figures.update(redis_per_call(rig, tree, fast, key, plan.counted_calls))
-        figures.update(soak(rig, servers[(n, "w1")], key, plan.soak_calls))
+        figures.update(soak(rig, servers[(n, "w1")], key, plan.soak_calls, float(figures["c50_w1_per_s"]["median"])))
         result[n] = figures
     after = result["after"]
     sim_direct = float(upstream["sim_c50_per_s"]["median"])
@@ -457,6 +464,8 @@ def gateway(rig: Rig, plan: GatewayPlan, trees: list[Tree]) -> dict[str, Any]:
         "sim_w1_vs_sim_direct": ratio(after["sim_c50_w1_per_s"]["median"], sim_direct),
         "w1_vs_fast_direct": ratio(after["c50_w1_per_s"]["median"], fast_direct),
         "w2_vs_fast_direct": ratio(after["c50_w2_per_s"]["median"], fast_direct),
+        "added_p50_vs_sim_p50": ratio(after["c1_added_p50_ms"], upstream["sim_c1_p50_ms"]["median"]),
+        "added_p99_vs_sim_p99": ratio(after["c1_added_p99_ms"], upstream["sim_c1_p99_ms"]["median"]),
     }
     generators = {r["generator"] for results in runs.values() for r in results}
     result["setup"] = {
@@ -492,13 +501,14 @@ def redis_per_call(rig: Rig, tree: Tree, upstream: str, key: str, calls: int) ->
     }
 
 
-def soak(rig: Rig, base: str, key: str, calls: int) -> dict[str, float | int]:
-    """RSS of the one-worker server before and after ``calls`` more calls."""
+def soak(rig: Rig, base: str, key: str, calls: int, per_s: float) -> dict[str, float | int]:
+    """RSS of the one-worker server before and after ``calls`` more calls, made at about ``per_s``."""
     role = next(r for r in rig.children if isinstance(r, TreeRole) and r.env["SVCGW_PORT"] == base.rsplit(":", 1)[1])
     before = role.rss_bytes()
     done = failed = 0
     while done < calls:
-        result = load(rig, base, key, 50, max(1.0, min(20.0, (calls - done) / 2000)))
+        # As long as the calls left take at the rate measured, a little more: closed-loop runs are timed.
+        result = load(rig, base, key, 50, max(1.0, min(20.0, 1.1 * (calls - done) / max(per_s, 500.0))))
         done += int(result["requests"])
         failed += int(result["bad"])
     after = role.rss_bytes()
@@ -538,7 +548,8 @@ def gateway_table(figures: dict[str, Any]) -> str:
         f"ratios: in front of the fast upstream, 1 worker {ratios['w1_vs_direct']}, 2 workers "
         f"{ratios['w2_vs_direct']} of the simulator direct ({ratios['w1_vs_fast_direct']} / "
         f"{ratios['w2_vs_fast_direct']} of the fast upstream direct); in front of the simulator, 1 worker "
-        f"{ratios['sim_w1_vs_sim_direct']} of the simulator direct"
+        f"{ratios['sim_w1_vs_sim_direct']} of the simulator direct; c=1 added p50 {ratios['added_p50_vs_sim_p50']}, "
+        f"p99 {ratios['added_p99_vs_sim_p99']} of the simulator's own"
     )
     return "\n".join(lines)
 

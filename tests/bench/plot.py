@@ -34,11 +34,13 @@ def plot(figures: dict[str, Any], out: Path) -> None:
         ("stock RQ\nSimpleWorker\nx2", reference["rq_simpleworker_x2"]["per_s"], "#c05621"),
         ("stock RQ\nforking\nworker", reference["rq_forking_worker"]["per_s"], "#c05621"),
     ]
-    ingest, lat, retry = figures["ingest"], figures["latency"], figures["retry"]
+    ingest, lat, light, retry = figures["ingest"], figures["latency"], figures["latency_light"], figures["retry"]
     latencies = [
-        ("receiver at\n1,000 posts/s", ingest["fixed_p50_ms"], ingest["fixed_p99_ms"]),
+        (f"receiver at\na fifth of\nsaturation\n({ingest['fixed_rate']:.0f}/s)", ingest["fixed_p50_ms"],
+         ingest["fixed_p99_ms"]),
         (f"receiver at\nsaturation\n({ingest['saturation_per_s']:.0f}/s)", ingest["saturation_p50_ms"],
          ingest["saturation_p99_ms"]),
+        (f"ingest to sink\nat {light['rate']:.0f}/s", light["p50_ms"], light["p99_ms"]),
         (f"ingest to sink\nat {lat['rate']:.0f}/s", lat["p50_ms"], lat["p99_ms"]),
         (f"retry start,\n{retry['due_at_once']} due\nat once", _ms(retry["lateness_p50_s"]),
          _ms(retry["lateness_p99_s"])),
@@ -51,8 +53,12 @@ def plot(figures: dict[str, Any], out: Path) -> None:
     left.set_yscale("log")
     left.set_ylabel("deliveries per second (log scale)")
     left.set_title("Delivery throughput, same machine, same run")
-    left.axhline(1000, color="#38a169", linestyle="--", linewidth=1)
-    left.text(len(rates) - 0.5, 1000 * 1.08, "target 1,000/s", color="#38a169", ha="right", fontsize=8)
+    # End to end's target is a share of the raw loop of the same run (its bound as the run judged it).
+    share = float(figures["targets"]["e2e_vs_aiohttp"]["target"].split()[-1])
+    e2e_target = share * reference["aiohttp_loop_c50"]["per_s"]
+    left.axhline(e2e_target, color="#38a169", linestyle="--", linewidth=1)
+    left.text(-0.4, e2e_target * 1.1, f"end to end's target: {share:g} of the aiohttp loop",
+              color="#38a169", ha="left", va="bottom", fontsize=8)  # fmt: skip
     for bar, value in zip(bars, values, strict=True):
         left.text(bar.get_x() + bar.get_width() / 2, value * 1.08, f"{value:,.0f}", ha="center", fontsize=8)
     left.tick_params(axis="x", labelsize=8)

@@ -16,23 +16,27 @@ import pytest
 from tests.bench.services import REPO
 
 EXPECTED = {
-    "ingest": {"fixed_p99_ms", "saturation_per_s", "commands_per_post", "bytes_per_event_logged", "fixed_posts_due",
-               "fixed_ok", "acknowledged", "stored"},
+    "ingest": {"fixed_p99_ms", "fixed_rate", "saturation_per_s", "saturation_p50_ms", "commands_per_post",
+               "bytes_per_event_logged", "fixed_posts_due", "fixed_ok", "acknowledged", "stored"},
     "e2e": {"deliveries_per_s", "commands_per_delivery", "queued", "delivered"},
     "sustained": {"posted_per_s", "delivered_per_s"},
-    "latency": {"p50_ms", "p99_ms", "posts_due", "posted", "delivered"},
+    "latency": {"p50_ms", "p99_ms", "posts_due", "posted", "delivered", "rate"},
+    "latency_light": {"p50_ms", "p99_ms", "posts_due", "posted", "delivered", "rate"},
     "slow": {"deliveries_per_s", "rss_mb", "expected", "delivered", "worker_cpu_us"},
     "isolation": {"healthy_per_s", "control_per_s", "vs_control", "healthy_delivered", "control_delivered",
                   "vs_control_rounds", "control_per_s_rounds", "healthy_per_s_rounds", "control_cpu_us_rounds",
-                  "healthy_cpu_us_rounds", "hanging_attempts_rounds"},
+                  "healthy_cpu_us_rounds", "hanging_attempts_rounds", "healthy_expected_rounds", "seconds_rounds"},
     "accounts": {"healthy_per_s", "control_per_s", "vs_control", "healthy_delivered", "control_delivered",
                  "healthy_expected", "vs_control_rounds", "control_per_s_rounds", "healthy_per_s_rounds",
-                 "control_cpu_us_rounds", "healthy_cpu_us_rounds", "hanging_attempts_rounds"},
-    "retry": {"lateness_p50_s", "lateness_p99_s", "lateness_max_s", "promoted_within_s", "attempted", "due_at_once"},
+                 "control_cpu_us_rounds", "healthy_cpu_us_rounds", "hanging_attempts_rounds",
+                 "healthy_expected_rounds", "seconds_rounds"},
+    "retry": {"lateness_p50_s", "lateness_p99_s", "lateness_max_s", "promoted_within_s", "attempted", "due_at_once",
+              "attempts_per_s"},
     "reference": {"aiohttp_loop_c50", "rq_simpleworker_x2", "rq_forking_worker"},
     "redis": {"commands_per_delivery", "commands_per_post", "bytes_per_event_logged"},
-    "ratios": {"e2e_vs_simpleworker", "e2e_vs_aiohttp", "isolation"},
-    "setup": {"appendfsync", "load_generator", "machine"},
+    "ratios": {"ingest_vs_aiohttp", "ingest_p99_vs_saturation_p50", "e2e_vs_simpleworker", "e2e_vs_aiohttp",
+               "latency_p50_vs_light", "latency_p99_vs_light", "slow_vs_e2e", "isolation", "retry_vs_e2e"},
+    "setup": {"appendfsync", "load_generator", "machine", "elapsed_s", "elapsed_by_step_s"},
     "memory": {"small", "msg"},
 }  # fmt: skip
 MEMORY = {"payload_bytes", "logged_bytes_per_event", "delivered_bytes_per_event", "dead_letter_bytes",
@@ -55,9 +59,23 @@ def test_short_benchmark_prints_every_figure() -> None:
     assert figures["verdict"]["judged"] is False and figures["verdict"]["targets"] == len(figures["targets"])
     for section, names in EXPECTED.items():
         assert names <= set(figures[section]), section
-    assert {"ingest_per_s", "e2e_per_s", "latency_p99_ms", "commands_per_delivery", "retry_lateness_max_s"} <= set(
-        figures["targets"]
-    )
+    assert {
+        "ingest_vs_aiohttp",
+        "e2e_vs_aiohttp",
+        "latency_p99_vs_light",
+        "commands_per_delivery",
+        "retry_vs_e2e",
+    } <= set(figures["targets"])
+    # Every ratio a target judges is worked out from figures of this run (a short run's are numbers too).
+    assert all(isinstance(v, float) for v in figures["ratios"].values()), figures["ratios"]
+    ingest = figures["ingest"]
+    assert ingest["fixed_rate"] == pytest.approx(max(ingest["saturation_per_s"] * 0.2, 50), abs=0.1)
+    assert figures["latency_light"]["rate"] < figures["latency"]["rate"]
+    # Each step's time is printed and kept; together they are nearly the whole run.
+    steps = figures["setup"]["elapsed_by_step_s"]
+    assert {"ingest", "isolation", "gateway", "memory"} <= set(steps)
+    assert sum(steps.values()) == pytest.approx(figures["setup"]["elapsed_s"], rel=0.1)
+    assert "    gateway: " in done.stderr
     assert all({"value", "target", "met", "why"} <= set(v) for v in figures["targets"].values())
     assert all(isinstance(v["met"], bool) for v in figures["targets"].values())
     assert figures["setup"]["mode"] == "short"
@@ -76,4 +94,6 @@ def test_short_benchmark_prints_every_figure() -> None:
         gateway["after"]
     )
     assert {"fast_c50_per_s", "sim_c50_per_s"} <= set(gateway["upstream"]) and gateway["setup"]["failed_calls"] == 0
-    assert {"gateway_w1_vs_direct", "gateway_sim_w1_vs_sim_direct", "gateway_round_trips"} <= set(figures["targets"])
+    assert {"gateway_w1_vs_direct", "gateway_sim_w1_vs_sim_direct", "gateway_round_trips",
+            "gateway_added_p50_vs_sim"} <= set(figures["targets"])  # fmt: skip
+    assert {"added_p50_vs_sim_p50", "added_p99_vs_sim_p99"} <= set(gateway["ratios"])
