@@ -1,7 +1,10 @@
 """``svcgw deliveries``: an instance's deliveries with every attempt, and retry now.
 
 ``list`` shows the deliveries of the log's retention, newest first (state,
-attempts, next attempt); ``show`` one delivery with each attempt's answer;
+attempts, next attempt), and whether their destination is being probed
+(``svcgw.delivery.probing``: its attempts time out, so it gets fewer at a
+time and the others wait without counting an attempt); ``show`` one delivery
+with each attempt's answer;
 ``retry`` brings a retrying delivery's next attempt forward to now. All
 three read and write through the same modules as the console
 (``svcgw.delivery.listing``, ``svcgw.delivery.retrynow``).
@@ -11,10 +14,12 @@ from __future__ import annotations
 
 import click
 from rich.console import Group, RenderableType
+from rich.text import Text
 
-from svcgw.delivery import listing, retrynow
+from svcgw.delivery import listing, probing, retrynow
 from svcgw.delivery.listing import STATES, Delivery
 from svcgw.delivery.outcomes import ANSWERS_NOTE
+from svcgw.delivery.probing import Probe
 from svcgw.errors import NotFound
 from svcgw.shards.routing import first_found, instance_shard
 
@@ -27,6 +32,18 @@ __all__ = ["deliveries"]
 @click.group()
 def deliveries() -> None:
     """Deliveries of an instance: pending, retrying, delivered or dead, with every attempt."""
+
+
+def probing_note(probe: Probe | None) -> Text | None:
+    """One line saying that the deliveries' destination is being probed, and what that means for them."""
+    if probe is None:
+        return None
+    state = "answers again, opening up" if probe.word == "a" else "attempts time out"
+    return Text(
+        f"destination {probe.destination} is being probed since {when(probe.since)} ({state}): "
+        f"at most {probe.limit} attempt(s) at a time per worker; the others wait without counting an attempt",
+        style="yellow",
+    )
 
 
 def _next(delivery: Delivery) -> str | None:
@@ -65,6 +82,7 @@ async def deliveries_list(
         limit=limit,
         before=before,
     )
+    probe = await probing.of_instance(admin.shards, admin.settings, appid)
 
     def render() -> RenderableType:
         shown = table(
@@ -85,9 +103,10 @@ async def deliveries_list(
         )
         if page.next_before:
             shown.caption = f"older: --before {page.next_before}"
-        return shown
+        note = probing_note(probe)
+        return shown if note is None else Group(shown, note)
 
-    emit(as_json, page.as_dict(), render)
+    emit(as_json, {**page.as_dict(), "probing": probe.as_dict() if probe else None}, render)
 
 
 @deliveries.command("show")
@@ -97,10 +116,13 @@ async def deliveries_list(
 async def deliveries_show(admin: Admin, delivery_id: str, as_json: bool) -> None:
     """Show one delivery: its state, next attempt, and every attempt with the answer's first 1 KB."""
     delivery = await _show(admin, delivery_id)
+    waiting = delivery.state not in ("delivered", "dead")
+    probe = await probing.of_instance(admin.shards, admin.settings, delivery.appid) if waiting else None
     if as_json:
-        emit(True, delivery.as_dict(), lambda: None)
+        emit(True, {**delivery.as_dict(), "probing": probe.as_dict() if probe else None}, lambda: None)
         return
-    console().print(_detail(delivery))
+    note = probing_note(probe)
+    console().print(_detail(delivery) if note is None else Group(_detail(delivery), note))
 
 
 def _detail(d: Delivery) -> RenderableType:

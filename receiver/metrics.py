@@ -42,7 +42,7 @@ from .services import Services
 __all__ = ["merge", "metrics_endpoint", "render"]
 
 _SUMMED_MAPS = ("counters", "latency", "queue", "instances")
-_SUMMED = ("dead", "probe_errors", "failing_destinations")
+_SUMMED = ("dead", "probe_errors", "failing_destinations", "probing_destinations")
 
 log = logging.getLogger("svcgw.metrics")
 
@@ -97,6 +97,12 @@ class _Snapshot(Collector):
             "svcgw_failing_destinations",
             "Destinations (callback address origins) whose every attempt has failed for SVCGW_FAILING_AFTER seconds.",
             value=self.data.get("failing_destinations", 0),
+        )
+        yield GaugeMetricFamily(
+            "svcgw_probing_destinations",
+            "Destinations whose attempts time out, and so get fewer attempts at a time than their caps until they "
+            "answer (a destination on several shards counts on each).",
+            value=self.data.get("probing_destinations", 0),
         )
         shards: list[dict[str, Any] | None] | None = self.data.get("shards")
         if shards is not None:

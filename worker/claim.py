@@ -18,6 +18,7 @@ than a read.
 
 from __future__ import annotations
 
+import random
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -30,7 +31,7 @@ from svcgw.storage.keys import KeySpace
 from svcgw.storage.rqformat import rq_now
 from svcgw.storage.scripts import register
 
-__all__ = ["DELIVERY_FIELDS", "SEEN_SECONDS", "Claimed", "Claimer", "Sightings"]
+__all__ = ["DELIVERY_FIELDS", "SEEN_SECONDS", "Claimed", "Claimer", "Hold", "Sightings"]
 
 # The delivery hash fields an attempt reads; ``chain`` (service events only) is read for the finish.
 DELIVERY_FIELDS = ("appid", "account", "event_type", "body", "failures", "state", "attempts", "received_at", "chain")
@@ -45,6 +46,25 @@ _ACCOUNTS_KEPT = 100_000
 SEEN_SECONDS = 5.0
 # Instances named to the pop at most: the ones beyond are held back by the read, as before.
 _HELD_BACK_MOST = 1000
+
+
+@dataclass(frozen=True)
+class Hold:
+    """When the jobs held back for a full destination or a busy account are due again.
+
+    ``spread``: they are lined up evenly over that many seconds after ``due`` rather than all due
+    then. ``park``: the parked set (``KeySpace.parked``) of a destination whose attempts time out,
+    which notes them so that they can be brought forward when it answers again
+    (:mod:`svcgw.delivery.probing`); '' for none.
+    """
+
+    due: float
+    spread: float = 0.0
+    park: str = ""
+
+    @property
+    def last(self) -> float:
+        return self.due + self.spread
 
 
 @dataclass(frozen=True)
@@ -101,17 +121,18 @@ class Sightings:
         if now - self._pruned > 4 * self.fresh:
             self._prune(now)
 
-    def held_back(self, saturated: Mapping[str, float], busy_accounts: Mapping[str, float]) -> dict[str, float]:
+    def held_back(self, saturated: Mapping[str, Hold], busy_accounts: Mapping[str, float]) -> dict[str, Hold]:
         """The instances seen lately whose account is busy or destination saturated, with when their jobs are due."""
         if not self._seen or not (saturated or busy_accounts):
             return {}
         cutoff = self.clock() - self.fresh
-        due: dict[str, float] = {}
-        for prefix, full in (("a:", busy_accounts), ("d:", saturated)):
-            for name, when in full.items():
+        due: dict[str, Hold] = {}
+        accounts = {name: Hold(when) for name, when in busy_accounts.items()}
+        for prefix, full in (("a:", accounts), ("d:", saturated)):
+            for name, hold in full.items():
                 for appid in self._by.get(prefix + name, ()):
-                    if self._seen[appid][2] >= cutoff and when > due.get(appid, 0.0):
-                        due[appid] = when
+                    if self._seen[appid][2] >= cutoff and (appid not in due or hold.last > due[appid].last):
+                        due[appid] = hold
                         if len(due) >= _HELD_BACK_MOST:
                             return due
         return due
@@ -143,11 +164,14 @@ class Claimer:
         inflight_key: str,
         scheduled_key: str,
         lease_seconds: float,
+        park_seconds: float = 120.0,
     ) -> None:
         self.redis = redis
         self.keys = keys
         self.queue_key, self.inflight_key, self.scheduled_key = queue_key, inflight_key, scheduled_key
         self.lease_seconds = lease_seconds
+        # How long a parked set is kept after its last write: longer than any job in it waits.
+        self.park_seconds = park_seconds
         self._claim = register(redis, "queue_claim")
         self._read = register(redis, "queue_read")
         # appid -> account of the instances claimed lately: names a job's account callback hash
@@ -165,7 +189,7 @@ class Claimer:
         self,
         count: int,
         worker_name: str,
-        saturated: Mapping[str, float],
+        saturated: Mapping[str, Hold],
         busy_accounts: Mapping[str, float],
     ) -> list[Claimed]:
         """Up to ``count`` jobs popped, leased, read and started; :attr:`unread` the ones left leased."""
@@ -173,10 +197,13 @@ class Claimer:
         self.popped = 0
         if count <= 0:
             return []
-        args: list[Any] = [count, time.time() + self.lease_seconds]
-        for appid, due in self.sightings.held_back(saturated, busy_accounts).items():
-            args.extend((appid, repr(due)))
-        held_back, *popped = await self._claim(keys=[self.queue_key, self.inflight_key, self.scheduled_key], args=args)
+        now = time.time()
+        args: list[Any] = [count, now + self.lease_seconds, repr(now), repr(random.random()), round(self.park_seconds)]
+        script_keys = [self.queue_key, self.inflight_key, self.scheduled_key]
+        parks = _Parks(script_keys)
+        for appid, hold in self.sightings.held_back(saturated, busy_accounts).items():
+            args.extend((appid, repr(hold.due), repr(hold.spread), parks.index(hold.park)))
+        held_back, *popped = await self._claim(keys=script_keys, args=args)
         ids = [_text(i) for i in popped]
         self.popped = len(ids) + int(held_back)
         if not ids:
@@ -250,7 +277,7 @@ class Claimer:
         ids: Sequence[str],
         owners: Mapping[str, tuple[str, str]],
         worker_name: str,
-        saturated: Mapping[str, float],
+        saturated: Mapping[str, Hold],
         busy_accounts: Mapping[str, float],
     ) -> list[Any]:
         script_keys = [self.inflight_key, self.scheduled_key]
@@ -266,9 +293,28 @@ class Claimer:
                 )
             )
             args.extend((delivery_id, appid, account))
-        args.append(len(saturated))
-        for host, due in saturated.items():
-            args.extend((host, repr(due)))
+        args.extend((len(saturated), repr(time.time()), repr(random.random()), round(self.park_seconds)))
+        parks = _Parks(script_keys)
+        for host, hold in saturated.items():
+            args.extend((host, repr(hold.due), repr(hold.spread), parks.index(hold.park)))
         for account, due in busy_accounts.items():
             args.extend((account, repr(due)))
         return cast(list[Any], await self._read(keys=script_keys, args=args))
+
+
+class _Parks:
+    """The parked sets a script call names, appended to its KEYS as they come."""
+
+    def __init__(self, script_keys: list[str]) -> None:
+        self.script_keys = script_keys
+        self._index: dict[str, int] = {}
+
+    def index(self, park: str) -> int:
+        """The index in KEYS (from 1, as Lua counts) of the parked set ``park``, added when not there; 0 for none."""
+        if not park:
+            return 0
+        found = self._index.get(park)
+        if found is None:
+            self.script_keys.append(park)
+            found = self._index[park] = len(self.script_keys)
+        return found

@@ -9,11 +9,15 @@ host shares its cap. :class:`AccountSlots` counts attempts per account
 (``SVCGW_ACCOUNT_CONCURRENCY``), a cap that bites only while another
 account wants slots of the same worker.
 
-A job whose key is at its cap is deferred for about as long as the key takes
-to free a slot (:meth:`DestinationSlots.defer_delay`), and the jobs of one
-claim found over the cap wait in line, one per slot the key frees at its
-usual pace, rather than all coming back at once. The counts are this worker's own,
-in memory; nothing here does I/O.
+A job whose key is at its cap waits in the worker for a slot of it while the
+key answers quickly (:meth:`DestinationSlots.may_wait`): a burst of one
+destination's jobs in one claim (its retries falling due together, or its
+backlog brought forward) then costs no round trip per job. Otherwise, or when
+the key's line in the worker is long, the job is deferred for about as long as
+the key takes to free a slot (:meth:`DestinationSlots.defer_delay`), and the
+jobs of one claim found over the cap wait in line in the retry schedule, one
+per slot the key frees at its usual pace, rather than all coming back at once.
+The counts are this worker's own, in memory; nothing here does I/O.
 """
 
 from __future__ import annotations
@@ -25,9 +29,24 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["BORROW_SECONDS", "CONTENDED_SECONDS", "DEFER_SECONDS", "AccountSlots", "DestinationSlots"]
+__all__ = [
+    "BORROW_SECONDS",
+    "CONTENDED_SECONDS",
+    "DEFER_SECONDS",
+    "LINE_QUICK",
+    "LINE_ROUNDS",
+    "LINE_WAIT",
+    "AccountSlots",
+    "DestinationSlots",
+]
 
 DEFER_SECONDS = 0.25  # the shortest deferral of a job whose host is at its cap
+# A host whose attempts answer within this long (the usual time, and its oldest attempt's age so far)
+# lines the jobs over its cap up in the worker, each waiting at most LINE_WAIT for a slot, up to
+# LINE_ROUNDS times its cap in line.
+LINE_QUICK = 0.25
+LINE_WAIT = 0.5
+LINE_ROUNDS = 8
 # An account alone may go over its cap while its attempts free their slots within this long
 # (or half the delivery timeout, if shorter), so the slots it borrowed come back soon.
 BORROW_SECONDS = 1.0
@@ -65,6 +84,7 @@ class DestinationSlots:
         self._deferred: Counter[str] = Counter()  # rounds of deferrals since a slot last freed
         self._rounds: dict[str, _Round] = {}
         self._tokens = 0
+        self._waiting: Counter[str] = Counter()  # jobs waiting in the worker for a slot, per host
 
     def acquire(self, host: str) -> int | None:
         """A token for a slot on ``host``, or None when its cap is reached."""
@@ -115,11 +135,29 @@ class DestinationSlots:
         self._typical.pop(host, None)
         self._rounds.pop(host, None)
 
+    def may_wait(self, host: str) -> bool:
+        """Whether a job over ``host``'s cap may wait in the worker for a slot: the host answers quickly, and its
+        line is short."""
+        if self._waiting[host] >= LINE_ROUNDS * self.cap:
+            return False
+        now = self.clock()
+        oldest = min(self._started.get(host, {}).values(), default=now)
+        return max(self._typical.get(host, 0.0), now - oldest) <= LINE_QUICK
+
+    def waits(self, host: str, joined: bool) -> None:
+        """A job joined (or left) ``host``'s line in the worker."""
+        self._waiting[host] += 1 if joined else -1
+        if self._waiting[host] <= 0:
+            del self._waiting[host]
+
     def saturated(self) -> dict[str, float]:
-        """Hosts with no free slot, each with when its jobs should be claimed again."""
+        """Hosts with no free slot whose jobs may not wait in the worker, each with when they should be claimed
+        again."""
         now = time.time()
         return {
-            host: now + self.defer_delay(host, claim=True) for host, count in self._counts.items() if count >= self.cap
+            host: now + self.defer_delay(host, claim=True)
+            for host, count in self._counts.items()
+            if count >= self.cap and not self.may_wait(host)
         }
 
     def defer_delay(self, host: str, *, claim: bool = False) -> float:

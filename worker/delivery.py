@@ -86,6 +86,7 @@ class Attempt:
     error: str | None = None
     response: str = ""
     destination: str | None = None
+    timed_out: bool = False  # no answer within the delivery timeout (svcgw.delivery.probing)
 
     def record(self, number: int) -> bytes:
         return orjson.dumps(
@@ -211,7 +212,7 @@ async def send(client: Sender, prepared: Prepared) -> Attempt:
     started = time.time()
     clock = time.perf_counter()
 
-    def failed(error: str, status: int | None = None, response: str = "") -> Attempt:
+    def failed(error: str, status: int | None = None, response: str = "", *, timed_out: bool = False) -> Attempt:
         return Attempt(
             ok=False,
             at=started,
@@ -220,6 +221,7 @@ async def send(client: Sender, prepared: Prepared) -> Attempt:
             error=error,
             response=response,
             destination=redacted(prepared.destination.url) if prepared.destination else None,
+            timed_out=timed_out,
         )
 
     if prepared.destination is None:
@@ -234,7 +236,7 @@ async def send(client: Sender, prepared: Prepared) -> Attempt:
     except Refused as exc:
         return failed(f"destination refused: {exc}")
     except TimedOut:
-        return failed(f"timed out after {client.timeout}s")
+        return failed(f"timed out after {client.timeout}s", timed_out=True)
     except SendError as exc:
         return failed(str(exc))
     except Exception as exc:

@@ -14,6 +14,8 @@ batches:
 
 The main loop:
 
+* reads which destinations are probed, and brings forward the held-back jobs
+  of those that answer again;
 * promotes retries that are due (RQ's scheduled registry) to the queue;
 * hands back jobs whose lease ran out (their worker died);
 * extends the leases of the jobs it holds;
@@ -26,13 +28,20 @@ URL reaches, whatever the URL's spelling of the host: its resolved addresses
 and port (:mod:`worker.destinations`). Nor can one account: at most
 ``SVCGW_ACCOUNT_CONCURRENCY`` of its attempts run at once while another
 account wants slots; alone, an account whose endpoints answer quickly may
-use every slot (:class:`worker.concurrencycaps.AccountSlots`). A job whose
-destination or account is at its cap goes back to the scheduled registry
-without counting an attempt, for longer the slower that destination has been
-answering. The claim does that itself for the destinations (as the URL
-spellings seen lately that reach them) and accounts the engine names, so
-such a job usually costs no round trip of its own, and the jobs of an
-instance a claim read lately are held back as they are popped, unread
+use every slot (:class:`worker.concurrencycaps.AccountSlots`). Nor can one
+destination whose attempts time out: it is probed, allowed fewer attempts
+in flight while they time out and more as it answers (:mod:`worker.probing`,
+:mod:`svcgw.delivery.probing`). A job over a destination's cap waits in the
+worker for one of its slots while that destination answers quickly
+(:meth:`worker.concurrencycaps.DestinationSlots.may_wait`): a burst of one
+destination's jobs costs no round trip per job. Otherwise a job whose
+destination or account is at its cap, or whose destination is at its
+probing limit, goes back to the scheduled registry without counting an
+attempt, for longer the slower that destination has been answering. The
+claim does that itself for the destinations (as the URL spellings seen
+lately that reach them) and accounts the engine names, so such a job
+usually costs no round trip of its own, and the jobs of an instance a claim
+read lately are held back as they are popped, unread
 (:class:`worker.claim.Sightings`); one the claim did not recognise is
 deferred with the next batch of finished attempts.
 
@@ -54,6 +63,7 @@ import os
 import secrets
 import socket
 import time
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import cast
@@ -64,7 +74,7 @@ from redis.asyncio.cluster import RedisCluster as AsyncRedisCluster
 from svcgw.callbacks.outbound import Sender, sender_for
 from svcgw.config.settings import Settings
 from svcgw.counters import AttemptRecorder
-from svcgw.delivery import failingdestinations
+from svcgw.delivery import failingdestinations, probing
 from svcgw.errors import STORAGE_ERRORS
 from svcgw.logs import of_shard
 from svcgw.shards.clients import spaces
@@ -72,11 +82,12 @@ from svcgw.shards.connections import async_client
 from svcgw.storage.keys import KeySpace
 from svcgw.vault import TokenVault
 
-from .concurrencycaps import AccountSlots, DestinationSlots
+from .concurrencycaps import LINE_WAIT, AccountSlots, DestinationSlots
 from .delivery import Attempt, Prepared, prepare_claimed, prepared_leniently, send, unexpected
-from .destinations import DestinationKeys
+from .destinations import DestinationKeys, netloc_of
 from .outcomes import AttemptHook, Outcomes
-from .queue import Claimed, DeliveryQueue, Finish
+from .probing import READ_EVERY, Probing
+from .queue import Claimed, DeliveryQueue, Finish, Hold
 
 __all__ = ["Engine", "loop_factory"]
 
@@ -90,6 +101,7 @@ CLAIM_BATCH = 100
 CLAIM_MOST = 2 * CLAIM_BATCH
 IDLE_WAIT = 0.25
 ACCOUNT_DEFER_SECONDS = 0.05  # the shortest deferral of a job whose account is at its cap
+UNPARK_CALLS = 100  # script calls at most that bring one destination's held-back jobs forward at once
 
 
 def worker_name() -> str:
@@ -113,6 +125,7 @@ class _Slots:
     token: int | None
     account: str
     account_token: int | None
+    origin: str  # the destination its probing counts it under (svcgw.delivery.probing); '' for none
 
 
 class Engine:
@@ -159,11 +172,17 @@ class Engine:
             settings.account_concurrency, settings.delivery_timeout, shortest=ACCOUNT_DEFER_SECONDS
         )
         self.destinations = DestinationKeys(settings.allow_private_destinations, settings.destination_ports)
+        # Destinations whose attempts time out get fewer attempts in flight (svcgw.delivery.probing).
+        self.probing = Probing(settings.destination_concurrency, settings.delivery_timeout)
+        self._probing_stale = True  # read the shard's records at the next turn
         # The stock Cluster client answers as one Redis does.
         self._given_redis = cast(AsyncRedis, redis) if isinstance(redis, AsyncRedis | AsyncRedisCluster) else None
         self._given_client = client
         self._held: set[str] = set()
         self._tasks: set[asyncio.Task[None]] = set()
+        # Jobs over a quick destination's cap waiting in this worker for one of its slots, per key, first first
+        # (shared by the engines of one process, as the slots are).
+        self.lines: dict[str, deque[asyncio.Future[None]]] = {}
         self._low_water = max(1, min(CLAIM_BATCH, self.capacity // 8))
         # The share of popped ids that claims started lately. Jobs of a busy account or a
         # saturated destination go back without taking a slot, and a claim that started only
@@ -181,8 +200,12 @@ class Engine:
             self.settings.queue_name,
             lease_seconds=self.settings.lease_seconds,
             failing_argument=failingdestinations.script_argument(self.settings),
+            probing_argument=probing.script_argument(self.settings),
             log_retention=self.settings.log_retention,
+            # Longer than any job held back for a destination being probed waits (worker.probing).
+            park_seconds=probing.PARK_SECONDS + self.settings.delivery_timeout + 60,
         )
+        self.probing.join(self.keys)
         self.sender = sender
         self.outcomes = Outcomes(self.settings, self.queue, self.on_attempt)
         self._slot_freed = asyncio.Event()
@@ -214,11 +237,18 @@ class Engine:
 
     # --- main loop -----------------------------------------------------------------
     async def _main(self, stop: asyncio.Event, burst: bool) -> None:
-        next_promote = next_reclaim = next_extend = 0.0
+        next_promote = next_reclaim = next_extend = next_probing = 0.0
         failures = 0
         while not stop.is_set():
             try:
                 now = time.time()
+                if now >= next_probing or self._probing_stale:
+                    self._probing_stale = False
+                    records = await self.queue.probing_records(*probing.read_argument(self.settings))
+                    self.probing.update(self.keys, records)
+                    next_probing = now + READ_EVERY
+                if await self._unpark():
+                    next_promote = now
                 if now >= next_promote:
                     promotion = await self.queue.promote_due(PROMOTE_LIMIT)
                     while promotion.moved >= PROMOTE_LIMIT:
@@ -274,16 +304,31 @@ class Engine:
             # Never below a quarter: a claim never pops more than four times what it may start.
             self._started_share = max(0.25, 0.7 * self._started_share + 0.3 * started / popped)
 
-    def _saturated(self) -> dict[str, float]:
-        """The URL spellings (netlocs) seen lately that reach a destination at its cap, with when to try again."""
+    async def _unpark(self) -> int:
+        """Bring forward the held-back jobs of the destinations that answer again (svcgw.delivery.probing)."""
+        moved = 0
+        for destination in self.probing.unparking(self.keys):
+            due = 0
+            for _ in range(UNPARK_CALLS):
+                brought, left = await self.queue.unpark(destination)
+                due += brought
+                if not left:
+                    break
+            if due:
+                self.log.info("held-back deliveries due now", extra={"destination": destination, "count": due})
+            moved += due
+        return moved
+
+    def _saturated(self) -> dict[str, Hold]:
+        """The URL spellings (netlocs) seen lately that reach a destination at its cap or its probing limit,
+        with when to try again."""
+        held = self.probing.saturated(self.keys)
         full = self.slots.saturated()
-        if not full:
-            return {}
-        due: dict[str, float] = {}
         for key, when in full.items():
             for netloc in self.destinations.netlocs_of((key,)):
-                due[netloc] = max(due.get(netloc, 0.0), when)
-        return due
+                if netloc not in held or held[netloc].last < when:
+                    held[netloc] = Hold(when)
+        return held
 
     def _start(self, job: Claimed) -> None:
         self._held.add(job.delivery_id)
@@ -348,28 +393,84 @@ class Engine:
             attempt = Attempt(ok=False, at=time.time(), duration=0.0, error=unexpected(exc))
         finally:
             self._free(held)
-        await self.outcomes.record(prepared, attempt)
+        probe = self.probing.mark(held.origin, timed_out=attempt.timed_out, started=attempt.at)
+        finished = await self.outcomes.record(prepared, attempt, probe)
+        if finished.probe_changed:
+            self._probing_stale = True
+        if finished.reopened:
+            self.probing.reopened(held.origin)
 
     async def _take_slots(self, prepared: Prepared) -> _Slots | None:
-        """Slots on the attempt's destination and account; None when one is at its cap (the job is then deferred)."""
-        destinations = await self.destinations.keys(prepared.destination.url) if prepared.destination else ()
-        account_token = self.accounts.acquire(prepared.account)
-        if account_token is None:
-            delay = self.accounts.defer_delay(prepared.account)
-        else:
+        """Slots on the attempt's destination and account, within its probing limit; None when one is at its cap
+        (the job is then deferred)."""
+        url = prepared.destination.url if prepared.destination else ""
+        destinations = await self.destinations.keys(url) if url else ()
+        origin = failingdestinations.destination_of(url)
+        deadline = time.monotonic() + LINE_WAIT
+        while True:
+            account_token = self.accounts.acquire(prepared.account)
+            if account_token is None:
+                delay = self.accounts.defer_delay(prepared.account)
+                break
+            if not self.probing.acquire(origin, netloc_of(url)):
+                self.accounts.give_back(prepared.account, account_token)
+                delay = self.probing.defer_delay(origin)
+                break
             token = self.slots.acquire_all(destinations) if destinations else None
             if token is not None or not destinations:
-                return _Slots(destinations, token, prepared.account, account_token)
+                return _Slots(destinations, token, prepared.account, account_token, origin)
             self.accounts.give_back(prepared.account, account_token)
-            delay = max(self.slots.defer_delay(key) for key in self.slots.full(destinations))
+            self.probing.release(origin)
+            full = self.slots.full(destinations)
+            # A quick destination frees a slot within moments: wait for it here rather than go round Redis.
+            if not (all(self.slots.may_wait(key) for key in full) and await self._wait_in_line(full[0], deadline)):
+                delay = max(self.slots.defer_delay(key) for key in full)
+                break
         await self.outcomes.finish(Finish(prepared.delivery_id, prepared.appid, "defer", due=time.time() + delay))
         return None
+
+    async def _wait_in_line(self, key: str, deadline: float) -> bool:
+        """Wait until ``key`` frees a slot (True) or ``deadline`` passes (False), first come first served."""
+        left = deadline - time.monotonic()
+        if left <= 0:
+            return False
+        waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        line = self.lines.setdefault(key, deque())
+        line.append(waiter)
+        self.slots.waits(key, True)
+        try:
+            await asyncio.wait_for(waiter, left)
+            return True
+        except TimeoutError:
+            return False
+        finally:
+            self.slots.waits(key, False)
+            if not waiter.done():
+                waiter.cancel()
+            try:
+                line.remove(waiter)
+            except ValueError:
+                pass  # woken: it left the line then
+            if not line and self.lines.get(key) is line:
+                del self.lines[key]
+
+    def _wake(self, keys: tuple[str, ...]) -> None:
+        """A slot of each of ``keys`` was freed: the first job waiting for it may try again."""
+        for key in keys:
+            line = self.lines.get(key)
+            while line:
+                waiter = line.popleft()
+                if not waiter.done():
+                    waiter.set_result(None)
+                    break
 
     def _free(self, held: _Slots) -> None:
         if held.token is not None:
             self.slots.release_all(held.destinations, held.token)
+            self._wake(held.destinations)
         if held.account_token is not None:
             self.accounts.release(held.account, held.account_token)
+        self.probing.release(held.origin)
 
 
 async def _sleep_unless(stop: asyncio.Event, seconds: float) -> None:

@@ -9,7 +9,8 @@ retry with a growing pause, and an engine that fails outright is started
 again after one (:func:`_deliver`), while the other shards' go on.
 
 The engines share one callback client and the process's caps per
-destination and per account, as one engine had them.
+destination and per account, as one engine had them, and its probing of
+destinations whose attempts time out (:mod:`worker.probing`).
 
 SIGTERM and SIGINT stop them all: each engine lets attempts in flight
 finish within the delivery timeout and hands back what it still holds, and
@@ -86,6 +87,7 @@ async def serve(settings: Settings, *, burst: bool = False, stop: asyncio.Event 
     ]
     for engine in engines[1:]:
         engine.slots, engine.accounts, engine.destinations = first.slots, first.accounts, first.destinations
+        engine.probing, engine.lines = first.probing, first.lines
     registrations: list[Presence] = []
     helpers: list[asyncio.Task[None]] = []
     try:

@@ -2,8 +2,9 @@
 
 :meth:`Outcomes.record` decides an attempt's next step with the retry
 policy (:func:`worker.delivery.decide`), writes its log line and the one
-record of a destination that started failing or recovered, and tells the
-``on_attempt`` hook, once the outcome is stored. :meth:`Outcomes.finish`
+record of a destination that started failing or recovered, or whose probing
+began or ended (:mod:`svcgw.delivery.probing`), and tells the ``on_attempt``
+hook, once the outcome is stored. :meth:`Outcomes.finish`
 queues any end of a claim (also a drop or a deferral) and waits until it
 is stored: :meth:`Outcomes.run` stores all that are waiting in one call of
 the finish script (:meth:`worker.queue.DeliveryQueue.finish_detailed`),
@@ -57,8 +58,11 @@ class Outcomes:
         """Whether an outcome is waiting to be stored."""
         return bool(self._pending)
 
-    async def record(self, prepared: Prepared, attempt: Attempt) -> None:
-        """Store the attempt's outcome and what comes next, then tell the ``on_attempt`` hook."""
+    async def record(self, prepared: Prepared, attempt: Attempt, probe: str = "") -> Finished:
+        """Store the attempt's outcome and what comes next, then tell the ``on_attempt`` hook.
+
+        ``probe`` is what the attempt tells of its destination's probing (:attr:`worker.queue.Finish.probe`).
+        """
         delivery_id = prepared.delivery_id
         step, delay = decide(prepared, attempt, self.settings.retry_schedule)
         number = prepared.attempts + 1
@@ -80,9 +84,11 @@ class Outcomes:
                 error=exc_info_field(attempt.error or "") if step == "dead" else b"",
                 destination=destination,
                 event_ids=stored_ids(prepared.body) if step == "delivered" else b"",
+                probe=probe,
             )
         )
         _log_failing(destination, finished, attempt)
+        _log_probing(destination, finished, attempt)
         log.info(
             "delivery attempt",
             extra={
@@ -100,6 +106,7 @@ class Outcomes:
                 self.on_attempt(prepared, attempt, step)
             except Exception:
                 log.exception("delivery %s: the on_attempt hook failed", delivery_id)
+        return finished
 
     async def finish(self, item: Finish) -> Finished:
         """Queue ``item`` for the next batch and wait until it is stored (``held`` False: the claim was lost)."""
@@ -142,3 +149,13 @@ def _log_failing(destination: str, finished: Finished, attempt: Attempt) -> None
         )
     if finished.recovered:
         log.info("destination recovered", extra={"destination": destination, "status": attempt.status})
+
+
+def _log_probing(destination: str, finished: Finished, attempt: Attempt) -> None:
+    """The one record of each change of a destination's probing (svcgw.delivery.probing), whatever the workers."""
+    if finished.probe_began:
+        log.warning("destination probed", extra={"destination": destination, "error": attempt.error})
+    if finished.reopened:
+        log.info("destination answers again", extra={"destination": destination, "status": attempt.status})
+    if finished.probe_ended:
+        log.info("destination back at its caps", extra={"destination": destination})

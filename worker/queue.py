@@ -44,13 +44,13 @@ from redis.asyncio import Redis as AsyncRedis
 
 from svcgw import deliveryid
 from svcgw.config.settings import Settings
-from svcgw.delivery import chainkeys, failingdestinations
+from svcgw.delivery import chainkeys, failingdestinations, probing
 from svcgw.delivery.outcomes import OUTCOME_WINDOW, late_bucket, late_expire_at
 from svcgw.storage.keys import KeySpace
 from svcgw.storage.rqformat import SCHEDULED, STARTED, rq_now
 from svcgw.storage.scripts import register
 
-from .claim import DELIVERY_FIELDS, Claimed, Claimer
+from .claim import DELIVERY_FIELDS, Claimed, Claimer, Hold
 
 __all__ = [
     "DELIVERY_FIELDS",
@@ -58,6 +58,7 @@ __all__ = [
     "DeliveryQueue",
     "Finish",
     "Finished",
+    "Hold",
     "Promotion",
 ]
 
@@ -93,6 +94,9 @@ class Finish:
     # delivered: the body's event ids (svcgw.delivery.listing.stored_ids), kept instead of the body,
     # which the callback log holds already; b"" keeps the body
     event_ids: bytes = b""
+    # What the attempt tells of its destination's probing (svcgw.delivery.probing): "t:<when it started>"
+    # it timed out, "a" it answered a destination held probed, "" nothing
+    probe: str = ""
 
 
 @dataclass(frozen=True)
@@ -103,6 +107,10 @@ class Finished:
     # This attempt made its destination a failing one (svcgw.delivery.failingdestinations).
     started_failing: bool = False
     recovered: bool = False  # this attempt ended its destination's failing
+    probe_changed: bool = False  # this attempt changed its destination's probing record
+    reopened: bool = False  # the first answer of its destination after timeouts
+    probe_began: bool = False  # its destination is probed from this attempt on
+    probe_ended: bool = False  # its destination is back at its caps
 
 
 def _text(value: bytes | str) -> str:
@@ -120,7 +128,9 @@ class DeliveryQueue:
         *,
         lease_seconds: float = 30.0,
         failing_argument: str | None = None,
+        probing_argument: str | None = None,
         log_retention: int = 86400,
+        park_seconds: float = 2 * probing.PARK_SECONDS,
     ) -> None:
         self.redis = redis
         self.keys = keys
@@ -128,14 +138,21 @@ class DeliveryQueue:
         self.log_retention = log_retention
         # The finish script's thresholds for failing destinations (svcgw.delivery.failingdestinations.script_argument).
         self.failing_argument = failing_argument or failingdestinations.script_argument(Settings())
+        # Its caps and probing floor (svcgw.delivery.probing.script_argument).
+        self.probing_argument = probing_argument or probing.script_argument(Settings())
         self.name = queue_name
         self.lease_seconds = lease_seconds
         self.queue_key = keys.rq.queue(queue_name)
         self.inflight_key = keys.inflight(queue_name)
         self.scheduled_key = keys.rq.scheduled(queue_name)
         self.failed_key = keys.rq.failed(queue_name)
-        self._claimer = Claimer(redis, keys, self.queue_key, self.inflight_key, self.scheduled_key, lease_seconds)
+        self._claimer = Claimer(
+            redis, keys, self.queue_key, self.inflight_key, self.scheduled_key, lease_seconds,
+            park_seconds=park_seconds,
+        )  # fmt: skip
         self._promote = register(redis, "queue_promote")
+        self._probing_read = register(redis, "probing_read")
+        self._unpark = register(redis, "queue_unpark")
         self._mark = register(redis, "queue_mark")
         # With chain.lua: a service event delivered or dead lets its instance's next one go.
         self._finish = register(redis, "queue_finish")
@@ -161,17 +178,19 @@ class DeliveryQueue:
         self,
         count: int,
         worker_name: str,
-        saturated: Mapping[str, float] | None = None,
+        saturated: Mapping[str, Hold | float] | None = None,
         busy_accounts: Mapping[str, float] | None = None,
     ) -> list[Claimed]:
         """Claim up to ``count`` jobs with their data (:class:`worker.claim.Claimer`).
 
         ``saturated`` maps destinations (``urlsplit(url).netloc``, lower
-        case) that have no free slot to when their jobs are due again, and
-        ``busy_accounts`` does the same for accounts: those jobs go back to
-        the scheduled registry instead of being claimed.
+        case) that have no free slot to when their jobs are due again (a
+        :class:`worker.claim.Hold`, or a time), and ``busy_accounts`` does the
+        same for accounts: those jobs go back to the scheduled registry
+        instead of being claimed.
         """
-        claimed = await self._claimer.claim(count, worker_name, saturated or {}, busy_accounts or {})
+        holds = {k: v if isinstance(v, Hold) else Hold(v) for k, v in (saturated or {}).items()}
+        claimed = await self._claimer.claim(count, worker_name, holds, busy_accounts or {})
         if self._claimer.unread:
             # Owners that kept changing under the read (never seen: an instance keeps its
             # account): the jobs go back to the front of the queue rather than be attempted.
@@ -211,6 +230,24 @@ class DeliveryQueue:
             await self._mark(keys=[self.keys.rq.job(_text(job_id)) for job_id in moved], args=[had])
         return Promotion(len(moved), float(following) if following else None)
 
+    async def probing_records(self, open_kept: float, forget: float) -> dict[str, probing.Probe]:
+        """The shard's records of destinations being probed, the lapsed ones forgotten (``probing_read.lua``)."""
+        flat = cast(list[Any], await self._probing_read(keys=[self.keys.probing_destinations],
+                                                         args=[time.time(), open_kept, forget]))  # fmt: skip
+        found: dict[str, probing.Probe] = {}
+        for i in range(0, len(flat) - 1, 2):
+            name = _text(flat[i])
+            record = probing.parse(name, flat[i + 1])
+            if record is not None:
+                found[name] = record
+        return found
+
+    async def unpark(self, destination: str, limit: int = 1000) -> tuple[int, int]:
+        """Bring the jobs held back for ``destination`` forward to now; how many, and how many are left to look at."""
+        moved, left = cast(list[Any], await self._unpark(keys=[self.scheduled_key, self.keys.parked(destination)],
+                                                         args=[time.time(), limit]))  # fmt: skip
+        return int(moved), int(left)
+
     async def finish_many(self, items: Sequence[Finish]) -> list[bool]:
         """End claims; for each, False if the claim had been lost meanwhile (the lease ran out)."""
         return [finished.held for finished in await self.finish_detailed(items)]
@@ -233,6 +270,7 @@ class DeliveryQueue:
             late_expire_at(bucket, self.log_retention),
             OUTCOME_WINDOW,
             len(members),
+            self.probing_argument,
             *members,
         ]
         script_keys = [
@@ -242,6 +280,7 @@ class DeliveryQueue:
             self.queue_key,
             self.deferred_key,
             self.keys.failing_destinations,
+            self.keys.probing_destinations,
         ]
         for item in items:
             named = deliveryid.parse(item.delivery_id)
@@ -269,6 +308,7 @@ class DeliveryQueue:
                     chain,
                     item.event_ids,
                     named[1] if named else "",
+                    item.probe,
                 )
             )
         script_keys.extend(chainkeys.member_keys(self.keys, members))
@@ -281,7 +321,11 @@ class DeliveryQueue:
                     self.redis, self.keys, chains[item.delivery_id], self.queue_key, self.deferred_key, ended
                 )
         started, recovered = failingdestinations.STARTED, failingdestinations.RECOVERED
-        return [Finished(bool(x & 1), bool(x & started), bool(x & recovered)) for x in answers]
+        return [
+            Finished(bool(x & 1), bool(x & started), bool(x & recovered), bool(x & probing.CHANGED),
+                     bool(x & probing.REOPENED), bool(x & probing.BEGAN), bool(x & probing.ENDED))
+            for x in answers
+        ]  # fmt: skip
 
     async def _chain_keys(self, items: Sequence[Finish]) -> dict[str, str]:
         """Each item's service-event chain key, for the finish's KEYS (touched only for a service event).

@@ -67,6 +67,7 @@ class Api:
             Route("/deliveries/{delivery_id}", read(self.delivery), methods=["GET"], name="api-delivery"),
             Route("/deliveries/{delivery_id}/retry", change(self.retry_now), methods=["POST"], name="api-retry-now"),
             Route("/failing-destinations", read(self.failing), methods=["GET"], name="api-failing"),
+            Route("/probing-destinations", read(self.probing), methods=["GET"], name="api-probing"),
             Route("/operations", read(self.operations), methods=["GET"], name="api-operations"),
             Route("/operations/deny", change(self.deny), methods=["POST"], name="api-deny"),
             Route("/operations/allow", change(self.allow), methods=["POST"], name="api-allow"),
@@ -193,6 +194,12 @@ class Api:
         if appid is not None:
             await self.service.check_owner(session.account, appid)
         return json_ok({"failing": await self.service.failing(session.account, appid)})
+
+    async def probing(self, request: Request, session: Session) -> Response:
+        appid = request.query_params.get("appid") or None
+        if appid is not None:
+            await self.service.check_owner(session.account, appid)
+        return json_ok({"probing": await self.service.probing(session.account, appid)})
 
     # --- controlled operations ------------------------------------------------------------------
     # ``denied`` is every operation the gateway refuses; ``own`` is the list

@@ -350,6 +350,15 @@ OPERATIONS: tuple[Operation, ...] = (
         found=True,
         params=(APPID_QUERY,),
     ),
+    op(
+        "get",
+        "/probing-destinations",
+        "consoleProbing",
+        "The account's destinations whose attempts time out, which get fewer attempts at a time until they answer",
+        ok(s.Probing),
+        found=True,
+        params=(APPID_QUERY,),
+    ),
     # Controlled operations.
     op("get", "/operations", "consoleDenied", "Controlled operations the account may not call", DENIED),
     op(

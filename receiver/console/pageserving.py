@@ -94,11 +94,13 @@ class PageKit:
     ) -> Response:
         flash = await self.sessions.take_flash(session) if session is not None else None
         failing: list[dict[str, Any]] = []
+        probed: list[dict[str, Any]] = []
         if session is not None:
             try:
                 failing = await self.service.failing(session.account)
+                probed = await self.service.probing(session.account)
             except STORAGE_ERRORS:
-                pass  # the banner is the one thing a page can do without
+                pass  # the banners are the one thing a page can do without
         response = self.templates.TemplateResponse(
             request,
             template,
@@ -107,6 +109,7 @@ class PageKit:
                 "csrf_token": session.csrf if session else "",
                 "flash": flash,
                 "failing": failing,
+                "probing": probed,
                 **context,
             },
             status_code=status,

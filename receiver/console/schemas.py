@@ -323,6 +323,25 @@ class Failing(msgspec.Struct):
     failing: list[FailingDestination] | UnsetType = UNSET
 
 
+class ProbingDestination(msgspec.Struct):
+    """A destination whose attempts time out: it gets fewer attempts at a time until it answers."""
+
+    destination: Annotated[str, Meta(description="scheme://host:port")] | UnsetType = UNSET
+    probing_since: float | UnsetType = UNSET
+    attempts_in_flight: (
+        Annotated[int, Meta(description="attempts at a time per worker process, fewer than its caps")] | UnsetType
+    ) = UNSET
+    answering: Annotated[bool, Meta(description="it answers again and is opening back up")] | UnsetType = UNSET
+    last_change: float | UnsetType = UNSET
+    appids: Strings | UnsetType = UNSET
+
+
+class Probing(msgspec.Struct):
+    """The destinations being probed."""
+
+    probing: list[ProbingDestination] | UnsetType = UNSET
+
+
 class Denied(msgspec.Struct):
     """The operations denied to the account."""
 

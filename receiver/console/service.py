@@ -27,7 +27,7 @@ from redis.asyncio import Redis
 
 from svcgw.callbacks.addresses import check_for_service
 from svcgw.callbacks.testpost import CallbackTestResult, send_test
-from svcgw.delivery import dlq, failingdestinations, listing, retrynow
+from svcgw.delivery import dlq, failingdestinations, listing, probing, retrynow
 from svcgw.errors import NotFound, SvcgwError
 from svcgw.intake.calllog import LogEntry, read_log
 from svcgw.registry.store import CallbackConfig, OperatorDenied, Scope, normalise_operation
@@ -300,13 +300,32 @@ class ConsoleService:
             raise NotRetrying(str(exc)) from None  # the console's own, which its pages and API answer
         return await self.delivery(account, delivery_id)
 
-    # --- failing destinations -------------------------------------------------------------
+    # --- failing destinations, and destinations being probed ----------------------------------
     async def failing(self, account: str, appid: str | None = None) -> list[dict[str, Any]]:
         """The account's failing destinations (``svcgw.delivery.failingdestinations``), with the instances
         that use each.
 
         With ``appid``, only the destination of that instance's address.
         """
+        users = await self._destinations(account, appid)
+        found = await failingdestinations.failing_anywhere(self.texts, self.settings, users)
+        return [
+            {**record.as_dict(), "appids": users.get(name, [])}
+            for name, record in sorted(found.items(), key=lambda item: item[1].first_failure)
+        ]
+
+    async def probing(self, account: str, appid: str | None = None) -> list[dict[str, Any]]:
+        """The account's destinations being probed (``svcgw.delivery.probing``: their attempts time out, so
+        they get fewer at a time), with the instances that use each. With ``appid``, as :meth:`failing`."""
+        users = await self._destinations(account, appid)
+        found = await probing.probing_anywhere(self.texts, self.settings, users)
+        return [
+            {**record.as_dict(), "appids": users.get(name, [])}
+            for name, record in sorted(found.items(), key=lambda item: item[1].since)
+        ]
+
+    async def _destinations(self, account: str, appid: str | None) -> dict[str, list[str]]:
+        """The destinations of the account's instances (or of ``appid`` alone), each with the instances using it."""
         appids = [appid] if appid is not None else await self.store.instances_of(account)
         async with self.text.pipeline(transaction=False) as pipe:
             pipe.hget(self.keys.callback_account(account), "url")
@@ -320,11 +339,7 @@ class ConsoleService:
                 users.setdefault(destination, []).append(one)
         if appid is None and default:
             users.setdefault(failingdestinations.destination_of(default), [])
-        found = await failingdestinations.failing_anywhere(self.texts, self.settings, users)
-        return [
-            {**record.as_dict(), "appids": users.get(name, [])}
-            for name, record in sorted(found.items(), key=lambda item: item[1].first_failure)
-        ]
+        return users
 
     # --- controlled operations ----------------------------------------------------------
     # The console manages the account's own list; the operator's list

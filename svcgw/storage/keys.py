@@ -41,6 +41,7 @@ class KeySpace:
         "metrics_latency",
         "prefix",
         "probe_schedule",
+        "probing_destinations",
         "rq",
         "shard_instances",
         "signin_failures",
@@ -63,6 +64,9 @@ class KeySpace:
         # Hash: a destination (a callback address's origin, svcgw.delivery.failingdestinations) whose attempts have all
         # failed lately -> "first failure:last failure:flagged (0 or 1)".
         self.failing_destinations = p + "failing"
+        # Hash: a destination (as above) whose attempts time out, and so gets fewer attempts in flight
+        # than its caps allow -> "limit:since:at:word" (svcgw.delivery.probing).
+        self.probing_destinations = p + "probing"
         # Hash written once per shard (HSETNX): ``version``, ``since`` (unix seconds), ``dedup``
         # (``hexpire`` or ``buckets``): the layout every process reads and writes; ``tags`` (unix
         # seconds) once the per-instance keys of before carry their ``{appid}`` tag, ``one_tag``
@@ -275,6 +279,11 @@ class KeySpace:
     def inflight(self, queue_name: str) -> str:
         """Sorted set of job ids claimed by a worker, scored by lease expiry."""
         return f"{self.prefix}inflight:{queue_name}"
+
+    def parked(self, destination: str) -> str:
+        """Sorted set: the jobs held back for a destination being probed (svcgw.delivery.probing), scored by
+        when each is due in the scheduled registry; what lets them be brought forward when it answers again."""
+        return f"{self.prefix}parked:{destination}"
 
     def dead_letters_by_appid(self, appid: str) -> str:
         """Set of the instance's dead-letter delivery ids."""

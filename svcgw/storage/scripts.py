@@ -45,8 +45,9 @@ __all__ = ["ScriptBatch", "add_to_transaction", "batched", "names", "register", 
 _PARTS: dict[str, tuple[str, ...]] = {
     "ingest": ("delivery", "dedup", "ingest"),
     "queue_delivery": ("delivery", "chain", "queue_delivery"),
-    # A service event delivered or dead lets its instance's next one go.
-    "queue_finish": ("chain", "queue_finish"),
+    # A service event delivered or dead lets its instance's next one go; an attempt that timed out, or
+    # answered a destination being probed, moves what the destination is allowed.
+    "queue_finish": ("chain", "probing", "queue_finish"),
     "chain_advance": ("chain", "chain_advance"),
     # The windows of calls: one clock.
     "rate_window": ("clock", "rate_window"),

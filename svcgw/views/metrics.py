@@ -18,7 +18,7 @@ from typing import Any
 from redis.asyncio import Redis as AsyncRedis
 
 from svcgw.config.settings import Settings
-from svcgw.delivery import failingdestinations
+from svcgw.delivery import failingdestinations, probing
 from svcgw.storage.keys import KeySpace
 from svcgw.storage.scripts import register
 
@@ -94,7 +94,8 @@ async def snapshot(
         pipe.zcount(keys.rq.failed(queue_name), f"({now}", "+inf")
         pipe.hgetall(keys.metrics_instances)
         pipe.hgetall(keys.failing_destinations)
-        counters, latency, queued, inflight, scheduled, dead, instances, destinations = await pipe.execute()
+        pipe.hgetall(keys.probing_destinations)
+        counters, latency, queued, inflight, scheduled, dead, instances, destinations, probed = await pipe.execute()
     built_for = instances.get(COUNTS_SHARD.encode(), instances.get(COUNTS_SHARD))
     if built_for is None or _text(built_for) != str(shard):
         await rebuild_instance_counts(redis, keys, shard)
@@ -115,6 +116,7 @@ async def snapshot(
         "instances": statuses,
         "probe_errors": probe_errors,
         "failing_destinations": _failing_count(destinations, limits, now),
+        "probing_destinations": _probing_count(probed, limits, now),
     }
 
 
@@ -125,3 +127,9 @@ def _failing_count(destinations: dict[Any, Any], settings: Settings, now: float)
         if record is not None and failingdestinations.is_failing(record, settings, now):
             count += 1
     return count
+
+
+def _probing_count(destinations: dict[Any, Any], settings: Settings, now: float) -> int:
+    records = {_text(name): probing.parse(_text(name), value) for name, value in destinations.items()}
+    found = {name: [record] for name, record in records.items() if record is not None}
+    return len(probing.current(found, settings, now))

@@ -62,3 +62,27 @@ def test_list_show_and_retry(env: dict[str, str], sink: Sink, redis: Redis) -> N
     assert "before" in fails(env, "deliveries", "list", tenant.appid, "--before", "garbage")
     delivered = orjson.loads(svcgw(env, "deliveries", "list", tenant.appid, "--state", "delivered", "--json").stdout)
     assert len(delivered["deliveries"]) == 2
+
+
+def test_a_destination_being_probed_is_shown_beside_its_deliveries(env: dict[str, str], redis: Redis) -> None:
+    env = dict(env, SVCGW_RETRY_SCHEDULE="3600,3600", SVCGW_DELIVERY_TIMEOUT="1", SVCGW_DESTINATION_CONCURRENCY="2")
+    settings = Settings.from_env(env)
+    hanging = Sink().start()
+    hanging.set(delay=30)  # never answers within the timeout
+    try:
+        tenant = provision(settings, url=hanging.url)
+        ids = [ingest(settings, tenant, b'{"event_type":"Msg","events":[{"id":"p%d"}]}' % n) for n in range(6)]
+        assert ok(env, "deliveries", "list", tenant.appid)["probing"] is None
+        with Running(settings):
+            wait_for(lambda: redis.hlen(keys.probing_destinations) == 1, timeout=10, what="the destination probed")
+            page = ok(env, "deliveries", "list", tenant.appid)
+            destination = hanging.url.removesuffix("/hook")
+            assert page["probing"]["destination"] == destination
+            assert page["probing"]["attempts_in_flight"] == 1 and page["probing"]["answering"] is False
+            human = svcgw(env, "deliveries", "list", tenant.appid)
+            assert human.exit_code == 0 and f"destination {destination} is being probed" in human.stdout
+            waiting = next(d for d in ids if redis.hget(keys.delivery(d), "attempts") is None)
+            assert ok(env, "deliveries", "show", waiting)["probing"]["destination"] == destination
+            assert "is being probed" in svcgw(env, "deliveries", "show", waiting).stdout
+    finally:
+        hanging.stop()

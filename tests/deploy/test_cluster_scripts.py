@@ -9,8 +9,9 @@ worker`` processes, the simulator, the CLI and the console, while ``MONITOR`` fo
 quota, a QR login, ``long/start``), posts to the receivers (a ``GapClosed`` too), deliveries, a
 retry, a retry now, a dead letter replayed, the prober finding an instance offline and its
 service event, a scrape of ``/metrics``, an account given a password, the console signed in to
-and changing something. Three scripts that run only in a race or at a worker's shutdown
-(``chain_advance``, ``queue_release``, ``probe_release``) are run by the service's own functions
+and changing something. The scripts that run only in a race or at a worker's shutdown
+(``chain_advance``, ``queue_release``, ``probe_release``, and ``queue_unpark``, which runs when a
+destination being probed answers again) are run by the service's own functions
 on the Cluster client, once the worker has stopped.
 
 Then: the scripts that ran are exactly the service's (``svcgw.storage.scripts.names``), every
@@ -254,7 +255,8 @@ async def _account_with_quota(settings: Settings, sink_url: str) -> str:
 
 async def _race_and_shutdown_paths(settings: Settings, upstream_url: str, appid: str, shard: int) -> None:
     """With the worker stopped: a service event queued and its chain advanced, as a finish that met an event
-    queued meanwhile does; the claim handed back, as at a shutdown; a probe claimed and given back."""
+    queued meanwhile does; the claim handed back, as at a shutdown; a parked job brought forward, as when a
+    destination being probed answers again; a probe claimed and given back."""
     clients = role_clients(settings)
     upstream = Upstream(upstream_url)
     try:
@@ -267,6 +269,12 @@ async def _race_and_shutdown_paths(settings: Settings, upstream_url: str, appid:
         claimed = [c.delivery_id for c in await queue.claim_batch(10, "stopping")]
         assert queued in claimed
         assert await queue.release(claimed) == len(claimed)
+        # A job held back for a destination being probed, brought forward as when it answers again.
+        destination, later = "http://hung.test:80", time.time() + 600
+        await redis.zadd(keys.rq.scheduled(settings.queue_name), {"we_parked-1-0": later})
+        await redis.zadd(keys.parked(destination), {"we_parked-1-0": later})
+        assert await queue.unpark(destination) == (1, 0)
+        await redis.zrem(keys.rq.scheduled(settings.queue_name), "we_parked-1-0")
         prober = Prober(settings, redis, keys, upstream)
         deadline = time.monotonic() + 10
         while time.monotonic() < deadline:

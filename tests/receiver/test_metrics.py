@@ -142,6 +142,7 @@ def test_the_shards_snapshots_are_summed_and_each_shard_is_shown_by_its_label() 
             "counters": {"posts_received": 2.0}, "latency": {"0.1": 1.0, "sum": 0.05},
             "queue": {"queued": queued, "inflight": 0, "scheduled": 1}, "dead": dead,
             "instances": {"online": online}, "probe_errors": 0, "failing_destinations": 1,
+            "probing_destinations": 2,
         }  # fmt: skip
 
     one = shard(3, 1, 5)
@@ -153,3 +154,4 @@ def test_the_shards_snapshots_are_summed_and_each_shard_is_shown_by_its_label() 
     assert 'svcgw_shard_up{shard="1"} 0.0' in text and 'svcgw_shard_dead_letters{shard="2"} 2.0' in text
     assert 'svcgw_shard_queue_depth{shard="0",state="queued"} 3.0' in text
     assert "svcgw_dead_letters 3.0" in text
+    assert "svcgw_probing_destinations 4.0" in text

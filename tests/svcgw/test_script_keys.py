@@ -28,6 +28,7 @@ from tests.receiver.gateway.stack import sim as sim  # the module's simulator fi
 from tests.receiver.gateway.stack import start_stack
 from tests.scriptkeys import ScriptKeyWatch
 from tests.support import Sink, ThreadedWorker, is_delivered, wait_for
+from tests.svcgw.delivery.test_deadletters import ingest
 from tests.worker.support import flip, started
 
 pytestmark = pytest.mark.slow
@@ -124,6 +125,36 @@ def test_the_delivery_path_touches_only_the_keys_its_scripts_name(
                    "retry_now", "probe_claim", "probe_finish", "liveness_started", "liveness_count"):  # fmt: skip
         assert ran[script] > 0, f"{script} did not run: {dict(ran)}"
     assert sum(len(call.inner) for call in watch.calls()) > 50  # the watch saw what the scripts ran
+    assert watch.undeclared() == []
+
+
+def test_probing_touches_only_the_keys_its_scripts_name(env: dict[str, str], redis_url: str, redis: Redis) -> None:
+    # A destination that never answers is probed, its jobs parked; when it answers they are brought forward.
+    settings = Settings.from_env(
+        dict(env, SVCGW_DELIVERY_TIMEOUT="1", SVCGW_DESTINATION_CONCURRENCY="2", SVCGW_RETRY_SCHEDULE="30,30")
+    )
+    target = Sink().start()
+    target.set(delay=30)
+    try:
+        tenant = provision(settings, url=target.url)
+        for n in range(30):
+            answer = ingest(settings, tenant, b'{"event_type":"Msg","events":[{"id":"p%d"}]}' % n)
+            assert answer
+        destination = target.url.removesuffix("/hook")
+        with ScriptKeyWatch(redis_url) as watch:
+            worker = ThreadedWorker(settings).start()
+            try:
+                wait_for(lambda: redis.zcard(keys.parked(destination)) > 10, timeout=10, what="jobs parked")
+                target.set(delay=0)
+                wait_for(lambda: redis.zcard(keys.parked(destination)) == 0 and len(target.posts()) >= 25,
+                         timeout=15, what="the parked jobs brought forward and delivered")  # fmt: skip
+            finally:
+                worker.stop()
+    finally:
+        target.stop()
+    ran = Counter(call.name for call in watch.calls())
+    for script in ("queue_claim", "queue_read", "queue_finish", "probing_read", "queue_unpark"):
+        assert ran[script] > 0, f"{script} did not run: {dict(ran)}"
     assert watch.undeclared() == []
 
 

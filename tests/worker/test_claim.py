@@ -18,7 +18,7 @@ from tests.svcgw.delivery.test_deadletters import ingest
 from tests.worker.support import with_queue
 from tests.worker.test_concurrencycaps import Clock
 from tests.worker.test_queue import status
-from worker.claim import Sightings
+from worker.claim import Hold, Sightings
 from worker.queue import DeliveryQueue
 
 
@@ -206,22 +206,25 @@ def test_sightings_name_the_instances_of_busy_accounts_and_saturated_destination
     seen.saw("a2", "acct", "two.test")
     seen.saw("b1", "other", "one.test")
     assert seen.held_back({}, {}) == {}
-    assert seen.held_back({}, {"acct": 7.0}) == {"a1": 7.0, "a2": 7.0}
+    assert seen.held_back({}, {"acct": 7.0}) == {"a1": Hold(7.0), "a2": Hold(7.0)}
     # The later of the two dues, where an instance's account is busy and its destination full.
-    assert seen.held_back({"one.test": 9.0}, {"acct": 7.0}) == {"a1": 9.0, "a2": 7.0, "b1": 9.0}
+    assert seen.held_back({"one.test": Hold(9.0)}, {"acct": 7.0}) == {"a1": Hold(9.0), "a2": Hold(7.0), "b1": Hold(9.0)}
+    # A line counts by its end: a destination being probed parks its jobs over a minute.
+    parked = Hold(6.0, 60.0, "svcgw:parked:http://one.test:80")
+    assert seen.held_back({"one.test": parked}, {"acct": 7.0})["a1"] == parked
     clock.now += 5.5
     seen.saw("a2", "acct", "two.test")
-    assert seen.held_back({"one.test": 9.0}, {"acct": 7.0}) == {"a2": 7.0}
+    assert seen.held_back({"one.test": Hold(9.0)}, {"acct": 7.0}) == {"a2": Hold(7.0)}
 
 
 def test_a_sighting_follows_an_instance_to_its_new_address_and_an_owner_only_read_keeps_it() -> None:
     seen = Sightings(5.0, clock=Clock())
     seen.saw("a1", "acct", "old.test")
     seen.saw("a1", "acct", "")  # the read of a busy account's job reads its owner only
-    assert seen.held_back({"old.test": 3.0}, {}) == {"a1": 3.0}
+    assert seen.held_back({"old.test": Hold(3.0)}, {}) == {"a1": Hold(3.0)}
     seen.saw("a1", "acct", "new.test")
-    assert seen.held_back({"old.test": 3.0}, {}) == {}
-    assert seen.held_back({"new.test": 4.0}, {}) == {"a1": 4.0}
+    assert seen.held_back({"old.test": Hold(3.0)}, {}) == {}
+    assert seen.held_back({"new.test": Hold(4.0)}, {}) == {"a1": Hold(4.0)}
 
 
 def test_sightings_forget_instances_not_seen_lately() -> None:
@@ -233,3 +236,47 @@ def test_sightings_forget_instances_not_seen_lately() -> None:
     seen.saw("fresh", "acct", "one.test")
     assert list(seen._seen) == ["fresh"]
     assert seen._by == {"a:acct": {"fresh"}, "d:one.test": {"fresh"}}
+
+
+# --- jobs parked for a destination being probed (svcgw.delivery.probing) --------------------
+def test_jobs_held_back_for_a_hanging_destination_are_lined_up_parked_and_brought_forward_unattempted(
+    settings: Settings, redis: Redis
+) -> None:
+    url = "http://127.0.0.1:8081/hook"
+    destination = "http://127.0.0.1:8081"
+    tenant = provision(settings, url=url)
+    ids = [ingest(settings, tenant, b'{"event_type":"Msg","events":[{"id":"p%d"}]}' % n) for n in range(40)]
+    scheduled = keys.rq.scheduled(settings.queue_name)
+    now = time.time()
+    line = Hold(now + 5, 60.0, keys.parked(destination))
+
+    async def go(queue: DeliveryQueue) -> tuple[list[str], list[str]]:
+        # The first claim reads one job and hands it back (the read); the next ones hold the
+        # instance's jobs back at the pop, unread, lined up over the minute after five seconds.
+        first = await queue.claim_batch(1, "engine", {"127.0.0.1:8081": line})
+        rest = await queue.claim_batch(100, "engine", {"127.0.0.1:8081": line})
+        return [c.delivery_id for c in first], [c.delivery_id for c in rest]
+
+    assert with_queue(settings, go) == ([], [])
+    dues = dict(redis.zrange(scheduled, 0, -1, withscores=True))
+    assert set(dues) == {d.encode() for d in ids}
+    assert all(now + 5 <= due <= now + 66 and due == int(due) for due in dues.values())  # whole seconds
+    assert max(dues.values()) - min(dues.values()) > 30  # spread over the line, not bunched
+    assert dict(redis.zrange(keys.parked(destination), 0, -1, withscores=True)) == dues
+    assert 0 < redis.ttl(keys.parked(destination)) <= 2 * 60
+    assert all(status(redis, d) in ("queued", "scheduled") for d in ids)
+
+    # One was attempted and scheduled for its retry meanwhile: it keeps its schedule.
+    retrying = ids[0]
+    redis.zadd(scheduled, {retrying: now + 600})
+    moved = with_queue(settings, lambda queue: queue.unpark(destination))
+    assert moved == (len(ids) - 1, 0)
+    after = dict(redis.zrange(scheduled, 0, -1, withscores=True))
+    assert after[retrying.encode()] == pytest.approx(now + 600)
+    assert all(after[d.encode()] <= time.time() for d in ids[1:])
+    assert redis.exists(keys.parked(destination)) == 0
+    # Nothing was attempted: no attempt count, no record.
+    assert all(redis.hget(keys.delivery(d), "attempts") in (None, b"0") for d in ids)
+    # Brought forward, they are promoted and claimed as any other job.
+    promoted = with_queue(settings, lambda queue: queue.promote_due())
+    assert promoted.moved == len(ids) - 1

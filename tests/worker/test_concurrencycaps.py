@@ -8,19 +8,44 @@ from svcgw.config.settings import Settings
 from tests.conftest import provision
 from tests.support import Received, Sink, wait_for
 from tests.worker.test_engine import Running, _post
-from worker.concurrencycaps import BORROW_SECONDS, CONTENDED_SECONDS, DEFER_SECONDS, AccountSlots, DestinationSlots
+from worker.concurrencycaps import (
+    BORROW_SECONDS,
+    CONTENDED_SECONDS,
+    DEFER_SECONDS,
+    LINE_QUICK,
+    LINE_ROUNDS,
+    AccountSlots,
+    DestinationSlots,
+)
 
 
 def test_slots_cap_a_host_and_free_on_release() -> None:
-    slots = DestinationSlots(cap=2, timeout=10)
+    clock = Clock()
+    slots = DestinationSlots(cap=2, timeout=10, clock=clock)
     first, second = slots.acquire("a:1"), slots.acquire("a:1")
     assert first is not None and second is not None
     assert slots.acquire("a:1") is None
     assert slots.acquire("b:1") is not None
+    clock.now += LINE_QUICK + 0.01  # slower than a job would wait for in the worker: named to the claim
     assert set(slots.saturated()) == {"a:1"}
     slots.release("a:1", first)
     assert slots.saturated() == {}
     assert slots.acquire("a:1") is not None
+
+
+def test_jobs_over_a_quick_hosts_cap_wait_in_the_worker_in_a_line_of_bounded_length() -> None:
+    clock = Clock()
+    slots = DestinationSlots(cap=2, timeout=10, clock=clock)
+    slots.acquire("a:1"), slots.acquire("a:1")
+    # Its attempts are young: a job over its cap may wait for a slot, and the claim need not hold its jobs back.
+    assert slots.may_wait("a:1") and slots.saturated() == {}
+    for _ in range(LINE_ROUNDS * 2):
+        slots.waits("a:1", True)
+    assert not slots.may_wait("a:1") and set(slots.saturated()) == {"a:1"}  # the line is full
+    slots.waits("a:1", False)
+    assert slots.may_wait("a:1")
+    clock.now += LINE_QUICK + 0.01  # its oldest attempt is no longer quick
+    assert not slots.may_wait("a:1")
 
 
 def test_the_wait_doubles_while_a_host_frees_no_slot() -> None:
@@ -40,8 +65,10 @@ def test_the_wait_doubles_while_a_host_frees_no_slot() -> None:
 def test_each_claim_that_finds_a_host_saturated_doubles_its_wait() -> None:
     # The claim script hands back every job of a saturated host it pops: a host that frees no
     # slot reaches the delivery timeout within a few claims, not a few seconds.
-    slots = DestinationSlots(cap=1, timeout=5, clock=Clock())
+    clock = Clock()
+    slots = DestinationSlots(cap=1, timeout=5, clock=clock)
     assert slots.acquire("hang:1") is not None
+    clock.now += LINE_QUICK + 0.01
     waits = [slots.saturated()["hang:1"] - time.time() for _ in range(8)]
     assert waits[2] > waits[0] * 2 and waits[-1] >= 5 * 0.8 - 0.1
 

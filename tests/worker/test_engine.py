@@ -256,3 +256,25 @@ def test_an_exception_in_an_attempt_is_a_failed_attempt_and_ends_a_dead_letter(
     assert redis.hget(keys.delivery(delivery_id), "attempts") == str(len(attempts)).encode()
     assert redis.zscore(keys.rq.failed(settings.queue_name), delivery_id) is not None
     assert redis.zcard(keys.inflight(settings.queue_name)) == 0
+
+
+def test_a_burst_over_a_quick_destinations_cap_waits_in_the_worker_not_in_the_retry_schedule(
+    env: dict[str, str], sink: Sink, redis: Redis
+) -> None:
+    # Thirty jobs of one destination in one claim, four at a time: the others wait in the worker
+    # for its slots, as it answers, rather than going round the scheduled registry.
+    settings = Settings.from_env(dict(env, SVCGW_DESTINATION_CONCURRENCY="4", SVCGW_DELIVERY_TIMEOUT="4"))
+    sink.set(delay=0.02)
+    tenant = provision(settings, url=sink.url)
+    ids = [_post(settings, tenant, f"b{n}") for n in range(30)]
+    scheduled = keys.rq.scheduled(settings.queue_name)
+    seen: list[int] = []
+    with Running(settings):
+        deadline = time.monotonic() + 10
+        while len(sink.posts()) < len(ids) and time.monotonic() < deadline:
+            seen.append(int(redis.zcard(scheduled)))
+            time.sleep(0.01)
+    assert len(sink.posts()) == len(ids)
+    assert max(seen) == 0, "jobs went back to the retry schedule"
+    stamps = sorted(p.at for p in sink.posts())
+    assert max(sum(1 for t in stamps if at - 0.015 < t <= at) for at in stamps) <= 4  # never over the cap

@@ -1,29 +1,35 @@
 -- Ends claims: records attempts and moves each job on (worker.queue.DeliveryQueue.finish_many).
--- chain.lua is prepended: a service event delivered, dead or dropped lets its instance's next one go.
--- KEYS: inflight, scheduled, failed, queue, deferred, failing destinations, then 7 per job:
+-- chain.lua is prepended: a service event delivered, dead or dropped lets its instance's next one go;
+-- probing.lua too: an attempt that timed out, or answered a destination being probed, moves the
+-- attempts in flight the destination is allowed (svcgw.delivery.probing).
+-- KEYS: inflight, scheduled, failed, queue, deferred, failing destinations, probing destinations, then 7 per job:
 --       delivery (the job hash itself for a delivery named by its post: svcgw.storage.keys.delivery),
 --       old attempts list (svcgw.delivery.attemptrecords), job, dead index, outcome stream, late outcomes
 --       hash, its instance's service-event chain (touched only for a service event); then per
 --       member of those chains, as the worker read them (svcgw.delivery.chainkeys): job, delivery
 -- ARGV: now, rq ended_at, 'failing after:forget after' (seconds), log retention (seconds),
 --       late hash expiry (unix seconds), outcome window (seconds), number of chain members,
---       their ids, then 10 per job: kind, id,
+--       'cap:probes' (svcgw.delivery.probing.script_argument), the members' ids, then 11 per job: kind, id,
 --       attempt record, due (retry, defer) or expiry (dead), ttl of the delivery record,
 --       error text (zlib), destination ('' when the attempt had none), chain
 --       (non-empty for a service event, '' for a customer event, '?' if unknown: the
 --       delivery's own 'chain' field says; its value, a key name, may be one of before the tags),
 --       event ids (delivered: a JSON list kept instead of the body; '' keeps the body),
---       log entry id of the post (svcgw.deliveryid; '' for a dlv_ delivery)
+--       log entry id of the post (svcgw.deliveryid; '' for a dlv_ delivery),
+--       probe mark ('t:<start>' the attempt timed out, 'a' it answered a destination being probed, '')
 -- A delivered delivery with a log entry id keeps only its bare outcome (svcgw.delivery.outcomes): its
 -- records are deleted and the outcome goes to the stream, or to the late hash when it ended more
 -- than the outcome window after its post. A dlv_ delivery keeps its hash until its ttl, as before.
 -- Returns per job: 1 if the claim was still ours, else 0; plus 2 when this
 -- attempt's destination started failing, 4 when it recovered (svcgw.delivery.failingdestinations); plus 8 when its
 -- chain's front is now a member the worker did not name (queued since it read the chain): the
--- worker advances that chain again (chain_advance.lua).
+-- worker advances that chain again (chain_advance.lua); plus 16 when the attempt changed its
+-- destination's probing record, 32 when it was the first answer after timeouts (svcgw.delivery.probing).
 -- RQ's statuses and job fields: as svcgw.storage.rqformat names them (SCRIPT_STATUSES, SCRIPT_FIELDS).
 local MEMBERS = tonumber(ARGV[7])
-local HEAD, PER, KHEAD, KPER = 7 + MEMBERS, 10, 6, 7
+local HEAD, PER, KHEAD, KPER = 8 + MEMBERS, 11, 7, 7
+local probe_cap, probe_floor = string.match(ARGV[8], '^(%d+):(%d+)$')
+probe_cap, probe_floor = tonumber(probe_cap), tonumber(probe_floor)
 local n = (#ARGV - HEAD) / PER
 if n < 1 then return {} end
 local ids = {}
@@ -121,7 +127,7 @@ local function outcome(delivery, record, entry, event_ids, out, late)
   return h.chain
 end
 -- --- end of bare outcomes ---
-local members = chain_members(MEMBERS, 8, KHEAD + n * KPER + 1)
+local members = chain_members(MEMBERS, 9, KHEAD + n * KPER + 1)
 for i = 0, n - 1 do
   local b, kb = HEAD + 1 + i * PER, KHEAD + 1 + i * KPER
   local kind, id = ARGV[b], ARGV[b + 1]
@@ -132,6 +138,9 @@ for i = 0, n - 1 do
   local failing = 0
   if kind == 'delivered' then failing = track(ARGV[b + 6], true)
   elseif kind == 'retry' or kind == 'dead' then failing = track(ARGV[b + 6], false) end
+  if ARGV[b + 10] ~= '' then
+    failing = failing + probe_outcome(KEYS[7], ARGV[b + 6], ARGV[b + 10], now, probe_cap, probe_floor)
+  end
   local entry = ARGV[b + 9]
   local chain_of_bare = nil
   -- A delivery named by its post whose hash is gone was delivered by another copy of its job (a

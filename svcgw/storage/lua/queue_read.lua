@@ -2,12 +2,15 @@
 -- Reads what the attempts of jobs claimed by queue_claim.lua need, and starts them (worker.claim).
 -- KEYS: inflight, scheduled, then four per job: its job hash; the hash of its delivery's fields
 --       (the job hash itself for a delivery named by its post, svcgw.deliveryid; a hash of its
---       own for a dlv_ one); its instance's callback hash; its account's callback hash
+--       own for a dlv_ one); its instance's callback hash; its account's callback hash; then the
+--       parked sets the saturated destinations name (svcgw.delivery.probing)
 -- ARGV: rq now, worker name, number of delivery fields, delivery fields...,
 --       number of jobs, then per job: its id, the appid and the account its keys were named for;
---       then the number of saturated destinations, pairs of a saturated destination (a URL's
---       netloc, lower case) and the time its jobs are due again, then pairs of a saturated
---       account and the time its jobs are due again
+--       then the number of saturated destinations, now, a seed in [0, 1), seconds a parked set
+--       is kept, fours of a saturated destination (a URL's netloc, lower case), the time its
+--       jobs are due again, over how many seconds after that they are lined up, and the index in
+--       KEYS of the parked set they go to (0: none), then pairs of a saturated account and the
+--       time its jobs are due again
 -- Returns, per job in order:
 --   {id, delivery fields, instance config (flat), account config (flat), destination}: started;
 --   {id, appid, account}: its fields name another instance or account than its keys were named
@@ -28,11 +31,14 @@ local njobs = tonumber(ARGV[4 + nfields])
 local first = 5 + nfields
 local after_jobs = first + 3 * njobs
 local nhosts = tonumber(ARGV[after_jobs])
+local now, seed, park_ttl = ARGV[after_jobs + 1], tonumber(ARGV[after_jobs + 2]), ARGV[after_jobs + 3]
 local saturated = {}
-local last_host = after_jobs + 2 * nhosts
-for s = after_jobs + 1, last_host, 2 do saturated[ARGV[s]] = ARGV[s + 1] end
+local last_host = after_jobs + 3 + 4 * nhosts
+for s = after_jobs + 4, last_host, 4 do
+  saturated[ARGV[s]] = {tonumber(ARGV[s + 1]), tonumber(ARGV[s + 2]), tonumber(ARGV[s + 3])}
+end
 local busy_accounts = {}
-for s = last_host + 1, #ARGV, 2 do busy_accounts[ARGV[s]] = ARGV[s + 1] end
+for s = last_host + 1, #ARGV, 2 do busy_accounts[ARGV[s]] = {tonumber(ARGV[s + 1]), 0, 0} end
 -- The host part of a URL, as Python's urlsplit(url).netloc.lower() has it.
 local function netloc(url)
   local rest = string.match(url, '^[%a][%w+.-]*://(.*)$')
@@ -49,13 +55,30 @@ local unleased = {}
 -- Its destination or its account has no free slot in this worker: back to the scheduled
 -- registry, due at ``later``, without an attempt. A new status field means the job hash was
 -- deleted while queued (rq's tools can do that).
+-- A job held back for a destination whose attempts time out is also noted in its parked set,
+-- with the same score (queue_claim.lua says why).
 local answer = {}
-local function hand_back(id, job, later, destination)
+local parks, nth = {}, 0
+local function hand_back(id, job, hold, destination)
   unleased[#unleased + 1] = id
   if redis.call('HSET', job, 'status', 'scheduled') == 1 then
     redis.call('DEL', job)
   else
-    redis.call('ZADD', KEYS[2], later, id)
+    local due = hold[1]
+    if hold[2] > 0 then
+      nth = nth + 1
+      due = due + hold[2] * ((seed + nth * 0.6180339887498949) % 1)
+    end
+    -- A long line comes back a second at a time: a promotion and a claim for many jobs, not one each.
+    if hold[2] > 1 then due = math.ceil(due) end
+    local score = string.format('%.6f', due)
+    redis.call('ZADD', KEYS[2], score, id)
+    if hold[3] > 0 then
+      local park = parks[hold[3]] or {}
+      park[#park + 1] = score
+      park[#park + 1] = id
+      parks[hold[3]] = park
+    end
     answer[#answer + 1] = {id, 0, destination}
   end
 end
@@ -116,4 +139,9 @@ for j = 1, njobs do
   end
 end
 if #unleased > 0 then redis.call('ZREM', KEYS[1], unpack(unleased)) end
+for k, park in pairs(parks) do
+  redis.call('ZADD', KEYS[k], unpack(park))
+  redis.call('ZREMRANGEBYSCORE', KEYS[k], '-inf', now)
+  redis.call('EXPIRE', KEYS[k], park_ttl)
+end
 return answer

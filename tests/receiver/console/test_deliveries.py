@@ -208,3 +208,41 @@ def test_a_delivered_delivery_shows_its_bare_outcome_and_says_what_is_kept(
         assert detail.status_code == 200 and "kept only for deliveries that did not succeed" in detail.text
     finally:
         http.close()
+
+
+def test_a_destination_being_probed_has_a_banner_on_the_accounts_pages_and_in_the_api(
+    server: str, console: ConsoleClient, developer: Developer, stranger: Developer, settings: Settings, redis: Redis
+) -> None:
+    # The record as the worker's finish script writes it (svcgw.delivery.probing): timing out.
+    mine = tenant_of(developer)
+    redis.hset(keys.callback_instance(mine.appid), "url", "https://slow.example/hook")
+    now = time.time()
+    http, _ = signed_in(server, developer.key)
+    try:
+        assert 'id="probing-banner"' not in http.get("/console/instances").text
+        redis.hset(keys.probing_destinations, "https://slow.example:443", f"1:{now - 30}:{now - 1}:t:")
+        for path in ("/console/instances", "/console/dead-letters", f"/console/instances/{mine.appid}"):
+            shown = http.get(path).text
+            assert 'id="probing-banner"' in shown and "https://slow.example:443" in shown, path
+            assert "1 attempt at a time per worker" in shown
+        assert "this instance's included" in http.get(f"/console/instances/{mine.appid}").text
+        listed = console.get("/probing-destinations").json()["data"]["probing"]
+        assert [(p["destination"], p["attempts_in_flight"], p["answering"]) for p in listed] == [
+            ("https://slow.example:443", 1, False)
+        ]
+        assert listed[0]["appids"] == [mine.appid]
+        assert console.get("/probing-destinations", params={"appid": mine.appid}).json()["data"]["probing"]
+        assert console.get("/probing-destinations", params={"appid": stranger.appids[0]}).status_code == 404
+        # Answering again, it opens up; back at its caps, no banner.
+        redis.hset(keys.probing_destinations, "https://slow.example:443", f"4:{now - 30}:{now}:a:{now}")
+        assert "it answers again" in http.get("/console/instances").text
+        redis.hset(keys.probing_destinations, "https://slow.example:443", f"16:{now - 30}:{now}:o:{now}")
+        assert 'id="probing-banner"' not in http.get("/console/instances").text
+        stranger_http, _ = signed_in(server, stranger.key)
+        try:
+            redis.hset(keys.probing_destinations, "https://slow.example:443", f"1:{now - 30}:{now}:t:")
+            assert 'id="probing-banner"' not in stranger_http.get("/console/instances").text
+        finally:
+            stranger_http.close()
+    finally:
+        http.close()

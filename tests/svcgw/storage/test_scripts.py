@@ -94,7 +94,7 @@ def test_replay_of_an_expired_dead_letter_says_so(fake: fakeredis.FakeRedis) -> 
 def test_the_registry_puts_shared_code_before_the_script_that_calls_it() -> None:
     assert text("ingest") == "\n".join((source("delivery"), source("dedup"), source("ingest")))
     assert text("queue_delivery") == "\n".join((source("delivery"), source("chain"), source("queue_delivery")))
-    assert text("queue_finish") == source("chain") + "\n" + source("queue_finish")
+    assert text("queue_finish") == "\n".join((source("chain"), source("probing"), source("queue_finish")))
     assert text("replay") == source("replay")
 
 
@@ -131,7 +131,7 @@ def test_the_registry_names_every_script_the_service_runs_and_no_part() -> None:
 
     files = {p.name[: -len(".lua")] for p in resources.files("svcgw.storage").joinpath("lua").iterdir()
              if p.name.endswith(".lua")}  # fmt: skip
-    assert set(names()) == files - {"delivery", "chain", "dedup", "clock"}
+    assert set(names()) == files - {"delivery", "chain", "dedup", "clock", "probing"}
     assert {"rate_window", "gateway_admit", "retag", "queue_delivery", "ingest"} <= set(names())
 
 
@@ -242,7 +242,9 @@ def test_the_claim_holds_back_the_ids_of_the_instances_it_is_given_and_leases_th
     fake.rpush(queue, *ids)
     claim = fake.register_script(source("queue_claim"))
     # "we-a-1" holds back its own ids only: not "we-a" (a prefix) nor an id of no instance.
-    answer = claim(keys=[queue, inflight, scheduled], args=[10, 500, "we-a-1", 900, "we-a", 800, "", 700])
+    head: list[str | float] = [10, 500, 100, 0.5, 120]  # count, lease until, now, seed, seconds a parked set is kept
+    holds: list[str | float] = ["we-a-1", 900, 0, 0, "we-a", 800, 0, 0, "", 700, 0, 0]
+    answer = claim(keys=[queue, inflight, scheduled], args=[*head, *holds])
     assert answer[0] == 2
     assert [i.decode() for i in answer[1:]] == ["we_b-1700000000001-0", "dlv_" + "0" * 24, "we-a-2"]
     assert fake.zrange(scheduled, 0, -1, withscores=True) == [
@@ -251,4 +253,22 @@ def test_the_claim_holds_back_the_ids_of_the_instances_it_is_given_and_leases_th
     ]
     assert {m.decode() for m in fake.zrange(inflight, 0, -1)} == set(ids) - {ids[0], ids[3]}
     assert fake.llen(queue) == 0
-    assert claim(keys=[queue, inflight, scheduled], args=[10, 500]) == [0]
+    assert claim(keys=[queue, inflight, scheduled], args=head) == [0]
+
+
+def test_the_claim_lines_the_jobs_of_a_destination_being_probed_up_in_its_parked_set(
+    fake: fakeredis.FakeRedis,
+) -> None:
+    queue, inflight, scheduled = keys.rq.queue("svcgw"), keys.inflight("svcgw"), keys.rq.scheduled("svcgw")
+    parked = keys.parked("http://hung.test:80")
+    fake.zadd(parked, {"gone-1700000000000-0": 50.0})  # due before now: it came back already
+    ids = [f"we_h-17000000000{n:02d}-0" for n in range(20)]
+    fake.rpush(queue, *ids)
+    claim = fake.register_script(source("queue_claim"))
+    answer = claim(keys=[queue, inflight, scheduled, parked], args=[100, 500, 100, 0.25, 120, "we_h", 130, 60, 4])
+    assert answer == [20]
+    dues = dict(fake.zrange(scheduled, 0, -1, withscores=True))
+    assert len(dues) == 20 and all(130 <= due <= 190 and due == int(due) for due in dues.values())  # whole seconds
+    assert len({round(due) for due in dues.values()}) > 15  # spread over the minute
+    assert dict(fake.zrange(parked, 0, -1, withscores=True)) == dues
+    assert 0 < fake.ttl(parked) <= 120

@@ -257,3 +257,15 @@ def test_a_rebuild_over_more_instances_than_lua_can_unpack(settings: Settings, r
 
     assert _live(settings, lambda r: metrics.rebuild_instance_counts(r, keys)) is True
     assert _matches(settings, redis)["instances"] == {"online": 7_500, "stopped": 2_500}
+
+
+def test_a_scrape_counts_the_destinations_being_probed_not_those_back_at_their_caps(
+    settings: Settings, redis: Redis
+) -> None:
+    now = time.time()
+    assert _snapshot(settings)["probing_destinations"] == 0
+    redis.hset(keys.probing_destinations, mapping={
+        "http://hung.test:80": f"1:{now - 9}:{now - 1}:t:", "http://opening.test:80": f"4:{now - 9}:{now}:a:{now}",
+        "http://open.test:80": f"16:{now - 9}:{now}:o:{now}", "http://junk.test:80": "junk",
+    })  # fmt: skip
+    assert _snapshot(settings)["probing_destinations"] == 2

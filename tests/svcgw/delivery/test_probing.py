@@ -1,0 +1,157 @@
+"""Probing records: the finish script's rule (``probing.lua``, on a real Redis), their reading and their combining."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+from redis import Redis
+from redis.asyncio import Redis as AsyncRedis
+
+from svcgw.config.settings import Settings
+from svcgw.delivery import failingdestinations, probing
+from svcgw.delivery.probing import Probe, combine, parse
+from svcgw.shards.clients import ShardRedis
+from svcgw.storage import scripts
+from svcgw.storage.keys import PLAIN as keys
+from svcgw.storage.keys import KeySpace
+
+DESTINATION = "https://hooks.example.com:443"
+CAP, FLOOR = 16, 1
+
+_CALL = "\nreturn probe_outcome(KEYS[1], ARGV[1], ARGV[2], ARGV[3], tonumber(ARGV[4]), tonumber(ARGV[5]))"
+
+
+class Outcomes:
+    """``probe_outcome`` of the finish script, called alone against the test's Redis."""
+
+    def __init__(self, redis: Redis) -> None:
+        self.redis = redis
+        self.script = redis.register_script(scripts.source("probing") + _CALL)
+
+    def __call__(self, mark: str, now: float, destination: str = DESTINATION) -> int:
+        return int(self.script(keys=[keys.probing_destinations], args=[destination, mark, repr(now), CAP, FLOOR]))
+
+    def record(self, destination: str = DESTINATION) -> Probe | None:
+        value = self.redis.hget(keys.probing_destinations, destination)
+        return None if value is None else parse(destination, value)
+
+
+def test_timeouts_halve_the_limit_down_to_the_probes_and_begin_once(redis: Redis) -> None:
+    outcome = Outcomes(redis)
+    assert outcome("t:99.5", 100.0) == probing.CHANGED | probing.BEGAN
+    assert outcome.record() == Probe(DESTINATION, 8, since=100.0, at=100.0, word="t")
+    limits = []
+    for n in range(5):
+        assert outcome("t:99.5", 101.0 + n) == probing.CHANGED  # began once
+        record = outcome.record()
+        assert record is not None
+        limits.append(record.limit)
+    assert limits == [4, 2, 1, 1, 1]
+    assert record.since == 100.0 and record.hanging
+
+
+def test_answers_add_one_each_and_at_the_caps_the_destination_is_open_again(redis: Redis) -> None:
+    outcome = Outcomes(redis)
+    for n in range(5):
+        outcome("t:99.0", 100.0 + n)
+    # The first answer after timeouts reopens it (its held-back jobs come forward), once.
+    assert outcome("a", 110.0) == probing.CHANGED | probing.REOPENED
+    assert outcome.record() == Probe(DESTINATION, 2, 100.0, 110.0, "a", opened=110.0)
+    bits = [outcome("a", 111.0 + n) for n in range(CAP - 2)]
+    assert bits[:-1] == [probing.CHANGED] * (CAP - 3)
+    assert bits[-1] == probing.CHANGED | probing.ENDED
+    record = outcome.record()
+    assert record is not None and record.word == "o" and record.limit == CAP and not record.probed
+    # Open, an answer changes nothing: a healthy destination's attempts write nothing.
+    assert outcome("a", 130.0) == 0
+    assert outcome.record() == record
+
+
+def test_a_timeout_of_an_attempt_older_than_the_reopening_is_old_news(redis: Redis) -> None:
+    outcome = Outcomes(redis)
+    outcome("t:99.0", 100.0)
+    outcome("a", 110.0)
+    # Sent before the answer that reopened it, timed out after: changes nothing.
+    assert outcome("t:105.0", 112.0) == 0
+    assert outcome.record() == Probe(DESTINATION, 9, 100.0, 110.0, "a", opened=110.0)
+    # Sent after it: the destination hangs again.
+    assert outcome("t:110.5", 113.0) == probing.CHANGED
+    assert outcome.record() == Probe(DESTINATION, 4, 100.0, 113.0, "t")
+    # Open again, a new timeout begins a new probing from the caps.
+    for n in range(CAP):
+        outcome("a", 114.0 + n)
+    assert outcome("t:200.0", 201.0) == probing.CHANGED | probing.BEGAN
+    assert outcome.record() == Probe(DESTINATION, 8, 201.0, 201.0, "t")
+
+
+def test_an_answer_to_a_destination_never_probed_and_no_destination_write_nothing(redis: Redis) -> None:
+    outcome = Outcomes(redis)
+    assert outcome("a", 100.0) == 0
+    assert outcome("t:99.0", 100.0, destination="") == 0
+    assert redis.hlen(keys.probing_destinations) == 0
+
+
+def test_a_record_is_read_only_in_its_own_form() -> None:
+    assert parse("d", b"3:10.5:11:a:11") == Probe("d", 3, 10.5, 11.0, "a", opened=11.0)
+    assert parse("d", "1:10:12:t:") == Probe("d", 1, 10.0, 12.0, "t")
+    for broken in ("", "1:2:3", "x:1:2:t:", "1:2:3:z:", "1:2:3:t:4:5"):
+        assert parse("d", broken) is None
+
+
+def test_the_record_changed_last_counts_and_a_tie_goes_to_the_lower_limit() -> None:
+    older, newer = Probe("d", 1, 1.0, 5.0, "t"), Probe("d", 16, 1.0, 6.0, "o")
+    assert combine([older, newer]) == newer == combine([newer, older])
+    low = Probe("d", 2, 1.0, 6.0, "a")
+    assert combine([newer, low]) == low
+    assert combine([]) is None
+
+
+def _read(settings: Settings, now: float) -> tuple[dict[str, Probe], dict[str, Probe]]:
+    async def go() -> tuple[dict[str, Probe], dict[str, Probe]]:
+        client = AsyncRedis.from_url(settings.redis_url or "")
+        try:
+            one = await probing.probing(client, keys, settings, now=now)
+            other = KeySpace("{s1}")
+            both = await probing.probing_anywhere([ShardRedis(client, keys), ShardRedis(client, other)], settings,
+                                                  now=now)  # fmt: skip
+            return one, both
+        finally:
+            await client.aclose()
+
+    return asyncio.run(go())
+
+
+def test_readers_show_what_is_probed_combined_over_the_shards(settings: Settings, redis: Redis) -> None:
+    redis.hset(keys.probing_destinations, mapping={"http://a.test:80": "1:90:100:t:",
+                                                   "http://b.test:80": "16:90:100:o:95"})  # fmt: skip
+    redis.hset(KeySpace("{s1}").probing_destinations, mapping={"http://a.test:80": "16:90:101:o:101",
+                                                               "http://c.test:80": "4:99:100:a:99"})  # fmt: skip
+    one, both = _read(settings, 102.0)
+    assert set(one) == {"http://a.test:80"}
+    # Shard 1 reopened a after shard 0's timeouts; c is answering below its caps there.
+    assert set(both) == {"http://c.test:80"}
+    assert both["http://c.test:80"].as_dict() == {
+        "destination": "http://c.test:80", "probing_since": 99.0, "attempts_in_flight": 4, "answering": True,
+        "last_change": 100.0,
+    }  # fmt: skip
+    # Nothing changed it for longer than a failure is remembered: forgotten.
+    forgotten = 100.0 + failingdestinations.forget_after(settings) + 1
+    assert _read(settings, forgotten) == ({}, {})
+
+
+def test_the_workers_read_forgets_what_lapsed(redis: Redis) -> None:
+    read = redis.register_script(scripts.text("probing_read"))
+    redis.hset(keys.probing_destinations, mapping={
+        "http://open-old.test:80": "16:10:40:o:30", "http://open.test:80": "16:10:90:o:80",
+        "http://hung.test:80": "1:10:50:t:", "http://stale.test:80": "1:10:1:t:", "http://x.test:80": "junk",
+    })  # fmt: skip
+    kept = read(keys=[keys.probing_destinations], args=[100.0, 30.0, 95.0])
+    assert {kept[i].decode() for i in range(0, len(kept), 2)} == {"http://open.test:80", "http://hung.test:80"}
+    assert set(redis.hkeys(keys.probing_destinations)) == {b"http://open.test:80", b"http://hung.test:80"}
+
+
+@pytest.mark.parametrize("cap", [1, 16])
+def test_the_finish_scripts_argument_names_the_caps_and_a_floor_within_them(env: dict[str, str], cap: int) -> None:
+    settings = Settings.from_env(dict(env, SVCGW_DESTINATION_CONCURRENCY=str(cap)))
+    assert probing.script_argument(settings) == f"{cap}:{min(cap, probing.PROBES)}"

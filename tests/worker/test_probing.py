@@ -1,0 +1,285 @@
+"""Probing destinations whose attempts time out: a real worker, real Redis, real HTTP sinks on loopback.
+
+A destination that never answers gets only its probing attempts once its first attempts timed
+out, while healthy destinations of its own account and of another keep going; its held-back
+jobs lose no attempt and wait no less than their schedule; when it answers again its backlog is
+delivered within seconds; a destination that is merely slow keeps its full caps. And the
+process's own bookkeeping (:class:`worker.probing.Probing`), alone.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import time
+
+import pytest
+from redis import Redis
+from redis.asyncio import Redis as AsyncRedis
+
+from svcgw.config.settings import Settings
+from svcgw.delivery import probing
+from svcgw.delivery.probing import Probe
+from svcgw.intake.ingest import Ingest
+from svcgw.registry.store import Scope, Store
+from svcgw.storage.keys import PLAIN as keys
+from tests.conftest import Tenant, provision, with_store
+from tests.support import Sink, ThreadedWorker, attempt_records, wait_for
+from worker.claim import Hold
+from worker.probing import Probing
+
+pytestmark = pytest.mark.slow
+
+TIMEOUT = 1.0
+CAP = 8
+
+
+def _settings(env: dict[str, str], **more: str) -> Settings:
+    return Settings.from_env(
+        dict(
+            env,
+            SVCGW_DELIVERY_TIMEOUT=str(TIMEOUT),
+            SVCGW_DESTINATION_CONCURRENCY=str(CAP),
+            SVCGW_DELIVERY_CONCURRENCY="256",
+            # Retries far apart: each job's attempts within the test are the ones its schedule allows.
+            SVCGW_RETRY_SCHEDULE="30,30,30",
+            **more,
+        )
+    )
+
+
+def _instance(settings: Settings, account: str, url: str) -> Tenant:
+    async def action(store: Store) -> Tenant:
+        appid = "we_" + os.urandom(8).hex()[:15]
+        token = await store.register_instance(appid, account)
+        await store.set_callback(Scope(appid=appid), url)
+        return Tenant(account, appid, token)
+
+    return with_store(settings, action)
+
+
+def _post_many(settings: Settings, tenant: Tenant, count: int, prefix: str) -> list[str]:
+    async def run() -> list[str]:
+        client = AsyncRedis.from_url(settings.redis_url or "")
+        ingest = Ingest(client, keys, settings)
+        try:
+            ids = []
+            for n in range(count):
+                body = b'{"event_type":"Msg","events":[{"id":"%s%d"}]}' % (prefix.encode(), n)
+                result = await ingest.accept(tenant.appid, tenant.receiver_token, body)
+                assert result.delivery_id is not None
+                ids.append(result.delivery_id)
+            return ids
+        finally:
+            await ingest.aclose()
+            await client.aclose()
+
+    return asyncio.run(run())
+
+
+def _hanging() -> Sink:
+    sink = Sink().start()
+    sink.set(delay=60)  # longer than the delivery timeout: every attempt holds its slot until it times out
+    return sink
+
+
+def _most_at_once(arrivals: list[float], within: float) -> int:
+    """The most requests that arrived within ``within`` s of each other: in flight at once, each held that long."""
+    ordered = sorted(arrivals)
+    most, first = 0, 0
+    for last, at in enumerate(ordered):
+        while at - ordered[first] >= within:
+            first += 1
+        most = max(most, last - first + 1)
+    return most
+
+
+def _record(redis: Redis, url: str) -> Probe | None:
+    destination = url.rsplit("/", 1)[0]  # the sinks' addresses are http://127.0.0.1:<port>/hook
+    value = redis.hget(keys.probing_destinations, destination)
+    return None if value is None else probing.parse(destination, value)
+
+
+def test_a_destination_that_never_answers_gets_only_its_probes_while_the_others_keep_going(
+    env: dict[str, str], redis: Redis
+) -> None:
+    settings = _settings(env)
+    hanging, healthy, elsewhere = _hanging(), Sink().start(), Sink().start()
+    try:
+        first = provision(settings, url=hanging.url)
+        same_account = _instance(settings, first.account, healthy.url)
+        other_account = provision(settings, url=elsewhere.url)
+        held = _post_many(settings, first, 120, "h")
+        worker = ThreadedWorker(settings).start()
+        try:
+            # Its first attempts fill its caps and time out together: after them, only probes.
+            wait_for(lambda: len(hanging.posts()) >= CAP, timeout=5, what="the first attempts")
+            settled = hanging.posts()[0].at + TIMEOUT * 2
+            wait_for(lambda: time.time() >= settled, timeout=5, what="the first timeouts")
+            record = _record(redis, hanging.url)
+            assert record is not None and record.hanging and record.limit == probing.PROBES
+            # The others of both accounts are delivered meanwhile, as fast as without it.
+            started = time.monotonic()
+            mine = _post_many(settings, same_account, 50, "s")
+            theirs = _post_many(settings, other_account, 50, "o")
+            wait_for(lambda: len(healthy.posts()) >= 50 and len(elsewhere.posts()) >= 50, timeout=3,
+                     what="the healthy deliveries")  # fmt: skip
+            assert time.monotonic() - started < 3
+            wait_for(lambda: time.time() >= settled + 4 * TIMEOUT, timeout=10, what="several probing rounds")
+        finally:
+            worker.stop()
+        late = [p.at for p in hanging.posts() if p.at >= settled]
+        assert late, "the destination was not probed at all"
+        # Each probe is held until it times out: at most PROBES of them in flight at any time.
+        assert _most_at_once(late, TIMEOUT * 0.9) <= probing.PROBES
+        assert len(late) <= 6 * probing.PROBES
+        assert len(mine) == len(theirs) == 50
+        # No held-back job lost an attempt or had one earlier than its schedule: each job was
+        # attempted at most once here (its retry is 30 s away) and the others are untouched.
+        attempts = {d: attempt_records(redis, d) for d in held}
+        assert all(len(a) <= 1 for a in attempts.values())
+        assert sum(len(a) for a in attempts.values()) == len(hanging.posts())
+        assert all(a[0]["error"].startswith("timed out") for a in attempts.values() if a)
+        for delivery_id, tried in attempts.items():
+            fields = redis.hmget(keys.delivery(delivery_id), "attempts", "state")
+            assert int(fields[0] or 0) == len(tried)
+            assert fields[1] != b"dead"
+    finally:
+        for sink in (hanging, healthy, elsewhere):
+            sink.stop()
+
+
+def test_a_destination_that_answers_again_gets_its_backlog_within_seconds(env: dict[str, str], redis: Redis) -> None:
+    settings = _settings(env)
+    target = _hanging()
+    scheduled = keys.rq.scheduled(settings.queue_name)
+    try:
+        tenant = provision(settings, url=target.url)
+        backlog = _post_many(settings, tenant, 300, "b")
+        worker = ThreadedWorker(settings).start()
+        try:
+            wait_for(lambda: len(target.posts()) >= CAP, timeout=5, what="the first attempts")
+            wait_for(lambda: (r := _record(redis, target.url)) is not None and r.limit == probing.PROBES,
+                     timeout=5, what="the destination probed")  # fmt: skip
+            # Its jobs wait lined up beyond the timeout, noted in its parked set.
+            destination = target.url.rsplit("/", 1)[0]
+            wait_for(lambda: redis.zcard(keys.parked(destination)) > 100, timeout=5, what="its jobs parked")
+            assert redis.zrange(scheduled, -1, -1, withscores=True)[0][1] > time.time() + 5 * TIMEOUT
+            since = time.time()
+            target.set(delay=0)
+            wait_for(lambda: any(p.at >= since for p in target.posts()), timeout=10 * TIMEOUT, what="a probe answered")
+            first_answer = min(p.at for p in target.posts() if p.at >= since)
+            # Every job not tried while it hung: the ones whose attempt timed out wait for their retry.
+            wait_for(lambda: len(_bodies(target, since)) >= len(backlog) - len(_timed_out(redis, backlog)),
+                     timeout=10, what="the backlog delivered")  # fmt: skip
+            assert max(p.at for p in target.posts()) - first_answer < 3.0
+        finally:
+            worker.stop()
+        record = _record(redis, target.url)
+        assert record is not None and record.word == "o"  # back at its caps
+        tried = _timed_out(redis, backlog)
+        assert len(_bodies(target, since)) == len(backlog) - len(tried)
+        # The jobs whose attempt timed out keep their schedule: their retry is 30 s after it, not now.
+        assert tried
+        for delivery_id in tried:
+            (attempt,) = attempt_records(redis, delivery_id)
+            assert not attempt["ok"] and attempt["error"].startswith("timed out")
+            assert redis.zscore(scheduled, delivery_id) == pytest.approx(attempt["at"] + TIMEOUT + 30, abs=1.0)
+    finally:
+        target.stop()
+
+
+def _timed_out(redis: Redis, ids: list[str]) -> list[str]:
+    """The jobs with an attempt record: those delivered have none left (their bare outcome is kept instead)."""
+    return [d for d in ids if attempt_records(redis, d)]
+
+
+def _bodies(target: Sink, since: float) -> set[bytes]:
+    """The deliveries the sink got since ``since``, each once."""
+    return {p.body for p in target.posts() if p.at >= since}
+
+
+def test_a_slow_destination_that_answers_keeps_its_full_caps(env: dict[str, str], redis: Redis) -> None:
+    settings = _settings(env)
+    slow = Sink().start()
+    slow.set(delay=TIMEOUT * 0.6)
+    try:
+        tenant = provision(settings, url=slow.url)
+        _post_many(settings, tenant, 4 * CAP, "w")
+        with_worker = ThreadedWorker(settings).start()
+        try:
+            wait_for(lambda: len(slow.posts()) >= 4 * CAP, timeout=15, what="every delivery")
+        finally:
+            with_worker.stop()
+        assert _most_at_once([p.at for p in slow.posts()], TIMEOUT * 0.5) == CAP
+        assert redis.hlen(keys.probing_destinations) == 0
+    finally:
+        slow.stop()
+
+
+# --- the process's bookkeeping, alone -------------------------------------------------------
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def _probe(limit: int, at: float, word: str = "t", destination: str = "http://a.test:80") -> Probe:
+    return Probe(destination, limit, since=at - 5, at=at, word=word)
+
+
+def test_a_destination_at_its_limit_takes_no_new_attempt_and_its_jobs_are_parked() -> None:
+    clock = Clock()
+    limits = Probing(16, 10.0, clock=clock)
+    destination = "http://a.test:80"
+    for _ in range(3):
+        assert limits.acquire(destination, "a.test")
+    limits.update("shard", {destination: _probe(2, clock.now)})
+    assert limits.limit(destination) == 2
+    assert not limits.acquire(destination, "a.test")  # three in flight already
+    limits.release(destination)
+    limits.release(destination)
+    assert limits.acquire(destination, "a.test")
+    assert not limits.acquire(destination, "a.test")
+    (netloc, hold), = limits.saturated(keys).items()
+    assert netloc == "a.test" and hold.park == keys.parked(destination) and hold.spread == probing.PARK_SECONDS
+    assert clock.now < hold.due <= clock.now + 10.0
+    assert limits.mark(destination, timed_out=False, started=clock.now) == "a"
+    assert limits.mark(destination, timed_out=True, started=12.5) == "t:12.5"
+    assert limits.mark("http://b.test:80", timed_out=False, started=clock.now) == ""
+
+
+def test_answering_below_its_caps_its_jobs_wait_a_moment_and_at_its_caps_nothing_holds_it() -> None:
+    clock = Clock()
+    limits = Probing(16, 10.0, clock=clock)
+    destination = "http://a.test:80"
+    limits.update("shard", {destination: _probe(1, clock.now, "a")})
+    assert limits.acquire(destination, "a.test")
+    assert limits.saturated(keys) == {"a.test": Hold(clock.now + 0.05, 0.1)}
+    assert limits.defer_delay(destination) < 1.0
+    limits.update("shard", {destination: _probe(16, clock.now, "o")})
+    assert limits.limit(destination) is None and limits.saturated(keys) == {}
+    assert limits.mark(destination, timed_out=False, started=clock.now) == ""
+
+
+def test_the_record_changed_last_on_any_shard_wins_and_a_reopening_unparks_every_shard() -> None:
+    limits = Probing(16, 10.0)
+    destination = "http://a.test:80"
+    limits.join("s0")
+    limits.join("s1")
+    limits.update("s0", {destination: _probe(1, 100.0, "t")})
+    limits.update("s1", {destination: _probe(1, 90.0, "t")})
+    assert limits.unparking("s0") == limits.unparking("s1") == []
+    # Shard 1 saw an answer after shard 0's timeouts: the destination answers, both shards unpark.
+    limits.update("s1", {destination: _probe(2, 101.0, "a")})
+    assert limits.limit(destination) == 2
+    assert limits.unparking("s0") == limits.unparking("s1") == [destination]
+    assert limits.unparking("s0") == []
+    # Back at its caps on shard 1 outweighs shard 0's older timeouts.
+    limits.update("s1", {destination: _probe(16, 102.0, "o")})
+    assert limits.limit(destination) is None
+    # A newer timeout on shard 0 makes it probed again.
+    limits.update("s0", {destination: _probe(8, 103.0, "t")})
+    assert limits.limit(destination) == 8
