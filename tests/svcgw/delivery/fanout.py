@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
+from typing import cast
 
 from redis import Redis
 
@@ -69,11 +70,10 @@ def fan_out(settings: Settings, primary: str, destinations: Sequence[str]) -> li
                 pipe.zadd(keys.destination_deliveries(destination), {delivery_id: received_ms})
             # An entry's fields cannot change: the log is written again, the post's entry with its field f.
             pipe.delete(log)
-            for entry_id, fields in rows:
-                if entry_id.decode() == entry:
-                    pairs = " ".join(f"{d}:{dst}" for d, dst in zip(ids, destinations, strict=True))
-                    fields = {**fields, b"f": pairs.encode()}
-                pipe.xadd(log, fields, id=entry_id)
+            pairs = " ".join(f"{d}:{dst}" for d, dst in zip(ids, destinations, strict=True)).encode()
+            for entry_id, fields in cast(list[tuple[bytes, dict[bytes, bytes]]], rows):
+                written = {**fields, b"f": pairs} if entry_id.decode() == entry else fields
+                pipe.xadd(log, written, id=entry_id)
             pipe.expire(log, settings.log_retention)
             pipe.execute()
     finally:
