@@ -278,6 +278,12 @@ def test_openapi_describes_the_destination_operations(server: str) -> None:
         assert code in text
     schema = doc["components"]["schemas"]["ConsoleDestination"]
     assert "token" not in schema["properties"] and "bearer" in schema["properties"]
+    deliveries = paths["/console/api/destinations/{destination_id}/deliveries"]["get"]
+    assert {p["name"] for p in deliveries["parameters"]} == {"destination_id", "limit", "before"}
+    assert {"200", "400", "404"} <= set(deliveries["responses"])
+    assert "destination" in doc["components"]["schemas"]["ConsoleDelivery"]["properties"]
+    for listed in ("/console/api/instances/{appid}/deliveries", "/console/api/dead-letters"):
+        assert "destination" in {p["name"] for p in paths[listed]["get"]["parameters"]}
 
 
 def test_a_destinations_deliveries_newest_first_paged_with_states_and_attempts(
