@@ -32,9 +32,10 @@ but :func:`show` still finds it.
 
 The pure half, stored fields to a :class:`Delivery` (:func:`build`,
 :func:`event_ids`, :func:`state_of`), is :mod:`svcgw.delivery.view`; this
-module reads Redis (:func:`list_deliveries`, :func:`show`). With an
-``account``, a delivery or an instance of another account is treated
-exactly like one that does not exist.
+module reads Redis (:func:`list_deliveries`, :func:`show`, and
+:func:`deliveries_of` for ids found elsewhere: a further destination's index,
+:mod:`svcgw.delivery.bydestination`). With an ``account``, a delivery or an
+instance of another account is treated exactly like one that does not exist.
 
 Errors::
 
