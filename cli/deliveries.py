@@ -1,7 +1,9 @@
 """``svcgw deliveries``: an instance's deliveries with every attempt, and retry now.
 
 ``list`` shows the deliveries of the log's retention, newest first (state,
-attempts, next attempt), and whether their destination is being probed
+attempts, next attempt, and the destination: ``primary`` for the primary
+address's, else the further destination's ``dst_…`` id, each post's primary
+delivery first), and whether their destination is being probed
 (``svcgw.delivery.probing``: its attempts time out, so it gets fewer at a
 time and the others wait without counting an attempt); ``show`` one delivery
 with each attempt's answer;
@@ -17,7 +19,7 @@ from rich.console import Group, RenderableType
 from rich.text import Text
 
 from svcgw.delivery import listing, probing, retrynow
-from svcgw.delivery.listing import STATES, Delivery
+from svcgw.delivery.listing import PRIMARY, STATES, Delivery
 from svcgw.delivery.outcomes import ANSWERS_NOTE
 from svcgw.delivery.probing import Probe
 from svcgw.errors import NotFound
@@ -46,6 +48,16 @@ def probing_note(probe: Probe | None) -> Text | None:
     )
 
 
+COLUMNS = (
+    "id", "destination", "event type", "event ids", "state", "received", "attempts", "last outcome", "next attempt",
+)  # fmt: skip
+
+
+def destination_of(delivery: Delivery) -> str:
+    """The further destination's id, or ``primary`` for the primary address's delivery."""
+    return delivery.destination or PRIMARY
+
+
 def _next(delivery: Delivery) -> str | None:
     if delivery.state == "pending" and delivery.next_attempt_at is None:
         return "now (queued)"
@@ -57,6 +69,12 @@ def _next(delivery: Delivery) -> str | None:
 @click.option("--state", type=click.Choice(STATES), default=None, help="Only deliveries in this state.")
 @click.option("--event-type", default=None, metavar="TYPE", help="Only deliveries of this event type.")
 @click.option("--event-id", default=None, metavar="ID", help="Only the deliveries carrying this event id.")
+@click.option(
+    "--destination",
+    default=None,
+    metavar="DST",
+    help="Only the deliveries to this further destination (dst_...), or 'primary' for the primary address's.",
+)
 @click.option("--limit", type=click.IntRange(1, listing.MAX_LIMIT), default=50, show_default=True)
 @click.option("--before", default=None, metavar="CURSOR", help="Older than this (next_before of a previous page).")
 @json_option
@@ -67,6 +85,7 @@ async def deliveries_list(
     state: str | None,
     event_type: str | None,
     event_id: str | None,
+    destination: str | None,
     limit: int,
     before: str | None,
     as_json: bool,
@@ -79,6 +98,7 @@ async def deliveries_list(
         state=state,
         event_type=event_type,
         event_id=event_id,
+        destination=destination,
         limit=limit,
         before=before,
     )
@@ -86,10 +106,11 @@ async def deliveries_list(
 
     def render() -> RenderableType:
         shown = table(
-            ("id", "event type", "event ids", "state", "received", "attempts", "last outcome", "next attempt"),
+            COLUMNS,
             (
                 (
                     d.id,
+                    destination_of(d),
                     d.event_type,
                     ", ".join(d.event_ids),
                     d.state,
@@ -130,6 +151,7 @@ def _detail(d: Delivery) -> RenderableType:
         {
             "id": d.id,
             "appid": d.appid,
+            "destination": destination_of(d),
             "event type": d.event_type,
             "event ids": ", ".join(d.event_ids),
             "state": d.state,

@@ -1,5 +1,9 @@
 """``svcgw dlq``: dead letters (deliveries whose retries ran out), listed, shown and replayed.
 
+Each dead letter names its destination: ``primary`` for the primary
+address's delivery, else the further destination's ``dst_…`` id (``null``
+in ``--json`` for the primary's).
+
 Every command reads every shard (``svcgw.delivery.dlq``): one list, newest
 first, whichever shard each dead letter is on.
 
@@ -16,6 +20,7 @@ import click
 from rich.console import RenderableType
 
 from svcgw.delivery import dlq as every_shard
+from svcgw.delivery.deadletters import PRIMARY
 
 from .context import Admin, admin_command
 from .output import console, emit, json_option, record, table, valid_since, when
@@ -31,6 +36,12 @@ def dlq() -> None:
 @dlq.command("list")
 @click.option("--appid", default=None, help="Only this instance's dead letters.")
 @click.option("--account", default=None, help="Only this account's dead letters.")
+@click.option(
+    "--destination",
+    default=None,
+    metavar="DST",
+    help="Only the dead letters of this further destination (dst_...), or 'primary' for the primary address's.",
+)
 @click.option("--all", "list_all", is_flag=True, help="Every dead letter (of --appid or --account), not a page.")
 @click.option("--limit", type=click.IntRange(min=1), default=None, help="At most this many.  [default: 100]")
 @click.option("--offset", type=click.IntRange(min=0), default=None, help="Skip this many newest.  [default: 0]")
@@ -40,6 +51,7 @@ async def dlq_list(
     admin: Admin,
     appid: str | None,
     account: str | None,
+    destination: str | None,
     list_all: bool,
     limit: int | None,
     offset: int | None,
@@ -50,20 +62,31 @@ async def dlq_list(
         raise click.UsageError("--all lists every dead letter: give it without --limit and --offset")
     if list_all:
         # As many as there are now; one that dies meanwhile is listed by the next call.
-        limit = await every_shard.count_dead(admin.shards, admin.settings, appid=appid, account=account)
+        limit = await every_shard.count_dead(
+            admin.shards, admin.settings, appid=appid, account=account, destination=destination
+        )
     elif limit is None:
         limit = 100
     letters = []
     if limit:
         letters = await every_shard.list_dead(
-            admin.shards, admin.settings, appid=appid, account=account, limit=limit, offset=offset or 0
+            admin.shards,
+            admin.settings,
+            appid=appid,
+            account=account,
+            destination=destination,
+            limit=limit,
+            offset=offset or 0,
         )
     emit(
         as_json,
         [letter.as_dict() for letter in letters],
         lambda: table(
-            ("id", "appid", "event type", "attempts", "last error", "dead since"),
-            ((d.id, d.appid, d.event_type, d.attempts, d.last_error, when(d.dead_at)) for d in letters),
+            ("id", "appid", "destination", "event type", "attempts", "last error", "dead since"),
+            (
+                (d.id, d.appid, d.destination or PRIMARY, d.event_type, d.attempts, d.last_error, when(d.dead_at))
+                for d in letters
+            ),
         ),
     )
 
@@ -85,6 +108,7 @@ async def dlq_show(admin: Admin, delivery_id: str, as_json: bool) -> None:
                 "id": detail.id,
                 "appid": detail.appid,
                 "account": detail.account,
+                "destination": detail.destination or PRIMARY,
                 "event_type": detail.event_type,
                 "received": when(detail.received_at),
                 "dead since": when(detail.dead_at),

@@ -148,7 +148,10 @@ class Api:
         limit = int_param(request, "limit", 20, minimum=1, maximum=200)
         offset = int_param(request, "offset", 0, minimum=0, maximum=1_000_000)
         appid = request.query_params.get("appid") or None
-        rows, total = await self.service.dead_letters(session.account, appid, limit=limit, offset=offset)
+        destination = request.query_params.get("destination") or None
+        rows, total = await self.service.dead_letters(
+            session.account, appid, limit=limit, offset=offset, destination=destination
+        )
         return json_ok({"dead_letters": rows, "total": total, "limit": limit, "offset": offset})
 
     async def dead_letter(self, request: Request, session: Session) -> Response:
@@ -176,6 +179,7 @@ class Api:
             state=params.get("state") or None,
             event_type=params.get("event_type") or None,
             event_id=params.get("event_id") or None,
+            destination=params.get("destination") or None,
             limit=int_param(request, "limit", 20, minimum=1, maximum=200),
             before=params.get("before") or None,
         )

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from ..apispec import Operation, path_param
+from ..apispec import Operation, Param, path_param
 from . import schemas as s
-from .operations import APPID, err, ok, op
+from .operations import APPID, BEFORE, Limit, err, ok, op
 
 __all__ = ["OPERATIONS"]
 
@@ -119,6 +119,21 @@ OPERATIONS: tuple[Operation, ...] = (
         found=True,
         params=(DESTINATION_ID,),
         description="Not queued, not retried, not in the callback log. No body.",
+        extra={404: NOT_FOUND},
+    ),
+    op(
+        "get",
+        "/destinations/{destination_id}/deliveries",
+        "consoleDestinationDeliveries",
+        "A further destination's deliveries of the log's retention, newest first, with every attempt",
+        ok(s.DeliveryPage),
+        found=True,
+        bad=True,
+        params=(DESTINATION_ID, Param("limit", Limit), BEFORE),
+        description=(
+            "For an account's destination, those of every instance of the account. Its dead letters: "
+            "GET /dead-letters?destination=<id>."
+        ),
         extra={404: NOT_FOUND},
     ),
 )

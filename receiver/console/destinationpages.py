@@ -5,7 +5,10 @@
 account's it takes too) list them with an add form; ``GET
 /console/destinations/{id}`` shows one: its values, its failing banner, its
 signing secret with a rotate button, **Send a test**, **Enable** /
-**Disable**, **Remove…** (after a confirmation page) and its edit form. Forms
+**Disable**, **Remove…** (after a confirmation page), its edit form, its
+deliveries (newest first, paged with ``?before=``: states, attempts, next
+attempt) and its dead letters with their replay buttons (the dead-letters
+page's replay, which comes back here). Forms
 post back with the CSRF token and are answered with a redirect and a
 one-time message, the test POST's outcome in it as for a callback address;
 a refused value is shown on the form, typed values kept, nothing saved.
@@ -34,7 +37,8 @@ from svcgw.callbacks.testpost import CallbackTestResult
 
 from .destinations import Destinations
 from .pages import Pages
-from .pageserving import _field, _path, _redirect
+from .pageserving import PAGE_SIZE, PageError, _field, _path, _redirect
+from .service import Invalid
 from .session import Session
 
 __all__ = ["DestinationPages"]
@@ -164,6 +168,14 @@ class DestinationPages:
         status: int = 200,
     ) -> Response:
         destination = await self.destinations.show(session.account, request.path_params["destination_id"])
+        before = request.query_params.get("before") or None
+        try:
+            deliveries = await self.destinations.deliveries(
+                session.account, destination["id"], limit=PAGE_SIZE, before=before
+            )
+        except Invalid as exc:
+            raise PageError(400, "Bad page", str(exc)) from None
+        letters, dead_total = await self.destinations.dead_letters(session.account, destination["id"], limit=PAGE_SIZE)
         return await self.pages.render(
             request,
             "destination.html",
@@ -175,6 +187,10 @@ class DestinationPages:
             values=values or _stored_values(destination),
             error=error,
             known_types=KNOWN_EVENT_TYPES,
+            deliveries=deliveries,
+            first_page=before is None,
+            letters=letters,
+            dead_total=dead_total,
         )
 
     async def update(self, request: Request, session: Session) -> Response:

@@ -16,11 +16,16 @@ demand. The destination stays saved whatever the test answers. The token is
 never shown, only whether one is set; a list leaves out the signing secrets,
 one destination shows its own.
 
+A destination's deliveries (``svcgw.delivery.bydestination``: newest first,
+paged, from its index on its instance's shard or, for an account's, on every
+shard) and its dead letters (``svcgw.delivery.dlq``, narrowed to it) are read
+only after the destination is found to be the account's.
+
 API (under ``/console/api``): ``GET|POST /destinations`` (the account's),
 ``GET|POST /instances/{appid}/destinations`` (the instance's own; the list
 also names the account's, which the instance takes too), ``GET|PATCH|DELETE
-/destinations/{id}``, ``POST /destinations/{id}/rotate-secret`` and
-``POST /destinations/{id}/test``. Changes count against the account's rate
+/destinations/{id}``, ``POST /destinations/{id}/rotate-secret``,
+``POST /destinations/{id}/test`` and ``GET /destinations/{id}/deliveries``. Changes count against the account's rate
 limit like every change of the console.
 
 What is refused is raised: a value a destination cannot hold
@@ -41,7 +46,7 @@ from starlette.routing import BaseRoute, Route
 
 from svcgw.callbacks.addresses import check_for_service
 from svcgw.callbacks.testpost import CallbackTestResult
-from svcgw.delivery import failingdestinations
+from svcgw.delivery import bydestination, failingdestinations, listing
 from svcgw.registry.destinations import KEEP, DestinationChange, DestinationConfig, Keep
 from svcgw.registry.destinationtest import needs_test, send_destination_test
 from svcgw.registry.store import Scope
@@ -49,8 +54,9 @@ from svcgw.threads import in_thread
 
 from .requests import parsed_body
 from .schemas import DestinationRequest, DestinationUpdate
+from .service import Invalid
 from .session import Session
-from .web import json_ok
+from .web import int_param, json_ok
 
 if TYPE_CHECKING:
     from receiver.services import Services
@@ -87,6 +93,31 @@ class Destinations:
     async def show(self, account: str, destination_id: str) -> dict[str, Any]:
         found = await self.store.get_destination(destination_id, account=account)
         return self._view(found, await self._failing([found]))
+
+    async def deliveries(
+        self, account: str, destination_id: str, *, limit: int = 20, before: str | None = None
+    ) -> listing.Page:
+        """A page of the destination's deliveries, newest first; ``NotFound`` for another account's destination."""
+        found = await self.store.get_destination(destination_id, account=account)
+        try:
+            return await bydestination.list_destination_deliveries(
+                self.service.shards,
+                self.settings,
+                found.id,
+                appid=found.appid,
+                account=account,
+                limit=limit,
+                before=before,
+            )
+        except listing.Invalid as exc:
+            raise Invalid(str(exc)) from None  # the console's own, which its pages and API answer
+
+    async def dead_letters(
+        self, account: str, destination_id: str, *, limit: int = 20
+    ) -> tuple[list[dict[str, Any]], int]:
+        """The destination's newest dead letters, with their attempts and bodies, and how many it has."""
+        found = await self.store.get_destination(destination_id, account=account)
+        return await self.service.dead_letters(account, found.appid, limit=limit, detailed=True, destination=found.id)
 
     # --- changing ----------------------------------------------------------------------------
     async def add(
@@ -212,6 +243,12 @@ class DestinationApi:
             Route("/destinations/{destination_id}", change(self.remove), methods=["DELETE"]),
             Route("/destinations/{destination_id}/rotate-secret", change(self.rotate), methods=["POST"]),
             Route("/destinations/{destination_id}/test", change(self.test), methods=["POST"]),
+            Route(
+                "/destinations/{destination_id}/deliveries",
+                read(self.deliveries),
+                methods=["GET"],
+                name="api-destination-deliveries",
+            ),
         ]
 
     async def listed(self, request: Request, session: Session) -> Response:
@@ -271,3 +308,12 @@ class DestinationApi:
     async def test(self, request: Request, session: Session) -> Response:
         result = await self.destinations.test(session.account, request.path_params["destination_id"])
         return json_ok(result.as_dict())
+
+    async def deliveries(self, request: Request, session: Session) -> Response:
+        page = await self.destinations.deliveries(
+            session.account,
+            request.path_params["destination_id"],
+            limit=int_param(request, "limit", 20, minimum=1, maximum=200),
+            before=request.query_params.get("before") or None,
+        )
+        return json_ok(page.as_dict())

@@ -1,9 +1,10 @@
 """The console's pages of what happened to callbacks: the log, dead letters, deliveries.
 
 The callback log of an instance, page by page; the dead letters with their
-attempts, and their replay (chosen ones, an instance's all, or those that
-died in the last stretch of time); an instance's deliveries with their
-attempts, and retry now for a retrying one.
+attempts and destination (filtered by instance or destination), and their
+replay (chosen ones, an instance's all, or those that died in the last
+stretch of time); an instance's deliveries with their attempts and
+destination, and retry now for a retrying one.
 
 A value the service refuses (``Invalid``) becomes a ``PageError`` whose
 title says what the page was doing ("Bad filter", "Cannot replay"); the
@@ -61,13 +62,22 @@ class HistoryPages(PageKit):
     # --- dead letters ---------------------------------------------------------------------------
     async def dead_letters(self, request: Request, session: Session) -> Response:
         appid = request.query_params.get("appid") or None
+        destination = (request.query_params.get("destination") or "").strip() or None
         try:
             page = max(int(request.query_params.get("page", "1")), 1)
         except ValueError:
             page = 1
-        rows, total = await self.service.dead_letters(
-            session.account, appid, limit=PAGE_SIZE, offset=(page - 1) * PAGE_SIZE, detailed=True
-        )
+        try:
+            rows, total = await self.service.dead_letters(
+                session.account,
+                appid,
+                limit=PAGE_SIZE,
+                offset=(page - 1) * PAGE_SIZE,
+                detailed=True,
+                destination=destination,
+            )
+        except Invalid as exc:
+            raise PageError(400, "Bad filter", str(exc)) from None
         appids = await self.service.store.instances_of(session.account)
         return await self.render(
             request,
@@ -76,6 +86,7 @@ class HistoryPages(PageKit):
             nav="dead-letters",
             appid=appid,
             appids=appids,
+            destination=destination,
             rows=rows,
             total=total,
             page=page,
@@ -92,7 +103,10 @@ class HistoryPages(PageKit):
         ids = [one] if one else [value for value in form.getlist("ids") if isinstance(value, str) and value]
         appid = _field(form, "appid") or None
         every = not one and _field(form, "scope") == "all"
-        back = _path("dead-letters") + (f"?{urlencode({'appid': appid})}" if appid else "")
+        # Back where the replay was asked: the dead letters' page, or a destination's (``next``).
+        back = _safe_next(_field(form, "next")) or (
+            _path("dead-letters") + (f"?{urlencode({'appid': appid})}" if appid else "")
+        )
         if _field(form, "scope") == "since":
             return await self._replay_since(session, appid, _field(form, "since"), back)
         if every and appid is None:
@@ -139,6 +153,7 @@ class HistoryPages(PageKit):
         state = params.get("state") or None
         event_type = (params.get("event_type") or "").strip() or None
         event_id = (params.get("event_id") or "").strip() or None
+        destination = (params.get("destination") or "").strip() or None
         before = params.get("before") or None
         try:
             page = await self.service.deliveries(
@@ -147,12 +162,18 @@ class HistoryPages(PageKit):
                 state=state,
                 event_type=event_type,
                 event_id=event_id,
+                destination=destination,
                 limit=PAGE_SIZE,
                 before=before,
             )
         except Invalid as exc:
             raise PageError(400, "Bad filter", str(exc)) from None
-        filters = {"state": state or "", "event_type": event_type or "", "event_id": event_id or ""}
+        filters = {
+            "state": state or "",
+            "event_type": event_type or "",
+            "event_id": event_id or "",
+            "destination": destination or "",
+        }
         return await self.render(
             request,
             "deliveries.html",

@@ -147,6 +147,8 @@ OPERATOR_DENIAL = {
 }
 APPID_QUERY = Param("appid", str)
 BEFORE = Param("before", str)
+# Deliveries and dead letters of one further destination (dst_...), or of the primary address ("primary").
+DESTINATION_QUERY = Param("destination", str)
 LIMITED_SIGN_IN = Answer(
     "code -42900: too many failed sign-ins for the login or the address (the same message as a failure)",
     Error,
@@ -273,7 +275,12 @@ OPERATIONS: tuple[Operation, ...] = (
         ok(s.DeadLetterPage),
         found=True,
         bad=True,
-        params=(APPID_QUERY, Param("limit", Limit), Param("offset", Annotated[int, Meta(ge=0)])),
+        params=(
+            APPID_QUERY,
+            DESTINATION_QUERY,
+            Param("limit", Limit),
+            Param("offset", Annotated[int, Meta(ge=0)]),
+        ),
     ),
     op(
         "get",
@@ -312,6 +319,7 @@ OPERATIONS: tuple[Operation, ...] = (
             Param("state", s.DeliveryState),
             Param("event_type", str),
             Param("event_id", str),
+            DESTINATION_QUERY,
             Param("limit", Limit),
             BEFORE,
         ),

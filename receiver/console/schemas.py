@@ -296,11 +296,17 @@ class ConsoleDelivery(msgspec.Struct):
     next_attempt_at: NextAttempt | UnsetType = UNSET
     delivered_at: float | UnsetType | None = UNSET
     dead_at: float | UnsetType | None = UNSET
+    destination: (
+        Annotated[
+            str | None, Meta(description="the further destination (dst_...) it goes to; null: the primary address")
+        ]
+        | UnsetType
+    ) = UNSET
     attempts: list[ConsoleAttempt] | UnsetType = UNSET
 
 
 class DeliveryPage(msgspec.Struct):
-    """A page of an instance's deliveries."""
+    """A page of deliveries (an instance's, or a further destination's)."""
 
     deliveries: list[ConsoleDelivery] | UnsetType = UNSET
     next_before: (

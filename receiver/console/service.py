@@ -196,13 +196,27 @@ class ConsoleService:
 
     # --- dead letters --------------------------------------------------------------------
     async def dead_letters(
-        self, account: str, appid: str | None, *, limit: int = 20, offset: int = 0, detailed: bool = False
+        self,
+        account: str,
+        appid: str | None,
+        *,
+        limit: int = 20,
+        offset: int = 0,
+        detailed: bool = False,
+        destination: str | None = None,
     ) -> tuple[list[dict[str, Any]], int]:
+        """A page of the account's dead letters (of ``appid``'s, of ``destination``'s: a ``dst_…`` id or
+        ``primary``, when given), and how many there are."""
+        if destination is not None:
+            try:
+                listing.parse_destination(destination)
+            except listing.Invalid as exc:
+                raise Invalid(str(exc)) from None
         shards = self.shards if appid is None else (await self.check_owner(account, appid),)
         letters = await dlq.list_dead(
-            shards, self.settings, appid=appid, account=account, limit=limit, offset=offset
+            shards, self.settings, appid=appid, account=account, destination=destination, limit=limit, offset=offset
         )
-        total = await dlq.count_dead(shards, self.settings, appid=appid, account=account)
+        total = await dlq.count_dead(shards, self.settings, appid=appid, account=account, destination=destination)
         rows: list[dict[str, Any]] = []
         for letter in letters:
             if detailed:
@@ -260,6 +274,7 @@ class ConsoleService:
         state: str | None = None,
         event_type: str | None = None,
         event_id: str | None = None,
+        destination: str | None = None,
         limit: int = 20,
         before: str | None = None,
     ) -> listing.Page:
@@ -277,6 +292,7 @@ class ConsoleService:
                 state=state,
                 event_type=event_type,
                 event_id=event_id,
+                destination=destination,
                 limit=limit,
                 before=before,
             )

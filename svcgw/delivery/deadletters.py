@@ -4,6 +4,10 @@ Where they are, and how an id is known to be one still, is
 :mod:`svcgw.delivery.deadindex`: RQ's failed registry, and an index by instance.
 :func:`replay` and :class:`ReplayResult` are importable from here too.
 
+A dead letter names its ``destination``: the further destination (``dst_…``)
+its delivery went to, or None for the primary address's; the lists can be
+narrowed to one (``destination``, or ``"primary"`` for the primary's alone).
+
 Every function takes an optional ``account``: with it, a dead letter of
 another account is treated exactly like one that does not exist, so the
 answer tells nothing about other accounts (the console relies on this).
@@ -28,7 +32,7 @@ from redis.asyncio import Redis
 from svcgw import deliveryid
 from svcgw.config.settings import Settings
 from svcgw.delivery import attemptrecords
-from svcgw.delivery.deadindex import candidates, is_dead, live_ids, newest
+from svcgw.delivery.deadindex import CHUNK, candidates, chunks, is_dead, live_ids, newest
 from svcgw.delivery.replay import ReplayResult, replay
 from svcgw.delivery.view import field_float, field_text
 from svcgw.errors import NotFound
@@ -44,7 +48,9 @@ __all__ = [
     "show",
 ]
 
-_FIELDS = ("appid", "account", "event_type", "attempts", "dead_at", "received_at", "state")
+_FIELDS = ("appid", "account", "event_type", "attempts", "dead_at", "received_at", "state", "destination")
+# The destination filter's value for the primary address's dead letters alone (as svcgw.delivery.listing's).
+PRIMARY = "primary"
 
 
 @dataclass(frozen=True)
@@ -57,6 +63,7 @@ class DeadLetter:
     last_error: str | None
     dead_at: float | None
     received_at: float | None
+    destination: str | None = None  # the further destination (dst_…); None for the primary address's
 
     def as_dict(self) -> dict[str, object]:
         return asdict(self)
@@ -75,6 +82,7 @@ class DeadLetterDetail:
     received_at: float | None
     body: str = field(repr=False)
     attempts: list[dict[str, Any]] = field(default_factory=list)
+    destination: str | None = None
 
     def as_dict(self) -> dict[str, object]:
         return asdict(self)
@@ -88,15 +96,26 @@ async def list_dead(
     *,
     appid: str | None = None,
     account: str | None = None,
+    destination: str | None = None,
     limit: int = 100,
     offset: int = 0,
 ) -> list[DeadLetter]:
-    """Dead letters, newest first, optionally of one instance and/or one account."""
+    """Dead letters, newest first, optionally of one instance and/or one account, and/or one destination."""
     if limit < 0 or offset < 0:
         raise ValueError("limit and offset cannot be negative")
     if limit == 0:
         return []
     failed = keys.rq.failed(settings.queue_name)
+    if destination is not None:
+        # Which destination is in each delivery's hash: every candidate is read (an account's dead letters
+        # are few; without an appid or account, those of the whole registry are).
+        every = await _scoped(redis, keys, settings, appid, account)
+        live = await _of_destination(redis, keys, every, destination)
+        return [
+            letter
+            for letter in await _load(redis, keys, live[offset : offset + limit])
+            if (account is None or letter.account == account) and (appid is None or letter.appid == appid)
+        ]
     if appid is None and account is None:
         # The registry itself is ordered by expiry, i.e. by the time each died.
         letters: list[DeadLetter] = []
@@ -119,9 +138,18 @@ async def list_dead(
 
 
 async def count_dead(
-    redis: Redis, keys: KeySpace, settings: Settings, *, appid: str | None = None, account: str | None = None
+    redis: Redis,
+    keys: KeySpace,
+    settings: Settings,
+    *,
+    appid: str | None = None,
+    account: str | None = None,
+    destination: str | None = None,
 ) -> int:
-    """How many dead letters there are (of one instance and/or one account)."""
+    """How many dead letters there are (of one instance and/or one account, and/or one destination)."""
+    if destination is not None:
+        every = await _scoped(redis, keys, settings, appid, account)
+        return len(await _of_destination(redis, keys, every, destination))
     if appid is None and account is None:
         return int(await redis.zcount(keys.rq.failed(settings.queue_name), f"({time.time()}", "+inf"))
     return len(await live_ids(redis, keys, settings, await candidates(redis, keys, appid=appid, account=account)))
@@ -153,10 +181,33 @@ async def show(
         received_at=field_float(data["received_at"]) or deliveryid.received_at(delivery_id),
         body=body.decode("utf-8", "replace") if isinstance(body, bytes) else (body or ""),
         attempts=attempts,
+        destination=field_text(data["destination"]) or None,
     )
 
 
 # --- helpers -------------------------------------------------------------------
+async def _scoped(
+    redis: Redis, keys: KeySpace, settings: Settings, appid: str | None, account: str | None
+) -> list[str]:
+    """Every live dead letter of the instance and/or account (of the whole registry for neither), newest first."""
+    if appid is None and account is None:
+        return await newest(redis, keys.rq.failed(settings.queue_name))
+    return await live_ids(redis, keys, settings, await candidates(redis, keys, appid=appid, account=account))
+
+
+async def _of_destination(redis: Redis, keys: KeySpace, ids: Sequence[str], destination: str) -> list[str]:
+    """The ids, in order, whose delivery went to ``destination`` (:data:`PRIMARY`: to the primary address)."""
+    wanted = "" if destination == PRIMARY else destination
+    kept: list[str] = []
+    for chunk in chunks(ids, CHUNK):
+        async with redis.pipeline(transaction=False) as pipe:
+            for delivery_id in chunk:
+                pipe.hget(keys.delivery(delivery_id), "destination")
+            named = await pipe.execute()
+        kept.extend(delivery_id for delivery_id, value in zip(chunk, named, strict=True) if field_text(value) == wanted)
+    return kept
+
+
 async def _load(redis: Redis, keys: KeySpace, ids: Sequence[str]) -> list[DeadLetter]:
     """Dead letters for ids, in order; ids whose delivery data has expired are skipped."""
     async with redis.pipeline(transaction=False) as pipe:
@@ -188,6 +239,7 @@ async def _load(redis: Redis, keys: KeySpace, ids: Sequence[str]) -> list[DeadLe
                 last_error=_last_error(_attempt(last)) if last else None,
                 dead_at=field_float(data["dead_at"]),
                 received_at=field_float(data["received_at"]) or deliveryid.received_at(delivery_id),
+                destination=field_text(data["destination"]) or None,
             )
         )
     return letters

@@ -31,18 +31,23 @@ async def list_dead(
     *,
     appid: str | None = None,
     account: str | None = None,
+    destination: str | None = None,
     limit: int = 100,
     offset: int = 0,
 ) -> list[DeadLetter]:
-    """Dead letters of every shard (of ``appid``'s alone when given), newest first."""
+    """Dead letters of every shard (of ``appid``'s alone when given), newest first; of one ``destination``
+    (a ``dst_…`` id, or ``"primary"``) when given."""
     if appid is not None or len(clients) == 1:
         client, keys = await instance_shard(clients, appid) if appid is not None else clients[0]
         return await deadletters.list_dead(
-            client, keys, settings, appid=appid, account=account, limit=limit, offset=offset
+            client, keys, settings, appid=appid, account=account, destination=destination, limit=limit, offset=offset
         )
     # Each shard's first ``offset + limit`` hold the merged page: a longer read, never a wrong one.
     pages = await asyncio.gather(
-        *(deadletters.list_dead(c, k, settings, account=account, limit=offset + limit) for c, k in clients)
+        *(
+            deadletters.list_dead(c, k, settings, account=account, destination=destination, limit=offset + limit)
+            for c, k in clients
+        )
     )
     merged = sorted((letter for page in pages for letter in page), key=lambda d: d.dead_at or 0.0, reverse=True)
     return merged[offset : offset + limit]
@@ -58,13 +63,23 @@ async def show(
 
 
 async def count_dead(
-    clients: Sequence[ShardRedis], settings: Settings, *, appid: str | None = None, account: str | None = None
+    clients: Sequence[ShardRedis],
+    settings: Settings,
+    *,
+    appid: str | None = None,
+    account: str | None = None,
+    destination: str | None = None,
 ) -> int:
-    """How many dead letters every shard holds (of ``appid``'s shard alone, or ``account``'s instances, when given)."""
+    """How many dead letters every shard holds (of ``appid``'s shard alone, or ``account``'s instances, and of
+    ``destination``, when given)."""
     if appid is not None:
         client, keys = await instance_shard(clients, appid)
-        return await deadletters.count_dead(client, keys, settings, appid=appid, account=account)
-    counts = await asyncio.gather(*(deadletters.count_dead(c, k, settings, account=account) for c, k in clients))
+        return await deadletters.count_dead(
+            client, keys, settings, appid=appid, account=account, destination=destination
+        )
+    counts = await asyncio.gather(
+        *(deadletters.count_dead(c, k, settings, account=account, destination=destination) for c, k in clients)
+    )
     return sum(counts)
 
 

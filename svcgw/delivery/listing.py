@@ -20,15 +20,22 @@ record left, only its post and a bare outcome (``svcgw.delivery.outcomes``: each
 attempt's time, status or error class and duration; the destination and the
 answers are kept only for deliveries that did not succeed). The log is the
 index: a separate one cost every post three Redis commands and every event
-50 to 200 bytes for the day. A page's cursor is a log entry id. A delivery
+50 to 200 bytes for the day. A post that also went to further destinations
+(``docs/destinations.md``) names their deliveries in its entry's field ``f``
+(``svcgw.delivery.view.fanned_out``): the list shows the primary address's
+delivery, then each of those, read from its own ``dlv_`` hash; a
+:class:`Delivery` names its ``destination`` (None for the primary's). A page's
+cursor is a log entry id, followed by ``:<n>`` when the page ended within a
+post's deliveries (the next page starts at that post's ``n``-th). A delivery
 still retrying after the log's retention has passed drops out of the list,
 but :func:`show` still finds it.
 
 The pure half, stored fields to a :class:`Delivery` (:func:`build`,
 :func:`event_ids`, :func:`state_of`), is :mod:`svcgw.delivery.view`; this
-module reads Redis (:func:`list_deliveries`, :func:`show`). With an
-``account``, a delivery or an instance of another account is treated
-exactly like one that does not exist.
+module reads Redis (:func:`list_deliveries`, :func:`show`, and
+:func:`deliveries_of` for ids found elsewhere: a further destination's index,
+:mod:`svcgw.delivery.bydestination`). With an ``account``, a delivery or an
+instance of another account is treated exactly like one that does not exist.
 
 Errors::
 
@@ -45,7 +52,7 @@ import re
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
-from typing import cast
+from typing import NamedTuple, cast
 
 from redis.asyncio import Redis
 
@@ -62,6 +69,7 @@ from svcgw.delivery.view import (
     attempt_of,
     build,
     event_ids,
+    fanned_out,
     field_float,
     field_text,
     ids_of,
@@ -73,6 +81,7 @@ from svcgw.intake.calllog import body_of, in_window, made_delivery, window_start
 from svcgw.storage.keys import KeySpace
 
 __all__ = [
+    "PRIMARY",
     "STATES",
     "Attempt",
     "Delivery",
@@ -80,6 +89,7 @@ __all__ = [
     "Invalid",
     "Page",
     "build",
+    "deliveries_of",
     "event_ids",
     "ids_of",
     "list_deliveries",
@@ -89,7 +99,9 @@ __all__ = [
 ]
 
 # The delivery hash fields the list reads (the body only when it needs the event ids).
-FIELDS = ("appid", "account", "event_type", "state", "received_at", "next_at", "delivered_at", "dead_at")
+FIELDS = (
+    "appid", "account", "event_type", "state", "received_at", "next_at", "delivered_at", "dead_at", "destination",
+)  # fmt: skip
 # Where the event ids are: the body, or, once delivered, the list kept instead of it (stored_ids).
 _ID_FIELDS = ("body", "ids")
 SCAN_CHUNK = 200
@@ -97,6 +109,8 @@ SCAN_CHUNK = 200
 # answers with what it found and a cursor to go on from, never a scan of a whole day.
 SCAN_LIMIT = 5000
 MAX_LIMIT = 200
+# The destination filter's value for the primary address's deliveries alone.
+PRIMARY = "primary"
 
 
 class DeliveryListError(SvcgwError):
@@ -107,18 +121,41 @@ class Invalid(DeliveryListError, ValueError):
     """A filter or cursor that cannot be used; the message says which."""
 
 
-_ENTRY_ID = re.compile(r"[0-9]{1,20}-[0-9]{1,20}")
+_CURSOR = re.compile(r"([0-9]{1,20}-[0-9]{1,20})(?::([0-9]{1,4}))?")
+_DESTINATION = re.compile(r"dst_[0-9A-Za-z_-]{1,100}")
 
 
-def parse_cursor(before: str) -> str:
-    """The log entry id of the last delivery looked at on the previous page."""
-    if not _ENTRY_ID.fullmatch(before):
+def parse_cursor(before: str) -> tuple[str, int]:
+    """Where the previous page ended: a log entry id, and how many of its post's deliveries it showed.
+
+    0 when it showed them all: the page starts below that entry.
+    """
+    match = _CURSOR.fullmatch(before)
+    if match is None:
         raise Invalid("before must be the next_before of a previous page")
-    return before
+    return match.group(1), int(match.group(2) or 0)
 
 
-def cursor(entry_id: str) -> str:
-    return entry_id
+def cursor(entry_id: str, shown: int = 0) -> str:
+    """The cursor below ``entry_id``; within it, after its first ``shown`` deliveries, when not 0."""
+    return f"{entry_id}:{shown}" if shown else entry_id
+
+
+def parse_destination(value: str | None) -> str | None:
+    """The destination filter: a ``dst_…`` id, :data:`PRIMARY`, or None (every delivery)."""
+    if value is None or value == PRIMARY or _DESTINATION.fullmatch(value):
+        return value
+    raise Invalid(f"destination must be a destination id (dst_...) or {PRIMARY}")
+
+
+class _Item(NamedTuple):
+    """One delivery a log entry names."""
+
+    delivery_id: str
+    entry_id: str
+    destination: str | None  # None: the primary address's
+    place: int  # its place among the entry's deliveries: 0 the primary's, then the pairs of its field f
+    more: bool  # whether another delivery of the entry passes the destination filter after it
 
 
 # --- reading Redis ----------------------------------------------------------------------
@@ -132,28 +169,34 @@ async def list_deliveries(
     state: str | None = None,
     event_type: str | None = None,
     event_id: str | None = None,
+    destination: str | None = None,
     limit: int = 50,
     before: str | None = None,
     now: float | None = None,
 ) -> Page:
     """One page of the instance's deliveries, newest first, with their attempts.
 
-    Filters combine (all must match). ``before`` is the previous page's
-    ``next_before``. At most :data:`SCAN_LIMIT` posts of the log are looked at per
-    call; when the filters matched fewer than ``limit`` of them, the page is
-    short and ``next_before`` says where to go on.
+    Filters combine (all must match); ``destination`` is a ``dst_…`` id (its
+    deliveries alone) or :data:`PRIMARY` (the primary address's alone).
+    ``before`` is the previous page's ``next_before``. At most
+    :data:`SCAN_LIMIT` posts of the log are looked at per call; when the
+    filters matched fewer than ``limit`` of them, the page is short and
+    ``next_before`` says where to go on.
     """
     if state is not None and state not in STATES:
         raise Invalid(f"state must be one of {', '.join(STATES)}")
     if not 1 <= limit <= MAX_LIMIT:
         raise Invalid(f"limit must be from 1 to {MAX_LIMIT}")
+    destination = parse_destination(destination)
+    start, skip = parse_cursor(before) if before else ("", 0)
     owner = field_text(await redis.hget(keys.instance(appid), "account"))
     if not owner or (account is not None and owner != account):
         raise NotFound(f"no instance {appid[:200]!r}", what="instance")
     moment = time.time() if now is None else now
     oldest = window_start(moment, settings.log_retention)
     log_key = keys.callback_log(appid)
-    top = "(" + parse_cursor(before) if before else "+"
+    # Within a post's deliveries: that post again, without those shown; else below it.
+    top = (start if skip else "(" + start) if start else "+"
     found: list[Delivery] = []
     counts: dict[str, int] = {}  # attempts per delivery found, to read their records by field name
     posts = _Posts(appid, owner, moment, settings.log_retention)
@@ -169,28 +212,64 @@ async def list_deliveries(
             last = None  # nothing older: no next page
             break
         # Posts whose every event was a repeat made no delivery.
-        chunk = [(posts.delivery_of(field_text(entry_id), fields), field_text(entry_id)) for entry_id, fields in rows]
-        chunk = [(delivery_id, entry_id) for delivery_id, entry_id in chunk if delivery_id]
+        chunk: list[_Item] = []
+        for entry_id, fields in rows:
+            items = posts.items_of(field_text(entry_id), fields, destination)
+            if skip and items and items[0].entry_id == start:
+                items = [item for item in items if item.place >= skip]
+            chunk.extend(items)
+        skip = 0
         matched = await _matching(redis, keys, settings, chunk, state, event_type, event_id, limit - len(found), posts)
         found.extend(delivery for delivery, _, _ in matched)
         counts.update((delivery.id, count) for delivery, _, count in matched if count >= 0)
         if matched and len(found) >= limit:
-            # Stopped within the chunk: the next page starts below the last delivery taken.
-            last = chunk[matched[-1][1]][1]
-            scanned += next(n for n, (entry_id, _) in enumerate(rows, 1) if field_text(entry_id) == last)
+            # Stopped within the chunk: the next page starts after the last delivery taken.
+            taken = chunk[matched[-1][1]]
+            last = cursor(taken.entry_id, taken.place + 1 if taken.more else 0)
+            scanned += next(n for n, (entry_id, _) in enumerate(rows, 1) if field_text(entry_id) == taken.entry_id)
             break
         scanned += len(rows)
-        last = field_text(rows[-1][0])
-        top = "(" + last
+        last = cursor(field_text(rows[-1][0]))
+        top = "(" + field_text(rows[-1][0])
     # Delivered deliveries named by their posts came with their bare attempts already.
     recorded = [delivery for delivery in found if delivery.id in counts]
     await _complete(redis, keys, recorded, counts, bodies_read=event_id is not None)
     completed = {delivery.id: delivery for delivery in recorded}
     found = [completed.get(delivery.id, delivery) for delivery in found]
     following = None
-    if last is not None and await redis.xrevrange(log_key, "(" + last, oldest, count=1):
-        following = cursor(last)
+    if last is not None:
+        below, within = parse_cursor(last)
+        if within or await redis.xrevrange(log_key, "(" + below, oldest, count=1):
+            following = last
     return Page(found, following, scanned)
+
+
+async def deliveries_of(
+    redis: Redis, keys: KeySpace, settings: Settings, ids: Sequence[str], *, account: str | None = None
+) -> list[Delivery]:
+    """The deliveries of ``ids`` that have a record (``dlv_`` ones: further destinations'), in order, with
+    their attempts; those expired, and with ``account`` another account's, are left out."""
+    if not ids:
+        return []
+    names = (*FIELDS, attemptrecords.COUNT)
+    async with redis.pipeline(transaction=False) as pipe:
+        for delivery_id in ids:
+            pipe.hmget(keys.delivery(delivery_id), list(names))
+        pipe.zmscore(keys.rq.scheduled(settings.queue_name), list(ids))
+        replies = await pipe.execute()
+    scores = replies[-1]
+    found: list[Delivery] = []
+    counts: dict[str, int] = {}
+    for position, delivery_id in enumerate(ids):
+        data = dict(zip(names, replies[position], strict=True))
+        if account is not None and field_text(data["account"]) != account:
+            continue
+        delivery = build(delivery_id, data, scheduled_at=field_float(scores[position]))
+        if delivery is not None:
+            found.append(delivery)
+            counts[delivery_id] = attemptrecords.count_of(data[attemptrecords.COUNT])
+    await _complete(redis, keys, found, counts, bodies_read=False)
+    return found
 
 
 async def show(
@@ -249,7 +328,7 @@ async def _matching(
     redis: Redis,
     keys: KeySpace,
     settings: Settings,
-    chunk: Sequence[tuple[str, str]],  # (delivery id, log entry id)
+    chunk: Sequence[_Item],
     state: str | None,
     event_type: str | None,
     event_id: str | None,
@@ -269,17 +348,18 @@ async def _matching(
     names = (*FIELDS, attemptrecords.COUNT, *_ID_FIELDS) if event_id is not None else (*FIELDS, attemptrecords.COUNT)
     scheduled_key = keys.rq.scheduled(settings.queue_name)
     async with redis.pipeline(transaction=False) as pipe:
-        for delivery_id, _ in chunk:
-            pipe.hmget(keys.delivery(delivery_id), list(names))
-        pipe.zmscore(scheduled_key, [delivery_id for delivery_id, _ in chunk])
+        for item in chunk:
+            pipe.hmget(keys.delivery(item.delivery_id), list(names))
+        pipe.zmscore(scheduled_key, [item.delivery_id for item in chunk])
         replies = await pipe.execute()
     scores = replies[-1]
     records = [dict(zip(names, values, strict=True)) for values in replies[:-1]]
-    bare = [entry for (_, entry), data in zip(chunk, records, strict=True) if posts.bare(entry, data)]
+    bare = [item.entry_id for item, data in zip(chunk, records, strict=True) if posts.bare(item, data)]
     outcomes = await posts.outcomes(redis, keys, bare if state in (None, "delivered") else [])
     result: list[tuple[Delivery, int, int]] = []
-    for position, ((delivery_id, entry), data) in enumerate(zip(chunk, records, strict=True)):
-        if posts.bare(entry, data):
+    for position, (item, data) in enumerate(zip(chunk, records, strict=True)):
+        delivery_id, entry = item.delivery_id, item.entry_id
+        if posts.bare(item, data):
             if state not in (None, "delivered"):
                 continue
             shown = posts.delivered(delivery_id, entry, outcomes.get(entry))
@@ -324,9 +404,27 @@ class _Posts:
         self.bodies[entry_id] = _bytes(fields.get(b"body", fields.get("body", b"")))
         return deliveryid.from_entry(self.appid, entry_id)
 
-    def bare(self, entry_id: str, record: Mapping[str, bytes | str | None]) -> bool:
+    def items_of(
+        self, entry_id: str, fields: Mapping[bytes | str, bytes | str], destination: str | None
+    ) -> list[_Item]:
+        """The deliveries the entry names that pass the ``destination`` filter: the primary's, then its field f's."""
+        primary = self.delivery_of(entry_id, fields)
+        if not primary:
+            return []
+        every = [(primary, None), *fanned_out(fields.get(b"f", fields.get("f")))]
+        kept = [
+            (place, delivery_id, target)
+            for place, (delivery_id, target) in enumerate(every)
+            if destination is None or target == (None if destination == PRIMARY else destination)
+        ]
+        return [
+            _Item(delivery_id, entry_id, target, place, n < len(kept) - 1)
+            for n, (place, delivery_id, target) in enumerate(kept)
+        ]
+
+    def bare(self, item: _Item, record: Mapping[str, bytes | str | None]) -> bool:
         """Whether the delivery is delivered with only its bare outcome left (no record, named by its post)."""
-        return entry_id in self.bodies and not record.get("appid")
+        return item.destination is None and item.entry_id in self.bodies and not record.get("appid")
 
     async def outcomes(self, redis: Redis, keys: KeySpace, entry_ids: Sequence[str]) -> dict[str, Outcome]:
         return await outcomereads.find(redis, keys, self.appid, entry_ids, now=self.now, retention=self.retention)

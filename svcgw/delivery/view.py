@@ -3,8 +3,10 @@
 :func:`build` turns a delivery hash's fields and its attempt records into a
 :class:`Delivery` with its :class:`Attempt` records; :func:`event_ids` and
 :func:`ids_of` find its event ids, in the body or, once delivered, in the
-list kept instead of it (:func:`stored_ids`). :mod:`svcgw.delivery.listing`
-reads the records from Redis and pages through them.
+list kept instead of it (:func:`stored_ids`); :func:`fanned_out` reads the
+deliveries to further destinations a post's log entry names (its field
+``f``). :mod:`svcgw.delivery.listing` reads the records from Redis and pages
+through them.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ __all__ = [
     "attempt_of",
     "build",
     "event_ids",
+    "fanned_out",
     "field_float",
     "field_text",
     "ids_of",
@@ -82,6 +85,8 @@ class Delivery:
     delivered_at: float | None
     dead_at: float | None
     attempts: tuple[Attempt, ...] = field(default=())
+    # The further destination (``dst_…``) it goes to; None for the primary address's delivery.
+    destination: str | None = None
 
     @property
     def last_outcome(self) -> str | None:
@@ -98,6 +103,7 @@ class Delivery:
             "next_attempt_at": self.next_attempt_at,
             "delivered_at": self.delivered_at,
             "dead_at": self.dead_at,
+            "destination": self.destination,
             "attempts": [attempt.as_dict() for attempt in self.attempts],
         }
 
@@ -157,6 +163,20 @@ def ids_of(fields: Mapping[str, bytes | str | None]) -> tuple[str, ...]:
     except orjson.JSONDecodeError:
         return ()
     return tuple(str(value) for value in listed) if isinstance(listed, list) else ()
+
+
+def fanned_out(value: bytes | str | None) -> list[tuple[str, str]]:
+    """The ``(delivery id, destination id)`` pairs of a log entry's field ``f``, in routing order.
+
+    The field holds ``<delivery id>:<destination id>`` pairs separated by one space; a post that went
+    to the primary address alone has none. A pair that cannot be read is skipped.
+    """
+    pairs: list[tuple[str, str]] = []
+    for pair in field_text(value).split():
+        delivery_id, _, destination = pair.partition(":")
+        if delivery_id and destination:
+            pairs.append((delivery_id, destination))
+    return pairs
 
 
 def _ids(document: Any) -> list[str] | None:
@@ -230,6 +250,7 @@ def build(
         delivered_at=field_float(fields.get("delivered_at")) if state == "delivered" else None,
         dead_at=field_float(fields.get("dead_at")) if state == "dead" else None,
         attempts=tuple(attempt_of(record, index + 1) for index, record in enumerate(attempts)),
+        destination=field_text(fields.get("destination")) or None,
     )
 
 

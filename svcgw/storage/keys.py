@@ -203,6 +203,12 @@ class KeySpace:
         to the instance's shard."""
         return f"{self.prefix}routes:instance:{appid}"
 
+    def destination_deliveries(self, destination_id: str) -> str:
+        """Sorted set on the instance's shard: the ids of a further destination's deliveries, scored by the time
+        each post was received (ms); trimmed by score to the log's retention and expired with it on every write.
+        Read by the console's page of the destination (merged over the shards for an account's)."""
+        return f"{self.prefix}destination-deliveries:{destination_id}"
+
     # --- ingest: callback log and de-duplication --------------------------------
     def callback_log(self, appid: str) -> str:
         """Stream of posts as received: body (compressed when that pays, svcgw.intake.calllog), received_at,

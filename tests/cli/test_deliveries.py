@@ -10,6 +10,7 @@ from svcgw.storage.keys import PLAIN as keys
 from tests.cli.commands import fails, ok, svcgw
 from tests.conftest import provision
 from tests.support import Sink, is_delivered, wait_for
+from tests.svcgw.delivery.fanout import fan_out
 from tests.svcgw.delivery.test_deadletters import ingest
 from tests.worker.test_engine import Running
 
@@ -86,3 +87,31 @@ def test_a_destination_being_probed_is_shown_beside_its_deliveries(env: dict[str
             assert "is being probed" in svcgw(env, "deliveries", "show", waiting).stdout
     finally:
         hanging.stop()
+
+
+def test_deliveries_to_further_destinations_name_them(env: dict[str, str]) -> None:
+    settings = Settings.from_env(env)
+    tenant = provision(settings)
+    primary = ingest(settings, tenant, b'{"event_type":"Msg","events":[{"id":"d1"}]}')
+    to_a, to_b = fan_out(settings, primary, ["dst_aaaa0000aaaa0000", "dst_bbbb0000bbbb0000"])
+
+    page = ok(env, "deliveries", "list", tenant.appid)
+    assert [(d["id"], d["destination"]) for d in page["deliveries"]] == [
+        (primary, None),
+        (to_a, "dst_aaaa0000aaaa0000"),
+        (to_b, "dst_bbbb0000bbbb0000"),
+    ]
+    only = ok(env, "deliveries", "list", tenant.appid, "--destination", "dst_bbbb0000bbbb0000")["deliveries"]
+    assert [d["id"] for d in only] == [to_b]
+    primaries = ok(env, "deliveries", "list", tenant.appid, "--destination", "primary")["deliveries"]
+    assert [d["id"] for d in primaries] == [primary]
+    assert "destination" in fails(env, "deliveries", "list", tenant.appid, "--destination", "somewhere")
+
+    table = svcgw(env, "deliveries", "list", tenant.appid)
+    assert table.exit_code == 0 and "destination" in table.stdout
+    rows = {line.split()[1]: line for line in table.stdout.splitlines() if line.split()[1:2] in ([primary], [to_a])}
+    assert "primary" in rows[primary] and "dst_aaaa0000aaaa0000" in rows[to_a]
+    assert ok(env, "deliveries", "show", to_a)["destination"] == "dst_aaaa0000aaaa0000"
+    detail = svcgw(env, "deliveries", "show", to_b)
+    assert detail.exit_code == 0 and "dst_bbbb0000bbbb0000" in detail.stdout
+    assert "primary" in svcgw(env, "deliveries", "show", primary).stdout

@@ -14,6 +14,7 @@ from svcgw.vault import TokenVault
 from tests.cli.commands import fails, ok, svcgw
 from tests.conftest import Tenant, provision
 from tests.support import Sink
+from tests.svcgw.delivery.fanout import fan_out, kill_among
 from tests.svcgw.delivery.test_deadletters import ingest, kill
 from tests.worker.support import deliver_all
 from worker.engine import Engine
@@ -141,3 +142,24 @@ def test_dlq_list_all_lists_past_a_page(env: dict[str, str]) -> None:
     assert "--all lists every dead letter" in fails(env, "dlq", "list", "--all", "--limit", "2", code=2)
     assert "--all lists every dead letter" in fails(env, "dlq", "list", "--all", "--offset", "1", code=2)
     assert ok(env, "dlq", "list", "--all", "--appid", provision(settings).appid) == []
+
+
+def test_dlq_names_the_destination_of_each_dead_letter(env: dict[str, str]) -> None:
+    settings = Settings.from_env(env)
+    tenant = provision(settings)
+    plain = kill(settings, tenant, "p1", died_at=time.time() - 5)
+    primary = ingest(settings, tenant, b'{"event_type":"Msg","events":[{"id":"f1"}]}')
+    (to_a,) = fan_out(settings, primary, ["dst_aaaa0000aaaa0000"])
+    kill_among(settings, to_a, tenant.appid, 2)
+
+    listed = ok(env, "dlq", "list", "--appid", tenant.appid)
+    assert [(d["id"], d["destination"]) for d in listed] == [(to_a, "dst_aaaa0000aaaa0000"), (plain, None)]
+    assert [d["id"] for d in ok(env, "dlq", "list", "--destination", "dst_aaaa0000aaaa0000")] == [to_a]
+    assert [d["id"] for d in ok(env, "dlq", "list", "--account", tenant.account, "--destination", "primary")] == [plain]
+    assert [d["id"] for d in ok(env, "dlq", "list", "--all", "--destination", "dst_aaaa0000aaaa0000")] == [to_a]
+    table = svcgw(env, "dlq", "list")
+    assert table.exit_code == 0 and "destination" in table.stdout
+    lines = {line.split()[1]: line for line in table.stdout.splitlines() if len(line.split()) > 2}
+    assert "dst_aaaa0000aaaa0000" in lines[to_a] and "primary" in lines[plain]
+    assert ok(env, "dlq", "show", to_a)["destination"] == "dst_aaaa0000aaaa0000"
+    assert "dst_aaaa0000aaaa0000" in svcgw(env, "dlq", "show", to_a).stdout

@@ -13,9 +13,12 @@ from svcgw.callbacks.signing import verify
 from svcgw.config.settings import Settings
 from svcgw.delivery.failingdestinations import destination_of
 from svcgw.storage.keys import PLAIN as keys
+from tests.conftest import Tenant
 from tests.receiver.console.conftest import Developer, make_developer
 from tests.receiver.console.test_pages import csrf_of, signed_in
 from tests.support import Sink
+from tests.svcgw.delivery.fanout import fan_out, kill_among
+from tests.svcgw.delivery.test_deadletters import ingest
 
 TOKEN = "tok_page_never_shown_" + "x" * 16
 
@@ -181,4 +184,57 @@ def test_a_failing_destination_has_its_banner(server: str, developer: Developer,
     assert f'data-failing="{ident}"' in http.get("/console/destinations").text
     api = httpx.get(f"{server}/console/api/destinations/{ident}", headers={"Svc-Key": developer.key}, timeout=10)
     assert abs(api.json()["data"]["failing_since"] - (now - 3600)) < 1
+    http.close()
+
+
+def test_a_destinations_page_lists_its_deliveries_and_replays_its_dead_letters(
+    server: str, developer: Developer, settings: Settings, sink: Sink, redis: Redis
+) -> None:
+    http, csrf = signed_in(server, developer.key)
+    added = http.post(
+        "/console/destinations", data={"url": sink.url, "label": "crm", "enabled": "on", "csrf_token": csrf}
+    )
+    ident = destination_id(added.headers["location"])
+    page = http.get(f"/console/destinations/{ident}").text
+    assert 'id="no-deliveries"' in page and 'id="no-dead-letters"' in page
+
+    appid = developer.appids[0]
+    tenant = Tenant(developer.account, appid, developer.receiver_tokens[appid])
+    made = []
+    for n in range(3):
+        primary = ingest(settings, tenant, b'{"event_type":"Msg","events":[{"id":"d%d"}]}' % n)
+        made += fan_out(settings, primary, [ident])
+    kill_among(settings, made[1], appid, 6)
+
+    page = http.get(f"/console/destinations/{ident}").text
+    listed = re.findall(r'<li class="letter delivery" data-id="([^"]+)" data-state="([^"]+)"', page)
+    assert listed == [(made[2], "pending"), (made[1], "dead"), (made[0], "pending")]
+    assert "next attempt: as soon as a worker is free" in page and "HTTP 500" in page
+    dead = re.findall(r'<li class="letter" data-id="([^"]+)"', page)
+    assert dead == [made[1]] and "1 in all" in page
+
+    # Replay one from here: back to this page, one fresh attempt queued.
+    replayed = http.post(
+        "/console/dead-letters/replay",
+        data={"one": made[1], "next": f"/console/destinations/{ident}", "csrf_token": csrf},
+    )
+    assert replayed.status_code == 303 and replayed.headers["location"] == f"/console/destinations/{ident}"
+    after = http.get(replayed.headers["location"]).text
+    assert "1 dead letter queued for one fresh attempt." in after and 'id="no-dead-letters"' in after
+    assert redis.hget(keys.delivery(made[1]), "state") == b"queued"
+    assert f'data-id="{made[1]}" data-state="pending"' in after
+
+    # The instance's deliveries and the dead-letters page name the destination.
+    deliveries = http.get(f"/console/instances/{appid}/deliveries").text
+    assert f'data-destination="{ident}"' in deliveries and 'data-destination="primary"' in deliveries
+    only = http.get(f"/console/instances/{appid}/deliveries?destination={ident}").text
+    assert 'data-destination="primary"' not in only and only.count('class="letter delivery"') == 3
+    assert http.get(f"/console/instances/{appid}/deliveries?destination=nowhere").status_code == 400
+    kill_among(settings, made[1], appid, 1)
+    letters = http.get(f"/console/dead-letters?destination={ident}").text
+    assert f'href="/console/destinations/{ident}" class="destination"' in letters and made[1] in letters
+    assert (
+        made[1] in http.get(f"/console/dead-letters/{made[1]}").text
+        and ident in http.get(f"/console/deliveries/{made[1]}").text
+    )
     http.close()

@@ -13,9 +13,12 @@ from svcgw.callbacks.signing import verify
 from svcgw.config.settings import Settings
 from svcgw.storage.keys import PLAIN as keys
 from svcgw.vault import TokenVault
+from tests.conftest import Tenant
 from tests.receiver.console.conftest import ConsoleClient, Developer
 from tests.receiver.console.test_api import nothing_queued_or_logged
 from tests.support import Sink
+from tests.svcgw.delivery.fanout import fan_out, kill_among
+from tests.svcgw.delivery.test_deadletters import ingest
 
 TOKEN = "tok_destination_" + "s3cr3t" * 4
 NOT_FOUND = {"code": -40404, "message": "no such destination", "data": None}
@@ -212,6 +215,7 @@ def test_another_accounts_destinations_and_instances_answer_404_like_unknown_one
             ("DELETE", f"/destinations/{destination_id}", None),
             ("POST", f"/destinations/{destination_id}/rotate-secret", None),
             ("POST", f"/destinations/{destination_id}/test", None),
+            ("GET", f"/destinations/{destination_id}/deliveries", None),
         ):
             answer = console.change(method, path, body) if method != "GET" else console.get(path)
             assert answer.status_code == 404 and answer.json() == NOT_FOUND, (method, path, answer.text)
@@ -274,3 +278,66 @@ def test_openapi_describes_the_destination_operations(server: str) -> None:
         assert code in text
     schema = doc["components"]["schemas"]["ConsoleDestination"]
     assert "token" not in schema["properties"] and "bearer" in schema["properties"]
+    deliveries = paths["/console/api/destinations/{destination_id}/deliveries"]["get"]
+    assert {p["name"] for p in deliveries["parameters"]} == {"destination_id", "limit", "before"}
+    assert {"200", "400", "404"} <= set(deliveries["responses"])
+    assert "destination" in doc["components"]["schemas"]["ConsoleDelivery"]["properties"]
+    for listed in ("/console/api/instances/{appid}/deliveries", "/console/api/dead-letters"):
+        assert "destination" in {p["name"] for p in paths[listed]["get"]["parameters"]}
+
+
+def test_a_destinations_deliveries_newest_first_paged_with_states_and_attempts(
+    console: ConsoleClient, developer: Developer, sink: Sink, settings: Settings
+) -> None:
+    appid = developer.appids[0]
+    tenant = Tenant(developer.account, appid, developer.receiver_tokens[appid])
+    crm = add(console, {"url": sink.url + "/crm"}).json()["data"]["destination"]["id"]
+    own = add(console, {"url": sink.url + "/own"}, appid).json()["data"]["destination"]["id"]
+
+    def post(event_id: str) -> str:
+        return ingest(settings, tenant, b'{"event_type":"Msg","events":[{"id":"' + event_id.encode() + b'"}]}')
+
+    (first,) = fan_out(settings, post("e1"), [crm])
+    second, to_own = fan_out(settings, post("e2"), [crm, own])
+    (third,) = fan_out(settings, post("e3"), [crm])
+    kill_among(settings, second, appid, 7)
+
+    answer = console.get(f"/destinations/{crm}/deliveries")
+    assert answer.status_code == 200 and answer.headers["cache-control"] == "no-store"
+    page = answer.json()["data"]
+    assert [(d["id"], d["destination"], d["state"]) for d in page["deliveries"]] == [
+        (third, crm, "pending"),
+        (second, crm, "dead"),
+        (first, crm, "pending"),
+    ]
+    assert page["next_before"] is None
+    dead = page["deliveries"][1]
+    assert dead["appid"] == appid and dead["event_ids"] == ["e2"] and dead["attempts"][0]["status"] == 500
+    assert console.get(f"/deliveries/{second}").json()["data"] == dead
+
+    one = console.get(f"/destinations/{crm}/deliveries?limit=2").json()["data"]
+    assert [d["id"] for d in one["deliveries"]] == [third, second] and one["next_before"]
+    rest = console.get(f"/destinations/{crm}/deliveries?limit=2&before={one['next_before']}").json()["data"]
+    assert [d["id"] for d in rest["deliveries"]] == [first] and rest["next_before"] is None
+    assert [d["id"] for d in console.get(f"/destinations/{own}/deliveries").json()["data"]["deliveries"]] == [to_own]
+    for bad in ("limit=0", "limit=201", "before=garbage"):
+        refused = console.get(f"/destinations/{crm}/deliveries?{bad}")
+        assert refused.status_code == 400 and refused.json()["code"] == -40000, bad
+
+    # Its dead letters, and the instance's list, name the destination too.
+    letters = console.get(f"/dead-letters?destination={crm}").json()["data"]
+    assert [(d["id"], d["destination"]) for d in letters["dead_letters"]] == [(second, crm)] and letters["total"] == 1
+    assert console.get("/dead-letters?destination=primary").json()["data"]["total"] == 0
+    assert console.get("/dead-letters?destination=nowhere").json()["code"] == -40000
+    listed = console.get(f"/instances/{appid}/deliveries").json()["data"]["deliveries"]
+    assert [(d["id"], d["destination"]) for d in listed][:3] == [
+        (listed[0]["id"], None),
+        (third, crm),
+        (listed[2]["id"], None),
+    ]
+    only = console.get(f"/instances/{appid}/deliveries?destination={own}").json()["data"]["deliveries"]
+    assert [d["id"] for d in only] == [to_own]
+    assert all(
+        d["destination"] is None
+        for d in console.get(f"/instances/{appid}/deliveries?destination=primary").json()["data"]["deliveries"]
+    )

@@ -20,6 +20,7 @@ from svcgw.intake.ingest import Ingest
 from svcgw.storage.keys import PLAIN as keys
 from svcgw.storage.rqformat import exc_info_field, failed_score
 from tests.conftest import Tenant, provision
+from tests.svcgw.delivery.fanout import fan_out, kill_among
 from tests.worker.support import claim, finish
 from worker.delivery import Attempt
 from worker.queue import Finish
@@ -216,3 +217,30 @@ def test_replay_since_takes_only_what_died_in_that_stretch(settings: Settings, r
     assert [r.id for r in replay(settings, since=now - 60)] == [elsewhere]
     with pytest.raises(ValueError):
         replay(settings, appid=tenant.appid, all=True, since=now)
+
+
+def test_a_destination_deliverys_dead_letter_names_its_destination(settings: Settings, redis: Redis) -> None:
+    tenant = provision(settings)
+    plain = kill(settings, tenant, "p1", died_at=time.time() - 10)
+    primary = ingest(settings, tenant, b'{"event_type":"Msg","events":[{"id":"f1"}]}')
+    to_a, to_b = fan_out(settings, primary, ["dst_aaaa", "dst_bbbb"])
+    kill_among(settings, to_b, tenant.appid, 3)
+
+    letters = list_dead(settings, account=tenant.account)
+    assert [(d.id, d.destination) for d in letters] == [(to_b, "dst_bbbb"), (plain, None)]
+    assert letters[0].as_dict()["destination"] == "dst_bbbb" and letters[1].as_dict()["destination"] is None
+    detail = show(settings, to_b)
+    assert detail.destination == "dst_bbbb" and detail.as_dict()["destination"] == "dst_bbbb"
+    assert orjson.loads(detail.body)["events"] == [{"id": "f1"}] and show(settings, plain).destination is None
+
+    for scope in ({"account": tenant.account}, {"appid": tenant.appid}, {}):
+        assert [d.id for d in list_dead(settings, destination="dst_bbbb", **scope)] == [to_b]
+        assert [d.id for d in list_dead(settings, destination="primary", **scope)] == [plain]
+        assert list_dead(settings, destination="dst_aaaa", **scope) == []
+        assert count_dead(settings, destination="dst_bbbb", **scope) == 1
+    assert list_dead(settings, destination="dst_bbbb", account=provision(settings).account) == []
+    assert list_dead(settings, destination="dst_bbbb", offset=1) == []
+    assert [r.as_dict() for r in replay(settings, ids=[to_b])] == [
+        {"id": to_b, "appid": tenant.appid, "status": "replayed"}
+    ]
+    assert count_dead(settings, destination="dst_bbbb") == 0 and to_a != to_b

@@ -17,12 +17,14 @@ from svcgw import deliveryid
 from svcgw.config.settings import Settings
 from svcgw.delivery import listing
 from svcgw.delivery.listing import Delivery, Invalid, Page, build, event_ids, state_of
+from svcgw.delivery.view import fanned_out
 from svcgw.errors import NotFound
 from svcgw.intake.ingest import Ingest
 from svcgw.storage.keys import PLAIN as keys
 from tests.conftest import Tenant, provision
+from tests.svcgw.delivery.fanout import fan_out
 from tests.svcgw.delivery.test_deadletters import ingest
-from tests.worker.support import claim, finish
+from tests.worker.support import claim, claim_batch, finish
 from worker.delivery import Attempt
 from worker.queue import DeliveryQueue, Finish
 
@@ -110,7 +112,19 @@ def test_a_cursor_that_is_not_one_is_refused() -> None:
     for bad in ("", "x:dlv_1", "1.5:dlv_1", "nan", "12-", "-3", "1795319160000-0-1", "1" * 21 + "-0"):
         with pytest.raises(Invalid):
             listing.parse_cursor(bad)
-    assert listing.parse_cursor(listing.cursor("1795319160000-3")) == "1795319160000-3"
+    assert listing.parse_cursor(listing.cursor("1795319160000-3")) == ("1795319160000-3", 0)
+    assert listing.parse_cursor(listing.cursor("1795319160000-3", 2)) == ("1795319160000-3", 2)
+    assert listing.cursor("1795319160000-3", 2) == "1795319160000-3:2"
+
+
+def test_a_log_entry_names_its_destination_deliveries_in_routing_order() -> None:
+    assert fanned_out(b"dlv_a:dst_1 dlv_b:dst_2") == [("dlv_a", "dst_1"), ("dlv_b", "dst_2")]
+    assert fanned_out(None) == [] and fanned_out("") == []
+    assert fanned_out("dlv_a:dst_1  broken :dst_x dlv_c:") == [("dlv_a", "dst_1")]
+    built = build("dlv_a", {"appid": b"a", "state": b"queued", "destination": b"dst_1"})
+    assert built is not None and built.destination == "dst_1" and built.as_dict()["destination"] == "dst_1"
+    primary = build("a-1-0", {"appid": b"a", "state": b"queued"})
+    assert primary is not None and primary.destination is None and primary.as_dict()["destination"] is None
 
 
 # --- against Redis -----------------------------------------------------------------------
@@ -297,3 +311,77 @@ def test_posts_that_made_no_delivery_list_as_an_empty_page(settings: Settings) -
     assert call(settings, empty_post) is None  # logged, with no delivery
     page = listed(settings, tenant.appid)
     assert page.deliveries == [] and page.next_before is None
+
+
+# --- deliveries to further destinations -------------------------------------------------
+def fail_one_of(settings: Settings, delivery_id: str, appid: str, queued: int) -> None:
+    """``delivery_id``, among the ``queued`` jobs at the head of the queue, fails once (the others are claimed)."""
+    assert delivery_id in [c.delivery_id for c in claim_batch(settings, queued)]
+    attempt = Attempt(ok=False, at=time.time(), duration=0.1, status=502, error="HTTP 502", destination="d")
+    assert finish(settings, Finish(delivery_id, appid, "retry", attempt.record(1), due=time.time() + 600))
+
+
+def test_a_post_lists_its_primary_delivery_then_each_destination_delivery(settings: Settings) -> None:
+    tenant = provision(settings)
+    first = post(settings, tenant, "e1")
+    fanned = post(settings, tenant, "e2", "needle")
+    to_a, to_b = fan_out(settings, fanned, ["dst_aaaa", "dst_bbbb"])
+    last = post(settings, tenant, "e3")
+    fail_one_of(settings, to_b, tenant.appid, 5)
+
+    page = listed(settings, tenant.appid)
+    assert [(d.id, d.destination) for d in page.deliveries] == [
+        (last, None),
+        (fanned, None),
+        (to_a, "dst_aaaa"),
+        (to_b, "dst_bbbb"),
+        (first, None),
+    ]
+    shown_b = shown(settings, to_b)
+    assert shown_b.destination == "dst_bbbb" and shown_b.state == "retrying" and shown_b.event_ids == ("e2", "needle")
+    assert [a.status for a in shown_b.attempts] == [502] and shown_b.next_attempt_at is not None
+    assert page.deliveries[3].as_dict() == shown_b.as_dict() and shown_b.as_dict()["destination"] == "dst_bbbb"
+    assert shown(settings, fanned).destination is None
+
+    def ids(**filters: object) -> list[str]:
+        return [d.id for d in listed(settings, tenant.appid, **filters).deliveries]
+
+    assert ids(destination="dst_aaaa") == [to_a]
+    assert ids(destination="primary") == [last, fanned, first]
+    assert ids(destination="dst_bbbb", state="retrying") == [to_b]
+    assert ids(destination="dst_aaaa", state="retrying") == []
+    assert ids(state="retrying") == [to_b]
+    assert ids(event_id="needle") == [fanned, to_a, to_b]
+    assert ids(destination="dst_cccc") == []
+    for bad in ("dst_", "nobody", "dst_a b"):
+        with pytest.raises(Invalid):
+            listed(settings, tenant.appid, destination=bad)
+    with pytest.raises(NotFound):
+        shown(settings, to_a, account=provision(settings).account)
+
+
+def test_pages_end_within_a_posts_deliveries_and_go_on_from_there(settings: Settings) -> None:
+    tenant = provision(settings)
+    older = post(settings, tenant, "o1")
+    fanned = post(settings, tenant, "f1")
+    to_a, to_b, to_c = fan_out(settings, fanned, ["dst_aaaa", "dst_bbbb", "dst_cccc"])
+    newer = post(settings, tenant, "n1")
+    expected = [newer, fanned, to_a, to_b, to_c, older]
+
+    for limit in (1, 2, 3, 4):
+        seen: list[str] = []
+        cursors: list[str] = []
+        before = None
+        for _ in range(10):
+            page = listed(settings, tenant.appid, limit=limit, before=before)
+            seen += [d.id for d in page.deliveries]
+            before = page.next_before
+            if before is None:
+                break
+            cursors.append(before)
+        assert seen == expected, limit
+    assert cursors[0].endswith(":3")  # limit 4: newer, fanned, to_a, to_b; to_c next
+    only_b = listed(settings, tenant.appid, destination="dst_bbbb", limit=1)
+    assert [d.id for d in only_b.deliveries] == [to_b]
+    rest = listed(settings, tenant.appid, destination="dst_bbbb", limit=1, before=only_b.next_before)
+    assert rest.deliveries == [] and rest.next_before is None

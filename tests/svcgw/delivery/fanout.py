@@ -1,0 +1,109 @@
+"""Deliveries to further destinations written as the data model has them (docs/destinations.md), for the readers' tests.
+
+:func:`fan_out` adds to a post already ingested what the ingest script writes when the post also goes
+to further destinations: per destination a ``dlv_`` delivery (its hash, with ``destination`` and
+``primary``, its RQ job, queued) and its id in the destination's index; and the field ``f`` on the
+post's log entry.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from typing import cast
+
+from redis import Redis
+
+from svcgw import deliveryid
+from svcgw.config.settings import Settings
+from svcgw.storage.keys import PLAIN as keys
+from svcgw.storage.rqformat import exc_info_field, failed_score, job_description, job_fields
+from tests.worker.support import claim_batch, finish
+from worker.delivery import Attempt
+from worker.queue import Finish
+
+__all__ = ["fan_out", "index_only", "kill_among"]
+
+
+def fan_out(settings: Settings, primary: str, destinations: Sequence[str]) -> list[str]:
+    """The ids of the deliveries of the post of ``primary`` (a delivery just ingested) to ``destinations``."""
+    named = deliveryid.parse(primary)
+    assert named is not None, "a delivery named by its post"
+    appid, entry = named
+    redis = Redis.from_url(settings.redis_url or "")
+    try:
+        stored = redis.hgetall(keys.delivery(primary))
+        assert stored, "the primary's delivery not yet attempted"
+        log = keys.callback_log(appid)
+        rows = redis.xrange(log)
+        ids = [deliveryid.new_delivery_id() for _ in destinations]
+        received_ms = deliveryid.entry_ms(entry)
+        queue = keys.rq.queue(settings.queue_name)
+        with redis.pipeline(transaction=True) as pipe:
+            for delivery_id, destination in zip(ids, destinations, strict=True):
+                pipe.hset(
+                    keys.delivery(delivery_id),
+                    mapping={
+                        "appid": appid,
+                        "account": stored[b"account"],
+                        "event_type": stored[b"event_type"],
+                        "body": stored[b"body"],
+                        "state": "queued",
+                        "received_at": repr(received_ms / 1000),
+                        "attempts": 0,
+                        "failures": 0,
+                        "events": 1,
+                        "destination": destination,
+                        "primary": primary,
+                    },
+                )
+                event_type = stored[b"event_type"].decode()
+                job = job_fields(
+                    delivery_id,
+                    queue_name=settings.queue_name,
+                    description=job_description(event_type, appid),
+                    failure_ttl=settings.dead_letter_retention,
+                )
+                pipe.hset(keys.rq.job(delivery_id), mapping=job)
+                pipe.rpush(queue, delivery_id)
+                pipe.sadd(keys.rq.queues, queue)
+                pipe.zadd(keys.destination_deliveries(destination), {delivery_id: received_ms})
+            # An entry's fields cannot change: the log is written again, the post's entry with its field f.
+            pipe.delete(log)
+            pairs = " ".join(f"{d}:{dst}" for d, dst in zip(ids, destinations, strict=True)).encode()
+            for entry_id, fields in cast(list[tuple[bytes, dict[bytes, bytes]]], rows):
+                written = {**fields, b"f": pairs} if entry_id.decode() == entry else fields
+                pipe.xadd(log, written, id=entry_id)
+            pipe.expire(log, settings.log_retention)
+            pipe.execute()
+    finally:
+        redis.close()
+    return ids
+
+
+def index_only(settings: Settings, destination: str, delivery_id: str, *, received: float | None = None) -> None:
+    """An id in the destination's index alone (its delivery's record gone, as once expired)."""
+    redis = Redis.from_url(settings.redis_url or "")
+    try:
+        moment = time.time() if received is None else received
+        redis.zadd(keys.destination_deliveries(destination), {delivery_id: int(moment * 1000)})
+    finally:
+        redis.close()
+
+
+def kill_among(settings: Settings, delivery_id: str, appid: str, queued: int, *, died_at: float | None = None) -> None:
+    """``delivery_id``, among the ``queued`` jobs at the queue's head (all claimed), made a dead letter through the
+    queue's own scripts, as the engine would."""
+    assert delivery_id in [c.delivery_id for c in claim_batch(settings, queued)]
+    moment = time.time() if died_at is None else died_at
+    attempt = Attempt(ok=False, at=moment, duration=0.01, status=500, error="HTTP 500", destination="x")
+    dead = Finish(
+        delivery_id,
+        appid,
+        "dead",
+        attempt.record(1),
+        due=failed_score(moment, settings.dead_letter_retention),
+        retention=settings.dead_letter_retention,
+        error=exc_info_field("HTTP 500"),
+    )
+    assert finish(settings, dead)
