@@ -203,6 +203,13 @@ class KeySpace:
         to the instance's shard."""
         return f"{self.prefix}routes:instance:{appid}"
 
+    def destination_deliveries(self, destination_id: str) -> str:
+        """Sorted set: the deliveries of one further destination on this shard, member the ``dlv_`` delivery id,
+        score the time its post was received (ms); written by the ingest script with the delivery, trimmed by
+        score to the log's retention and expired with it (docs/destinations.md). An account's destination
+        has one on each shard its instances are on: its readers merge them."""
+        return f"{self.prefix}destination-deliveries:{destination_id}"
+
     # --- ingest: callback log and de-duplication --------------------------------
     def callback_log(self, appid: str) -> str:
         """Stream of posts as received: body (compressed when that pays, svcgw.intake.calllog), received_at,
