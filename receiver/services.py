@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from redis.asyncio import Redis
 
 from svcgw.callbacks.outbound import Sender, sender_for
+from svcgw.callbacks.routecache import RoutesCache
 from svcgw.config.settings import Settings
 from svcgw.intake.ingest import Ingest
 from svcgw.registry.copies import ShardCopies
@@ -99,7 +100,11 @@ def build_services(settings: Settings, *, clock: Clock | None = None) -> Service
     store = Store(text, vault, keys)
     if len(texts) > 1:
         store.copies = ShardCopies([client for client, _ in texts], [names for _, names in texts])
-    ingests = tuple(Ingest(raw, names, settings) for raw, names in raws)
+    # Each shard's receiver reads the routing records of its instances there (the copies).
+    ingests = tuple(
+        Ingest(raw, names, settings, targets=RoutesCache(raw, names, settings.routes_cache_seconds))
+        for raw, names in raws
+    )
     # Checks of credentials not known may hold half the connections of a pool, no more.
     receiver_guard, key_guard = guards(
         settings.receiver_failures_per_address,

@@ -49,6 +49,9 @@ class Settings:
     # Kept out of repr so a settings dump never shows key material.
     encryption_keys: tuple[str, ...] = field(default=(), repr=False)
     log_retention: int = 86400
+    # Seconds a receiver process keeps an instance's routing records (further destinations) before it
+    # reads them again: a destination added is taken within it (svcgw.callbacks.routecache).
+    routes_cache_seconds: float = 1.0
     dead_letter_retention: int = 30 * 86400
     lease_seconds: float = 30.0
     max_body_bytes: int = 1024 * 1024
@@ -154,6 +157,7 @@ class Settings:
             allow_private_destinations=reader.networks("SVCGW_ALLOW_PRIVATE_DESTINATIONS"),
             encryption_keys=reader.words("SVCGW_ENCRYPTION_KEYS"),
             log_retention=reader.integer("SVCGW_LOG_RETENTION", 86400, minimum=1),
+            routes_cache_seconds=reader.number("SVCGW_ROUTES_CACHE_SECONDS", 1.0, minimum=0.0),
             dead_letter_retention=reader.integer("SVCGW_DEAD_LETTER_RETENTION", 30 * 86400, minimum=60),
             lease_seconds=reader.number("SVCGW_LEASE_SECONDS", 30.0, minimum=0.5),
             max_body_bytes=reader.integer("SVCGW_MAX_BODY_BYTES", 1024 * 1024, minimum=1024),

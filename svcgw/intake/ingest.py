@@ -11,9 +11,18 @@ which, atomically:
    post, once per process; its buckets, on servers without per-field expiry,
    numbered by Redis's clock);
 3. writes one delivery, an RQ job queued for the workers, if any event is new;
+   and one more per further destination that takes the post (:mod:`svcgw.intake.fanout`),
+   each in its destination's index;
 4. appends the post, as received (compressed when that pays:
    ``svcgw.intake.calllog.stored_body``), to the instance's callback log, whose
-   entry also lists the delivery for the deliveries list.
+   entry also lists the delivery for the deliveries list (and the further
+   destinations' deliveries, in its field ``f``).
+
+Which further destinations take a post is asked of ``targets`` (the receiver's
+:class:`svcgw.callbacks.routecache.RoutesCache`, which reads the routing
+records once a second per instance); without it, posts go to the primary
+address alone. A post no destination takes calls the script exactly as it
+always did.
 
 The /metrics counters of the posts are kept in memory and written twice a
 second (:class:`svcgw.counters.BufferedCounts`); :meth:`Ingest.aclose`
@@ -62,6 +71,7 @@ from svcgw.errors import Failure, Missing
 from svcgw.intake import dedup, gapclosed
 from svcgw.intake.calllog import stored_body
 from svcgw.intake.envelope import EnvelopeError, Post, build_envelope, parse_post
+from svcgw.intake.fanout import FanOut, Targets, plan
 from svcgw.storage import layoutversion
 from svcgw.storage.keys import KeySpace
 from svcgw.storage.rqformat import job_description, template
@@ -97,6 +107,8 @@ class IngestResult:
     accepted: int
     duplicates: int
     delivery_id: str | None
+    # (delivery id, destination id) of the further destinations' deliveries written.
+    destination_deliveries: tuple[tuple[str, str], ...] = ()
 
 
 class EntryIdsTaken(Failure, RedisError):
@@ -120,16 +132,24 @@ class Ingest:
     """Stores posts to the receivers; ``redis`` is an asyncio client that returns bytes.
 
     ``clock`` is the receiver's clock (Unix seconds): a post's time received, its log entry id
-    and the log's trimming are read from it.
+    and the log's trimming are read from it. ``targets`` names the further destinations of a
+    post (:mod:`svcgw.intake.fanout`); without it, posts go to the primary address alone.
     """
 
     def __init__(
-        self, redis: Redis, keys: KeySpace, settings: Settings, *, clock: Callable[[], float] = time.time
+        self,
+        redis: Redis,
+        keys: KeySpace,
+        settings: Settings,
+        *,
+        clock: Callable[[], float] = time.time,
+        targets: Targets | None = None,
     ) -> None:
         self.redis = redis
         self.keys = keys  # the shard's
         self.settings = settings
         self._clock = clock
+        self._targets = targets
         self._script = register(redis, "ingest")
         self._wait_replicas = settings.redis_wait_replicas
         self._wait_ms = max(1, round(settings.redis_wait_timeout * 1000))
@@ -236,12 +256,16 @@ class Ingest:
             logged = stored_body(body)
         else:
             logged = await in_thread(stored_body, body)
+        # The further destinations that take the post: the same for every try.
+        destinations: list[str] = []
+        if self._targets is not None and post.events:
+            destinations = await self._targets.targets(appid, post.event_type)
         # The log's last entry is above the one proposed only when another receiver (or a
         # service event) wrote the same instance's log this millisecond or with a clock ahead.
         # Redis's de-duplication bucket is another than the one named only when this clock and
         # Redis's disagree about which day it is: at a bucket's start, or at a process's first post.
         for _ in range(ENTRY_TRIES):
-            result = await self._store_once(appid, token, logged, post)
+            result = await self._store_once(appid, token, logged, post, destinations)
             if isinstance(result, IngestResult):
                 return result
             if isinstance(result, _OtherBucket):
@@ -250,7 +274,9 @@ class Ingest:
                 self._entries.seen(result)
         raise EntryIdsTaken(f"the callback log of {appid} refused {ENTRY_TRIES} entry ids in a row")
 
-    async def _store_once(self, appid: str, token: str, logged: bytes, post: Post) -> IngestResult | _OtherBucket | str:
+    async def _store_once(
+        self, appid: str, token: str, logged: bytes, post: Post, destinations: list[str]
+    ) -> IngestResult | _OtherBucket | str:
         """One try of the ingest script; the log's last entry id when the proposed one was not above it."""
         marker, hsetex = await self._dedup_layout()
         now = self._clock()
@@ -260,6 +286,13 @@ class Ingest:
             flat = self._job.lean(delivery_id)
         else:
             flat = self._job.flat(delivery_id, job_description(post.event_type, appid))
+        # The further destinations' deliveries, dlv_ ones (svcgw.intake.fanout): their keys go
+        # before the de-duplication window's (which runs to the last key), their arguments before
+        # the events (which run to the last argument); the job field count tells how many there are.
+        fan: FanOut | None = None
+        if destinations:
+            description = job_description(post.event_type, appid)
+            fan = plan(self.keys, destinations, lambda i: self._job.flat(i, description))
         events: list[Any] = []
         for event in post.events:
             events.extend((event.raw, event.digest or b""))
@@ -278,6 +311,7 @@ class Ingest:
                     self.keys.rq.job(delivery_id),
                     self._queue_key,
                     self.keys.rq.queues,
+                    *(fan.keys if fan else ()),
                     *window.keys,
                 ],
                 args=[
@@ -292,9 +326,10 @@ class Ingest:
                     "" if window.bucket is None else window.bucket,
                     delivery_id,
                     self._queue_key,
-                    len(flat) // 2,
+                    f"{len(flat) // 2} {len(fan.deliveries)}" if fan else len(flat) // 2,
                     entry,
                     *flat,
+                    *(fan.args if fan else ()),
                     *events,
                 ],
             ),
@@ -307,7 +342,9 @@ class Ingest:
         if status < 0:
             raise UnknownReceiver(appid)
         self.counts.add(ingest_commands(self.keys, accepted, duplicates))
-        return IngestResult(accepted, duplicates, delivery_id if accepted else None)
+        if not accepted:
+            return IngestResult(accepted, duplicates, None)
+        return IngestResult(accepted, duplicates, delivery_id, fan.deliveries if fan else ())
 
 
 @dataclass(frozen=True)

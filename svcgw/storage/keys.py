@@ -204,9 +204,10 @@ class KeySpace:
         return f"{self.prefix}routes:instance:{appid}"
 
     def destination_deliveries(self, destination_id: str) -> str:
-        """Sorted set on the instance's shard: the ids of a further destination's deliveries, scored by the time
-        each post was received (ms); trimmed by score to the log's retention and expired with it on every write.
-        Read by the console's page of the destination (merged over the shards for an account's)."""
+        """Sorted set: the deliveries of one further destination on this shard, member the ``dlv_`` delivery id,
+        score the time its post was received (ms); written by the ingest script with the delivery, trimmed by
+        score to the log's retention and expired with it (docs/destinations.md). An account's destination
+        has one on each shard its instances are on: its readers merge them."""
         return f"{self.prefix}destination-deliveries:{destination_id}"
 
     # --- ingest: callback log and de-duplication --------------------------------

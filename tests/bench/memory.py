@@ -16,6 +16,10 @@ benchmark's 84-byte post and a ~1 KB ``Msg`` post (text content, several
    retry schedule of seven quick attempts (as many as the default's):
    ``dead``, what a dead letter costs, its post in the log included.
 
+5. with further destinations (docs/destinations.md): the same ``events`` posts to the instances of
+   an account that has 1, then 2, destinations taking every event type, at the sink: ``logged``
+   and ``delivered`` again (each post is then 2 or 3 deliveries), beside the primary alone.
+
 Each figure is ``used_memory`` after minus before, over the events, and is
 broken down by kind of key: ``MEMORY USAGE`` (every element sampled) of each
 key, summed over a ``SCAN`` of the whole database before and after. What
@@ -27,6 +31,7 @@ are counted over steps 2 and 3.
 
 from __future__ import annotations
 
+import asyncio
 import sys
 import tempfile
 from collections import Counter
@@ -35,8 +40,12 @@ from pathlib import Path
 from typing import Any
 
 import orjson
+from redis.asyncio import Redis as AsyncRedis
 
+from svcgw.callbacks.addresses import check_for_service
+from svcgw.registry.store import Scope, Store
 from svcgw.storage.keys import PLAIN as keys
+from svcgw.vault import TokenVault
 from tests.support import free_port
 
 from .scenarios import Bench, Plan, Tenant
@@ -45,6 +54,8 @@ from .verdict import Need, Target
 
 # Seven attempts, as with the default schedule, without its hours of waiting.
 DEAD_SCHEDULE = ",".join(["0.01"] * 6)
+# How many further destinations (each taking every event type) the fan-out steps give an account.
+FANOUT = (1, 2)
 
 
 def small_post(prefix: str, n: int) -> bytes:
@@ -118,6 +129,8 @@ def kind_of(key: bytes) -> str:
         return "attempt records"
     if name.startswith(keys.delivery("")):
         return "delivery hashes"
+    if name.startswith(keys.destination_deliveries("")):
+        return "destination index"
     if name.startswith(keys.rq.job("")):
         return "RQ job hashes"
     if name.startswith(f"{keys.prefix}deliveries:"):
@@ -218,6 +231,14 @@ def _payload(
     logged_total, logged_rows = logged.per_event(start, events)
     delivered_total, delivered_rows = delivered.per_event(start, events)
     dead_total, dead_rows = gone.per_event(delivered, dead)
+    fanout = {str(count): _fanout(bench, name, make, events, count) for count in FANOUT}
+    for figures in fanout.values():
+        # What each further destination adds to an event logged and pending, and after delivery.
+        count = int(figures["destinations"])
+        figures["logged_bytes_per_destination"] = round((figures["logged_bytes_per_event"] - logged_total) / count)
+        figures["delivered_bytes_per_destination"] = round(
+            (figures["delivered_bytes_per_event"] - delivered_total) / count
+        )
     return {
         "payload_bytes": PAYLOAD_BYTES[name],
         "events": events,
@@ -228,6 +249,50 @@ def _payload(
         "commands_per_event": round(sum(by_name.values()), 2),
         "commands_by_name": {name: round(n, 2) for name, n in by_name.items() if n >= 0.05},
         "breakdown": {"logged": logged_rows, "delivered": delivered_rows, "dead": dead_rows},
+        "destinations": fanout,
+    }
+
+
+def _with_destinations(bench: Bench, count: int) -> list[Tenant]:
+    """Instances on the sink's ports, of a new account with ``count`` destinations taking every type, at the sink."""
+    tenants = bench.provision([tenant.port for tenant in bench.fast])
+
+    async def add() -> None:
+        client = AsyncRedis.from_url(bench.redis.url, decode_responses=True)
+        try:
+            store = Store(client, TokenVault.from_settings(bench.settings), keys)
+            account = (await store.get_instance(tenants[0].appid)).account
+            for n in range(count):
+                url = check_for_service(f"http://127.0.0.1:{tenants[n].port}/hook", bench.settings)
+                await store.add_destination(Scope(account=account), url, label=f"memory {n}")
+        finally:
+            await client.aclose()
+
+    asyncio.run(add())
+    return tenants
+
+
+def _fanout(bench: Bench, name: str, make: Callable[[str, int], bytes], events: int, count: int) -> dict[str, Any]:
+    """Step 5: ``events`` posts fanned out to ``count`` further destinations each; their bytes per event."""
+    prefix = f"mem-{name}-fan{count}-"
+    tenants = _with_destinations(bench, count)
+    per_post = 1 + count
+    bench.fill(tenants, len(tenants), prefix + "warm-", make)
+    _deliver(bench, len(tenants) * per_post, 0)
+    start = Reading(bench)
+    bench.fill(tenants, events, prefix, make, processes=1)
+    logged = Reading(bench)
+    _deliver(bench, events * per_post, 0)
+    delivered = Reading(bench)
+    by_name = _commands([(start, logged), (logged, delivered)], events)
+    logged_total, logged_rows = logged.per_event(start, events)
+    delivered_total, delivered_rows = delivered.per_event(start, events)
+    return {
+        "destinations": count,
+        "logged_bytes_per_event": logged_total,
+        "delivered_bytes_per_event": delivered_total,
+        "commands_per_event": round(sum(by_name.values()), 2),
+        "breakdown": {"logged": logged_rows, "delivered": delivered_rows},
     }
 
 
@@ -268,6 +333,13 @@ def table_rows(memory: dict[str, Any]) -> list[tuple[str, str, str]]:
              f"{figures['logged_bytes_per_event']} B logged, {figures['delivered_bytes_per_event']} B delivered",
              f"{figures['dead_letter_bytes']} B per dead letter; {figures['commands_per_event']} commands/event")
         )  # fmt: skip
+        for fanned in figures.get("destinations", {}).values():
+            rows.append(
+                (f"7 Redis memory, {figures['payload_bytes']} B post, {fanned['destinations']} further destinations",
+                 f"{fanned['logged_bytes_per_event']} B logged, {fanned['delivered_bytes_per_event']} B delivered",
+                 f"{fanned['logged_bytes_per_destination']} B logged, {fanned['delivered_bytes_per_destination']} B "
+                 f"delivered per destination; {fanned['commands_per_event']} commands/event")
+            )  # fmt: skip
     return rows
 
 

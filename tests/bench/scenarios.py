@@ -26,6 +26,7 @@ from cryptography.fernet import Fernet
 from redis.asyncio import Redis as AsyncRedis
 
 from svcgw import deliveryid
+from svcgw.callbacks.routecache import RoutesCache
 from svcgw.config.settings import Settings
 from svcgw.delivery import attemptrecords
 from svcgw.delivery.outcomereads import stream_outcome
@@ -295,7 +296,9 @@ class Bench:
     def _fill(self, tenants: list[Tenant], numbers: range, prefix: str, make: Callable[[str, int], bytes]) -> None:
         async def run() -> None:
             client = AsyncRedis.from_url(self.redis.url)
-            ingest = Ingest(client, keys, self.settings)
+            # As the receiver: a post goes to the further destinations that take it too.
+            routes = RoutesCache(client, keys, self.settings.routes_cache_seconds)
+            ingest = Ingest(client, keys, self.settings, targets=routes)
             todo = iter(numbers)
 
             async def poster() -> None:

@@ -86,6 +86,10 @@ def test_short_benchmark_prints_every_figure() -> None:
         assert all(isinstance(n, int) and n >= 0 for n in pairs["hanging_attempts_rounds"]), section
     for payload in figures["memory"].values():
         assert MEMORY <= set(payload) and {"logged", "delivered", "dead"} <= set(payload["breakdown"])
+        # With 1 and 2 further destinations: what each adds to an event, logged and after delivery.
+        assert set(payload["destinations"]) == {"1", "2"}
+        for fanned in payload["destinations"].values():
+            assert fanned["logged_bytes_per_destination"] > 0 and "delivered_bytes_per_destination" in fanned
         assert payload["delivered_bytes_per_event"] > 0 and payload["dead_letter_bytes"] > 0
         assert sum(payload["breakdown"]["delivered"].values()) == payload["delivered_bytes_per_event"]
     assert {"memory_small_delivered", "memory_msg_logged", "memory_msg_commands"} <= set(figures["targets"])

@@ -34,6 +34,7 @@ import pytest
 from click.testing import CliRunner
 
 from cli.main import cli
+from svcgw.callbacks.addresses import check_for_service
 from svcgw.config.settings import Settings
 from svcgw.delivery import chainkeys
 from svcgw.intake.receivers import RECEIVER_PREFIX
@@ -222,6 +223,8 @@ def _service_paths(
 
     wait_for(lambda: "InstanceOffline" in kinds(), timeout=40, what="the InstanceOffline of the probed instance")
     assert kinds().count("Msg") >= SHARDS + 1
+    # The GapClosed post reached the primary address and the further destination (both the sink).
+    wait_for(lambda: kinds().count("GapClosed") >= 2, timeout=30, what="the GapClosed post and its fan-out")
 
     # /metrics rebuilds its instance counts at the first scrape; an account given a password.
     assert httpx.get(f"{stack.base}/metrics", timeout=10).status_code == 200
@@ -245,10 +248,13 @@ def _service_paths(
 
 
 async def _account_with_quota(settings: Settings, sink_url: str) -> str:
-    """An account with a device quota, its default address at the sink: its key."""
+    """An account with a device quota, its default address and a further destination at the sink: its key."""
     async with sharded_store(settings) as store:
         account = await store.create_account("scripts", devices=10)
         await store.set_callback(Scope(account=account.id), sink_url)  # copied to every shard
+        # A further destination taking GapClosed (copied to every shard): that post fans out in the ingest script.
+        url = check_for_service(sink_url, settings)
+        await store.add_destination(Scope(account=account.id), url, event_types=["GapClosed"])
         _, key = await store.create_key(account.id)
         return key
 

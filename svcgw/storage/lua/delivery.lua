@@ -5,9 +5,12 @@
 --   k: {delivery=, job=, queue=, rq_queues=} keys; job: RQ's job hash as field, value, ...;
 --   extra: more fields of the delivery hash (field, value, ...), or nil; when k.delivery is
 --   k.job, the delivery's fields go into the job hash (svcgw.storage.keys.delivery)
--- log_post(log_key, retention, raw, now, delivery_id, accepted, duplicates, entry)
+-- log_post(log_key, retention, raw, now, delivery_id, accepted, duplicates, entry, fanned)
 --   (the log entry naming the delivery is also what lists it: svcgw.delivery.listing); entry: the
---   entry's id when the delivery id is made of it (svcgw.deliveryid; no delivery field), else nil
+--   entry's id when the delivery id is made of it (svcgw.deliveryid; no delivery field), else nil;
+--   fanned: the further destinations' deliveries ('<delivery id>:<destination id> ...', field f), or nil
+-- write_fanned(keys, argv, k, a, count, fields, p): the deliveries of a post to further destinations
+--   (the ingest script's; below)
 
 local function write_delivery(k, appid, account, event_type, body, now, count, delivery_id, queue_key, job, extra)
   if k.delivery == k.job then
@@ -39,20 +42,57 @@ local function entry_above(a, b)
 end
 
 -- One entry of the instance's callback log, trimmed to the retention by age.
-local function log_post(log_key, retention, raw, now, delivery_id, accepted, duplicates, entry)
+local function log_post(log_key, retention, raw, now, delivery_id, accepted, duplicates, entry, fanned)
   local oldest = math.floor(tonumber(now) * 1000) - tonumber(retention) * 1000
   if oldest < 0 then oldest = 0 end
+  local fields
   if entry then
     -- The entry id holds the time received; the counts are written only when they are not
     -- "every event of the post went" (svcgw.intake.calllog.counts).
+    fields = {entry, 'body', raw}
     if tonumber(duplicates) > 0 or tonumber(accepted) == 0 then
-      redis.call('XADD', log_key, 'MINID', '~', oldest, entry, 'body', raw, 'x', accepted .. ':' .. duplicates)
-    else
-      redis.call('XADD', log_key, 'MINID', '~', oldest, entry, 'body', raw)
+      fields[#fields + 1] = 'x'
+      fields[#fields + 1] = accepted .. ':' .. duplicates
     end
   else
-    redis.call('XADD', log_key, 'MINID', '~', oldest, '*', 'body', raw, 'received_at', now,
-      'delivery', delivery_id, 'accepted', accepted, 'duplicates', duplicates)
+    fields = {'*', 'body', raw, 'received_at', now, 'delivery', delivery_id, 'accepted', accepted,
+      'duplicates', duplicates}
   end
+  -- Only a post that fanned out has the field: any other's entry is as it always was.
+  if fanned then
+    fields[#fields + 1] = 'f'
+    fields[#fields + 1] = fanned
+  end
+  redis.call('XADD', log_key, 'MINID', '~', oldest, unpack(fields))
   redis.call('EXPIRE', log_key, retention)
+end
+
+-- The deliveries of one post to further destinations (svcgw.intake.fanout), after its primary's:
+-- a dlv_ delivery each, with the primary's body, in its destination's index (a sorted set by the
+-- time received in ms, trimmed to the log's retention and expired with it).
+-- keys, argv: the script's KEYS and ARGV; k: {queue=, rq_queues=, first=}, where keys[first], ...
+-- are per destination its delivery, job and index; a: where in argv the first destination's
+-- delivery id is (then its destination id and job fields); count, fields: how many destinations,
+-- and the field count of each job hash; p: the primary's values {appid=, account=, event_type=,
+-- body=, now=, events=, queue_key=, retention=, primary= (its delivery id), extra=}.
+-- Returns the log entry's field f: '<delivery id>:<destination id>' pairs, space-separated.
+local function write_fanned(keys, argv, k, a, count, fields, p)
+  local received_ms = math.floor(tonumber(p.now) * 1000)
+  local oldest = received_ms - tonumber(p.retention) * 1000
+  local fanned = {}
+  for d = 0, count - 1 do
+    local id, destination = argv[a], argv[a + 1]
+    local job = {}
+    for f = a + 2, a + 1 + fields * 2 do job[#job + 1] = argv[f] end
+    a = a + 2 + fields * 2
+    local key = k.first + d * 3
+    local extra = {'destination', destination, 'primary', p.primary, unpack(p.extra or {})}
+    write_delivery({delivery = keys[key], job = keys[key + 1], queue = k.queue, rq_queues = k.rq_queues},
+      p.appid, p.account, p.event_type, p.body, p.now, p.events, id, p.queue_key, job, extra)
+    redis.call('ZADD', keys[key + 2], received_ms, id)
+    redis.call('ZREMRANGEBYSCORE', keys[key + 2], '-inf', '(' .. oldest)
+    redis.call('EXPIRE', keys[key + 2], p.retention)
+    fanned[#fanned + 1] = id .. ':' .. destination
+  end
+  return table.concat(fanned, ' ')
 end
