@@ -104,11 +104,11 @@ def test_rendering_is_cumulative_and_labelled() -> None:
     assert "svcgw_events_received_total 4.0" in text
     # The delivery counters by kind: the primary address's series named as before kinds were counted.
     assert counters["delivery_attempts|retry"] == 1 and counters["delivery_attempts|retry|destination"] == 1
-    assert 'svcgw_delivery_attempts_total{outcome="retry",kind="primary"} 1.0' in text
-    assert 'svcgw_delivery_attempts_total{outcome="retry",kind="destination"} 1.0' in text
-    assert 'svcgw_delivery_attempts_total{outcome="dead",kind="destination"} 1.0' in text
-    assert 'svcgw_deliveries_total{outcome="delivered",kind="primary"} 2.0' in text
-    assert 'svcgw_deliveries_total{outcome="dead",kind="destination"} 1.0' in text
+    assert 'svcgw_delivery_attempts_total{kind="primary",outcome="retry"} 1.0' in text
+    assert 'svcgw_delivery_attempts_total{kind="destination",outcome="retry"} 1.0' in text
+    assert 'svcgw_delivery_attempts_total{kind="destination",outcome="dead"} 1.0' in text
+    assert 'svcgw_deliveries_total{kind="primary",outcome="delivered"} 2.0' in text
+    assert 'svcgw_deliveries_total{kind="destination",outcome="dead"} 1.0' in text
     assert 'svcgw_dead_letters_total{kind="primary"} 0.0' in text
     assert 'svcgw_dead_letters_total{kind="destination"} 1.0' in text
     assert 'svcgw_delivery_latency_seconds_bucket{le="0.1"} 1.0' in text

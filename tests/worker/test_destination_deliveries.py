@@ -17,7 +17,6 @@ from dataclasses import replace
 
 import pytest
 from redis import Redis
-from svcgw_verify import NO_MATCH, check, verify
 
 from svcgw.config.settings import Settings
 from svcgw.registry.destinations import DestinationChange, DestinationConfig
@@ -27,6 +26,7 @@ from svcgw.vault import TokenVault
 from tests.conftest import Tenant, provision, with_store
 from tests.support import Received, Sink, attempt_records, is_delivered, wait_for
 from tests.svcgw.delivery.test_deadletters import ingest, list_dead, replay
+from tests.verify.conftest import PYTHON_LIB
 from tests.worker.support import add_destination, deliver_all, destination_delivery
 from tests.worker.test_engine import Running
 from tests.worker.test_pipeline import secret_of
@@ -74,6 +74,10 @@ def _change(settings: Settings, destination_id: str, change: DestinationChange) 
 def test_a_destination_delivery_is_signed_with_its_own_secret_and_names_its_destination(
     settings: Settings, redis: Redis, sink: Sink, further: Sink
 ) -> None:
+    # verify/python from its sources (tests.verify.conftest puts them on the path), not an installed copy.
+    assert PYTHON_LIB.is_dir()
+    from svcgw_verify import NO_MATCH, check, verify
+
     tenant = provision(settings, url=sink.url)
     destination = add_destination(settings, Scope(account=tenant.account), further.url, bearer_token=TOKEN)
     primary, delivery_id = _post_to_both(settings, redis, tenant, destination, "s1")
