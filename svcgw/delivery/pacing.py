@@ -14,6 +14,9 @@ is the same arithmetic in Python, pure, for tests and for reasoning about it.
   claim come back at the rate rather than all at once (and most of them handed back again).
 * The record expires a second after both its times have passed: a destination that has been
   quiet that long owes nothing, which is what a missing record says.
+
+The clock is the claiming worker's, as the scheduled registry's due times are: workers whose
+clocks differ by ``d`` seconds may let ``rate * d`` more through at once.
 """
 
 from __future__ import annotations
