@@ -33,7 +33,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from svcgw import errors
-from svcgw.counters import COUNTERS, LATENCY_BUCKETS
+from svcgw.counters import COUNTERS, KINDED, LATENCY_BUCKETS, kinded_series
 from svcgw.errors import STORAGE_ERRORS, PlainRefusal
 from svcgw.views.metrics import snapshot
 
@@ -54,6 +54,14 @@ class _Snapshot(Collector):
     def collect(self) -> Iterator[Metric]:
         counters: dict[str, float] = self.data["counters"]
         for metric, (help_text, label) in COUNTERS.items():
+            if metric in KINDED:
+                # The delivery counters, by kind too (svcgw.counters.KINDS).
+                labels = [label, "kind"] if label else ["kind"]
+                family = CounterMetricFamily(f"svcgw_{metric}", help_text, labels=labels)
+                for values, value in sorted(kinded_series(metric, label is not None, counters).items()):
+                    family.add_metric(list(values), value)
+                yield family
+                continue
             family = CounterMetricFamily(f"svcgw_{metric}", help_text, labels=[label] if label else None)
             if label is None:
                 family.add_metric([], counters.get(metric, 0.0))

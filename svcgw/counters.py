@@ -58,20 +58,27 @@ from svcgw.storage.scripts import add_to_transaction
 
 
 class Received(Protocol):
-    """What the recorder reads of a delivery: when its post was received (Unix seconds)."""
+    """What the recorder reads of a delivery: when its post was received (Unix seconds), and its kind
+    (``primary``, or ``destination`` for a further destination's: :data:`KINDS`)."""
 
     @property
     def received_at(self) -> float: ...
 
+    @property
+    def kind(self) -> str: ...
+
 
 __all__ = [
     "COUNTERS",
+    "KINDED",
+    "KINDS",
     "LATENCY_BUCKETS",
     "AttemptRecorder",
     "BufferedCounts",
     "attempt_commands",
     "count_change",
     "ingest_commands",
+    "kinded_series",
     "record_probe",
 ]
 
@@ -114,17 +121,48 @@ COUNTERS: dict[str, tuple[str, str | None]] = {
     POSTS: ("Posts accepted by the receiver (stored, answered 2xx).", None),
     EVENTS: ("Events in accepted posts, new and duplicate.", None),
     DUPLICATES: ("Events dropped from forwarding as duplicates.", None),
-    ATTEMPTS: ("Delivery attempts, by what came next (delivered, retry, dead).", "outcome"),
-    DELIVERIES: ("Deliveries finished, by outcome (delivered, dead).", "outcome"),
-    DEAD: ("Deliveries that became dead letters (retries exhausted, or a replay failed).", None),
+    ATTEMPTS: (
+        "Delivery attempts, by what came next (delivered, retry, dead) and kind (primary, destination).",
+        "outcome",
+    ),
+    DELIVERIES: ("Deliveries finished, by outcome (delivered, dead) and kind (primary, destination).", "outcome"),
+    DEAD: (
+        "Deliveries that became dead letters (retries exhausted, or a replay failed), by kind (primary, destination).",
+        None,
+    ),
     PROBES: ("Liveness probes, by result.", "result"),
 }
+# The delivery counters carry one more label, ``kind``: ``primary`` (the primary address: the
+# instance's callback address or the account default) or ``destination`` (a further destination,
+# docs/destinations.md). A primary's field is named as before kinds were counted, so its series goes
+# on from the same count; a further destination's field ends in ``|destination``.
+KINDS = ("primary", "destination")
+KINDED = frozenset({ATTEMPTS, DELIVERIES, DEAD})
 
 Command = tuple[str, str, str, float]  # (HINCRBY | HINCRBYFLOAT, key, field, amount)
 
 
-def _field(metric: str, label: str | None = None) -> str:
-    return metric if label is None else f"{metric}|{label}"
+def _field(metric: str, label: str | None = None, kind: str = "primary") -> str:
+    name = metric if label is None else f"{metric}|{label}"
+    return name if kind == "primary" else f"{name}|{kind}"
+
+
+def kinded_series(metric: str, labelled: bool, counters: dict[str, float]) -> dict[tuple[str, ...], float]:
+    """The values of a delivery counter (:data:`KINDED`) from the counters' fields, by (label value, kind) when
+    ``labelled``, else by (kind,); each kind present for an unlabelled one."""
+    series: dict[tuple[str, ...], float] = {} if labelled else {(kind,): 0.0 for kind in KINDS}
+    for name, value in counters.items():
+        if name != metric and not name.startswith(metric + "|"):
+            continue
+        parts = name.split("|")[1:]
+        if labelled:
+            if not parts:
+                continue
+            key: tuple[str, ...] = (parts[0], parts[1] if len(parts) > 1 else "primary")
+        else:
+            key = (parts[0] if parts else "primary",)
+        series[key] = series.get(key, 0.0) + value
+    return series
 
 
 def _bucket(seconds: float) -> str:
@@ -145,12 +183,15 @@ def ingest_commands(keys: KeySpace, accepted: int, duplicates: int) -> list[Comm
     return commands
 
 
-def attempt_commands(keys: KeySpace, step: str, *, received_at: float, now: float | None = None) -> list[Command]:
-    """What one finished attempt adds: ``step`` is the engine's delivered / retry / dead."""
+def attempt_commands(
+    keys: KeySpace, step: str, *, received_at: float, now: float | None = None, kind: str = "primary"
+) -> list[Command]:
+    """What one finished attempt adds: ``step`` is the engine's delivered / retry / dead; ``kind`` (:data:`KINDS`)
+    whether it went to the primary address or a further destination."""
     counters = keys.metrics_counters
-    commands: list[Command] = [("HINCRBY", counters, _field(ATTEMPTS, step), 1)]
+    commands: list[Command] = [("HINCRBY", counters, _field(ATTEMPTS, step, kind), 1)]
     if step == "delivered":
-        commands.append(("HINCRBY", counters, _field(DELIVERIES, "delivered"), 1))
+        commands.append(("HINCRBY", counters, _field(DELIVERIES, "delivered", kind), 1))
         if received_at > 0:
             latency = max((now if now is not None else time.time()) - received_at, 0.0)
             commands += [
@@ -159,8 +200,8 @@ def attempt_commands(keys: KeySpace, step: str, *, received_at: float, now: floa
                 ("HINCRBYFLOAT", keys.metrics_latency, "sum", latency),
             ]
     elif step == "dead":
-        commands.append(("HINCRBY", counters, _field(DELIVERIES, "dead"), 1))
-        commands.append(("HINCRBY", counters, DEAD, 1))
+        commands.append(("HINCRBY", counters, _field(DELIVERIES, "dead", kind), 1))
+        commands.append(("HINCRBY", counters, _field(DEAD, None, kind), 1))
     return commands
 
 
@@ -256,7 +297,7 @@ class AttemptRecorder(BufferedCounts):
     """The delivery engine's ``on_attempt`` hook: each finished attempt's counts, buffered."""
 
     def __call__(self, prepared: Received, attempt: object, step: str) -> None:
-        self.add(attempt_commands(self.keys, step, received_at=prepared.received_at))
+        self.add(attempt_commands(self.keys, step, received_at=prepared.received_at, kind=prepared.kind))
 
 
 async def record_probe(redis: AsyncRedis, keys: KeySpace, result: str) -> None:
@@ -266,6 +307,7 @@ async def record_probe(redis: AsyncRedis, keys: KeySpace, result: str) -> None:
 
 # --- instance counts -----------------------------------------------------------------
 ProbeErrorChange = str  # "set", "clear" or "" (unchanged)
+
 
 def count_change(
     pipe: Any, keys: KeySpace, appid: str, *, status: str = "", probe_error: ProbeErrorChange = ""

@@ -8,6 +8,14 @@ of the instance; the owner of a ``dlv_`` id or of an instance not seen yet costs
 The read checks the owner it was named for against the job's own fields: a wrong memory costs a
 second read, never another account's address.
 
+A delivery to a further destination (docs/destinations.md) is a ``dlv_`` one whose fields name the
+destination (``destination``), read with its owner at no cost: its read names the destination's hash
+and its pace record (``KeySpace.destination_pace``) in place of the two callback hashes, so every job
+still names four keys. The read holds back, without an attempt, a job whose destination is disabled
+(due again in ``SVCGW_DISABLED_RECHECK_SECONDS``) or over its rate (due when its turn comes,
+:mod:`svcgw.delivery.pacing`); one whose destination was removed is started with no address, and its
+attempt fails (:mod:`worker.delivery`). Jobs of the primary address read and name what they always did.
+
 A job whose account, or whose destination, has no free slot in the worker goes back to the
 scheduled registry without an attempt. The read does that for any job; the pop does it, unread,
 for the jobs of instances whose account and destination a read showed within
@@ -33,8 +41,11 @@ from svcgw.storage.scripts import register
 
 __all__ = ["DELIVERY_FIELDS", "SEEN_SECONDS", "Claimed", "Claimer", "Hold", "Sightings"]
 
-# The delivery hash fields an attempt reads; ``chain`` (service events only) is read for the finish.
-DELIVERY_FIELDS = ("appid", "account", "event_type", "body", "failures", "state", "attempts", "received_at", "chain")
+# The delivery hash fields an attempt reads; ``chain`` (service events only) is read for the finish;
+# ``destination`` (a further destination's deliveries only) last: queue_read.lua reads it there.
+DELIVERY_FIELDS = (
+    "appid", "account", "event_type", "body", "failures", "state", "attempts", "received_at", "chain", "destination",
+)  # fmt: skip
 
 # Reads of one claimed batch before a job whose owner keeps changing is given back.
 _READ_TRIES = 3
@@ -73,8 +84,16 @@ class Claimed:
 
     delivery_id: str
     fields: dict[str, bytes | None]  # DELIVERY_FIELDS; None where missing
-    own: dict[str, str]  # the instance's callback configuration
+    # The instance's callback configuration; for a further destination's delivery, the destination's
+    # url, secret and token under the same names (empty: it was removed).
+    own: dict[str, str]
     default: dict[str, str]  # the account's, read only when the instance has no address
+
+    @property
+    def destination_id(self) -> str:
+        """The further destination (``dst_…``) the delivery goes to; '' for the primary address."""
+        value = self.fields.get("destination")
+        return _text(value) if value else ""
 
 
 def _text(value: bytes | str) -> str:
@@ -165,6 +184,7 @@ class Claimer:
         scheduled_key: str,
         lease_seconds: float,
         park_seconds: float = 120.0,
+        disabled_recheck: float = 30.0,
     ) -> None:
         self.redis = redis
         self.keys = keys
@@ -172,6 +192,8 @@ class Claimer:
         self.lease_seconds = lease_seconds
         # How long a parked set is kept after its last write: longer than any job in it waits.
         self.park_seconds = park_seconds
+        # How long a job of a disabled further destination waits before it is read again.
+        self.disabled_recheck = disabled_recheck
         self._claim = register(redis, "queue_claim")
         self._read = register(redis, "queue_read")
         # appid -> account of the instances claimed lately: names a job's account callback hash
@@ -217,18 +239,19 @@ class Claimer:
             for row in rows:
                 delivery_id = _text(row[0])
                 if isinstance(row[1], list) or row[1] == 0:
-                    # Started, or held back by the read: its owner is the one named.
-                    appid, account = owners[delivery_id]
-                    if appid not in shown:
+                    # Started, or held back by the read: its owner is the one named. A further
+                    # destination's job says nothing of where its instance's other jobs go.
+                    appid, account, destination = owners[delivery_id]
+                    if appid not in shown and not destination:
                         shown.add(appid)
                         self.sightings.saw(appid, account, _text(row[-1]))
                     if row[1] != 0:
                         claimed.append(_claimed_row(delivery_id, row))
                     continue
                 # The job's fields name another owner than its keys were named for: name them again.
-                owner = (_text(row[1]), _text(row[2]))
+                owner = (_text(row[1]), _text(row[2]), _text(row[3]))
                 owners[delivery_id] = owner
-                self._remember(*owner)
+                self._remember(owner[0], owner[1])
                 again.append(delivery_id)
             ids = again
             if not ids:
@@ -237,33 +260,33 @@ class Claimer:
             self.unread = ids
         return claimed
 
-    async def _owners(self, ids: Sequence[str]) -> dict[str, tuple[str, str]]:
-        """Each claimed id's instance and account, for the keys of its read.
+    async def _owners(self, ids: Sequence[str]) -> dict[str, tuple[str, str, str]]:
+        """Each claimed id's instance, account and further destination ('' for none), for the keys of its read.
 
         A delivery id names its instance and the instance's account is remembered from earlier
-        claims; a ``dlv_`` id, or an instance not seen yet, is looked up in its fields (one
-        pipeline for the batch). A job whose fields are gone is named for no owner: its read
-        finds nothing and drops it.
+        claims (such a delivery goes to the primary address); a ``dlv_`` id, or an instance not
+        seen yet, is looked up in its fields (one pipeline for the batch), its destination with
+        them. A job whose fields are gone is named for no owner: its read finds nothing and drops it.
         """
-        owners: dict[str, tuple[str, str]] = {}
+        owners: dict[str, tuple[str, str, str]] = {}
         unknown: list[str] = []
         for delivery_id in ids:
             named = deliveryid.parse(delivery_id)
             account = self._accounts.get(named[0]) if named else None
             if named and account is not None:
-                owners[delivery_id] = (named[0], account)
+                owners[delivery_id] = (named[0], account, "")
             else:
                 unknown.append(delivery_id)
         if unknown:
             async with self.redis.pipeline(transaction=False) as pipe:
                 for delivery_id in unknown:
-                    pipe.hmget(self.keys.delivery(delivery_id), "appid", "account")
+                    pipe.hmget(self.keys.delivery(delivery_id), "appid", "account", "destination")
                 found = await pipe.execute()
-            for delivery_id, (appid, account) in zip(unknown, found, strict=True):
-                owner = (_text(appid or b""), _text(account or b""))
+            for delivery_id, (appid, account, destination) in zip(unknown, found, strict=True):
+                owner = (_text(appid or b""), _text(account or b""), _text(destination or b""))
                 owners[delivery_id] = owner
                 if appid and account:
-                    self._remember(*owner)
+                    self._remember(owner[0], owner[1])
         return owners
 
     def _remember(self, appid: str, account: str) -> None:
@@ -275,7 +298,7 @@ class Claimer:
     async def _read_started(
         self,
         ids: Sequence[str],
-        owners: Mapping[str, tuple[str, str]],
+        owners: Mapping[str, tuple[str, str, str]],
         worker_name: str,
         saturated: Mapping[str, Hold],
         busy_accounts: Mapping[str, float],
@@ -283,17 +306,15 @@ class Claimer:
         script_keys = [self.inflight_key, self.scheduled_key]
         args: list[Any] = [rq_now(), worker_name, len(DELIVERY_FIELDS), *DELIVERY_FIELDS, len(ids)]
         for delivery_id in ids:
-            appid, account = owners[delivery_id]
-            script_keys.extend(
-                (
-                    self.keys.rq.job(delivery_id),
-                    self.keys.delivery(delivery_id),
-                    self.keys.callback_instance(appid),
-                    self.keys.callback_account(account),
-                )
-            )
-            args.extend((delivery_id, appid, account))
-        args.extend((len(saturated), repr(time.time()), repr(random.random()), round(self.park_seconds)))
+            appid, account, destination = owners[delivery_id]
+            script_keys.extend((self.keys.rq.job(delivery_id), self.keys.delivery(delivery_id)))
+            if destination:
+                script_keys.extend((self.keys.destination(destination), self.keys.destination_pace(destination)))
+            else:
+                script_keys.extend((self.keys.callback_instance(appid), self.keys.callback_account(account)))
+            args.extend((delivery_id, appid, account, destination))
+        args.extend((len(saturated), repr(time.time()), repr(random.random()), round(self.park_seconds),
+                     repr(self.disabled_recheck)))  # fmt: skip
         parks = _Parks(script_keys)
         for host, hold in saturated.items():
             args.extend((host, repr(hold.due), repr(hold.spread), parks.index(hold.park)))

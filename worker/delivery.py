@@ -2,7 +2,11 @@
 
 * ``prepare`` turns the delivery and its destination, as read *now*, into a
   :class:`Prepared` attempt, so a changed address, a rotated secret or a new
-  token applies to every retry. The signing secret and the Bearer token are
+  token applies to every retry. A delivery to a further destination
+  (docs/destinations.md) goes to that destination's address, signed with its
+  own secret, with its own token and the header ``X-Svc-Destination``; one
+  whose destination was removed fails at once, without a request, and is a
+  dead letter at its first failure (a replay of it fails the same way). The signing secret and the Bearer token are
   opened with the vault here; one that cannot be opened fails the attempt
   in ``send`` with a message saying so, and nothing is sent. The engine reads both in its claim script
   (:meth:`worker.queue.DeliveryQueue.claim_batch`) and calls
@@ -44,6 +48,7 @@ __all__ = [
     "decide",
     "prepare_claimed",
     "prepared_leniently",
+    "removed_error",
     "send",
     "unexpected",
 ]
@@ -63,6 +68,13 @@ class Prepared:
     destination: Destination | None  # its secret in clear
     token: str | None = field(default=None, repr=False)
     secret_unreadable: bool = False  # the stored signing secret cannot be opened with the configured keys
+    destination_id: str = ""  # the further destination (``dst_…``) it goes to; '' for the primary address
+    removed: bool = False  # its further destination was removed: it has nowhere to go, now or later
+
+    @property
+    def kind(self) -> str:
+        """``primary`` or ``destination`` (a further one), as ``/metrics`` labels it (svcgw.counters)."""
+        return "destination" if self.destination_id else "primary"
 
 
 # The first bytes of an answer's body kept in an attempt record (svcgw.delivery.listing shows them).
@@ -87,20 +99,22 @@ class Attempt:
     response: str = ""
     destination: str | None = None
     timed_out: bool = False  # no answer within the delivery timeout (svcgw.delivery.probing)
+    dst: str | None = None  # the further destination's id; None for the primary address
 
     def record(self, number: int) -> bytes:
-        return orjson.dumps(
-            {
-                "attempt": number,
-                "at": round(self.at, 3),
-                "ok": self.ok,
-                "status": self.status,
-                "error": self.error,
-                "duration_ms": round(self.duration * 1000, 1),
-                "destination": self.destination,
-                "response": first_kilobyte(self.response),
-            }
-        )
+        record: dict[str, object] = {
+            "attempt": number,
+            "at": round(self.at, 3),
+            "ok": self.ok,
+            "status": self.status,
+            "error": self.error,
+            "duration_ms": round(self.duration * 1000, 1),
+            "destination": self.destination,
+            "response": first_kilobyte(self.response),
+        }
+        if self.dst:
+            record["dst"] = self.dst  # only a further destination's: the primary's records are as they were
+        return orjson.dumps(record)
 
 
 def _text(value: bytes | None) -> str:
@@ -109,7 +123,7 @@ def _text(value: bytes | None) -> str:
 
 def prepare_claimed(claimed: Claimed, vault: TokenVault) -> Prepared | None:
     """The attempt for a job claimed with its data; None if the delivery no longer exists."""
-    return _prepared(claimed.delivery_id, claimed.fields, claimed.own, claimed.default, vault)
+    return _prepared(claimed.delivery_id, claimed.fields, claimed.own, claimed.default, vault, claimed.destination_id)
 
 
 def _prepared(
@@ -118,12 +132,14 @@ def _prepared(
     own: Mapping[str, str],
     default: Mapping[str, str],
     vault: TokenVault,
+    destination_id: str = "",
 ) -> Prepared | None:
     # A delivered delivery keeps its event ids, not its body (worker.queue.Finish.event_ids):
     # a copy of it claimed again (a lease ran out meanwhile) has nothing left to send.
     if not data["appid"] or not data["body"]:
         return None
-    destination = choose_destination(own, default)
+    # A further destination's hash has a callback hash's field names; it never inherits the account's.
+    destination = choose_destination(own, {} if destination_id else default)
     token = None
     secret_unreadable = False
     if destination is not None and destination.sealed_token:
@@ -155,6 +171,8 @@ def _prepared(
         destination=destination,
         token=token,
         secret_unreadable=secret_unreadable,
+        destination_id=destination_id,
+        removed=bool(destination_id) and destination is None,
     )
 
 
@@ -182,6 +200,7 @@ def prepared_leniently(job: Claimed) -> Prepared:
         received_at=0.0,
         replay=_field(job.fields.get("state")) == "dead",
         destination=None,
+        destination_id=job.destination_id,
     )
 
 
@@ -204,6 +223,7 @@ def build_headers(prepared: Prepared, secret: str, timestamp: int) -> dict[str, 
         token=prepared.token,
         delivery_id=prepared.delivery_id,
         attempt=prepared.attempts + 1,
+        destination=prepared.destination_id or None,
     )
 
 
@@ -222,9 +242,12 @@ async def send(client: Sender, prepared: Prepared) -> Attempt:
             response=response,
             destination=redacted(prepared.destination.url) if prepared.destination else None,
             timed_out=timed_out,
+            dst=prepared.destination_id or None,
         )
 
     if prepared.destination is None:
+        if prepared.destination_id:
+            return failed(removed_error(prepared.destination_id))
         return failed("no callback address configured")
     if prepared.token == "":
         return failed("the Bearer token cannot be decrypted with the configured keys")
@@ -252,11 +275,17 @@ async def send(client: Sender, prepared: Prepared) -> Attempt:
             status=status,
             response=answer.snippet,
             destination=redacted(prepared.destination.url),
+            dst=prepared.destination_id or None,
         )
     reason = f"HTTP {status}"
     if 300 <= status < 400:
         reason += " (redirects are not followed)"
     return failed(reason, status, answer.snippet)
+
+
+def removed_error(destination_id: str) -> str:
+    """The error of an attempt whose further destination was removed."""
+    return f"the destination {destination_id} was removed"
 
 
 def unexpected(exc: BaseException) -> str:
@@ -273,7 +302,8 @@ def decide(prepared: Prepared, attempt: Attempt, schedule: tuple[float, ...]) ->
     """The next step and, for a retry, its delay in seconds."""
     if attempt.ok:
         return "delivered", None
-    if prepared.replay:
+    if prepared.replay or prepared.removed:
+        # A removed destination will not come back: retrying it would only wait to fail again.
         return "dead", None
     delay = next_delay(schedule, prepared.failures + 1)
     if delay is None:

@@ -204,6 +204,7 @@ class Engine:
             log_retention=self.settings.log_retention,
             # Longer than any job held back for a destination being probed waits (worker.probing).
             park_seconds=probing.PARK_SECONDS + self.settings.delivery_timeout + 60,
+            disabled_recheck=self.settings.disabled_recheck_seconds,
         )
         self.probing.join(self.keys)
         self.sender = sender

@@ -94,6 +94,7 @@ class Outcomes:
             extra={
                 "appid": prepared.appid,
                 "delivery_id": delivery_id,
+                **({"destination_id": prepared.destination_id} if prepared.destination_id else {}),
                 "attempt": number,
                 "outcome": step,
                 "status": attempt.status,

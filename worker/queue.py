@@ -27,7 +27,8 @@ cannot name its hash (:mod:`worker.claim`).
 
 A claim returns what the attempt needs along with the id: the delivery's
 fields and the callback configuration of its instance (and of its account
-when the instance has no address of its own): :mod:`worker.claim`.
+when the instance has no address of its own), or of the further destination
+it goes to: :mod:`worker.claim`.
 
 :class:`DeliveryQueue` takes a ``redis.asyncio`` client; its scripts are
 ``svcgw/storage/lua/queue_*.lua``, each naming in KEYS every key it touches.
@@ -131,6 +132,7 @@ class DeliveryQueue:
         probing_argument: str | None = None,
         log_retention: int = 86400,
         park_seconds: float = 2 * probing.PARK_SECONDS,
+        disabled_recheck: float = 30.0,
     ) -> None:
         self.redis = redis
         self.keys = keys
@@ -148,7 +150,7 @@ class DeliveryQueue:
         self.failed_key = keys.rq.failed(queue_name)
         self._claimer = Claimer(
             redis, keys, self.queue_key, self.inflight_key, self.scheduled_key, lease_seconds,
-            park_seconds=park_seconds,
+            park_seconds=park_seconds, disabled_recheck=disabled_recheck,
         )  # fmt: skip
         self._promote = register(redis, "queue_promote")
         self._probing_read = register(redis, "probing_read")

@@ -39,11 +39,14 @@ def signed_headers(
     token: str | None = None,
     delivery_id: str | None = None,
     attempt: int | None = None,
+    destination: str | None = None,
 ) -> dict[str, str]:
     """The headers of one callback POST of ``body``, signed with ``secret`` at ``timestamp``.
 
     ``X-Svc-Delivery-Id`` and ``X-Svc-Attempt`` only when given (a test POST
-    has neither); ``Authorization: Bearer`` only for a non-empty ``token``.
+    has neither); ``X-Svc-Destination`` only for a delivery to a further
+    destination (its ``dst_…`` id; the primary address's deliveries have none);
+    ``Authorization: Bearer`` only for a non-empty ``token``.
     """
     headers = {
         "Content-Type": "application/json",
@@ -56,6 +59,8 @@ def signed_headers(
     if attempt is not None:
         headers["X-Svc-Attempt"] = str(attempt)
     headers["X-Svc-Event-Type"] = event_type
+    if destination:
+        headers["X-Svc-Destination"] = destination
     if token:
         headers["Authorization"] = f"Bearer {token}"
     return headers

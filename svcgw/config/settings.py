@@ -97,6 +97,9 @@ class Settings:
     # Seconds every attempt to a destination (a callback address's origin) must have failed
     # before it is flagged as failing (svcgw.delivery.failingdestinations).
     failing_after: int = 900
+    # Seconds a delivery to a disabled further destination waits in the scheduled registry before
+    # its destination is looked at again (worker.claim): enabling it lets them go within that time.
+    disabled_recheck_seconds: float = 30.0
     # Failed console sign-ins allowed per login and per client address (``limits`` notation);
     # over either, sign-in is refused without checking the password.
     signin_failures_per_login: str = "10/15minutes"
@@ -191,6 +194,7 @@ class Settings:
             upstream_timeout=reader.number("SVCGW_UPSTREAM_TIMEOUT", 30.0, minimum=0.01),
             upstream_connect_timeout=reader.number("SVCGW_UPSTREAM_CONNECT_TIMEOUT", 5.0, minimum=0.01),
             failing_after=reader.integer("SVCGW_FAILING_AFTER", 900, minimum=1, maximum=30 * 86400),
+            disabled_recheck_seconds=reader.number("SVCGW_DISABLED_RECHECK_SECONDS", 30.0, minimum=0.1),
             signin_failures_per_login=reader.rate("SVCGW_SIGNIN_FAILURES_PER_LOGIN", "10/15minutes"),
             signin_failures_per_address=reader.rate("SVCGW_SIGNIN_FAILURES_PER_ADDRESS", "100/15minutes"),
             trusted_proxies=reader.proxies("SVCGW_TRUSTED_PROXIES"),

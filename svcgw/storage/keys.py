@@ -75,7 +75,8 @@ class KeySpace:
         self.demo = p + "demo"  # hash: account, key_id, key (sealed), appid (``svcgw up --demo``)
         self.probe_schedule = p + "probe:schedule"  # sorted set: appid scored by next probe time
         # Hash of counters shared by every process: field ``<metric>``, or ``<metric>|<label value>``
-        # for a metric with one label (svcgw.counters).
+        # for a metric with one label; a delivery counter of a further destination's delivery ends in
+        # ``|destination`` (svcgw.counters.KINDED).
         self.metrics_counters = p + "metrics:counters"
         # Hash of the ingest-to-delivery latency histogram: field ``<upper bound>`` per bucket (not
         # cumulative), plus ``count`` and ``sum``.
@@ -291,6 +292,13 @@ class KeySpace:
         """Sorted set: the jobs held back for a destination being probed (svcgw.delivery.probing), scored by
         when each is due in the scheduled registry; what lets them be brought forward when it answers again."""
         return f"{self.prefix}parked:{destination}"
+
+    def destination_pace(self, destination_id: str) -> str:
+        """Hash: the rate limit's record of one further destination (svcgw.delivery.pacing): ``t``, the
+        theoretical arrival time of its next delivery (GCRA, Unix seconds), and ``h``, the last time a job
+        over its rate was handed back for, so that a backlog comes back one interval apart. Written by the
+        claim (``queue_read.lua``) on the shard that delivers; expires soon after both have passed."""
+        return f"{self.prefix}pace:{destination_id}"
 
     def dead_letters_by_appid(self, appid: str) -> str:
         """Set of the instance's dead-letter delivery ids."""

@@ -12,7 +12,7 @@ service event, a scrape of ``/metrics``, an account given a password, the consol
 and changing something. The scripts that run only in a race or at a worker's shutdown
 (``chain_advance``, ``queue_release``, ``probe_release``, and ``queue_unpark``, which runs when a
 destination being probed answers again) are run by the service's own functions
-on the Cluster client, once the worker has stopped.
+on the Cluster client, once the worker has stopped, as is a claim of a further destination's delivery.
 
 Then: the scripts that ran are exactly the service's (``svcgw.storage.scripts.names``), every
 key each call named or touched is in its first KEY's slot and named in its KEYS, and no master
@@ -37,13 +37,15 @@ from cli.main import cli
 from svcgw.callbacks.addresses import check_for_service
 from svcgw.config.settings import Settings
 from svcgw.delivery import chainkeys
+from svcgw.deliveryid import new_delivery_id
 from svcgw.intake.receivers import RECEIVER_PREFIX
 from svcgw.liveness import transitions
 from svcgw.registry.store import Scope
 from svcgw.shards.clients import aclose_all, role_clients
 from svcgw.shards.placement import shard_of_token
 from svcgw.storage import scripts
-from svcgw.storage.rqformat import rq_now
+from svcgw.storage.keys import KeySpace
+from svcgw.storage.rqformat import job_description, job_fields, rq_now
 from svcgw.upstream import Upstream
 from tests.cli.commands import ok
 from tests.conftest import run
@@ -259,6 +261,28 @@ async def _account_with_quota(settings: Settings, sink_url: str) -> str:
         return key
 
 
+async def _destination_job(redis: Any, keys: KeySpace, settings: Settings, appid: str) -> str:
+    """A delivery to a further destination of ``appid`` on its shard, as the data model writes one
+    (tests.worker.support.destination_delivery), its destination's copy there, limited to 5 a second."""
+    destination, delivery_id = "dst_0123456789abcdef", new_delivery_id()
+    await redis.hset(
+        keys.destination(destination),
+        mapping={"url": "http://127.0.0.1:9/further", "secret": "whsec_x", "rate": "5", "enabled": "1"},
+    )
+    account = await redis.hget(keys.instance(appid), "account")
+    await redis.hset(keys.delivery(delivery_id), mapping={
+        "appid": appid, "account": account or b"", "event_type": "Msg", "body": b'{"events":[]}', "state": "queued",
+        "received_at": repr(time.time()), "attempts": 0, "failures": 0, "events": 1, "destination": destination,
+        "primary": "",
+    })  # fmt: skip
+    await redis.hset(keys.rq.job(delivery_id), mapping=job_fields(
+        delivery_id, queue_name=settings.queue_name, description=job_description("Msg", appid),
+        failure_ttl=settings.dead_letter_retention,
+    ))  # fmt: skip
+    await redis.rpush(keys.rq.queue(settings.queue_name), delivery_id)
+    return delivery_id
+
+
 async def _race_and_shutdown_paths(settings: Settings, upstream_url: str, appid: str, shard: int) -> None:
     """With the worker stopped: a service event queued and its chain advanced, as a finish that met an event
     queued meanwhile does; the claim handed back, as at a shutdown; a parked job brought forward, as when a
@@ -274,6 +298,11 @@ async def _race_and_shutdown_paths(settings: Settings, upstream_url: str, appid:
                                        rq_now())  # fmt: skip
         claimed = [c.delivery_id for c in await queue.claim_batch(10, "stopping")]
         assert queued in claimed
+        assert await queue.release(claimed) == len(claimed)
+        # A further destination's job, under its rate: its read names the destination's hash and pace record.
+        further = await _destination_job(redis, keys, settings, appid)
+        claimed = [c.delivery_id for c in await queue.claim_batch(10, "stopping")]
+        assert further in claimed and await redis.exists(keys.destination_pace("dst_0123456789abcdef"))
         assert await queue.release(claimed) == len(claimed)
         # A job held back for a destination being probed, brought forward as when it answers again.
         destination, later = "http://hung.test:80", time.time() + 600

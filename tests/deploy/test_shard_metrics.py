@@ -113,16 +113,16 @@ def test_every_figure_counts_each_instance_delivery_and_dead_letter_once(
 
         def settled() -> dict[str, float] | None:
             values = scrape(server.base)
-            done = values.get("svcgw_deliveries_total{outcome=delivered}") == SHARDS
-            return values if done and values.get("svcgw_deliveries_total{outcome=dead}") == 1 else None
+            done = values.get("svcgw_deliveries_total{kind=primary,outcome=delivered}") == SHARDS
+            return values if done and values.get("svcgw_deliveries_total{kind=primary,outcome=dead}") == 1 else None
 
         after = wait_for(settled, timeout=20, interval=0.2, what="the deliveries and the dead letter counted")
         assert after["svcgw_posts_received_total"] == SHARDS + 1
         assert after["svcgw_events_received_total"] == SHARDS + 1
-        assert after["svcgw_delivery_attempts_total{outcome=delivered}"] == SHARDS
-        assert after["svcgw_delivery_attempts_total{outcome=retry}"] == 1
-        assert after["svcgw_delivery_attempts_total{outcome=dead}"] == 1
-        assert after["svcgw_dead_letters_total"] == 1
+        assert after["svcgw_delivery_attempts_total{kind=primary,outcome=delivered}"] == SHARDS
+        assert after["svcgw_delivery_attempts_total{kind=primary,outcome=retry}"] == 1
+        assert after["svcgw_delivery_attempts_total{kind=primary,outcome=dead}"] == 1
+        assert after["svcgw_dead_letters_total{kind=primary}"] == 1
         assert after["svcgw_dead_letters"] == 1
         assert after["svcgw_shard_dead_letters{shard=2}"] == 1
         assert after["svcgw_delivery_latency_seconds_count"] == SHARDS

@@ -46,14 +46,14 @@ def test_counters_move_when_events_flow(
     def settled() -> dict[str, float] | None:
         values = scrape(server)
         # Both roles write their counters twice a second.
-        settled = values.get("svcgw_deliveries_total{outcome=delivered}") == 2
+        settled = values.get("svcgw_deliveries_total{kind=primary,outcome=delivered}") == 2
         return values if settled and values.get("svcgw_posts_received_total") == 2 else None
 
     after = wait_for(settled, timeout=10, interval=0.1, what="the delivery counters")
     assert after["svcgw_posts_received_total"] == 2
     assert after["svcgw_events_received_total"] == 4
     assert after["svcgw_duplicates_dropped_total"] == 1
-    assert after["svcgw_delivery_attempts_total{outcome=delivered}"] == 2
+    assert after["svcgw_delivery_attempts_total{kind=primary,outcome=delivered}"] == 2
     assert after["svcgw_delivery_latency_seconds_count"] == 2
     assert after["svcgw_delivery_latency_seconds_bucket{le=+Inf}"] == 2
     assert 0 < after["svcgw_delivery_latency_seconds_sum"] < 60
@@ -64,16 +64,16 @@ def test_counters_move_when_events_flow(
     sink.set(status=500)
     httpx.post(url, content=b'{"event_type":"Msg","events":[{"id":"m4"}]}', timeout=10).raise_for_status()
     final = wait_for(
-        lambda: (v := scrape(server)).get("svcgw_deliveries_total{outcome=dead}") == 1 and v,
+        lambda: (v := scrape(server)).get("svcgw_deliveries_total{kind=primary,outcome=dead}") == 1 and v,
         timeout=30,
         interval=0.1,
         what="a dead letter counted",
     )
     assert final["svcgw_dead_letters"] == 1
-    assert final["svcgw_delivery_attempts_total{outcome=retry}"] == len(settings.retry_schedule)
-    assert final["svcgw_delivery_attempts_total{outcome=dead}"] == 1
-    assert final["svcgw_deliveries_total{outcome=dead}"] == 1
-    assert final["svcgw_dead_letters_total"] == 1
+    assert final["svcgw_delivery_attempts_total{kind=primary,outcome=retry}"] == len(settings.retry_schedule)
+    assert final["svcgw_delivery_attempts_total{kind=primary,outcome=dead}"] == 1
+    assert final["svcgw_deliveries_total{kind=primary,outcome=dead}"] == 1
+    assert final["svcgw_dead_letters_total{kind=primary}"] == 1
     assert redis.hlen(keys.metrics_counters) > 0
 
 
@@ -85,6 +85,8 @@ def test_rendering_is_cumulative_and_labelled() -> None:
         *attempt_commands(keys, "delivered", received_at=100.0, now=100.07),
         *attempt_commands(keys, "delivered", received_at=100.0, now=400.0),
         *attempt_commands(keys, "retry", received_at=100.0),
+        *attempt_commands(keys, "retry", received_at=100.0, kind="destination"),
+        *attempt_commands(keys, "dead", received_at=100.0, kind="destination"),
     ]:
         target = counters if key == keys.metrics_counters else latency
         target[field] = target.get(field, 0) + amount
@@ -100,7 +102,15 @@ def test_rendering_is_cumulative_and_labelled() -> None:
         }
     ).decode()
     assert "svcgw_events_received_total 4.0" in text
-    assert 'svcgw_delivery_attempts_total{outcome="retry"} 1.0' in text
+    # The delivery counters by kind: the primary address's series named as before kinds were counted.
+    assert counters["delivery_attempts|retry"] == 1 and counters["delivery_attempts|retry|destination"] == 1
+    assert 'svcgw_delivery_attempts_total{kind="primary",outcome="retry"} 1.0' in text
+    assert 'svcgw_delivery_attempts_total{kind="destination",outcome="retry"} 1.0' in text
+    assert 'svcgw_delivery_attempts_total{kind="destination",outcome="dead"} 1.0' in text
+    assert 'svcgw_deliveries_total{kind="primary",outcome="delivered"} 2.0' in text
+    assert 'svcgw_deliveries_total{kind="destination",outcome="dead"} 1.0' in text
+    assert 'svcgw_dead_letters_total{kind="primary"} 0.0' in text
+    assert 'svcgw_dead_letters_total{kind="destination"} 1.0' in text
     assert 'svcgw_delivery_latency_seconds_bucket{le="0.1"} 1.0' in text
     assert 'svcgw_delivery_latency_seconds_bucket{le="600.0"} 2.0' in text
     assert 'svcgw_delivery_latency_seconds_bucket{le="+Inf"} 2.0' in text

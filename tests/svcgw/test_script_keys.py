@@ -9,6 +9,7 @@ against a real Redis under ``MONITOR`` (tests.scriptkeys), with the real app and
 from __future__ import annotations
 
 import asyncio
+import time
 from collections import Counter
 
 import httpx
@@ -21,15 +22,18 @@ from svcgw.delivery import deadletters
 from svcgw.delivery.replay import replay
 from svcgw.delivery.retrynow import NotRetrying, retry_now
 from svcgw.liveness import transitions
+from svcgw.registry.store import Scope, Store
 from svcgw.storage.keys import PLAIN as keys
-from tests.conftest import provision
+from svcgw.vault import TokenVault
+from tests.conftest import provision, with_store
 from tests.receiver.console.conftest import ConsoleClient
 from tests.receiver.gateway.stack import sim as sim  # the module's simulator fixture
 from tests.receiver.gateway.stack import start_stack
 from tests.scriptkeys import ScriptKeyWatch
 from tests.support import Sink, ThreadedWorker, is_delivered, wait_for
 from tests.svcgw.delivery.test_deadletters import ingest
-from tests.worker.support import flip, started
+from tests.worker.support import add_destination, claim_batch, deliver_all, destination_delivery, flip, started
+from worker.engine import Engine
 
 pytestmark = pytest.mark.slow
 
@@ -198,3 +202,42 @@ def test_the_watch_sees_a_key_a_script_does_not_name(redis_url: str, redis: Redi
     with ScriptKeyWatch(redis_url) as watch:
         redis.eval("redis.call('SET', KEYS[1], 1); return redis.call('GET', 'svcgw:unnamed')", 1, "svcgw:named")
     assert [(key, command) for _, command, key in watch.undeclared()] == [("svcgw:unnamed", b"GET")]
+
+
+def test_the_claims_of_further_destinations_touch_only_the_keys_their_scripts_name(
+    settings: Settings, redis_url: str, redis: Redis, sink: Sink
+) -> None:
+    # Their jobs name the destination's hash and pace record in place of the callback hashes: started,
+    # paced (the record written), held while disabled, started with no address once removed, then
+    # delivered or dead through the finish.
+    tenant = provision(settings, url=sink.url)
+    account = Scope(account=tenant.account)
+    paced, gone, disabled = (add_destination(settings, account, sink.url, rate=5),
+                             add_destination(settings, account, sink.url),
+                             add_destination(settings, account, sink.url, enabled=False))  # fmt: skip
+    primary = ingest(settings, tenant, b'{"event_type":"Msg","events":[{"id":"k1"}]}')
+    body = redis.hget(keys.rq.job(primary), "body")
+    assert body
+    made = {destination.id: [destination_delivery(redis, settings, tenant, destination.id, primary, body)
+                             for _ in range(count)]
+            for destination, count in ((paced, 8), (gone, 1), (disabled, 1))}  # fmt: skip
+
+    async def remove(store: Store) -> None:
+        await store.remove_destination(gone.id)
+
+    with_store(settings, remove)
+    with ScriptKeyWatch(redis_url) as watch:
+        claimed = claim_batch(settings, 50)
+        assert {job.destination_id for job in claimed} == {"", paced.id, gone.id}
+        assert redis.exists(keys.destination_pace(paced.id))
+        for job in claimed:  # back in the queue, to be attempted by the engine
+            redis.zrem(keys.inflight(settings.queue_name), job.delivery_id)
+            redis.rpush(keys.rq.queue(settings.queue_name), job.delivery_id)
+        # Enabled again, and due now rather than in SVCGW_DISABLED_RECHECK_SECONDS.
+        redis.hset(keys.destination(disabled.id), "enabled", "1")
+        redis.zadd(keys.rq.scheduled(settings.queue_name), dict.fromkeys(made[disabled.id], time.time()))
+        deliver_all(Engine(settings, None, TokenVault.from_settings(settings)))
+    assert len(sink.posts()) == 1 + 8 + 1
+    ran = Counter(call.name for call in watch.calls())
+    assert ran["queue_read"] > 2 and ran["queue_finish"] > 0
+    assert watch.undeclared() == []

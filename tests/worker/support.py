@@ -7,13 +7,19 @@ import time
 from collections.abc import Awaitable, Callable, Mapping
 from typing import TypeVar
 
+from redis import Redis as SyncRedis
 from redis.asyncio import Redis
 
+from svcgw.callbacks.addresses import check_for_service
 from svcgw.config.settings import Settings
 from svcgw.delivery import failingdestinations
+from svcgw.deliveryid import new_delivery_id
 from svcgw.liveness import transitions
+from svcgw.registry.destinations import DestinationConfig
+from svcgw.registry.store import Scope, Store
 from svcgw.storage.keys import PLAIN as keys
-from tests.conftest import Tenant, provision
+from svcgw.storage.rqformat import job_description, job_fields
+from tests.conftest import Tenant, provision, with_store
 from tests.support import Received
 from worker.engine import Engine, loop_factory
 from worker.queue import Claimed, DeliveryQueue, Finish
@@ -27,7 +33,8 @@ def with_queue(settings: Settings, action: Callable[[DeliveryQueue], Awaitable[T
         try:
             queue = DeliveryQueue(
                 client,
-                keys, settings.queue_name,
+                keys,
+                settings.queue_name,
                 lease_seconds=settings.lease_seconds,
                 failing_argument=failingdestinations.script_argument(settings),
                 log_retention=settings.log_retention,
@@ -112,3 +119,58 @@ def deliver_all(engine: Engine) -> None:
     """Run ``engine`` as ``svcgw worker --burst`` runs it: on a loop of its own, until nothing is left to deliver."""
     with asyncio.Runner(loop_factory=loop_factory()) as runner:
         runner.run(engine.serve(asyncio.Event(), burst=True))
+
+
+# --- further destinations (docs/destinations.md) ----------------------------------------
+def add_destination(settings: Settings, scope: Scope, url: str, **values: object) -> DestinationConfig:
+    """A further destination saved as the console saves one (its own signing secret, sealed)."""
+
+    async def action(store: Store) -> DestinationConfig:
+        return await store.add_destination(scope, check_for_service(url, settings), **values)
+
+    return with_store(settings, action)
+
+
+def destination_delivery(
+    redis: SyncRedis,
+    settings: Settings,
+    tenant: Tenant,
+    destination_id: str,
+    primary_id: str,
+    body: bytes,
+    *,
+    event_type: str = "Msg",
+) -> str:
+    """One delivery of a post to a further destination, written as the data model says (docs/destinations.md):
+    a ``dlv_`` delivery hash with ``destination`` and ``primary``, its RQ job hash and its place in the
+    queue, as ``queue_delivery.lua`` writes a service event's (without the chain)."""
+    delivery_id = new_delivery_id()
+    queue_key = keys.rq.queue(settings.queue_name)
+    job = job_fields(
+        delivery_id,
+        queue_name=settings.queue_name,
+        description=job_description(event_type, tenant.appid),
+        failure_ttl=settings.dead_letter_retention,
+    )
+    pipe = redis.pipeline(transaction=True)
+    pipe.hset(
+        keys.delivery(delivery_id),
+        mapping={
+            "appid": tenant.appid,
+            "account": tenant.account,
+            "event_type": event_type,
+            "body": body,
+            "state": "queued",
+            "received_at": repr(time.time()),
+            "attempts": 0,
+            "failures": 0,
+            "events": 1,
+            "destination": destination_id,
+            "primary": primary_id,
+        },
+    )
+    pipe.hset(keys.rq.job(delivery_id), mapping=job)
+    pipe.rpush(queue_key, delivery_id)
+    pipe.sadd(keys.rq.queues, queue_key)
+    pipe.execute()
+    return delivery_id

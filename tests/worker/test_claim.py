@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import itertools
 import time
 from typing import Any
 
@@ -10,12 +11,14 @@ import pytest
 from redis import Redis
 
 from svcgw.config.settings import Settings
+from svcgw.delivery import pacing
 from svcgw.intake.ingest import Ingest
+from svcgw.registry.destinations import DestinationChange, DestinationConfig
 from svcgw.registry.store import Scope, Store
 from svcgw.storage.keys import PLAIN as keys
 from tests.conftest import Tenant, provision, with_store
 from tests.svcgw.delivery.test_deadletters import ingest
-from tests.worker.support import with_queue
+from tests.worker.support import add_destination, claim_batch, destination_delivery, with_queue
 from tests.worker.test_concurrencycaps import Clock
 from tests.worker.test_queue import status
 from worker.claim import Hold, Sightings
@@ -280,3 +283,116 @@ def test_jobs_held_back_for_a_hanging_destination_are_lined_up_parked_and_brough
     # Brought forward, they are promoted and claimed as any other job.
     promoted = with_queue(settings, lambda queue: queue.promote_due())
     assert promoted.moved == len(ids) - 1
+
+
+# --- further destinations (docs/destinations.md): their hash and pace record, in place of the callback hashes ---
+def _further(settings: Settings, redis: Redis, **values: object) -> tuple[Tenant, DestinationConfig, str, str]:
+    """An instance with its own address, one further destination of its account, and one post to both."""
+    tenant = provision(settings, url="http://127.0.0.1:8081/primary")
+    destination = add_destination(
+        settings, Scope(account=tenant.account), "http://127.0.0.1:8082/further", bearer_token="tok-further", **values
+    )
+    primary = ingest(settings, tenant, b'{"event_type":"Msg","events":[{"id":"f1"}]}')
+    body = redis.hget(keys.rq.job(primary), "body")
+    assert body
+    further = destination_delivery(redis, settings, tenant, destination.id, primary, body)
+    return tenant, destination, primary, further
+
+
+def _changed(settings: Settings, destination_id: str, change: DestinationChange) -> None:
+    async def action(store: Store) -> None:
+        await store.update_destination(destination_id, change)
+
+    with_store(settings, action)
+
+
+def test_a_further_destinations_job_is_read_with_its_destinations_hash_the_primarys_as_before(
+    settings: Settings, redis: Redis
+) -> None:
+    _, destination, primary, further = _further(settings, redis)
+    claimed = {job.delivery_id: job for job in claim_batch(settings, 10)}
+    assert set(claimed) == {primary, further}
+    stored = {k.decode(): v.decode() for k, v in redis.hgetall(keys.destination(destination.id)).items()}
+    job = claimed[further]
+    assert job.destination_id == destination.id and job.fields["destination"] == destination.id.encode()
+    # The destination's url, sealed secret and token under a callback hash's names; no account default.
+    assert job.own == {"url": destination.url, "secret": stored["secret"], "token": stored["token"]}
+    assert job.default == {}
+    assert claimed[primary].destination_id == "" and claimed[primary].own["url"] == "http://127.0.0.1:8081/primary"
+    assert status(redis, further) == "started" and status(redis, primary) == "started"
+    assert not redis.exists(keys.destination_pace(destination.id))  # no rate: no pace record
+
+
+def test_a_job_named_without_the_destination_its_fields_name_is_named_again(settings: Settings, redis: Redis) -> None:
+    # The read names the destination's keys only when told of it: a job whose fields name one it
+    # was not named for is named again, never sent to the instance's own address.
+    _, destination, _, further = _further(settings, redis)
+
+    async def unaware(queue: DeliveryQueue) -> list[Any]:
+        owners = queue._claimer._owners
+
+        async def without_destination(ids: Any) -> Any:
+            return {i: (owner[0], owner[1], "") for i, owner in (await owners(ids)).items()}
+
+        queue._claimer._owners = without_destination  # type: ignore[method-assign]
+        return await queue.claim_batch(10, "engine")
+
+    claimed = {job.delivery_id: job for job in with_queue(settings, unaware)}
+    assert claimed[further].own["url"] == destination.url and claimed[further].destination_id == destination.id
+
+
+def test_a_disabled_destinations_job_waits_unattempted_and_goes_once_enabled(settings: Settings, redis: Redis) -> None:
+    _, destination, primary, further = _further(settings, redis)
+    _changed(settings, destination.id, DestinationChange(enabled=False))
+    before = time.time()
+    (claimed,) = claim_batch(settings, 10)
+    assert claimed.delivery_id == primary
+    due = redis.zscore(keys.rq.scheduled(settings.queue_name), further)
+    assert due is not None and before + 30 <= due <= time.time() + 30  # SVCGW_DISABLED_RECHECK_SECONDS
+    assert status(redis, further) == "scheduled" and redis.zscore(keys.inflight(settings.queue_name), further) is None
+    state = redis.hmget(keys.delivery(further), "state", "attempts", "failures")
+    assert state == [b"queued", b"0", b"0"]  # pending, not an attempt
+
+    _changed(settings, destination.id, DestinationChange(enabled=True))
+    redis.zrem(keys.rq.scheduled(settings.queue_name), further)
+    redis.rpush(keys.rq.queue(settings.queue_name), further)
+    (again,) = claim_batch(settings, 10)
+    assert again.delivery_id == further and again.own["url"] == destination.url
+
+
+def test_a_removed_destinations_job_is_started_with_no_address(settings: Settings, redis: Redis) -> None:
+    _, destination, _, further = _further(settings, redis)
+
+    async def remove(store: Store) -> None:
+        await store.remove_destination(destination.id)
+
+    with_store(settings, remove)
+    claimed = {job.delivery_id: job for job in claim_batch(settings, 10)}
+    assert claimed[further].own == {} and claimed[further].destination_id == destination.id
+    assert status(redis, further) == "started"
+
+
+def test_a_backlog_over_the_rate_goes_back_lined_up_one_interval_apart(settings: Settings, redis: Redis) -> None:
+    tenant, destination, primary, first = _further(settings, redis, rate=2)
+    body = redis.hget(keys.delivery(first), "body")
+    assert body
+    ids = [first, *(destination_delivery(redis, settings, tenant, destination.id, primary, body) for _ in range(9))]
+    claimed = [job.delivery_id for job in claim_batch(settings, 20)]
+    # One second's worth at once beside the first (GCRA, interval 0.5 s): three of the ten; the primary.
+    assert claimed == [primary, *ids[:3]]
+    scheduled = dict(redis.zrange(keys.rq.scheduled(settings.queue_name), 0, -1, withscores=True))
+    dues = [scheduled[i.encode()] for i in ids[3:]]
+    assert all(b - a == pytest.approx(0.5, abs=1e-5) for a, b in itertools.pairwise(dues))
+    for job in ids[3:]:
+        assert status(redis, job) == "scheduled" and redis.hget(keys.delivery(job), "attempts") == b"0"
+    # The script's arithmetic is pacing's: replayed from the claim's clock, the same dues and record.
+    now = dues[0] - 0.5
+    pace, expected = pacing.Pace(), []
+    for _ in ids:
+        due, pace = pacing.take(pace, 2.0, now)
+        if due is not None:
+            expected.append(due)
+    assert dues == pytest.approx(expected, abs=1e-5)
+    record = {k.decode(): float(v) for k, v in redis.hgetall(keys.destination_pace(destination.id)).items()}
+    assert record == pytest.approx({"t": pace.tat, "h": pace.horizon}, abs=1e-5)
+    assert 0 < redis.pttl(keys.destination_pace(destination.id)) <= (pacing.expires_at(pace) - time.time()) * 1000 + 50

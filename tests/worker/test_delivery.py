@@ -11,7 +11,7 @@ from cryptography.fernet import Fernet
 from svcgw.callbacks.outbound import Response
 from svcgw.callbacks.signing import verify
 from svcgw.vault import TokenVault
-from worker.delivery import ANSWER_BODY_BYTES, Attempt, Prepared, prepare_claimed, send
+from worker.delivery import ANSWER_BODY_BYTES, Attempt, Prepared, decide, prepare_claimed, prepared_leniently, send
 from worker.queue import Claimed
 
 SECRET = "whsec_" + "s" * 43
@@ -87,3 +87,43 @@ def test_an_attempt_record_keeps_the_first_kilobyte_of_the_answer() -> None:
         assert len(kept.encode()) <= ANSWER_BODY_BYTES and answer.startswith(kept)
         assert len(kept.encode()) > ANSWER_BODY_BYTES - 3  # no more than half a character lost
     assert json.loads(Attempt(ok=True, at=1.0, duration=0.1, response="short").record(1))["response"] == "short"
+
+
+# --- further destinations (docs/destinations.md) ------------------------------------------
+def destination_claimed(config: dict[str, str]) -> Claimed:
+    """A further destination's job as the claim returns it: the destination's hash under a callback hash's names."""
+    job = claimed(SECRET)
+    return Claimed("dlv_2", {**job.fields, "destination": b"dst_0123456789abcdef"}, config, {"url": "http://x/no"})
+
+
+def test_a_further_destinations_delivery_is_signed_with_its_secret_and_token_and_names_it() -> None:
+    config = {"url": "http://127.0.0.1:9/further", "secret": VAULT.seal("whsec_further"), "token": VAULT.seal("tk")}
+    prepared = prepare_claimed(destination_claimed(config), VAULT)
+    assert prepared is not None and prepared.kind == "destination" and not prepared.removed
+    result = asyncio.run(send(client := Recorder(), prepared))
+    ((url, body, headers),) = client.posts
+    assert result.ok and url == "http://127.0.0.1:9/further"  # never the account default
+    assert headers["X-Svc-Destination"] == "dst_0123456789abcdef" and headers["Authorization"] == "Bearer tk"
+    assert verify("whsec_further", headers["X-Svc-Timestamp"], body, headers["X-Svc-Signature"])
+    assert json.loads(result.record(1))["dst"] == "dst_0123456789abcdef"
+
+
+def test_the_primarys_attempt_and_record_are_as_they_were() -> None:
+    prepared = prepare_claimed(claimed(SECRET), VAULT)
+    assert prepared is not None and prepared.kind == "primary"
+    result = asyncio.run(send(client := Recorder(), prepared))
+    ((_url, _body, headers),) = client.posts
+    assert "X-Svc-Destination" not in headers and "dst" not in json.loads(result.record(1))
+
+
+def test_a_removed_destinations_delivery_fails_without_a_request_and_is_dead_at_once() -> None:
+    prepared = prepare_claimed(destination_claimed({}), VAULT)
+    assert prepared is not None and prepared.removed
+    ok, error, client = attempt(prepared)
+    assert not ok and error == "the destination dst_0123456789abcdef was removed" and client.posts == []
+    failed = Attempt(ok=False, at=1.0, duration=0.0, error=error)
+    assert decide(prepared, failed, (1.0, 2.0)) == ("dead", None)
+    # An attempt that failed otherwise (not prepared: read leniently) is retried as any other.
+    lenient = prepared_leniently(destination_claimed({}))
+    assert lenient.destination_id == "dst_0123456789abcdef" and not lenient.removed
+    assert decide(lenient, failed, (1.0, 2.0)) == ("retry", 1.0)

@@ -62,3 +62,12 @@ def test_signed_headers_leave_out_what_is_not_given() -> None:
     headers = signed_headers("whsec_k", b"", 1, event_type="SvcCallbackTest", token="")
     assert set(headers) == {"Content-Type", "User-Agent", "X-Svc-Timestamp", "X-Svc-Signature", "X-Svc-Event-Type"}
     assert verify("whsec_k", headers["X-Svc-Timestamp"], b"", headers["X-Svc-Signature"])
+
+
+def test_a_further_destinations_delivery_names_it_and_the_primarys_does_not() -> None:
+    body = b'{"events":[]}'
+    further = signed_headers("whsec_d", body, 5, event_type="Msg", delivery_id="dlv_2", attempt=1,
+                             destination="dst_0123456789abcdef")  # fmt: skip
+    primary = signed_headers("whsec_d", body, 5, event_type="Msg", delivery_id="dlv_2", attempt=1)
+    assert further == {**primary, "X-Svc-Destination": "dst_0123456789abcdef"}
+    assert "X-Svc-Destination" not in signed_headers("whsec_d", body, 5, event_type="Msg", destination="")

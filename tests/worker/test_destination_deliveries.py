@@ -1,0 +1,207 @@
+"""Deliveries to further destinations, attempted by the real engine against real loopback sinks (docs/destinations.md).
+
+Each goes to its destination's address, signed with the destination's own secret, with its Bearer token
+and ``X-Svc-Destination``; the primary's headers are as they were. A destination that always fails is a
+dead letter alone, and its replay reaches it alone; a disabled one's deliveries wait, pending, until it
+is enabled; a removed one's fail at once; a rate limit holds across the run and in every second.
+The deliveries are written as the data model says (``tests.worker.support.destination_delivery``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import time
+from collections.abc import Iterator
+from dataclasses import replace
+
+import pytest
+from redis import Redis
+
+from svcgw.config.settings import Settings
+from svcgw.registry.destinations import DestinationChange, DestinationConfig
+from svcgw.registry.store import Scope, Store
+from svcgw.storage.keys import PLAIN as keys
+from svcgw.vault import TokenVault
+from tests.conftest import Tenant, provision, with_store
+from tests.support import Received, Sink, attempt_records, is_delivered, wait_for
+from tests.svcgw.delivery.test_deadletters import ingest, list_dead, replay
+from tests.verify.conftest import PYTHON_LIB
+from tests.worker.support import add_destination, deliver_all, destination_delivery
+from tests.worker.test_engine import Running
+from tests.worker.test_pipeline import secret_of
+from worker.engine import Engine
+
+TOKEN = "further-bearer-" + "t" * 16
+
+
+@pytest.fixture
+def further() -> Iterator[Sink]:
+    """The further destination's sink, beside the primary address's (``sink``)."""
+    server = Sink().start()
+    yield server
+    server.stop()
+
+
+def _post_to_both(
+    settings: Settings, redis: Redis, tenant: Tenant, destination: DestinationConfig, event_id: str
+) -> tuple[str, str]:
+    """One post delivered to the primary address and, as the fan-out writes it, to ``destination``."""
+    primary = ingest(settings, tenant, b'{"event_type":"Msg","events":[{"id":"%s"}]}' % event_id.encode())
+    body = redis.hget(keys.rq.job(primary), "body")
+    assert body
+    return primary, destination_delivery(redis, settings, tenant, destination.id, primary, body)
+
+
+def _stripe_style(secret: str, post: Received) -> bool:
+    """The check a receiver writes by hand: HMAC-SHA256 of ``timestamp.body`` with the secret, hex."""
+    stamp = post.headers["x-svc-timestamp"]
+    expected = hmac.new(secret.encode(), stamp.encode() + b"." + post.body, hashlib.sha256).hexdigest()
+    return hmac.compare_digest(expected, post.headers["x-svc-signature"])
+
+
+def _engine(settings: Settings) -> Engine:
+    return Engine(settings, None, TokenVault.from_settings(settings))
+
+
+def _change(settings: Settings, destination_id: str, change: DestinationChange) -> None:
+    async def action(store: Store) -> None:
+        await store.update_destination(destination_id, change)
+
+    with_store(settings, action)
+
+
+def test_a_destination_delivery_is_signed_with_its_own_secret_and_names_its_destination(
+    settings: Settings, redis: Redis, sink: Sink, further: Sink
+) -> None:
+    # verify/python from its sources (tests.verify.conftest puts them on the path), not an installed copy.
+    assert PYTHON_LIB.is_dir()
+    from svcgw_verify import NO_MATCH, check, verify
+
+    tenant = provision(settings, url=sink.url)
+    destination = add_destination(settings, Scope(account=tenant.account), further.url, bearer_token=TOKEN)
+    primary, delivery_id = _post_to_both(settings, redis, tenant, destination, "s1")
+    deliver_all(_engine(settings))
+
+    (post,) = further.posts()
+    assert post.path == "/hook" and post.headers["x-svc-destination"] == destination.id
+    assert post.headers["authorization"] == f"Bearer {TOKEN}"
+    assert post.headers["x-svc-delivery-id"] == delivery_id and post.headers["x-svc-attempt"] == "1"
+    assert destination.secret
+    verify(post.body, post.headers, secrets=destination.secret, tolerance=300)
+    assert _stripe_style(destination.secret, post)
+    own_secret = secret_of(settings, tenant)
+    assert check(post.body, post.headers, secrets=own_secret) == NO_MATCH  # not the primary's secret
+
+    (first,) = sink.posts()
+    assert first.body == post.body and first.headers["x-svc-delivery-id"] == primary
+    assert "x-svc-destination" not in first.headers and "authorization" not in first.headers
+    verify(first.body, first.headers, secrets=own_secret, tolerance=300)
+    assert _stripe_style(own_secret, first)
+
+    assert is_delivered(redis, delivery_id) and is_delivered(redis, primary)
+    (record,) = attempt_records(redis, delivery_id)
+    assert record["ok"] and record["dst"] == destination.id and record["destination"] == further.url
+    counters = {k.decode(): int(v) for k, v in redis.hgetall(keys.metrics_counters).items()}
+    assert counters["deliveries|delivered|destination"] == 1 and counters["deliveries|delivered"] == 1
+    assert counters["delivery_attempts|delivered|destination"] == 1
+
+
+def test_a_destination_that_always_fails_is_dead_alone_and_its_replay_reaches_it_alone(
+    settings: Settings, redis: Redis, sink: Sink, further: Sink
+) -> None:
+    further.set(status=500)
+    tenant = provision(settings, url=sink.url)
+    destination = add_destination(settings, Scope(account=tenant.account), further.url)
+    primary, delivery_id = _post_to_both(settings, redis, tenant, destination, "f1")
+    deliver_all(_engine(settings))
+
+    assert is_delivered(redis, primary) and len(sink.posts()) == 1
+    assert [dead.id for dead in list_dead(settings, appid=tenant.appid)] == [delivery_id]
+    tries = len(settings.retry_schedule) + 1
+    assert len(further.posts()) == tries and redis.hget(keys.delivery(delivery_id), "state") == b"dead"
+    counters = {k.decode(): int(v) for k, v in redis.hgetall(keys.metrics_counters).items()}
+    assert counters["dead_letters|destination"] == 1 and "dead_letters" not in counters
+
+    further.set(status=200)
+    (replayed,) = replay(settings, ids=[delivery_id])
+    assert replayed.replayed
+    deliver_all(_engine(settings))
+    assert len(further.posts()) == tries + 1 and len(sink.posts()) == 1
+    last = further.posts()[-1]
+    assert last.headers["x-svc-destination"] == destination.id and last.headers["x-svc-delivery-id"] == delivery_id
+    assert is_delivered(redis, delivery_id)
+
+
+def test_a_removed_destinations_delivery_is_dead_at_once_and_so_is_its_replay(
+    settings: Settings, redis: Redis, sink: Sink, further: Sink
+) -> None:
+    tenant = provision(settings, url=sink.url)
+    destination = add_destination(settings, Scope(account=tenant.account), further.url)
+    primary, delivery_id = _post_to_both(settings, redis, tenant, destination, "r1")
+
+    async def remove(store: Store) -> None:
+        await store.remove_destination(destination.id)
+
+    with_store(settings, remove)
+    deliver_all(_engine(settings))
+    error = f"the destination {destination.id} was removed"
+    assert is_delivered(redis, primary) and further.posts() == []
+    (record,) = attempt_records(redis, delivery_id)  # no retries
+    assert record["error"] == error and record["dst"] == destination.id and record["destination"] is None
+    (dead,) = list_dead(settings, appid=tenant.appid)
+    assert dead.id == delivery_id and dead.last_error == error
+
+    assert replay(settings, ids=[delivery_id])[0].replayed
+    deliver_all(_engine(settings))
+    assert [r["error"] for r in attempt_records(redis, delivery_id)] == [error, error]
+    assert redis.hget(keys.delivery(delivery_id), "state") == b"dead" and further.posts() == []
+
+
+def test_a_disabled_destinations_deliveries_stay_pending_until_it_is_enabled(
+    settings: Settings, redis: Redis, sink: Sink, further: Sink
+) -> None:
+    quick = replace(settings, disabled_recheck_seconds=0.3)
+    tenant = provision(quick, url=sink.url)
+    destination = add_destination(quick, Scope(account=tenant.account), further.url, enabled=False)
+    pairs = [_post_to_both(quick, redis, tenant, destination, f"d{n}") for n in range(3)]
+    scheduled = keys.rq.scheduled(quick.queue_name)
+    with Running(quick):
+        wait_for(lambda: len(sink.posts()) == 3, what="the primary deliveries")
+        # Looked at again and handed back again, never attempted: still pending, in Redis.
+        first = wait_for(lambda: redis.zscore(scheduled, pairs[0][1]), what="handed back")
+        wait_for(lambda: (redis.zscore(scheduled, pairs[0][1]) or 0) > first, what="looked at again")
+        for _, delivery_id in pairs:
+            state = redis.hmget(keys.delivery(delivery_id), "state", "attempts", "failures")
+            assert state == [b"queued", b"0", b"0"], delivery_id
+        assert further.posts() == []
+
+        _change(quick, destination.id, DestinationChange(enabled=True))
+        wait_for(lambda: len(further.posts()) == 3, timeout=10, what="the deliveries once enabled")
+        wait_for(lambda: all(is_delivered(redis, d) for _, d in pairs), what="recorded as delivered")
+    assert {p.headers["x-svc-delivery-id"] for p in further.posts()} == {d for _, d in pairs}
+
+
+def test_a_destination_limited_to_20_a_second_gets_no_more_and_loses_nothing(
+    settings: Settings, redis: Redis, sink: Sink, further: Sink
+) -> None:
+    rate, count = 20, 100
+    tenant = provision(settings, url=sink.url)
+    destination = add_destination(settings, Scope(account=tenant.account), further.url, rate=rate)
+    primary = ingest(settings, tenant, b'{"event_type":"Msg","events":[{"id":"paced"}]}')
+    body = redis.hget(keys.rq.job(primary), "body")
+    assert body
+    ids = {destination_delivery(redis, settings, tenant, destination.id, primary, body) for _ in range(count)}
+    started = time.time()
+    deliver_all(_engine(settings))
+
+    posts = further.posts()
+    assert sorted(p.headers["x-svc-delivery-id"] for p in posts) == sorted(ids)  # each once, none lost
+    times = sorted(p.at for p in posts)
+    elapsed = times[-1] - started
+    assert count <= rate * (elapsed + 1) + 1, elapsed
+    busiest = max(sum(1 for t in times if start <= t < start + 1.0) for start in times)
+    assert busiest <= 2 * rate + 1, busiest
+    # A job handed back is not an attempt: one attempt each.
+    assert all(redis.hget(keys.delivery(i), "attempts") == b"1" for i in ids)
+    print(f"\n{count} deliveries at {rate}/s: {times[-1] - times[0]:.2f}s first to last, busiest second {busiest}")
