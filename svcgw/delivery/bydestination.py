@@ -1,7 +1,8 @@
 """One further destination's deliveries, newest first, read from its index on every shard.
 
-Each delivery to a further destination (``docs/destinations.md``) is a
-``dlv_`` delivery whose id the ingest script also adds to the destination's
+Each delivery to a further destination (``docs/destinations.md``) is one
+whose id (named by its post and the destination, or a ``dlv_`` one) the
+ingest script also adds to the destination's
 index on the instance's shard, ``KeySpace.destination_deliveries(dst_id)``: a
 sorted set scored by the time its post was received (ms), trimmed to the
 log's retention. An instance's destination has its index on that instance's
@@ -13,8 +14,9 @@ A page's cursor is ``<score>:<delivery id>`` of the last delivery shown:
 deliveries received in the same millisecond keep one order on every shard
 (their ids, descending), so a page never repeats nor skips one. The
 deliveries themselves are read as the instance's list reads them
-(:func:`svcgw.delivery.listing.deliveries_of`); one whose record expired
-is left out.
+(:func:`svcgw.delivery.listing.deliveries_of`: a delivered one named by its
+post from its post and bare outcome); one whose record or post expired is
+left out.
 """
 
 from __future__ import annotations

@@ -205,7 +205,7 @@ class KeySpace:
         return f"{self.prefix}routes:instance:{appid}"
 
     def destination_deliveries(self, destination_id: str) -> str:
-        """Sorted set: the deliveries of one further destination on this shard, member the ``dlv_`` delivery id,
+        """Sorted set: the deliveries of one further destination on this shard, member the delivery id,
         score the time its post was received (ms); written by the ingest script with the delivery, trimmed by
         score to the log's retention and expired with it (docs/destinations.md). An account's destination
         has one on each shard its instances are on: its readers merge them."""
@@ -269,11 +269,17 @@ class KeySpace:
         and ``failures`` once attempted (none reads as queued, 0, 0), the time received is its id's.
         It is deleted once delivered (its bare outcome is kept: :meth:`outcomes`).
 
-        A ``dlv_`` delivery (service events; earlier versions) has ``svcgw:delivery:<id>`` of
-        its own, with ``state``, ``received_at`` and ``events`` from the start; once delivered it
-        is kept until its expiry, its body emptied and ``ids`` holding its event ids.
+        So does a post's delivery to a further destination named by the post and the destination
+        (``<appid>-<ms>-<seq>_<16 hex>``, svcgw.deliveryid.parse_destination), with ``destination``
+        besides; once delivered, its bare outcome is kept under the post's entry id and the
+        destination's.
+
+        A ``dlv_`` delivery (service events; earlier versions; a further destination's of an appid
+        of the older form) has ``svcgw:delivery:<id>`` of its own, with ``state``, ``received_at``
+        and ``events`` from the start; once delivered it is kept until its expiry, its body emptied
+        and ``ids`` holding its event ids.
         """
-        if deliveryid.parse(delivery_id) is not None:
+        if deliveryid.parse_named(delivery_id) is not None:
             return self.rq.job(delivery_id)
         return f"{self.prefix}delivery:{delivery_id}"
 
