@@ -39,7 +39,7 @@ def is_delivered(redis: Any, delivery_id: str) -> bool:
     from svcgw import deliveryid
     from svcgw.storage.keys import PLAIN as keys
 
-    if deliveryid.parse(delivery_id) is None:
+    if deliveryid.parse_named(delivery_id) is None:
         return bool(redis.hget(keys.delivery(delivery_id), "state") == b"delivered")
     return not redis.exists(keys.delivery(delivery_id), keys.rq.job(delivery_id))
 
@@ -299,9 +299,7 @@ class ThreadedServer:
         import uvicorn
 
         self.port = port or free_port()
-        config = uvicorn.Config(
-            app, host="127.0.0.1", port=self.port, log_config=None, access_log=False, lifespan="on"
-        )
+        config = uvicorn.Config(app, host="127.0.0.1", port=self.port, log_config=None, access_log=False, lifespan="on")
         self.server = uvicorn.Server(config)
         self.thread = threading.Thread(target=self.server.run, name=f"asgi-{self.port}", daemon=True)
         self.logs = LogCapture()

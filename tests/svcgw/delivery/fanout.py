@@ -1,9 +1,11 @@
 """Deliveries to further destinations written as the data model has them (docs/destinations.md), for the readers' tests.
 
 :func:`fan_out` adds to a post already ingested what the ingest script writes when the post also goes
-to further destinations: per destination a ``dlv_`` delivery (its hash, with ``destination`` and
-``primary``, its RQ job, queued) and its id in the destination's index; and the field ``f`` on the
-post's log entry.
+to further destinations: per destination a delivery, its id in the destination's index, and the field
+``f`` on the post's log entry. ``named`` (what the script writes for an appid whose ids are named by
+their posts): ids ``<primary>_<16 hex>``, one hash each of RQ's lean fields and the delivery's with
+``destination``, ``f`` the destination ids; else (an appid of the older form) a ``dlv_`` delivery
+each (its hash, with ``destination`` and ``primary``, its RQ job), ``f`` pairs.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ from redis import Redis
 from svcgw import deliveryid
 from svcgw.config.settings import Settings
 from svcgw.storage.keys import PLAIN as keys
-from svcgw.storage.rqformat import exc_info_field, failed_score, job_description, job_fields
+from svcgw.storage.rqformat import JobTemplate, exc_info_field, failed_score, job_description, job_fields
 from tests.worker.support import claim_batch, finish
 from worker.delivery import Attempt
 from worker.queue import Finish
@@ -25,22 +27,44 @@ from worker.queue import Finish
 __all__ = ["fan_out", "index_only", "kill_among"]
 
 
-def fan_out(settings: Settings, primary: str, destinations: Sequence[str]) -> list[str]:
+def fan_out(settings: Settings, primary: str, destinations: Sequence[str], *, named: bool = False) -> list[str]:
     """The ids of the deliveries of the post of ``primary`` (a delivery just ingested) to ``destinations``."""
-    named = deliveryid.parse(primary)
-    assert named is not None, "a delivery named by its post"
-    appid, entry = named
+    parsed = deliveryid.parse(primary)
+    assert parsed is not None, "a delivery named by its post"
+    appid, entry = parsed
     redis = Redis.from_url(settings.redis_url or "")
     try:
         stored = redis.hgetall(keys.delivery(primary))
         assert stored, "the primary's delivery not yet attempted"
         log = keys.callback_log(appid)
         rows = redis.xrange(log)
-        ids = [deliveryid.new_delivery_id() for _ in destinations]
+        if named:
+            ids = [deliveryid.for_destination(primary, destination) or "" for destination in destinations]
+            assert all(ids), "destination ids of dst_ and 16 hex"
+        else:
+            ids = [deliveryid.new_delivery_id() for _ in destinations]
         received_ms = deliveryid.entry_ms(entry)
         queue = keys.rq.queue(settings.queue_name)
+        template = JobTemplate(settings.queue_name, settings.dead_letter_retention)
         with redis.pipeline(transaction=True) as pipe:
             for delivery_id, destination in zip(ids, destinations, strict=True):
+                if named:
+                    lean = template.lean(delivery_id)
+                    pipe.hset(keys.rq.job(delivery_id), mapping=dict(zip(lean[::2], lean[1::2], strict=True)))
+                    pipe.hset(
+                        keys.rq.job(delivery_id),
+                        mapping={
+                            "appid": appid,
+                            "account": stored[b"account"],
+                            "event_type": stored[b"event_type"],
+                            "body": stored[b"body"],
+                            "destination": destination,
+                        },
+                    )
+                    pipe.rpush(queue, delivery_id)
+                    pipe.sadd(keys.rq.queues, queue)
+                    pipe.zadd(keys.destination_deliveries(destination), {delivery_id: received_ms})
+                    continue
                 pipe.hset(
                     keys.delivery(delivery_id),
                     mapping={
@@ -70,7 +94,10 @@ def fan_out(settings: Settings, primary: str, destinations: Sequence[str]) -> li
                 pipe.zadd(keys.destination_deliveries(destination), {delivery_id: received_ms})
             # An entry's fields cannot change: the log is written again, the post's entry with its field f.
             pipe.delete(log)
-            pairs = " ".join(f"{d}:{dst}" for d, dst in zip(ids, destinations, strict=True)).encode()
+            if named:
+                pairs = " ".join(destinations).encode()
+            else:
+                pairs = " ".join(f"{d}:{dst}" for d, dst in zip(ids, destinations, strict=True)).encode()
             for entry_id, fields in cast(list[tuple[bytes, dict[bytes, bytes]]], rows):
                 written = {**fields, b"f": pairs} if entry_id.decode() == entry else fields
                 pipe.xadd(log, written, id=entry_id)

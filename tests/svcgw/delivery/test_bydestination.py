@@ -19,6 +19,9 @@ from svcgw.storage.keys import KeySpace
 from tests.conftest import provision
 from tests.svcgw.delivery.fanout import fan_out, index_only, kill_among
 from tests.svcgw.delivery.test_deadletters import ingest
+from tests.worker.support import claim_batch, finish
+from worker.delivery import Attempt
+from worker.queue import Finish
 
 OTHER = KeySpace("{s1}")  # a second shard's names, on the same server
 
@@ -112,3 +115,28 @@ def test_an_accounts_destination_is_merged_over_the_shards(settings: Settings, r
     assert [d.id for d in listed(settings, "dst_aaaa", shards=2, before=first.next_before).deliveries] == [on_zero]
     # An instance's destination: its instance's shard alone (shard 0's here, the registry naming no other).
     assert [d.id for d in listed(settings, "dst_aaaa", shards=2, appid=tenant.appid).deliveries] == [on_zero]
+
+
+def test_deliveries_named_by_their_post_are_shown_from_their_bare_outcome_once_delivered(settings: Settings) -> None:
+    destination = "dst_" + "a" * 16
+    tenant = provision(settings)
+    made = [fan_out(settings, ingest(settings, tenant, msg(f"n{n}")), [destination], named=True)[0] for n in range(3)]
+    # The queue: each post's primary, then its destination's delivery; the middle destination's is delivered.
+    delivered = made[1]
+    claimed = [c.delivery_id for c in claim_batch(settings, 6)]
+    assert set(made) <= set(claimed)
+    at = time.time()
+    attempt = Attempt(ok=True, at=at, duration=0.02, status=204, destination="d")
+    assert finish(settings, Finish(delivered, tenant.appid, "delivered", attempt.record(1), retention=3600))
+
+    page = listed(settings, destination)
+    assert [(d.id, d.state) for d in page.deliveries] == [
+        (made[2], "pending"),
+        (delivered, "delivered"),
+        (made[0], "pending"),
+    ]
+    shown = page.deliveries[1]
+    assert (
+        shown.destination == destination and shown.event_ids == ("n1",) and [a.status for a in shown.attempts] == [204]
+    )
+    assert listed(settings, destination, account=provision(settings).account).deliveries == []
