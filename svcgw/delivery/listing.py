@@ -412,7 +412,7 @@ async def _matching(
     outcomes = await posts.outcomes(redis, keys, bare if state in (None, "delivered") else [])
     result: list[tuple[Delivery, int, int]] = []
     for position, (item, data) in enumerate(zip(chunk, records, strict=True)):
-        delivery_id, entry = item.delivery_id, item.entry_id
+        delivery_id = item.delivery_id
         if posts.bare(item, data):
             if state not in (None, "delivered"):
                 continue

@@ -23,13 +23,13 @@ from redis.asyncio import Redis as AsyncRedis
 from svcgw.config.settings import Settings
 from svcgw.delivery.listing import Delivery
 from svcgw.delivery.listing import show as show_delivery
-from svcgw.intake.ingest import Ingest, IngestResult
 from svcgw.registry.destinations import DestinationChange, DestinationConfig
 from svcgw.registry.store import Scope, Store
 from svcgw.storage.keys import PLAIN as keys
 from svcgw.vault import TokenVault
 from tests.conftest import Tenant, provision, with_store
 from tests.support import Received, Sink, attempt_records, is_delivered, wait_for
+from tests.svcgw.delivery.fanout import ingest_fanned
 from tests.svcgw.delivery.test_deadletters import ingest, list_dead, replay
 from tests.verify.conftest import PYTHON_LIB
 from tests.worker.support import add_destination, deliver_all, destination_delivery
@@ -52,26 +52,11 @@ def _post_to_both(
     settings: Settings, redis: Redis, tenant: Tenant, destination: DestinationConfig, event_id: str
 ) -> tuple[str, str]:
     """One post to the primary address and ``destination``, through the receiver's ingest and its fan-out."""
-    body = b'{"event_type":"Msg","events":[{"id":"%s"}]}' % event_id.encode()
-
-    class Routed:
-        async def targets(self, appid: str, event_type: str) -> list[str]:
-            return [destination.id]
-
-    async def run() -> IngestResult:
-        client = AsyncRedis.from_url(settings.redis_url or "")
-        try:
-            return await Ingest(client, keys, settings, targets=Routed()).accept(
-                tenant.appid, tenant.receiver_token, body
-            )
-        finally:
-            await client.aclose()
-
-    result = asyncio.run(run())
-    assert result.delivery_id is not None
-    ((delivery_id, to),) = result.destination_deliveries
-    assert to == destination.id and delivery_id == f"{result.delivery_id}_{destination.id.removeprefix('dst_')}"
-    return result.delivery_id, delivery_id
+    primary, (delivery_id,) = ingest_fanned(
+        settings, tenant, b'{"event_type":"Msg","events":[{"id":"%s"}]}' % event_id.encode(), [destination.id]
+    )
+    assert delivery_id == f"{primary}_{destination.id.removeprefix('dst_')}"
+    return primary, delivery_id
 
 
 def show(settings: Settings, delivery_id: str) -> Delivery:

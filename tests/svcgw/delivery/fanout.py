@@ -10,21 +10,50 @@ each (its hash, with ``destination`` and ``primary``, its RQ job), ``f`` pairs.
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Sequence
 from typing import cast
 
 from redis import Redis
+from redis.asyncio import Redis as AsyncRedis
 
 from svcgw import deliveryid
 from svcgw.config.settings import Settings
+from svcgw.intake.ingest import Ingest, IngestResult
 from svcgw.storage.keys import PLAIN as keys
 from svcgw.storage.rqformat import JobTemplate, exc_info_field, failed_score, job_description, job_fields
+from tests.conftest import Tenant
 from tests.worker.support import claim_batch, finish
 from worker.delivery import Attempt
 from worker.queue import Finish
 
-__all__ = ["fan_out", "index_only", "kill_among"]
+__all__ = ["fan_out", "index_only", "ingest_fanned", "kill_among"]
+
+
+def ingest_fanned(
+    settings: Settings, tenant: Tenant, body: bytes, destinations: Sequence[str]
+) -> tuple[str, list[str]]:
+    """One post through the receiver's own ingest, taken by ``destinations`` (as the routing records would
+    give them): the primary's delivery id, and its further destinations' in that order."""
+
+    class Routed:
+        async def targets(self, appid: str, event_type: str) -> list[str]:
+            return list(destinations)
+
+    async def run() -> IngestResult:
+        client = AsyncRedis.from_url(settings.redis_url or "")
+        try:
+            return await Ingest(client, keys, settings, targets=Routed()).accept(
+                tenant.appid, tenant.receiver_token, body
+            )
+        finally:
+            await client.aclose()
+
+    result = asyncio.run(run())
+    assert result.delivery_id is not None
+    assert [to for _, to in result.destination_deliveries] == list(destinations)
+    return result.delivery_id, [delivery_id for delivery_id, _ in result.destination_deliveries]
 
 
 def fan_out(settings: Settings, primary: str, destinations: Sequence[str], *, named: bool = False) -> list[str]:
