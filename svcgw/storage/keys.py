@@ -205,11 +205,13 @@ class KeySpace:
         return f"{self.prefix}routes:instance:{appid}"
 
     def destination_deliveries(self, destination_id: str) -> str:
-        """Sorted set: the deliveries of one further destination on this shard, member the delivery id,
-        score the time its post was received (ms); written by the ingest script with the delivery, trimmed by
-        score to the log's retention and expired with it (docs/destinations.md). An account's destination
-        has one on each shard its instances are on: its readers merge them."""
-        return f"{self.prefix}destination-deliveries:{destination_id}"
+        """Stream: the deliveries of one further destination on this shard, an entry per delivery (Redis's time,
+        field ``d``: the primary's id for a delivery named by its post, from which its own follows, else its
+        ``dlv_`` id); written by the ingest script with the delivery, ``MINID``-trimmed to the log's
+        retention and expired with it (docs/destinations.md). An account's destination has one on each
+        shard its instances are on: its readers merge them. (A sorted set under ``destination-deliveries:``
+        before: another name, so that neither is written as the other's type.)"""
+        return f"{self.prefix}destination-index:{destination_id}"
 
     # --- ingest: callback log and de-duplication --------------------------------
     def callback_log(self, appid: str) -> str:

@@ -92,7 +92,8 @@ def fan_out(settings: Settings, primary: str, destinations: Sequence[str], *, na
                     )
                     pipe.rpush(queue, delivery_id)
                     pipe.sadd(keys.rq.queues, queue)
-                    pipe.zadd(keys.destination_deliveries(destination), {delivery_id: received_ms})
+                    # Its index entry names the primary: its own id follows from it and the destination's.
+                    pipe.xadd(keys.destination_deliveries(destination), {"d": primary})
                     continue
                 pipe.hset(
                     keys.delivery(delivery_id),
@@ -120,7 +121,7 @@ def fan_out(settings: Settings, primary: str, destinations: Sequence[str], *, na
                 pipe.hset(keys.rq.job(delivery_id), mapping=job)
                 pipe.rpush(queue, delivery_id)
                 pipe.sadd(keys.rq.queues, queue)
-                pipe.zadd(keys.destination_deliveries(destination), {delivery_id: received_ms})
+                pipe.xadd(keys.destination_deliveries(destination), {"d": delivery_id})
             # An entry's fields cannot change: the log is written again, the post's entry with its field f.
             pipe.delete(log)
             if named:
@@ -138,11 +139,12 @@ def fan_out(settings: Settings, primary: str, destinations: Sequence[str], *, na
 
 
 def index_only(settings: Settings, destination: str, delivery_id: str, *, received: float | None = None) -> None:
-    """An id in the destination's index alone (its delivery's record gone, as once expired)."""
+    """An id in the destination's index alone (its delivery's record gone, as once expired); ``received``: the
+    entry's time (above the index's last entry)."""
     redis = Redis.from_url(settings.redis_url or "")
     try:
-        moment = time.time() if received is None else received
-        redis.zadd(keys.destination_deliveries(destination), {delivery_id: int(moment * 1000)})
+        at = "*" if received is None else f"{int(received * 1000)}-*"
+        redis.xadd(keys.destination_deliveries(destination), {"d": delivery_id}, id=at)
     finally:
         redis.close()
 
