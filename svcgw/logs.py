@@ -27,7 +27,8 @@ FIELDS = (
 class JsonFormatter(logging.Formatter):
     def format(self, record: logging.LogRecord) -> str:
         line: dict[str, object] = {
-            "time": time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(record.created)) + f".{int(record.msecs):03d}Z",
+            "time": time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(record.created))
+            + f".{int(record.msecs):03d}Z",
             "level": record.levelname.lower(),
             "logger": record.name,
             "message": record.getMessage(),
@@ -44,7 +45,9 @@ class JsonFormatter(logging.Formatter):
 class TextFormatter(logging.Formatter):
     def format(self, record: logging.LogRecord) -> str:
         base = super().format(record)
-        extras = " ".join(f"{name}={record.__dict__[name]}" for name in FIELDS if record.__dict__.get(name) is not None)
+        extras = " ".join(
+            f"{name}={record.__dict__[name]}" for name in FIELDS if record.__dict__.get(name) is not None
+        )
         return f"{base} {extras}" if extras else base
 
 

@@ -299,7 +299,9 @@ class ThreadedServer:
         import uvicorn
 
         self.port = port or free_port()
-        config = uvicorn.Config(app, host="127.0.0.1", port=self.port, log_config=None, access_log=False, lifespan="on")
+        config = uvicorn.Config(
+            app, host="127.0.0.1", port=self.port, log_config=None, access_log=False, lifespan="on"
+        )
         self.server = uvicorn.Server(config)
         self.thread = threading.Thread(target=self.server.run, name=f"asgi-{self.port}", daemon=True)
         self.logs = LogCapture()

@@ -166,15 +166,16 @@ class Settings:
             max_body_bytes=reader.integer("SVCGW_MAX_BODY_BYTES", 1024 * 1024, minimum=1024),
             max_events_per_post=reader.integer("SVCGW_MAX_EVENTS_PER_POST", 1000, minimum=1, maximum=100_000),
             delivery_concurrency=reader.integer("SVCGW_DELIVERY_CONCURRENCY", 1024, minimum=1, maximum=4096),
-            destination_concurrency=reader.integer("SVCGW_DESTINATION_CONCURRENCY", 16, minimum=1, maximum=1024),
+            destination_concurrency=reader.integer(
+                "SVCGW_DESTINATION_CONCURRENCY", 16, minimum=1, maximum=1024
+            ),
             queue_name=env.get("SVCGW_QUEUE", "svcgw") or "svcgw",
             worker_ttl=reader.number("SVCGW_WORKER_TTL", 420.0, minimum=1.0),
             http_workers=reader.integer("SVCGW_HTTP_WORKERS", 1, minimum=1, maximum=64),
             **reader.credentials("SVCGW_DASHBOARD_USER", "SVCGW_DASHBOARD_PASSWORD"),
             redis_sentinels=sentinels,
-            redis_sentinel_master=first.master
-            if first
-            else env.get("SVCGW_REDIS_SENTINEL_MASTER", "").strip() or "mymaster",
+            redis_sentinel_master=first.master if first else env.get("SVCGW_REDIS_SENTINEL_MASTER", "").strip()
+            or "mymaster",
             redis_sentinel_password=env.get("SVCGW_REDIS_SENTINEL_PASSWORD") or None,
             redis_password=first.password if first else env.get("SVCGW_REDIS_PASSWORD") or None,
             redis_db=first.db if first else reader.integer("SVCGW_REDIS_DB", 0, minimum=0),
@@ -284,7 +285,6 @@ def _address_share(reader: EnvReader) -> int | None:
             f"SVCGW_HTTP_CONNECTIONS_PER_ADDRESS ({number}) must be at most SVCGW_HTTP_LIMIT_CONCURRENCY ({cap})"
         )
     return number
-
 
 def _gateway_bodies(reader: EnvReader) -> tuple[int, int, int]:
     """The gateway's body limits (ordinary, upload, in flight per account), each let through by the next."""

@@ -96,6 +96,8 @@ class ShardLayout:
         return self.deployments[0].kind == "cluster"
 
 
+
+
 def read_layout(env: Mapping[str, str], *, other_redis: bool = False) -> ShardLayout | None:
     """The layout ``SVCGW_REDIS_SHARDS`` names; None when it is unset (one shard, as before).
 

@@ -121,7 +121,9 @@ def parse_post(body: bytes, *, max_bytes: int, max_events: int | None = None) ->
         raise EnvelopeError("event_type must be a non-empty string", status=422)
     if not _EVENT_TYPE.fullmatch(event_type):
         # It becomes the X-Svc-Event-Type header of the delivery: CR or LF there is undeliverable.
-        raise EnvelopeError("event_type must be printable ASCII (0x20 to 0x7E), without control characters", status=422)
+        raise EnvelopeError(
+            "event_type must be printable ASCII (0x20 to 0x7E), without control characters", status=422
+        )
     events = document.get("events")
     if not isinstance(events, list):
         raise EnvelopeError("events must be an array", status=422)

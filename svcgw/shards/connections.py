@@ -227,3 +227,4 @@ def sync_shard_client(
     """The blocking client of one shard's deployment (on a Cluster, the Cluster's)."""
     client: Redis = _build(_BLOCKING, settings, shard, decode, connect_timeout)
     return client
+

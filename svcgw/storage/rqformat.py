@@ -193,7 +193,6 @@ SERIALIZER: Final = JSONSerializer
 # opens no socket until it sends a command, and this one never does.
 _UNUSED_CONNECTION = Redis()
 
-
 class JobTemplate:
     """RQ's job hash for the deliveries of one queue, built once by RQ's own ``Job.create``.
 

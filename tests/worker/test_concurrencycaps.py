@@ -229,7 +229,9 @@ def test_one_account_alone_uses_every_slot_of_the_worker(env: dict[str, str], si
     assert _most_at_once(sink.posts(), 0.4) == 4
 
 
-def test_the_first_account_goes_back_to_its_cap_while_a_second_one_delivers(env: dict[str, str], sink: Sink) -> None:
+def test_the_first_account_goes_back_to_its_cap_while_a_second_one_delivers(
+    env: dict[str, str], sink: Sink
+) -> None:
     settings = _four_slots_two_an_account(env)
     sink.set(delay=0.3)
     first = provision(settings, url=sink.url)

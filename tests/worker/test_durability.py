@@ -85,7 +85,8 @@ def test_killed_worker_mid_delivery_loses_nothing(
     sink.set(delay=0)
     second = Process(["worker"], slow_env, "worker-2").start()
     try:
-        wait_for(lambda: is_delivered(redis, delivery_id), timeout=20, what="the restarted worker to deliver")
+        wait_for(lambda: is_delivered(redis, delivery_id), timeout=20,
+                 what="the restarted worker to deliver")
     finally:
         second.stop()
     ids = {p.headers["x-svc-delivery-id"] for p in sink.posts()}
@@ -111,11 +112,8 @@ def test_a_worker_killed_mid_attempt_does_not_stall_an_instances_service_events(
 
     second = Process(["worker"], slow_env, "worker-2").start()
     try:
-        wait_for(
-            lambda: is_delivered(redis, recovered),
-            timeout=30,
-            what="the lease to run out and both events to be delivered",
-        )
+        wait_for(lambda: is_delivered(redis, recovered), timeout=30,
+                 what="the lease to run out and both events to be delivered")
     finally:
         second.stop()
     posts = sink.posts()
@@ -162,24 +160,17 @@ def test_redis_restart_under_load_loses_no_acknowledged_event(
         wait_for(lambda: refused > 0, timeout=10, what="posts to be refused while Redis is down")
         own_redis.start()
         count = len(acknowledged)
-        wait_for(
-            lambda: len(acknowledged) >= count + 100 or not loader.is_alive(),
-            timeout=30,
-            what="posts to be acknowledged again",
-        )
+        wait_for(lambda: len(acknowledged) >= count + 100 or not loader.is_alive(), timeout=30,
+                 what="posts to be acknowledged again")
     finally:
         stop.set()
         loader.join(timeout=30)
     try:
-
         def delivered() -> set[str]:
             return {e["id"] for p in sink.posts() for e in orjson.loads(p.body)["events"]}
 
-        wait_for(
-            lambda: set(acknowledged) <= delivered(),
-            timeout=60,
-            what=f"all {len(acknowledged)} acknowledged events to be delivered",
-        )
+        wait_for(lambda: set(acknowledged) <= delivered(), timeout=60,
+                 what=f"all {len(acknowledged)} acknowledged events to be delivered")
     finally:
         worker.stop()
         server_proc.stop()

@@ -172,13 +172,8 @@ def test_rotated_secret_signs_the_next_attempt(
     count = len(sink.posts())
     sink.set(status=200)
     wait_for(lambda: len(sink.posts()) > count and sink.posts()[-1].at > 0, what="the retry")
-    wait_for(
-        lambda: any(
-            independent_signature(new_secret, p.headers["x-svc-timestamp"], p.body) == p.headers["x-svc-signature"]
-            for p in sink.posts()
-        ),
-        what="a newly signed attempt",
-    )
+    wait_for(lambda: any(independent_signature(new_secret, p.headers["x-svc-timestamp"], p.body)
+                         == p.headers["x-svc-signature"] for p in sink.posts()), what="a newly signed attempt")
     last = sink.posts()[-1]
     assert last.headers["x-svc-signature"] == independent_signature(
         new_secret, last.headers["x-svc-timestamp"], last.body
@@ -210,11 +205,13 @@ def test_slow_sink_times_out_and_is_retried(
     post_events(server, tenant, b'{"event_type":"Msg","events":[{"id":"slow"}]}')
     posted = wait_for(sink.posts, what="the first attempt")
     delivery_id = posted[0].headers["x-svc-delivery-id"]
-    attempt = wait_for(lambda: attempt_records(redis, delivery_id)[:1], timeout=15, what="the timed-out attempt")[0]
+    attempt = wait_for(lambda: attempt_records(redis, delivery_id)[:1], timeout=15,
+                       what="the timed-out attempt")[0]
     assert attempt["ok"] is False and "timed out" in attempt["error"]
     assert attempt["duration_ms"] >= settings.delivery_timeout * 1000 * 0.9
     sink.set(delay=0)
-    wait_for(lambda: is_delivered(redis, delivery_id), timeout=20, what="delivery once the sink is fast again")
+    wait_for(lambda: is_delivered(redis, delivery_id), timeout=20,
+             what="delivery once the sink is fast again")
     # Delivered, only the bare outcome is left: the timeout's class, then the answer's status.
     assert not redis.exists(keys.delivery(delivery_id))
     ((_, outcome),) = redis.xrange(keys.outcomes(tenant.appid))
@@ -258,7 +255,9 @@ def test_loopback_destination_is_refused_at_connect_time_unless_allowed(
         allowed.stop()
 
 
-def test_callback_log_keeps_every_post_as_received(settings: Settings, server: str, redis: Redis) -> None:
+def test_callback_log_keeps_every_post_as_received(
+    settings: Settings, server: str, redis: Redis
+) -> None:
     tenant = provision(settings)
     bodies = [b'{"event_type":"Msg","events":[{"id":"%d"}]}' % i for i in range(3)]
     for body in bodies:
@@ -272,6 +271,8 @@ def test_callback_log_keeps_every_post_as_received(settings: Settings, server: s
     assert entries[-1][1] == {b"body": bodies[0], b"x": b"0:1"}
 
 
+
+
 # --- the order of service events ------------------------------------------------------
 def test_service_events_of_an_instance_arrive_in_order_under_retries(
     env: dict[str, str], settings: Settings, sink: Sink, redis: Redis
@@ -281,11 +282,8 @@ def test_service_events_of_an_instance_arrive_in_order_under_retries(
     ids = [flip(settings, tenant.appid, offline=down) for down in (True, False, True)]
     worker = Process(["worker"], env, "worker").start()
     try:
-        wait_for(
-            lambda: all(is_delivered(redis, d) for d in ids),
-            timeout=30,
-            what="the three service events to be delivered",
-        )
+        wait_for(lambda: all(is_delivered(redis, d) for d in ids), timeout=30,
+                 what="the three service events to be delivered")
     finally:
         worker.stop()
     posts = sink.posts()
@@ -308,11 +306,8 @@ def test_customer_events_are_not_held_back_by_a_retrying_service_event(
     server, base = start_server(slow_retries)
     worker = Process(["worker"], slow_retries, "worker").start()
     try:
-        wait_for(
-            lambda: redis.hget(keys.delivery(offline), "failures") == b"2",
-            timeout=20,
-            what="the offline event to fail twice",
-        )
+        wait_for(lambda: redis.hget(keys.delivery(offline), "failures") == b"2", timeout=20,
+                 what="the offline event to fail twice")
         post_events(base, tenant, b'{"event_type":"Msg","events":[{"id":"m1"}]}')
         wait_for(lambda: any(kind(p) == "Msg" for p in sink.posts()), timeout=20, what="the message to be delivered")
         assert redis.hget(keys.delivery(offline), "state") == b"retrying"

@@ -243,7 +243,7 @@ def test_a_destination_at_its_limit_takes_no_new_attempt_and_its_jobs_are_parked
     limits.release(destination)
     assert limits.acquire(destination, "a.test")
     assert not limits.acquire(destination, "a.test")
-    ((netloc, hold),) = limits.saturated(keys).items()
+    (netloc, hold), = limits.saturated(keys).items()
     assert netloc == "a.test" and hold.park == keys.parked(destination) and hold.spread == probing.PARK_SECONDS
     assert clock.now < hold.due <= clock.now + 10.0
     assert limits.mark(destination, timed_out=False, started=clock.now) == "a"

@@ -29,18 +29,9 @@ def service_event(settings: Settings, tenant: Tenant, kind: str = "InstanceOffli
     client = Redis.from_url(settings.redis_url or "")
     try:
         with client.pipeline(transaction=True) as pipe:
-            queue_delivery(
-                pipe,
-                keys,
-                settings,
-                appid=tenant.appid,
-                account=tenant.account,
-                event_type=kind,
-                events=[{"id": f"{kind}:{delivery_id}"}],
-                delivery_id=delivery_id,
-                now=time.time(),
-                chain=service_chain(client, tenant.appid),
-            )
+            queue_delivery(pipe, keys, settings, appid=tenant.appid, account=tenant.account, event_type=kind,
+                           events=[{"id": f"{kind}:{delivery_id}"}], delivery_id=delivery_id, now=time.time(),
+                           chain=service_chain(client, tenant.appid))
             pipe.execute()
     finally:
         client.close()
@@ -126,9 +117,8 @@ def test_a_lost_lease_hands_the_first_back_and_the_order_holds(settings: Setting
 
     assert with_queue(settings, claim_briefly) == [first]
     # The worker that claimed it is gone: its lease runs out and the job is handed back, still first.
-    wait_for(
-        lambda: with_queue(settings, lambda q: q.reclaim_expired()).moved == 1, timeout=5, what="the lease to run out"
-    )
+    wait_for(lambda: with_queue(settings, lambda q: q.reclaim_expired()).moved == 1, timeout=5,
+             what="the lease to run out")
     assert queued(redis, settings) == [first] and deferred(redis, settings) == [second]
     assert status(redis, first) == "queued"
     assert chain(redis, tenant) == [first, second]
@@ -244,3 +234,4 @@ def test_queueing_behind_a_chain_other_than_the_one_read_writes_nothing(settings
             pipe.execute()
     assert chain(redis, tenant) == [first] and queued(redis, settings) == [first]
     assert redis.get(keys.service_event_seq(tenant.appid)) == b"1"
+

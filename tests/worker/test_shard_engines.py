@@ -75,7 +75,9 @@ def test_each_shards_start_up_lines_name_their_shard(
             worker.stop()
     for start in STARTS:
         assert shards(caplog, start)[:2] == [0, 1], start
-    started = next(r for r in caplog.records if re.match(STARTS[2], r.getMessage()) and getattr(r, "shard", None) == 1)
+    started = next(
+        r for r in caplog.records if re.match(STARTS[2], r.getMessage()) and getattr(r, "shard", None) == 1
+    )
     assert '"shard":1' in JsonFormatter().format(started) and TextFormatter().format(started).endswith("shard=1")
 
 

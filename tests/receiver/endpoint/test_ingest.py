@@ -40,7 +40,9 @@ def queued(redis: Redis) -> list[bytes]:
     return redis.lrange(keys.rq.queue("svcgw"), 0, -1)
 
 
-def test_accepted_post_is_logged_raw_and_queued_as_one_delivery(settings: Settings, server: str, redis: Redis) -> None:
+def test_accepted_post_is_logged_raw_and_queued_as_one_delivery(
+    settings: Settings, server: str, redis: Redis
+) -> None:
     tenant = provision(settings)
     body = b'{"event_type":"Msg","events":[{"id":"m1","roomId":1688850000000000001234},{"id":"m2","v":1e2}]}'
     answer = post(tenant.receiver_url(server), body)
@@ -113,14 +115,18 @@ def test_the_old_unkeyed_window_setting_is_ignored(env: dict[str, str]) -> None:
     assert not hasattr(settings, "unkeyed_dedup_window")
 
 
-def test_same_event_id_on_two_instances_is_not_a_duplicate(settings: Settings, server: str, redis: Redis) -> None:
+def test_same_event_id_on_two_instances_is_not_a_duplicate(
+    settings: Settings, server: str, redis: Redis
+) -> None:
     one, two = provision(settings), provision(settings)
     body = b'{"event_type":"Msg","events":[{"id":"shared"}]}'
     assert post(one.receiver_url(server), body).json()["data"]["accepted"] == 1
     assert post(two.receiver_url(server), body).json()["data"]["accepted"] == 1
 
 
-def test_wrong_token_or_unknown_appid_is_404_and_stores_nothing(settings: Settings, server: str, redis: Redis) -> None:
+def test_wrong_token_or_unknown_appid_is_404_and_stores_nothing(
+    settings: Settings, server: str, redis: Redis
+) -> None:
     tenant = provision(settings)
     body = b'{"event_type":"Msg","events":[{"id":"x"}]}'
     wrong_token = f"{server}/svc/receiver/{tenant.appid}/not-the-token"
@@ -149,7 +155,9 @@ def test_a_token_naming_no_shard_of_this_deployment_is_404_never_500(
     assert post(tenant.receiver_url(server), body).status_code == 200
 
 
-def test_bad_bodies_get_a_clear_4xx_and_nothing_is_stored(settings: Settings, server: str, redis: Redis) -> None:
+def test_bad_bodies_get_a_clear_4xx_and_nothing_is_stored(
+    settings: Settings, server: str, redis: Redis
+) -> None:
     tenant = provision(settings)
     url = tenant.receiver_url(server)
     cases = {
@@ -279,10 +287,8 @@ def test_a_large_valid_post_is_parsed_off_the_event_loop(settings: Settings, red
         try:
             ingest = Ingest(client, keys, settings)
             for raw in (body, pad):
-                with mock.patch(
-                    "svcgw.intake.ingest.parse_post",
-                    side_effect=lambda *a, **k: (threads.append(threading.current_thread().name), real(*a, **k))[1],
-                ):
+                with mock.patch("svcgw.intake.ingest.parse_post", side_effect=lambda *a, **k: (
+                    threads.append(threading.current_thread().name), real(*a, **k))[1]):
                     await ingest.accept(tenant.appid, tenant.receiver_token, raw)
         finally:
             await client.aclose()

@@ -68,18 +68,9 @@ def test_queue_delivery_writes_what_the_ingest_script_writes(settings: Settings,
     assert from_post is not None
     from_service = new_delivery_id()
     with redis.pipeline(transaction=True) as pipe:
-        queue_delivery(
-            pipe,
-            keys,
-            settings,
-            appid=queued.appid,
-            account=queued.account,
-            event_type="Msg",
-            events=events,
-            delivery_id=from_service,
-            now=time.time(),
-            chain=service_chain(redis, queued.appid),
-        )
+        queue_delivery(pipe, keys, settings, appid=queued.appid, account=queued.account, event_type="Msg",
+                       events=events, delivery_id=from_service, now=time.time(),
+                       chain=service_chain(redis, queued.appid))
         pipe.execute()
 
     other = _written(redis, settings, queued.appid, from_service)
@@ -124,18 +115,9 @@ def test_queue_delivery_only_buffers_on_an_asyncio_transaction(settings: Setting
             async with client.pipeline(transaction=True) as pipe:
                 await pipe.watch(keys.instance(tenant.appid))
                 pipe.multi()  # type: ignore[no-untyped-call]
-                result = queue_delivery(
-                    pipe,
-                    keys,
-                    settings,
-                    appid=tenant.appid,
-                    account=tenant.account,  # type: ignore[func-returns-value]
-                    event_type="InstanceOffline",
-                    events=[{"id": "x"}],
-                    delivery_id=delivery_id,
-                    now=time.time(),
-                    chain=[],
-                )
+                result = queue_delivery(pipe, keys, settings, appid=tenant.appid, account=tenant.account,  # type: ignore[func-returns-value]
+                                        event_type="InstanceOffline", events=[{"id": "x"}],
+                                        delivery_id=delivery_id, now=time.time(), chain=[])
                 assert result is None
                 assert redis.exists(keys.delivery(delivery_id)) == 0  # nothing sent before EXEC
                 await pipe.execute()
@@ -163,18 +145,9 @@ def _queue_service_event(
     client = Redis.from_url(settings.redis_url or "")
     try:
         with client.pipeline(transaction=True) as pipe:
-            queue_delivery(
-                pipe,
-                keys,
-                settings,
-                appid=tenant.appid,
-                account=tenant.account,
-                event_type=kind,
-                events=events,
-                delivery_id=delivery_id,
-                now=time.time(),
-                chain=service_chain(client, tenant.appid),
-            )
+            queue_delivery(pipe, keys, settings, appid=tenant.appid, account=tenant.account, event_type=kind,
+                           events=events, delivery_id=delivery_id, now=time.time(),
+                           chain=service_chain(client, tenant.appid))
             pipe.execute()
     finally:
         client.close()

@@ -88,8 +88,7 @@ def test_the_plan_names_every_key_the_script_touches() -> None:
     )
     # The bucket Redis's clock gave, named instead of the receiver's.
     assert dedup.plan(keys, APPID, [], UPGRADED_LONG_AGO, now, DAY, hsetex=True, current=n + 1).keys == [
-        f"svcgw:dd:{{{APPID}}}:{n + 1}",
-        f"svcgw:dd:{{{APPID}}}:{n}",
+        f"svcgw:dd:{{{APPID}}}:{n + 1}", f"svcgw:dd:{{{APPID}}}:{n}"
     ]
     hexpire = Layout(2, 0, HEXPIRE)
     planned = dedup.plan(keys, APPID, [A[0]], hexpire, now, DAY, hsetex=True)

@@ -139,12 +139,8 @@ def test_a_script_added_to_a_transaction_is_an_eval_of_its_whole_text(fake: fake
     fake.sadd(keys.instances, "we_a")
     with fake.pipeline(transaction=True) as pipe:
         pipe.hset(keys.instance("we_a"), "account", "acc_1")
-        add_to_transaction(
-            pipe,
-            "liveness_registered",
-            keys=(keys.instances, keys.metrics_instances, keys.instance("we_a")),
-            args=("we_a",),
-        )
+        add_to_transaction(pipe, "liveness_registered",
+                           keys=(keys.instances, keys.metrics_instances, keys.instance("we_a")), args=("we_a",))
         (command,) = [c for c in pipe.command_stack if c[0][0] == "EVAL"]  # fmt: skip
         pipe.execute()
     assert command[0][1:3] == (text("liveness_registered"), 3)
