@@ -30,8 +30,8 @@ def test_named_by_the_post_one_lean_hash_each_and_the_log_names_the_destinations
     assert fan.deliveries == ((first, DST_A), (second, DST_B))
     # The delivery's hash is its job hash: the same name twice, as the script's KEYS take it.
     assert fan.keys == (
-        f"rq:job:{first}", f"rq:job:{first}", f"svcgw:destination-deliveries:{DST_A}",
-        f"rq:job:{second}", f"rq:job:{second}", f"svcgw:destination-deliveries:{DST_B}",
+        f"rq:job:{first}", f"rq:job:{first}", f"svcgw:destination-index:{DST_A}",
+        f"rq:job:{second}", f"rq:job:{second}", f"svcgw:destination-index:{DST_B}",
     )  # fmt: skip
     assert fan.args == (1, first, DST_A, b"origin", b"svcgw", second, DST_B, b"origin", b"svcgw")
     assert fan.log_field == f"{DST_A} {DST_B}"
@@ -51,8 +51,8 @@ def test_per_destination_a_dlv_delivery_its_job_and_the_destinations_index() -> 
     first, second = "dlv_" + "0" * 23 + "1", "dlv_" + "0" * 23 + "2"
     assert fan.deliveries == ((first, "dst_a"), (second, "dst_b"))
     assert fan.keys == (
-        f"svcgw:delivery:{first}", f"rq:job:{first}", "svcgw:destination-deliveries:dst_a",
-        f"svcgw:delivery:{second}", f"rq:job:{second}", "svcgw:destination-deliveries:dst_b",
+        f"svcgw:delivery:{first}", f"rq:job:{first}", "svcgw:destination-index:dst_a",
+        f"svcgw:delivery:{second}", f"rq:job:{second}", "svcgw:destination-index:dst_b",
     )  # fmt: skip
     assert fan.args == (2, first, "dst_a", *_job(first), second, "dst_b", *_job(second))
     assert fan.log_field == f"{first}:dst_a {second}:dst_b"
