@@ -34,6 +34,7 @@ import time
 
 __all__ = [
     "EntryClock",
+    "destination_of",
     "entry_ms",
     "for_destination",
     "from_entry",
@@ -99,6 +100,15 @@ def parse_named(delivery_id: str) -> tuple[str, str, str | None] | None:
     if named is not None:
         return named[0], named[1], None
     return parse_destination(delivery_id)
+
+
+def destination_of(delivery_id: str, field: bytes | str | None = None) -> str | None:
+    """The further destination a delivery goes to: its hash's ``destination`` field (a ``dlv_`` one), else the
+    one its id names (named by its post, which keeps no such field); None for the primary address's."""
+    if field:
+        return field.decode("utf-8", "replace") if isinstance(field, bytes) else field
+    named = parse_destination(delivery_id)
+    return named[2] if named else None
 
 
 def outcome_key(entry_id: str, destination_id: str | None) -> str:

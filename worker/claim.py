@@ -92,9 +92,11 @@ class Claimed:
 
     @property
     def destination_id(self) -> str:
-        """The further destination (``dst_…``) the delivery goes to; '' for the primary address."""
-        value = self.fields.get("destination")
-        return _text(value) if value else ""
+        """The further destination (``dst_…``) the delivery goes to; '' for the primary address.
+
+        A ``dlv_`` delivery's field says; one named by its post, its id (it keeps no such field).
+        """
+        return deliveryid.destination_of(self.delivery_id, self.fields.get("destination")) or ""
 
 
 def _text(value: bytes | str) -> str:

@@ -254,7 +254,7 @@ def build(
         delivered_at=field_float(fields.get("delivered_at")) if state == "delivered" else None,
         dead_at=field_float(fields.get("dead_at")) if state == "dead" else None,
         attempts=tuple(attempt_of(record, index + 1) for index, record in enumerate(attempts)),
-        destination=field_text(fields.get("destination")) or None,
+        destination=deliveryid.destination_of(delivery_id, fields.get("destination")),
     )
 
 

@@ -145,8 +145,8 @@ def destination_delivery(
 ) -> str:
     """One delivery of a post to a further destination, written as the ingest script writes it
     (docs/destinations.md): ``named``, with the id the post and the destination give it
-    (``<primary>_<16 hex>``), one hash of RQ's lean fields and the delivery's with ``destination``,
-    queued; else (an appid of the older id form, and any number for one post) a ``dlv_`` delivery
+    (``<primary>_<16 hex>``), one hash of RQ's lean fields and the delivery's (its destination is
+    its id's), queued; else (an appid of the older id form, and any number for one post) a ``dlv_`` delivery
     hash with ``destination`` and ``primary``, its RQ job hash and its place in the queue, as
     ``queue_delivery.lua`` writes a service event's (without the chain)."""
     queue_key = keys.rq.queue(settings.queue_name)
@@ -163,7 +163,6 @@ def destination_delivery(
                 "account": tenant.account,
                 "event_type": event_type,
                 "body": body,
-                "destination": destination_id,
             },
         )
         pipe.rpush(queue_key, delivery_id)

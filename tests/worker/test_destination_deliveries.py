@@ -139,6 +139,11 @@ def test_a_destination_that_always_fails_is_dead_alone_and_its_replay_reaches_it
 
     assert is_delivered(redis, primary) and len(sink.posts()) == 1
     assert [dead.id for dead in list_dead(settings, appid=tenant.appid)] == [delivery_id]
+    # Its hash names no destination: its id does, for the dead letters' filter and their readers.
+    assert redis.hget(keys.rq.job(delivery_id), "destination") is None
+    (dead,) = list_dead(settings, appid=tenant.appid, destination=destination.id)
+    assert dead.id == delivery_id and dead.destination == destination.id
+    assert list_dead(settings, appid=tenant.appid, destination="primary") == []
     tries = len(settings.retry_schedule) + 1
     assert len(further.posts()) == tries and redis.hget(keys.delivery(delivery_id), "state") == b"dead"
     counters = {k.decode(): int(v) for k, v in redis.hgetall(keys.metrics_counters).items()}

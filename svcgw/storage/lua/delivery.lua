@@ -91,7 +91,8 @@ local function write_fanned(keys, argv, k, a, count, fields, p)
     a = a + 2 + fields * 2
     local key = k.first + d * 3
     local named = keys[key] == keys[key + 1]
-    local extra = {'destination', destination, unpack(p.extra or {})}
+    -- Named by the post, its id names its destination (and the primary): no field for either.
+    local extra = p.extra
     if not named then extra = {'destination', destination, 'primary', p.primary, unpack(p.extra or {})} end
     write_delivery({delivery = keys[key], job = keys[key + 1], queue = k.queue, rq_queues = k.rq_queues},
       p.appid, p.account, p.event_type, p.body, p.now, p.events, id, p.queue_key, job, extra)

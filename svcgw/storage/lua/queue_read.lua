@@ -151,6 +151,12 @@ for j = 1, njobs do
     local appid, account = data[1], data[2]
     -- The further destination it goes to (not read for a busy account's: it goes back anyway).
     local dst = busy and named_dst or (data[nfields] or '')
+    if dst == '' and not busy then
+      -- Named by its post, a further destination's delivery keeps no field: its id ends in its
+      -- destination's 16 hex digits (svcgw.deliveryid.parse_destination).
+      local hex = string.match(id, '%-%d+%-%d+_(%x+)$')
+      if hex then dst = 'dst_' .. hex end
+    end
     if appid and (appid ~= named_appid or (account or '') ~= named_account or dst ~= named_dst) then
       answer[#answer + 1] = {id, appid, account or '', dst}
     elseif busy and appid then

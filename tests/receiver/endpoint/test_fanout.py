@@ -109,8 +109,7 @@ def test_a_msg_post_goes_to_the_primary_and_the_two_destinations_that_take_msg(
             "account": c.tenant.account,
             "event_type": "Msg",
             "body": forwarded.decode() if forwarded else None,
-            "destination": destination,
-        }
+        }  # its destination is its id's, as its post is
         assert redis.exists(f"svcgw:delivery:{delivery_id}") == 0
         # In its destination's index, an entry naming the primary (its id follows), expiring with the log.
         index = keys.destination_deliveries(destination)

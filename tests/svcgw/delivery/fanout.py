@@ -3,8 +3,8 @@
 :func:`fan_out` adds to a post already ingested what the ingest script writes when the post also goes
 to further destinations: per destination a delivery, its id in the destination's index, and the field
 ``f`` on the post's log entry. ``named`` (what the script writes for an appid whose ids are named by
-their posts): ids ``<primary>_<16 hex>``, one hash each of RQ's lean fields and the delivery's with
-``destination``, ``f`` the destination ids; else (an appid of the older form) a ``dlv_`` delivery
+their posts): ids ``<primary>_<16 hex>``, one hash each of RQ's lean fields and the delivery's (its
+destination is its id's), ``f`` the destination ids; else (an appid of the older form) a ``dlv_`` delivery
 each (its hash, with ``destination`` and ``primary``, its RQ job), ``f`` pairs.
 """
 
@@ -87,7 +87,6 @@ def fan_out(settings: Settings, primary: str, destinations: Sequence[str], *, na
                             "account": stored[b"account"],
                             "event_type": stored[b"event_type"],
                             "body": stored[b"body"],
-                            "destination": destination,
                         },
                     )
                     pipe.rpush(queue, delivery_id)
