@@ -11,7 +11,7 @@ names every key before it runs, so the ids must be known then.
 :func:`plan` is pure: per destination, a delivery named by the post and the
 destination (:func:`svcgw.deliveryid.for_destination`, when the primary's is
 named by its post) with one hash, RQ's lean fields and the delivery's together
-as the primary's, or else one of the older id form (``dlv_``,
+as the primary's (no ``destination`` field: the id names it), or else one of the older id form (``dlv_``,
 :func:`svcgw.deliveryid.new_delivery_id`) with its delivery hash and its RQ
 job hash; and the destination's index (``KeySpace.destination_deliveries``),
 as the script's KEYS and ARGV take them (``svcgw/storage/lua/ingest.lua``).

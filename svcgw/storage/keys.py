@@ -272,9 +272,9 @@ class KeySpace:
         It is deleted once delivered (its bare outcome is kept: :meth:`outcomes`).
 
         So does a post's delivery to a further destination named by the post and the destination
-        (``<appid>-<ms>-<seq>_<16 hex>``, svcgw.deliveryid.parse_destination), with ``destination``
-        besides; once delivered, its bare outcome is kept under the post's entry id and the
-        destination's.
+        (``<appid>-<ms>-<seq>_<16 hex>``, svcgw.deliveryid.parse_destination; no ``destination``
+        field: the id names it); once delivered, its bare outcome is kept under the post's entry id
+        and the destination's.
 
         A ``dlv_`` delivery (service events; earlier versions; a further destination's of an appid
         of the older form) has ``svcgw:delivery:<id>`` of its own, with ``state``, ``received_at``

@@ -7,7 +7,8 @@
 --       (svcgw.delivery.pacing); then the parked sets the saturated destinations name
 --       (svcgw.delivery.probing)
 -- ARGV: rq now, worker name, number of delivery fields, delivery fields... (the last one
---       'destination'), number of jobs, then per job: its id, the appid, the account and the
+--       'destination': a dlv_ delivery's; one named by its post, '<appid>-<ms>-<seq>_<16 hex>', has
+--       none and its destination is its id's), number of jobs, then per job: its id, the appid, the account and the
 --       further destination ('' for none) its keys were named for; then the number of saturated
 --       destinations, now, a seed in [0, 1), seconds a parked set is kept, seconds a job of a
 --       disabled destination waits, fours of a saturated destination (a URL's netloc, lower case),
