@@ -251,13 +251,15 @@ class KeySpace:
     def outcomes(self, appid: str) -> str:
         """Stream: the bare outcome of each delivery delivered within a minute of its post (svcgw.delivery.outcomes).
 
-        Fields ``l`` (the post's log entry id), ``o`` (the attempts), ``i`` (event ids, when the post had
-        duplicates); trimmed and expired like the callback log.
+        Fields ``l`` (the post's log entry id), ``d`` (for a further destination's delivery, the destination
+        id's 16 hex digits; none for the primary's), ``o`` (the attempts), ``i`` (event ids, when the post
+        had duplicates); trimmed and expired like the callback log.
         """
         return f"{self.prefix}out:{self._own(appid)}"
 
     def late_outcomes(self, appid: str, bucket: int) -> str:
-        """Hash: log entry id -> bare outcome of a delivery delivered later than that, per log retention."""
+        """Hash: log entry id (``_<16 hex>`` after it for a further destination's delivery) -> bare outcome of a
+        delivery delivered later than that, per log retention."""
         return f"{self.prefix}late:{self._own(appid)}:{bucket}"
 
     def delivery(self, delivery_id: str) -> str:
