@@ -14,7 +14,8 @@ destination's delivery named by its post (none for the primary's), ``o`` the out
 when the post had duplicates, so that its log entry does not say which events went) when the
 delivery ends within :data:`OUTCOME_WINDOW` of its post, and to the late hash
 of the current bucket otherwise (``keys.late_outcomes``, field the log entry
-id, with ``_<hex>`` for a further destination's, value the outcome, then ``\\n`` and the ids when kept), so that a reader
+id, with ``_<hex>`` for a further destination's, value the outcome, then
+``\\n`` and the ids when kept), so that a reader
 finds an outcome by reading the stream only from a page's oldest post to
 :data:`OUTCOME_WINDOW` after its newest.
 """
