@@ -430,3 +430,28 @@ def test_destination_deliveries_named_by_their_post_keep_a_bare_outcome_of_their
         shown(settings, to_a, account=provision(settings).account)
     with pytest.raises(NotFound):  # an id of the form whose destination the post did not go to
         shown(settings, f"{fanned}_{'c' * 16}")
+
+
+def test_late_outcomes_of_a_post_and_its_destination_are_told_apart(
+    settings: Settings, redis: Redis, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    tenant = provision(settings)
+    fanned = post(settings, tenant, "late1")
+    (to_a,) = fan_out(settings, fanned, [DST_A], named=True)
+    monkeypatch.setattr(queue_module, "OUTCOME_WINDOW", -1)  # every outcome is late
+    deliver_now(settings, fanned, tenant.appid)
+    assert claim(settings, 1) == [to_a]
+    answered = Attempt(ok=True, at=time.time(), duration=0.01, status=202, destination="a")
+    assert finish(settings, Finish(to_a, tenant.appid, "delivered", answered.record(1), retention=3600))
+
+    assert not redis.exists(keys.outcomes(tenant.appid))
+    (late,) = redis.keys(keys.late_outcomes(tenant.appid, 0).rsplit(":", 1)[0] + ":*")
+    entry = fanned.rsplit("-", 2)
+    entry_id = f"{entry[1]}-{entry[2]}"
+    assert sorted(redis.hkeys(late)) == [entry_id.encode(), f"{entry_id}_{'a' * 16}".encode()]
+    assert [a.status for a in shown(settings, fanned).attempts] == [200]
+    assert [a.status for a in shown(settings, to_a).attempts] == [202] and shown(settings, to_a).destination == DST_A
+    assert [(d.id, d.state) for d in listed(settings, tenant.appid).deliveries] == [
+        (fanned, "delivered"),
+        (to_a, "delivered"),
+    ]
