@@ -15,6 +15,14 @@ number of its own, :class:`EntryClock`), since the script that writes the
 delivery names its keys before it runs; the script refuses one that is not
 above the log's last entry and answers with that entry's id, and the
 receiver proposes again above it.
+
+A post's delivery to a further destination (docs/destinations.md) is named by
+the primary's id and the destination's: ``<appid>-<ms>-<seq>_<16 hex>``, the
+hex digits being the destination id's (``dst_`` and 16 hex), so that the id
+alone (an index entry, a dead letter, a claim) tells its instance, its post
+and its destination (:func:`for_destination`, :func:`parse_destination`).
+:func:`parse` stays exact for the primary's form: it answers None for one of
+this form, as for a ``dlv_`` id; :func:`parse_named` takes either.
 """
 
 from __future__ import annotations
@@ -24,10 +32,25 @@ import secrets
 import threading
 import time
 
-__all__ = ["EntryClock", "entry_ms", "from_entry", "new_delivery_id", "parse", "received_at", "takes_entry_ids"]
+__all__ = [
+    "EntryClock",
+    "destination_of",
+    "entry_ms",
+    "for_destination",
+    "from_entry",
+    "new_delivery_id",
+    "outcome_key",
+    "parse",
+    "parse_destination",
+    "parse_named",
+    "received_at",
+    "takes_entry_ids",
+]
 
 _SAFE_APPID = re.compile(r"[A-Za-z0-9_-]{1,100}")
 _ID = re.compile(r"([A-Za-z0-9_-]{1,100})-([0-9]{1,15})-([0-9]{1,15})")
+_TO_DESTINATION = re.compile(r"([A-Za-z0-9_-]{1,100})-([0-9]{1,15})-([0-9]{1,15})_([0-9a-f]{16})")
+_DESTINATION_ID = re.compile(r"dst_([0-9a-f]{16})")
 
 
 def new_delivery_id() -> str:
@@ -52,9 +75,51 @@ def parse(delivery_id: str) -> tuple[str, str] | None:
     return match.group(1), f"{match.group(2)}-{match.group(3)}"
 
 
+def for_destination(primary_id: str, destination_id: str) -> str | None:
+    """The id of the post's delivery to a further destination, from the primary's id (of the post's form).
+
+    None when either is of another form: the older ``dlv_`` form is used then.
+    """
+    match = _DESTINATION_ID.fullmatch(destination_id)
+    if match is None or parse(primary_id) is None:
+        return None
+    return f"{primary_id}_{match.group(1)}"
+
+
+def parse_destination(delivery_id: str) -> tuple[str, str, str] | None:
+    """``(appid, log entry id, destination id)`` of a further destination's delivery named by its post; else None."""
+    match = _TO_DESTINATION.fullmatch(delivery_id)
+    if match is None:
+        return None
+    return match.group(1), f"{match.group(2)}-{match.group(3)}", "dst_" + match.group(4)
+
+
+def parse_named(delivery_id: str) -> tuple[str, str, str | None] | None:
+    """``(appid, log entry id, destination id or None)`` of any delivery named by its post; None for ``dlv_``."""
+    named = parse(delivery_id)
+    if named is not None:
+        return named[0], named[1], None
+    return parse_destination(delivery_id)
+
+
+def destination_of(delivery_id: str, field: bytes | str | None = None) -> str | None:
+    """The further destination a delivery goes to: its hash's ``destination`` field (a ``dlv_`` one), else the
+    one its id names (named by its post, which keeps no such field); None for the primary address's."""
+    if field:
+        return field.decode("utf-8", "replace") if isinstance(field, bytes) else field
+    named = parse_destination(delivery_id)
+    return named[2] if named else None
+
+
+def outcome_key(entry_id: str, destination_id: str | None) -> str:
+    """How a delivered delivery's bare outcome is found (svcgw.delivery.outcomes): its post's log entry id, and
+    for a further destination's, ``_`` and the destination id's 16 hex digits after it."""
+    return entry_id if destination_id is None else f"{entry_id}_{destination_id.removeprefix('dst_')}"
+
+
 def received_at(delivery_id: str) -> float | None:
     """When the post of a delivery named by it was received (its entry id's time); None for a ``dlv_`` id."""
-    named = parse(delivery_id)
+    named = parse_named(delivery_id)
     return entry_ms(named[1]) / 1000 if named else None
 
 

@@ -39,7 +39,7 @@ def is_delivered(redis: Any, delivery_id: str) -> bool:
     from svcgw import deliveryid
     from svcgw.storage.keys import PLAIN as keys
 
-    if deliveryid.parse(delivery_id) is None:
+    if deliveryid.parse_named(delivery_id) is None:
         return bool(redis.hget(keys.delivery(delivery_id), "state") == b"delivered")
     return not redis.exists(keys.delivery(delivery_id), keys.rq.job(delivery_id))
 

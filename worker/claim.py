@@ -8,8 +8,9 @@ of the instance; the owner of a ``dlv_`` id or of an instance not seen yet costs
 The read checks the owner it was named for against the job's own fields: a wrong memory costs a
 second read, never another account's address.
 
-A delivery to a further destination (docs/destinations.md) is a ``dlv_`` one whose fields name the
-destination (``destination``), read with its owner at no cost: its read names the destination's hash
+A delivery to a further destination (docs/destinations.md) names its instance, its post and its
+destination in its id (``<appid>-<ms>-<seq>_<16 hex>``, svcgw.deliveryid.parse_destination), or, a
+``dlv_`` one, in its fields (``destination``, read with its owner at no cost): its read names the destination's hash
 and its pace record (``KeySpace.destination_pace``) in place of the two callback hashes, so every job
 still names four keys. The read holds back, without an attempt, a job whose destination is disabled
 (due again in ``SVCGW_DISABLED_RECHECK_SECONDS``) or over its rate (due when its turn comes,
@@ -91,9 +92,11 @@ class Claimed:
 
     @property
     def destination_id(self) -> str:
-        """The further destination (``dst_…``) the delivery goes to; '' for the primary address."""
-        value = self.fields.get("destination")
-        return _text(value) if value else ""
+        """The further destination (``dst_…``) the delivery goes to; '' for the primary address.
+
+        A ``dlv_`` delivery's field says; one named by its post, its id (it keeps no such field).
+        """
+        return deliveryid.destination_of(self.delivery_id, self.fields.get("destination")) or ""
 
 
 def _text(value: bytes | str) -> str:
@@ -263,18 +266,18 @@ class Claimer:
     async def _owners(self, ids: Sequence[str]) -> dict[str, tuple[str, str, str]]:
         """Each claimed id's instance, account and further destination ('' for none), for the keys of its read.
 
-        A delivery id names its instance and the instance's account is remembered from earlier
-        claims (such a delivery goes to the primary address); a ``dlv_`` id, or an instance not
+        A delivery id names its instance (and a further destination's, its destination) and the
+        instance's account is remembered from earlier claims; a ``dlv_`` id, or an instance not
         seen yet, is looked up in its fields (one pipeline for the batch), its destination with
         them. A job whose fields are gone is named for no owner: its read finds nothing and drops it.
         """
         owners: dict[str, tuple[str, str, str]] = {}
         unknown: list[str] = []
         for delivery_id in ids:
-            named = deliveryid.parse(delivery_id)
+            named = deliveryid.parse_named(delivery_id)
             account = self._accounts.get(named[0]) if named else None
             if named and account is not None:
-                owners[delivery_id] = (named[0], account, "")
+                owners[delivery_id] = (named[0], account, named[2] or "")
             else:
                 unknown.append(delivery_id)
         if unknown:

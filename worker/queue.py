@@ -285,7 +285,7 @@ class DeliveryQueue:
             self.keys.probing_destinations,
         ]
         for item in items:
-            named = deliveryid.parse(item.delivery_id)
+            named = deliveryid.parse_named(item.delivery_id)
             chain = self._chains.get(item.delivery_id, _CHAIN_UNKNOWN)
             script_keys.extend(
                 (

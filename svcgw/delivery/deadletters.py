@@ -181,7 +181,7 @@ async def show(
         received_at=field_float(data["received_at"]) or deliveryid.received_at(delivery_id),
         body=body.decode("utf-8", "replace") if isinstance(body, bytes) else (body or ""),
         attempts=attempts,
-        destination=field_text(data["destination"]) or None,
+        destination=deliveryid.destination_of(delivery_id, data["destination"]),
     )
 
 
@@ -204,7 +204,11 @@ async def _of_destination(redis: Redis, keys: KeySpace, ids: Sequence[str], dest
             for delivery_id in chunk:
                 pipe.hget(keys.delivery(delivery_id), "destination")
             named = await pipe.execute()
-        kept.extend(delivery_id for delivery_id, value in zip(chunk, named, strict=True) if field_text(value) == wanted)
+        kept.extend(
+            delivery_id
+            for delivery_id, value in zip(chunk, named, strict=True)
+            if (deliveryid.destination_of(delivery_id, value) or "") == wanted
+        )
     return kept
 
 
@@ -239,7 +243,7 @@ async def _load(redis: Redis, keys: KeySpace, ids: Sequence[str]) -> list[DeadLe
                 last_error=_last_error(_attempt(last)) if last else None,
                 dead_at=field_float(data["dead_at"]),
                 received_at=field_float(data["received_at"]) or deliveryid.received_at(delivery_id),
-                destination=field_text(data["destination"]) or None,
+                destination=deliveryid.destination_of(delivery_id, data["destination"]),
             )
         )
     return letters

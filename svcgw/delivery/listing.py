@@ -22,9 +22,11 @@ answers are kept only for deliveries that did not succeed). The log is the
 index: a separate one cost every post three Redis commands and every event
 50 to 200 bytes for the day. A post that also went to further destinations
 (``docs/destinations.md``) names their deliveries in its entry's field ``f``
-(``svcgw.delivery.view.fanned_out``): the list shows the primary address's
-delivery, then each of those, read from its own ``dlv_`` hash; a
-:class:`Delivery` names its ``destination`` (None for the primary's). A page's
+(``svcgw.delivery.view.fanned_out``: their destinations, the ids following
+from the post's, or ``dlv_`` ids): the list shows the primary address's
+delivery, then each of those, read from its own hash, or, once delivered, from
+its bare outcome as the primary's (kept under the post's entry id and the
+destination's); a :class:`Delivery` names its ``destination`` (None for the primary's). A page's
 cursor is a log entry id, followed by ``:<n>`` when the page ended within a
 post's deliveries (the next page starts at that post's ``n``-th). A delivery
 still retrying after the log's retention has passed drops out of the list,
@@ -157,6 +159,11 @@ class _Item(NamedTuple):
     place: int  # its place among the entry's deliveries: 0 the primary's, then the pairs of its field f
     more: bool  # whether another delivery of the entry passes the destination filter after it
 
+    @property
+    def outcome_key(self) -> str:
+        """Where its bare outcome is kept once delivered (svcgw.delivery.outcomes)."""
+        return deliveryid.outcome_key(self.entry_id, self.destination)
+
 
 # --- reading Redis ----------------------------------------------------------------------
 async def list_deliveries(
@@ -247,8 +254,9 @@ async def list_deliveries(
 async def deliveries_of(
     redis: Redis, keys: KeySpace, settings: Settings, ids: Sequence[str], *, account: str | None = None
 ) -> list[Delivery]:
-    """The deliveries of ``ids`` that have a record (``dlv_`` ones: further destinations'), in order, with
-    their attempts; those expired, and with ``account`` another account's, are left out."""
+    """The deliveries of ``ids`` (a further destination's index), in order, with their attempts: from their
+    records, or, delivered ones named by their post, from the post and its bare outcome; those expired,
+    and with ``account`` another account's, are left out."""
     if not ids:
         return []
     names = (*FIELDS, attemptrecords.COUNT)
@@ -258,17 +266,60 @@ async def deliveries_of(
         pipe.zmscore(keys.rq.scheduled(settings.queue_name), list(ids))
         replies = await pipe.execute()
     scores = replies[-1]
+    records = [dict(zip(names, replies[position], strict=True)) for position in range(len(ids))]
+    gone = [delivery_id for delivery_id, data in zip(ids, records, strict=True) if not data["appid"]]
+    bare = await _delivered_of(redis, keys, settings, gone, account=account)
     found: list[Delivery] = []
     counts: dict[str, int] = {}
-    for position, delivery_id in enumerate(ids):
-        data = dict(zip(names, replies[position], strict=True))
+    for position, (delivery_id, data) in enumerate(zip(ids, records, strict=True)):
+        if delivery_id in bare:
+            found.append(bare[delivery_id])
+            continue
         if account is not None and field_text(data["account"]) != account:
             continue
         delivery = build(delivery_id, data, scheduled_at=field_float(scores[position]))
         if delivery is not None:
             found.append(delivery)
             counts[delivery_id] = attemptrecords.count_of(data[attemptrecords.COUNT])
-    await _complete(redis, keys, found, counts, bodies_read=False)
+    recorded = [delivery for delivery in found if delivery.id in counts]
+    await _complete(redis, keys, recorded, counts, bodies_read=False)
+    completed = {delivery.id: delivery for delivery in recorded}
+    return [completed.get(delivery.id, delivery) for delivery in found]
+
+
+async def _delivered_of(
+    redis: Redis, keys: KeySpace, settings: Settings, ids: Sequence[str], *, account: str | None
+) -> dict[str, Delivery]:
+    """Of ``ids`` without a record, those named by their post and still in its log: delivered, from the post and
+    its bare outcome, by id (one pipeline for the instances and posts, one outcome read per instance)."""
+    named = [(delivery_id, parsed) for delivery_id in ids if (parsed := deliveryid.parse_named(delivery_id))]
+    if not named:
+        return {}
+    appids = sorted({parsed[0] for _, parsed in named})
+    async with redis.pipeline(transaction=False) as pipe:
+        for appid in appids:
+            pipe.hget(keys.instance(appid), "account")
+        for _, (appid, entry_id, _) in named:
+            pipe.xrange(keys.callback_log(appid), entry_id, entry_id)
+        replies = await pipe.execute()
+    owners = dict(zip(appids, replies[: len(appids)], strict=True))
+    now = time.time()
+    wanted: dict[str, list[_Item]] = {}
+    posts: dict[str, _Posts] = {}
+    for (delivery_id, (appid, entry_id, _)), rows in zip(named, replies[len(appids) :], strict=True):
+        owner = field_text(owners[appid])
+        if not owner or (account is not None and owner != account) or not rows:
+            continue
+        if not in_window(entry_id, now, settings.log_retention):
+            continue  # its post is past the log's retention, as if trimmed
+        book = posts.setdefault(appid, _Posts(appid, owner, now, settings.log_retention))
+        items = [item for item in book.items_of(entry_id, rows[0][1], None) if item.delivery_id == delivery_id]
+        wanted.setdefault(appid, []).extend(items)
+    found: dict[str, Delivery] = {}
+    for appid, items in wanted.items():
+        outcomes = await posts[appid].outcomes(redis, keys, [item.outcome_key for item in items])
+        for item in items:
+            found[item.delivery_id] = posts[appid].delivered(item, outcomes.get(item.outcome_key))
     return found
 
 
@@ -284,9 +335,9 @@ async def show(
         pipe.zscore(keys.rq.scheduled(settings.queue_name), delivery_id)
         whole, legacy, scheduled = await pipe.execute()
     stored = {field_text(name): value for name, value in whole.items()}
-    named = deliveryid.parse(delivery_id)
+    named = deliveryid.parse_named(delivery_id)
     if not stored and named is not None:
-        return await _show_delivered(redis, keys, settings, delivery_id, *named, account=account)
+        return await _show_delivered(redis, keys, settings, delivery_id, named[0], named[1], account=account)
     data = {name: stored.get(name) for name in (*FIELDS, *_ID_FIELDS)}
     if account is not None and field_text(data["account"]) != account:
         raise NotFound(f"no delivery {delivery_id!r}", what="delivery")
@@ -319,9 +370,12 @@ async def _show_delivered(
         # Its post is past the log's retention, as if trimmed.
         raise NotFound(f"no delivery {delivery_id!r}", what="delivery")
     posts = _Posts(appid, field_text(owner), now, settings.log_retention)
-    if posts.delivery_of(entry_id, rows[0][1]) != delivery_id:
+    # The post's own delivery, or one of its further destinations' (its field f names it).
+    items = [item for item in posts.items_of(entry_id, rows[0][1], None) if item.delivery_id == delivery_id]
+    if not items:
         raise NotFound(f"no delivery {delivery_id!r}", what="delivery")
-    return posts.delivered(delivery_id, entry_id, (await posts.outcomes(redis, keys, [entry_id])).get(entry_id))
+    key = items[0].outcome_key
+    return posts.delivered(items[0], (await posts.outcomes(redis, keys, [key])).get(key))
 
 
 async def _matching(
@@ -354,15 +408,15 @@ async def _matching(
         replies = await pipe.execute()
     scores = replies[-1]
     records = [dict(zip(names, values, strict=True)) for values in replies[:-1]]
-    bare = [item.entry_id for item, data in zip(chunk, records, strict=True) if posts.bare(item, data)]
+    bare = [item.outcome_key for item, data in zip(chunk, records, strict=True) if posts.bare(item, data)]
     outcomes = await posts.outcomes(redis, keys, bare if state in (None, "delivered") else [])
     result: list[tuple[Delivery, int, int]] = []
     for position, (item, data) in enumerate(zip(chunk, records, strict=True)):
-        delivery_id, entry = item.delivery_id, item.entry_id
+        delivery_id = item.delivery_id
         if posts.bare(item, data):
             if state not in (None, "delivered"):
                 continue
-            shown = posts.delivered(delivery_id, entry, outcomes.get(entry))
+            shown = posts.delivered(item, outcomes.get(item.outcome_key))
             if (event_type is None or shown.event_type == event_type) and (
                 event_id is None or event_id in shown.event_ids
             ):
@@ -411,7 +465,7 @@ class _Posts:
         primary = self.delivery_of(entry_id, fields)
         if not primary:
             return []
-        every = [(primary, None), *fanned_out(fields.get(b"f", fields.get("f")))]
+        every = [(primary, None), *fanned_out(fields.get(b"f", fields.get("f")), primary)]
         kept = [
             (place, delivery_id, target)
             for place, (delivery_id, target) in enumerate(every)
@@ -424,14 +478,20 @@ class _Posts:
 
     def bare(self, item: _Item, record: Mapping[str, bytes | str | None]) -> bool:
         """Whether the delivery is delivered with only its bare outcome left (no record, named by its post)."""
-        return item.destination is None and item.entry_id in self.bodies and not record.get("appid")
+        return (
+            item.entry_id in self.bodies
+            and not record.get("appid")
+            and deliveryid.parse_named(item.delivery_id) is not None
+        )
 
-    async def outcomes(self, redis: Redis, keys: KeySpace, entry_ids: Sequence[str]) -> dict[str, Outcome]:
-        return await outcomereads.find(redis, keys, self.appid, entry_ids, now=self.now, retention=self.retention)
+    async def outcomes(self, redis: Redis, keys: KeySpace, outcome_keys: Sequence[str]) -> dict[str, Outcome]:
+        """The bare outcomes found, by :attr:`_Item.outcome_key`."""
+        return await outcomereads.find(redis, keys, self.appid, outcome_keys, now=self.now, retention=self.retention)
 
-    def delivered(self, delivery_id: str, entry_id: str, outcome: Outcome | None) -> Delivery:
-        body = body_of(self.bodies[entry_id])
-        return delivered_outcome(delivery_id, self.appid, self.account, entry_id, body, outcome)
+    def delivered(self, item: _Item, outcome: Outcome | None) -> Delivery:
+        body = body_of(self.bodies[item.entry_id])
+        shown = delivered_outcome(item.delivery_id, self.appid, self.account, item.entry_id, body, outcome)
+        return replace(shown, destination=item.destination) if item.destination else shown
 
 
 async def _complete(

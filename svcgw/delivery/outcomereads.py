@@ -7,6 +7,11 @@ asked for to the window after the newest, in chunks and at most
 :data:`SCAN_LIMIT` entries (a reader never walks a day of outcomes: a backlog
 so deep that more outcomes than that came in between leaves some unfound,
 shown as delivered without attempts), then the late hashes for the rest.
+
+A post's delivery to a further destination named by the post has its outcome
+under the post's entry id and the destination's hex digits
+(:func:`svcgw.deliveryid.outcome_key`: the stream entry's ``d``, the late
+field's ``_<hex>``), so the primary's and each destination's are told apart.
 """
 
 from __future__ import annotations
@@ -33,7 +38,8 @@ Row = tuple[bytes | str, dict[bytes | str, bytes | str]]
 async def find(
     redis: Redis, keys: KeySpace, appid: str, entry_ids: Sequence[str], *, now: float, retention: int
 ) -> dict[str, Outcome]:
-    """The bare outcomes of the posts ``entry_ids`` (log entry ids) that are found, by entry id."""
+    """The bare outcomes found of ``entry_ids`` (outcome keys: log entry ids, with ``_<hex>`` for a further
+    destination's, :func:`svcgw.deliveryid.outcome_key`), by that key."""
     wanted = set(entry_ids)
     found: dict[str, Outcome] = {}
     if not wanted:
@@ -66,10 +72,14 @@ async def find(
 
 
 def stream_outcome(fields: dict[bytes | str, bytes | str]) -> tuple[str, Outcome]:
-    """The log entry id and the bare outcome of one entry of the outcome stream."""
+    """The outcome key (the log entry id, then ``_`` and ``d`` for a further destination's) and the bare
+    outcome of one entry of the outcome stream."""
     entry = _text(fields.get(b"l") or fields.get("l") or b"")
     if "-" not in entry:
         entry += "-0"  # written as its ms alone (queue_finish.lua)
+    destination = fields.get(b"d") or fields.get("d")
+    if destination:
+        entry += "_" + _text(destination)
     ids = fields.get(b"i") or fields.get("i")
     return entry, Outcome(_text(fields.get(b"o") or fields.get("o") or b""), _bytes(ids) if ids else None)
 

@@ -9,11 +9,13 @@ status or a short error class (``timeout``, ``refused``, ``tls``, ``dns``,
 answers are not kept: only deliveries that did not succeed keep them.
 
 It goes to the instance's outcome stream (``keys.outcomes``; field ``l`` the
-log entry id, its ms alone when its sequence is 0, ``o`` the outcome, ``i`` the event ids when the post had
-duplicates, so that its log entry does not say which events went) when the
+log entry id, its ms alone when its sequence is 0, ``d`` the destination id's 16 hex digits for a further
+destination's delivery named by its post (none for the primary's), ``o`` the outcome, ``i`` the event ids
+when the post had duplicates, so that its log entry does not say which events went) when the
 delivery ends within :data:`OUTCOME_WINDOW` of its post, and to the late hash
 of the current bucket otherwise (``keys.late_outcomes``, field the log entry
-id, value the outcome, then ``\\n`` and the ids when kept), so that a reader
+id, with ``_<hex>`` for a further destination's, value the outcome, then
+``\\n`` and the ids when kept), so that a reader
 finds an outcome by reading the stream only from a page's oldest post to
 :data:`OUTCOME_WINDOW` after its newest.
 """

@@ -80,7 +80,7 @@ async def replay(
                 pipe.hmget(keys.delivery(delivery_id), ["appid", "account", "dead_at"])
             owners = await pipe.execute()
         for delivery_id, (raw_appid, raw_account, raw_dead_at) in zip(chunk, owners, strict=True):
-            named = deliveryid.parse(delivery_id)  # its appid even once its hash is gone
+            named = deliveryid.parse_named(delivery_id)  # its appid even once its hash is gone
             owner_appid = field_text(raw_appid) if raw_appid else (named[0] if named else None)
             if account is not None and (raw_account is None or field_text(raw_account) != account):
                 results.append(ReplayResult(delivery_id, None, "not_found"))

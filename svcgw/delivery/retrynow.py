@@ -69,7 +69,7 @@ async def retry_now(
             args=[delivery_id, account or "", queue_key, repr(time.time())],
         )
     )
-    if outcome == 0 and deliveryid.parse(delivery_id) is not None:
+    if outcome == 0 and deliveryid.parse_named(delivery_id) is not None:
         # Named by its post and without a record: delivered, if its post and outcome are still kept.
         try:
             await listing.show(redis, keys, settings, delivery_id, account=account)

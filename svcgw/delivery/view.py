@@ -165,15 +165,19 @@ def ids_of(fields: Mapping[str, bytes | str | None]) -> tuple[str, ...]:
     return tuple(str(value) for value in listed) if isinstance(listed, list) else ()
 
 
-def fanned_out(value: bytes | str | None) -> list[tuple[str, str]]:
+def fanned_out(value: bytes | str | None, primary: str = "") -> list[tuple[str, str]]:
     """The ``(delivery id, destination id)`` pairs of a log entry's field ``f``, in routing order.
 
-    The field holds ``<delivery id>:<destination id>`` pairs separated by one space; a post that went
-    to the primary address alone has none. A pair that cannot be read is skipped.
+    The field holds, separated by one space, the destination ids when the post's deliveries are
+    named by it (each id follows from ``primary``, the post's delivery to the primary address:
+    :func:`svcgw.deliveryid.for_destination`), or ``<delivery id>:<destination id>`` pairs (``dlv_``
+    ids); a post that went to the primary address alone has none. One that cannot be read is skipped.
     """
     pairs: list[tuple[str, str]] = []
     for pair in field_text(value).split():
-        delivery_id, _, destination = pair.partition(":")
+        delivery_id, colon, destination = pair.partition(":")
+        if not colon:
+            destination, delivery_id = pair, deliveryid.for_destination(primary, pair) or ""
         if delivery_id and destination:
             pairs.append((delivery_id, destination))
     return pairs
@@ -250,7 +254,7 @@ def build(
         delivered_at=field_float(fields.get("delivered_at")) if state == "delivered" else None,
         dead_at=field_float(fields.get("dead_at")) if state == "dead" else None,
         attempts=tuple(attempt_of(record, index + 1) for index, record in enumerate(attempts)),
-        destination=field_text(fields.get("destination")) or None,
+        destination=deliveryid.destination_of(delivery_id, fields.get("destination")),
     )
 
 

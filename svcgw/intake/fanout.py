@@ -8,9 +8,12 @@ destination of its account, then of its own, whose event types take them
 :class:`svcgw.intake.ingest.Ingest` as its :class:`Targets`): the script
 names every key before it runs, so the ids must be known then.
 
-:func:`plan` is pure: per destination, a delivery of the older id form
-(``dlv_``, :func:`svcgw.deliveryid.new_delivery_id`) with its delivery hash,
-its RQ job hash and the destination's index (``KeySpace.destination_deliveries``),
+:func:`plan` is pure: per destination, a delivery named by the post and the
+destination (:func:`svcgw.deliveryid.for_destination`, when the primary's is
+named by its post) with one hash, RQ's lean fields and the delivery's together
+as the primary's (no ``destination`` field: the id names it), or else one of the older id form (``dlv_``,
+:func:`svcgw.deliveryid.new_delivery_id`) with its delivery hash and its RQ
+job hash; and the destination's index (``KeySpace.destination_deliveries``),
 as the script's KEYS and ARGV take them (``svcgw/storage/lua/ingest.lua``).
 A post that no destination takes has no plan, and the script call is the
 one it always was: not one key, argument or command more.
@@ -22,7 +25,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from svcgw.deliveryid import new_delivery_id
+from svcgw.deliveryid import for_destination, new_delivery_id
 from svcgw.storage.keys import KeySpace
 
 __all__ = ["FanOut", "Targets", "plan"]
@@ -39,41 +42,56 @@ class FanOut:
     """The deliveries of one post to further destinations, as the ingest script is given them.
 
     ``deliveries``: ``(delivery id, destination id)`` in routing order; ``keys``: per delivery its
-    delivery hash, its job hash and the destination's index; ``args``: the job hash's field count,
-    then per delivery its id, the destination's id and its job hash's fields.
+    delivery hash, its job hash (the same key for an id named by its post) and the destination's
+    index; ``args``: the job hash's field count, then per delivery its id, the destination's id and
+    its job hash's fields.
     """
 
     deliveries: tuple[tuple[str, str], ...]
     keys: tuple[str, ...]
     args: tuple[Any, ...]
 
+    named: bool = False  # whether the ids are named by the post (svcgw.deliveryid.for_destination)
+
     @property
     def log_field(self) -> str:
-        """What the post's log entry holds of them (field ``f``): ``<delivery id>:<destination id>`` pairs."""
+        """What the post's log entry holds of them (field ``f``): the destination ids when the deliveries are
+        named by the post (their ids follow from the primary's), else ``<delivery id>:<destination id>`` pairs."""
+        if self.named:
+            return " ".join(destination for _, destination in self.deliveries)
         return " ".join(f"{delivery}:{destination}" for delivery, destination in self.deliveries)
 
 
 def plan(
     keys: KeySpace,
     destination_ids: Sequence[str],
-    job: Callable[[str], Sequence[bytes]],
+    job: Callable[[str, bool], Sequence[bytes]],
     *,
+    primary: str = "",
     new_id: Callable[[], str] = new_delivery_id,
 ) -> FanOut | None:
-    """The deliveries to ``destination_ids`` (None: there are none), each with its RQ fields ``job(delivery_id)``.
+    """The deliveries to ``destination_ids`` (None: there are none), each with its RQ fields ``job(id, named)``.
 
-    Every job hash of one post has the same fields (RQ's template), so their count is given once.
+    ``primary``: the post's delivery to the primary address; when it is named by its post, so is each
+    of these (``named`` true: RQ's lean fields, one hash), else each is a ``dlv_`` one (RQ's whole
+    template, a delivery hash of its own). Every job hash of one post has the same fields, so their
+    count is given once.
     """
     if not destination_ids:
         return None
-    deliveries = tuple((new_id(), destination_id) for destination_id in destination_ids)
+    derived = [for_destination(primary, destination_id) for destination_id in destination_ids]
+    named = all(derived)
+    deliveries = tuple(
+        (derived_id if named and derived_id else new_id(), destination_id)
+        for derived_id, destination_id in zip(derived, destination_ids, strict=True)
+    )
     names: list[str] = []
     args: list[Any] = []
     counts = set()
     for delivery_id, destination_id in deliveries:
         names += [keys.delivery(delivery_id), keys.rq.job(delivery_id), keys.destination_deliveries(destination_id)]
-        fields = job(delivery_id)
+        fields = job(delivery_id, named)
         counts.add(len(fields) // 2)
         args += [delivery_id, destination_id, *fields]
     (count,) = counts  # one template: one count
-    return FanOut(deliveries, tuple(names), (count, *args))
+    return FanOut(deliveries, tuple(names), (count, *args), named)

@@ -286,13 +286,19 @@ class Ingest:
             flat = self._job.lean(delivery_id)
         else:
             flat = self._job.flat(delivery_id, job_description(post.event_type, appid))
-        # The further destinations' deliveries, dlv_ ones (svcgw.intake.fanout): their keys go
-        # before the de-duplication window's (which runs to the last key), their arguments before
-        # the events (which run to the last argument); the job field count tells how many there are.
+        # The further destinations' deliveries (svcgw.intake.fanout), named by the post as the primary's is
+        # (else dlv_ ones): their keys go before the de-duplication window's (which runs to the last
+        # key), their arguments before the events (which run to the last argument); the job field
+        # count tells how many there are.
         fan: FanOut | None = None
         if destinations:
             description = job_description(post.event_type, appid)
-            fan = plan(self.keys, destinations, lambda i: self._job.flat(i, description))
+            fan = plan(
+                self.keys,
+                destinations,
+                lambda i, named: self._job.lean(i) if named else self._job.flat(i, description),
+                primary=delivery_id,
+            )
         events: list[Any] = []
         for event in post.events:
             events.extend((event.raw, event.digest or b""))

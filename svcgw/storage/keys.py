@@ -205,11 +205,13 @@ class KeySpace:
         return f"{self.prefix}routes:instance:{appid}"
 
     def destination_deliveries(self, destination_id: str) -> str:
-        """Sorted set: the deliveries of one further destination on this shard, member the ``dlv_`` delivery id,
-        score the time its post was received (ms); written by the ingest script with the delivery, trimmed by
-        score to the log's retention and expired with it (docs/destinations.md). An account's destination
-        has one on each shard its instances are on: its readers merge them."""
-        return f"{self.prefix}destination-deliveries:{destination_id}"
+        """Stream: the deliveries of one further destination on this shard, an entry per delivery (Redis's time,
+        field ``d``: the primary's id for a delivery named by its post, from which its own follows, else its
+        ``dlv_`` id); written by the ingest script with the delivery, ``MINID``-trimmed to the log's
+        retention and expired with it (docs/destinations.md). An account's destination has one on each
+        shard its instances are on: its readers merge them. (A sorted set under ``destination-deliveries:``
+        before: another name, so that neither is written as the other's type.)"""
+        return f"{self.prefix}destination-index:{destination_id}"
 
     # --- ingest: callback log and de-duplication --------------------------------
     def callback_log(self, appid: str) -> str:
@@ -249,13 +251,15 @@ class KeySpace:
     def outcomes(self, appid: str) -> str:
         """Stream: the bare outcome of each delivery delivered within a minute of its post (svcgw.delivery.outcomes).
 
-        Fields ``l`` (the post's log entry id), ``o`` (the attempts), ``i`` (event ids, when the post had
-        duplicates); trimmed and expired like the callback log.
+        Fields ``l`` (the post's log entry id), ``d`` (for a further destination's delivery, the destination
+        id's 16 hex digits; none for the primary's), ``o`` (the attempts), ``i`` (event ids, when the post
+        had duplicates); trimmed and expired like the callback log.
         """
         return f"{self.prefix}out:{self._own(appid)}"
 
     def late_outcomes(self, appid: str, bucket: int) -> str:
-        """Hash: log entry id -> bare outcome of a delivery delivered later than that, per log retention."""
+        """Hash: log entry id (``_<16 hex>`` after it for a further destination's delivery) -> bare outcome of a
+        delivery delivered later than that, per log retention."""
         return f"{self.prefix}late:{self._own(appid)}:{bucket}"
 
     def delivery(self, delivery_id: str) -> str:
@@ -269,11 +273,17 @@ class KeySpace:
         and ``failures`` once attempted (none reads as queued, 0, 0), the time received is its id's.
         It is deleted once delivered (its bare outcome is kept: :meth:`outcomes`).
 
-        A ``dlv_`` delivery (service events; earlier versions) has ``svcgw:delivery:<id>`` of
-        its own, with ``state``, ``received_at`` and ``events`` from the start; once delivered it
-        is kept until its expiry, its body emptied and ``ids`` holding its event ids.
+        So does a post's delivery to a further destination named by the post and the destination
+        (``<appid>-<ms>-<seq>_<16 hex>``, svcgw.deliveryid.parse_destination; no ``destination``
+        field: the id names it); once delivered, its bare outcome is kept under the post's entry id
+        and the destination's.
+
+        A ``dlv_`` delivery (service events; earlier versions; a further destination's of an appid
+        of the older form) has ``svcgw:delivery:<id>`` of its own, with ``state``, ``received_at``
+        and ``events`` from the start; once delivered it is kept until its expiry, its body emptied
+        and ``ids`` holding its event ids.
         """
-        if deliveryid.parse(delivery_id) is not None:
+        if deliveryid.parse_named(delivery_id) is not None:
             return self.rq.job(delivery_id)
         return f"{self.prefix}delivery:{delivery_id}"
 

@@ -24,6 +24,24 @@ def test_ids_name_the_instance_and_the_entry() -> None:
     assert deliveryid.entry_ms("1795645968935-7") == 1795645968935
 
 
+def test_a_further_destinations_delivery_is_named_by_the_post_and_the_destination() -> None:
+    primary, destination = "we_8404e9da41e7b63-1795645968935-0", "dst_0123456789abcdef"
+    named = deliveryid.for_destination(primary, destination)
+    assert named == "we_8404e9da41e7b63-1795645968935-0_0123456789abcdef"
+    assert deliveryid.parse_destination(named) == ("we_8404e9da41e7b63", "1795645968935-0", destination)
+    # parse stays exact for the primary's form; parse_named takes both.
+    assert deliveryid.parse(named) is None and deliveryid.parse_destination(primary) is None
+    assert deliveryid.parse_named(named) == ("we_8404e9da41e7b63", "1795645968935-0", destination)
+    assert deliveryid.parse_named(primary) == ("we_8404e9da41e7b63", "1795645968935-0", None)
+    assert deliveryid.parse_named("dlv_0123456789abcdef01234567") is None
+    assert deliveryid.received_at(named) == 1795645968.935
+    assert deliveryid.outcome_key("1795645968935-0", destination) == "1795645968935-0_0123456789abcdef"
+    assert deliveryid.outcome_key("1795645968935-0", None) == "1795645968935-0"
+    # The older form, or a destination id of another shape, keeps dlv_ ids.
+    assert deliveryid.for_destination("dlv_0123456789abcdef01234567", destination) is None
+    assert deliveryid.for_destination(primary, "dst_a") is None
+
+
 def test_the_clock_proposes_rising_ids_and_jumps_above_what_it_saw() -> None:
     clock = deliveryid.EntryClock()
     assert clock.propose(1.0) == "1000-0"

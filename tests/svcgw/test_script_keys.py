@@ -31,6 +31,7 @@ from tests.receiver.gateway.stack import sim as sim  # the module's simulator fi
 from tests.receiver.gateway.stack import start_stack
 from tests.scriptkeys import ScriptKeyWatch
 from tests.support import Sink, ThreadedWorker, is_delivered, wait_for
+from tests.svcgw.delivery.fanout import ingest_fanned
 from tests.svcgw.delivery.test_deadletters import ingest
 from tests.worker.support import add_destination, claim_batch, deliver_all, destination_delivery, flip, started
 from worker.engine import Engine
@@ -221,6 +222,8 @@ def test_the_claims_of_further_destinations_touch_only_the_keys_their_scripts_na
     made = {destination.id: [destination_delivery(redis, settings, tenant, destination.id, primary, body)
                              for _ in range(count)]
             for destination, count in ((paced, 8), (gone, 1), (disabled, 1))}  # fmt: skip
+    # And a post's deliveries as the fan-out writes them, named by the post: one delivered, one dead.
+    ingest_fanned(settings, tenant, b'{"event_type":"Msg","events":[{"id":"k2"}]}', [paced.id, gone.id])
 
     async def remove(store: Store) -> None:
         await store.remove_destination(gone.id)
@@ -237,7 +240,7 @@ def test_the_claims_of_further_destinations_touch_only_the_keys_their_scripts_na
         redis.hset(keys.destination(disabled.id), "enabled", "1")
         redis.zadd(keys.rq.scheduled(settings.queue_name), dict.fromkeys(made[disabled.id], time.time()))
         deliver_all(Engine(settings, None, TokenVault.from_settings(settings)))
-    assert len(sink.posts()) == 1 + 8 + 1
+    assert len(sink.posts()) == 2 + 9 + 1
     ran = Counter(call.name for call in watch.calls())
     assert ran["queue_read"] > 2 and ran["queue_finish"] > 0
     assert watch.undeclared() == []

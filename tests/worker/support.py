@@ -10,6 +10,7 @@ from typing import TypeVar
 from redis import Redis as SyncRedis
 from redis.asyncio import Redis
 
+from svcgw import deliveryid
 from svcgw.callbacks.addresses import check_for_service
 from svcgw.config.settings import Settings
 from svcgw.delivery import failingdestinations
@@ -18,7 +19,7 @@ from svcgw.liveness import transitions
 from svcgw.registry.destinations import DestinationConfig
 from svcgw.registry.store import Scope, Store
 from svcgw.storage.keys import PLAIN as keys
-from svcgw.storage.rqformat import job_description, job_fields
+from svcgw.storage.rqformat import JobTemplate, job_description, job_fields
 from tests.conftest import Tenant, provision, with_store
 from tests.support import Received
 from worker.engine import Engine, loop_factory
@@ -140,12 +141,35 @@ def destination_delivery(
     body: bytes,
     *,
     event_type: str = "Msg",
+    named: bool = False,
 ) -> str:
-    """One delivery of a post to a further destination, written as the data model says (docs/destinations.md):
-    a ``dlv_`` delivery hash with ``destination`` and ``primary``, its RQ job hash and its place in the
-    queue, as ``queue_delivery.lua`` writes a service event's (without the chain)."""
-    delivery_id = new_delivery_id()
+    """One delivery of a post to a further destination, written as the ingest script writes it
+    (docs/destinations.md): ``named``, with the id the post and the destination give it
+    (``<primary>_<16 hex>``), one hash of RQ's lean fields and the delivery's (its destination is
+    its id's), queued; else (an appid of the older id form, and any number for one post) a ``dlv_`` delivery
+    hash with ``destination`` and ``primary``, its RQ job hash and its place in the queue, as
+    ``queue_delivery.lua`` writes a service event's (without the chain)."""
     queue_key = keys.rq.queue(settings.queue_name)
+    if named:
+        delivery_id = deliveryid.for_destination(primary_id, destination_id) or ""
+        assert delivery_id, "a primary named by its post, a destination id of dst_ and 16 hex"
+        lean = JobTemplate(settings.queue_name, settings.dead_letter_retention).lean(delivery_id)
+        pipe = redis.pipeline(transaction=True)
+        pipe.hset(keys.rq.job(delivery_id), mapping=dict(zip(lean[::2], lean[1::2], strict=True)))
+        pipe.hset(
+            keys.rq.job(delivery_id),
+            mapping={
+                "appid": tenant.appid,
+                "account": tenant.account,
+                "event_type": event_type,
+                "body": body,
+            },
+        )
+        pipe.rpush(queue_key, delivery_id)
+        pipe.sadd(keys.rq.queues, queue_key)
+        pipe.execute()
+        return delivery_id
+    delivery_id = new_delivery_id()
     job = job_fields(
         delivery_id,
         queue_name=settings.queue_name,

@@ -9,6 +9,7 @@ The deliveries are written as the data model says (``tests.worker.support.destin
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import hmac
 import time
@@ -17,14 +18,18 @@ from dataclasses import replace
 
 import pytest
 from redis import Redis
+from redis.asyncio import Redis as AsyncRedis
 
 from svcgw.config.settings import Settings
+from svcgw.delivery.listing import Delivery
+from svcgw.delivery.listing import show as show_delivery
 from svcgw.registry.destinations import DestinationChange, DestinationConfig
 from svcgw.registry.store import Scope, Store
 from svcgw.storage.keys import PLAIN as keys
 from svcgw.vault import TokenVault
 from tests.conftest import Tenant, provision, with_store
 from tests.support import Received, Sink, attempt_records, is_delivered, wait_for
+from tests.svcgw.delivery.fanout import ingest_fanned
 from tests.svcgw.delivery.test_deadletters import ingest, list_dead, replay
 from tests.verify.conftest import PYTHON_LIB
 from tests.worker.support import add_destination, deliver_all, destination_delivery
@@ -46,11 +51,23 @@ def further() -> Iterator[Sink]:
 def _post_to_both(
     settings: Settings, redis: Redis, tenant: Tenant, destination: DestinationConfig, event_id: str
 ) -> tuple[str, str]:
-    """One post delivered to the primary address and, as the fan-out writes it, to ``destination``."""
-    primary = ingest(settings, tenant, b'{"event_type":"Msg","events":[{"id":"%s"}]}' % event_id.encode())
-    body = redis.hget(keys.rq.job(primary), "body")
-    assert body
-    return primary, destination_delivery(redis, settings, tenant, destination.id, primary, body)
+    """One post to the primary address and ``destination``, through the receiver's ingest and its fan-out."""
+    primary, (delivery_id,) = ingest_fanned(
+        settings, tenant, b'{"event_type":"Msg","events":[{"id":"%s"}]}' % event_id.encode(), [destination.id]
+    )
+    assert delivery_id == f"{primary}_{destination.id.removeprefix('dst_')}"
+    return primary, delivery_id
+
+
+def show(settings: Settings, delivery_id: str) -> Delivery:
+    async def run() -> Delivery:
+        client = AsyncRedis.from_url(settings.redis_url or "")
+        try:
+            return await show_delivery(client, keys, settings, delivery_id)
+        finally:
+            await client.aclose()
+
+    return asyncio.run(run())
 
 
 def _stripe_style(secret: str, post: Received) -> bool:
@@ -100,8 +117,12 @@ def test_a_destination_delivery_is_signed_with_its_own_secret_and_names_its_dest
     assert _stripe_style(own_secret, first)
 
     assert is_delivered(redis, delivery_id) and is_delivered(redis, primary)
-    (record,) = attempt_records(redis, delivery_id)
-    assert record["ok"] and record["dst"] == destination.id and record["destination"] == further.url
+    # Delivered, it keeps what the primary's keeps: no record, its bare outcome, told apart from the primary's.
+    assert redis.exists(keys.rq.job(delivery_id)) == 0 and attempt_records(redis, delivery_id) == []
+    shown = show(settings, delivery_id)
+    assert shown.state == "delivered" and shown.destination == destination.id
+    assert [(a.status, a.ok) for a in shown.attempts] == [(200, True)]
+    assert show(settings, primary).destination is None and len(show(settings, primary).attempts) == 1
     counters = {k.decode(): int(v) for k, v in redis.hgetall(keys.metrics_counters).items()}
     assert counters["deliveries|delivered|destination"] == 1 and counters["deliveries|delivered"] == 1
     assert counters["delivery_attempts|delivered|destination"] == 1
@@ -118,6 +139,11 @@ def test_a_destination_that_always_fails_is_dead_alone_and_its_replay_reaches_it
 
     assert is_delivered(redis, primary) and len(sink.posts()) == 1
     assert [dead.id for dead in list_dead(settings, appid=tenant.appid)] == [delivery_id]
+    # Its hash names no destination: its id does, for the dead letters' filter and their readers.
+    assert redis.hget(keys.rq.job(delivery_id), "destination") is None
+    (dead,) = list_dead(settings, appid=tenant.appid, destination=destination.id)
+    assert dead.id == delivery_id and dead.destination == destination.id
+    assert list_dead(settings, appid=tenant.appid, destination="primary") == []
     tries = len(settings.retry_schedule) + 1
     assert len(further.posts()) == tries and redis.hget(keys.delivery(delivery_id), "state") == b"dead"
     counters = {k.decode(): int(v) for k, v in redis.hgetall(keys.metrics_counters).items()}
@@ -172,8 +198,9 @@ def test_a_disabled_destinations_deliveries_stay_pending_until_it_is_enabled(
         first = wait_for(lambda: redis.zscore(scheduled, pairs[0][1]), what="handed back")
         wait_for(lambda: (redis.zscore(scheduled, pairs[0][1]) or 0) > first, what="looked at again")
         for _, delivery_id in pairs:
+            # A lean hash (named by its post) writes state, attempts and failures only once attempted.
             state = redis.hmget(keys.delivery(delivery_id), "state", "attempts", "failures")
-            assert state == [b"queued", b"0", b"0"], delivery_id
+            assert redis.exists(keys.delivery(delivery_id)) and state == [None, None, None], delivery_id
         assert further.posts() == []
 
         _change(quick, destination.id, DestinationChange(enabled=True))

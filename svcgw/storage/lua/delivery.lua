@@ -68,17 +68,21 @@ local function log_post(log_key, retention, raw, now, delivery_id, accepted, dup
 end
 
 -- The deliveries of one post to further destinations (svcgw.intake.fanout), after its primary's:
--- a dlv_ delivery each, with the primary's body, in its destination's index (a sorted set by the
--- time received in ms, trimmed to the log's retention and expired with it).
+-- each named by the post and its destination (one hash, as the primary's; its delivery and job
+-- keys are the same name), or a dlv_ delivery (a delivery hash naming the primary's id, and a job
+-- hash), with the primary's body, in its destination's index (a stream: field d the primary's id
+-- for one named by the post, its own follows from it; else its dlv_ id; MINID-trimmed to the log's
+-- retention and expired with it).
 -- keys, argv: the script's KEYS and ARGV; k: {queue=, rq_queues=, first=}, where keys[first], ...
 -- are per destination its delivery, job and index; a: where in argv the first destination's
 -- delivery id is (then its destination id and job fields); count, fields: how many destinations,
 -- and the field count of each job hash; p: the primary's values {appid=, account=, event_type=,
 -- body=, now=, events=, queue_key=, retention=, primary= (its delivery id), extra=}.
--- Returns the log entry's field f: '<delivery id>:<destination id>' pairs, space-separated.
+-- Returns the log entry's field f: the destination ids (named by the post: the ids follow from the
+-- primary's), or '<delivery id>:<destination id>' pairs (dlv_), space-separated.
 local function write_fanned(keys, argv, k, a, count, fields, p)
-  local received_ms = math.floor(tonumber(p.now) * 1000)
-  local oldest = received_ms - tonumber(p.retention) * 1000
+  local oldest = math.floor(tonumber(p.now) * 1000) - tonumber(p.retention) * 1000
+  if oldest < 0 then oldest = 0 end
   local fanned = {}
   for d = 0, count - 1 do
     local id, destination = argv[a], argv[a + 1]
@@ -86,13 +90,16 @@ local function write_fanned(keys, argv, k, a, count, fields, p)
     for f = a + 2, a + 1 + fields * 2 do job[#job + 1] = argv[f] end
     a = a + 2 + fields * 2
     local key = k.first + d * 3
-    local extra = {'destination', destination, 'primary', p.primary, unpack(p.extra or {})}
+    local named = keys[key] == keys[key + 1]
+    -- Named by the post, its id names its destination (and the primary): no field for either.
+    local extra = p.extra
+    if not named then extra = {'destination', destination, 'primary', p.primary, unpack(p.extra or {})} end
     write_delivery({delivery = keys[key], job = keys[key + 1], queue = k.queue, rq_queues = k.rq_queues},
       p.appid, p.account, p.event_type, p.body, p.now, p.events, id, p.queue_key, job, extra)
-    redis.call('ZADD', keys[key + 2], received_ms, id)
-    redis.call('ZREMRANGEBYSCORE', keys[key + 2], '-inf', '(' .. oldest)
+    -- Every entry has the one field d: a listpack keeps only its value (and the id's delta) per entry.
+    redis.call('XADD', keys[key + 2], 'MINID', '~', oldest, '*', 'd', named and p.primary or id)
     redis.call('EXPIRE', keys[key + 2], p.retention)
-    fanned[#fanned + 1] = id .. ':' .. destination
+    if named then fanned[#fanned + 1] = destination else fanned[#fanned + 1] = id .. ':' .. destination end
   end
   return table.concat(fanned, ' ')
 end

@@ -27,7 +27,9 @@ end
 local leases, later, claimed, parks = {}, {}, {}, {}
 local seed, nth = tonumber(ARGV[4]), 0
 for _, id in ipairs(ids) do
-  -- An id named by its post is '<appid>-<ms>-<seq>' (svcgw.deliveryid); a dlv_ id names none.
+  -- An id named by its post is '<appid>-<ms>-<seq>' (svcgw.deliveryid); a dlv_ id names none, nor
+  -- does a further destination's ('<appid>-<ms>-<seq>_<16 hex>'): neither is held back by instance,
+  -- since what the worker saw of an instance is where its primary address's deliveries go.
   local appid = holding and string.match(id, '^(.+)%-%d+%-%d+$')
   local hold = appid and held_back[appid]
   if hold then

@@ -15,11 +15,14 @@
 --       (non-empty for a service event, '' for a customer event, '?' if unknown: the
 --       delivery's own 'chain' field says; its value, a key name, may be one of before the tags),
 --       event ids (delivered: a JSON list kept instead of the body; '' keeps the body),
---       log entry id of the post (svcgw.deliveryid; '' for a dlv_ delivery),
+--       log entry id of the post (svcgw.deliveryid, for the primary's delivery and for a further
+--       destination's named by the post, '<appid>-<ms>-<seq>_<16 hex>'; '' for a dlv_ delivery),
 --       probe mark ('t:<start>' the attempt timed out, 'a' it answered a destination being probed, '')
 -- A delivered delivery with a log entry id keeps only its bare outcome (svcgw.delivery.outcomes): its
 -- records are deleted and the outcome goes to the stream, or to the late hash when it ended more
--- than the outcome window after its post. A dlv_ delivery keeps its hash until its ttl, as before.
+-- than the outcome window after its post; a further destination's (its id ends in '_' and the
+-- destination id's 16 hex digits) has them too, its stream entry with 'd' those hex digits, its late
+-- field the entry id, '_' and them. A dlv_ delivery keeps its hash until its ttl, as before.
 -- Returns per job: 1 if the claim was still ours, else 0; plus 2 when this
 -- attempt's destination started failing, 4 when it recovered (svcgw.delivery.failingdestinations); plus 8 when its
 -- chain's front is now a member the worker did not name (queued since it read the chain): the
@@ -94,7 +97,7 @@ local now_ms = math.floor(tonumber(now) * 1000)
 local oldest = math.max(now_ms - tonumber(ARGV[4]) * 1000, 0)
 -- The delivered delivery's bare outcome from its hash and this attempt's record; nothing is
 -- written when the hash is gone (another copy of the job delivered it already).
-local function outcome(delivery, record, entry, event_ids, out, late)
+local function outcome(delivery, record, entry, event_ids, out, late, destination)
   local stored = redis.call('HGETALL', delivery)
   if #stored == 0 then return nil end
   local h = {}
@@ -112,16 +115,23 @@ local function outcome(delivery, record, entry, event_ids, out, late)
   if h.dup and h.dup ~= '0' and event_ids ~= '' then ids = event_ids end
   if now_ms - base_ms > tonumber(ARGV[6]) * 1000 then
     if ids then text = text .. '\n' .. ids end
-    redis.call('HSET', late, entry, text)
+    local field = entry
+    if destination then field = entry .. '_' .. destination end
+    redis.call('HSET', late, field, text)
     redis.call('EXPIREAT', late, ARGV[5])
   else
     -- An entry id of sequence 0 (most) is written as its ms alone: a listpack keeps it as an integer.
     local l = string.gsub(entry, '%-0$', '')
-    if ids then
-      redis.call('XADD', out, 'MINID', '~', oldest, '*', 'l', l, 'o', text, 'i', ids)
-    else
-      redis.call('XADD', out, 'MINID', '~', oldest, '*', 'l', l, 'o', text)
+    local fields = {'l', l, 'o', text}
+    if destination then
+      fields[#fields + 1] = 'd'
+      fields[#fields + 1] = destination
     end
+    if ids then
+      fields[#fields + 1] = 'i'
+      fields[#fields + 1] = ids
+    end
+    redis.call('XADD', out, 'MINID', '~', oldest, '*', unpack(fields))
     redis.call('EXPIRE', out, ARGV[4])
   end
   return h.chain
@@ -152,7 +162,9 @@ for i = 0, n - 1 do
     if claimed == 0 then redis.call('LREM', KEYS[4], 0, id) end
     redis.call('ZREM', KEYS[2], id)
   elseif kind == 'delivered' and entry ~= '' then
-    chain_of_bare = outcome(delivery, record, entry, ARGV[b + 8], KEYS[kb + 4], KEYS[kb + 5]) or ''
+    -- A further destination's delivery named by its post: its id ends in its destination's hex digits.
+    local destination = string.match(id, '%-%d+%-%d+_(%x+)$')
+    chain_of_bare = outcome(delivery, record, entry, ARGV[b + 8], KEYS[kb + 4], KEYS[kb + 5], destination) or ''
     redis.call('DEL', delivery, job)
     if claimed == 0 then
       redis.call('LREM', KEYS[4], 0, id)

@@ -7,7 +7,8 @@
 --       (svcgw.delivery.pacing); then the parked sets the saturated destinations name
 --       (svcgw.delivery.probing)
 -- ARGV: rq now, worker name, number of delivery fields, delivery fields... (the last one
---       'destination'), number of jobs, then per job: its id, the appid, the account and the
+--       'destination': a dlv_ delivery's; one named by its post, '<appid>-<ms>-<seq>_<16 hex>', has
+--       none and its destination is its id's), number of jobs, then per job: its id, the appid, the account and the
 --       further destination ('' for none) its keys were named for; then the number of saturated
 --       destinations, now, a seed in [0, 1), seconds a parked set is kept, seconds a job of a
 --       disabled destination waits, fours of a saturated destination (a URL's netloc, lower case),
@@ -151,6 +152,12 @@ for j = 1, njobs do
     local appid, account = data[1], data[2]
     -- The further destination it goes to (not read for a busy account's: it goes back anyway).
     local dst = busy and named_dst or (data[nfields] or '')
+    if dst == '' and not busy then
+      -- Named by its post, a further destination's delivery keeps no field: its id ends in its
+      -- destination's 16 hex digits (svcgw.deliveryid.parse_destination).
+      local hex = string.match(id, '%-%d+%-%d+_(%x+)$')
+      if hex then dst = 'dst_' .. hex end
+    end
     if appid and (appid ~= named_appid or (account or '') ~= named_account or dst ~= named_dst) then
       answer[#answer + 1] = {id, appid, account or '', dst}
     elseif busy and appid then

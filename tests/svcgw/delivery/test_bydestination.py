@@ -19,6 +19,9 @@ from svcgw.storage.keys import KeySpace
 from tests.conftest import provision
 from tests.svcgw.delivery.fanout import fan_out, index_only, kill_among
 from tests.svcgw.delivery.test_deadletters import ingest
+from tests.worker.support import claim_batch, finish
+from worker.delivery import Attempt
+from worker.queue import Finish
 
 OTHER = KeySpace("{s1}")  # a second shard's names, on the same server
 
@@ -74,12 +77,12 @@ def test_newest_first_with_states_attempts_and_paging(settings: Settings) -> Non
 
 def test_the_same_millisecond_and_expired_records_and_the_retention(settings: Settings, redis: Redis) -> None:
     tenant = provision(settings)
+    index_only(settings, "dst_aaaa", "dlv_old0000000000000000000", received=time.time() - settings.log_retention - 5)
+    index_only(settings, "dst_aaaa", "dlv_gone000000000000000000")  # its record expired: left out
     primary = ingest(settings, tenant, msg("t1"))
     twins = fan_out(settings, primary, ["dst_aaaa"]) + fan_out(settings, primary, ["dst_aaaa"])
     index = keys.destination_deliveries("dst_aaaa")
-    assert len(set(redis.zrange(index, 0, -1, withscores=True)[i][1] for i in range(2))) == 1  # one score
-    index_only(settings, "dst_aaaa", "dlv_gone000000000000000000")  # its record expired: left out
-    index_only(settings, "dst_aaaa", "dlv_old0000000000000000000", received=time.time() - settings.log_retention - 5)
+    assert [fields[b"d"].decode() for _, fields in redis.xrange(index)][-2:] == twins
 
     first = listed(settings, "dst_aaaa", limit=1)
     second = listed(settings, "dst_aaaa", limit=1, before=first.next_before)
@@ -101,7 +104,7 @@ def test_an_accounts_destination_is_merged_over_the_shards(settings: Settings, r
                  "received_at": repr(now + 1), "delivered_at": repr(now + 2), "ids": '["o1"]',
                  "destination": "dst_aaaa"},
     )  # fmt: skip
-    redis.zadd(OTHER.destination_deliveries("dst_aaaa"), {elsewhere: int((now + 1) * 1000)})
+    redis.xadd(OTHER.destination_deliveries("dst_aaaa"), {"d": elsewhere}, id=f"{int((now + 1) * 1000)}-*")
 
     assert [d.id for d in listed(settings, "dst_aaaa").deliveries] == [on_zero]  # one shard
     both = listed(settings, "dst_aaaa", shards=2)
@@ -112,3 +115,28 @@ def test_an_accounts_destination_is_merged_over_the_shards(settings: Settings, r
     assert [d.id for d in listed(settings, "dst_aaaa", shards=2, before=first.next_before).deliveries] == [on_zero]
     # An instance's destination: its instance's shard alone (shard 0's here, the registry naming no other).
     assert [d.id for d in listed(settings, "dst_aaaa", shards=2, appid=tenant.appid).deliveries] == [on_zero]
+
+
+def test_deliveries_named_by_their_post_are_shown_from_their_bare_outcome_once_delivered(settings: Settings) -> None:
+    destination = "dst_" + "a" * 16
+    tenant = provision(settings)
+    made = [fan_out(settings, ingest(settings, tenant, msg(f"n{n}")), [destination], named=True)[0] for n in range(3)]
+    # The queue: each post's primary, then its destination's delivery; the middle destination's is delivered.
+    delivered = made[1]
+    claimed = [c.delivery_id for c in claim_batch(settings, 6)]
+    assert set(made) <= set(claimed)
+    at = time.time()
+    attempt = Attempt(ok=True, at=at, duration=0.02, status=204, destination="d")
+    assert finish(settings, Finish(delivered, tenant.appid, "delivered", attempt.record(1), retention=3600))
+
+    page = listed(settings, destination)
+    assert [(d.id, d.state) for d in page.deliveries] == [
+        (made[2], "pending"),
+        (delivered, "delivered"),
+        (made[0], "pending"),
+    ]
+    shown = page.deliveries[1]
+    assert (
+        shown.destination == destination and shown.event_ids == ("n1",) and [a.status for a in shown.attempts] == [204]
+    )
+    assert listed(settings, destination, account=provision(settings).account).deliveries == []

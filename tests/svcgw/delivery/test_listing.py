@@ -385,3 +385,73 @@ def test_pages_end_within_a_posts_deliveries_and_go_on_from_there(settings: Sett
     assert [d.id for d in only_b.deliveries] == [to_b]
     rest = listed(settings, tenant.appid, destination="dst_bbbb", limit=1, before=only_b.next_before)
     assert rest.deliveries == [] and rest.next_before is None
+
+
+DST_A, DST_B = "dst_" + "a" * 16, "dst_" + "b" * 16
+
+
+def test_destination_deliveries_named_by_their_post_keep_a_bare_outcome_of_their_own(
+    settings: Settings, redis: Redis
+) -> None:
+    tenant = provision(settings)
+    fanned = post(settings, tenant, "e1", "needle")
+    to_a, to_b = fan_out(settings, fanned, [DST_A, DST_B], named=True)
+    assert (to_a, to_b) == (f"{fanned}_{'a' * 16}", f"{fanned}_{'b' * 16}")
+    deliver_now(settings, fanned, tenant.appid)
+    assert claim(settings, 1) == [to_a]
+    answered = Attempt(ok=True, at=time.time(), duration=0.01, status=202, destination="a")
+    assert finish(settings, Finish(to_a, tenant.appid, "delivered", answered.record(1), retention=3600))
+    fail_once(settings, to_b, tenant.appid)
+
+    # Delivered, the primary's and A's records are gone; each left a bare outcome, A's naming its destination.
+    assert not redis.exists(keys.rq.job(fanned), keys.rq.job(to_a)) and redis.exists(keys.rq.job(to_b))
+    outcomes = [fields for _, fields in redis.xrange(keys.outcomes(tenant.appid))]
+    assert [fields.get(b"d") for fields in outcomes] == [None, b"a" * 16]
+    assert len({fields[b"l"] for fields in outcomes}) == 1  # the same post
+
+    page = listed(settings, tenant.appid)
+    assert [(d.id, d.destination, d.state) for d in page.deliveries] == [
+        (fanned, None, "delivered"),
+        (to_a, DST_A, "delivered"),
+        (to_b, DST_B, "retrying"),
+    ]
+    one = shown(settings, to_a)
+    assert (one.state, one.destination, one.event_ids) == ("delivered", DST_A, ("e1", "needle"))
+    assert [a.status for a in one.attempts] == [202] and page.deliveries[1].as_dict() == one.as_dict()
+    assert [a.status for a in shown(settings, fanned).attempts] == [200]  # the primary's own outcome
+
+    def ids(**filters: object) -> list[str]:
+        return [d.id for d in listed(settings, tenant.appid, **filters).deliveries]
+
+    assert ids(state="delivered") == [fanned, to_a]
+    assert ids(destination=DST_A, state="delivered") == [to_a] and ids(destination=DST_B) == [to_b]
+    assert ids(event_id="needle", state="delivered") == [fanned, to_a]
+    with pytest.raises(NotFound):
+        shown(settings, to_a, account=provision(settings).account)
+    with pytest.raises(NotFound):  # an id of the form whose destination the post did not go to
+        shown(settings, f"{fanned}_{'c' * 16}")
+
+
+def test_late_outcomes_of_a_post_and_its_destination_are_told_apart(
+    settings: Settings, redis: Redis, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    tenant = provision(settings)
+    fanned = post(settings, tenant, "late1")
+    (to_a,) = fan_out(settings, fanned, [DST_A], named=True)
+    monkeypatch.setattr(queue_module, "OUTCOME_WINDOW", -1)  # every outcome is late
+    deliver_now(settings, fanned, tenant.appid)
+    assert claim(settings, 1) == [to_a]
+    answered = Attempt(ok=True, at=time.time(), duration=0.01, status=202, destination="a")
+    assert finish(settings, Finish(to_a, tenant.appid, "delivered", answered.record(1), retention=3600))
+
+    assert not redis.exists(keys.outcomes(tenant.appid))
+    (late,) = redis.keys(keys.late_outcomes(tenant.appid, 0).rsplit(":", 1)[0] + ":*")
+    entry = fanned.rsplit("-", 2)
+    entry_id = f"{entry[1]}-{entry[2]}"
+    assert sorted(redis.hkeys(late)) == [entry_id.encode(), f"{entry_id}_{'a' * 16}".encode()]
+    assert [a.status for a in shown(settings, fanned).attempts] == [200]
+    assert [a.status for a in shown(settings, to_a).attempts] == [202] and shown(settings, to_a).destination == DST_A
+    assert [(d.id, d.state) for d in listed(settings, tenant.appid).deliveries] == [
+        (fanned, "delivered"),
+        (to_a, "delivered"),
+    ]

@@ -34,6 +34,7 @@ from svcgw.config.settings import Settings
 from svcgw.delivery import chainkeys, failingdestinations
 from svcgw.delivery.queueing import queue_delivery
 from svcgw.deliveryid import new_delivery_id
+from svcgw.registry.store import Scope
 from svcgw.storage import rqformat
 from svcgw.storage.keys import PLAIN as keys
 from svcgw.storage.keys import KeySpace
@@ -58,8 +59,9 @@ from svcgw.storage.rqformat import (
 )
 from tests.conftest import Tenant, provision
 from tests.support import Process, Sink, ThreadedWorker, is_delivered, missing_tool, wait_for
+from tests.svcgw.delivery.fanout import ingest_fanned, kill_among
 from tests.svcgw.delivery.test_deadletters import ingest, kill
-from tests.worker.support import claim, finish, with_queue
+from tests.worker.support import add_destination, claim, finish, with_queue
 from worker.delivery import Attempt
 from worker.presence import Presence
 from worker.queue import DeliveryQueue, Finish
@@ -291,6 +293,44 @@ def test_rq_requeue_sends_a_dead_letter_back_and_the_worker_delivers_it(
         worker.stop()
     assert received.headers["x-svc-delivery-id"] == delivery_id
     assert [event["id"] for event in orjson.loads(received.body)["events"]] == ["requeued"]
+
+
+def test_a_further_destinations_delivery_is_one_rq_job_that_rq_requeue_sends_back(
+    settings: Settings, redis: Redis, sink: Sink
+) -> None:
+    """A post's delivery to a further destination, named by the post: one hash, RQ's lean fields and the
+    delivery's, read by ``Job.fetch`` and the registries as the primary's is; `rq requeue` of it as a dead
+    letter, and the worker delivers it to that destination alone."""
+    tenant = provision(settings, url=sink.url)
+    further = Sink().start()
+    try:
+        destination = add_destination(settings, Scope(account=tenant.account), further.url)
+        body = b'{"event_type":"Msg","events":[{"id":"to-further"}]}'
+        primary, (delivery_id,) = ingest_fanned(settings, tenant, body, [destination.id])
+        assert keys.delivery(delivery_id) == keys.rq.job(delivery_id)
+        job = _fetch(redis, delivery_id)
+        assert job.func_name == FUNC_NAME and job.args == [delivery_id] and job.get_status() == "queued"
+        assert job.origin == settings.queue_name and job.description is None
+        assert Queue(settings.queue_name, connection=redis, serializer=SERIALIZER).job_ids == [primary, delivery_id]
+
+        kill_among(settings, delivery_id, tenant.appid, 2)
+        failed = FailedJobRegistry(settings.queue_name, connection=redis, serializer=SERIALIZER)
+        assert failed.get_job_ids() == [delivery_id] and _fetch(redis, delivery_id).exc_info == "HTTP 500"
+        said = _rq(settings, "requeue", "--all", "--queue", settings.queue_name,
+                   "--serializer", "rq.serializers.JSONSerializer")  # fmt: skip
+        assert "Requeueing 1 jobs" in said, said
+        assert _fetch(redis, delivery_id).get_status() == "queued"
+
+        worker = ThreadedWorker(settings).start()
+        try:
+            (received,) = wait_for(further.posts, timeout=20, what="the requeued delivery")
+            wait_for(lambda: is_delivered(redis, delivery_id), timeout=20, what="the delivery recorded delivered")
+        finally:
+            worker.stop()
+        assert received.headers["x-svc-delivery-id"] == delivery_id
+        assert received.headers["x-svc-destination"] == destination.id
+    finally:
+        further.stop()
 
 
 def test_a_later_service_event_waits_in_rqs_deferred_registry(settings: Settings, redis: Redis) -> None:
