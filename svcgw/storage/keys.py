@@ -209,8 +209,7 @@ class KeySpace:
         field ``d``: the primary's id for a delivery named by its post, from which its own follows, else its
         ``dlv_`` id); written by the ingest script with the delivery, ``MINID``-trimmed to the log's
         retention and expired with it (docs/destinations.md). An account's destination has one on each
-        shard its instances are on: its readers merge them. (A sorted set under ``destination-deliveries:``
-        before: another name, so that neither is written as the other's type.)"""
+        shard its instances are on: its readers merge them."""
         return f"{self.prefix}destination-index:{destination_id}"
 
     # --- ingest: callback log and de-duplication --------------------------------
