@@ -196,20 +196,23 @@ async def _scoped(
 
 
 async def _of_destination(redis: Redis, keys: KeySpace, ids: Sequence[str], destination: str) -> list[str]:
-    """The ids, in order, whose delivery went to ``destination`` (:data:`PRIMARY`: to the primary address)."""
+    """The ids, in order, whose delivery went to ``destination`` (:data:`PRIMARY`: to the primary address).
+
+    An id named by its post says where it goes (``svcgw.deliveryid``); only a ``dlv_`` one is read, its
+    hash's ``destination`` field."""
     wanted = "" if destination == PRIMARY else destination
-    kept: list[str] = []
-    for chunk in chunks(ids, CHUNK):
+    unnamed = [delivery_id for delivery_id in ids if not deliveryid.parse_named(delivery_id)]
+    read: dict[str, bytes | str | None] = {}
+    for chunk in chunks(unnamed, CHUNK):
         async with redis.pipeline(transaction=False) as pipe:
             for delivery_id in chunk:
                 pipe.hget(keys.delivery(delivery_id), "destination")
-            named = await pipe.execute()
-        kept.extend(
-            delivery_id
-            for delivery_id, value in zip(chunk, named, strict=True)
-            if (deliveryid.destination_of(delivery_id, value) or "") == wanted
-        )
-    return kept
+            read.update(zip(chunk, await pipe.execute(), strict=True))
+    return [
+        delivery_id
+        for delivery_id in ids
+        if (deliveryid.destination_of(delivery_id, read.get(delivery_id)) or "") == wanted
+    ]
 
 
 async def _load(redis: Redis, keys: KeySpace, ids: Sequence[str]) -> list[DeadLetter]:
