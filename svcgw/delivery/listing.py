@@ -206,6 +206,7 @@ async def list_deliveries(
     top = (start if skip else "(" + start) if start else "+"
     found: list[Delivery] = []
     counts: dict[str, int] = {}  # attempts per delivery found, to read their records by field name
+    looked_at: dict[str, _Item] = {}  # the log's view of each delivery looked at, by id
     posts = _Posts(appid, owner, moment, settings.log_retention)
     scanned = 0
     last: str | None = None  # the entry id the next page starts below
@@ -226,6 +227,7 @@ async def list_deliveries(
                 items = [item for item in items if item.place >= skip]
             chunk.extend(items)
         skip = 0
+        looked_at.update((item.delivery_id, item) for item in chunk)
         matched = await _matching(redis, keys, settings, chunk, state, event_type, event_id, limit - len(found), posts)
         found.extend(delivery for delivery, _, _ in matched)
         counts.update((delivery.id, count) for delivery, _, count in matched if count >= 0)
@@ -240,8 +242,14 @@ async def list_deliveries(
         top = "(" + field_text(rows[-1][0])
     # Delivered deliveries named by their posts came with their bare attempts already.
     recorded = [delivery for delivery in found if delivery.id in counts]
-    await _complete(redis, keys, recorded, counts, bodies_read=event_id is not None)
+    gone = await _complete(redis, keys, recorded, counts, bodies_read=event_id is not None)
     completed = {delivery.id: delivery for delivery in recorded}
+    # A delivery named by its post that was delivered between the two reads has only its bare
+    # outcome now (written as its record was deleted): shown as it is now, delivered.
+    bare = [looked_at[i] for i in gone if i in looked_at and posts.bare(looked_at[i], {})]
+    if bare:
+        outcomes = await posts.outcomes(redis, keys, [item.outcome_key for item in bare])
+        completed.update((item.delivery_id, posts.delivered(item, outcomes.get(item.outcome_key))) for item in bare)
     found = [completed.get(delivery.id, delivery) for delivery in found]
     following = None
     if last is not None:
@@ -282,8 +290,10 @@ async def deliveries_of(
             found.append(delivery)
             counts[delivery_id] = attemptrecords.count_of(data[attemptrecords.COUNT])
     recorded = [delivery for delivery in found if delivery.id in counts]
-    await _complete(redis, keys, recorded, counts, bodies_read=False)
+    vanished = await _complete(redis, keys, recorded, counts, bodies_read=False)
     completed = {delivery.id: delivery for delivery in recorded}
+    # Delivered between the two reads: what is kept of it now (list_deliveries says why).
+    completed.update(await _delivered_of(redis, keys, settings, sorted(vanished), account=account))
     return [completed.get(delivery.id, delivery) for delivery in found]
 
 
@@ -496,13 +506,15 @@ class _Posts:
 
 async def _complete(
     redis: Redis, keys: KeySpace, found: list[Delivery], counts: Mapping[str, int], *, bodies_read: bool
-) -> None:
+) -> set[str]:
     """Give each delivery found its attempts, and its event ids unless its body was read already.
 
     ``counts`` are the deliveries' attempt counts: their records are the hash's fields of those numbers.
+    Returns the ids whose hash was gone by this read (delivered, or expired, since the first).
     """
+    gone: set[str] = set()
     if not found:
-        return
+        return gone
     async with redis.pipeline(transaction=False) as pipe:
         for delivery in found:
             names = attemptrecords.fields(counts.get(delivery.id, 0))
@@ -513,10 +525,13 @@ async def _complete(
     for index, delivery in enumerate(found):
         count = counts.get(delivery.id, 0)
         legacy, values = next(replies), next(replies)
+        if not legacy and all(value is None for value in values):
+            gone.add(delivery.id)
         records = attemptrecords.merged(count, values[:count], legacy)
         ids = delivery.event_ids if bodies_read else ids_of(dict(zip(_ID_FIELDS, values[count:], strict=True)))
         attempts = tuple(attempt_of(record, number + 1) for number, record in enumerate(records))
         found[index] = replace(delivery, attempts=attempts, event_ids=ids)
+    return gone
 
 
 def _bytes(value: bytes | str) -> bytes:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Awaitable, Callable
-from typing import TypeVar
+from typing import Any, TypeVar, cast
 
 import orjson
 import pytest
@@ -455,3 +455,45 @@ def test_late_outcomes_of_a_post_and_its_destination_are_told_apart(
         (fanned, "delivered"),
         (to_a, "delivered"),
     ]
+
+
+class _DeliveredBetweenReads:
+    """A client that lets ``hook`` run before the listing's second pipeline: its second read of the records."""
+
+    def __init__(self, client: AsyncRedis, hook: Callable[[], None]) -> None:
+        self._client, self._hook, self._pipelines = client, hook, 0
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self._client, name)
+
+    def pipeline(self, *args: object, **kwargs: object) -> object:
+        self._pipelines += 1
+        real: Any = self._client.pipeline(*args, **kwargs)
+        hook = self._hook if self._pipelines == 2 else None
+
+        class Entered:
+            async def __aenter__(self) -> object:
+                if hook is not None:
+                    await asyncio.to_thread(hook)
+                return await real.__aenter__()
+
+            async def __aexit__(self, *exc: object) -> None:
+                await real.__aexit__(*exc)
+
+        return Entered()
+
+
+def test_a_delivery_delivered_between_the_two_reads_is_shown_delivered_with_its_events(settings: Settings) -> None:
+    tenant = provision(settings)
+    delivery_id = post(settings, tenant, "e1", "e2")
+
+    async def action(client: AsyncRedis) -> Page:
+        racing = _DeliveredBetweenReads(client, lambda: deliver_now(settings, delivery_id, tenant.appid))
+        return await listing.list_deliveries(cast(AsyncRedis, racing), keys, settings, tenant.appid)
+
+    page = call(settings, action)
+    # Read pending at first, its record gone by the second read: what is kept of it now, not an empty shell.
+    [delivery] = page.deliveries
+    assert delivery.id == delivery_id and delivery.state == "delivered"
+    assert delivery.event_ids == ("e1", "e2")
+    assert [a.status for a in delivery.attempts] == [200]
