@@ -93,8 +93,8 @@ PAYLOAD_BYTES = {name: len(make("mem-", 0)) for name, make in PAYLOADS.items()}
 
 
 # The lean key layout's budgets per event (bytes after delivery, logged and pending), by payload:
-# they replaced the first memory round's payload + 200 and 2 x payload + 400 for the 84-byte post
-# (docs/performance.md, "The floor") and kept them for the 940-byte one.
+# they replaced the first budgets, payload + 200 and 2 x payload + 400, for the 84-byte post once
+# tests.bench.memory_floor had shown how small an event can be, and kept them for the 940-byte one.
 BUDGETS = {"small": (300, 800), "msg": (1140, 2280)}
 
 

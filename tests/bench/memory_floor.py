@@ -6,8 +6,8 @@ and writes 20,000 of each structure below the way a layout would keep it,
 reading ``used_memory`` before and after: what one event costs in that
 structure, its share of the key tables and expiries included. It sends
 no post through the service; ``tests.bench.memory`` measures the service.
-It answers "how small could it be?" for the issue's budgets
-(docs/performance.md, "Redis memory per event: the floor").
+It answers "how small could it be?" for the budgets of docs/performance.md's "Redis memory per
+event".
 
 Prints a table, and, last, one JSON line.
 """
