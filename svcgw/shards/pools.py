@@ -17,6 +17,8 @@ client's whole command path, measured with hiredis on uvloop); this one looks
 at the pool once and waits only when it is full. Waiters are served in
 order: a command arriving while others wait joins the end of the line
 rather than taking the connection just released for the first of them.
+
+Its connections pack commands with hiredis (:mod:`svcgw.shards.packing`).
 """
 
 from __future__ import annotations
@@ -28,6 +30,8 @@ from typing import Any
 from redis.asyncio import ConnectionPool
 from redis.asyncio.sentinel import SentinelConnectionPool
 from redis.exceptions import ConnectionError as RedisConnectionError
+
+from svcgw.shards.packing import packing
 
 __all__ = ["DEFAULT_POOL_TIMEOUT", "WaitingPool", "WaitingSentinelPool"]
 
@@ -45,9 +49,11 @@ class _Waiting:
     """
 
     max_connections: int
+    connection_class: type[Any]
 
     def __init__(self, *args: Any, pool_timeout: float = DEFAULT_POOL_TIMEOUT, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
+        self.connection_class = packing(self.connection_class)
         self.pool_timeout = pool_timeout
         self._line: deque[asyncio.Future[None]] = deque()
         self._woken = 0  # waiters woken that have not taken their connection yet: 0 or 1
