@@ -23,6 +23,7 @@ Only a 2xx counts as delivered; redirects are not followed.
 
 from __future__ import annotations
 
+import functools
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
@@ -204,6 +205,8 @@ def prepared_leniently(job: Claimed) -> Prepared:
     )
 
 
+# Every attempt's record names its address; a worker sees few distinct ones.
+@functools.lru_cache(maxsize=4096)
 def redacted(url: str) -> str:
     """The address without credentials or query string, for records and logs."""
     parts = urlsplit(url)
@@ -232,6 +235,8 @@ async def send(client: Sender, prepared: Prepared) -> Attempt:
     started = time.time()
     clock = time.perf_counter()
 
+    address = redacted(prepared.destination.url) if prepared.destination else None
+
     def failed(error: str, status: int | None = None, response: str = "", *, timed_out: bool = False) -> Attempt:
         return Attempt(
             ok=False,
@@ -240,7 +245,7 @@ async def send(client: Sender, prepared: Prepared) -> Attempt:
             status=status,
             error=error,
             response=response,
-            destination=redacted(prepared.destination.url) if prepared.destination else None,
+            destination=address,
             timed_out=timed_out,
             dst=prepared.destination_id or None,
         )
@@ -274,7 +279,7 @@ async def send(client: Sender, prepared: Prepared) -> Attempt:
             duration=time.perf_counter() - clock,
             status=status,
             response=answer.snippet,
-            destination=redacted(prepared.destination.url),
+            destination=address,
             dst=prepared.destination_id or None,
         )
     reason = f"HTTP {status}"

@@ -11,7 +11,16 @@ from cryptography.fernet import Fernet
 from svcgw.callbacks.outbound import Response
 from svcgw.callbacks.signing import verify
 from svcgw.vault import TokenVault
-from worker.delivery import ANSWER_BODY_BYTES, Attempt, Prepared, decide, prepare_claimed, prepared_leniently, send
+from worker.delivery import (
+    ANSWER_BODY_BYTES,
+    Attempt,
+    Prepared,
+    decide,
+    prepare_claimed,
+    prepared_leniently,
+    redacted,
+    send,
+)
 from worker.queue import Claimed
 
 SECRET = "whsec_" + "s" * 43
@@ -127,3 +136,10 @@ def test_a_removed_destinations_delivery_fails_without_a_request_and_is_dead_at_
     lenient = prepared_leniently(destination_claimed({}))
     assert lenient.destination_id == "dst_0123456789abcdef" and not lenient.removed
     assert decide(lenient, failed, (1.0, 2.0)) == ("retry", 1.0)
+
+
+def test_an_address_is_recorded_without_credentials_or_query() -> None:
+    assert redacted("https://user:pw@Example.com:8443/hook?token=s3cret#x") == "https://example.com:8443/hook"
+    assert redacted("http://[::1]:8080/a?b=c") == "http://[::1]:8080/a"
+    # Remembered per address: asked again, the same text.
+    assert redacted("https://user:pw@Example.com:8443/hook?token=s3cret#x") == "https://example.com:8443/hook"
