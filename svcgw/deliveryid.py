@@ -27,6 +27,7 @@ this form, as for a ``dlv_`` id; :func:`parse_named` takes either.
 
 from __future__ import annotations
 
+import functools
 import re
 import secrets
 import threading
@@ -67,6 +68,9 @@ def from_entry(appid: str, entry_id: str) -> str:
     return f"{appid}-{entry_id}"
 
 
+# A worker reads an attempt's id at its claim, its preparation and its finish: the same few thousand
+# ids in flight, each read several times.
+@functools.lru_cache(maxsize=8192)
 def parse(delivery_id: str) -> tuple[str, str] | None:
     """``(appid, log entry id)`` of an id of this form; None for one of the older form (or none)."""
     match = _ID.fullmatch(delivery_id)
@@ -86,6 +90,7 @@ def for_destination(primary_id: str, destination_id: str) -> str | None:
     return f"{primary_id}_{match.group(1)}"
 
 
+@functools.lru_cache(maxsize=8192)
 def parse_destination(delivery_id: str) -> tuple[str, str, str] | None:
     """``(appid, log entry id, destination id)`` of a further destination's delivery named by its post; else None."""
     match = _TO_DESTINATION.fullmatch(delivery_id)
