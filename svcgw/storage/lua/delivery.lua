@@ -5,10 +5,11 @@
 --   k: {delivery=, job=, queue=, rq_queues=} keys; job: RQ's job hash as field, value, ...;
 --   extra: more fields of the delivery hash (field, value, ...), or nil; when k.delivery is
 --   k.job, the delivery's fields go into the job hash (svcgw.storage.keys.delivery)
--- log_post(log_key, retention, raw, now, delivery_id, accepted, duplicates, entry, fanned)
+-- log_post(log_key, retention, raw, now, delivery_id, accepted, duplicates, entry, fanned, top)
 --   (the log entry naming the delivery is also what lists it: svcgw.delivery.listing); entry: the
 --   entry's id when the delivery id is made of it (svcgw.deliveryid; no delivery field), else nil;
---   fanned: the further destinations' deliveries ('<delivery id>:<destination id> ...', field f), or nil
+--   fanned: the further destinations' deliveries ('<delivery id>:<destination id> ...', field f), or nil;
+--   top: the log's last entry id before this one, when the caller read it (with entry), else nil
 -- write_fanned(keys, argv, k, a, count, fields, p): the deliveries of a post to further destinations
 --   (the ingest script's; below)
 
@@ -42,7 +43,20 @@ local function entry_above(a, b)
 end
 
 -- One entry of the instance's callback log, trimmed to the retention by age.
-local function log_post(log_key, retention, raw, now, delivery_id, accepted, duplicates, entry, fanned)
+-- The log's own expiry is a net under the trimming by age: it outlives the last post by the
+-- retention. Set to the retention and a minute more, it need not be renewed by every post: only
+-- by the first of each minute (of the entry ids' clock) and by any post whose caller did not read
+-- the last entry. One command fewer per post for an instance posting more than once a minute.
+local LOG_EXPIRY_SLACK = 60
+
+local function renews_expiry(entry, top)
+  if not entry or not top then return true end
+  local minute = 60000
+  return math.floor(tonumber(string.match(entry, '^(%d+)-')) / minute)
+    ~= math.floor(tonumber(string.match(top, '^(%d+)-')) / minute)
+end
+
+local function log_post(log_key, retention, raw, now, delivery_id, accepted, duplicates, entry, fanned, top)
   local oldest = math.floor(tonumber(now) * 1000) - tonumber(retention) * 1000
   if oldest < 0 then oldest = 0 end
   local fields
@@ -64,7 +78,7 @@ local function log_post(log_key, retention, raw, now, delivery_id, accepted, dup
     fields[#fields + 1] = fanned
   end
   redis.call('XADD', log_key, 'MINID', '~', oldest, unpack(fields))
-  redis.call('EXPIRE', log_key, retention)
+  if renews_expiry(entry, top) then redis.call('EXPIRE', log_key, tonumber(retention) + LOG_EXPIRY_SLACK) end
 end
 
 -- The deliveries of one post to further destinations (svcgw.intake.fanout), after its primary's:

@@ -36,9 +36,11 @@ end
 local first_event = 14 + nfields * 2
 if fan_count > 0 then first_event = fan_first + fan_count * (2 + fan_fields * 2) end
 local entry = ARGV[13] ~= '' and ARGV[13] or nil
+local top = nil
 if entry then
-  local top = redis.call('XREVRANGE', KEYS[3], '+', '-', 'COUNT', 1)[1]
-  if top and not entry_above(entry, top[1]) then return {-2, top[1]} end
+  local last = redis.call('XREVRANGE', KEYS[3], '+', '-', 'COUNT', 1)[1]
+  if last and not entry_above(entry, last[1]) then return {-2, last[1]} end
+  top = last and last[1]
 end
 local kept = {}
 local total = 0
@@ -69,5 +71,5 @@ if #kept > 0 then
        queue_key = ARGV[11], retention = ARGV[3], primary = delivery, extra = extra})
   end
 end
-log_post(KEYS[3], ARGV[3], ARGV[4], ARGV[2], delivery, #kept, total - #kept, entry, fanned)
+log_post(KEYS[3], ARGV[3], ARGV[4], ARGV[2], delivery, #kept, total - #kept, entry, fanned, top)
 return {1, #kept, total - #kept}

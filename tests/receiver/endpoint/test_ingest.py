@@ -40,9 +40,7 @@ def queued(redis: Redis) -> list[bytes]:
     return redis.lrange(keys.rq.queue("svcgw"), 0, -1)
 
 
-def test_accepted_post_is_logged_raw_and_queued_as_one_delivery(
-    settings: Settings, server: str, redis: Redis
-) -> None:
+def test_accepted_post_is_logged_raw_and_queued_as_one_delivery(settings: Settings, server: str, redis: Redis) -> None:
     tenant = provision(settings)
     body = b'{"event_type":"Msg","events":[{"id":"m1","roomId":1688850000000000001234},{"id":"m2","v":1e2}]}'
     answer = post(tenant.receiver_url(server), body)
@@ -51,7 +49,7 @@ def test_accepted_post_is_logged_raw_and_queued_as_one_delivery(
 
     log = redis.xrange(keys.callback_log(tenant.appid))
     assert len(log) == 1 and log[0][1][b"body"] == body
-    assert 0 < redis.ttl(keys.callback_log(tenant.appid)) <= settings.log_retention
+    assert 0 < redis.ttl(keys.callback_log(tenant.appid)) <= settings.log_retention + 60  # and a minute: delivery.lua
 
     (delivery_id,) = queued(redis)
     record = redis.hgetall(keys.delivery(delivery_id.decode()))
@@ -115,18 +113,14 @@ def test_the_old_unkeyed_window_setting_is_ignored(env: dict[str, str]) -> None:
     assert not hasattr(settings, "unkeyed_dedup_window")
 
 
-def test_same_event_id_on_two_instances_is_not_a_duplicate(
-    settings: Settings, server: str, redis: Redis
-) -> None:
+def test_same_event_id_on_two_instances_is_not_a_duplicate(settings: Settings, server: str, redis: Redis) -> None:
     one, two = provision(settings), provision(settings)
     body = b'{"event_type":"Msg","events":[{"id":"shared"}]}'
     assert post(one.receiver_url(server), body).json()["data"]["accepted"] == 1
     assert post(two.receiver_url(server), body).json()["data"]["accepted"] == 1
 
 
-def test_wrong_token_or_unknown_appid_is_404_and_stores_nothing(
-    settings: Settings, server: str, redis: Redis
-) -> None:
+def test_wrong_token_or_unknown_appid_is_404_and_stores_nothing(settings: Settings, server: str, redis: Redis) -> None:
     tenant = provision(settings)
     body = b'{"event_type":"Msg","events":[{"id":"x"}]}'
     wrong_token = f"{server}/svc/receiver/{tenant.appid}/not-the-token"
@@ -155,9 +149,7 @@ def test_a_token_naming_no_shard_of_this_deployment_is_404_never_500(
     assert post(tenant.receiver_url(server), body).status_code == 200
 
 
-def test_bad_bodies_get_a_clear_4xx_and_nothing_is_stored(
-    settings: Settings, server: str, redis: Redis
-) -> None:
+def test_bad_bodies_get_a_clear_4xx_and_nothing_is_stored(settings: Settings, server: str, redis: Redis) -> None:
     tenant = provision(settings)
     url = tenant.receiver_url(server)
     cases = {
@@ -287,8 +279,10 @@ def test_a_large_valid_post_is_parsed_off_the_event_loop(settings: Settings, red
         try:
             ingest = Ingest(client, keys, settings)
             for raw in (body, pad):
-                with mock.patch("svcgw.intake.ingest.parse_post", side_effect=lambda *a, **k: (
-                    threads.append(threading.current_thread().name), real(*a, **k))[1]):
+                with mock.patch(
+                    "svcgw.intake.ingest.parse_post",
+                    side_effect=lambda *a, **k: (threads.append(threading.current_thread().name), real(*a, **k))[1],
+                ):
                     await ingest.accept(tenant.appid, tenant.receiver_token, raw)
         finally:
             await client.aclose()
@@ -335,3 +329,35 @@ def test_an_event_type_that_cannot_be_a_header_is_422_and_stores_nothing(
     }
     assert queued(redis) == [] and redis.exists(keys.callback_log(tenant.appid)) == 0
     assert redis.keys("svcgw:dd:*") == []
+
+
+def test_the_logs_expiry_is_renewed_by_the_first_post_of_each_minute(settings: Settings, redis: Redis) -> None:
+    """It outlives the last post by the retention, with one EXPIRE a minute rather than one a post."""
+    tenant = provision(settings)
+    log = keys.callback_log(tenant.appid)
+    minute = 60 * (int(time.time()) // 60 + 1)  # the start of a minute to come: every post below is in order
+    moments = iter([minute + 1.0, minute + 59.0, minute + 60.0])
+
+    async def main() -> None:
+        client = AsyncRedis.from_url(settings.redis_url or "")
+        try:
+            ingest = Ingest(client, keys, settings, clock=lambda: next(moments))
+            answers = []
+            for n in range(3):
+                answers.append(
+                    await ingest.accept(
+                        tenant.appid, tenant.receiver_token, b'{"event_type":"Msg","events":[{"id":"%d"}]}' % n
+                    )
+                )
+                answers.append(redis.ttl(log))
+                redis.expire(log, 1000)  # as if long ago: only a renewal sets it back
+            return answers
+        finally:
+            await client.aclose()
+
+    first, first_ttl, second, second_ttl, third, third_ttl = asyncio.run(main())
+    assert [a.accepted for a in (first, second, third)] == [1, 1, 1]
+    renewed = settings.log_retention + 60
+    assert renewed - 5 < first_ttl <= renewed  # the first post of the log
+    assert second_ttl <= 1000  # the same minute: not renewed
+    assert renewed - 5 < third_ttl <= renewed  # the next minute
