@@ -193,6 +193,7 @@ SERIALIZER: Final = JSONSerializer
 # opens no socket until it sends a command, and this one never does.
 _UNUSED_CONNECTION = Redis()
 
+
 class JobTemplate:
     """RQ's job hash for the deliveries of one queue, built once by RQ's own ``Job.create``.
 
@@ -239,14 +240,21 @@ class JobTemplate:
 
     @staticmethod
     def _varying(delivery_id: str, description: str, now: datetime | None) -> dict[str, Any]:
-        stamp = utcformat(now or datetime.now(UTC).replace(tzinfo=None))
-        # What Job.data holds for deliver(delivery_id) (SERIALIZER.dumps),
-        # compressed as Job.to_dict does.
-        data = _compressed(json.dumps((FUNC_NAME, None, [delivery_id], {})).encode("utf-8"))
+        stamp = _stamp(now or datetime.now(UTC).replace(tzinfo=None))
+        # What Job.data holds for deliver(delivery_id) (SERIALIZER.dumps), compressed as Job.to_dict
+        # does: json.dumps((FUNC_NAME, None, [delivery_id], {})), its constant parts made once.
+        data = _compressed(_DATA_HEAD + json.dumps(delivery_id).encode("utf-8") + _DATA_TAIL)
         return {"created_at": stamp, "enqueued_at": stamp, "description": description, "data": data}
 
 
 _VARYING = frozenset(("created_at", "enqueued_at", "description", "data"))
+_DATA_HEAD: Final = f"[{json.dumps(FUNC_NAME)}, null, [".encode()
+_DATA_TAIL: Final = b"], {}]"
+
+
+def _stamp(moment: datetime) -> str:
+    """``utcformat(moment)`` (RQ's ``%Y-%m-%dT%H:%M:%S.%fZ``) in a third of its time: once per post at ingest."""
+    return moment.isoformat(timespec="microseconds") + "Z"
 
 
 def _bytes(value: object) -> bytes:

@@ -28,6 +28,7 @@ from redis.asyncio import Redis as AsyncRedis
 from rq.job import Job, JobStatus
 from rq.queue import Queue
 from rq.registry import DeferredJobRegistry, FailedJobRegistry, ScheduledJobRegistry
+from rq.utils import utcformat
 from rq.worker import Worker, WorkerStatus
 from rq.worker_registration import WORKERS_BY_QUEUE_KEY
 
@@ -81,6 +82,16 @@ def test_job_fields_equal_what_rq_writes() -> None:
         # bytes once RQ decompresses them.
         assert zlib.decompress(ours.pop("data")) == zlib.decompress(theirs.pop("data"))
         assert ours == theirs
+
+
+def test_a_stamp_and_data_are_rqs_to_the_byte() -> None:
+    for moment in (datetime(2026, 1, 2, 3, 4, 5), datetime(2026, 11, 27, 23, 59, 59, 999999), datetime(1970, 1, 1)):
+        assert job_fields("dlv_a", queue_name="q", description="", failure_ttl=60, now=moment)["created_at"] == (
+            utcformat(moment)
+        )
+    for delivery_id in ("we_1-1795746297125-0", "we_1-1795746297125-0_0123456789abcdef", 'odd "id" \\ \u4f60'):
+        data = job_fields(delivery_id, queue_name="q", description="", failure_ttl=60)["data"]
+        assert zlib.decompress(data) == SERIALIZER.dumps((FUNC_NAME, None, [delivery_id], {}))
 
 
 def test_each_delivery_gets_its_own_copy() -> None:
