@@ -12,11 +12,26 @@ sent twice.
 
 from __future__ import annotations
 
+from starlette.responses import PlainTextResponse, Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-__all__ = ["NOSNIFF", "NoSniff"]
+__all__ = ["NOSNIFF", "NoSniff", "send_direct", "send_server_error"]
 
 NOSNIFF = (b"x-content-type-options", b"nosniff")
+
+
+async def send_direct(send: Send, response: Response) -> None:
+    """What ``await response(scope, receive, send)`` sends behind :class:`NoSniff`, for an answer without a
+    background task, built by a hot path that runs without the middleware (the gateway's calls, the posts)."""
+    headers = [*response.raw_headers, NOSNIFF]
+    await send({"type": "http.response.start", "status": response.status_code, "headers": headers})
+    await send({"type": "http.response.body", "body": response.body})
+
+
+async def send_server_error(send: Send) -> None:
+    """The 500 that Starlette's ``ServerErrorMiddleware`` sends for an error no handler answered, on such a path;
+    the caller raises the error on to the server, as that middleware does."""
+    await send_direct(send, PlainTextResponse("Internal Server Error", status_code=500))
 
 
 class NoSniff:

@@ -7,6 +7,6 @@ its part of ``/openapi.json``. It uses the shared server parts of
 
 from __future__ import annotations
 
-from .receive import make_endpoint
+from .receive import Endpoint, direct_post, make_endpoint
 
-__all__ = ["make_endpoint"]
+__all__ = ["Endpoint", "direct_post", "make_endpoint"]

@@ -15,7 +15,7 @@ from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING
 
 from starlette.requests import ClientDisconnect, Request
-from starlette.responses import PlainTextResponse, Response
+from starlette.responses import Response
 from starlette.routing import BaseRoute, Route
 from starlette.types import Receive, Scope, Send
 
@@ -23,7 +23,7 @@ from svcgw import errors
 from svcgw.digests import digest
 from svcgw.errors import GatewayError
 
-from ..headers import NOSNIFF
+from ..headers import send_direct, send_server_error
 from ..http import BodyTooLarge, client_address, presented_key
 from .admission import MAX_KEY_LENGTH, Admission, Facts
 from .body import DEVICE_CREATE, SET_CALLBACK_OPERATION, UPLOAD_OPERATIONS, check_callback_fields
@@ -85,15 +85,10 @@ class Gateway:
         except ClientDisconnect:
             return  # the caller left; its share was given back on the way out
         except Exception:
-            response = PlainTextResponse("Internal Server Error", status_code=500)
-            await send({"type": "http.response.start", "status": 500, "headers": [*response.raw_headers, NOSNIFF]})
-            await send({"type": "http.response.body", "body": response.body})
+            await send_server_error(send)
             raise
-        # What ``await response(scope, receive, send)`` sends (a gateway answer has no background
-        # task), without building a wrapper of ``send`` for every call to add nosniff.
-        headers = [*response.raw_headers, NOSNIFF]
-        await send({"type": "http.response.start", "status": response.status_code, "headers": headers})
-        await send({"type": "http.response.body", "body": response.body})
+        # Without building a wrapper of ``send`` for every call to add nosniff.
+        await send_direct(send, response)
 
     async def api(self, request: Request) -> Response:
         module, action = request.path_params["module"], request.path_params["action"]
@@ -198,9 +193,7 @@ class Gateway:
             return self.settings.upload_max_body_bytes
         return self.settings.gateway_max_body_bytes
 
-    async def _judge(
-        self, facts: Facts, pending: Pending, module: str, action: str, request: Request | None
-    ) -> Call:
+    async def _judge(self, facts: Facts, pending: Pending, module: str, action: str, request: Request | None) -> Call:
         """Checks 3 to 9 on what Redis said and the body; the body is read now if it was not yet."""
         operation = pending.operation
         account = facts.account
@@ -232,4 +225,3 @@ class Gateway:
         except BaseException:
             share.release()
             raise
-

@@ -2,20 +2,26 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
+from collections.abc import Awaitable, Callable
 
+import httpx
 import orjson
 import pytest
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import RedisClusterException
+from starlette.types import Message
 
 from receiver.credentialguard import Throttled
-from receiver.endpoint.receive import refused
+from receiver.endpoint.receive import Endpoint, direct_post, refused
 from receiver.http import BadContentLength, BodyTooLarge
 from svcgw import errors
+from svcgw.config.settings import Settings
 from svcgw.intake.envelope import EnvelopeError
 from svcgw.intake.ingest import ReplicaNotConfirmed, UnknownReceiver
 from svcgw.storage.layoutversion import LayoutError
+from tests.conftest import provision
 
 
 @pytest.mark.parametrize(
@@ -49,3 +55,73 @@ def test_a_layout_it_cannot_keep_is_an_error_in_the_log(caplog: pytest.LogCaptur
     assert [(r.levelname, r.getMessage()) for r in caplog.records] == [
         ("ERROR", "post not stored: the layout marker names layout 9")
     ]
+
+
+# --- the direct lane: a post on a plain path is answered without the router and middleware ------
+def test_only_plain_receiver_posts_skip_the_router() -> None:
+    def scope(path: str, method: str = "POST", raw: bytes | None = None) -> dict[str, object]:
+        return {"type": "http", "method": method, "path": path, "raw_path": raw or path.encode()}
+
+    assert direct_post(scope("/svc/receiver/we_1/0Ab-c_d")) == ("we_1", "0Ab-c_d")
+    for routed in (
+        scope("/svc/receiver/we_1/tok", "GET"),
+        scope("/svc/receiver/we_1/tok/"),
+        scope("/svc/receiver/we_1/tok/more"),
+        scope("/svc/receiver/we_1/./tok"),
+        scope("/svc/receiver/we.1/tok"),
+        scope("/svc/receiver/we_1/tok", raw=b"/svc/receiver/we_1/%74ok"),
+        scope("/svc/receiver//tok"),
+        {"type": "websocket", "path": "/svc/receiver/we_1/tok"},
+    ):
+        assert direct_post(routed) is None
+
+
+def test_a_post_gets_the_same_answer_with_or_without_the_router(settings: Settings, server: str) -> None:
+    tenant = provision(settings)
+    body = b'{"event_type":"Msg","events":[{"id":"same"}]}'
+    plain = tenant.receiver_url(server)
+    appid, token = plain.rsplit("/", 2)[-2:]
+    # An encoded letter reads the same to the router, but is no plain path: it takes the router.
+    routed = f"{server}/svc/receiver/{appid}/%{ord(token[0]):02X}{token[1:]}"
+    answers = {}
+    for name, url in (("plain", plain), ("routed", routed), ("wrong token", plain + "x")):
+        answer = httpx.post(url, content=body, headers={"Content-Type": "application/json"}, timeout=10)
+        answers[name] = (answer.status_code, answer.json(), answer.headers["x-content-type-options"])
+    assert answers["plain"] == (200, {"code": 0, "message": "ok", "data": {"accepted": 1, "duplicates": 0}}, "nosniff")
+    assert answers["routed"] == (200, {"code": 0, "message": "ok", "data": {"accepted": 0, "duplicates": 1}}, "nosniff")
+    assert answers["wrong token"][0] == 404 and answers["wrong token"][2] == "nosniff"
+
+
+class _Admit:
+    async def check(self, address: str, key: str, look_up: Callable[[], Awaitable[bool | None]]) -> bool:
+        return True
+
+
+class _Broken:
+    settings = Settings.from_env({"SVCGW_REDIS_URL": "redis://127.0.0.1:6379/0"})
+
+    async def accept(self, appid: str, token: str, body: bytes) -> None:
+        raise RuntimeError("a fault no row answers")
+
+
+def test_an_error_no_row_answers_is_a_500_with_nosniff_raised_on_to_the_server() -> None:
+    endpoint = Endpoint([_Broken()], _Admit())  # type: ignore[list-item]
+    sent: list[Message] = []
+
+    async def receive() -> Message:
+        return {"type": "http.request", "body": b"{}", "more_body": False}
+
+    async def send(message: Message) -> None:
+        sent.append(message)
+
+    scope = {
+        "type": "http",
+        "method": "POST",
+        "path": "/svc/receiver/we_1/0tok",
+        "headers": [],
+        "client": ("127.0.0.1", 1),
+    }
+    with pytest.raises(RuntimeError):
+        asyncio.run(endpoint.direct(scope, receive, send, "we_1", "0tok"))
+    assert sent[0]["status"] == 500 and (b"x-content-type-options", b"nosniff") in sent[0]["headers"]
+    assert sent[1]["body"] == b"Internal Server Error"
