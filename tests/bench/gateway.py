@@ -69,7 +69,7 @@ from tests.support import free_port
 from . import verdict
 from .fast_upstream import BODY as FAST_ANSWER
 from .redis_counter import CountingProxy
-from .services import REPO, RedisServer, Role, _tree, cpu_seconds, wait_until, wrk_path
+from .services import REPO, RedisServer, Role, _tree, cpu_seconds, wait_for_listeners, wait_until, wrk_path
 from .verdict import Target, judge, none, ratio
 
 __all__ = ["GATEWAY_TARGETS", "GatewayPlan", "gateway", "gateway_table", "in_bench"]
@@ -244,6 +244,7 @@ def start_gateway(rig: Rig, tree: Tree, upstream: str, workers: int, redis_url: 
         return _answers(base + "/readyz")
 
     wait_until(ready, 40, f"the gateway of {tree.name}")
+    wait_for_listeners(role, port, workers)
     return role, base
 
 

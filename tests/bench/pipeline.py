@@ -43,7 +43,7 @@ from tests.support import free_port
 from . import verdict
 from .gateway import Tree, TreeRole, before_tree
 from .scenarios import Bench, Plan, rate_of, saturate_with_wrk
-from .services import REPO, _tree, cpu_seconds, wait_until, wrk_path
+from .services import REPO, _tree, cpu_seconds, wait_for_listeners, wait_until, wrk_path
 from .verdict import Need, Target
 
 FIGURES = (
@@ -72,6 +72,7 @@ class TreeBench(Bench):
         self.server.start()
         self.base = f"http://127.0.0.1:{port}"
         wait_until(lambda: ready(self.base), 30, f"svcgw serve of {self.tree}")
+        wait_for_listeners(self.server, int(port), int(self.env.get("SVCGW_HTTP_WORKERS", "1")))
 
     def start_workers(self) -> None:
         self.workers = [

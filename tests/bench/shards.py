@@ -46,7 +46,7 @@ from tests.support import free_port
 from . import verdict
 from .pipeline import add_round_arguments, conclude, ready, settled
 from .scenarios import Tenant, rate_of, saturate_with_wrk
-from .services import RedisServer, Role, Sink, wait_until, wrk_path
+from .services import RedisServer, Role, Sink, wait_for_listeners, wait_until, wrk_path
 from .verdict import Need, Target
 
 INSTANCES = 100
@@ -118,6 +118,7 @@ def measure(count: int, workdir: Path, seconds: float, appendfsync: str = "alway
         roles.append(Role(["serve"], dict(env, SVCGW_PORT=str(port)), workdir / "serve.log").start())
         rig.base = f"http://127.0.0.1:{port}"
         wait_until(lambda: ready(rig.base), 30, "svcgw serve")
+        wait_for_listeners(roles[-1], port, 2)
         used0, cpu0 = [s.used_memory() for s in servers], [_cpu(s) for s in servers]
         posted = saturate_with_wrk(rig, seconds, 64, prefix=f"n{count}-")
         queue = keys.rq.queue(settings.queue_name)

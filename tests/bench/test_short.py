@@ -101,3 +101,28 @@ def test_short_benchmark_prints_every_figure() -> None:
     assert {"gateway_w1_vs_direct", "gateway_sim_w1_vs_sim_direct", "gateway_round_trips",
             "gateway_added_p50_vs_sim"} <= set(figures["targets"])  # fmt: skip
     assert {"added_p50_vs_sim_p50", "added_p99_vs_sim_p99"} <= set(gateway["ratios"])
+
+
+def test_every_http_worker_is_counted_once_it_listens() -> None:
+    """The bench loads a server only once each of its HTTP workers listens (services.wait_for_listeners)."""
+    import socket
+
+    from tests.bench.services import listeners
+    from tests.support import free_port
+
+    assert listeners([os.getpid()], free_port()) == 0
+    first, second = socket.socket(), socket.socket()
+    try:
+        for sock in (first, second):
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+        first.bind(("127.0.0.1", 0))
+        port = first.getsockname()[1]
+        second.bind(("127.0.0.1", port))
+        first.listen()
+        assert listeners([os.getpid()], port) == 1
+        second.listen()  # one process, however many of its sockets listen
+        assert listeners([os.getpid(), 1], port) == 1
+    finally:
+        first.close()
+        second.close()
+    assert listeners([os.getpid()], port) == 0
