@@ -43,9 +43,11 @@ from svcgw.storage.scripts import register
 __all__ = ["DELIVERY_FIELDS", "SEEN_SECONDS", "Claimed", "Claimer", "Hold", "Sightings"]
 
 # The delivery hash fields an attempt reads; ``chain`` (service events only) is read for the finish;
+# ``dup`` (a post with duplicates only) tells the finish whether its event ids are kept;
 # ``destination`` (a further destination's deliveries only) last: queue_read.lua reads it there.
 DELIVERY_FIELDS = (
-    "appid", "account", "event_type", "body", "failures", "state", "attempts", "received_at", "chain", "destination",
+    "appid", "account", "event_type", "body", "failures", "state", "attempts", "received_at", "chain", "dup",
+    "destination",
 )  # fmt: skip
 
 # Reads of one claimed batch before a job whose owner keeps changing is given back.

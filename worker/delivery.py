@@ -71,6 +71,7 @@ class Prepared:
     secret_unreadable: bool = False  # the stored signing secret cannot be opened with the configured keys
     destination_id: str = ""  # the further destination (``dst_…``) it goes to; '' for the primary address
     removed: bool = False  # its further destination was removed: it has nowhere to go, now or later
+    duplicates: bool = False  # its post had duplicates (the hash's ``dup``): its bare outcome keeps its event ids
 
     @property
     def kind(self) -> str:
@@ -174,6 +175,7 @@ def _prepared(
         secret_unreadable=secret_unreadable,
         destination_id=destination_id,
         removed=bool(destination_id) and destination is None,
+        duplicates=(data.get("dup") or b"0") != b"0",
     )
 
 

@@ -19,6 +19,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from svcgw import deliveryid
 from svcgw.config.settings import Settings
 from svcgw.delivery import failingdestinations
 from svcgw.delivery.view import stored_ids
@@ -83,7 +84,7 @@ class Outcomes:
                 retention=retention,
                 error=exc_info_field(attempt.error or "") if step == "dead" else b"",
                 destination=destination,
-                event_ids=stored_ids(prepared.body) if step == "delivered" else b"",
+                event_ids=stored_ids(prepared.body) if step == "delivered" and _keeps_ids(prepared) else b"",
                 probe=probe,
             )
         )
@@ -139,6 +140,12 @@ class Outcomes:
                 for pending, held in zip(batch, results, strict=True):
                     if not pending.done.done():
                         pending.done.set_result(held)
+
+
+def _keeps_ids(prepared: Prepared) -> bool:
+    """Whether a delivered delivery's event ids are stored: a ``dlv_`` one keeps them in place of its body, and
+    the bare outcome of one named by its post keeps them only when its post had duplicates (queue_finish.lua)."""
+    return prepared.duplicates or deliveryid.parse_named(prepared.delivery_id) is None
 
 
 def _log_failing(destination: str, finished: Finished, attempt: Attempt) -> None:

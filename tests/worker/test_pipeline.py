@@ -98,16 +98,20 @@ def test_account_default_is_used_when_the_instance_has_no_address(
 
 
 def test_duplicates_posted_twice_are_forwarded_once(
-    settings: Settings, server: str, worker: ThreadedWorker, sink: Sink
+    settings: Settings, server: str, worker: ThreadedWorker, sink: Sink, redis: Redis
 ) -> None:
     tenant = provision(settings, url=sink.url)
     body = b'{"event_type":"Msg","events":[{"id":"dup-1"},{"id":"dup-2"}]}'
     post_events(server, tenant, body)
     post_events(server, tenant, body)
     post_events(server, tenant, b'{"event_type":"Msg","events":[{"id":"after"}]}')
-    wait_for(lambda: len(sink.posts()) >= 2, what="two deliveries")
+    post_events(server, tenant, b'{"event_type":"Msg","events":[{"id":"dup-1"},{"id":"new-1"}]}')  # one repeat
+    wait_for(lambda: len(sink.posts()) >= 3, what="three deliveries")
     ids = [e["id"] for p in sink.posts() for e in orjson.loads(p.body)["events"]]
-    assert sorted(ids) == ["after", "dup-1", "dup-2"]
+    assert sorted(ids) == ["after", "dup-1", "dup-2", "new-1"]
+    # Delivered, each keeps a bare outcome; the event ids that went only where its post had a repeat.
+    outcomes = wait_for(lambda: len(out := redis.xrange(keys.outcomes(tenant.appid))) == 3 and out, what="3 outcomes")
+    assert [orjson.loads(fields[b"i"]) for _, fields in outcomes if b"i" in fields] == [["new-1"]]
 
 
 def _dead(redis: Redis) -> list[bytes]:
