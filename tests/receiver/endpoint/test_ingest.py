@@ -21,7 +21,7 @@ from receiver.app import create_app
 from svcgw.config.settings import Settings, SettingsError
 from svcgw.digests import digest
 from svcgw.intake import dedup, envelope
-from svcgw.intake.ingest import PARSE_IN_THREAD_BYTES, Ingest, UnknownReceiver
+from svcgw.intake.ingest import PARSE_IN_THREAD_BYTES, Ingest, IngestResult, UnknownReceiver
 from svcgw.storage.keys import PLAIN as keys
 from tests.conftest import provision
 from tests.deploy.redis_nodes import Node, require_binaries
@@ -338,26 +338,46 @@ def test_the_logs_expiry_is_renewed_by_the_first_post_of_each_minute(settings: S
     minute = 60 * (int(time.time()) // 60 + 1)  # the start of a minute to come: every post below is in order
     moments = iter([minute + 1.0, minute + 59.0, minute + 60.0])
 
-    async def main() -> None:
+    async def main() -> list[tuple[int, int]]:
         client = AsyncRedis.from_url(settings.redis_url or "")
         try:
             ingest = Ingest(client, keys, settings, clock=lambda: next(moments))
             answers = []
             for n in range(3):
-                answers.append(
-                    await ingest.accept(
-                        tenant.appid, tenant.receiver_token, b'{"event_type":"Msg","events":[{"id":"%d"}]}' % n
-                    )
-                )
-                answers.append(redis.ttl(log))
+                body = b'{"event_type":"Msg","events":[{"id":"%d"}]}' % n
+                accepted = (await ingest.accept(tenant.appid, tenant.receiver_token, body)).accepted
+                answers.append((accepted, redis.ttl(log)))
                 redis.expire(log, 1000)  # as if long ago: only a renewal sets it back
             return answers
         finally:
             await client.aclose()
 
-    first, first_ttl, second, second_ttl, third, third_ttl = asyncio.run(main())
-    assert [a.accepted for a in (first, second, third)] == [1, 1, 1]
+    (first, first_ttl), (second, second_ttl), (third, third_ttl) = asyncio.run(main())
+    assert [first, second, third] == [1, 1, 1]
     renewed = settings.log_retention + 60
     assert renewed - 5 < first_ttl <= renewed  # the first post of the log
     assert second_ttl <= 1000  # the same minute: not renewed
     assert renewed - 5 < third_ttl <= renewed  # the next minute
+
+
+def test_posts_of_one_turn_are_stored_together_each_with_its_own_answer(settings: Settings, redis: Redis) -> None:
+    """Concurrent posts share a pipeline (svcgw.storage.scriptbatch): each is still stored, or refused, alone."""
+    tenant, other = provision(settings), provision(settings)
+
+    async def main() -> list[IngestResult | BaseException]:
+        client = AsyncRedis.from_url(settings.redis_url or "")
+        try:
+            ingest = Ingest(client, keys, settings)
+            posts = [(tenant, b'{"event_type":"Msg","events":[{"id":"c%d"}]}' % (n % 15)) for n in range(20)]
+            posts.append((other, b'{"event_type":"Msg","events":[{"id":"c0"}]}'))  # another instance's c0
+            calls = [ingest.accept(who.appid, who.receiver_token, body) for who, body in posts]
+            calls.append(ingest.accept(tenant.appid, tenant.receiver_token + "x", posts[0][1]))
+            return await asyncio.gather(*calls, return_exceptions=True)
+        finally:
+            await client.aclose()
+
+    *stored, unknown = asyncio.run(main())
+    assert isinstance(unknown, UnknownReceiver)
+    counts = [(result.accepted, result.duplicates) for result in stored if isinstance(result, IngestResult)]
+    assert sorted(counts) == [(0, 1)] * 5 + [(1, 0)] * 16
+    assert len(queued(redis)) == 16 and len(redis.xrange(keys.callback_log(tenant.appid))) == 20

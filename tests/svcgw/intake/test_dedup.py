@@ -296,13 +296,13 @@ def test_a_receiver_learns_redis_bucket_once(redis_url: str, env: dict[str, str]
         seconds, _ = await client.time()
         receiver = Ingest(client, keys, settings, clock=lambda: time.time() + window - seconds % window + 60)
         calls: list[int] = []
-        script = receiver._script
+        script = receiver._run_script
 
         async def counted(**given: Any) -> Any:
             calls.append(1)
             return await script(**given)
 
-        receiver._script = counted  # type: ignore[assignment]
+        receiver._run_script = counted  # type: ignore[method-assign]
         per_post = []
         try:
             for n in range(3):
