@@ -1,7 +1,7 @@
 """Calls of one Lua script made in the same turn of the event loop, sent to Redis together.
 
-At c=50 a server process reads several gateway calls per turn of its event
-loop, and each needs the admission script once. Sent one by one, every
+At c=50 a server process reads several gateway calls (or receiver posts) per
+turn of its event loop, and each needs the admission (or ingest) script once. Sent one by one, every
 call pays redis-py's whole command path (pool, retry, connection, parser)
 and a write and a read of its own: about 50 µs of CPU a call. A
 :class:`ScriptBatch` collects the calls made in one turn and sends them as

@@ -13,7 +13,8 @@ name (:func:`names` lists them), in one of three ways:
   would fail that one command while the transaction's others are applied;
   ``EVAL`` cannot be missing;
 * :func:`batched`: the calls made in one turn of the event loop sent
-  together (:mod:`svcgw.storage.scriptbatch`), for the gateway's admission.
+  together (:mod:`svcgw.storage.scriptbatch`), for the gateway's admission
+  (the receiver's ingest makes its :class:`ScriptBatch` of the script it registered).
 
 Some scripts call code they share with others or keep apart: ``delivery.lua``
 (the one writer of a delivery), ``chain.lua`` (service events' order),
