@@ -235,7 +235,9 @@ def test_tls_uses_original_name(tls_server: Server, certificate: Certificate) ->
 
 
 # --- answers ------------------------------------------------------------------------
-async def _one_shot(answer: bytes, *, hang: bool = False) -> tuple[asyncio.Server, int]:
+async def _one_shot(answer: bytes, *, hang: bool = False, then: bytes = b"") -> tuple[asyncio.Server, int]:
+    """A server that answers one request with ``answer`` (and, a moment later, ``then``)."""
+
     async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
             await reader.readuntil(b"\r\n\r\n")
@@ -243,6 +245,10 @@ async def _one_shot(answer: bytes, *, hang: bool = False) -> tuple[asyncio.Serve
                 await asyncio.sleep(30)
             writer.write(answer)
             await writer.drain()
+            if then:
+                await asyncio.sleep(0.05)
+                writer.write(then)
+                await writer.drain()
         finally:
             # asyncio.run cancels a hanging handler at the end; close its socket then.
             writer.close()
@@ -272,6 +278,16 @@ def test_long_answer_is_cut_to_a_snippet() -> None:
 
     answer = run(main)
     assert answer.status == 500 and answer.snippet == "x" * 2048
+
+
+def test_an_answer_in_two_parts_is_read_whole() -> None:
+    async def main() -> Response:
+        server, port = await _one_shot(b"HTTP/1.1 503 Busy\r\nContent-Length: 10\r\n\r\nfirst", then=b"-last")
+        async with server:
+            return await post(f"http://127.0.0.1:{port}/", allow=LOOPBACK)
+
+    answer = run(main)
+    assert answer.status == 503 and answer.snippet == "first-last"
 
 
 def test_timeout() -> None:
