@@ -307,8 +307,6 @@ async def _read_snippet(content: aiohttp.StreamReader) -> str:
         if not chunk:
             break
         collected += chunk
-        if content.at_eof():
-            break  # the whole answer is in: no read more to learn that (nearly every answer)
     return collected.decode("utf-8", "replace")
 
 
