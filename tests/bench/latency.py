@@ -19,7 +19,6 @@ from __future__ import annotations
 import argparse
 import statistics
 import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -27,10 +26,10 @@ from typing import Any
 import orjson
 
 from . import verdict
-from .gateway import Tree, before_tree
-from .pipeline import TreeBench
+from .gateway import Tree
+from .pipeline import TreeBench, alternating
 from .scenarios import Plan, latency
-from .services import REPO, wait_until
+from .services import wait_until
 
 FIGURES = (
     "light_p50_ms", "light_p99_ms", "loaded_p50_ms", "loaded_p99_ms", "loaded_ingest_p99_ms", "p50_ratio", "p99_ratio",
@@ -83,21 +82,9 @@ def main(argv: list[str] | None = None) -> int:
     light, loaded = (float(rate) for rate in args.rates.split(","))
     rounds = 1 if args.short else args.rounds
     started = time.monotonic()
-    measured: list[dict[str, dict[str, Any]]] = []
-    with tempfile.TemporaryDirectory(prefix="svcgw-bench-latency-") as tmp:
-        workdir = Path(tmp)
-        trees = [Tree("after", REPO)]
-        if args.before:
-            trees.insert(0, before_tree(workdir, args.before))
-        for n in range(rounds):
-            this: dict[str, dict[str, Any]] = {}
-            for tree in trees if n % 2 == 0 else trees[::-1]:
-                print(f"... round {n + 1} of {rounds}: {tree.name}", file=sys.stderr, flush=True)
-                path = workdir / f"{tree.name}-{n}"
-                path.mkdir()
-                this[tree.name] = measure(tree, path, light, loaded, args.short)
-            measured.append(this)
-    figures = summarise(measured)
+    figures = summarise(
+        alternating("latency", args.before, rounds, lambda tree, path: measure(tree, path, light, loaded, args.short))
+    )
     figures["setup"] = {"before": args.before, "rounds": rounds, "rates": [light, loaded],
                         "elapsed_s": round(time.monotonic() - started, 1)}  # fmt: skip
     names = [n for n in ("before", "after") if n in figures]

@@ -31,6 +31,7 @@ import statistics
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -185,26 +186,38 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     rounds, seconds = (1, 1.0) if args.short else (args.rounds, args.seconds)
     started = time.monotonic()
-    with tempfile.TemporaryDirectory(prefix="svcgw-bench-pipeline-") as tmp:
-        workdir = Path(tmp)
-        trees = [Tree("after", REPO)]
-        if args.before:
-            trees.insert(0, before_tree(workdir, args.before))
-        measured: list[dict[str, dict[str, Any]]] = []
-        for n in range(rounds):
-            order = trees if n % 2 == 0 else trees[::-1]
-            this: dict[str, dict[str, Any]] = {}
-            for tree in order:
-                print(f"... round {n + 1} of {rounds}: {tree.name}", file=sys.stderr, flush=True)
-                path = workdir / f"{tree.name}-{n}"
-                path.mkdir()
-                this[tree.name] = measure(tree, path, seconds, args.short)
-            measured.append(this)
+    measured = alternating("pipeline", args.before, rounds, lambda tree, path: measure(tree, path, seconds, args.short))
     figures = summarise(measured)
     figures["setup"] = {"before": args.before, "rounds": rounds, "seconds": seconds, "mode": "short" if args.short
                         else "full", "elapsed_s": round(time.monotonic() - started, 1)}  # fmt: skip
     print("\n".join(table(figures)))
     return conclude(figures, verdict.judge(figures, TARGETS) if args.before else [], short=args.short)
+
+
+def alternating(
+    bench: str, before: str | None, rounds: int, measure: Callable[[Tree, Path], dict[str, Any]]
+) -> list[dict[str, dict[str, Any]]]:
+    """``measure`` of this tree and, with ``before``, of that commit's, ``rounds`` times, by round and tree.
+
+    The order is swapped every round (``before`` then ``after``, then ``after`` then ``before``), so
+    that neither tree always runs on the machine the other has just warmed; each measurement gets
+    a fresh folder of its own.
+    """
+    measured: list[dict[str, dict[str, Any]]] = []
+    with tempfile.TemporaryDirectory(prefix=f"svcgw-bench-{bench}-") as tmp:
+        workdir = Path(tmp)
+        trees = [Tree("after", REPO)]
+        if before:
+            trees.insert(0, before_tree(workdir, before))
+        for n in range(rounds):
+            this: dict[str, dict[str, Any]] = {}
+            for tree in trees if n % 2 == 0 else trees[::-1]:
+                print(f"... round {n + 1} of {rounds}: {tree.name}", file=sys.stderr, flush=True)
+                path = workdir / f"{tree.name}-{n}"
+                path.mkdir()
+                this[tree.name] = measure(tree, path)
+            measured.append(this)
+    return measured
 
 
 def add_round_arguments(parser: argparse.ArgumentParser, *, rounds: int) -> None:

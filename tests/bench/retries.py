@@ -27,7 +27,6 @@ from __future__ import annotations
 import argparse
 import statistics
 import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -35,10 +34,10 @@ from typing import Any
 from svcgw.storage.keys import PLAIN as keys
 
 from . import verdict
-from .gateway import Tree, before_tree
-from .pipeline import TreeBench, conclude
+from .gateway import Tree
+from .pipeline import TreeBench, alternating, conclude
 from .scenarios import _MAKE_DUE, Plan, first_attempts, percentile, rate_of
-from .services import REPO, cpu_seconds, wait_until
+from .services import cpu_seconds, wait_until
 from .verdict import Need, Target
 
 FIGURES = (
@@ -163,20 +162,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     rounds, count = (1, 300) if args.short else (args.rounds, args.due)
     started = time.monotonic()
-    with tempfile.TemporaryDirectory(prefix="svcgw-bench-retries-") as tmp:
-        workdir = Path(tmp)
-        trees = [Tree("after", REPO)]
-        if args.before:
-            trees.insert(0, before_tree(workdir, args.before))
-        measured: list[dict[str, dict[str, Any]]] = []
-        for n in range(rounds):
-            this: dict[str, dict[str, Any]] = {}
-            for tree in trees if n % 2 == 0 else trees[::-1]:
-                print(f"... round {n + 1} of {rounds}: {tree.name}", file=sys.stderr, flush=True)
-                path = workdir / f"{tree.name}-{n}"
-                path.mkdir()
-                this[tree.name] = measure(tree, path, count, args.short)
-            measured.append(this)
+    measured = alternating("retries", args.before, rounds, lambda tree, path: measure(tree, path, count, args.short))
     figures = summarise(measured)
     figures["setup"] = {"before": args.before, "rounds": rounds, "due": count,
                         "elapsed_s": round(time.monotonic() - started, 1)}  # fmt: skip
