@@ -52,6 +52,7 @@ from aiohttp.client_proto import ResponseHandler
 from yarl import URL
 
 from svcgw.errors import Failure
+from svcgw.plainrequest import PlainRequest
 
 __all__ = [
     "DEFAULT_CONNECT_TIMEOUT",
@@ -71,8 +72,6 @@ MAX_CONNECTIONS = 256
 KEEPALIVE_SECONDS = 30.0
 
 JSON_HEADERS = {"Content-Type": "application/json"}
-# aiohttp adds these unless told not to; the capability layer gets none of them (see _Request).
-SKIPPED_HEADERS = ("User-Agent", "Accept", "Accept-Encoding")
 # Operation paths as URLs, made once each: parsing one costs more than the rest of a call's set-up.
 URLS_KEPT = 1024
 
@@ -161,17 +160,6 @@ class _Try:
 _try: contextvars.ContextVar[_Try | None] = contextvars.ContextVar("upstream_try", default=None)
 
 
-class _Request(aiohttp.ClientRequest):
-    """A request with no header of aiohttp's own choosing (``SKIPPED_HEADERS``).
-
-    The same as ``skip_auto_headers=SKIPPED_HEADERS``, which builds and
-    copies a header dict on every request to learn what to leave out.
-    """
-
-    def update_auto_headers(self, skip_auto_headers: Any) -> None:
-        return None
-
-
 class _Connector(aiohttp.TCPConnector):
     """A connector that tells the current try whether its connection came from the pool.
 
@@ -227,7 +215,7 @@ class Upstream:
                 # The whole call's deadline is the caller's (asyncio.timeout in call).
                 timeout=aiohttp.ClientTimeout(total=None, sock_connect=self.connect_timeout),
                 cookie_jar=aiohttp.DummyCookieJar(),
-                request_class=_Request,
+                request_class=PlainRequest,  # no Accept, Accept-Encoding or User-Agent of aiohttp's
                 auto_decompress=False,
                 # trust_env off: a proxy variable in the environment must not divert
                 # calls meant for the capability layer.

@@ -57,6 +57,7 @@ from svcgw.callbacks.addresses import (
 )
 from svcgw.config.settings import DEFAULT_DESTINATION_PORTS, PortRanges, Settings
 from svcgw.errors import Failure
+from svcgw.plainrequest import PlainRequest
 from svcgw.threads import in_thread
 
 __all__ = [
@@ -266,6 +267,8 @@ class CallbackSender:
             trust_env=False,
             cookie_jar=aiohttp.DummyCookieJar(),
             raise_for_status=False,
+            # It decompresses nothing, so it asks for no compressed answer (svcgw.plainrequest).
+            request_class=PlainRequest,
         )
 
     @property

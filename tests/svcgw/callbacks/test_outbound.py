@@ -343,3 +343,24 @@ def test_one_deadline_for_the_whole_answer() -> None:
     with pytest.raises(TimedOut):
         run(main)
     assert time.monotonic() - started < 3
+
+
+def test_a_callback_asks_for_no_compressed_answer() -> None:
+    """It decompresses nothing (``auto_decompress=False``): only the headers it was given, and HTTP/1.1's own."""
+    heads: list[bytes] = []
+
+    async def main() -> Response:
+        async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            heads.append(await reader.readuntil(b"\r\n\r\n"))
+            await reader.readexactly(2)
+            writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+            await writer.drain()
+            writer.close()
+
+        server = await asyncio.start_server(handle, "127.0.0.1", 0)
+        async with server:
+            return await post(f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}/hook", allow=LOOPBACK)
+
+    assert run(main) == Response(200, "ok")
+    names = sorted(line.split(b":")[0].lower() for line in heads[0].split(b"\r\n")[1:] if line)
+    assert names == [b"content-length", b"content-type", b"host"]
