@@ -227,8 +227,11 @@ def test_a_destination_limited_to_20_a_second_gets_no_more_and_loses_nothing(
     times = sorted(p.at for p in posts)
     elapsed = times[-1] - started
     assert count <= rate * (elapsed + 1) + 1, elapsed
-    busiest = max(sum(1 for t in times if start <= t < start + 1.0) for start in times)
+    # The pace holds when each attempt starts (its record's time): arrivals at the sink also carry the
+    # HTTP round trip, whose delays on a loaded machine can bring attempts of two seconds into one.
+    starts = sorted(attempt_records(redis, i)[0]["at"] for i in ids)
+    busiest = max(sum(1 for t in starts if start <= t < start + 1.0) for start in starts)
     assert busiest <= 2 * rate + 1, busiest
     # A job handed back is not an attempt: one attempt each.
     assert all(redis.hget(keys.delivery(i), "attempts") == b"1" for i in ids)
-    print(f"\n{count} deliveries at {rate}/s: {times[-1] - times[0]:.2f}s first to last, busiest second {busiest}")
+    print(f"\n{count} deliveries at {rate}/s: {starts[-1] - starts[0]:.2f}s first to last, busiest second {busiest}")
