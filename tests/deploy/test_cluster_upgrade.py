@@ -32,6 +32,7 @@ from typing import Any
 import httpx
 import orjson
 import pytest
+from redis.exceptions import WatchError
 
 from svcgw.config.settings import Settings
 from svcgw.delivery import chainkeys, failingdestinations
@@ -132,16 +133,26 @@ async def _post(ingest: Ingest, appid: str, token: str, event_id: str) -> str:
 
 
 async def _service_event(shard: ShardRedis, settings: Settings, appid: str, account: str, kind: str) -> tuple[str, int]:
-    """A service event queued as a liveness flip queues it, in the instance's chain: its id and seq."""
+    """A service event queued as a liveness flip queues it, in the instance's chain: its id and seq.
+
+    As the flip does (svcgw.liveness.transitions), the chain is watched while it is read, and read
+    again when a worker delivered one of its events meanwhile.
+    """
     redis, keys = shard
     delivery_id = new_delivery_id()
-    chain = chainkeys.members(await redis.lrange(keys.service_events(appid), 0, -1))
     async with redis.pipeline(transaction=True) as pipe:
-        queue_delivery(pipe, keys, settings, appid=appid, account=account, event_type=kind,
-                       events=[{"id": f"{kind}-{delivery_id[-6:]}"}], delivery_id=delivery_id, now=time.time(),
-                       chain=chain)  # fmt: skip
-        (seq,) = await pipe.execute()
-    return delivery_id, int(seq)
+        while True:
+            try:
+                await pipe.watch(keys.service_events(appid))
+                chain = chainkeys.members(await pipe.lrange(keys.service_events(appid), 0, -1))
+                pipe.multi()  # type: ignore[no-untyped-call]
+                queue_delivery(pipe, keys, settings, appid=appid, account=account, event_type=kind,
+                               events=[{"id": f"{kind}-{delivery_id[-6:]}"}], delivery_id=delivery_id,
+                               now=time.time(), chain=chain)  # fmt: skip
+                (seq,) = await pipe.execute()
+                return delivery_id, int(seq)
+            except WatchError:
+                continue
 
 
 async def _write_before(settings: Settings, sink_url: str) -> Before:
