@@ -92,9 +92,9 @@ def ready(base: str) -> bool:
         return False
 
 
-def measure(tree: Tree, workdir: Path, seconds: float, short: bool) -> dict[str, Any]:
-    """One ingest and one drain of ``tree`` on a Redis of its own."""
-    bench = TreeBench(Plan(short=short), workdir, "always", tree=tree.path)
+def measure(tree: Tree, workdir: Path, seconds: float, short: bool, instances: int = 100) -> dict[str, Any]:
+    """One ingest and one drain of ``tree`` on a Redis of its own, the posts spread over ``instances``."""
+    bench = TreeBench(Plan(short=short, fast_ports=instances), workdir, "always", tree=tree.path)
     bench.start_tree()
     try:
         assert bench.server is not None and bench.server.proc is not None
@@ -180,16 +180,24 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m tests.bench.pipeline", description=__doc__.splitlines()[0])
     parser.add_argument("--before", metavar="REF", help="also measure this commit (git archive), alternating")
     add_round_arguments(parser, rounds=3)
+    parser.add_argument(
+        "--instances", type=int, default=Plan.fast_ports, help="instances the posts go to, round robin (100)"
+    )
     args = parser.parse_args(argv)
+    if args.instances < 1:
+        parser.error("--instances must be at least 1")
     if wrk_path() is None:
         print("wrk is not installed (apt-get install wrk)", file=sys.stderr)
         return 2
     rounds, seconds = (1, 1.0) if args.short else (args.rounds, args.seconds)
     started = time.monotonic()
-    measured = alternating("pipeline", args.before, rounds, lambda tree, path: measure(tree, path, seconds, args.short))
+    measured = alternating(
+        "pipeline", args.before, rounds, lambda tree, path: measure(tree, path, seconds, args.short, args.instances)
+    )
     figures = summarise(measured)
-    figures["setup"] = {"before": args.before, "rounds": rounds, "seconds": seconds, "mode": "short" if args.short
-                        else "full", "elapsed_s": round(time.monotonic() - started, 1)}  # fmt: skip
+    figures["setup"] = {"before": args.before, "rounds": rounds, "seconds": seconds, "instances": args.instances,
+                        "mode": "short" if args.short else "full",
+                        "elapsed_s": round(time.monotonic() - started, 1)}  # fmt: skip
     print("\n".join(table(figures)))
     return conclude(figures, verdict.judge(figures, TARGETS) if args.before else [], short=args.short)
 

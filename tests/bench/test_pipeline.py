@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import pytest
+
 from tests.bench import verdict
-from tests.bench.pipeline import FIGURES, TARGETS, summarise, table
+from tests.bench.pipeline import FIGURES, TARGETS, main, summarise, table
 
 
 def _run(rate: float, undelivered: int = 0) -> dict[str, float]:
@@ -31,3 +33,10 @@ def test_a_slower_tree_is_not_met_and_alone_nothing_is_compared() -> None:
     (judged,) = verdict.judge(figures, TARGETS)
     assert not judged.met and judged.value == 0.8
     assert "ratios" not in summarise([{"after": _run(80.0)}])
+
+
+def test_instances_below_one_are_refused_before_anything_starts(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exited:
+        main(["--instances", "0"])
+    assert exited.value.code == 2
+    assert "--instances must be at least 1" in capsys.readouterr().err

@@ -41,21 +41,40 @@ local held = redis.call('ZMSCORE', KEYS[1], unpack(ids))
 redis.call('ZREM', KEYS[1], unpack(ids))
 local now = ARGV[1]
 local results = {}
--- --- failing destinations (svcgw.delivery.failingdestinations): one HGET per attempt, more only while failing ---
+-- --- failing destinations (svcgw.delivery.failingdestinations): one HGET per destination a call names, more only while failing ---
 local after_text, forget_text = string.match(ARGV[3], '^([^:]*):([^:]*)$')
 local failing_after, forget_after = tonumber(after_text), tonumber(forget_text)
+-- Each destination's record as this call last read or wrote it (false: none): a batch holds many
+-- attempts to the same few destinations, and nothing else writes the hash while a script runs.
+local records = {}
+local function record_of(destination)
+  local held = records[destination]
+  if held == nil then
+    held = redis.call('HGET', KEYS[6], destination)
+    records[destination] = held
+  end
+  return held
+end
+local function set_record(destination, value)
+  if value then
+    redis.call('HSET', KEYS[6], destination, value)
+  else
+    redis.call('HDEL', KEYS[6], destination)
+  end
+  records[destination] = value
+end
 local function track(destination, ok)
   if destination == '' then return 0 end
-  local held = redis.call('HGET', KEYS[6], destination)
+  local held = record_of(destination)
   if ok then
     if not held then return 0 end
-    redis.call('HDEL', KEYS[6], destination)
+    set_record(destination, false)
     local first, _, flagged = string.match(held, '^([^:]*):([^:]*):(%d)$')
     if flagged == '1' or (first and tonumber(now) - tonumber(first) >= failing_after) then return 4 end
     return 0
   end
   if not held then
-    redis.call('HSET', KEYS[6], destination, now .. ':' .. now .. ':0')
+    set_record(destination, now .. ':' .. now .. ':0')
     return 0
   end
   local first, last, flagged = string.match(held, '^([^:]*):([^:]*):(%d)$')
@@ -67,7 +86,7 @@ local function track(destination, ok)
   if flagged ~= '1' and tonumber(now) - tonumber(first) >= failing_after then
     flagged, started = '1', 2
   end
-  redis.call('HSET', KEYS[6], destination, first .. ':' .. now .. ':' .. flagged)
+  set_record(destination, first .. ':' .. now .. ':' .. flagged)
   return started
 end
 -- --- end of failing destinations ---
@@ -95,6 +114,9 @@ local function bare(record, base_ms)
 end
 local now_ms = math.floor(tonumber(now) * 1000)
 local oldest = math.max(now_ms - tonumber(ARGV[4]) * 1000, 0)
+-- The outcome streams this call has added to and set to expire: once each is enough, as every
+-- entry of the call is added at the same time.
+local expiring = {}
 -- The delivered delivery's bare outcome from its hash and this attempt's record; nothing is
 -- written when the hash is gone (another copy of the job delivered it already).
 local function outcome(delivery, record, entry, event_ids, out, late, destination)
@@ -132,7 +154,10 @@ local function outcome(delivery, record, entry, event_ids, out, late, destinatio
       fields[#fields + 1] = ids
     end
     redis.call('XADD', out, 'MINID', '~', oldest, '*', unpack(fields))
-    redis.call('EXPIRE', out, ARGV[4])
+    if not expiring[out] then
+      redis.call('EXPIRE', out, ARGV[4])
+      expiring[out] = true
+    end
   end
   return h.chain
 end

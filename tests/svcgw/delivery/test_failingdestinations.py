@@ -17,6 +17,7 @@ from svcgw.delivery.failingdestinations import FailingDestination, destination_o
 from svcgw.storage.keys import PLAIN as keys
 from svcgw.views.metrics import snapshot
 from tests.conftest import provision
+from tests.scriptkeys import ScriptKeyWatch
 from tests.support import LogCapture, Sink, wait_for
 from tests.svcgw.delivery.test_deadletters import ingest
 from tests.worker.support import claim, with_queue
@@ -90,6 +91,42 @@ def test_the_finish_script_reports_the_start_and_the_recovery_once(settings: Set
         (True, False, True),  # the first success after it
     ]
     assert redis.hget(keys.failing_destinations, where) is None  # a destination that answers is not kept
+
+
+def test_one_finish_call_reads_a_destinations_record_once_and_sets_a_streams_expiry_once(
+    settings: Settings, redis: Redis
+) -> None:
+    """A batch holds many attempts to the same destination and instance: the flags are those of one
+    finish call per attempt, at one HGET of the destination's record and one EXPIRE of the stream."""
+    settings = Settings.from_env({"SVCGW_REDIS_URL": settings.redis_url or "", "SVCGW_FAILING_AFTER": "1"})
+    tenant = provision(settings)
+    ids = [ingest(settings, tenant, b'{"event_type":"Msg","events":[{"id":"b%d"}]}' % n) for n in range(4)]
+    assert sorted(claim(settings, 4)) == sorted(ids)
+    where = "https://down.example:443"
+    now = time.time()
+    redis.hset(keys.failing_destinations, where, f"{now - 5}:{now - 1}:0")  # failing 5 s, not flagged yet
+
+    def item(delivery_id: str, ok: bool) -> Finish:
+        attempt = Attempt(ok=ok, at=time.time(), duration=0.01, status=200 if ok else 500, destination="x")
+        return Finish(delivery_id, tenant.appid, "delivered" if ok else "retry", attempt.record(1),
+                      due=time.time() + 60, retention=60, destination=where)  # fmt: skip
+
+    items = [item(ids[0], False), item(ids[1], False), item(ids[2], True), item(ids[3], True)]
+    with ScriptKeyWatch(settings.redis_url or "") as watch:
+        finished = with_queue(settings, lambda queue: queue.finish_detailed(items))
+    assert [(f.held, f.started_failing, f.recovered) for f in finished] == [
+        (True, True, False),  # the first failure past the threshold: once
+        (True, False, False),
+        (True, False, True),  # the first success after it
+        (True, False, False),  # nothing left to recover from
+    ]
+    assert redis.hget(keys.failing_destinations, where) is None
+    (call,) = [c for c in watch.calls() if c.name == "queue_finish"]
+    failing, stream = keys.failing_destinations.encode(), keys.outcomes(tenant.appid).encode()
+    assert [c[0].upper() for c in call.inner if c[1:2] == [failing]] == [b"HGET", b"HSET", b"HSET", b"HDEL"]
+    assert [c[0].upper() for c in call.inner if c[1:2] == [stream]] == [b"XADD", b"EXPIRE", b"XADD"]
+    assert len(redis.xrange(stream)) == 2
+    assert 0 < redis.ttl(stream) <= settings.log_retention
 
 
 def test_a_failing_destination_is_logged_once_each_way_and_counted(env: dict[str, str], sink: Sink) -> None:
