@@ -235,3 +235,36 @@ def test_queueing_behind_a_chain_other_than_the_one_read_writes_nothing(settings
     assert chain(redis, tenant) == [first] and queued(redis, settings) == [first]
     assert redis.get(keys.service_event_seq(tenant.appid)) == b"1"
 
+
+def test_retries_due_at_once_are_queued_taking_turns_by_instance(settings: Settings, redis: Redis) -> None:
+    """Ties in the scheduled registry come in id order, an instance's side by side; the queue takes
+    them in turns by instance, each instance's in its own order, a ``dlv_`` id as an instance of its own."""
+    ids = [
+        "we_a-1700000000000-0", "we_a-1700000000000-1", "we_a-1700000000001-0",
+        "we_b-1700000000000-0", "we_b-1700000000000-1_00112233aabbccdd", "we_c-1700000000002-0", "dlv_0f",
+    ]  # fmt: skip
+    due = time.time() - 1
+    redis.zadd(keys.rq.scheduled(settings.queue_name), dict.fromkeys(ids, due))
+    assert with_queue(settings, lambda q: q.promote_due()).moved == len(ids)
+    assert redis.lrange(keys.rq.queue(settings.queue_name), 0, -1) == [
+        b"dlv_0f", b"we_a-1700000000000-0", b"we_b-1700000000000-0", b"we_c-1700000000002-0",
+        b"we_a-1700000000000-1", b"we_b-1700000000000-1_00112233aabbccdd",
+        b"we_a-1700000000001-0",
+    ]  # fmt: skip
+    assert redis.zcard(keys.rq.scheduled(settings.queue_name)) == 0
+
+
+def test_reclaimed_leases_go_to_the_front_without_taking_turns(settings: Settings, redis: Redis) -> None:
+    """Only due retries take turns by instance: a reclaimed lease goes before the queue's own jobs, as it did."""
+    redis.rpush(keys.rq.queue(settings.queue_name), "we_z-1700000000009-0")
+    now = time.time()
+    redis.zadd(keys.inflight(settings.queue_name), {"we_a-1700000000000-0": now - 3, "we_a-1700000000000-1": now - 2,
+                                                    "we_b-1700000000000-0": now - 1})  # fmt: skip
+    assert with_queue(settings, lambda q: q.reclaim_expired()).moved == 3
+    # LPUSH one by one: the longest expired ends up last of the three, each before the queue's own.
+    assert redis.lrange(keys.rq.queue(settings.queue_name), 0, -1) == [
+        b"we_b-1700000000000-0",
+        b"we_a-1700000000000-1",
+        b"we_a-1700000000000-0",
+        b"we_z-1700000000009-0",
+    ]
