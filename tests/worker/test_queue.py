@@ -268,3 +268,15 @@ def test_reclaimed_leases_go_to_the_front_without_taking_turns(settings: Setting
         b"we_a-1700000000000-0",
         b"we_z-1700000000009-0",
     ]
+
+
+def test_a_promotion_of_one_long_run_and_many_single_retries_queues_each_once(settings: Settings, redis: Redis) -> None:
+    busy = [f"we_busy-{1700000000000 + n}-0" for n in range(300)]
+    single = [f"we_s{n:03d}-1700000000000-0" for n in range(300)]
+    redis.zadd(keys.rq.scheduled(settings.queue_name), dict.fromkeys(busy + single, time.time() - 1))
+    assert with_queue(settings, lambda q: q.promote_due()).moved == 600
+    queued = [i.decode() for i in redis.lrange(keys.rq.queue(settings.queue_name), 0, -1)]
+    assert sorted(queued) == sorted(busy + single)
+    assert set(queued[:301]) == {busy[0], *single}  # the first round: one of every instance
+    busy_ids = set(busy)
+    assert [i for i in queued if i in busy_ids] == busy  # the busy one's in their order

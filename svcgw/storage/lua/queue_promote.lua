@@ -26,13 +26,17 @@ if push == 'RPUSH' and #ids > 1 then
     group[#group + 1] = id
   end
   if #order > 1 then
+    -- Each round takes one id of every instance that has one left: a call's work grows with its ids,
+    -- not with its instances times its longest run.
     queued = {}
-    local round = 1
-    while #queued < #ids do
-      for _, group in ipairs(order) do
-        if group[round] then queued[#queued + 1] = group[round] end
+    local active, round = order, 1
+    while #active > 0 do
+      local left = {}
+      for _, group in ipairs(active) do
+        queued[#queued + 1] = group[round]
+        if group[round + 1] then left[#left + 1] = group end
       end
-      round = round + 1
+      active, round = left, round + 1
     end
   end
 end
