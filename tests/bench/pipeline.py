@@ -34,7 +34,7 @@ import statistics
 import sys
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -154,18 +154,20 @@ def settled(read: Any, quiet: float = 0.5, timeout: float = 30.0) -> int:
     return int(last)
 
 
-def summarise(rounds: list[dict[str, dict[str, Any]]]) -> dict[str, Any]:
+def summarise(rounds: list[dict[str, dict[str, Any]]], names: Sequence[str] = FIGURES) -> dict[str, Any]:
     """Medians per tree, the worst undelivered count, ``after / before`` of every figure's medians, and the
-    median of every figure's ``after / before`` round by round (``paired``; None where a round has no ratio)."""
-    names = list(rounds[0])
+    median of every figure's ``after / before`` round by round (``paired``; None where a round has no ratio).
+
+    ``names``: the figures of each measurement (another bench's, :mod:`tests.bench.engine`)."""
+    trees = list(rounds[0])
     figures: dict[str, Any] = {"rounds": rounds}
-    for name in names:
-        runs = [r[name] for r in rounds]
-        figures[name] = {f: statistics.median(run[f] for run in runs) for f in FIGURES}
-        figures[name]["undelivered"] = max(run["undelivered"] for run in runs)
-    if "before" in names:
-        figures["ratios"] = {f: verdict.ratio(figures["after"][f], figures["before"][f]) for f in FIGURES}
-        figures["paired"] = {f: _paired(rounds, f) for f in FIGURES}
+    for tree in trees:
+        runs = [r[tree] for r in rounds]
+        figures[tree] = {f: statistics.median(run[f] for run in runs) for f in names}
+        figures[tree]["undelivered"] = max(run["undelivered"] for run in runs)
+    if "before" in trees:
+        figures["ratios"] = {f: verdict.ratio(figures["after"][f], figures["before"][f]) for f in names}
+        figures["paired"] = {f: _paired(rounds, f) for f in names}
     return figures
 
 
@@ -177,12 +179,12 @@ def _paired(rounds: list[dict[str, dict[str, Any]]], figure: str) -> float | Non
     return round(statistics.median(value for value in each if value is not None), 2)
 
 
-def table(figures: dict[str, Any]) -> list[str]:
-    names = [n for n in ("before", "after") if n in figures]
-    head = f"{'figure (median)':<34}" + "".join(f"{n:>12}" for n in names)
+def table(figures: dict[str, Any], names: Sequence[str] = FIGURES) -> list[str]:
+    trees = [n for n in ("before", "after") if n in figures]
+    head = f"{'figure (median)':<34}" + "".join(f"{n:>12}" for n in trees)
     lines = [head + (f"{'after/before':>14}{'paired':>8}" if "ratios" in figures else "")]
-    for f in FIGURES:
-        row = f"{f:<34}" + "".join(f"{figures[n][f]:>12g}" for n in names)
+    for f in names:
+        row = f"{f:<34}" + "".join(f"{figures[n][f]:>12g}" for n in trees)
         if "ratios" in figures:
             row += f"{figures['ratios'][f]!s:>14}{figures['paired'][f]!s:>8}"
         lines.append(row)

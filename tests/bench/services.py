@@ -338,6 +338,9 @@ class Sink:
         if self.proc.poll() is None:
             self.proc.terminate()
             self.proc.wait(10)
+        for pipe in (self.proc.stdin, self.proc.stdout):
+            if pipe is not None:
+                pipe.close()
 
 
 def wrk_path() -> str | None:
