@@ -130,6 +130,16 @@ def test_kustomization_lists_every_manifest() -> None:
 
 
 # --- what the schemas cannot know ------------------------------------------------
+def test_the_image_ships_its_modules_compiled() -> None:
+    """It writes no bytecode when it runs: without bytecode built in, every process start would compile every
+    module it imports again (about 1.5 s of CPU for a role on a slow machine, on top of 1.2 s of imports)."""
+    parsed = dockerfile()
+    runtime_env = parsed.envs  # the last stage's
+    assert runtime_env.get("PYTHONDONTWRITEBYTECODE") == "1"
+    installs = [i["value"] for i in parsed.structure if i["instruction"] == "RUN" and "pip install" in i["value"]]
+    assert installs and not any("--no-compile" in value for value in installs), installs
+
+
 def test_the_image_runs_the_same_command_as_the_tests() -> None:
     parsed = dockerfile()
     assert parsed.baseimage == "python:3.11-slim"
