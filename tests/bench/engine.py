@@ -40,9 +40,8 @@ import orjson
 from svcgw.storage.keys import PLAIN as keys
 
 from .gateway import Tree
-from .pipeline import TreeBench, add_round_arguments, alternating, settled, summarise, table
-from .scenarios import Plan, saturate_with_wrk
-from .services import REPO, wrk_path
+from .pipeline import TreeBench, alternating, parse_rounds, settled, summarise, table, without_wrk
+from .scenarios import Plan, aiohttp_reference, saturate_with_wrk
 
 FIGURES = ("stored", "engine_cpu_us_per_delivery", "request_cpu_us", "engine_vs_request")
 
@@ -102,7 +101,7 @@ def measure(tree: Tree, workdir: Path, seconds: float, short: bool) -> dict[str,
         assert bench.server is not None
         bench.server.stop()
         drained = drain(tree, bench.env, workdir)
-        request = _request_cpu_us(bench, 1.0 if short else 3.0)
+        request = float(aiohttp_reference(bench)["cpu_us_per_request"])
     finally:
         bench.stop()
     engine_us = drained["cpu_s"] / max(drained["sent"], 1) * 1e6
@@ -125,24 +124,12 @@ def drain(tree: Tree, env: dict[str, str], workdir: Path) -> dict[str, Any]:
     return dict(json.loads(answer.stdout.decode().strip().splitlines()[-1]))
 
 
-def _request_cpu_us(bench: TreeBench, seconds: float) -> float:
-    urls = ",".join(f"http://127.0.0.1:{t.port}/hook" for t in bench.fast[:8])
-    answer = subprocess.run(
-        [sys.executable, "-m", "tests.bench.reference", urls, "50", str(seconds)],
-        cwd=REPO, capture_output=True, text=True, check=True, timeout=120,
-    )  # fmt: skip
-    return float(orjson.loads(answer.stdout.strip().splitlines()[-1])["cpu_us_per_request"])
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m tests.bench.engine", description=__doc__.splitlines()[0])
     parser.add_argument("--before", metavar="REF", help="also measure this commit (git archive), alternating")
-    add_round_arguments(parser, rounds=3)
-    args = parser.parse_args(argv)
-    if wrk_path() is None:
-        print("wrk is not installed (apt-get install wrk)", file=sys.stderr)
+    args, rounds, seconds = parse_rounds(parser, argv, rounds=3)
+    if without_wrk():
         return 2
-    rounds, seconds = (1, 1.0) if args.short else (args.rounds, args.seconds)
     started = time.monotonic()
     measured = alternating("engine", args.before, rounds, lambda tree, path: measure(tree, path, seconds, args.short))
     figures = summarise(measured, FIGURES)

@@ -194,17 +194,14 @@ def table(figures: dict[str, Any], names: Sequence[str] = FIGURES) -> list[str]:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m tests.bench.pipeline", description=__doc__.splitlines()[0])
     parser.add_argument("--before", metavar="REF", help="also measure this commit (git archive), alternating")
-    add_round_arguments(parser, rounds=3)
     parser.add_argument(
         "--instances", type=int, default=Plan.fast_ports, help="instances the posts go to, round robin (100)"
     )
-    args = parser.parse_args(argv)
+    args, rounds, seconds = parse_rounds(parser, argv, rounds=3)
     if args.instances < 1:
         parser.error("--instances must be at least 1")
-    if wrk_path() is None:
-        print("wrk is not installed (apt-get install wrk)", file=sys.stderr)
+    if without_wrk():
         return 2
-    rounds, seconds = (1, 1.0) if args.short else (args.rounds, args.seconds)
     started = time.monotonic()
     measured = alternating(
         "pipeline", args.before, rounds, lambda tree, path: measure(tree, path, seconds, args.short, args.instances)
@@ -248,6 +245,23 @@ def add_round_arguments(parser: argparse.ArgumentParser, *, rounds: int) -> None
     parser.add_argument("--rounds", type=int, default=rounds)
     parser.add_argument("--seconds", type=float, default=8.0, help="wrk's posting time per measurement")
     parser.add_argument("--short", action="store_true", help="one round of one second (a smoke test)")
+
+
+def parse_rounds(
+    parser: argparse.ArgumentParser, argv: list[str] | None, *, rounds: int
+) -> tuple[argparse.Namespace, int, float]:
+    """``argv`` parsed with :func:`add_round_arguments`' options too, and the rounds and wrk's seconds they give."""
+    add_round_arguments(parser, rounds=rounds)
+    args = parser.parse_args(argv)
+    return (args, 1, 1.0) if args.short else (args, args.rounds, args.seconds)
+
+
+def without_wrk() -> bool:
+    """Whether wrk, which these benches post with, is missing (and then why, on stderr)."""
+    if wrk_path() is not None:
+        return False
+    print("wrk is not installed (apt-get install wrk)", file=sys.stderr)
+    return True
 
 
 def conclude(figures: dict[str, Any], judged: list[verdict.Judged], *, short: bool) -> int:

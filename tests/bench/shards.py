@@ -44,9 +44,9 @@ from tests.deploy.redis_fleet import register_placed, sharded_store
 from tests.support import free_port
 
 from . import verdict
-from .pipeline import add_round_arguments, conclude, ready, settled
+from .pipeline import conclude, parse_rounds, ready, settled, without_wrk
 from .scenarios import Tenant, rate_of, saturate_with_wrk
-from .services import RedisServer, Role, Sink, wait_for_listeners, wait_until, wrk_path
+from .services import RedisServer, Role, Sink, wait_for_listeners, wait_until
 from .verdict import Need, Target
 
 INSTANCES = 100
@@ -178,12 +178,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m tests.bench.shards", description=__doc__.splitlines()[0])
     parser.add_argument("--shards", type=int, default=3)
     parser.add_argument("--appendfsync", choices=("always", "everysec"), default="always")
-    add_round_arguments(parser, rounds=2)
-    args = parser.parse_args(argv)
-    if wrk_path() is None:
-        print("wrk is not installed (apt-get install wrk)", file=sys.stderr)
+    args, rounds, seconds = parse_rounds(parser, argv, rounds=2)
+    if without_wrk():
         return 2
-    rounds, seconds = (1, 1.0) if args.short else (args.rounds, args.seconds)
     started = time.monotonic()
     measured = []
     with tempfile.TemporaryDirectory(prefix="svcgw-bench-shards-") as tmp:
