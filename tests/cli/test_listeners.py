@@ -89,7 +89,9 @@ def test_a_free_port_passes_the_check() -> None:
 
 @pytest.mark.slow
 def test_each_worker_listens_and_connections_reach_both(env: dict[str, str]) -> None:
-    process, base = start_server(dict(env, SVCGW_HTTP_WORKERS="2"))
+    # Kept alive until counted: on a slow, busy machine opening the 40 took longer than the
+    # default 5 s idle timeout, and the first ones were closed before the count (23 of 40).
+    process, base = start_server(dict(env, SVCGW_HTTP_WORKERS="2", SVCGW_HTTP_KEEPALIVE_TIMEOUT="120"))
     port = int(base.rsplit(":", 1)[1])
     clients: list[httpx.Client] = []
     try:
