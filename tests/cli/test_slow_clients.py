@@ -23,7 +23,7 @@ from tests.support import ThreadedServer, start_server, wait_for
 pytestmark = pytest.mark.slow
 
 DRIPS = 1000
-TIMEOUT = 2.0  # SVCGW_HTTP_HEADER_TIMEOUT here; 10 s by default
+TIMEOUT = 4.0  # SVCGW_HTTP_HEADER_TIMEOUT here; 10 s by default
 HEAD = b"GET /healthz HTTP/1.1\r\nHost: x\r\n"  # never ends: one more header byte now and then
 BODY = (
     b"POST /console/api/session HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{"
@@ -96,7 +96,9 @@ def test_a_thousand_slow_clients_are_closed_and_others_answered_meanwhile(env: d
             )
             gateway = time.monotonic() - started
         assert created.status_code == 200 and created.json()["code"] == 0, created.text
-        assert healthz < 1.0 and gateway < 1.0, (healthz, gateway)
+        # Well before the drips' own timeout: not queued behind them. (The server's first turns go to reading
+        # the thousand connections' first bytes, which a machine busy with other work stretches towards a second.)
+        assert healthz < TIMEOUT / 2 and gateway < TIMEOUT / 2, (healthz, gateway)
         still_open = sum(1 for conn, _ in drips if not closed_by_peer(conn))
         assert still_open > DRIPS // 2, still_open  # they were open while the others were answered
 
