@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import selectors
 import socket
 import threading
 import time
@@ -215,6 +216,23 @@ def test_sign_ins_beyond_the_room_for_checks_get_429_at_once_never_503(env: dict
         assert busy and all(a.json() == LIMITED and a.headers["retry-after"] == "1" for a in busy)
 
 
+def answers(conns: list[socket.socket]) -> Iterator[tuple[int, float]]:
+    """The status each connection is answered with, and when (``time.monotonic()``), in the order they come."""
+    with selectors.DefaultSelector() as selector:
+        for conn in conns:
+            selector.register(conn, selectors.EVENT_READ, conn)
+        waiting = len(conns)
+        while waiting:
+            ready = selector.select(timeout=60)
+            assert ready, f"{waiting} connections unanswered after a minute"
+            for key, _ in ready:
+                conn = key.data
+                head = conn.recv(65536)
+                yield int(head.split(b" ", 2)[1]), time.monotonic()
+                selector.unregister(conn)
+                waiting -= 1
+
+
 @pytest.mark.slow
 def test_during_a_flood_from_one_address_another_address_signs_in_quickly(env: dict[str, str]) -> None:
     # Every one of the flood's connections is let in (an address's share, SVCGW_HTTP_CONNECTIONS_PER_ADDRESS,
@@ -230,13 +248,15 @@ def test_during_a_flood_from_one_address_another_address_signs_in_quickly(env: d
     with contextlib.ExitStack() as stack:
         stack.callback(process.stop)
         member = make_member(Settings.from_env(env))
-        # 400 sign-ins at once from 127.0.0.1, sent as fast as sockets go (no client work in the way)...
-        flood = []
-        for _ in range(400):
-            conn = stack.enter_context(socket.create_connection(("127.0.0.1", port), timeout=60))
-            flood.append(conn)
-        for conn in flood:
-            conn.sendall(request)
+
+        def send_flood() -> list[socket.socket]:
+            """400 sign-ins at once from 127.0.0.1, sent as fast as sockets go (no client work in the way)."""
+            flood = [stack.enter_context(socket.create_connection(("127.0.0.1", port), timeout=60)) for _ in range(400)]
+            for conn in flood:
+                conn.sendall(request)
+            return flood
+
+        flood = send_flood()
         # ...and one from another address (loopback has all of 127.0.0.0/8).
         transport = httpx.HTTPTransport(local_address="127.0.0.2")
         with httpx.Client(base_url=base, timeout=60, transport=transport) as other:
@@ -248,9 +268,18 @@ def test_during_a_flood_from_one_address_another_address_signs_in_quickly(env: d
             started = time.monotonic()
             assert other.post("/console/api/session", json={"login": member.login, "password": PASSWORD}).is_success
             alone = time.monotonic() - started
+        # The same flood again: all but the few that find room are refused at once, 429 without a check. When
+        # the last of those is answered tells what reading and refusing the flood's requests costs the others
+        # on this machine, checks aside.
+        second = send_flood()
+        started = time.monotonic()
+        refused = [seconds - started for status, seconds in answers(second) if status == 429]
     assert mine.status_code == 200, mine.text
-    # Under 2 s (a machine busy with other work may stretch that, never to the 200 checks of the queue).
-    assert took < max(2.0, 3 * alone), (took, alone)
+    assert len(refused) >= 300, len(refused)
+    refusing = max(refused)
+    # Its own check, one of the flood's at most, and the loop's turns for the flood's requests: under 2 s on
+    # a machine at rest, however busy with other work never near the 200 checks of a queue.
+    assert took < max(2.0, refusing + 3 * alone), (took, refusing, alone)
     assert 503 not in statuses and set(statuses) <= {401, 429} and statuses.count(429) >= 300
 
 
