@@ -1,7 +1,7 @@
 """Logging: one JSON object per line, or readable lines on a terminal.
 
 Records carry structured fields through ``extra=`` (appid, delivery_id,
-attempt, outcome, status, error, duration_ms, destination, shard). Secrets are never passed to a
+attempt, outcome, status, error, duration_ms, destination, account, shard). Secrets are never passed to a
 logger; the formatter has no way to know them, so the rule is kept at the
 call sites. A worker's parts of one shard, of several, log through
 :func:`of_shard`, so that each of their lines names it.
@@ -20,7 +20,8 @@ import orjson
 __all__ = ["ShardLog", "configure", "of_shard"]
 
 FIELDS = (
-    "appid", "delivery_id", "attempt", "outcome", "status", "error", "duration_ms", "role", "destination", "shard",
+    "appid", "delivery_id", "attempt", "outcome", "status", "error", "duration_ms", "role", "destination", "account",
+    "shard",
 )  # fmt: skip
 
 

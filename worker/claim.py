@@ -18,11 +18,14 @@ still names four keys. The read holds back, without an attempt, a job whose dest
 attempt fails (:mod:`worker.delivery`). Jobs of the primary address read and name what they always did.
 
 A job whose account, or whose destination, has no free slot in the worker goes back to the
-scheduled registry without an attempt. The read does that for any job; the pop does it, unread,
-for the jobs of instances whose account and destination a read showed within
-``SEEN_SECONDS`` (:class:`Sightings`). The jobs of an account whose endpoints hang are most of what
-a claim pops beside it, and each then costs the worker and Redis an id in a sorted set rather
-than a read.
+scheduled registry without an attempt. A destination's slots and probing are each account's own
+(:mod:`worker.concurrencycaps`, :mod:`worker.probing`), so its jobs are held back by their account
+and the netloc of their address together (:func:`held_as`); only the ceiling of a host across
+accounts (``SVCGW_HOST_CONCURRENCY``) holds back every account's jobs to it, by the netloc alone.
+The read does that for any job; the pop does it, unread, for the jobs of instances whose account
+and destination a read showed within ``SEEN_SECONDS`` (:class:`Sightings`). The jobs of an account
+whose endpoints hang are most of what a claim pops beside it, and each then costs the worker and
+Redis an id in a sorted set rather than a read.
 """
 
 from __future__ import annotations
@@ -40,7 +43,7 @@ from svcgw.storage.keys import KeySpace
 from svcgw.storage.rqformat import rq_now
 from svcgw.storage.scripts import register
 
-__all__ = ["DELIVERY_FIELDS", "SEEN_SECONDS", "Claimed", "Claimer", "Hold", "Sightings"]
+__all__ = ["DELIVERY_FIELDS", "SEEN_SECONDS", "Claimed", "Claimer", "Hold", "Sightings", "held_as"]
 
 # The delivery hash fields an attempt reads; ``chain`` (service events only) is read for the finish;
 # ``dup`` (a post with duplicates only) tells the finish whether its event ids are kept;
@@ -60,6 +63,14 @@ _ACCOUNTS_KEPT = 100_000
 SEEN_SECONDS = 5.0
 # Instances named to the pop at most: the ones beyond are held back by the read, as before.
 _HELD_BACK_MOST = 1000
+
+
+def held_as(account: str, netloc: str) -> str:
+    """The name the claim holds back ``account``'s jobs to ``netloc`` by: ``<account> <netloc>``.
+
+    ``queue_read.lua`` spells it so; a netloc alone (no account) holds back every account's jobs to it.
+    """
+    return f"{account} {netloc}" if account else netloc
 
 
 @dataclass(frozen=True)
@@ -118,8 +129,8 @@ class Sightings:
     """The account and destination of each instance whose job a read showed lately, by both.
 
     ``held_back`` names the instances of the given busy accounts and saturated destinations
-    (netlocs) seen within ``fresh`` seconds: the pop holds their jobs back unread. In memory,
-    pure; ``clock`` is monotonic.
+    (an account's netloc, :func:`held_as`, or a netloc for every account) seen within ``fresh``
+    seconds: the pop holds their jobs back unread. In memory, pure; ``clock`` is monotonic.
     """
 
     def __init__(self, fresh: float = SEEN_SECONDS, *, clock: Callable[[], float] = time.monotonic) -> None:
@@ -141,6 +152,7 @@ class Sightings:
             self._by.setdefault("a:" + account, set()).add(appid)
             if destination:
                 self._by.setdefault("d:" + destination, set()).add(appid)
+                self._by.setdefault("d:" + held_as(account, destination), set()).add(appid)
         self._seen[appid] = (account, destination, now)
         if now - self._pruned > 4 * self.fresh:
             self._prune(now)
@@ -162,7 +174,7 @@ class Sightings:
         return due
 
     def _unindex(self, appid: str, seen: tuple[str, str, float]) -> None:
-        for name in ("a:" + seen[0], "d:" + seen[1]):
+        for name in ("a:" + seen[0], "d:" + seen[1], "d:" + held_as(seen[0], seen[1])):
             appids = self._by.get(name)
             if appids is not None:
                 appids.discard(appid)

@@ -22,10 +22,16 @@ The main loop:
 * claims as many jobs as it has free slots, or blocks until one arrives.
 
 One failing destination cannot take every slot: at most
-``SVCGW_DESTINATION_CONCURRENCY`` attempts run against one destination at
-once (:class:`worker.concurrencycaps.DestinationSlots`). A destination is the socket a
+``SVCGW_DESTINATION_CONCURRENCY`` attempts of one account run against one
+destination at once (:class:`worker.concurrencycaps.DestinationSlots`). A destination is the socket a
 URL reaches, whatever the URL's spelling of the host: its resolved addresses
-and port (:mod:`worker.destinations`). Nor can one account: at most
+and port (:mod:`worker.destinations`). The cap is each account's own, as is the
+probing below: many accounts' endpoints live on one host (a chat tool's incoming
+webhooks, an automation platform), and one account whose paths there hang or
+answer slowly must not hold the slots the others' deliveries to that host need.
+Every account's attempts to one destination together stay under a ceiling
+(``SVCGW_HOST_CONCURRENCY``, by default four accounts' caps) that protects the
+receiving host and that one account alone cannot fill. Nor can one account: at most
 ``SVCGW_ACCOUNT_CONCURRENCY`` of its attempts run at once while another
 account wants slots; alone, an account whose endpoints answer quickly may
 use every slot (:class:`worker.concurrencycaps.AccountSlots`). Nor can one
@@ -82,6 +88,7 @@ from svcgw.shards.connections import async_client
 from svcgw.storage.keys import KeySpace
 from svcgw.vault import TokenVault
 
+from .claim import held_as
 from .concurrencycaps import LINE_WAIT, AccountSlots, DestinationSlots
 from .delivery import Attempt, Prepared, prepare_claimed, prepared_leniently, send, unexpected
 from .destinations import DestinationKeys, netloc_of
@@ -117,15 +124,24 @@ def loop_factory() -> Callable[[], asyncio.AbstractEventLoop]:
     return uvloop.new_event_loop
 
 
+def lane(account: str, key: str) -> str:
+    """The slot key of ``account``'s attempts to the destination key ``key`` (an address and port)."""
+    return f"{account} {key}"
+
+
 @dataclass(frozen=True)
 class _Slots:
-    """The slots one attempt holds: on each key of its destination, and on its account."""
+    """The slots one attempt holds: its account's on each key of its destination, the host's ceiling on each,
+    and its account's."""
 
-    destinations: tuple[str, ...]
+    lanes: tuple[str, ...]  # lane(account, key) of each key of its destination
     token: int | None
+    destinations: tuple[str, ...]  # the keys themselves, under the ceiling across accounts
+    host_token: int | None
     account: str
     account_token: int | None
-    origin: str  # the destination its probing counts it under (svcgw.delivery.probing); '' for none
+    # Its account's destination, as its probing counts it (svcgw.delivery.probing.name); '' for none
+    origin: str
 
 
 class Engine:
@@ -165,7 +181,10 @@ class Engine:
         # A recorder of the engine's own is flushed and closed when the engine stops.
         self._recorder = AttemptRecorder(settings, self.keys) if on_attempt is None else None
         self.on_attempt = on_attempt if on_attempt is not None else self._recorder
+        # Per account and destination key (lane): one account's slow or hanging endpoints on a host fill their own.
         self.slots = DestinationSlots(settings.destination_concurrency, settings.delivery_timeout)
+        # Per destination key, every account's together: the receiving host's ceiling.
+        self.hosts = DestinationSlots(settings.host_ceiling, settings.delivery_timeout)
         # An account at its cap is usually busy rather than stuck: its deliveries
         # free slots within milliseconds, so its waits start short.
         self.accounts = AccountSlots(
@@ -316,19 +335,29 @@ class Engine:
                 if not left:
                     break
             if due:
-                self.log.info("held-back deliveries due now", extra={"destination": destination, "count": due})
+                account, _, origin = destination.partition(" ")
+                self.log.info("held-back deliveries due now",
+                              extra={"destination": origin, "account": account, "count": due})  # fmt: skip
             moved += due
         return moved
 
     def _saturated(self) -> dict[str, Hold]:
-        """The URL spellings (netlocs) seen lately that reach a destination at its cap or its probing limit,
-        with when to try again."""
+        """What the claim holds jobs back by, with when to try again: an account and a URL spelling (netloc)
+        seen lately that reaches its destination at that account's cap or probing limit
+        (:func:`worker.claim.held_as`), or a netloc alone, for every account, at the host's ceiling."""
         held = self.probing.saturated(self.keys)
-        full = self.slots.saturated()
-        for key, when in full.items():
+
+        def hold(name: str, when: float) -> None:
+            if name not in held or held[name].last < when:
+                held[name] = Hold(when)
+
+        for key, when in self.slots.saturated().items():
+            account, _, address = key.partition(" ")
+            for netloc in self.destinations.netlocs_of((address,)):
+                hold(held_as(account, netloc), when)
+        for key, when in self.hosts.saturated().items():
             for netloc in self.destinations.netlocs_of((key,)):
-                if netloc not in held or held[netloc].last < when:
-                    held[netloc] = Hold(when)
+                hold(netloc, when)
         return held
 
     def _start(self, job: Claimed) -> None:
@@ -402,50 +431,60 @@ class Engine:
             self.probing.reopened(held.origin)
 
     async def _take_slots(self, prepared: Prepared) -> _Slots | None:
-        """Slots on the attempt's destination and account, within its probing limit; None when one is at its cap
-        (the job is then deferred)."""
+        """Slots on the attempt's destination (its account's, and the host's ceiling) and account, within its
+        probing limit; None when one is at its cap (the job is then deferred)."""
         url = prepared.destination.url if prepared.destination else ""
+        account = prepared.account
         destinations = await self.destinations.keys(url) if url else ()
-        origin = failingdestinations.destination_of(url)
+        lanes = tuple(lane(account, key) for key in destinations)
+        origin = probing.name(account, failingdestinations.destination_of(url))
         deadline = time.monotonic() + LINE_WAIT
         while True:
-            account_token = self.accounts.acquire(prepared.account)
+            account_token = self.accounts.acquire(account)
             if account_token is None:
-                delay = self.accounts.defer_delay(prepared.account)
+                delay = self.accounts.defer_delay(account)
                 break
-            if not self.probing.acquire(origin, netloc_of(url)):
-                self.accounts.give_back(prepared.account, account_token)
+            if not self.probing.acquire(origin, held_as(account, netloc_of(url))):
+                self.accounts.give_back(account, account_token)
                 delay = self.probing.defer_delay(origin)
                 break
-            token = self.slots.acquire_all(destinations) if destinations else None
-            if token is not None or not destinations:
-                return _Slots(destinations, token, prepared.account, account_token, origin)
-            self.accounts.give_back(prepared.account, account_token)
+            if not destinations:
+                return _Slots((), None, (), None, account, account_token, origin)
+            token = self.slots.acquire_all(lanes)
+            host_token = self.hosts.acquire_all(destinations) if token is not None else None
+            if host_token is not None:
+                return _Slots(lanes, token, destinations, host_token, account, account_token, origin)
+            if token is not None:
+                for key in lanes:
+                    self.slots.give_back(key, token)
+            self.accounts.give_back(account, account_token)
             self.probing.release(origin)
-            full = self.slots.full(destinations)
+            full = [(self.slots, key) for key in self.slots.full(lanes)]
+            full += [(self.hosts, key) for key in self.hosts.full(destinations)]
             # A quick destination frees a slot within moments: wait for it here rather than go round Redis.
-            if not (all(self.slots.may_wait(key) for key in full) and await self._wait_in_line(full[0], deadline)):
-                delay = max(self.slots.defer_delay(key) for key in full)
+            if not (all(slots.may_wait(key) for slots, key in full) and await self._wait_in_line(*full[0], deadline)):
+                delay = max(slots.defer_delay(key) for slots, key in full)
                 break
         await self.outcomes.finish(Finish(prepared.delivery_id, prepared.appid, "defer", due=time.time() + delay))
         return None
 
-    async def _wait_in_line(self, key: str, deadline: float) -> bool:
-        """Wait until ``key`` frees a slot (True) or ``deadline`` passes (False), first come first served."""
+    async def _wait_in_line(self, slots: DestinationSlots, key: str, deadline: float) -> bool:
+        """Wait until ``key`` (of ``slots``) frees a slot (True) or ``deadline`` passes (False), first come first
+        served."""
         left = deadline - time.monotonic()
         if left <= 0:
             return False
         waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         line = self.lines.setdefault(key, deque())
         line.append(waiter)
-        self.slots.waits(key, True)
+        slots.waits(key, True)
         try:
             await asyncio.wait_for(waiter, left)
             return True
         except TimeoutError:
             return False
         finally:
-            self.slots.waits(key, False)
+            slots.waits(key, False)
             if not waiter.done():
                 waiter.cancel()
             try:
@@ -467,7 +506,10 @@ class Engine:
 
     def _free(self, held: _Slots) -> None:
         if held.token is not None:
-            self.slots.release_all(held.destinations, held.token)
+            self.slots.release_all(held.lanes, held.token)
+            self._wake(held.lanes)
+        if held.host_token is not None:
+            self.hosts.release_all(held.destinations, held.host_token)
             self._wake(held.destinations)
         if held.account_token is not None:
             self.accounts.release(held.account, held.account_token)

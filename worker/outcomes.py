@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 from svcgw import deliveryid
 from svcgw.config.settings import Settings
-from svcgw.delivery import failingdestinations
+from svcgw.delivery import failingdestinations, probing
 from svcgw.delivery.view import stored_ids
 from svcgw.errors import STORAGE_ERRORS
 from svcgw.storage.rqformat import exc_info_field, failed_score
@@ -86,10 +86,11 @@ class Outcomes:
                 destination=destination,
                 event_ids=stored_ids(prepared.body) if step == "delivered" and _keeps_ids(prepared) else b"",
                 probe=probe,
+                probing=probing.name(prepared.account, destination),
             )
         )
         _log_failing(destination, finished, attempt)
-        _log_probing(destination, finished, attempt)
+        _log_probing(destination, prepared.account, finished, attempt)
         log.info(
             "delivery attempt",
             extra={
@@ -159,11 +160,14 @@ def _log_failing(destination: str, finished: Finished, attempt: Attempt) -> None
         log.info("destination recovered", extra={"destination": destination, "status": attempt.status})
 
 
-def _log_probing(destination: str, finished: Finished, attempt: Attempt) -> None:
-    """The one record of each change of a destination's probing (svcgw.delivery.probing), whatever the workers."""
+def _log_probing(destination: str, account: str, finished: Finished, attempt: Attempt) -> None:
+    """The one record of each change of an account's destination's probing (svcgw.delivery.probing), whatever
+    the workers."""
     if finished.probe_began:
-        log.warning("destination probed", extra={"destination": destination, "error": attempt.error})
+        log.warning("destination probed",
+                    extra={"destination": destination, "account": account, "error": attempt.error})  # fmt: skip
     if finished.reopened:
-        log.info("destination answers again", extra={"destination": destination, "status": attempt.status})
+        log.info("destination answers again",
+                 extra={"destination": destination, "account": account, "status": attempt.status})  # fmt: skip
     if finished.probe_ended:
-        log.info("destination back at its caps", extra={"destination": destination})
+        log.info("destination back at its caps", extra={"destination": destination, "account": account})

@@ -3,7 +3,10 @@
 The rule and its record in Redis are :mod:`svcgw.delivery.probing`'s: a destination (a callback
 address's origin) whose attempts time out is allowed fewer attempts in flight than its caps,
 down to a probing few, and more again as it answers. This is the worker's side of it, shared by
-the engines of one process as its caps are (:mod:`worker.concurrencycaps`):
+the engines of one process as its caps are (:mod:`worker.concurrencycaps`). A destination here is
+always one account's (its record's name, :func:`svcgw.delivery.probing.name`): the attempts
+counted, the limit and the jobs held back are that account's alone, so another account's jobs to
+the same origin are never counted, limited, held back or parked for it.
 
 * each engine reads its shard's records every :data:`READ_EVERY` seconds, and at once after a
   finish that changed one (:meth:`Probing.update`); a destination's limit is that of the record
@@ -11,9 +14,9 @@ the engines of one process as its caps are (:mod:`worker.concurrencycaps`):
 * the attempts in flight to every destination are counted, probed or not, so that a destination
   that begins to be probed with its caps in flight starts no attempt until fewer than its limit
   are left (:meth:`Probing.acquire`);
-* the claim holds back the jobs of a destination at its limit, by the URL spellings (netlocs)
-  its attempts used, as it does for a full socket (:meth:`Probing.saturated`, :mod:`worker.claim`).
-  While its attempts time out, those jobs are lined up over
+* the claim holds back the jobs of a destination at its limit, by the account and the URL
+  spellings (netlocs) its attempts used (``<account> <netloc>``), as it does for a full socket
+  (:meth:`Probing.saturated`, :mod:`worker.claim`). While its attempts time out, those jobs are lined up over
   :data:`svcgw.delivery.probing.PARK_SECONDS` and noted in its parked set; when it answers again
   (its record's last word is no longer a timeout), every engine of the process brings them
   forward on its shard (:meth:`Probing.unparking`). While it answers below its caps, they wait a
@@ -55,8 +58,9 @@ class Probing:
         self._records: dict[Hashable, Mapping[str, Probe]] = {}
         self._combined: dict[str, Probe] = {}
         self._inflight: Counter[str] = Counter()
-        self._netlocs: dict[str, set[str]] = {}  # destination -> the netlocs its attempts used
-        self._known: set[str] = set()  # every netloc in _netlocs
+        # destination -> the names the claim holds its jobs back by: its account and each netloc its attempts used
+        self._netlocs: dict[str, set[str]] = {}
+        self._known: set[str] = set()  # every name in _netlocs
         self._unpark: dict[Hashable, set[str]] = {}  # shard -> destinations whose held-back jobs come forward
 
     # --- the shards' records -----------------------------------------------------------
@@ -111,7 +115,8 @@ class Probing:
 
     # --- attempts ------------------------------------------------------------------------
     def acquire(self, destination: str, netloc: str) -> bool:
-        """Count an attempt to ``destination`` (reached as ``netloc``), unless it is at its limit."""
+        """Count an attempt to ``destination`` (a record's name), unless it is at its limit; ``netloc`` is what
+        the claim holds the destination's jobs back by (the account and the URL's netloc, ``worker.claim.held_as``)."""
         if not destination:
             return True
         limit = self.limit(destination)
@@ -157,7 +162,8 @@ class Probing:
         return ANSWERING_WAIT * random.uniform(1.0, 3.0)
 
     def saturated(self, keys: KeySpace) -> dict[str, Hold]:
-        """The netlocs of the destinations at their limit, with when their jobs are due (their shard's ``keys``)."""
+        """The names the claim holds back by (account and netloc) of the destinations at their limit, with when
+        their jobs are due (their shard's ``keys``)."""
         held: dict[str, Hold] = {}
         now = self.clock()
         for name, found in self._combined.items():

@@ -98,6 +98,8 @@ class Finish:
     # What the attempt tells of its destination's probing (svcgw.delivery.probing): "t:<when it started>"
     # it timed out, "a" it answered a destination held probed, "" nothing
     probe: str = ""
+    # The probing record the mark moves: the account's and the destination's (svcgw.delivery.probing.name)
+    probing: str = ""
 
 
 @dataclass(frozen=True)
@@ -311,6 +313,7 @@ class DeliveryQueue:
                     item.event_ids,
                     named[1] if named else "",
                     item.probe,
+                    item.probing if item.probe else "",
                 )
             )
         script_keys.extend(chainkeys.member_keys(self.keys, members))

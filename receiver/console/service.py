@@ -332,9 +332,10 @@ class ConsoleService:
 
     async def probing(self, account: str, appid: str | None = None) -> list[dict[str, Any]]:
         """The account's destinations being probed (``svcgw.delivery.probing``: their attempts time out, so
-        they get fewer at a time), with the instances that use each. With ``appid``, as :meth:`failing`."""
+        they get fewer at a time), with the instances that use each. With ``appid``, as :meth:`failing`.
+        The account's own records only: another account's attempts to the same hosts are none of its business."""
         users = await self._destinations(account, appid)
-        found = await probing.probing_anywhere(self.texts, self.settings, users)
+        found = await probing.probing_anywhere(self.texts, self.settings, users, account=account)
         return [
             {**record.as_dict(), "appids": users.get(name, [])}
             for name, record in sorted(found.items(), key=lambda item: item[1].since)

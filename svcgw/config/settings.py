@@ -18,6 +18,8 @@ from svcgw.config.shards import Deployment, Shard, ShardLayout
 
 __all__ = [
     "DEFAULT_DESTINATION_PORTS",
+    "HOST_CEILING_LEAST",
+    "HOST_CEILING_SHARES",
     "PortRanges",
     "Settings",
     "SettingsError",
@@ -31,6 +33,10 @@ DEFAULT_RETRY_SCHEDULE = (30.0, 120.0, 600.0, 1800.0, 7200.0, 21600.0)
 # Web ports and the unprivileged range: a callback address is not a way to knock on a host's
 # SSH, SMTP or database port.
 DEFAULT_DESTINATION_PORTS: PortRanges = ((80, 80), (443, 443), (1024, 65535))
+# SVCGW_HOST_CONCURRENCY's default, and its least, in accounts' caps (SVCGW_DESTINATION_CONCURRENCY):
+# one account whose endpoints on a host hang holds at most a quarter of its ceiling by default.
+HOST_CEILING_SHARES = 4
+HOST_CEILING_LEAST = 2
 
 
 @dataclass(frozen=True)
@@ -58,6 +64,9 @@ class Settings:
     max_events_per_post: int = 1000
     delivery_concurrency: int = 1024
     destination_concurrency: int = 16
+    # Attempts in flight to one destination per worker, every account's together (SVCGW_HOST_CONCURRENCY);
+    # None: HOST_CEILING_SHARES times destination_concurrency (host_ceiling).
+    host_concurrency: int | None = None
     queue_name: str = "svcgw"
     # Seconds a worker's RQ registration (rq:worker:<name>) outlives its last heartbeat.
     worker_ttl: float = 420.0
@@ -169,6 +178,7 @@ class Settings:
             destination_concurrency=reader.integer(
                 "SVCGW_DESTINATION_CONCURRENCY", 16, minimum=1, maximum=1024
             ),
+            host_concurrency=_host_ceiling(reader),
             queue_name=env.get("SVCGW_QUEUE", "svcgw") or "svcgw",
             worker_ttl=reader.number("SVCGW_WORKER_TTL", 420.0, minimum=1.0),
             http_workers=reader.integer("SVCGW_HTTP_WORKERS", 1, minimum=1, maximum=64),
@@ -213,6 +223,13 @@ class Settings:
         """The clients' read timeout: ``SVCGW_REDIS_TIMEOUT``, past the longest wait a command asks for
         (``WAIT`` for replicas, ``SVCGW_REDIS_WAIT_TIMEOUT``; the worker's idle ``BLMOVE`` is shorter)."""
         return max(self.redis_timeout, self.redis_wait_timeout + 1.0)
+
+    @property
+    def host_ceiling(self) -> int:
+        """Attempts in flight to one destination per worker, every account's together (SVCGW_HOST_CONCURRENCY)."""
+        if self.host_concurrency is not None:
+            return self.host_concurrency
+        return HOST_CEILING_SHARES * self.destination_concurrency
 
     @property
     def http_address_share(self) -> int:
@@ -271,6 +288,25 @@ def derived_public_url(host: str, port: int) -> str:
     if ":" in reachable and not reachable.startswith("["):
         reachable = f"[{reachable}]"
     return f"http://{reachable}:{port}"
+
+
+def _host_ceiling(reader: EnvReader) -> int | None:
+    """``SVCGW_HOST_CONCURRENCY``, at least HOST_CEILING_LEAST times one account's cap; None when unset.
+
+    The ceiling protects a receiving host from every account's attempts together; one account's
+    own cap (``SVCGW_DESTINATION_CONCURRENCY``) must leave most of it to the others, or one account
+    whose endpoints there hang or answer slowly would hold it and starve them again.
+    """
+    cap = reader.integer("SVCGW_DESTINATION_CONCURRENCY", 16, minimum=1, maximum=1024)
+    if reader.get("SVCGW_HOST_CONCURRENCY") is None:
+        return None
+    number = reader.integer("SVCGW_HOST_CONCURRENCY", 0, minimum=1, maximum=65536)
+    if number < HOST_CEILING_LEAST * cap:
+        raise SettingsError(
+            f"SVCGW_HOST_CONCURRENCY ({number}) must be at least {HOST_CEILING_LEAST} times "
+            f"SVCGW_DESTINATION_CONCURRENCY ({HOST_CEILING_LEAST * cap}), so that one account cannot fill it"
+        )
+    return number
 
 
 def _address_share(reader: EnvReader) -> int | None:

@@ -20,10 +20,17 @@ answers, the shape of TCP's congestion window (additive increase, multiplicative
   few of its round trips (``worker.probing``).
 
 A destination is the **origin** of a callback address, as for failing destinations
-(:mod:`svcgw.delivery.failingdestinations`): every delivery to it shares its state, whichever
-instance or account it comes from.
+(:mod:`svcgw.delivery.failingdestinations`), **of one account**: the record is kept per account
+and origin (:func:`name`), so every delivery of that account to that origin shares it, whichever
+instance or further destination it comes from, and nothing another account's endpoints on the same
+host do (hang, answer slowly, fail) moves it. Many customers' endpoints live on one host (a chat
+tool's incoming webhooks, an automation platform, one company's API gateway): a record per origin
+alone would let one account's hanging paths shrink every other account's attempts there to a probe
+and park their jobs. The receiving host keeps a ceiling across accounts of its own
+(``SVCGW_HOST_CONCURRENCY``, :mod:`worker.concurrencycaps`), larger than one account's caps.
 
-**In Redis**, one hash per shard (``svcgw:probing``): field the destination, value
+**In Redis**, one hash per shard (``svcgw:probing``): field the account and the destination
+(:func:`name`: ``<account> <origin>``), value
 ``limit:since:at:word:opened``: the attempts in flight allowed per worker, when its attempts began
 timing out, when the record last changed, the last word (``t`` an attempt timed out, ``a`` one
 answered, ``o`` open: back at the caps), and when the first answer after timeouts came (empty
@@ -38,6 +45,13 @@ last on any shard wins (the freshest word about the destination). An open record
 kept :data:`OPEN_KEPT` seconds, so that a shard's reopening outweighs another shard's older
 timeouts; a record of any word is forgotten when nothing changed it for
 :func:`svcgw.delivery.failingdestinations.forget_after` (its address was probably changed).
+
+**Upgrading.** Earlier versions named a record by its origin alone. Such a field is not read
+(:func:`parse` answers None: it names no account) and nothing writes it again; the workers'
+read (``probing_read.lua``) forgets it by the rule above, at the latest
+:func:`~svcgw.delivery.failingdestinations.forget_after` after it last changed. The jobs parked
+under such a destination (``KeySpace.parked``) keep their place in the retry schedule and are
+claimed when due, at most :data:`PARK_SECONDS` and a timeout later; their parked set expires.
 """
 
 from __future__ import annotations
@@ -66,6 +80,7 @@ __all__ = [
     "Probe",
     "combine",
     "current",
+    "name",
     "of_instance",
     "parse",
     "probing",
@@ -73,6 +88,7 @@ __all__ = [
     "read_argument",
     "records",
     "script_argument",
+    "split",
 ]
 
 # Attempts in flight per worker process to a destination whose attempts all time out.
@@ -89,16 +105,41 @@ BEGAN = 64  # its first timeout at its caps: it is probed from now
 ENDED = 128  # back at its caps
 
 
+def name(account: str, destination: str) -> str:
+    """The record's name of ``account``'s attempts to ``destination`` (an origin); '' when either is missing.
+
+    A space parts them: neither an account id nor an origin (``scheme://host:port``) holds one.
+    """
+    if not account or not destination:
+        return ""
+    return f"{account} {destination}"
+
+
+def split(record_name: str) -> tuple[str, str] | None:
+    """The account and the destination a record's name says; None for a name of another form (an origin
+    alone, as earlier versions named records)."""
+    account, space, destination = record_name.partition(" ")
+    if not space or not account or not destination:
+        return None
+    return account, destination
+
+
 @dataclass(frozen=True)
 class Probe:
-    """One shard's record of a destination."""
+    """One shard's record of one account's destination."""
 
-    destination: str
+    destination: str  # the origin
     limit: int  # attempts in flight allowed per worker process
     since: float  # when its attempts began timing out
     at: float  # when the record last changed
     word: str  # "t" timed out, "a" answered, "o" open again
     opened: float | None = None  # when the first answer after timeouts came
+    account: str = ""  # the account whose attempts the record counts
+
+    @property
+    def name(self) -> str:
+        """The record's field in the hash (:func:`name`)."""
+        return name(self.account, self.destination)
 
     @property
     def probed(self) -> bool:
@@ -120,15 +161,18 @@ class Probe:
         }
 
 
-def parse(destination: str, value: str | bytes) -> Probe | None:
-    """One field of the hash; None when it cannot be read."""
+def parse(record_name: str, value: str | bytes) -> Probe | None:
+    """One field of the hash, by its name (:func:`name`); None when it cannot be read, or names no account."""
+    owner = split(record_name)
+    if owner is None:
+        return None
     text = value.decode("utf-8", "replace") if isinstance(value, bytes) else value
     parts = text.split(":")
     if len(parts) != 5 or parts[3] not in ("t", "a", "o"):
         return None
     try:
-        return Probe(destination, int(parts[0]), float(parts[1]), float(parts[2]), parts[3],
-                     float(parts[4]) if parts[4] else None)  # fmt: skip
+        return Probe(owner[1], int(parts[0]), float(parts[1]), float(parts[2]), parts[3],
+                     float(parts[4]) if parts[4] else None, account=owner[0])  # fmt: skip
     except ValueError:
         return None
 
@@ -152,22 +196,37 @@ def read_argument(settings: Settings) -> tuple[float, float]:
     return OPEN_KEPT, forget_after(settings)
 
 
-async def records(redis: Redis, keys: KeySpace, destinations: Iterable[str] | None = None) -> dict[str, Probe]:
-    """One shard's records (every one when ``destinations`` is None), open ones included, by destination."""
+def _names(destinations: Iterable[str] | None, account: str | None) -> dict[str, str] | None:
+    """The records' names to read, each with the key the answer gives it; None for every record."""
     if destinations is None:
+        if account is not None:
+            raise ValueError("an account's records are read by its destinations")
+        return None
+    if account is None:
+        raise ValueError("records are kept per account: name the account whose destinations these are")
+    return {name(account, d): d for d in sorted({d for d in destinations if d})} if account else {}
+
+
+async def records(
+    redis: Redis, keys: KeySpace, destinations: Iterable[str] | None = None, *, account: str | None = None
+) -> dict[str, Probe]:
+    """One shard's records, open ones included: ``account``'s of ``destinations`` (origins), by destination;
+    with neither, every account's, by record name (:func:`name`)."""
+    wanted = _names(destinations, account)
+    if wanted is None:
         raw = await redis.hgetall(keys.probing_destinations)
-        pairs = [(_text(name), value) for name, value in raw.items()]
+        pairs = [(_text(field), _text(field), value) for field, value in raw.items()]
     else:
-        wanted = sorted({d for d in destinations if d})
         if not wanted:
             return {}
-        values = await redis.hmget(keys.probing_destinations, wanted)
-        pairs = [(name, value) for name, value in zip(wanted, values, strict=True) if value is not None]
+        fields = list(wanted)
+        values = await redis.hmget(keys.probing_destinations, fields)
+        pairs = [(f, wanted[f], v) for f, v in zip(fields, values, strict=True) if v is not None]
     found: dict[str, Probe] = {}
-    for name, value in pairs:
-        record = parse(name, value)
+    for field, key, value in pairs:
+        record = parse(field, value)
         if record is not None:
-            found[name] = record
+            found[key] = record
     return found
 
 
@@ -175,10 +234,10 @@ def current(records: Mapping[str, Sequence[Probe]], settings: Settings, now: flo
     """Of each destination's records on the shards, the one that counts, where it says the destination is probed."""
     forget = forget_after(settings)
     found: dict[str, Probe] = {}
-    for name, candidates in records.items():
+    for key, candidates in records.items():
         record = combine(r for r in candidates if now - r.at <= forget)
         if record is not None and record.probed:
-            found[name] = record
+            found[key] = record
     return found
 
 
@@ -188,11 +247,13 @@ async def probing(
     settings: Settings,
     destinations: Iterable[str] | None = None,
     *,
+    account: str | None = None,
     now: float | None = None,
 ) -> dict[str, Probe]:
-    """The destinations being probed among ``destinations`` (every one when None), as one shard's records say."""
-    found = await records(redis, keys, destinations)
-    return current({name: [r] for name, r in found.items()}, settings, time.time() if now is None else now)
+    """``account``'s destinations being probed among ``destinations``, by destination; with neither, every
+    account's, by record name (:func:`name`); as one shard's records say."""
+    found = await records(redis, keys, destinations, account=account)
+    return current({key: [r] for key, r in found.items()}, settings, time.time() if now is None else now)
 
 
 async def probing_anywhere(
@@ -200,32 +261,41 @@ async def probing_anywhere(
     settings: Settings,
     destinations: Iterable[str] | None = None,
     *,
+    account: str | None = None,
     now: float | None = None,
 ) -> dict[str, Probe]:
-    """The destinations being probed, the shards' records combined as a worker combines them (:func:`combine`)."""
+    """As :func:`probing`, the shards' records combined as a worker combines them (:func:`combine`).
+
+    Records are kept per account: ``account``'s destinations (origins) come back by destination, and
+    another account's records of the same origins are never read.
+    """
     wanted = None if destinations is None else list(destinations)
-    answers = await asyncio.gather(*(records(redis, keys, wanted) for redis, keys in shards))
+    _names(wanted, account)  # a call that names no account fails here, whatever the shards
+    answers = await asyncio.gather(*(records(redis, keys, wanted, account=account) for redis, keys in shards))
     by: dict[str, list[Probe]] = {}
     for answer in answers:
-        for name, record in answer.items():
-            by.setdefault(name, []).append(record)
+        for key, record in answer.items():
+            by.setdefault(key, []).append(record)
     return current(by, settings, time.time() if now is None else now)
 
 
 async def of_instance(shards: Sequence[ShardRedis], settings: Settings, appid: str) -> Probe | None:
     """The record of the destination ``appid``'s deliveries go to (its own address, or its account's default),
-    when that destination is being probed: what ``svcgw deliveries`` shows beside them."""
+    its account's, when that destination is being probed: what ``svcgw deliveries`` shows beside them."""
     redis, keys = await instance_shard(shards, appid)
     async with redis.pipeline(transaction=False) as pipe:
         pipe.hget(keys.instance(appid), "account")
         pipe.hget(keys.callback_instance(appid), "url")
         account, url = await pipe.execute()
-    if not url and account:
+    if not account:
+        return None
+    if not url:
         url = await redis.hget(keys.callback_account(_text(account)), "url")
     destination = destination_of(_text(url)) if url else ""
     if not destination:
         return None
-    return (await probing_anywhere(shards, settings, [destination])).get(destination)
+    found = await probing_anywhere(shards, settings, [destination], account=_text(account))
+    return found.get(destination)
 
 
 def _text(value: bytes | str) -> str:

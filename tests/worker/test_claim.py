@@ -21,7 +21,7 @@ from tests.svcgw.delivery.test_deadletters import ingest
 from tests.worker.support import add_destination, claim_batch, destination_delivery, with_queue
 from tests.worker.test_concurrencycaps import Clock
 from tests.worker.test_queue import status
-from worker.claim import Hold, Sightings
+from worker.claim import Hold, Sightings, held_as
 from worker.queue import DeliveryQueue
 
 
@@ -159,6 +159,36 @@ def test_the_jobs_of_an_instance_seen_going_to_a_saturated_destination_are_held_
     assert status(redis, second) == "queued"
 
 
+def test_a_destination_saturated_for_one_account_holds_back_that_accounts_jobs_only(
+    settings: Settings, redis: Redis
+) -> None:
+    # Two accounts' endpoints on one host: the one's slots or probing there are its own.
+    slow = provision(settings, url="http://hooks.test:8081/slow-path")
+    victim = provision(settings, url="http://hooks.test:8081/own-path")
+    ingest(settings, slow, b'{"event_type":"Msg","events":[{"id":"m1"}]}')
+    ingest(settings, victim, b'{"event_type":"Msg","events":[{"id":"v1"}]}')
+    later = time.time() + 30
+    hold = {held_as(slow.account, "hooks.test:8081"): Hold(later)}
+
+    async def go(queue: DeliveryQueue) -> tuple[list[str], list[str], list[str]]:
+        # The first claim reads both, and holds back the slow account's job at the read.
+        first = [c.delivery_id for c in await queue.claim_batch(10, "engine", hold, {})]
+        mine = [await _post(queue, settings, slow, f"m{n}") for n in range(2, 4)]
+        theirs = [await _post(queue, settings, victim, f"v{n}") for n in range(2, 4)]
+        # Now both instances were seen: the slow account's are held back at the pop, the other's go.
+        second = [c.delivery_id for c in await queue.claim_batch(10, "engine", hold, {})]
+        assert sorted(second) == sorted(theirs)
+        return first, mine, theirs
+
+    first, mine, theirs = with_queue(settings, go)
+    assert len(first) == 1 and first[0].startswith(victim.appid)
+    scheduled = keys.rq.scheduled(settings.queue_name)
+    for delivery_id in mine:
+        assert redis.zscore(scheduled, delivery_id) == pytest.approx(later)
+        assert status(redis, delivery_id) == "queued"
+    assert all(redis.zscore(scheduled, d) is None for d in theirs)
+
+
 def test_an_instance_not_seen_lately_is_read_before_its_jobs_are_held_back(settings: Settings, redis: Redis) -> None:
     # What a read showed lapses: the next job is read again (and held back by the read, which
     # sets its status), then the ones after it are held back at the pop.
@@ -238,7 +268,7 @@ def test_sightings_forget_instances_not_seen_lately() -> None:
     clock.now += 10
     seen.saw("fresh", "acct", "one.test")
     assert list(seen._seen) == ["fresh"]
-    assert seen._by == {"a:acct": {"fresh"}, "d:one.test": {"fresh"}}
+    assert seen._by == {"a:acct": {"fresh"}, "d:one.test": {"fresh"}, "d:acct one.test": {"fresh"}}
 
 
 # --- jobs parked for a destination being probed (svcgw.delivery.probing) --------------------

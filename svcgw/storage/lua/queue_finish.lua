@@ -9,7 +9,7 @@
 --       member of those chains, as the worker read them (svcgw.delivery.chainkeys): job, delivery
 -- ARGV: now, rq ended_at, 'failing after:forget after' (seconds), log retention (seconds),
 --       late hash expiry (unix seconds), outcome window (seconds), number of chain members,
---       'cap:probes' (svcgw.delivery.probing.script_argument), the members' ids, then 11 per job: kind, id,
+--       'cap:probes' (svcgw.delivery.probing.script_argument), the members' ids, then 12 per job: kind, id,
 --       attempt record, due (retry, defer) or expiry (dead), ttl of the delivery record,
 --       error text (zlib), destination ('' when the attempt had none), chain
 --       (non-empty for a service event, '' for a customer event, '?' if unknown: the
@@ -17,7 +17,8 @@
 --       event ids (delivered: a JSON list kept instead of the body; '' keeps the body),
 --       log entry id of the post (svcgw.deliveryid, for the primary's delivery and for a further
 --       destination's named by the post, '<appid>-<ms>-<seq>_<16 hex>'; '' for a dlv_ delivery),
---       probe mark ('t:<start>' the attempt timed out, 'a' it answered a destination being probed, '')
+--       probe mark ('t:<start>' the attempt timed out, 'a' it answered a destination being probed, ''),
+--       the probing record it moves: its account's and destination's (svcgw.delivery.probing.name; '' for none)
 -- A delivered delivery with a log entry id keeps only its bare outcome (svcgw.delivery.outcomes): its
 -- records are deleted and the outcome goes to the stream, or to the late hash when it ended more
 -- than the outcome window after its post; a further destination's (its id ends in '_' and the
@@ -30,7 +31,7 @@
 -- destination's probing record, 32 when it was the first answer after timeouts (svcgw.delivery.probing).
 -- RQ's statuses and job fields: as svcgw.storage.rqformat names them (SCRIPT_STATUSES, SCRIPT_FIELDS).
 local MEMBERS = tonumber(ARGV[7])
-local HEAD, PER, KHEAD, KPER = 8 + MEMBERS, 11, 7, 7
+local HEAD, PER, KHEAD, KPER = 8 + MEMBERS, 12, 7, 7
 local probe_cap, probe_floor = string.match(ARGV[8], '^(%d+):(%d+)$')
 probe_cap, probe_floor = tonumber(probe_cap), tonumber(probe_floor)
 local n = (#ARGV - HEAD) / PER
@@ -174,7 +175,7 @@ for i = 0, n - 1 do
   if kind == 'delivered' then failing = track(ARGV[b + 6], true)
   elseif kind == 'retry' or kind == 'dead' then failing = track(ARGV[b + 6], false) end
   if ARGV[b + 10] ~= '' then
-    failing = failing + probe_outcome(KEYS[7], ARGV[b + 6], ARGV[b + 10], now, probe_cap, probe_floor)
+    failing = failing + probe_outcome(KEYS[7], ARGV[b + 11], ARGV[b + 10], now, probe_cap, probe_floor)
   end
   local entry = ARGV[b + 9]
   local chain_of_bare = nil

@@ -11,7 +11,8 @@
 --       none and its destination is its id's), number of jobs, then per job: its id, the appid, the account and the
 --       further destination ('' for none) its keys were named for; then the number of saturated
 --       destinations, now, a seed in [0, 1), seconds a parked set is kept, seconds a job of a
---       disabled destination waits, fours of a saturated destination (a URL's netloc, lower case),
+--       disabled destination waits, fours of a saturated destination (an account's: the account, a
+--       space and a URL's netloc, lower case, worker.claim.held_as; or the netloc alone: every account's),
 --       the time its jobs are due again, over how many seconds after that they are lined up, and
 --       the index in KEYS of the parked set they go to (0: none), then pairs of a saturated
 --       account and the time its jobs are due again
@@ -185,7 +186,11 @@ for j = 1, njobs do
           configs[appid] = config
         end
       end
-      local later = saturated[config[3]]
+      -- The destination's slots and probing are each account's own: its jobs are held back by their
+      -- account and netloc; the host's ceiling across accounts by the netloc alone.
+      local later = nil
+      if account and config[3] ~= '' then later = saturated[account .. ' ' .. config[3]] end
+      if not later then later = saturated[config[3]] end
       if not later and account then later = busy_accounts[account] end
       local rate = config[5]
       local turn = nil

@@ -16,7 +16,9 @@ from svcgw.storage import scripts
 from svcgw.storage.keys import PLAIN as keys
 from svcgw.storage.keys import KeySpace
 
+ACCOUNT = "acc_0123456789abcdef"
 DESTINATION = "https://hooks.example.com:443"
+NAME = probing.name(ACCOUNT, DESTINATION)
 CAP, FLOOR = 16, 1
 
 _CALL = "\nreturn probe_outcome(KEYS[1], ARGV[1], ARGV[2], ARGV[3], tonumber(ARGV[4]), tonumber(ARGV[5]))"
@@ -29,18 +31,23 @@ class Outcomes:
         self.redis = redis
         self.script = redis.register_script(scripts.source("probing") + _CALL)
 
-    def __call__(self, mark: str, now: float, destination: str = DESTINATION) -> int:
+    def __call__(self, mark: str, now: float, destination: str = NAME) -> int:
         return int(self.script(keys=[keys.probing_destinations], args=[destination, mark, repr(now), CAP, FLOOR]))
 
-    def record(self, destination: str = DESTINATION) -> Probe | None:
+    def record(self, destination: str = NAME) -> Probe | None:
         value = self.redis.hget(keys.probing_destinations, destination)
         return None if value is None else parse(destination, value)
+
+
+def _probe(limit: int, since: float, at: float, word: str, opened: float | None = None) -> Probe:
+    """The test account's record of the test destination."""
+    return Probe(DESTINATION, limit, since, at, word, opened, account=ACCOUNT)
 
 
 def test_timeouts_halve_the_limit_down_to_the_probes_and_begin_once(redis: Redis) -> None:
     outcome = Outcomes(redis)
     assert outcome("t:99.5", 100.0) == probing.CHANGED | probing.BEGAN
-    assert outcome.record() == Probe(DESTINATION, 8, since=100.0, at=100.0, word="t")
+    assert outcome.record() == _probe(8, since=100.0, at=100.0, word="t")
     limits = []
     for n in range(5):
         assert outcome("t:99.5", 101.0 + n) == probing.CHANGED  # began once
@@ -57,7 +64,7 @@ def test_answers_add_one_each_and_at_the_caps_the_destination_is_open_again(redi
         outcome("t:99.0", 100.0 + n)
     # The first answer after timeouts reopens it (its held-back jobs come forward), once.
     assert outcome("a", 110.0) == probing.CHANGED | probing.REOPENED
-    assert outcome.record() == Probe(DESTINATION, 2, 100.0, 110.0, "a", opened=110.0)
+    assert outcome.record() == _probe(2, 100.0, 110.0, "a", opened=110.0)
     bits = [outcome("a", 111.0 + n) for n in range(CAP - 2)]
     assert bits[:-1] == [probing.CHANGED] * (CAP - 3)
     assert bits[-1] == probing.CHANGED | probing.ENDED
@@ -74,15 +81,15 @@ def test_a_timeout_of_an_attempt_older_than_the_reopening_is_old_news(redis: Red
     outcome("a", 110.0)
     # Sent before the answer that reopened it, timed out after: changes nothing.
     assert outcome("t:105.0", 112.0) == 0
-    assert outcome.record() == Probe(DESTINATION, 9, 100.0, 110.0, "a", opened=110.0)
+    assert outcome.record() == _probe(9, 100.0, 110.0, "a", opened=110.0)
     # Sent after it: the destination hangs again.
     assert outcome("t:110.5", 113.0) == probing.CHANGED
-    assert outcome.record() == Probe(DESTINATION, 4, 100.0, 113.0, "t")
+    assert outcome.record() == _probe(4, 100.0, 113.0, "t")
     # Open again, a new timeout begins a new probing from the caps.
     for n in range(CAP):
         outcome("a", 114.0 + n)
     assert outcome("t:200.0", 201.0) == probing.CHANGED | probing.BEGAN
-    assert outcome.record() == Probe(DESTINATION, 8, 201.0, 201.0, "t")
+    assert outcome.record() == _probe(8, 201.0, 201.0, "t")
 
 
 def test_an_answer_to_a_destination_never_probed_and_no_destination_write_nothing(redis: Redis) -> None:
@@ -93,10 +100,20 @@ def test_an_answer_to_a_destination_never_probed_and_no_destination_write_nothin
 
 
 def test_a_record_is_read_only_in_its_own_form() -> None:
-    assert parse("d", b"3:10.5:11:a:11") == Probe("d", 3, 10.5, 11.0, "a", opened=11.0)
-    assert parse("d", "1:10:12:t:") == Probe("d", 1, 10.0, 12.0, "t")
+    assert parse("acc_a d", b"3:10.5:11:a:11") == Probe("d", 3, 10.5, 11.0, "a", opened=11.0, account="acc_a")
+    assert parse("acc_a d", "1:10:12:t:") == Probe("d", 1, 10.0, 12.0, "t", account="acc_a")
     for broken in ("", "1:2:3", "x:1:2:t:", "1:2:3:z:", "1:2:3:t:4:5"):
-        assert parse("d", broken) is None
+        assert parse("acc_a d", broken) is None
+
+
+def test_a_record_is_named_by_its_account_and_its_destination() -> None:
+    assert probing.name("acc_a", DESTINATION) == "acc_a https://hooks.example.com:443"
+    assert probing.split(probing.name("acc_a", DESTINATION)) == ("acc_a", DESTINATION)
+    assert probing.name("", DESTINATION) == probing.name("acc_a", "") == ""
+    # A record of an earlier version, named by its origin alone, is not read: it names no account.
+    assert probing.split(DESTINATION) is None
+    assert parse(DESTINATION, "1:10:12:t:") is None
+    assert _probe(1, 10.0, 12.0, "t").name == NAME
 
 
 def test_the_record_changed_last_counts_and_a_tie_goes_to_the_lower_limit() -> None:
@@ -107,14 +124,15 @@ def test_the_record_changed_last_counts_and_a_tie_goes_to_the_lower_limit() -> N
     assert combine([]) is None
 
 
-def _read(settings: Settings, now: float) -> tuple[dict[str, Probe], dict[str, Probe]]:
+def _read(settings: Settings, now: float, account: str = ACCOUNT) -> tuple[dict[str, Probe], dict[str, Probe]]:
     async def go() -> tuple[dict[str, Probe], dict[str, Probe]]:
         client = AsyncRedis.from_url(settings.redis_url or "")
+        wanted = ["http://a.test:80", "http://b.test:80", "http://c.test:80"]
         try:
-            one = await probing.probing(client, keys, settings, now=now)
+            one = await probing.probing(client, keys, settings, wanted, account=account, now=now)
             other = KeySpace("{s1}")
             both = await probing.probing_anywhere([ShardRedis(client, keys), ShardRedis(client, other)], settings,
-                                                  now=now)  # fmt: skip
+                                                  wanted, account=account, now=now)  # fmt: skip
             return one, both
         finally:
             await client.aclose()
@@ -122,11 +140,13 @@ def _read(settings: Settings, now: float) -> tuple[dict[str, Probe], dict[str, P
     return asyncio.run(go())
 
 
+def _names(**records: str) -> dict[str, str]:
+    return {probing.name(ACCOUNT, f"http://{host}.test:80"): value for host, value in records.items()}
+
+
 def test_readers_show_what_is_probed_combined_over_the_shards(settings: Settings, redis: Redis) -> None:
-    redis.hset(keys.probing_destinations, mapping={"http://a.test:80": "1:90:100:t:",
-                                                   "http://b.test:80": "16:90:100:o:95"})  # fmt: skip
-    redis.hset(KeySpace("{s1}").probing_destinations, mapping={"http://a.test:80": "16:90:101:o:101",
-                                                               "http://c.test:80": "4:99:100:a:99"})  # fmt: skip
+    redis.hset(keys.probing_destinations, mapping=_names(a="1:90:100:t:", b="16:90:100:o:95"))
+    redis.hset(KeySpace("{s1}").probing_destinations, mapping=_names(a="16:90:101:o:101", c="4:99:100:a:99"))
     one, both = _read(settings, 102.0)
     assert set(one) == {"http://a.test:80"}
     # Shard 1 reopened a after shard 0's timeouts; c is answering below its caps there.
@@ -138,6 +158,44 @@ def test_readers_show_what_is_probed_combined_over_the_shards(settings: Settings
     # Nothing changed it for longer than a failure is remembered: forgotten.
     forgotten = 100.0 + failingdestinations.forget_after(settings) + 1
     assert _read(settings, forgotten) == ({}, {})
+
+
+def test_readers_show_an_account_its_own_records_only(settings: Settings, redis: Redis) -> None:
+    # Another account's attempts to the same origin hang: nothing of it is shown to this one,
+    # nor is a record of an earlier version, named by the origin alone.
+    redis.hset(keys.probing_destinations, mapping={probing.name("acc_other", "http://a.test:80"): "1:90:100:t:",
+                                                   "http://a.test:80": "1:90:100:t:"})  # fmt: skip
+    assert _read(settings, 102.0) == ({}, {})
+    one, both = _read(settings, 102.0, account="acc_other")
+    assert set(one) == set(both) == {"http://a.test:80"}
+    assert both["http://a.test:80"].account == "acc_other"
+
+    async def unnamed() -> None:
+        client = AsyncRedis.from_url(settings.redis_url or "")
+        try:
+            await probing.probing_anywhere([ShardRedis(client, keys)], settings, ["http://a.test:80"])
+        finally:
+            await client.aclose()
+
+    with pytest.raises(ValueError, match="per account"):
+        asyncio.run(unnamed())
+
+
+def test_every_accounts_records_are_read_by_name(settings: Settings, redis: Redis) -> None:
+    mine, theirs = probing.name(ACCOUNT, "http://a.test:80"), probing.name("acc_other", "http://a.test:80")
+    redis.hset(keys.probing_destinations, mapping={mine: "1:90:100:t:", theirs: "2:90:100:a:99",
+                                                   "http://a.test:80": "1:90:100:t:"})  # fmt: skip
+
+    async def every() -> dict[str, Probe]:
+        client = AsyncRedis.from_url(settings.redis_url or "")
+        try:
+            return await probing.probing(client, keys, settings, now=102.0)
+        finally:
+            await client.aclose()
+
+    found = asyncio.run(every())
+    assert set(found) == {mine, theirs}
+    assert (found[theirs].account, found[theirs].destination) == ("acc_other", "http://a.test:80")
 
 
 def test_the_workers_read_forgets_what_lapsed(redis: Redis) -> None:
