@@ -94,10 +94,20 @@ def _most_at_once(arrivals: list[float], within: float) -> int:
     return most
 
 
-def _record(redis: Redis, url: str) -> Probe | None:
-    destination = url.rsplit("/", 1)[0]  # the sinks' addresses are http://127.0.0.1:<port>/hook
-    value = redis.hget(keys.probing_destinations, destination)
-    return None if value is None else probing.parse(destination, value)
+def _name(account: str, url: str) -> str:
+    """The probing record's name of ``account``'s attempts to the sink at ``url``."""
+    return probing.name(account, url.rsplit("/", 1)[0])  # the sinks' addresses are http://127.0.0.1:<port>/hook
+
+
+def _record(redis: Redis, account: str, url: str) -> Probe | None:
+    value = redis.hget(keys.probing_destinations, _name(account, url))
+    return None if value is None else probing.parse(_name(account, url), value)
+
+
+def _probes_only(redis: Redis, account: str, url: str) -> bool:
+    """Whether ``account``'s attempts to ``url``'s origin are down to their probes."""
+    record = _record(redis, account, url)
+    return record is not None and record.limit == probing.PROBES
 
 
 def test_a_destination_that_never_answers_gets_only_its_probes_while_the_others_keep_going(
@@ -116,7 +126,7 @@ def test_a_destination_that_never_answers_gets_only_its_probes_while_the_others_
             wait_for(lambda: len(hanging.posts()) >= CAP, timeout=5, what="the first attempts")
             settled = hanging.posts()[0].at + TIMEOUT * 2
             wait_for(lambda: time.time() >= settled, timeout=5, what="the first timeouts")
-            record = _record(redis, hanging.url)
+            record = _record(redis, first.account, hanging.url)
             assert record is not None and record.hanging and record.limit == probing.PROBES
             # The others of both accounts are delivered meanwhile, as fast as without it.
             started = time.monotonic()
@@ -159,10 +169,9 @@ def test_a_destination_that_answers_again_gets_its_backlog_within_seconds(env: d
         worker = ThreadedWorker(settings).start()
         try:
             wait_for(lambda: len(target.posts()) >= CAP, timeout=5, what="the first attempts")
-            wait_for(lambda: (r := _record(redis, target.url)) is not None and r.limit == probing.PROBES,
-                     timeout=5, what="the destination probed")  # fmt: skip
+            wait_for(lambda: _probes_only(redis, tenant.account, target.url), timeout=5, what="the destination probed")
             # Its jobs wait lined up beyond the timeout, noted in its parked set.
-            destination = target.url.rsplit("/", 1)[0]
+            destination = _name(tenant.account, target.url)
             wait_for(lambda: redis.zcard(keys.parked(destination)) > 100, timeout=5, what="its jobs parked")
             assert redis.zrange(scheduled, -1, -1, withscores=True)[0][1] > time.time() + 5 * TIMEOUT
             since = time.time()
@@ -175,7 +184,7 @@ def test_a_destination_that_answers_again_gets_its_backlog_within_seconds(env: d
             assert max(p.at for p in target.posts()) - first_answer < 3.0
         finally:
             worker.stop()
-        record = _record(redis, target.url)
+        record = _record(redis, tenant.account, target.url)
         assert record is not None and record.word == "o"  # back at its caps
         tried = _timed_out(redis, backlog)
         assert len(_bodies(target, since)) == len(backlog) - len(tried)
@@ -215,6 +224,119 @@ def test_a_slow_destination_that_answers_keeps_its_full_caps(env: dict[str, str]
         assert redis.hlen(keys.probing_destinations) == 0
     finally:
         slow.stop()
+
+
+# --- accounts sharing one host --------------------------------------------------------------
+# Many accounts' endpoints live on one host. An account whose paths there hang, or answer just
+# under the timeout, fills and probes its own slots only: another account's deliveries to its own
+# path on that host are never limited, held back or parked for it.
+ATTACKER_PATHS = 10
+
+
+def _shared_host(attacker_delay: float) -> Sink:
+    """One host: the attacker's paths (``/m<n>``) take ``attacker_delay`` to answer, every other path at once."""
+    sink = Sink()
+    sink.rule = lambda post, _: (200, attacker_delay if post.path.startswith("/m") else 0.0)
+    return sink.start()
+
+
+def _attacker(settings: Settings, host: Sink) -> list[Tenant]:
+    """An account with ATTACKER_PATHS instances, each pointed at a path of its own on ``host``."""
+    base = host.url.rsplit("/", 1)[0]
+    first = provision(settings, url=f"{base}/m0")
+    return [first, *(_instance(settings, first.account, f"{base}/m{n}") for n in range(1, ATTACKER_PATHS))]
+
+
+def _single_attempts(redis: Redis, appid: str) -> int:
+    """How many of ``appid``'s delivered posts the worker records as delivered at their first attempt."""
+    entries = redis.xrange(keys.outcomes(appid), "-", "+")
+    return sum(1 for _, fields in entries if b"," not in fields[b"o"])
+
+
+def _victim_beside(env: dict[str, str], redis: Redis, attacker_delay: float, backlog: int) -> None:
+    settings = _settings(env)
+    host = _shared_host(attacker_delay)
+    try:
+        attackers = _attacker(settings, host)
+        victim = provision(settings, url=host.url)
+        account = attackers[0].account
+        for n, tenant in enumerate(attackers):
+            _post_many(settings, tenant, backlog, f"m{n}-")
+        worker = ThreadedWorker(settings).start()
+        try:
+            # The attacker's attempts fill its own slots on the host first.
+            wait_for(lambda: len(host.posts()) >= CAP, timeout=10, what="the attacker's first attempts")
+            if attacker_delay > TIMEOUT:
+                wait_for(lambda: _probes_only(redis, account, host.url), timeout=10, what="the attacker's paths probed")
+            ids = _post_many(settings, victim, 100, "v")
+            mine = set(ids)
+            parked_there: set[bytes] = set()
+
+            def delivered() -> bool:
+                parked_there.update(redis.zrange(keys.parked(_name(account, host.url)), 0, -1))
+                return sum(1 for p in host.posts() if p.path == "/hook") >= len(ids)
+
+            # Generous for a loaded machine; the time it takes is the benchmark's (tests/bench/shared_host.py).
+            wait_for(delivered, timeout=30, what="the victim's deliveries")
+            if attacker_delay > TIMEOUT:
+                # The attacker is still probed and its jobs still parked: the victim went beside it.
+                record = _record(redis, account, host.url)
+                assert record is not None and record.hanging
+                assert redis.zcard(keys.parked(_name(account, host.url))) > 0
+        finally:
+            worker.stop()
+        # Nothing of the attacker's state touched the victim: it has no probing record of its own
+        # (its path answers), and none of its jobs was ever parked behind the attacker's.
+        assert _record(redis, victim.account, host.url) is None
+        assert not {i.decode() for i in parked_there} & mine
+        assert not redis.exists(keys.parked(_name(victim.account, host.url)))
+        # Every one delivered once, at its first attempt (the worker's own records).
+        bodies = [p.body for p in host.posts() if p.path == "/hook"]
+        assert len(bodies) == len(set(bodies)) == len(ids)
+        assert _single_attempts(redis, victim.appid) == len(ids)
+        # The attacker's slowness is held to its own cap on the host.
+        if attacker_delay < TIMEOUT:
+            attacks = [p.at for p in host.posts() if p.path.startswith("/m")]
+            assert _most_at_once(attacks, attacker_delay * 0.9) <= CAP
+            assert redis.hlen(keys.probing_destinations) == 0
+    finally:
+        host.stop()
+
+
+def test_an_account_whose_paths_on_a_host_hang_does_not_hold_back_another_accounts_deliveries_there(
+    env: dict[str, str], redis: Redis
+) -> None:
+    _victim_beside(env, redis, attacker_delay=60.0, backlog=20)
+
+
+def test_an_account_whose_paths_on_a_host_answer_just_under_the_timeout_keeps_to_its_own_slots(
+    env: dict[str, str], redis: Redis
+) -> None:
+    # Its backlog alone would take the host's one shared cap some 40 s at a time.
+    _victim_beside(env, redis, attacker_delay=TIMEOUT * 0.8, backlog=40)
+
+
+def test_every_accounts_attempts_to_one_host_stay_under_its_ceiling(env: dict[str, str], redis: Redis) -> None:
+    settings = _settings(env, SVCGW_HOST_CONCURRENCY=str(2 * CAP))
+    host = _shared_host(TIMEOUT * 0.6)
+    base = host.url.rsplit("/", 1)[0]
+    try:
+        tenants = [provision(settings, url=f"{base}/m{n}") for n in range(3)]
+        for n, tenant in enumerate(tenants):
+            _post_many(settings, tenant, 3 * CAP, f"c{n}-")
+        worker = ThreadedWorker(settings).start()
+        try:
+            wait_for(lambda: len(host.posts()) >= 9 * CAP, timeout=30, what="every delivery")
+        finally:
+            worker.stop()
+        arrivals = [p.at for p in host.posts()]
+        # More than one account's cap at once (each account has its own), never more than the ceiling.
+        assert CAP < _most_at_once(arrivals, TIMEOUT * 0.5) <= 2 * CAP
+        for tenant in tenants:
+            mine = [p.at for p in host.posts() if p.path == "/m" + str(tenants.index(tenant))]
+            assert _most_at_once(mine, TIMEOUT * 0.5) <= CAP
+    finally:
+        host.stop()
 
 
 # --- the process's bookkeeping, alone -------------------------------------------------------

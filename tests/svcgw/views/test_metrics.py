@@ -265,7 +265,13 @@ def test_a_scrape_counts_the_destinations_being_probed_not_those_back_at_their_c
     now = time.time()
     assert _snapshot(settings)["probing_destinations"] == 0
     redis.hset(keys.probing_destinations, mapping={
-        "http://hung.test:80": f"1:{now - 9}:{now - 1}:t:", "http://opening.test:80": f"4:{now - 9}:{now}:a:{now}",
-        "http://open.test:80": f"16:{now - 9}:{now}:o:{now}", "http://junk.test:80": "junk",
+        "acc_a http://hung.test:80": f"1:{now - 9}:{now - 1}:t:",
+        "acc_a http://opening.test:80": f"4:{now - 9}:{now}:a:{now}",
+        "acc_a http://open.test:80": f"16:{now - 9}:{now}:o:{now}", "acc_a http://junk.test:80": "junk",
+        # Of an earlier version, named by the origin alone: not read, it lapses.
+        "http://old.test:80": f"1:{now - 9}:{now - 1}:t:",
     })  # fmt: skip
     assert _snapshot(settings)["probing_destinations"] == 2
+    # Each account's destination counts once: two accounts' endpoints on one hanging host are two.
+    redis.hset(keys.probing_destinations, "acc_b http://hung.test:80", f"1:{now - 9}:{now - 1}:t:")
+    assert _snapshot(settings)["probing_destinations"] == 3
