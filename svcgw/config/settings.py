@@ -303,8 +303,8 @@ def _host_ceiling(reader: EnvReader) -> int | None:
     number = reader.integer("SVCGW_HOST_CONCURRENCY", 0, minimum=1, maximum=65536)
     if number < HOST_CEILING_LEAST * cap:
         raise SettingsError(
-            f"SVCGW_HOST_CONCURRENCY ({number}) must be at least {HOST_CEILING_LEAST} times "
-            f"SVCGW_DESTINATION_CONCURRENCY ({HOST_CEILING_LEAST * cap}), so that one account cannot fill it"
+            f"SVCGW_HOST_CONCURRENCY ({number}) must be at least {HOST_CEILING_LEAST * cap}, {HOST_CEILING_LEAST} "
+            f"times SVCGW_DESTINATION_CONCURRENCY ({cap}), so that one account cannot fill it"
         )
     return number
 

@@ -5,8 +5,11 @@ stdin and answers each with one JSON line on stdout:
 
 * ``listen MODE N [DELAY]``: open N ports on 127.0.0.1 answering in MODE
   (``fast``: 200 at once; ``slow``: 200 after DELAY seconds; ``hang``: read
-  the request and never answer); answers ``{"ports": [...]}``;
-* ``stats``: ``{"count": ..., "by_mode": {...}}``, requests received so far;
+  the request and never answer; ``shared``: one host of many accounts' paths,
+  where a path under ``/m`` answers after DELAY seconds, or never with no DELAY,
+  and any other path at once); answers ``{"ports": [...]}``;
+* ``stats``: ``{"count": ..., "by_mode": {...}}``, requests received so far (a
+  ``shared`` port's as ``shared-m`` and ``shared``, by path);
 * ``arrivals``: ``{"arrivals": [[event id, unix time], ...]}``, the first
   event id of each body received since the last ``arrivals``, and forgets them;
 * ``reset``: zero the counters and forget the arrivals.
@@ -46,6 +49,7 @@ class SinkProtocol(asyncio.Protocol):
         self.parser = httptools.HttpRequestParser(self)
         self.transport: asyncio.Transport | None = None
         self.body: list[bytes] = []
+        self.path = b""
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         # uvloop's transports do not subclass asyncio.Transport.
@@ -62,6 +66,10 @@ class SinkProtocol(asyncio.Protocol):
 
     def on_message_begin(self) -> None:
         self.body = []
+        self.path = b""
+
+    def on_url(self, url: bytes) -> None:
+        self.path += url
 
     def on_body(self, body: bytes) -> None:
         self.body.append(body)
@@ -69,13 +77,21 @@ class SinkProtocol(asyncio.Protocol):
     def on_message_complete(self) -> None:
         now = time.time()
         body = b"".join(self.body)
-        self.state.counts[self.mode] += 1
+        mode = self.mode
+        if mode == "shared" and self.path.startswith(b"/m"):
+            # The paths of the account whose endpoints are slow or hang, on the host of the others.
+            self.state.counts["shared-m"] += 1
+            mode = "slow" if self.delay else "hang"
+            if mode == "hang" and self.transport is not None:
+                self.state.hung.append(self.transport)
+        else:
+            self.state.counts[self.mode] += 1
         match = FIRST_ID.search(body)
         if match:
             self.state.arrivals.append((match.group(1).decode(), now))
-        if self.mode == "hang":
+        if mode == "hang":
             return
-        if self.mode == "slow":
+        if mode == "slow":
             asyncio.get_running_loop().call_later(self.delay, self._answer)
         else:
             self._answer()

@@ -305,7 +305,7 @@ async def _race_and_shutdown_paths(settings: Settings, upstream_url: str, appid:
         assert further in claimed and await redis.exists(keys.destination_pace("dst_0123456789abcdef"))
         assert await queue.release(claimed) == len(claimed)
         # A job held back for a destination being probed, brought forward as when it answers again.
-        destination, later = "http://hung.test:80", time.time() + 600
+        destination, later = "acc_0123456789abcdef http://hung.test:80", time.time() + 600
         await redis.zadd(keys.rq.scheduled(settings.queue_name), {"we_parked-1-0": later})
         await redis.zadd(keys.parked(destination), {"we_parked-1-0": later})
         assert await queue.unpark(destination) == (1, 0)

@@ -18,7 +18,7 @@ from redis import Redis
 from redis.asyncio import Redis as AsyncRedis
 
 from svcgw.config.settings import Settings
-from svcgw.delivery import deadletters
+from svcgw.delivery import deadletters, probing
 from svcgw.delivery.replay import replay
 from svcgw.delivery.retrynow import NotRetrying, retry_now
 from svcgw.liveness import transitions
@@ -145,7 +145,7 @@ def test_probing_touches_only_the_keys_its_scripts_name(env: dict[str, str], red
         for n in range(30):
             answer = ingest(settings, tenant, b'{"event_type":"Msg","events":[{"id":"p%d"}]}' % n)
             assert answer
-        destination = target.url.removesuffix("/hook")
+        destination = probing.name(tenant.account, target.url.removesuffix("/hook"))
         with ScriptKeyWatch(redis_url) as watch:
             worker = ThreadedWorker(settings).start()
             try:

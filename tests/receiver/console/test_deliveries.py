@@ -8,6 +8,7 @@ import httpx
 from redis import Redis
 
 from svcgw.config.settings import Settings
+from svcgw.delivery import probing
 from svcgw.delivery.failingdestinations import destination_of
 from svcgw.storage.keys import PLAIN as keys
 from tests.conftest import Tenant
@@ -216,11 +217,14 @@ def test_a_destination_being_probed_has_a_banner_on_the_accounts_pages_and_in_th
     # The record as the worker's finish script writes it (svcgw.delivery.probing): timing out.
     mine = tenant_of(developer)
     redis.hset(keys.callback_instance(mine.appid), "url", "https://slow.example/hook")
+    # The stranger's instance goes to another path of the same host: the records are each account's.
+    redis.hset(keys.callback_instance(stranger.appids[0]), "url", "https://slow.example/other-hook")
+    field = probing.name(mine.account, "https://slow.example:443")
     now = time.time()
     http, _ = signed_in(server, developer.key)
     try:
         assert 'id="probing-banner"' not in http.get("/console/instances").text
-        redis.hset(keys.probing_destinations, "https://slow.example:443", f"1:{now - 30}:{now - 1}:t:")
+        redis.hset(keys.probing_destinations, field, f"1:{now - 30}:{now - 1}:t:")
         for path in ("/console/instances", "/console/dead-letters", f"/console/instances/{mine.appid}"):
             shown = http.get(path).text
             assert 'id="probing-banner"' in shown and "https://slow.example:443" in shown, path
@@ -234,12 +238,15 @@ def test_a_destination_being_probed_has_a_banner_on_the_accounts_pages_and_in_th
         assert console.get("/probing-destinations", params={"appid": mine.appid}).json()["data"]["probing"]
         assert console.get("/probing-destinations", params={"appid": stranger.appids[0]}).status_code == 404
         # Answering again, it opens up; back at its caps, no banner.
-        redis.hset(keys.probing_destinations, "https://slow.example:443", f"4:{now - 30}:{now}:a:{now}")
+        redis.hset(keys.probing_destinations, field, f"4:{now - 30}:{now}:a:{now}")
         assert "it answers again" in http.get("/console/instances").text
-        redis.hset(keys.probing_destinations, "https://slow.example:443", f"16:{now - 30}:{now}:o:{now}")
+        redis.hset(keys.probing_destinations, field, f"16:{now - 30}:{now}:o:{now}")
         assert 'id="probing-banner"' not in http.get("/console/instances").text
         stranger_http, _ = signed_in(server, stranger.key)
         try:
+            redis.hset(keys.probing_destinations, field, f"1:{now - 30}:{now}:t:")
+            assert 'id="probing-banner"' not in stranger_http.get("/console/instances").text
+            # Not even in the form of an earlier version, named by the origin alone.
             redis.hset(keys.probing_destinations, "https://slow.example:443", f"1:{now - 30}:{now}:t:")
             assert 'id="probing-banner"' not in stranger_http.get("/console/instances").text
         finally:
