@@ -149,9 +149,7 @@ def _operation_table() -> list[str]:
     return sorted(known | set(OTHER_OPERATIONS))
 
 
-def test_no_path_forwards_a_callers_address(
-    env: dict[str, str], upstream: tuple[RecordingUpstream, str]
-) -> None:
+def test_no_path_forwards_a_callers_address(env: dict[str, str], upstream: tuple[RecordingUpstream, str]) -> None:
     recorder, base = upstream
     stack: Stack = start_stack(env, base, SVCGW_RATE_LIMIT="100000/minute")
     try:
