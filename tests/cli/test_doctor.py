@@ -10,6 +10,7 @@ import pytest
 
 from svcgw.storage import serverconfig
 from tests.cli.commands import fails, ok, svcgw
+from tests.deploy.redis_fleet import RedisClusterFleet
 from tests.deploy.redis_nodes import Node, require_binaries
 from tests.support import free_port
 
@@ -81,3 +82,31 @@ def test_a_shard_that_does_not_answer_is_not_checked_and_exits_1(env: dict[str, 
 
 def test_a_bad_persistence_setting_names_itself(env: dict[str, str]) -> None:
     assert "SVCGW_REDIS_PERSISTENCE" in fails({**env, "SVCGW_REDIS_PERSISTENCE": "always"}, "doctor")
+
+
+def test_on_a_cluster_each_virtual_shard_is_judged_on_its_own_master(env: dict[str, str], tmp_path: Path) -> None:
+    cluster = RedisClusterFleet(tmp_path / "cluster").start()
+    try:
+        evicting = next(node for node in cluster.nodes if node.address in cluster.masters())
+        admin = evicting.client()
+        admin.config_set("maxmemory", "100mb")
+        admin.config_set("maxmemory-policy", "allkeys-lru")
+        admin.close()
+        configured = {k: v for k, v in env.items() if k != "SVCGW_REDIS_URL"}
+        own = {**configured, "SVCGW_REDIS_SHARDS": cluster.setting, "SVCGW_CLUSTER_SHARDS": "8"}
+        result = svcgw(own, "doctor", "--json")
+        assert result.exit_code == 1, (result.stdout, result.stderr)
+        reports = orjson.loads(result.stdout)
+        assert [report["shard"] for report in reports] == list(range(8))
+        assert all(report["error"] is None for report in reports)
+        harmful = {report["shard"] for report in reports if any(f["harmful"] for f in report["findings"])}
+        shards = shard_nodes(own)
+        assert harmful == {shard for shard, node in shards.items() if node == evicting.address}
+        assert harmful and harmful != set(range(8))  # three masters: some shards on each
+    finally:
+        cluster.close()
+
+
+def shard_nodes(env: dict[str, str]) -> dict[int, str]:
+    """Each virtual shard's master, as ``svcgw shards`` names it."""
+    return {row["index"]: row["node"] for row in ok(env, "shards")}
