@@ -1,7 +1,7 @@
 """The ``svcgw`` command line.
 
 Roles (``up``, ``serve``, ``worker``, ``sim``) live here; the administration
-groups (accounts, keys, callback, instances, dlq, log, secrets, shards) live in a
+groups (accounts, keys, callback, instances, dlq, log, secrets, shards, doctor) live in a
 module each and are attached to the same group. Every administration command
 runs in an event loop of its own (``cli.context``).
 
@@ -35,6 +35,7 @@ ADMINISTRATION = {
     "deliveries": ("cli.deliveries", "deliveries"),
     "destinations": ("cli.destinations", "destinations_group"),
     "dlq": ("cli.dlq", "dlq"),
+    "doctor": ("cli.doctor", "doctor_command"),
     "instances": ("cli.instances", "instances"),
     "keys": ("cli.keys", "keys_group"),
     "log": ("cli.log", "log_command"),

@@ -27,6 +27,7 @@ from starlette.types import Receive, Scope, Send
 from svcgw.config.settings import Settings
 from svcgw.errors import PlainRefusal
 from svcgw.intake.receivers import RECEIVER_PREFIX
+from svcgw.shards.serverfacts import SettingsWatch
 from svcgw.storage import layoutversion
 from svcgw.upstream import Upstream
 
@@ -36,7 +37,7 @@ from .docs import docs_routes
 from .endpoint import Endpoint, direct_post, make_endpoint
 from .gateway import Gateway, PathGuard, direct_operation
 from .headers import NoSniff
-from .health import connect_shards, healthz, readyz
+from .health import check_redis_settings, connect_shards, healthz, readyz
 from .http import plain_refused
 from .metrics import metrics_endpoint
 from .openapi import openapi_endpoint
@@ -89,6 +90,7 @@ class ServiceApp(Starlette):
 
 def create_app(settings: Settings, *, services: Services | None = None) -> Starlette:
     services = services or build_services(settings)
+    redis_settings = SettingsWatch(services.text_shards, persistence_required=settings.redis_persistence_required)
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
@@ -100,6 +102,7 @@ def create_app(settings: Settings, *, services: Services | None = None) -> Starl
             )
         await layoutversion.mark_at_start(services.redis, services.keys)
         await connect_shards(services)  # the first /readyz measures the shards, not their clients' setup
+        await check_redis_settings(redis_settings)
         try:
             yield
         finally:
@@ -139,4 +142,5 @@ def create_app(settings: Settings, *, services: Services | None = None) -> Starl
     app.gateway = gateway
     app.receiver = receiver
     app.state.services = services
+    app.state.redis_settings = redis_settings
     return app

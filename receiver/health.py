@@ -22,6 +22,15 @@ and the first ``/readyz`` called healthy shards unreachable. So the server
 connects every shard's clients before it takes requests (:func:`connect_shards`,
 from the app's lifespan), and ``/readyz`` measures the shards, not the
 clients' setup.
+
+A Redis whose settings can lose acknowledged data or break the service (an
+eviction policy with ``maxmemory`` set, no persistence where
+``SVCGW_REDIS_PERSISTENCE`` requires it, a server too old:
+svcgw.storage.serverchecks) is warned about in the log at start
+(:func:`check_redis_settings`), and makes ``/readyz`` ``"degraded"`` (still
+200: the service answers, but should not be left so) with each such finding
+under ``redis_settings``: the shard's index, the setting, and what it does.
+The settings are read again at most every 30 s (svcgw.shards.serverfacts).
 """
 
 from __future__ import annotations
@@ -34,11 +43,12 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
 from svcgw.shards.clients import ShardRedis
+from svcgw.shards.serverfacts import SettingsWatch, log_reports
 from svcgw.storage.servers import on_shard_server
 
 from .services import Services
 
-__all__ = ["CONNECT_TIMEOUT", "READY_TIMEOUT", "connect_shards", "healthz", "readyz"]
+__all__ = ["CONNECT_TIMEOUT", "READY_TIMEOUT", "check_redis_settings", "connect_shards", "healthz", "readyz"]
 
 READY_TIMEOUT = 2.0
 # How long the server's start waits for the shards' clients to connect: a shard that does not
@@ -54,15 +64,36 @@ async def healthz(request: Request) -> Response:
 
 async def readyz(request: Request) -> Response:
     services: Services = request.app.state.services
+    watch: SettingsWatch = request.app.state.redis_settings
     clients = services.shards
-    answered = await asyncio.gather(*(_answers(client) for client in clients))
+    answered, reports = await asyncio.gather(
+        asyncio.gather(*(_answers(client) for client in clients)), watch.reports(READY_TIMEOUT)
+    )
     shards = [{"shard": index, "redis": "ok" if ok else "unreachable"} for index, ok in enumerate(answered)]
     unreachable = [index for index, ok in enumerate(answered) if not ok]
+    # Index, setting and effect only: the check is unauthenticated, and findings name no host.
+    harmful = [
+        {"shard": report.shard, "setting": finding.setting, "severity": finding.severity, "problem": finding.problem}
+        for report in reports
+        for finding in report.harmful
+    ]
+    extra = {"redis_settings": harmful} if harmful else {}
     if not unreachable:
-        return JSONResponse({"status": "ok", "redis": "ok", "shards": shards, "unreachable": []})
+        status = "degraded" if harmful else "ok"
+        return JSONResponse({"status": status, "redis": "ok", "shards": shards, "unreachable": [], **extra})
     status = "degraded" if answered[0] else "unavailable"
-    document = {"status": status, "redis": "unreachable", "shards": shards, "unreachable": unreachable}
+    document = {"status": status, "redis": "unreachable", "shards": shards, "unreachable": unreachable, **extra}
     return JSONResponse(document, status_code=200 if answered[0] else 503)
+
+
+async def check_redis_settings(watch: SettingsWatch, timeout: float = READY_TIMEOUT) -> None:
+    """Read every shard's settings once at start, log what is wrong, and keep it for ``/readyz``.
+
+    Under ``/readyz``'s own deadline: a shard that does not answer costs the start no more than that,
+    and is reported by ``/readyz`` anyway.
+    """
+    reports = await watch.reports(timeout)
+    log_reports(reports, log)
 
 
 async def connect_shards(services: Services, timeout: float = CONNECT_TIMEOUT) -> None:

@@ -10,7 +10,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Literal, NoReturn, TypeVar
@@ -91,6 +91,23 @@ class Received:
     headers: dict[str, str]
     body: bytes
     at: float
+    # When the sink began its answer: the sender held the request from before ``at`` until after this.
+    answered: float | None = None
+
+
+def most_in_flight(spans: Iterable[tuple[float, float]]) -> int:
+    """The most of ``spans`` (start, end) that overlap at one moment; one that ends as another starts does not."""
+    edges = sorted(edge for start, end in spans for edge in ((start, 1), (end, -1)))
+    most = now = 0
+    for _, step in edges:  # at equal times an end (-1) sorts before a start (+1)
+        now += step
+        most = max(most, now)
+    return most
+
+
+def held_at_once(posts: Iterable[Received]) -> int:
+    """The most of ``posts`` the sink held unanswered at one moment: a lower bound of the sender's own in flight."""
+    return most_in_flight((post.at, post.answered) for post in posts if post.answered is not None)
 
 
 class ListeningServer(ThreadingHTTPServer):
@@ -131,6 +148,7 @@ class Sink:
                         status, delay = sink.rule(post, earlier)
                 if delay:
                     time.sleep(delay)
+                post.answered = time.time()
                 payload = b'{"ok":true}'
                 try:
                     self.send_response(status)

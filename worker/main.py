@@ -29,6 +29,7 @@ import signal
 from svcgw.callbacks.outbound import sender_for
 from svcgw.config.settings import Settings
 from svcgw.shards.clients import aclose_all, role_clients
+from svcgw.shards.serverfacts import check_shards, log_reports
 from svcgw.storage import layoutversion
 from svcgw.vault import TokenVault
 
@@ -41,6 +42,8 @@ __all__ = ["run", "serve"]
 log = logging.getLogger("svcgw")
 
 SIGNALS = (signal.SIGTERM, signal.SIGINT)
+# How long the start waits for each shard's settings (svcgw.storage.serverchecks); one down is not waited for.
+SETTINGS_CHECK_SECONDS = 2.0
 
 # An engine that ended on an error starts again after this long at most (doubling from a tenth of a second).
 RESTART_PAUSE_MAX = 5.0
@@ -71,6 +74,11 @@ async def serve(settings: Settings, *, burst: bool = False, stop: asyncio.Event 
     for signum in signals:
         loop.add_signal_handler(signum, on_signal, signum)
     clients = role_clients(settings)
+    # Said at start, in the worker's log too: a Redis that evicts or forgets loses deliveries.
+    reports = await check_shards(
+        clients, persistence_required=settings.redis_persistence_required, timeout=SETTINGS_CHECK_SECONDS
+    )
+    log_reports(reports, log)
     vault = TokenVault.from_settings(settings)
     # The shards' engines share the process's callback client and its caps per destination and per
     # account, as one engine had them: more shards is not more connections to one destination.

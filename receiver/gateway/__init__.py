@@ -56,7 +56,13 @@ Order of checks; the first one that fails answers, with
 8. ``callbackUrl`` or ``pushHistory`` (or another spelling of them, such as
    ``callbackURL``) on any other operation is -40403 (403); on the
    callback operations, another spelling is -40403 too, so no address
-   reaches the capability layer unchecked.
+   reaches the capability layer unchecked. ``set-callback`` is the route
+   ``/svc/instances/set-callback`` only: ``/svc/api/instances/set-callback``
+   is an API operation like any unlisted one, and takes neither field. The
+   same answer stands at the last step, whatever routed a call there: a body
+   goes upstream only through ``body.outbound_body``, which makes every
+   ``callbackUrl`` the instance's receiver URL, or refuses the call (-40403)
+   when the operation does not configure the callback.
 9. Ownership, except on ``device/create``: an ``appid`` that does not exist
    and one of another account get the same -40404 (404) after the same
    Redis work (one ``HGET``, inside the admission script for a small body).

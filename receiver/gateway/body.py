@@ -4,6 +4,15 @@ The body is parsed once, keeping where each top-level member's bytes are
 (``svcgw.intake.rawjson``), so the instance field can be judged with duplicates
 in view and ``callbackUrl`` can be rewritten without touching any other
 byte of what the caller sent.
+
+Which operations take the callback fields is decided by :func:`takes_callback`
+alone, for check 6, check 8 and the dispatch of :mod:`.operations` alike:
+``long/start`` and ``long/updateCallbackURL`` on their API paths, and
+``set-callback`` on its own route only. ``instances/set-callback`` under
+``/svc/api/`` is an API operation like any unlisted one, forwarded as sent,
+so it takes neither field. Whatever the checks decided, :func:`outbound_body`
+is the last word on what the capability layer gets: a ``callbackUrl`` only as
+the instance's receiver URL.
 """
 
 from __future__ import annotations
@@ -12,7 +21,7 @@ from typing import Any, cast
 
 from svcgw import errors
 from svcgw.errors import GatewayError
-from svcgw.intake.rawjson import Member, NotUnicode, parse_object
+from svcgw.intake.rawjson import Member, NotUnicode, parse_object, replace_member
 
 __all__ = [
     "CALLBACK_FIELDS",
@@ -25,14 +34,17 @@ __all__ = [
     "UPLOAD_OPERATIONS",
     "check_callback_fields",
     "instance_id",
+    "outbound_body",
     "parse_body",
+    "takes_callback",
 ]
 
 SET_CALLBACK_OPERATION = "instances/set-callback"
 DEVICE_CREATE = "device/create"
 LONG_START = "long/start"
 UPDATE_CALLBACK = "long/updateCallbackURL"
-CALLBACK_OPERATIONS = frozenset({LONG_START, UPDATE_CALLBACK, SET_CALLBACK_OPERATION})
+# The API operations that take callbackUrl and pushHistory; set-callback takes them on its own route only.
+CALLBACK_OPERATIONS = frozenset({LONG_START, UPDATE_CALLBACK})
 # The operations whose bodies may be up to SVCGW_UPLOAD_MAX_BODY_BYTES (a file inline); every
 # other one is held to SVCGW_GATEWAY_MAX_BODY_BYTES. Spelled exactly so: another case of the
 # same path gets the smaller limit.
@@ -48,6 +60,16 @@ def _squash(name: str) -> str:
 
 _INSTANCE_SPELLINGS = frozenset(_squash(name) for name in INSTANCE_FIELDS)
 _CALLBACK_SPELLINGS = frozenset(_squash(name) for name in CALLBACK_FIELDS)
+_ADDRESS_SPELLING = _squash("callbackUrl")
+
+
+def takes_callback(operation: str, *, sets_callback: bool) -> bool:
+    """Whether the call takes ``callbackUrl`` and ``pushHistory``.
+
+    ``sets_callback``: the call came by the set-callback route (or the console
+    asked for that operation), not by an API path that happens to spell it.
+    """
+    return sets_callback or operation in CALLBACK_OPERATIONS
 
 
 def parse_body(raw: bytes) -> tuple[dict[str, Any], list[Member]]:
@@ -89,12 +111,35 @@ def instance_id(document: dict[str, Any], members: list[Member], *, configuring:
     return cast(str, distinct.pop())
 
 
-def check_callback_fields(members: list[Member], operation: str) -> None:
-    """Check 8: a callback field (any spelling) only where it is taken, and only spelled right."""
+def _unsupported(name: str, operation: str) -> GatewayError:
+    unsupported = errors.CALLBACK_FIELD_UNSUPPORTED
+    return GatewayError(unsupported, f"{name[:64]!r} is not accepted on {operation}; {unsupported.message}")
+
+
+def check_callback_fields(members: list[Member], operation: str, *, sets_callback: bool = False) -> None:
+    """Check 8: a callback field (any spelling) only where it is taken (:func:`takes_callback`), spelled right."""
+    takes = takes_callback(operation, sets_callback=sets_callback)
     for member in members:
-        if _squash(member.name) in _CALLBACK_SPELLINGS and (
-            operation not in CALLBACK_OPERATIONS or member.name not in CALLBACK_FIELDS
-        ):
-            unsupported = errors.CALLBACK_FIELD_UNSUPPORTED
-            message = f"{member.name[:64]!r} is not accepted on {operation}; {unsupported.message}"
-            raise GatewayError(unsupported, message)
+        if _squash(member.name) in _CALLBACK_SPELLINGS and (not takes or member.name not in CALLBACK_FIELDS):
+            raise _unsupported(member.name, operation)
+
+
+def outbound_body(raw: bytes, members: list[Member], operation: str, receiver_url: str | None) -> bytes:
+    """The bytes the capability layer gets for a body of ``members``: a callbackUrl only as ``receiver_url``.
+
+    Every ``callbackUrl`` member becomes the instance's receiver URL, every
+    other byte stays as sent. Without a ``receiver_url`` (an operation that
+    does not configure the instance's callback), or with the address under
+    another spelling, a body that names an address is refused (-40403) rather
+    than forwarded: the caller's address never reaches the capability layer,
+    whatever routed the call here.
+    """
+    addresses = [member for member in members if _squash(member.name) == _ADDRESS_SPELLING]
+    if not addresses:
+        return raw
+    if receiver_url is None:
+        raise _unsupported(addresses[0].name, operation)
+    for member in addresses:
+        if member.name != "callbackUrl":
+            raise _unsupported(member.name, operation)
+    return replace_member(raw, addresses, "callbackUrl", receiver_url)

@@ -11,7 +11,7 @@ path, the HTTP routes and :meth:`Gateway.invoke` (the console) alike.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable
 from typing import TYPE_CHECKING
 
 from starlette.requests import ClientDisconnect, Request
@@ -79,9 +79,7 @@ class Gateway:
         """
         try:
             request = Request(scope, receive)
-            response = await self._answer(
-                self._admit_request(request, module, action), module, action, self.operations.run
-            )
+            response = await self._answer(self._admit_request(request, module, action), module, action)
         except ClientDisconnect:
             return  # the caller left; its share was given back on the way out
         except Exception:
@@ -92,24 +90,21 @@ class Gateway:
 
     async def api(self, request: Request) -> Response:
         module, action = request.path_params["module"], request.path_params["action"]
-        return await self._answer(self._admit_request(request, module, action), module, action, self.operations.run)
+        return await self._answer(self._admit_request(request, module, action), module, action)
 
     async def set_callback(self, request: Request) -> Response:
         module, action = SET_CALLBACK_OPERATION.split("/")
-        return await self._answer(
-            self._admit_request(request, module, action), module, action, self.operations.set_callback
-        )
+        admitted = self._admit_request(request, module, action, sets_callback=True)
+        return await self._answer(admitted, module, action)
 
-    async def _answer(
-        self, admitted: Awaitable[Call], module: str, action: str, handler: Callable[[Call], Awaitable[Response]]
-    ) -> Response:
+    async def _answer(self, admitted: Awaitable[Call], module: str, action: str) -> Response:
         """The operation's answer once ``admitted`` gives the call; on the way, the row of what was raised.
 
         The gateway's one handler of errors (:mod:`.refusals`), for every way a call comes in.
         """
         try:
             call = await admitted
-            return await self._run(call, handler)
+            return await self._run(call)
         except ROWS.classes as exc:
             return refused(exc, module, action)
 
@@ -125,17 +120,19 @@ class Gateway:
         account default leaves the instance inheriting it (address, secret and
         token) instead of recording it as the instance's own.
         """
-        operation = f"{module}/{action}"
-        handler = self.operations.set_callback if operation == SET_CALLBACK_OPERATION else self.operations.run
-        admitted = self._admit_account(account, module, action, raw, inherits_address=inherits_address)
-        return await self._answer(admitted, module, action, handler)
+        # The console names operations, not paths: its set-callback is the route's.
+        sets_callback = f"{module}/{action}" == SET_CALLBACK_OPERATION
+        admitted = self._admit_account(
+            account, module, action, raw, inherits_address=inherits_address, sets_callback=sets_callback
+        )
+        return await self._answer(admitted, module, action)
 
     async def _admit_account(
-        self, account: str, module: str, action: str, raw: bytes, *, inherits_address: bool
+        self, account: str, module: str, action: str, raw: bytes, *, inherits_address: bool, sets_callback: bool
     ) -> Call:
         """Checks 3 to 9 of a call for ``account``, whose body is ``raw``."""
         operation = f"{module}/{action}"
-        pending = Pending(operation)
+        pending = Pending(operation, sets_callback=sets_callback)
         await pending.load(raw)
         facts = await self.admission.admit(account=account, operation=operation, appid=pending.ask())
         assert facts is not None  # an account call has no key to refuse
@@ -144,14 +141,14 @@ class Gateway:
             call = dataclasses.replace(call, inherits_address=True)
         return call
 
-    async def _run(self, call: Call, handler: Callable[[Call], Awaitable[Response]]) -> Response:
+    async def _run(self, call: Call) -> Response:
         try:
-            return await handler(call)
+            return await self.operations.run(call)
         finally:
             call.share.release()
 
     # --- checks 2 to 9 ---------------------------------------------------------
-    async def _admit_request(self, request: Request, module: str, action: str) -> Call:
+    async def _admit_request(self, request: Request, module: str, action: str, *, sets_callback: bool = False) -> Call:
         """Checks 2 to 9 of an HTTP call; Redis is read once for all of them when the body is small.
 
         A body that declares a length of at most ``EARLY_BODY_BYTES`` (and within
@@ -164,7 +161,7 @@ class Gateway:
         """
         operation = f"{module}/{action}"
         key = presented_key(request)
-        pending = Pending(operation)
+        pending = Pending(operation, sets_callback=sets_callback)
         limit = self._limit(operation)
         if key and declares_small(request, min(limit, EARLY_BODY_BYTES)):
             # Usually the whole of a small body came with the headers; if not, what came is kept
@@ -216,12 +213,15 @@ class Gateway:
             document, members, appid = pending.result()
             if facts.denied:
                 raise GatewayError(errors.OPERATION_DENIED, f"{operation} is not enabled for this account")
-            check_callback_fields(members, operation)
+            check_callback_fields(members, operation, sets_callback=pending.sets_callback)
             if operation != DEVICE_CREATE:
                 owner = facts.owner if pending.asked == appid else await self.store.owner(appid)
                 if owner != account:
                     raise GatewayError(errors.NOT_FOUND)
-            return Call(account, module, action, pending.raw or b"", document, members, appid, share)
+            raw = pending.raw or b""
+            return Call(
+                account, module, action, raw, document, members, appid, share, sets_callback=pending.sets_callback
+            )
         except BaseException:
             share.release()
             raise

@@ -22,7 +22,7 @@ from svcgw.intake.rawjson import Member
 from svcgw.threads import in_thread
 
 from ..http import BodyTooLarge, read_body
-from .body import CALLBACK_OPERATIONS, DEVICE_CREATE, instance_id, parse_body
+from .body import DEVICE_CREATE, instance_id, parse_body, takes_callback
 from .inflight import Share
 
 __all__ = [
@@ -60,6 +60,9 @@ class Call:
     # long/start towards the account default for an instance that inherits it (the console's QR
     # login): the address is checked and given to nobody, and not recorded as the instance's own.
     inherits_address: bool = False
+    # Came by the set-callback route (or the console's set-callback), not by an API path spelling
+    # it: only such a call is the set-callback operation (receiver.gateway.body.takes_callback).
+    sets_callback: bool = False
 
     @property
     def operation(self) -> str:
@@ -92,10 +95,11 @@ def direct_operation(scope: Scope) -> tuple[str, str] | None:
 class Pending:
     """A call's body and what checks 4 to 6 made of it, kept until they are answered in order."""
 
-    __slots__ = ("appid", "asked", "document", "error", "members", "operation", "partial", "raw")
+    __slots__ = ("appid", "asked", "document", "error", "members", "operation", "partial", "raw", "sets_callback")
 
-    def __init__(self, operation: str) -> None:
+    def __init__(self, operation: str, *, sets_callback: bool = False) -> None:
         self.operation = operation
+        self.sets_callback = sets_callback
         self.raw: bytes | None = None
         self.partial: bytes | None = None  # the first part of a body still arriving
         self.document: dict[str, Any] = {}
@@ -115,7 +119,9 @@ class Pending:
         try:
             self.document, self.members = await _parse_body(raw)
             self.appid = instance_id(
-                self.document, self.members, configuring=self.operation in CALLBACK_OPERATIONS
+                self.document,
+                self.members,
+                configuring=takes_callback(self.operation, sets_callback=self.sets_callback),
             )
         except GatewayError as exc:
             self.error = exc
@@ -171,4 +177,3 @@ def declares_small(request: Request, limit: int) -> bool:
     """The request declares a body of at most ``limit`` bytes."""
     declared = request.headers.get("content-length")
     return declared is not None and declared.isdigit() and int(declared) <= limit
-

@@ -23,7 +23,6 @@ from starlette.responses import Response
 from svcgw import errors
 from svcgw.callbacks.addresses import check_for_service
 from svcgw.errors import STORAGE_ERRORS, GatewayError, NotFound
-from svcgw.intake.rawjson import replace_member
 from svcgw.intake.receivers import receiver_shard, receiver_url
 from svcgw.liveness import transitions
 from svcgw.registry.copies import ShardUnavailable
@@ -33,7 +32,7 @@ from svcgw.shards.placement import placement_order
 from svcgw.threads import in_thread
 from svcgw.upstream import Answer, Upstream, UpstreamError
 
-from .body import DEVICE_CREATE, LONG_START, UPDATE_CALLBACK
+from .body import DEVICE_CREATE, LONG_START, UPDATE_CALLBACK, outbound_body
 from .intake import Call
 from .quota import DeviceQuota, Reservation
 from .scrub import mentions, might_mention, scrub
@@ -68,8 +67,7 @@ def _is_started(answer: Answer) -> bool:
 
 
 class Operations:
-    """What the gateway does with an admitted call: :meth:`run` for every route but one,
-    :meth:`set_callback` for ``instances/set-callback``."""
+    """What the gateway does with an admitted call (:meth:`run`), by whatever route it came."""
 
     def __init__(self, services: Services) -> None:
         self.services = services
@@ -88,18 +86,26 @@ class Operations:
             raise GatewayError(errors.UNAVAILABLE, "the capability layer is not configured")
         return upstream
 
-    async def _forward(self, call: Call, body: bytes) -> Answer:
-        """The capability layer's answer; ``UpstreamError`` when it fails (-50002, :mod:`.refusals`)."""
+    async def _forward(self, call: Call, receiver_url: str | None = None) -> Answer:
+        """The capability layer's answer; ``UpstreamError`` when it fails (-50002, :mod:`.refusals`).
+
+        The one way a body goes upstream: as sent, but with any ``callbackUrl``
+        made ``receiver_url``, or refused (-40403) when there is none to make it
+        (:func:`.body.outbound_body`).
+        """
+        body = outbound_body(call.raw, call.members, call.operation, receiver_url)
         return await self._upstream().call(call.module, call.action, body)
 
     async def run(self, call: Call) -> Response:
+        if call.sets_callback:
+            return await self._set_callback(call)
         if call.operation == DEVICE_CREATE:
             return await self._device_create(call)
         if call.operation in (LONG_START, UPDATE_CALLBACK):
             return await self._configure_callback(call)
         if call.operation == LONG_STOP:
             return await self._long_stop(call)
-        answer = await self._forward(call, call.raw)
+        answer = await self._forward(call)
         if answer.ok:
             await self._after(call)
         return _pass_on(await self._scrub_other(call, answer))
@@ -116,7 +122,7 @@ class Operations:
         next ``long/start`` resumes maintenance.
         """
         try:
-            answer = await self._forward(call, call.raw)
+            answer = await self._forward(call)
         except (GatewayError, UpstreamError):
             # Not answered here (its row is, on the way out): the stop is recorded all the same.
             await transitions.mark_stopped(*await self._liveness_redis(call.appid), call.appid)
@@ -154,7 +160,7 @@ class Operations:
             if reservation is None:
                 raise GatewayError(errors.QUOTA_FULL, f"the account's device quota ({account.devices}) is full")
         try:
-            answer = await self._forward(call, call.raw)
+            answer = await self._forward(call)
             data = answer.data
             appid = data.get("appid") if answer.ok and isinstance(data, dict) else None
             if isinstance(appid, str) and appid:
@@ -226,9 +232,8 @@ class Operations:
     async def _configure_callback(self, call: Call) -> Response:
         url = await self._check_url(call.document.get("callbackUrl"))
         receiver_url, token = await self._receiver_url(call.appid)
-        body = replace_member(call.raw, call.members, "callbackUrl", receiver_url)
         try:
-            answer = await self._upstream().call(call.module, call.action, body)
+            answer = await self._forward(call, receiver_url)
         except UpstreamError as exc:
             # This step's row, not the table's -50002: the registration is what failed.
             log.warning("upstream %s failed: %s", call.operation, exc)
@@ -246,7 +251,8 @@ class Operations:
                 raise GatewayError(errors.REGISTRATION_FAILED) from exc
         return _pass_on(scrub(answer, receiver_url, token, url))
 
-    async def set_callback(self, call: Call) -> Response:
+    async def _set_callback(self, call: Call) -> Response:
+        """Stores the address; nothing goes upstream."""
         url = await self._check_url(call.document.get("callbackUrl"))
         try:
             config = await self.store.set_callback(CallbackScope(appid=call.appid), url)

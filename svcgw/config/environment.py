@@ -193,3 +193,12 @@ class EnvReader:
         if value is None:
             return ()
         return tuple(word.strip() for word in value.split(",") if word.strip())
+
+    def choice(self, name: str, default: str, choices: tuple[str, ...]) -> str:
+        """One of ``choices`` (compared without case), or ``default`` when unset."""
+        value = self.get(name)
+        if value is None:
+            return default
+        if value.lower() not in choices:
+            raise SettingsError(f"{name} must be one of {', '.join(choices)}, got {value!r}")
+        return value.lower()

@@ -85,6 +85,9 @@ class Settings:
     # Durable mode: an acknowledgement waits for this many replicas to hold the write.
     redis_wait_replicas: int = 0
     redis_wait_timeout: float = 1.0
+    # The deployment needs its Redis to persist (AOF): without it, start-up warns, /readyz is
+    # degraded and svcgw doctor fails (svcgw.storage.serverchecks).
+    redis_persistence_required: bool = False
     redis_timeout: float = 5.0  # a host that never answers is then a shard down, not a request that hangs
     # The HTTP server's own limits (uvicorn): connections and tasks at once, idle keep-alive.
     http_limit_concurrency: int = 2048
@@ -192,6 +195,8 @@ class Settings:
             redis_shards=layout,
             redis_wait_replicas=reader.integer("SVCGW_REDIS_WAIT_REPLICAS", 0, minimum=0, maximum=64),
             redis_wait_timeout=reader.number("SVCGW_REDIS_WAIT_TIMEOUT", 1.0, minimum=0.001),
+            redis_persistence_required=reader.choice("SVCGW_REDIS_PERSISTENCE", "optional", ("optional", "required"))
+            == "required",
             redis_timeout=reader.number("SVCGW_REDIS_TIMEOUT", 5.0, minimum=0.1),
             http_limit_concurrency=reader.integer("SVCGW_HTTP_LIMIT_CONCURRENCY", 2048, minimum=1),
             http_keepalive_timeout=reader.number("SVCGW_HTTP_KEEPALIVE_TIMEOUT", 5.0, minimum=0.1),

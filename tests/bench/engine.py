@@ -21,8 +21,13 @@ project's code decides:
 
 Figures per tree are the medians over the rounds; beside them, ``after / before`` of the medians
 and the median of each round's own ``after / before`` (``paired``), as the pipeline bench. The
-trees alternate, the order swapped every round. The last line is one JSON object. No target is
-judged; it exits 1 when a stored event was not delivered.
+trees alternate, the order swapped every round. The last line is one JSON object.
+
+With ``--before``, the engine's CPU per delivery is judged against that named commit: the median of
+the rounds' own ``after / before`` (``paired``, which the machine's drift within a run moves least)
+must be within ``--bound`` (1.1 by default: the rounds agree within about 10 %, so only a change
+beyond that noise fails; a change meant to make the engine cheaper names its own bound, 0.8 say).
+It exits 1 when that is not met, or when a stored event was not delivered; ``--short`` is not judged.
 """
 
 from __future__ import annotations
@@ -39,6 +44,7 @@ import orjson
 
 from svcgw.storage.keys import PLAIN as keys
 
+from . import verdict
 from .gateway import Tree
 from .pipeline import TreeBench, alternating, parse_rounds, settled, summarise, table, without_wrk
 from .scenarios import Plan, aiohttp_reference, saturate_with_wrk
@@ -124,9 +130,31 @@ def drain(tree: Tree, env: dict[str, str], workdir: Path) -> dict[str, Any]:
     return dict(json.loads(answer.stdout.decode().strip().splitlines()[-1]))
 
 
+def judge(figures: dict[str, Any], bound: float) -> dict[str, Any]:
+    """The engine's CPU per delivery against the named commit: ``targets`` and ``verdict``, put in ``figures``."""
+    whole = all(figures[n]["undelivered"] == 0 for n in ("before", "after") if n in figures)
+    target = verdict.Target(
+        "engine_cpu_vs_before", "paired.engine_cpu_us_per_delivery", "<=", bound,
+        "engine CPU per delivery / the named commit's, median of the rounds' own ratios",
+        (verdict.none("after.undelivered"), verdict.none("before.undelivered")),
+    )  # fmt: skip
+    judged = verdict.judge(figures, [target]) if "before" in figures else []
+    figures["targets"] = {j.name: j.as_json() for j in judged}
+    figures["verdict"] = verdict.summary(judged, short=figures["setup"]["mode"] == "short")
+    figures["verdict"]["whole"] = whole
+    return figures
+
+
+def exit_status(figures: dict[str, Any]) -> int:
+    """1 when a stored event was not delivered, or a judged run missed its bound; else 0."""
+    return 1 if not figures["verdict"]["whole"] else verdict.exit_status(figures["verdict"])
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m tests.bench.engine", description=__doc__.splitlines()[0])
     parser.add_argument("--before", metavar="REF", help="also measure this commit (git archive), alternating")
+    parser.add_argument("--bound", type=float, default=1.1,
+                        help="the most the engine's CPU per delivery may be of --before's (paired median)")  # fmt: skip
     args, rounds, seconds = parse_rounds(parser, argv, rounds=3)
     if without_wrk():
         return 2
@@ -137,10 +165,14 @@ def main(argv: list[str] | None = None) -> int:
                         "mode": "short" if args.short else "full",
                         "elapsed_s": round(time.monotonic() - started, 1)}  # fmt: skip
     print("\n".join(table(figures, FIGURES)))
-    whole = all(figures[n]["undelivered"] == 0 for n in ("before", "after") if n in figures)
+    judge(figures, args.bound)
+    whole = figures["verdict"]["whole"]
     print("every stored event delivered" if whole else "NOT every stored event delivered: a partial sample")
+    print("\n".join(verdict.rows(figures["targets"])))
+    if figures["targets"]:
+        print(verdict.line(figures["verdict"]))
     print(orjson.dumps(figures).decode(), flush=True)
-    return 0 if whole else 1
+    return exit_status(figures)
 
 
 if __name__ == "__main__":

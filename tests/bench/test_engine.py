@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
 
 from svcgw.storage.keys import PLAIN as keys
-from tests.bench.engine import FIGURES, drain
+from tests.bench.engine import FIGURES, drain, exit_status, judge
 from tests.bench.gateway import Tree
 from tests.bench.pipeline import TreeBench, summarise, table
 from tests.bench.scenarios import Plan
@@ -62,3 +63,26 @@ def test_the_engines_figures_are_summarised_per_tree_and_round_by_round() -> Non
     assert figures["after"]["undelivered"] == 2
     lines = table(figures, FIGURES)
     assert len(lines) == len(FIGURES) + 1 and lines[2].startswith("engine_cpu_us_per_delivery")
+
+
+def _figures(paired: float, *, undelivered: int = 0, mode: str = "full") -> dict[str, Any]:
+    tree = {"engine_cpu_us_per_delivery": 100.0, "undelivered": 0}
+    return {"before": dict(tree), "after": dict(tree, undelivered=undelivered),
+            "paired": {"engine_cpu_us_per_delivery": paired}, "setup": {"mode": mode}}  # fmt: skip
+
+
+def test_the_engine_is_judged_against_the_named_commit_by_its_paired_ratio() -> None:
+    assert exit_status(judge(_figures(1.05), 1.1)) == 0
+    worse = judge(_figures(1.2), 1.1)
+    assert worse["verdict"]["not_met"] == ["engine_cpu_vs_before"] and exit_status(worse) == 1
+    assert exit_status(judge(_figures(0.79), 0.8)) == 0 and exit_status(judge(_figures(0.85), 0.8)) == 1
+    # A partial sample is never met, and a short run is not judged, though it still must deliver all.
+    assert exit_status(judge(_figures(0.5, undelivered=3), 1.1)) == 1
+    assert exit_status(judge(_figures(1.5, mode="short"), 1.1)) == 0
+    assert exit_status(judge(_figures(1.0, undelivered=1, mode="short"), 1.1)) == 1
+
+
+def test_without_a_named_commit_nothing_is_judged() -> None:
+    alone = {"after": {"engine_cpu_us_per_delivery": 100.0, "undelivered": 0}, "setup": {"mode": "full"}}
+    judged = judge(alone, 1.1)
+    assert judged["targets"] == {} and exit_status(judged) == 0

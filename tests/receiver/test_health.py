@@ -12,8 +12,10 @@ from starlette.testclient import TestClient
 from receiver.app import create_app
 from receiver.health import READY_TIMEOUT
 from svcgw.config.settings import Settings
+from svcgw.storage import serverconfig
 from tests.deploy.redis_fleet import RedisFleet
-from tests.support import ThreadedServer, wait_for
+from tests.deploy.redis_nodes import Node, require_binaries
+from tests.support import ThreadedServer, ThreadedWorker, wait_for
 
 ONE_OK = {"status": "ok", "redis": "ok", "shards": [{"shard": 0, "redis": "ok"}], "unreachable": []}
 ONE_DOWN = {
@@ -68,3 +70,44 @@ def test_one_shard_going_down_and_coming_back(env: dict[str, str], tmp_path: Pat
                      what="/readyz once the shard is back")  # fmt: skip
         finally:
             server.stop()
+
+
+@pytest.mark.slow
+def test_a_redis_that_evicts_is_warned_about_at_start_and_makes_readyz_degraded(
+    env: dict[str, str], tmp_path: Path
+) -> None:
+    require_binaries("redis-server")
+    node = Node("redis-server", tmp_path / "redis", ["--save", "", "--appendonly", "no", *serverconfig.server_args()])
+    node.start()
+    admin = node.client()
+    try:
+        admin.config_set("maxmemory", "200mb")
+        admin.config_set("maxmemory-policy", "allkeys-lru")
+        settings = Settings.from_env({**env, "SVCGW_REDIS_URL": f"redis://{node.address}/0"})
+        app = create_app(settings)
+        server = ThreadedServer(app).start()
+        worker = ThreadedWorker(settings).start()
+        try:
+            ready = httpx.get(server.base + "/readyz", timeout=10)
+            assert ready.status_code == 200, ready.text
+            body = ready.json()
+            assert body["status"] == "degraded" and body["unreachable"] == []
+            ((finding),) = body["redis_settings"]
+            assert (finding["shard"], finding["setting"], finding["severity"]) == (0, "maxmemory-policy", "loses-data")
+            assert "allkeys-lru" in finding["problem"] and str(node.port) not in ready.text
+            # Said in both roles' logs at start, with the fix.
+            assert "maxmemory-policy is allkeys-lru" in server.output()
+            assert "CONFIG SET maxmemory-policy noeviction" in server.output()
+            warned = "maxmemory-policy is allkeys-lru"
+            wait_for(lambda: warned in worker.output(), timeout=10, what="the worker's warning")
+
+            admin.config_set("maxmemory-policy", "noeviction")
+            app.state.redis_settings.max_age = 0  # read again now, not in 30 s
+            wait_for(lambda: httpx.get(server.base + "/readyz", timeout=10).json() == ONE_OK, timeout=10,
+                     what="/readyz once the policy is noeviction")  # fmt: skip
+        finally:
+            worker.stop()
+            server.stop()
+    finally:
+        admin.close()
+        node.kill()

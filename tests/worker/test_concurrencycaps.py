@@ -6,7 +6,7 @@ import time
 
 from svcgw.config.settings import Settings
 from tests.conftest import provision
-from tests.support import Received, Sink, wait_for
+from tests.support import Sink, held_at_once, wait_for
 from tests.worker.test_engine import Running, _post
 from worker.concurrencycaps import (
     BORROW_SECONDS,
@@ -206,12 +206,6 @@ def test_an_account_whose_attempts_hang_does_not_borrow() -> None:
 
 
 # --- the engine in this process, against real loopback sinks ----------------------------
-def _most_at_once(posts: list[Received], took: float) -> int:
-    """The most posts that arrived within one answer time of each other: attempts in flight at once."""
-    times = sorted(post.at for post in posts)
-    return max((sum(1 for t in times if start <= t < start + took * 0.8) for start in times), default=0)
-
-
 def _four_slots_two_an_account(env: dict[str, str]) -> Settings:
     return Settings.from_env(
         dict(env, SVCGW_DELIVERY_CONCURRENCY="4", SVCGW_ACCOUNT_CONCURRENCY="2", SVCGW_DELIVERY_TIMEOUT="4")
@@ -226,7 +220,7 @@ def test_one_account_alone_uses_every_slot_of_the_worker(env: dict[str, str], si
         _post(settings, tenant, f"a{n}")
     with Running(settings):
         wait_for(lambda: len(sink.posts()) >= 16, timeout=20, what="every delivery")
-    assert _most_at_once(sink.posts(), 0.4) == 4
+    assert held_at_once(sink.posts()) == 4
 
 
 def test_the_first_account_goes_back_to_its_cap_while_a_second_one_delivers(
@@ -241,7 +235,7 @@ def test_the_first_account_goes_back_to_its_cap_while_a_second_one_delivers(
     try:
         second = provision(settings, url=other.url)
         with Running(settings):
-            wait_for(lambda: _most_at_once(sink.posts(), 0.3) > 2, timeout=10, what="the first account to borrow")
+            wait_for(lambda: held_at_once(sink.posts()) > 2, timeout=10, what="the first account to borrow")
             for n in range(16):
                 _post(settings, first, f"b{n}")
                 _post(settings, second, f"c{n}")
@@ -249,7 +243,7 @@ def test_the_first_account_goes_back_to_its_cap_while_a_second_one_delivers(
         begun, ended = other.posts()[0].at + 0.3, other.posts()[-1].at  # once the borrowed slots came back
         meanwhile = [post for post in sink.posts() if begun <= post.at < ended]
         assert meanwhile, "the first account had nothing in flight while the second delivered"
-        assert _most_at_once(meanwhile, 0.3) <= 2
-        assert _most_at_once(other.posts(), 0.3) == 2
+        assert held_at_once(meanwhile) <= 2
+        assert held_at_once(other.posts()) == 2
     finally:
         other.stop()

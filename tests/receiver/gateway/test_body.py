@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from receiver.gateway.body import check_callback_fields, instance_id, parse_body
+from receiver.gateway.body import check_callback_fields, instance_id, outbound_body, parse_body, takes_callback
 from svcgw.errors import GatewayError
 
 
@@ -59,6 +59,40 @@ def test_callback_fields_only_on_callback_operations() -> None:
     _, members = parse_body(b'{"appid":"a","callbackURL":"http://x/"}')
     with pytest.raises(GatewayError):
         check_callback_fields(members, "long/start")
+
+
+def test_set_callback_takes_the_fields_only_by_its_own_route() -> None:
+    _, members = parse_body(b'{"appid":"a","callbackUrl":"http://10.0.0.5/internal","pushHistory":true}')
+    check_callback_fields(members, "instances/set-callback", sets_callback=True)
+    with pytest.raises(GatewayError) as caught:
+        check_callback_fields(members, "instances/set-callback")  # the API path spelling it
+    assert caught.value.code == -40403
+    assert takes_callback("instances/set-callback", sets_callback=True)
+    assert not takes_callback("instances/set-callback", sets_callback=False)
+    assert takes_callback("long/start", sets_callback=False)
+    # Check 6 follows: appid missing is -40010 on the route, -40001 on the API path.
+    assert _code("{}", configuring=takes_callback("instances/set-callback", sets_callback=False)) == -40001
+
+
+def test_the_capability_layer_gets_an_address_only_as_the_receiver_url() -> None:
+    raw = b'{"callbackUrl" : "http://10.0.0.5/x","appid":"a", "pushHistory":true,"callbackUrl":"ftp://y"}'
+    _, members = parse_body(raw)
+    sent = outbound_body(raw, members, "long/start", "http://gw/svc/receiver/a/t")
+    assert sent == (
+        b'{"callbackUrl" : "http://gw/svc/receiver/a/t","appid":"a", "pushHistory":true,'
+        b'"callbackUrl":"http://gw/svc/receiver/a/t"}'
+    )
+    # No receiver URL to put in its place: refused, not forwarded.
+    with pytest.raises(GatewayError) as caught:
+        outbound_body(raw, members, "instances/set-callback", None)
+    assert caught.value.code == -40403
+    # Another spelling of the address is never rewritten, so never forwarded either.
+    odd = b'{"appid":"a","callback_url":"http://10.0.0.5/x"}'
+    _, odd_members = parse_body(odd)
+    with pytest.raises(GatewayError):
+        outbound_body(odd, odd_members, "long/start", "http://gw/svc/receiver/a/t")
+    plain = b'{"appid":"a","content":"callbackUrl"}'
+    assert outbound_body(plain, parse_body(plain)[1], "message/sendText", None) is plain
 
 
 @pytest.mark.parametrize(
