@@ -1,11 +1,16 @@
 """The concurrency caps: how many attempts run against each destination and account at once, and how long they take.
 
 One failing destination must not take every slot of a worker: at most
-``cap`` attempts (``SVCGW_DESTINATION_CONCURRENCY``) run against one
-destination at once. The engine keys destinations by the sockets a URL
-reaches (:mod:`worker.destinations`), and an attempt takes a slot on each of
-them at once (:meth:`DestinationSlots.acquire_all`), so every spelling of a
-host shares its cap. :class:`AccountSlots` counts attempts per account
+``cap`` attempts (``SVCGW_DESTINATION_CONCURRENCY``) of one account run
+against one destination at once. The engine keys destinations by the sockets
+a URL reaches (:mod:`worker.destinations`), and an attempt takes a slot on each
+of them at once (:meth:`DestinationSlots.acquire_all`), so every spelling of a
+host shares its cap. It holds two :class:`DestinationSlots`: one keyed by
+account and socket, each account's own cap, so that an account whose
+endpoints on a host many accounts use hang or answer slowly fills its own
+slots only; and one keyed by socket alone, the host's ceiling across accounts
+(``SVCGW_HOST_CONCURRENCY``, larger than one account's cap), which protects
+the receiving host. :class:`AccountSlots` counts attempts per account
 (``SVCGW_ACCOUNT_CONCURRENCY``), a cap that bites only while another
 account wants slots of the same worker.
 

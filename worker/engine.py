@@ -96,7 +96,7 @@ from .outcomes import AttemptHook, Outcomes
 from .probing import READ_EVERY, Probing
 from .queue import Claimed, DeliveryQueue, Finish, Hold
 
-__all__ = ["Engine", "loop_factory"]
+__all__ = ["Engine", "lane", "loop_factory"]
 
 log = logging.getLogger("svcgw.delivery")
 

@@ -21,7 +21,9 @@ from tests.conftest import Tenant, provision, with_store
 from tests.support import Sink, attempt_records, wait_for
 from tests.svcgw.delivery.test_deadletters import ingest
 from tests.worker.support import claim_batch, with_queue
-from worker.engine import Engine, loop_factory
+from worker.claim import held_as
+from worker.concurrencycaps import DestinationSlots
+from worker.engine import Engine, lane, loop_factory
 
 
 @pytest.mark.parametrize(
@@ -132,6 +134,28 @@ def _hanging_sink() -> Sink:
     sink = Sink().start()
     sink.set(delay=60)  # longer than any delivery timeout: every attempt holds its slot until it times out
     return sink
+
+
+def test_a_socket_full_for_one_account_holds_back_its_jobs_only_and_one_at_its_ceiling_everyones(
+    settings: Settings,
+) -> None:
+    now = [1000.0]
+    engine = Engine(settings, None, TokenVault.from_settings(settings))
+    engine.slots = DestinationSlots(settings.destination_concurrency, 10.0, clock=lambda: now[0])
+    engine.hosts = DestinationSlots(settings.host_ceiling, 10.0, clock=lambda: now[0])
+    engine.destinations._remember("hooks.test:8080", ("10.0.0.1:8080",), time.monotonic())
+    for _ in range(settings.destination_concurrency):
+        assert engine.slots.acquire(lane("acc_m", "10.0.0.1:8080")) is not None
+        assert engine.hosts.acquire("10.0.0.1:8080") is not None
+    now[0] += 1.0  # its attempts are not quick: its jobs go back to the schedule rather than wait
+    # The account's own cap on the socket is full: its jobs there are held back, no one else's.
+    assert set(engine._saturated()) == {held_as("acc_m", "hooks.test:8080")}
+    assert engine.slots.acquire(lane("acc_v", "10.0.0.1:8080")) is not None
+    while engine.hosts.acquire("10.0.0.1:8080") is not None:
+        pass
+    # Every account's together at the host's ceiling: every account's jobs there are held back.
+    assert set(engine._saturated()) == {held_as("acc_m", "hooks.test:8080"), "hooks.test:8080"}
+    assert settings.host_ceiling > settings.destination_concurrency
 
 
 def test_every_spelling_of_one_socket_shares_one_destination_cap(env: dict[str, str], sink: Sink) -> None:
