@@ -18,10 +18,11 @@ from redis import Redis
 from redis.asyncio import Redis as AsyncRedis
 
 from svcgw.config.settings import Settings
-from svcgw.delivery import probing
+from svcgw.delivery import failingdestinations, probing
 from svcgw.delivery.probing import Probe
 from svcgw.intake.ingest import Ingest
 from svcgw.registry.store import Scope, Store
+from svcgw.storage import scripts
 from svcgw.storage.keys import PLAIN as keys
 from tests.conftest import Tenant, provision, with_store
 from tests.support import Sink, ThreadedWorker, attempt_records, held_at_once, most_in_flight, wait_for
@@ -233,6 +234,37 @@ def test_a_slow_destination_that_answers_keeps_its_full_caps(env: dict[str, str]
         assert redis.hlen(keys.probing_destinations) == 0
     finally:
         slow.stop()
+
+
+def test_a_record_of_an_earlier_version_named_by_its_origin_alone_limits_nothing_and_lapses(
+    env: dict[str, str], redis: Redis
+) -> None:
+    # An upgrade finds a record per origin saying the destination hangs, and jobs parked under it.
+    settings = _settings(env, SHARED_TIMEOUT)
+    target = Sink().start()
+    target.set(delay=1.0)  # each request held a second, well within the timeout
+    origin = target.url.rsplit("/", 1)[0]
+    now = time.time()
+    try:
+        tenant = provision(settings, url=target.url)
+        redis.hset(keys.probing_destinations, origin, f"1:{now - 5}:{now}:t:")
+        redis.zadd(keys.parked(origin), {"we_gone-1-0": now + 30})
+        _post_many(settings, tenant, 2 * CAP, "u")
+        worker = ThreadedWorker(settings).start()
+        try:
+            wait_for(lambda: len(target.posts()) >= 2 * CAP, timeout=30, what="every delivery")
+        finally:
+            worker.stop()
+        # Not read: the destination had its full caps at once, not one probe.
+        assert held_at_once(target.posts()) > probing.PROBES
+        assert _record(redis, tenant.account, target.url) is None
+        # Forgotten by the workers' read once nothing changed it for as long as a failure is remembered.
+        forget = failingdestinations.forget_after(settings)
+        read = redis.register_script(scripts.text("probing_read"))
+        read(keys=[keys.probing_destinations], args=[now + forget + 1, probing.OPEN_KEPT, forget])
+        assert not redis.hexists(keys.probing_destinations, origin)
+    finally:
+        target.stop()
 
 
 # --- accounts sharing one host --------------------------------------------------------------
