@@ -8,11 +8,11 @@ answer as it is.
 
 Every route is an :class:`receiver.apispec.Operation` in the table of the
 part that defines it (``receiver.endpoint.schemas``,
-``receiver.gateway.schemas``, ``receiver.console.operations``,
-``.onboarding_operations`` and ``.destination_operations``, and
-:data:`SERVER` here); :data:`OPERATIONS` lists them. :func:`document` turns them into the document on each call:
-msgspec makes every schema from the operations' types, which are named
-in ``components``.
+``receiver.gateway.schemas``, ``receiver.console.API_OPERATIONS``, and
+:data:`SERVER` here), the table its router is made from too;
+:data:`OPERATIONS` lists them. :func:`document` turns them into the
+document on each call: msgspec makes every schema from the operations'
+types, which are named in ``components``.
 """
 
 from __future__ import annotations
@@ -27,7 +27,8 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from .apispec import JSON, Answer, Operation
-from .console import destination_operations, onboarding_operations, operations
+from .console import API_OPERATIONS as CONSOLE_OPERATIONS
+from .console import operations
 from .endpoint import schemas as endpoint
 from .gateway import schemas as gateway
 
@@ -102,9 +103,7 @@ OPERATIONS: list[Operation] = [
     *gateway.OPERATIONS,
     *endpoint.OPERATIONS,
     *SERVER,
-    *operations.OPERATIONS,
-    *onboarding_operations.OPERATIONS,
-    *destination_operations.OPERATIONS,
+    *CONSOLE_OPERATIONS,
 ]
 
 SECURITY_SCHEMES: dict[str, Any] = {
