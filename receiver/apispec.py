@@ -30,12 +30,12 @@ __all__ = [
     "JSON",
     "RETRY_AFTER",
     "Answer",
-    "Endpoint",
     "Error",
     "Header",
     "Ok",
     "Operation",
     "Param",
+    "RouteEndpoint",
     "Segment",
     "declared_routes",
     "error_type",
@@ -126,7 +126,7 @@ class Answer:
     headers: Mapping[str, Header] = field(default_factory=dict)
 
 
-Endpoint = Callable[[Request], Awaitable[Response]]
+RouteEndpoint = Callable[[Request], Awaitable[Response]]
 
 
 @dataclass(frozen=True)
@@ -163,7 +163,7 @@ def declared_routes(
     owners: Iterable[object] = (),
     *,
     prefix: str = "",
-    endpoint: Callable[[Declared, Callable[..., Awaitable[Response]]], Endpoint] | None = None,
+    endpoint: Callable[[Declared, Callable[..., Awaitable[Response]]], RouteEndpoint] | None = None,
 ) -> list[Route]:
     """The routes of the operations of ``table`` that have a handler, in the table's order.
 

@@ -31,6 +31,8 @@ from .console import API_OPERATIONS as CONSOLE_OPERATIONS
 from .console import operations
 from .endpoint import schemas as endpoint
 from .gateway import schemas as gateway
+from .health import healthz, readyz
+from .metrics import metrics_endpoint
 
 __all__ = ["API_VERSION", "OPERATIONS", "SECURITY_SCHEMES", "document", "openapi_endpoint"]
 
@@ -60,17 +62,38 @@ class Health(msgspec.Struct):
     unreachable: list[int] | msgspec.UnsetType = msgspec.UNSET
 
 
+@functools.cache
+def _served() -> bytes:
+    # Made once per process: the tables do not change while it serves, and making it takes tens of ms.
+    return orjson.dumps(document())
+
+
+async def openapi_endpoint(request: Request) -> Response:
+    return Response(_served(), media_type="application/json")
+
+
+# The server's own routes; receiver.app routes them (and mounts /rq), from this table too.
 SERVER: tuple[Operation, ...] = (
-    Operation("get", "/healthz", "healthz", "The process answers", {200: Answer("alive", Health)}),
+    Operation("get", "/healthz", "healthz", "The process answers", {200: Answer("alive", Health)}, handler=healthz),
     Operation(
         "get",
         "/readyz",
         "readyz",
         "The process can reach its storage: every shard's Redis",
-        {200: Answer("ready: shard 0 answers (degraded when another does not)", Health),
-         503: Answer("not ready: shard 0 does not answer", Health)},
+        {
+            200: Answer("ready: shard 0 answers (degraded when another does not)", Health),
+            503: Answer("not ready: shard 0 does not answer", Health),
+        },
+        handler=readyz,
     ),
-    Operation("get", "/openapi.json", "openapi", "This document", {200: Answer("OpenAPI 3.1", dict[str, Any])}),
+    Operation(
+        "get",
+        "/openapi.json",
+        "openapi",
+        "This document",
+        {200: Answer("OpenAPI 3.1", dict[str, Any])},
+        handler=openapi_endpoint,
+    ),
     Operation(
         "get",
         "/metrics",
@@ -82,6 +105,7 @@ SERVER: tuple[Operation, ...] = (
             403: Answer("no SVCGW_METRICS_TOKEN: only a scrape from the host itself", str, "text/plain"),
             503: Answer("storage unavailable", str, "text/plain"),
         },
+        handler=metrics_endpoint,
     ),
     Operation(
         "get",
@@ -95,6 +119,7 @@ SERVER: tuple[Operation, ...] = (
             404: Answer("the dashboard is not configured"),
         },
         security=("DashboardBasic",),
+        # No handler: the dashboard is an app of its own, mounted when configured (receiver.app).
     ),
 )
 
@@ -213,13 +238,3 @@ def document() -> dict[str, Any]:
         "paths": paths,
         "components": {"schemas": schema.components, "securitySchemes": dict(SECURITY_SCHEMES)},
     }
-
-
-@functools.cache
-def _served() -> bytes:
-    # Made once per process: the tables do not change while it serves, and making it takes tens of ms.
-    return orjson.dumps(document())
-
-
-async def openapi_endpoint(request: Request) -> Response:
-    return Response(_served(), media_type="application/json")

@@ -28,7 +28,7 @@ from .session import Session
 from .web import ConsoleHTTPError, Context, int_param, json_ok
 
 if TYPE_CHECKING:
-    from ..apispec import Endpoint
+    from ..apispec import RouteEndpoint
     from .operations import ConsoleOperation
 
 __all__ = ["Api"]
@@ -46,7 +46,7 @@ class Api:
         self.sessions = context.sessions
 
     # --- the endpoint of each declared operation (receiver.console.operations) ----------------
-    def endpoint(self, item: ConsoleOperation, handler: Callable[..., Awaitable[Response]]) -> Endpoint:
+    def endpoint(self, item: ConsoleOperation, handler: Callable[..., Awaitable[Response]]) -> RouteEndpoint:
         """``handler`` for a signed-in caller, checked and counted as ``item`` says; signing in, as it is."""
         if not item.signed_in:
             return handler
