@@ -5,8 +5,9 @@ attempts, next attempt, and the destination: ``primary`` for the primary
 address's, else the further destination's ``dst_…`` id, each post's primary
 delivery first), and whether their destination is being probed
 (``svcgw.delivery.probing``: its attempts time out, so it gets fewer at a
-time and the others wait without counting an attempt); ``show`` one delivery
-with each attempt's answer;
+time and the others wait without counting an attempt): the primary address's,
+or with ``--destination dst_…`` that further destination's address; ``show``
+one delivery with each attempt's answer, and its own destination's probing;
 ``retry`` brings a retrying delivery's next attempt forward to now. All
 three read and write through the same modules as the console
 (``svcgw.delivery.listing``, ``svcgw.delivery.retrynow``).
@@ -102,7 +103,7 @@ async def deliveries_list(
         limit=limit,
         before=before,
     )
-    probe = await probing.of_instance(admin.shards, admin.settings, appid)
+    probe = await _probe(admin, appid, destination)
 
     def render() -> RenderableType:
         shown = table(
@@ -138,7 +139,7 @@ async def deliveries_show(admin: Admin, delivery_id: str, as_json: bool) -> None
     """Show one delivery: its state, next attempt, and every attempt with the answer's first 1 KB."""
     delivery = await _show(admin, delivery_id)
     waiting = delivery.state not in ("delivered", "dead")
-    probe = await probing.of_instance(admin.shards, admin.settings, delivery.appid) if waiting else None
+    probe = await _probe(admin, delivery.appid, delivery.destination) if waiting else None
     if as_json:
         emit(True, {**delivery.as_dict(), "probing": probe.as_dict() if probe else None}, lambda: None)
         return
@@ -188,6 +189,20 @@ async def deliveries_retry(admin: Admin, delivery_id: str, as_json: bool) -> Non
     emit(as_json, {"id": delivery_id, "queued": True, "delivery": delivery.as_dict()}, lambda: None)
     if not as_json:
         click.echo(f"{delivery_id} queued for its next attempt now (attempt {len(delivery.attempts) + 1})")
+
+
+async def _probe(admin: Admin, appid: str, destination: str | None) -> Probe | None:
+    """The probing record of the address the deliveries go to, when it is being probed: the primary address's
+    (``destination`` None or ``primary``), else the further destination's, one ``appid``'s events go to."""
+    if not destination or destination == PRIMARY:
+        return await probing.of_instance(admin.shards, admin.settings, appid)
+    try:
+        inherited, own = await admin.store().destinations_for(appid)
+    except NotFound:
+        return None
+    urls = [d.url for d in (*inherited, *own) if d.id == destination]
+    # The instance's account's record of that address: probing is kept per account.
+    return await probing.of_instance(admin.shards, admin.settings, appid, urls[0]) if urls else None
 
 
 async def _show(admin: Admin, delivery_id: str) -> Delivery:

@@ -1,22 +1,28 @@
-"""How a route declares itself for ``/openapi.json``: its operation, with types.
+"""How a route declares itself, once: its operation, with its handler and types.
 
 Each product of the HTTP role (``receiver.endpoint``, ``receiver.gateway``,
 ``receiver.console``) lists its routes as :class:`Operation` values next to
 the types of their requests and answers (msgspec ``Struct`` types, and
-``Annotated`` types for parameters and headers). ``receiver.openapi`` turns
-every operation into the document with ``msgspec.json.schema_components``:
-no schema in the document is written by hand (words and security schemes are). The console
+``Annotated`` types for parameters and headers). Each names the handler
+that answers it: :func:`declared_routes` makes the Starlette routes from
+the same table that ``receiver.openapi`` turns into the document (with
+``msgspec.json.schema_components``), so a route cannot be served without
+being described, or described without being served. No schema in the
+document is written by hand (words and security schemes are). The console
 parses its request bodies with the same types (``receiver.console.requests``).
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Annotated, Any, Generic, Literal, TypeVar
 
 import msgspec
 from msgspec import Meta
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Route
 
 from svcgw import errors
 
@@ -29,7 +35,9 @@ __all__ = [
     "Ok",
     "Operation",
     "Param",
+    "RouteEndpoint",
     "Segment",
+    "declared_routes",
     "error_type",
     "path_param",
 ]
@@ -118,13 +126,19 @@ class Answer:
     headers: Mapping[str, Header] = field(default_factory=dict)
 
 
+RouteEndpoint = Callable[[Request], Awaitable[Response]]
+
+
 @dataclass(frozen=True)
 class Operation:
-    """One method on one path.
+    """One method on one path, and what answers it.
 
     ``body`` is the request body's type; a tuple of types is a body that
     takes one of several forms (``oneOf``). ``security`` names the schemes of
     ``receiver.openapi`` that each let the call through; empty: none needed.
+    ``handler`` answers the call: a module's function, or a method named on
+    its class (``Gateway.api``) that :func:`declared_routes` binds to the
+    object given; None for a route served otherwise (a mounted app).
     """
 
     method: str
@@ -138,3 +152,51 @@ class Operation:
     body: Any = None
     body_required: bool = True
     tags: Sequence[str] = ()
+    handler: Callable[..., Awaitable[Response]] | None = None
+
+
+Declared = TypeVar("Declared", bound=Operation)
+
+
+def declared_routes(
+    table: Iterable[Declared],
+    owners: Iterable[object] = (),
+    *,
+    prefix: str = "",
+    endpoint: Callable[[Declared, Callable[..., Awaitable[Response]]], RouteEndpoint] | None = None,
+) -> list[Route]:
+    """The routes of the operations of ``table`` that have a handler, in the table's order.
+
+    A method is bound to the one of ``owners`` whose class defines it. The
+    routes are mounted at ``prefix``, which each path starts with; ``endpoint``
+    wraps a bound handler as its operation says (who may call it, say).
+    """
+    given = tuple(owners)
+    routes: list[Route] = []
+    for item in table:
+        if item.handler is None:
+            continue
+        if not item.path.startswith(prefix):
+            raise ValueError(f"{item.operation_id}: {item.path} is not under {prefix}")
+        handler = _bound(item.handler, given)
+        routes.append(
+            Route(
+                item.path.removeprefix(prefix),
+                endpoint(item, handler) if endpoint else handler,
+                methods=[item.method.upper()],
+                name=item.operation_id,
+            )
+        )
+    return routes
+
+
+def _bound(
+    handler: Callable[..., Awaitable[Response]], owners: tuple[object, ...]
+) -> Callable[..., Awaitable[Response]]:
+    if handler.__qualname__ == handler.__name__:  # a module's function: called as it is
+        return handler
+    for owner in owners:
+        if getattr(type(owner), handler.__name__, None) is handler:
+            bound: Callable[..., Awaitable[Response]] = getattr(owner, handler.__name__)
+            return bound
+    raise LookupError(f"{handler.__qualname__}: no object of its class was given to bind it to")

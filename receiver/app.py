@@ -21,26 +21,27 @@ from collections.abc import AsyncIterator
 from starlette.applications import Starlette
 from starlette.middleware import Middleware
 from starlette.requests import ClientDisconnect
-from starlette.routing import BaseRoute, Mount, Route
+from starlette.routing import BaseRoute, Mount
 from starlette.types import Receive, Scope, Send
 
 from svcgw.config.settings import Settings
 from svcgw.errors import PlainRefusal
-from svcgw.intake.receivers import RECEIVER_PREFIX
 from svcgw.shards.serverfacts import SettingsWatch
 from svcgw.storage import layoutversion
 from svcgw.upstream import Upstream
 
+from .apispec import declared_routes
 from .console import console_routes
 from .dashboard import make_dashboard
 from .docs import docs_routes
 from .endpoint import Endpoint, direct_post, make_endpoint
+from .endpoint import schemas as endpoint_schemas
 from .gateway import Gateway, PathGuard, direct_operation
+from .gateway import schemas as gateway_schemas
 from .headers import NoSniff
-from .health import check_redis_settings, connect_shards, healthz, readyz
+from .health import check_redis_settings, connect_shards
 from .http import plain_refused
-from .metrics import metrics_endpoint
-from .openapi import openapi_endpoint
+from .openapi import SERVER
 from .services import Services, build_services
 
 __all__ = ["create_app"]
@@ -117,17 +118,10 @@ def create_app(settings: Settings, *, services: Services | None = None) -> Starl
     gateway = Gateway(services)
     receiver = make_endpoint(services.ingests or (services.ingest,), services.receiver_guard)
     routes: list[BaseRoute] = [
-        Route("/healthz", healthz, methods=["GET"]),
-        Route("/readyz", readyz, methods=["GET"]),
-        Route("/metrics", metrics_endpoint, methods=["GET"], name="metrics"),
-        Route(
-            RECEIVER_PREFIX + "{appid}/{token}",
-            receiver.handle,
-            methods=["POST"],
-            name="receiver",
-        ),
-        *gateway.routes(),
-        Route("/openapi.json", openapi_endpoint, methods=["GET"], name="openapi"),
+        # Each declared once, with its handler, in the table /openapi.json is made from.
+        *declared_routes(SERVER),
+        *declared_routes(endpoint_schemas.OPERATIONS, (receiver,)),
+        *declared_routes(gateway_schemas.OPERATIONS, (gateway,)),
         *docs_routes(),  # /docs: the interactive reference of /openapi.json
         *console_routes(services, gateway),
     ]

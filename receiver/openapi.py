@@ -8,11 +8,11 @@ answer as it is.
 
 Every route is an :class:`receiver.apispec.Operation` in the table of the
 part that defines it (``receiver.endpoint.schemas``,
-``receiver.gateway.schemas``, ``receiver.console.operations``,
-``.onboarding_operations`` and ``.destination_operations``, and
-:data:`SERVER` here); :data:`OPERATIONS` lists them. :func:`document` turns them into the document on each call:
-msgspec makes every schema from the operations' types, which are named
-in ``components``.
+``receiver.gateway.schemas``, ``receiver.console.API_OPERATIONS``, and
+:data:`SERVER` here), the table its router is made from too;
+:data:`OPERATIONS` lists them. :func:`document` turns them into the
+document on each call: msgspec makes every schema from the operations'
+types, which are named in ``components``.
 """
 
 from __future__ import annotations
@@ -27,9 +27,12 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from .apispec import JSON, Answer, Operation
-from .console import destination_operations, onboarding_operations, operations
+from .console import API_OPERATIONS as CONSOLE_OPERATIONS
+from .console import operations
 from .endpoint import schemas as endpoint
 from .gateway import schemas as gateway
+from .health import healthz, readyz
+from .metrics import metrics_endpoint
 
 __all__ = ["API_VERSION", "OPERATIONS", "SECURITY_SCHEMES", "document", "openapi_endpoint"]
 
@@ -59,17 +62,38 @@ class Health(msgspec.Struct):
     unreachable: list[int] | msgspec.UnsetType = msgspec.UNSET
 
 
+@functools.cache
+def _served() -> bytes:
+    # Made once per process: the tables do not change while it serves, and making it takes tens of ms.
+    return orjson.dumps(document())
+
+
+async def openapi_endpoint(request: Request) -> Response:
+    return Response(_served(), media_type="application/json")
+
+
+# The server's own routes; receiver.app routes them (and mounts /rq), from this table too.
 SERVER: tuple[Operation, ...] = (
-    Operation("get", "/healthz", "healthz", "The process answers", {200: Answer("alive", Health)}),
+    Operation("get", "/healthz", "healthz", "The process answers", {200: Answer("alive", Health)}, handler=healthz),
     Operation(
         "get",
         "/readyz",
         "readyz",
         "The process can reach its storage: every shard's Redis",
-        {200: Answer("ready: shard 0 answers (degraded when another does not)", Health),
-         503: Answer("not ready: shard 0 does not answer", Health)},
+        {
+            200: Answer("ready: shard 0 answers (degraded when another does not)", Health),
+            503: Answer("not ready: shard 0 does not answer", Health),
+        },
+        handler=readyz,
     ),
-    Operation("get", "/openapi.json", "openapi", "This document", {200: Answer("OpenAPI 3.1", dict[str, Any])}),
+    Operation(
+        "get",
+        "/openapi.json",
+        "openapi",
+        "This document",
+        {200: Answer("OpenAPI 3.1", dict[str, Any])},
+        handler=openapi_endpoint,
+    ),
     Operation(
         "get",
         "/metrics",
@@ -81,6 +105,7 @@ SERVER: tuple[Operation, ...] = (
             403: Answer("no SVCGW_METRICS_TOKEN: only a scrape from the host itself", str, "text/plain"),
             503: Answer("storage unavailable", str, "text/plain"),
         },
+        handler=metrics_endpoint,
     ),
     Operation(
         "get",
@@ -94,6 +119,7 @@ SERVER: tuple[Operation, ...] = (
             404: Answer("the dashboard is not configured"),
         },
         security=("DashboardBasic",),
+        # No handler: the dashboard is an app of its own, mounted when configured (receiver.app).
     ),
 )
 
@@ -102,9 +128,7 @@ OPERATIONS: list[Operation] = [
     *gateway.OPERATIONS,
     *endpoint.OPERATIONS,
     *SERVER,
-    *operations.OPERATIONS,
-    *onboarding_operations.OPERATIONS,
-    *destination_operations.OPERATIONS,
+    *CONSOLE_OPERATIONS,
 ]
 
 SECURITY_SCHEMES: dict[str, Any] = {
@@ -214,13 +238,3 @@ def document() -> dict[str, Any]:
         "paths": paths,
         "components": {"schemas": schema.components, "securitySchemes": dict(SECURITY_SCHEMES)},
     }
-
-
-@functools.cache
-def _served() -> bytes:
-    # Made once per process: the tables do not change while it serves, and making it takes tens of ms.
-    return orjson.dumps(document())
-
-
-async def openapi_endpoint(request: Request) -> Response:
-    return Response(_served(), media_type="application/json")

@@ -9,9 +9,13 @@ make their gateway calls through the app's one ``Gateway``. Signing in,
 invitations and the account page (``receiver.console.account``, with
 ``.signin``), API keys (``receiver.console.apikeys``) and further
 destinations (``receiver.console.destinations``, ``.destinationpages``) add
-their pages and API routes. ``console_routes(services, gateway)`` returns the
-mount: the JSON API's and the pages' side by side, each with its one handler
-of errors (``receiver.console.answers``).
+their pages and API routes. Each route of the JSON API is declared once,
+with its handler, in :data:`API_OPERATIONS` (``.operations``,
+``.onboarding_operations``, ``.destination_operations``): its router is
+made from them, as ``/openapi.json`` is (``receiver.apispec``).
+``console_routes(services, gateway)`` returns the mount: the JSON API's and
+the pages' side by side, each with its one handler of errors
+(``receiver.console.answers``).
 """
 
 from __future__ import annotations
@@ -24,6 +28,8 @@ from starlette.routing import BaseRoute, Mount
 
 from svcgw.registry.invitations import Invitations
 
+from ..apispec import declared_routes
+from . import destination_operations, onboarding_operations, operations
 from .account import AccountApi, AccountPages
 from .answers import api_handlers, page_handlers
 from .api import Api
@@ -42,7 +48,14 @@ if TYPE_CHECKING:
     from receiver.gateway import Gateway
     from receiver.services import Services
 
-__all__ = ["console_routes"]
+__all__ = ["API_OPERATIONS", "console_routes"]
+
+# Every route of the JSON API, in the order of /openapi.json.
+API_OPERATIONS: tuple[operations.ConsoleOperation, ...] = (
+    *operations.OPERATIONS,
+    *onboarding_operations.OPERATIONS,
+    *destination_operations.OPERATIONS,
+)
 
 
 def console_routes(services: Services, gateway: Gateway) -> list[BaseRoute]:
@@ -58,13 +71,8 @@ def console_routes(services: Services, gateway: Gateway) -> list[BaseRoute]:
     )
     api, pages, flow = Api(context), Pages(context), QrFlow(gateway, services)
     destinations = Destinations(services, service)
-    api_routes = [
-        *OnboardingApi(api, flow).routes(),
-        *api.routes(),
-        *AccountApi(api).routes(),
-        *KeyApi(api).routes(),
-        *DestinationApi(api, destinations).routes(),
-    ]
+    owners = (api, AccountApi(api), KeyApi(api), OnboardingApi(api, flow), DestinationApi(api, destinations))
+    api_routes = declared_routes(API_OPERATIONS, owners, prefix=operations.API, endpoint=api.endpoint)
     page_routes = [
         *OnboardingPages(pages, flow).routes(),
         *pages.routes(),

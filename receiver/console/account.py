@@ -297,19 +297,6 @@ class AccountApi:
         self.shared = _Shared(api.context)
         self.sessions = api.sessions
 
-    def routes(self) -> list[BaseRoute]:
-        return [
-            Route("/session", self.sign_in, methods=["POST"], name="api-sign-in"),
-            Route("/invitation", self.accept_invitation, methods=["POST"], name="api-invitation"),
-            Route("/password", self.api._change(self.change_password), methods=["PUT"], name="api-password"),
-            Route(
-                "/sessions",
-                self.api._wrap(self.sign_out_everywhere, change=True, counted=False),
-                methods=["DELETE"],
-                name="api-sign-out-everywhere",
-            ),
-        ]
-
     # Each raises what it refuses (a ConsoleHTTPError, PasswordRejected, Redis): receiver.console.answers.
     async def sign_in(self, request: Request) -> Response:
         document = await json_body(request)

@@ -13,11 +13,11 @@ shared with the gateway (``receiver.console.web``).
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING
 
 from msgspec import UNSET
 from starlette.requests import Request
 from starlette.responses import Response
-from starlette.routing import BaseRoute, Route
 
 from svcgw import errors
 from svcgw.intake.calllog import parse_since
@@ -26,6 +26,10 @@ from .requests import parsed_body
 from .schemas import CallbackRequest, OperationsRequest, ReplayRequest
 from .session import Session
 from .web import ConsoleHTTPError, Context, int_param, json_ok
+
+if TYPE_CHECKING:
+    from ..apispec import RouteEndpoint
+    from .operations import ConsoleOperation
 
 __all__ = ["Api"]
 
@@ -41,56 +45,19 @@ class Api:
         self.service = context.service
         self.sessions = context.sessions
 
-    def routes(self) -> list[BaseRoute]:
-        read, change = self._read, self._change
-        return [
-            Route("/session", read(self.whoami), methods=["GET"], name="api-session"),
-            Route(
-                "/session",
-                self._wrap(self.sign_out, change=True, counted=False),
-                methods=["DELETE"],
-                name="api-sign-out",
-            ),
-            Route("/instances", read(self.instances), methods=["GET"], name="api-instances"),
-            Route("/instances/{appid}", read(self.instance), methods=["GET"], name="api-instance"),
-            Route("/callback", read(self.get_callback), methods=["GET"], name="api-callback"),
-            Route("/callback", change(self.put_callback), methods=["PUT"], name="api-callback-set"),
-            Route("/callback/rotate-secret", change(self.rotate), methods=["POST"], name="api-callback-rotate"),
-            Route("/instances/{appid}/callback", read(self.get_callback), methods=["GET"]),
-            Route("/instances/{appid}/callback", change(self.put_callback), methods=["PUT"]),
-            Route("/instances/{appid}/callback/rotate-secret", change(self.rotate), methods=["POST"]),
-            Route("/instances/{appid}/log", read(self.log), methods=["GET"], name="api-log"),
-            Route("/dead-letters", read(self.dead_letters), methods=["GET"], name="api-dead-letters"),
-            Route("/dead-letters/replay", change(self.replay), methods=["POST"], name="api-replay"),
-            Route("/dead-letters/{delivery_id}", read(self.dead_letter), methods=["GET"], name="api-dead-letter"),
-            Route("/instances/{appid}/deliveries", read(self.deliveries), methods=["GET"], name="api-deliveries"),
-            Route("/deliveries/{delivery_id}", read(self.delivery), methods=["GET"], name="api-delivery"),
-            Route("/deliveries/{delivery_id}/retry", change(self.retry_now), methods=["POST"], name="api-retry-now"),
-            Route("/failing-destinations", read(self.failing), methods=["GET"], name="api-failing"),
-            Route("/probing-destinations", read(self.probing), methods=["GET"], name="api-probing"),
-            Route("/operations", read(self.operations), methods=["GET"], name="api-operations"),
-            Route("/operations/deny", change(self.deny), methods=["POST"], name="api-deny"),
-            Route("/operations/allow", change(self.allow), methods=["POST"], name="api-allow"),
-        ]
-
-    # --- wrappers: who is calling ----------------------------------------------------
-    def _read(self, handler: Handler) -> Callable[[Request], Awaitable[Response]]:
-        return self._wrap(handler, change=False)
-
-    def _change(self, handler: Handler) -> Callable[[Request], Awaitable[Response]]:
-        return self._wrap(handler, change=True)
-
-    def _wrap(
-        self, handler: Handler, *, change: bool, counted: bool | None = None
-    ) -> Callable[[Request], Awaitable[Response]]:
-        """``counted`` (a change by default): the call counts against the account's rate limit."""
-        count = change if counted is None else counted
+    # --- the endpoint of each declared operation (receiver.console.operations) ----------------
+    def endpoint(self, item: ConsoleOperation, handler: Callable[..., Awaitable[Response]]) -> RouteEndpoint:
+        """``handler`` for a signed-in caller, checked and counted as ``item`` says; signing in, as it is."""
+        if not item.signed_in:
+            return handler
+        signed_in: Handler = handler
+        change, counted = item.change, item.counted
 
         async def endpoint(request: Request) -> Response:
             session = await self.context.api_session(request, change=change)
-            if count:
+            if counted:
                 await self.context.count_change(session)
-            return await handler(request, session)
+            return await signed_in(request, session)
 
         return endpoint
 

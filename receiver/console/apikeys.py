@@ -142,14 +142,6 @@ class KeyApi:
         self.api = api
         self.keys = Keys(api.service.store)
 
-    def routes(self) -> list[BaseRoute]:
-        read, change = self.api._read, self.api._change
-        return [
-            Route("/keys", read(self.listed), methods=["GET"], name="api-keys"),
-            Route("/keys", change(self.create), methods=["POST"], name="api-key-create"),
-            Route("/keys/{key_id}", change(self.revoke), methods=["DELETE"], name="api-key-revoke"),
-        ]
-
     async def listed(self, request: Request, session: Session) -> Response:
         return json_ok({"keys": [_view(key) for key in await self.keys.of(session.account)]})
 

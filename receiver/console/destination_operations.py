@@ -1,10 +1,11 @@
-"""The console's further destinations (``receiver.console.destinations``) in ``/openapi.json``."""
+"""The console's further destinations (``receiver.console.destinations``): their routes, declared once."""
 
 from __future__ import annotations
 
-from ..apispec import Operation, Param, path_param
+from ..apispec import Param, path_param
 from . import schemas as s
-from .operations import APPID, BEFORE, Limit, err, ok, op
+from .destinations import DestinationApi
+from .operations import APPID, BEFORE, ConsoleOperation, Limit, err, ok, op
 
 __all__ = ["OPERATIONS"]
 
@@ -22,7 +23,7 @@ SAVED_NOTE = (
 )
 
 
-def _listing(scope: str, path: str, found: bool) -> list[Operation]:
+def _listing(scope: str, path: str, found: bool) -> list[ConsoleOperation]:
     params = (APPID,) if found else ()
     target = "this instance" if found else "all the account's instances"
     whose = "the instance's own (the list also names the account's, which it takes too)" if found else "the account's"
@@ -33,6 +34,7 @@ def _listing(scope: str, path: str, found: bool) -> list[Operation]:
             f"console{scope}Destinations",
             f"Further destinations: {whose}, oldest first (no signing secrets)",
             ok(s.DestinationList),
+            handler=DestinationApi.listed,
             params=params,
             found=found,
             extra={404: NOT_FOUND} if found else None,
@@ -43,6 +45,7 @@ def _listing(scope: str, path: str, found: bool) -> list[Operation]:
             f"consoleAdd{scope}Destination",
             f"Add a further destination for {target}",
             ok(s.SavedDestination, "created, with its test POST's outcome"),
+            handler=DestinationApi.add,
             status=201,
             change=True,
             found=found,
@@ -55,7 +58,7 @@ def _listing(scope: str, path: str, found: bool) -> list[Operation]:
     ]
 
 
-OPERATIONS: tuple[Operation, ...] = (
+OPERATIONS: tuple[ConsoleOperation, ...] = (
     *_listing("Account", "/destinations", False),
     *_listing("Instance", "/instances/{appid}/destinations", True),
     op(
@@ -67,6 +70,7 @@ OPERATIONS: tuple[Operation, ...] = (
         found=True,
         params=(DESTINATION_ID,),
         extra={404: NOT_FOUND},
+        handler=DestinationApi.show,
     ),
     op(
         "patch",
@@ -86,6 +90,7 @@ OPERATIONS: tuple[Operation, ...] = (
             "otherwise."
         ),
         extra={400: BAD, 404: NOT_FOUND},
+        handler=DestinationApi.update,
     ),
     op(
         "delete",
@@ -97,6 +102,7 @@ OPERATIONS: tuple[Operation, ...] = (
         found=True,
         params=(DESTINATION_ID,),
         extra={404: NOT_FOUND},
+        handler=DestinationApi.remove,
     ),
     op(
         "post",
@@ -108,6 +114,7 @@ OPERATIONS: tuple[Operation, ...] = (
         found=True,
         params=(DESTINATION_ID,),
         extra={404: NOT_FOUND},
+        handler=DestinationApi.rotate,
     ),
     op(
         "post",
@@ -120,6 +127,7 @@ OPERATIONS: tuple[Operation, ...] = (
         params=(DESTINATION_ID,),
         description="Not queued, not retried, not in the callback log. No body.",
         extra={404: NOT_FOUND},
+        handler=DestinationApi.test,
     ),
     op(
         "get",
@@ -135,5 +143,6 @@ OPERATIONS: tuple[Operation, ...] = (
             "GET /dead-letters?destination=<id>."
         ),
         extra={404: NOT_FOUND},
+        handler=DestinationApi.deliveries,
     ),
 )

@@ -42,7 +42,6 @@ from typing import TYPE_CHECKING, Any
 from msgspec import UNSET
 from starlette.requests import Request
 from starlette.responses import Response
-from starlette.routing import BaseRoute, Route
 
 from svcgw.callbacks.addresses import check_for_service
 from svcgw.callbacks.testpost import CallbackTestResult
@@ -230,26 +229,6 @@ class DestinationApi:
     def __init__(self, api: Api, destinations: Destinations) -> None:
         self.api = api
         self.destinations = destinations
-
-    def routes(self) -> list[BaseRoute]:
-        read, change = self.api._read, self.api._change
-        return [
-            Route("/destinations", read(self.listed), methods=["GET"], name="api-destinations"),
-            Route("/destinations", change(self.add), methods=["POST"], name="api-destination-add"),
-            Route("/instances/{appid}/destinations", read(self.listed), methods=["GET"]),
-            Route("/instances/{appid}/destinations", change(self.add), methods=["POST"]),
-            Route("/destinations/{destination_id}", read(self.show), methods=["GET"], name="api-destination"),
-            Route("/destinations/{destination_id}", change(self.update), methods=["PATCH"]),
-            Route("/destinations/{destination_id}", change(self.remove), methods=["DELETE"]),
-            Route("/destinations/{destination_id}/rotate-secret", change(self.rotate), methods=["POST"]),
-            Route("/destinations/{destination_id}/test", change(self.test), methods=["POST"]),
-            Route(
-                "/destinations/{destination_id}/deliveries",
-                read(self.deliveries),
-                methods=["GET"],
-                name="api-destination-deliveries",
-            ),
-        ]
 
     async def listed(self, request: Request, session: Session) -> Response:
         appid = request.path_params.get("appid")

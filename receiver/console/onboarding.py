@@ -97,24 +97,6 @@ class OnboardingApi:
         self.api = api
         self.flow = flow
 
-    def routes(self) -> list[BaseRoute]:
-        def change(handler: Handler) -> Callable[[Request], Awaitable[Response]]:
-            return self.api._wrap(handler, change=True, counted=False)
-
-        read = self.api._read
-
-        return [
-            Route("/instances/new", change(self.begin), methods=["POST"], name="api-new-instance"),
-            Route("/logins/{attempt}", read(self.poll), methods=["GET"], name="api-login"),
-            Route("/logins/{attempt}/code", change(self.code), methods=["POST"], name="api-login-code"),
-            Route("/logins/{attempt}/renew", change(self.renew), methods=["POST"], name="api-login-renew"),
-            Route("/instances/{appid}/relogin", change(self.relogin), methods=["POST"], name="api-relogin"),
-            Route("/instances/{appid}/qr-login", change(self.qr_login), methods=["POST"], name="api-qr-login"),
-            Route("/instances/{appid}/stop", change(self.stop), methods=["POST"], name="api-stop"),
-            Route("/instances/{appid}/start", change(self.start), methods=["POST"], name="api-start"),
-            Route("/instances/{appid}/logout", change(self.logout), methods=["POST"], name="api-logout"),
-        ]
-
     async def begin(self, request: Request, session: Session) -> Response:
         body = await parsed_body(request, LoginOptions)
         attempt = await self.flow.begin(

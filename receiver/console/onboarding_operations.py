@@ -1,12 +1,16 @@
-"""The console's QR login and instance actions (``receiver.console.onboarding``) in ``/openapi.json``."""
+"""The console's QR login and instance actions (``receiver.console.onboarding``): their routes, declared once."""
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from typing import Any
 
-from ..apispec import Answer, Ok, Operation, path_param
+from starlette.responses import Response
+
+from ..apispec import Answer, Ok, path_param
 from . import schemas as s
-from .operations import APPID, LIMITED, err, op
+from .onboarding import OnboardingApi
+from .operations import APPID, LIMITED, ConsoleOperation, err, op
 
 __all__ = ["OPERATIONS"]
 
@@ -30,11 +34,12 @@ def step(
     summary: str,
     data: Any,
     *,
+    handler: Callable[..., Awaitable[Response]],
     status: int = 200,
     method: str = "post",
     found: bool = True,
     **extra: Any,
-) -> Operation:
+) -> ConsoleOperation:
     """A step of a QR login or an instance action: a gateway call, refused as the gateway refuses it.
 
     Its success is ``status`` with ``data``; the capability layer's refusal is HTTP 200.
@@ -50,6 +55,7 @@ def step(
         operation_id,
         summary,
         answers.pop(status),
+        handler=handler,
         status=status,
         change=change,
         counted=False,
@@ -61,7 +67,7 @@ def step(
     )
 
 
-OPERATIONS: tuple[Operation, ...] = (
+OPERATIONS: tuple[ConsoleOperation, ...] = (
     step(
         "/instances/new",
         "consoleNewInstance",
@@ -70,6 +76,7 @@ OPERATIONS: tuple[Operation, ...] = (
         status=201,
         found=False,
         body=s.LoginOptions,
+        handler=OnboardingApi.begin,
     ),
     step(
         "/logins/{attempt}",
@@ -79,6 +86,7 @@ OPERATIONS: tuple[Operation, ...] = (
         method="get",
         params=(ATTEMPT,),
         description="A code older than its refreshInterval that nobody scanned is replaced.",
+        handler=OnboardingApi.poll,
     ),
     step(
         "/logins/{attempt}/code",
@@ -87,9 +95,15 @@ OPERATIONS: tuple[Operation, ...] = (
         s.ConsoleLogin,
         params=(ATTEMPT,),
         body=s.CodeRequest,
+        handler=OnboardingApi.code,
     ),
     step(
-        "/logins/{attempt}/renew", "consoleLoginRenew", "A new QR code for the login", s.ConsoleLogin, params=(ATTEMPT,)
+        "/logins/{attempt}/renew",
+        "consoleLoginRenew",
+        "A new QR code for the login",
+        s.ConsoleLogin,
+        params=(ATTEMPT,),
+        handler=OnboardingApi.renew,
     ),
     step(
         "/instances/{appid}/relogin",
@@ -99,6 +113,7 @@ OPERATIONS: tuple[Operation, ...] = (
         params=(APPID,),
         body=s.ReloginRequest,
         body_required=False,
+        handler=OnboardingApi.relogin,
     ),
     step(
         "/instances/{appid}/qr-login",
@@ -108,8 +123,16 @@ OPERATIONS: tuple[Operation, ...] = (
         status=201,
         params=(APPID,),
         body=s.LoginOptions,
+        handler=OnboardingApi.qr_login,
     ),
-    step("/instances/{appid}/stop", "consoleStop", "long/stop", s.InstanceDone, params=(APPID,)),
+    step(
+        "/instances/{appid}/stop",
+        "consoleStop",
+        "long/stop",
+        s.InstanceDone,
+        params=(APPID,),
+        handler=OnboardingApi.stop,
+    ),
     step(
         "/instances/{appid}/start",
         "consoleStart",
@@ -117,6 +140,7 @@ OPERATIONS: tuple[Operation, ...] = (
         s.InstanceDone,
         params=(APPID,),
         body=s.StartRequest,
+        handler=OnboardingApi.start,
     ),
     step(
         "/instances/{appid}/logout",
@@ -124,5 +148,6 @@ OPERATIONS: tuple[Operation, ...] = (
         "login/logout: the session key is destroyed",
         s.InstanceDone,
         params=(APPID,),
+        handler=OnboardingApi.logout,
     ),
 )

@@ -1,20 +1,29 @@
-"""The console JSON API's operations in ``/openapi.json``, from the types of ``receiver.console.schemas``.
+"""The console JSON API's routes: each declared once, with its handler and the types of ``receiver.console.schemas``.
 
-``receiver.openapi`` turns them into the document. The shape every console
-operation shares is here: who may call it (a session or an API key), and
-the errors each kind of call can answer.
+``receiver.console`` makes the JSON API's router from them, and
+``receiver.openapi`` the document (``receiver.apispec``). The shape every
+console operation shares is here: who may call it (a session or an API
+key), whether it is a change (CSRF) that counts against the rate limit, and
+the errors each kind of call can answer. The further destinations' routes
+are in ``.destination_operations``, the QR login's in ``.onboarding_operations``.
 """
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from typing import Annotated, Any
 
 from msgspec import Meta
+from starlette.responses import Response
 
 from ..apispec import Answer, Error, Header, Ok, Operation, Param, path_param
 from . import schemas as s
+from .account import AccountApi
+from .api import Api
+from .apikeys import KeyApi
 
-__all__ = ["LIMITED", "OPERATIONS", "SECURITY_SCHEMES", "err", "ok", "op"]
+__all__ = ["LIMITED", "OPERATIONS", "SECURITY_SCHEMES", "ConsoleOperation", "err", "ok", "op"]
 
 API = "/console/api"
 SECURITY = ("ConsoleSession", "ConsoleApiKey")
@@ -31,6 +40,19 @@ DELIVERY_ID = path_param("delivery_id")
 KEY_ID = path_param("key_id")
 Limit = Annotated[int, Meta(ge=1, le=200)]
 RETRY_AFTER = Header(Annotated[int, Meta(ge=1)])
+
+
+@dataclass(frozen=True)
+class ConsoleOperation(Operation):
+    """A console operation: made by a signed-in caller (all but signing in), a change or a read, counted or not.
+
+    A change needs the CSRF header with a session cookie; a counted one counts against the account's rate
+    limit. ``Api.endpoint`` wraps the handler so.
+    """
+
+    signed_in: bool = True
+    change: bool = False
+    counted: bool = False
 
 
 def err(description: str) -> Answer:
@@ -53,6 +75,7 @@ def op(
     summary: str,
     ok: Answer,
     *,
+    handler: Callable[..., Awaitable[Response]],
     change: bool = False,
     found: bool = False,
     bad: bool = False,
@@ -64,10 +87,11 @@ def op(
     params: tuple[Param, ...] = (),
     status: int = 200,
     extra: dict[int, Answer] | None = None,
-) -> Operation:
-    """A console operation; ``counted`` (a change by default): it counts against the rate limit.
+) -> ConsoleOperation:
+    """A console operation of a signed-in caller, answered by ``handler``.
 
-    ``status`` is the success's; ``note`` ends the description; ``extra`` adds or replaces answers.
+    ``counted`` (a change by default): it counts against the rate limit. ``status`` is the success's;
+    ``note`` ends the description; ``extra`` adds or replaces answers.
     """
     counted = change if counted is None else counted
     answers: dict[int, Answer] = {status: ok, 401: err("code 401: not signed in")}
@@ -85,7 +109,7 @@ def op(
         answers[415] = err("code -41500: a JSON body was expected")
     answers[503] = err("code -50002: storage temporarily unavailable")
     answers.update(extra or {})
-    return Operation(
+    return ConsoleOperation(
         method,
         API + path,
         operation_id,
@@ -97,6 +121,9 @@ def op(
         body=body,
         body_required=body_required,
         tags=("console",),
+        handler=handler,
+        change=change,
+        counted=counted,
     )
 
 
@@ -104,7 +131,7 @@ def ok(data: Any, description: str = "success") -> Answer:
     return Answer(description, Ok[data])
 
 
-def _callback(scope: str, params: tuple[Param, ...]) -> list[Operation]:
+def _callback(scope: str, params: tuple[Param, ...]) -> list[ConsoleOperation]:
     path = "/instances/{appid}/callback" if params else "/callback"
     found = bool(params)
     return [
@@ -114,6 +141,7 @@ def _callback(scope: str, params: tuple[Param, ...]) -> list[Operation]:
             f"consoleGet{scope}Callback",
             f"The {scope.lower()} callback settings",
             ok(s.ConsoleCallback),
+            handler=Api.get_callback,
             params=params,
             found=found,
         ),
@@ -123,6 +151,7 @@ def _callback(scope: str, params: tuple[Param, ...]) -> list[Operation]:
             f"consoleSet{scope}Callback",
             f"Save the {scope.lower()} callback address; a non-empty one gets one SvcCallbackTest POST",
             ok(s.SavedCallback),
+            handler=Api.put_callback,
             change=True,
             found=found,
             bad=True,
@@ -154,7 +183,7 @@ LIMITED_SIGN_IN = Answer(
     Error,
     headers={"Retry-After": RETRY_AFTER},
 )
-SIGN_IN = Operation(
+SIGN_IN = ConsoleOperation(
     "post",
     API + "/session",
     "consoleSignIn",
@@ -173,8 +202,10 @@ SIGN_IN = Operation(
     ),
     body=(s.SignInWithPassword, s.SignInWithKey),
     tags=("console",),
+    handler=AccountApi.sign_in,
+    signed_in=False,
 )
-INVITATION = Operation(
+INVITATION = ConsoleOperation(
     "post",
     API + "/invitation",
     "consoleAcceptInvitation",
@@ -188,12 +219,14 @@ INVITATION = Operation(
     },
     body=s.InvitationRequest,
     tags=("console",),
+    handler=AccountApi.accept_invitation,
+    signed_in=False,
 )
 
-OPERATIONS: tuple[Operation, ...] = (
+OPERATIONS: tuple[ConsoleOperation, ...] = (
     # Signing in, the session, the account (receiver.console.account, .api).
     SIGN_IN,
-    op("get", "/session", "consoleSession", "Who is signed in, and the CSRF token", ok(s.SignedIn)),
+    op("get", "/session", "consoleSession", "Who is signed in, and the CSRF token", ok(s.SignedIn), handler=Api.whoami),
     op(
         "delete",
         "/session",
@@ -202,6 +235,7 @@ OPERATIONS: tuple[Operation, ...] = (
         ok(s.SignedOut),
         change=True,
         counted=False,
+        handler=Api.sign_out,
     ),
     INVITATION,
     op(
@@ -215,6 +249,7 @@ OPERATIONS: tuple[Operation, ...] = (
         body=s.PasswordRequest,
         description="A wrong current password is -40330 (403) and counts as a failed sign-in.",
         extra={403: err("code -40310: CSRF token missing or wrong; code -40330: the current password is wrong")},
+        handler=AccountApi.change_password,
     ),
     op(
         "delete",
@@ -224,9 +259,17 @@ OPERATIONS: tuple[Operation, ...] = (
         ok(s.SignedOut),
         change=True,
         counted=False,
+        handler=AccountApi.sign_out_everywhere,
     ),
     # Instances and their callbacks (receiver.console.api).
-    op("get", "/instances", "consoleInstances", "The account's instances", ok(list[s.ConsoleInstance])),
+    op(
+        "get",
+        "/instances",
+        "consoleInstances",
+        "The account's instances",
+        ok(list[s.ConsoleInstance]),
+        handler=Api.instances,
+    ),
     op(
         "get",
         "/instances/{appid}",
@@ -235,6 +278,7 @@ OPERATIONS: tuple[Operation, ...] = (
         ok(s.ConsoleInstance),
         params=(APPID,),
         found=True,
+        handler=Api.instance,
     ),
     *_callback("Account", ()),
     op(
@@ -244,6 +288,7 @@ OPERATIONS: tuple[Operation, ...] = (
         "New signing secret for the account default",
         ok(s.ConsoleCallback),
         change=True,
+        handler=Api.rotate,
     ),
     *_callback("Instance", (APPID,)),
     op(
@@ -255,6 +300,7 @@ OPERATIONS: tuple[Operation, ...] = (
         change=True,
         params=(APPID,),
         found=True,
+        handler=Api.rotate,
     ),
     # The callback log, dead letters and deliveries.
     op(
@@ -266,6 +312,7 @@ OPERATIONS: tuple[Operation, ...] = (
         found=True,
         bad=True,
         params=(APPID, Param("limit", Limit), BEFORE),
+        handler=Api.log,
     ),
     op(
         "get",
@@ -281,6 +328,7 @@ OPERATIONS: tuple[Operation, ...] = (
             Param("limit", Limit),
             Param("offset", Annotated[int, Meta(ge=0)]),
         ),
+        handler=Api.dead_letters,
     ),
     op(
         "get",
@@ -290,6 +338,7 @@ OPERATIONS: tuple[Operation, ...] = (
         ok(dict[str, Any]),
         found=True,
         params=(DELIVERY_ID,),
+        handler=Api.dead_letter,
     ),
     op(
         "post",
@@ -301,6 +350,7 @@ OPERATIONS: tuple[Operation, ...] = (
         found=True,
         bad=True,
         body=s.ReplayRequest,
+        handler=Api.replay,
     ),
     op(
         "get",
@@ -323,6 +373,7 @@ OPERATIONS: tuple[Operation, ...] = (
             Param("limit", Limit),
             BEFORE,
         ),
+        handler=Api.deliveries,
     ),
     op(
         "get",
@@ -332,6 +383,7 @@ OPERATIONS: tuple[Operation, ...] = (
         ok(s.ConsoleDelivery),
         found=True,
         params=(DELIVERY_ID,),
+        handler=Api.delivery,
     ),
     op(
         "post",
@@ -348,6 +400,7 @@ OPERATIONS: tuple[Operation, ...] = (
             "delivery is not retrying (pending, delivered, dead) or its attempt is already under way."
         ),
         extra={409: err("code -40900: the delivery is not retrying, or its next attempt is already under way")},
+        handler=Api.retry_now,
     ),
     op(
         "get",
@@ -357,6 +410,7 @@ OPERATIONS: tuple[Operation, ...] = (
         ok(s.Failing),
         found=True,
         params=(APPID_QUERY,),
+        handler=Api.failing,
     ),
     op(
         "get",
@@ -366,9 +420,17 @@ OPERATIONS: tuple[Operation, ...] = (
         ok(s.Probing),
         found=True,
         params=(APPID_QUERY,),
+        handler=Api.probing,
     ),
     # Controlled operations.
-    op("get", "/operations", "consoleDenied", "Controlled operations the account may not call", DENIED),
+    op(
+        "get",
+        "/operations",
+        "consoleDenied",
+        "Controlled operations the account may not call",
+        DENIED,
+        handler=Api.operations,
+    ),
     op(
         "post",
         "/operations/deny",
@@ -378,6 +440,7 @@ OPERATIONS: tuple[Operation, ...] = (
         change=True,
         bad=True,
         body=s.OperationsRequest,
+        handler=Api.deny,
     ),
     op(
         "post",
@@ -389,9 +452,17 @@ OPERATIONS: tuple[Operation, ...] = (
         bad=True,
         body=s.OperationsRequest,
         extra=OPERATOR_DENIAL,
+        handler=Api.allow,
     ),
     # API keys (receiver.console.apikeys).
-    op("get", "/keys", "consoleKeys", "The account's API keys: in use first, then revoked", ok(s.KeyList)),
+    op(
+        "get",
+        "/keys",
+        "consoleKeys",
+        "The account's API keys: in use first, then revoked",
+        ok(s.KeyList),
+        handler=KeyApi.listed,
+    ),
     op(
         "post",
         "/keys",
@@ -402,6 +473,7 @@ OPERATIONS: tuple[Operation, ...] = (
         change=True,
         bad=True,
         body=s.NewKeyRequest,
+        handler=KeyApi.create,
     ),
     op(
         "delete",
@@ -412,5 +484,6 @@ OPERATIONS: tuple[Operation, ...] = (
         change=True,
         found=True,
         params=(KEY_ID,),
+        handler=KeyApi.revoke,
     ),
 )

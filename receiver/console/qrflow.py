@@ -57,10 +57,6 @@ if TYPE_CHECKING:
 __all__ = ["QrFlow"]
 
 
-def _is_closed_message(message: str) -> bool:
-    return message.strip().endswith("long connection closed")
-
-
 class QrFlow:
     """The QR login and the instance actions, each step a gateway call for the account."""
 

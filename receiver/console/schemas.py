@@ -340,6 +340,9 @@ class ProbingDestination(msgspec.Struct):
     answering: Annotated[bool, Meta(description="it answers again and is opening back up")] | UnsetType = UNSET
     last_change: float | UnsetType = UNSET
     appids: Strings | UnsetType = UNSET
+    destinations: (
+        Annotated[Strings, Meta(description="the further destinations (dst_…) at this address")] | UnsetType
+    ) = UNSET
 
 
 class Probing(msgspec.Struct):

@@ -332,14 +332,28 @@ class ConsoleService:
 
     async def probing(self, account: str, appid: str | None = None) -> list[dict[str, Any]]:
         """The account's destinations being probed (``svcgw.delivery.probing``: their attempts time out, so
-        they get fewer at a time), with the instances that use each. With ``appid``, as :meth:`failing`.
-        The account's own records only: another account's attempts to the same hosts are none of its business."""
+        they get fewer at a time), with the instances whose callback address is each and the further
+        destinations (``dst_…``) whose address is. With ``appid``, as :meth:`failing`, and the further
+        destinations its events go to. The account's own records only: another account's attempts to the
+        same hosts are none of its business."""
         users = await self._destinations(account, appid)
-        found = await probing.probing_anywhere(self.texts, self.settings, users, account=account)
+        further = await self._further_destinations(account, appid)
+        found = await probing.probing_anywhere(self.texts, self.settings, {*users, *further}, account=account)
         return [
-            {**record.as_dict(), "appids": users.get(name, [])}
+            {**record.as_dict(), "appids": users.get(name, []), "destinations": further.get(name, [])}
             for name, record in sorted(found.items(), key=lambda item: item[1].since)
         ]
+
+    async def _further_destinations(self, account: str, appid: str | None) -> dict[str, list[str]]:
+        """The origins of the further destinations of the account and its instances (or those ``appid``'s events
+        go to: its account's and its own), each with the ids of the destinations there."""
+        appids = [appid] if appid is not None else await self.store.instances_of(account)
+        by_origin: dict[str, list[str]] = {}
+        for config in await self.store.destinations_of(account, appids):
+            origin = failingdestinations.destination_of(config.url)
+            if origin:
+                by_origin.setdefault(origin, []).append(config.id)
+        return by_origin
 
     async def _destinations(self, account: str, appid: str | None) -> dict[str, list[str]]:
         """The destinations of the account's instances (or of ``appid`` alone), each with the instances using it."""

@@ -1,4 +1,7 @@
-"""The receiver endpoint's part of ``/openapi.json``: its request and answer types.
+"""The receiver endpoint's route, declared once with its handler, and its request and answer types.
+
+The app's router and ``/openapi.json`` are both made from :data:`OPERATIONS`
+(``receiver.apispec``).
 
 The endpoint reads a post with ``svcgw.intake.envelope`` (raw bytes, ids kept
 digit for digit), not with these types: they describe the post for the
@@ -15,6 +18,7 @@ from msgspec import UNSET, Meta, UnsetType
 from svcgw.intake.receivers import RECEIVER_PREFIX
 
 from ..apispec import RETRY_AFTER, Answer, Error, Operation, Param
+from .receive import Endpoint
 
 __all__ = ["OPERATIONS", "ReceiverAnswer", "ReceiverPost"]
 
@@ -74,5 +78,6 @@ OPERATIONS = (
             ),
             503: Answer("storage unavailable; retry", Error, headers={"Retry-After": RETRY_AFTER}),
         },
+        handler=Endpoint.handle,
     ),
 )

@@ -16,7 +16,6 @@ from typing import TYPE_CHECKING
 
 from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
-from starlette.routing import BaseRoute, Route
 from starlette.types import Receive, Scope, Send
 
 from svcgw import errors
@@ -61,12 +60,6 @@ class Gateway:
         self.key_guard = services.key_guard
         self.inflight = InflightBytes(settings.account_inflight_bytes)
         self.operations = Operations(services)
-
-    def routes(self) -> list[BaseRoute]:
-        return [
-            Route(API_PATH, self.api, methods=["POST"], name="gateway"),
-            Route(SET_CALLBACK_PATH, self.set_callback, methods=["POST"], name="set-callback"),
-        ]
 
     # --- endpoints ----------------------------------------------------------
     async def direct(self, scope: Scope, receive: Receive, send: Send, module: str, action: str) -> None:

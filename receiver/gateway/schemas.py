@@ -1,6 +1,7 @@
-"""The gateway API's part of ``/openapi.json``: its request and answer types.
+"""The gateway API's routes, declared once with their handlers, and their request and answer types.
 
-These types describe the gateway's operations for the document only. The
+The app's router and ``/openapi.json`` are both made from :data:`OPERATIONS`
+(``receiver.apispec``). These types describe the gateway's operations for the document only. The
 gateway is a byte-exact pass-through on the service's hot path: it never
 decodes a request with them, and keeps its own cheap checks
 (``receiver.gateway.body``) on the raw bytes, so typed parsing costs the
@@ -17,7 +18,7 @@ from msgspec import UNSET, Meta, UnsetType
 from svcgw import errors
 
 from ..apispec import RETRY_AFTER, Answer, Operation, error_type, path_param
-from .handlers import API_PATH, SET_CALLBACK_PATH
+from .handlers import API_PATH, SET_CALLBACK_PATH, Gateway
 
 __all__ = ["OPERATIONS"]
 
@@ -137,6 +138,7 @@ OPERATIONS = (
             **REFUSALS,
             402: Answer("device quota full (device/create)", QuotaFull),
         },
+        handler=Gateway.api,
     ),
     Operation(
         "post",
@@ -147,5 +149,6 @@ OPERATIONS = (
         security=API_KEY,
         body=SetCallbackRequest,
         answers={200: Answer("address stored", SetCallbackAnswer), **REFUSALS},
+        handler=Gateway.set_callback,
     ),
 )

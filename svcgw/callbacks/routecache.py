@@ -28,7 +28,7 @@ from redis.asyncio import Redis
 from svcgw.callbacks.routes import route
 from svcgw.storage.keys import KeySpace
 
-__all__ = ["KEPT_INSTANCES", "NO_ROUTES", "Routes", "RoutesCache"]
+__all__ = ["KEPT_INSTANCES", "NO_ROUTES", "Routes", "RoutesCache", "read_routes"]
 
 # Instances whose records (and, apart, whose accounts) one process keeps at most: the least
 # recently posted to are forgotten first, and read again at their next post.
@@ -121,15 +121,24 @@ class RoutesCache:
                 return NO_ROUTES  # no such instance on this shard: the script refuses its post anyway
             account = _text(found)
             _bounded(self._accounts, appid, account, self._kept)
-        async with self.redis.pipeline(transaction=False) as pipe:
-            pipe.hgetall(self.keys.routes_account(account))
-            pipe.hgetall(self.keys.routes_instance(appid))
-            of_account, of_instance = await pipe.execute()
-        routes = Routes(_record(of_account), _record(of_instance))
-        if not routes.account and not routes.instance:
-            routes = NO_ROUTES
+        routes = await read_routes(self.redis, self.keys, account, appid)
         self.keep(appid, routes, read_at)
         return routes
+
+
+async def read_routes(redis: Redis, keys: KeySpace, account: str, appid: str) -> Routes:
+    """``appid``'s two routing records as they are now on its shard (``redis``, ``keys``), in one pipeline.
+
+    What the cache reads for a receiver's posts, and what a service event of the instance
+    (``InstanceOffline``, ``InstanceRecovered``: :mod:`svcgw.liveness.transitions`) reads when it
+    is queued, so both go to the same destinations.
+    """
+    async with redis.pipeline(transaction=False) as pipe:
+        pipe.hgetall(keys.routes_account(account))
+        pipe.hgetall(keys.routes_instance(appid))
+        of_account, of_instance = await pipe.execute()
+    routes = Routes(_record(of_account), _record(of_instance))
+    return NO_ROUTES if not routes.account and not routes.instance else routes
 
 
 def _record(raw: Mapping[Any, Any]) -> dict[str, str]:

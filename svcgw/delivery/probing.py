@@ -279,19 +279,25 @@ async def probing_anywhere(
     return current(by, settings, time.time() if now is None else now)
 
 
-async def of_instance(shards: Sequence[ShardRedis], settings: Settings, appid: str) -> Probe | None:
-    """The record of the destination ``appid``'s deliveries go to (its own address, or its account's default),
-    its account's, when that destination is being probed: what ``svcgw deliveries`` shows beside them."""
+async def of_instance(
+    shards: Sequence[ShardRedis], settings: Settings, appid: str, url: str | None = None
+) -> Probe | None:
+    """The record of the destination ``appid``'s deliveries go to (its own address, or its account's default;
+    with ``url``, that address: a further destination's), its account's, when that destination is being
+    probed: what ``svcgw deliveries`` shows beside them."""
     redis, keys = await instance_shard(shards, appid)
     async with redis.pipeline(transaction=False) as pipe:
         pipe.hget(keys.instance(appid), "account")
         pipe.hget(keys.callback_instance(appid), "url")
-        account, url = await pipe.execute()
+        account, own = await pipe.execute()
     if not account:
         return None
-    if not url:
-        url = await redis.hget(keys.callback_account(_text(account)), "url")
-    destination = destination_of(_text(url)) if url else ""
+    if url is None:
+        url = _text(own) if own else None
+        if not url:
+            default = await redis.hget(keys.callback_account(_text(account)), "url")
+            url = _text(default) if default else None
+    destination = destination_of(url) if url else ""
     if not destination:
         return None
     found = await probing_anywhere(shards, settings, [destination], account=_text(account))

@@ -50,6 +50,7 @@ import orjson
 from svcgw.config.settings import Settings
 from svcgw.delivery.chainkeys import member_keys
 from svcgw.intake.envelope import build_envelope
+from svcgw.intake.fanout import plan
 from svcgw.storage.keys import KeySpace
 from svcgw.storage.rqformat import ENQUEUED_AT, job_description, job_fields
 from svcgw.storage.scripts import add_to_transaction
@@ -74,11 +75,17 @@ def queue_delivery(
     delivery_id: str,
     now: float,
     chain: Sequence[str],
+    destinations: Sequence[str] = (),
 ) -> None:
     """Add to ``pipe`` (sync or asyncio, in MULTI mode) the command that queues one service-event delivery.
 
     ``chain``: the ids in the instance's service-event chain, as read under the transaction's
     WATCH of it (:mod:`svcgw.delivery.chainkeys`): the script touches their hashes, so it names them.
+    ``destinations``: the further destinations that take the event type, in routing order
+    (:meth:`svcgw.callbacks.routecache.Routes.targets`); each gets a delivery of its own with the
+    same body, planned and written as a post's are (:func:`svcgw.intake.fanout.plan`, the ingest
+    script's ``write_fanned``), in no chain: a destination that fails holds back none of the
+    instance's later service events.
 
     Only buffers: one ``EVAL`` of ``queue_delivery``
     (:func:`svcgw.storage.scripts.add_to_transaction`), which writes the same
@@ -94,12 +101,19 @@ def queue_delivery(
     pieces = seq_pieces(appid, event_type, events)
     chain = list(chain)
     queue_key = keys.rq.queue(settings.queue_name)
-    job = job_fields(
-        delivery_id,
-        queue_name=settings.queue_name,
-        description=job_description(event_type, appid),
-        failure_ttl=settings.dead_letter_retention,
-    )
+    description = job_description(event_type, appid)
+
+    def fields_of(job_id: str) -> dict[str, Any]:
+        return job_fields(
+            job_id, queue_name=settings.queue_name, description=description, failure_ttl=settings.dead_letter_retention
+        )
+
+    def flat(fields: dict[str, Any]) -> list[Any]:
+        return [part for name, value in fields.items() for part in (name, value)]
+
+    job = fields_of(delivery_id)
+    # A service event's delivery id is a dlv_ one, so its destinations' are too (never named by a post).
+    fan = plan(keys, destinations, lambda job_id, _named: flat(fields_of(job_id)), primary=delivery_id)
     script_keys = [
         keys.delivery(delivery_id),
         keys.rq.job(delivery_id),
@@ -110,6 +124,7 @@ def queue_delivery(
         keys.service_event_seq(appid),
         keys.rq.deferred(settings.queue_name),
         *member_keys(keys, chain),
+        *(fan.keys if fan else ()),
     ]
     args = [
         appid,
@@ -123,9 +138,11 @@ def queue_delivery(
         job[ENQUEUED_AT],
         len(chain),
         len(pieces),
+        len(fan.deliveries) if fan else 0,
         *chain,
         *pieces,
-        *(part for name, value in job.items() for part in (name, value)),
+        *(fan.args if fan else ()),
+        *flat(job),
     ]
     add_to_transaction(pipe, "queue_delivery", keys=script_keys, args=args)
 

@@ -24,7 +24,11 @@ prober through ``go_offline`` and ``go_online``: each is one optimistic
 transaction (WATCH on the instance hash), which changes the status and queues
 the event together, so however many workers run, one flip queues one event.
 The event's ``seq`` and its place behind the instance's earlier service
-events are given in that same transaction (:func:`svcgw.delivery.queueing.queue_delivery`).
+events are given in that same transaction (:func:`svcgw.delivery.queueing.queue_delivery`),
+and so are its deliveries to the further destinations whose routing records take its
+event type (docs/destinations.md): the records are read as the receiver reads them for a
+post (:func:`svcgw.callbacks.routecache.read_routes`) and the deliveries written by the
+receiver's own fan-out (:mod:`svcgw.intake.fanout`).
 
 Every change of ``status`` or ``probe_error`` updates the instance counts of
 ``/metrics`` in the same transaction (:func:`svcgw.counters.count_change`).
@@ -44,6 +48,7 @@ from typing import Any
 from redis.asyncio import Redis
 from redis.exceptions import WatchError
 
+from svcgw.callbacks.routecache import read_routes
 from svcgw.config.settings import Settings
 from svcgw.counters import count_change
 from svcgw.delivery import chainkeys
@@ -143,6 +148,11 @@ async def _watch(pipe: Any, keys: KeySpace, appid: str) -> list[str]:
     return chainkeys.members(await pipe.lrange(chain, 0, -1))
 
 
+async def _destinations(redis: Redis, keys: KeySpace, appid: str, account: str, event_type: str) -> list[str]:
+    """The further destinations that take the instance's ``event_type``, as they would take a post of it."""
+    return (await read_routes(redis, keys, account, appid)).targets(event_type)
+
+
 def _queue_event(
     pipe: Any,
     keys: KeySpace,
@@ -152,8 +162,10 @@ def _queue_event(
     event_type: str,
     event: Any,
     chain: list[str],
+    destinations: list[str],
 ) -> str:
-    """Buffer one service event's delivery on the flip's transaction; its delivery id."""
+    """Buffer one service event's delivery, and one per further destination, on the flip's transaction; the
+    primary delivery's id."""
     delivery_id = new_delivery_id()
     queue_delivery(
         pipe,
@@ -166,6 +178,7 @@ def _queue_event(
         delivery_id=delivery_id,
         now=time.time(),
         chain=chain,
+        destinations=destinations,
     )
     return delivery_id
 
@@ -202,6 +215,10 @@ async def go_offline(
                 upgrade = manual and status == OFFLINE and action != MANUAL
                 if not (flip or upgrade):
                     return None  # leaving the block unwatches
+                further: list[str] = []
+                if flip:
+                    assert account is not None
+                    further = await _destinations(redis, keys, appid, account, INSTANCE_OFFLINE)
                 pipe.multi()  # type: ignore[no-untyped-call]
                 if flip:
                     count_change(pipe, keys, appid, status=OFFLINE)
@@ -231,7 +248,9 @@ async def go_offline(
                         detected_at=detected_at,
                         last_seen_at=_seconds(last_seen, _seconds(since, detected_at)),
                     )
-                    delivery_id = _queue_event(pipe, keys, settings, appid, account, INSTANCE_OFFLINE, event, chain)
+                    delivery_id = _queue_event(
+                        pipe, keys, settings, appid, account, INSTANCE_OFFLINE, event, chain, further
+                    )
                 await pipe.execute()
             except WatchError:
                 continue
@@ -265,6 +284,9 @@ async def go_online(
                 restarted = status == ONLINE and offline_since is not None
                 if not (flip or restarted):
                     return None  # leaving the block unwatches
+                further: list[str] = []
+                if offline_since is not None and account is not None:
+                    further = await _destinations(redis, keys, appid, account, INSTANCE_RECOVERED)
                 pipe.multi()  # type: ignore[no-untyped-call]
                 if flip:
                     count_change(pipe, keys, appid, status=ONLINE)
@@ -282,7 +304,9 @@ async def go_online(
                         offline_since=_seconds(offline_since, recovered_at),
                         auto_reconnected=auto,
                     )
-                    delivery_id = _queue_event(pipe, keys, settings, appid, account, INSTANCE_RECOVERED, event, chain)
+                    delivery_id = _queue_event(
+                        pipe, keys, settings, appid, account, INSTANCE_RECOVERED, event, chain, further
+                    )
                 await pipe.execute()
             except WatchError:
                 continue

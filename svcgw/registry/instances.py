@@ -92,12 +92,6 @@ class InstanceStore(StoreBase):
             owner, stored, total = await self._read_counts(pipe).execute()
         return (str(owner) if owner else None), instance_counts(stored, int(total), shards)
 
-    async def shard_counts(self, shards: Sequence[Shard]) -> dict[int, int]:
-        """The instances of each shard."""
-        async with self.redis.pipeline(transaction=False) as pipe:
-            stored, total = await self._read_counts(pipe).execute()
-        return instance_counts(stored, int(total), shards)
-
     def _read_counts(self, pipe: Pipeline) -> Pipeline:
         pipe.hgetall(self.keys.shard_instances)
         pipe.scard(self.keys.instances)

@@ -6,12 +6,14 @@ import orjson
 from redis import Redis
 
 from svcgw.config.settings import Settings
+from svcgw.registry.store import Scope
 from svcgw.storage.keys import PLAIN as keys
 from tests.cli.commands import fails, ok, svcgw
 from tests.conftest import provision
 from tests.support import Sink, is_delivered, wait_for
-from tests.svcgw.delivery.fanout import fan_out
+from tests.svcgw.delivery.fanout import fan_out, ingest_fanned
 from tests.svcgw.delivery.test_deadletters import ingest
+from tests.worker.support import add_destination
 from tests.worker.test_engine import Running
 
 
@@ -85,6 +87,39 @@ def test_a_destination_being_probed_is_shown_beside_its_deliveries(env: dict[str
             waiting = next(d for d in ids if redis.hget(keys.delivery(d), "attempts") is None)
             assert ok(env, "deliveries", "show", waiting)["probing"]["destination"] == destination
             assert "is being probed" in svcgw(env, "deliveries", "show", waiting).stdout
+    finally:
+        hanging.stop()
+
+
+def test_a_further_destination_being_probed_is_shown_beside_its_deliveries(
+    env: dict[str, str], redis: Redis, sink: Sink
+) -> None:
+    env = dict(env, SVCGW_RETRY_SCHEDULE="3600,3600", SVCGW_DELIVERY_TIMEOUT="1", SVCGW_DESTINATION_CONCURRENCY="2")
+    settings = Settings.from_env(env)
+    hanging = Sink().start()
+    hanging.set(delay=30)  # never answers within the timeout; the primary address (sink) answers at once
+    try:
+        tenant = provision(settings, url=sink.url)
+        stuck = add_destination(settings, Scope(account=tenant.account), hanging.url)
+        posted = [
+            ingest_fanned(settings, tenant, b'{"event_type":"Msg","events":[{"id":"q%d"}]}' % n, [stuck.id])
+            for n in range(4)
+        ]
+        further = [ids[0] for _, ids in posted]
+        with Running(settings):
+            wait_for(lambda: redis.hlen(keys.probing_destinations) == 1, timeout=10, what="the destination probed")
+            wait_for(lambda: all(is_delivered(redis, primary) for primary, _ in posted), what="the primary's")
+            destination = hanging.url.removesuffix("/hook")
+            page = ok(env, "deliveries", "list", tenant.appid, "--destination", stuck.id)
+            assert page["probing"] is not None and page["probing"]["destination"] == destination, page
+            assert {d["id"] for d in page["deliveries"]} == set(further)
+            human = svcgw(env, "deliveries", "list", tenant.appid, "--destination", stuck.id)
+            assert human.exit_code == 0 and f"destination {destination} is being probed" in human.stdout
+            # The primary address answers: its deliveries are not shown as probed.
+            assert ok(env, "deliveries", "list", tenant.appid, "--destination", "primary")["probing"] is None
+            # Pending or retrying (its retry an hour away), it waits for its destination.
+            assert ok(env, "deliveries", "show", further[-1])["probing"]["destination"] == destination
+            assert ok(env, "deliveries", "show", posted[0][0])["probing"] is None  # delivered
     finally:
         hanging.stop()
 

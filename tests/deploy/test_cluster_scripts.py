@@ -223,7 +223,8 @@ def _service_paths(
     def kinds() -> list[str]:
         return [post.headers["x-svc-event-type"] for post in sink.posts()]
 
-    wait_for(lambda: "InstanceOffline" in kinds(), timeout=40, what="the InstanceOffline of the probed instance")
+    wait_for(lambda: kinds().count("InstanceOffline") >= 2, timeout=40,
+             what="the InstanceOffline of the probed instance, at its address and its further destination")  # fmt: skip
     assert kinds().count("Msg") >= SHARDS + 1
     # The GapClosed post reached the primary address and the further destination (both the sink).
     wait_for(lambda: kinds().count("GapClosed") >= 2, timeout=30, what="the GapClosed post and its fan-out")
@@ -254,9 +255,10 @@ async def _account_with_quota(settings: Settings, sink_url: str) -> str:
     async with sharded_store(settings) as store:
         account = await store.create_account("scripts", devices=10)
         await store.set_callback(Scope(account=account.id), sink_url)  # copied to every shard
-        # A further destination taking GapClosed (copied to every shard): that post fans out in the ingest script.
+        # A further destination taking GapClosed and InstanceOffline (copied to every shard): that post fans out in
+        # the ingest script, that service event in queue_delivery.lua.
         url = check_for_service(sink_url, settings)
-        await store.add_destination(Scope(account=account.id), url, event_types=["GapClosed"])
+        await store.add_destination(Scope(account=account.id), url, event_types=["GapClosed", "InstanceOffline"])
         _, key = await store.create_key(account.id)
         return key
 

@@ -336,3 +336,36 @@ def test_a_disabled_destination_gets_nothing_and_its_deliveries_wait_shown_until
         assert sorted(i for p in posts for i in event_ids(p)) == ["held-0", "held-1", "held-2"]  # each once
         assert all(stripe_verifies(p, held["secret"]) and python_verifies(p, held["secret"]) for p in posts)
         assert len(delivered(primary)) == 5
+
+
+def test_a_further_destination_being_probed_shows_in_the_cli_and_the_console_api(
+    env: dict[str, str], sinks: list[Sink]
+) -> None:
+    primary, hanging, _, _ = sinks
+    hanging.set(delay=60)  # longer than the delivery timeout: every attempt to it times out
+    with running(env, primary, SVCGW_DELIVERY_TIMEOUT="1", SVCGW_RETRY_SCHEDULE="30,30,30") as gateway:
+        # No test POST on saving: it would wait on the hanging sink.
+        stuck = gateway.add_by_cli("--url", hanging.url, "--label", "on-call", "--no-test", "--json")
+        origin = hanging.url.rsplit("/", 1)[0]  # the sinks' addresses are http://127.0.0.1:<port>/hook
+        gateway.post("Msg", "p-1")
+        wait_for(lambda: len(delivered(primary)) == 1 and delivered(hanging), timeout=20, what="both attempted")
+
+        def probed() -> list[dict[str, Any]]:
+            listed: list[dict[str, Any]] = gateway.api("GET", "/probing-destinations")["probing"]
+            return listed
+
+        # The worker's finish script writes the record when the attempt times out.
+        (shown,) = wait_for(probed, timeout=20, interval=0.2, what="the destination shown as probed")
+        assert shown["destination"] == origin and shown["destinations"] == [stuck["id"]], shown
+        assert shown["appids"] == [] and shown["answering"] is False
+        (for_instance,) = gateway.api("GET", f"/probing-destinations?appid={gateway.tenant.appid}")["probing"]
+        assert for_instance["destinations"] == [stuck["id"]]
+
+        appid = gateway.tenant.appid
+        listed = ok(gateway.env, "deliveries", "list", appid, "--destination", stuck["id"])
+        assert listed["probing"] is not None and listed["probing"]["destination"] == origin, listed
+        assert [d["destination"] for d in listed["deliveries"]] == [stuck["id"]]
+        # The primary address answers: its deliveries are not shown as probed.
+        assert ok(gateway.env, "deliveries", "list", appid, "--destination", "primary")["probing"] is None
+        (waiting,) = listed["deliveries"]
+        assert ok(gateway.env, "deliveries", "show", waiting["id"])["probing"]["destination"] == origin

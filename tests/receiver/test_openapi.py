@@ -9,10 +9,13 @@ from pathlib import Path
 
 import httpx
 import pytest
+from starlette.routing import BaseRoute, Mount, Route
 
 from receiver.apispec import Answer, Operation
+from receiver.app import create_app
 from receiver.openapi import OPERATIONS, document
 from svcgw import errors
+from svcgw.config.settings import Settings
 from tests.receiver.gateway.stack import Stack, start_stack
 from tests.receiver.gateway.stack import sim as sim  # the simulator fixture, shared with this module
 
@@ -68,6 +71,26 @@ def test_operations_table_is_extensible() -> None:
     finally:
         OPERATIONS.remove(example)
     assert "/console/example" not in document()["paths"]
+
+
+def _served(routes: list[BaseRoute], prefix: str = "") -> set[tuple[str, str]]:
+    found: set[tuple[str, str]] = set()
+    for route in routes:
+        if isinstance(route, Mount):
+            found |= _served(route.routes, prefix + route.path)
+        elif isinstance(route, Route):
+            found |= {(method.lower(), prefix + route.path) for method in route.methods or () if method != "HEAD"}
+    return found
+
+
+def test_the_app_serves_each_documented_operation_and_no_other(settings: Settings) -> None:
+    served = _served(create_app(settings).routes)
+    # The console's pages and /docs are for browsers, not operations; /rq/ is mounted only when configured.
+    served = {(method, path) for method, path in served if not path.startswith(("/docs", "/console"))} | {
+        (method, path) for method, path in served if path.startswith("/console/api/")
+    }
+    documented = {(method, path) for path, item in document()["paths"].items() for method in item}
+    assert served == documented - {("get", "/rq/")}
 
 
 def test_schemathesis_finds_no_server_error_or_schema_violation(fuzzed: Stack, tmp_path: Path) -> None:

@@ -5,6 +5,9 @@ and ``X-Svc-Destination``; the primary's headers are as they were. A destination
 dead letter alone, and its replay reaches it alone; a disabled one's deliveries wait, pending, until it
 is enabled; a removed one's fail at once; a rate limit holds across the run and in every second.
 The deliveries are written as the data model says (``tests.worker.support.destination_delivery``).
+An instance's service events (``InstanceOffline``, ``InstanceRecovered``, queued by the prober's flips)
+go to the destinations that take them as a post does, each its own delivery; a failing one is a dead
+letter alone and holds back none of the instance's later service events.
 """
 
 from __future__ import annotations
@@ -16,12 +19,13 @@ import time
 from collections.abc import Iterator
 from dataclasses import replace
 
+import orjson
 import pytest
 from redis import Redis
 from redis.asyncio import Redis as AsyncRedis
 
 from svcgw.config.settings import Settings
-from svcgw.delivery.listing import Delivery
+from svcgw.delivery.listing import Delivery, list_deliveries
 from svcgw.delivery.listing import show as show_delivery
 from svcgw.registry.destinations import DestinationChange, DestinationConfig
 from svcgw.registry.store import Scope, Store
@@ -32,7 +36,7 @@ from tests.support import Received, Sink, attempt_records, is_delivered, wait_fo
 from tests.svcgw.delivery.fanout import ingest_fanned
 from tests.svcgw.delivery.test_deadletters import ingest, list_dead, replay
 from tests.verify.conftest import PYTHON_LIB
-from tests.worker.support import add_destination, deliver_all, destination_delivery
+from tests.worker.support import add_destination, deliver_all, destination_delivery, flip, kind, started
 from tests.worker.test_engine import Running
 from tests.worker.test_pipeline import secret_of
 from worker.engine import Engine
@@ -235,3 +239,103 @@ def test_a_destination_limited_to_20_a_second_gets_no_more_and_loses_nothing(
     # A job handed back is not an attempt: one attempt each.
     assert all(redis.hget(keys.delivery(i), "attempts") == b"1" for i in ids)
     print(f"\n{count} deliveries at {rate}/s: {starts[-1] - starts[0]:.2f}s first to last, busiest second {busiest}")
+
+
+# --- service events ----------------------------------------------------------------------
+SERVICE_EVENTS = ["InstanceOffline", "InstanceRecovered"]
+
+
+def _seq(post: Received) -> int:
+    (event,) = orjson.loads(post.body)["events"]
+    return int(event["seq"])
+
+
+def _by_seq(posts: list[Received]) -> list[Received]:
+    """Deliveries to a further destination are not chained, as a post's are not: their events carry their order."""
+    return sorted(posts, key=_seq)
+
+
+def _listed(settings: Settings, appid: str, destination: str) -> list[Delivery]:
+    async def run() -> list[Delivery]:
+        client = AsyncRedis.from_url(settings.redis_url or "")
+        try:
+            page = await list_deliveries(client, keys, settings, appid, destination=destination)
+            return list(page.deliveries)
+        finally:
+            await client.aclose()
+
+    return asyncio.run(run())
+
+
+def test_instance_offline_and_recovered_go_to_every_further_destination_that_takes_them(
+    settings: Settings, redis: Redis, sink: Sink
+) -> None:
+    from svcgw_verify import verify
+
+    sinks = {name: Sink().start() for name in ("oncall", "archive", "crm", "off")}
+    try:
+        tenant = started(settings, sink.url)
+        account, own = Scope(account=tenant.account), Scope(appid=tenant.appid)
+        oncall = add_destination(settings, account, sinks["oncall"].url, event_types=SERVICE_EVENTS, bearer_token=TOKEN)
+        archive = add_destination(settings, own, sinks["archive"].url)  # the instance's own, every type
+        crm = add_destination(settings, account, sinks["crm"].url, event_types=["Msg"])
+        add_destination(settings, account, sinks["off"].url, enabled=False)
+        offline = flip(settings, tenant.appid, offline=True)
+        recovered = flip(settings, tenant.appid, offline=False)
+        deliver_all(_engine(settings))
+
+        primary = sink.posts()
+        assert [kind(p) for p in primary] == SERVICE_EVENTS
+        assert [p.headers["x-svc-delivery-id"] for p in primary] == [offline, recovered]
+        assert all("x-svc-destination" not in p.headers for p in primary)
+        assert sinks["crm"].posts() == [] and sinks["off"].posts() == []
+        for destination in (oncall, archive):
+            posts = _by_seq(sinks["oncall" if destination is oncall else "archive"].posts())
+            assert [kind(p) for p in posts] == SERVICE_EVENTS, destination.id
+            # The primary's body, its seq included; signed with the destination's own secret; its own delivery.
+            assert [p.body for p in posts] == [p.body for p in primary]
+            assert destination.secret
+            for post in posts:
+                assert post.headers["x-svc-destination"] == destination.id
+                assert post.headers["x-svc-delivery-id"] not in (offline, recovered)
+                verify(post.body, post.headers, secrets=destination.secret, tolerance=300)
+            ids = [p.headers["x-svc-delivery-id"] for p in posts]
+            assert all(is_delivered(redis, delivery_id) for delivery_id in ids)
+            shown = [show(settings, delivery_id) for delivery_id in ids]
+            assert [(d.destination, d.state, d.event_type) for d in shown] == [
+                (destination.id, "delivered", name) for name in SERVICE_EVENTS
+            ]
+            # Listed as a post's are, under their destination.
+            assert {d.id for d in _listed(settings, tenant.appid, destination.id)} == set(ids)
+        assert sinks["oncall"].posts()[0].headers["authorization"] == f"Bearer {TOKEN}"
+        assert "authorization" not in sinks["archive"].posts()[0].headers
+        assert _listed(settings, tenant.appid, crm.id) == []
+    finally:
+        for each in sinks.values():
+            each.stop()
+
+
+def test_a_failing_destination_of_service_events_is_dead_alone_and_holds_back_none_of_them(
+    settings: Settings, redis: Redis, sink: Sink, further: Sink
+) -> None:
+    further.set(status=500)
+    tenant = started(settings, sink.url)
+    oncall = add_destination(settings, Scope(account=tenant.account), further.url, event_types=SERVICE_EVENTS)
+    offline = flip(settings, tenant.appid, offline=True)
+    deliver_all(_engine(settings))
+    (dead,) = list_dead(settings, appid=tenant.appid)
+    assert dead.destination == oncall.id and dead.id != offline and is_delivered(redis, offline)
+    assert len(further.posts()) == len(settings.retry_schedule) + 1
+
+    # The instance's next service event is not held behind its destination's dead letter.
+    recovered = flip(settings, tenant.appid, offline=False)
+    deliver_all(_engine(settings))
+    assert [p.headers["x-svc-delivery-id"] for p in sink.posts()] == [offline, recovered]
+    assert is_delivered(redis, recovered)
+
+    further.set(status=200)
+    assert replay(settings, ids=[dead.id])[0].replayed
+    deliver_all(_engine(settings))
+    assert len(sink.posts()) == 2
+    delivered = [p for p in further.posts() if p.headers["x-svc-delivery-id"] == dead.id]
+    assert kind(delivered[-1]) == "InstanceOffline" and is_delivered(redis, dead.id)

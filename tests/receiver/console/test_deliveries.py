@@ -1,4 +1,4 @@
-"""Deliveries in the console: the JSON API and the pages, retry now, replay since, the failing banner."""
+"""Deliveries in the console: the JSON API and the pages, retry now, replay since, the failing and probing banners."""
 
 from __future__ import annotations
 
@@ -10,12 +10,14 @@ from redis import Redis
 from svcgw.config.settings import Settings
 from svcgw.delivery import probing
 from svcgw.delivery.failingdestinations import destination_of
+from svcgw.registry.store import Scope
 from svcgw.storage.keys import PLAIN as keys
 from tests.conftest import Tenant
 from tests.receiver.console.conftest import ConsoleClient, Developer
 from tests.receiver.console.test_pages import csrf_of, signed_in
 from tests.svcgw.delivery.test_deadletters import ingest, kill
 from tests.svcgw.delivery.test_listing import deliver_now, fail_once
+from tests.worker.support import add_destination
 
 NO_DELIVERY = {"code": -40404, "message": "no such delivery", "data": None}
 
@@ -249,6 +251,41 @@ def test_a_destination_being_probed_has_a_banner_on_the_accounts_pages_and_in_th
             # Not even in the form of an earlier version, named by the origin alone.
             redis.hset(keys.probing_destinations, "https://slow.example:443", f"1:{now - 30}:{now}:t:")
             assert 'id="probing-banner"' not in stranger_http.get("/console/instances").text
+        finally:
+            stranger_http.close()
+    finally:
+        http.close()
+
+
+def test_a_further_destination_being_probed_has_the_banner_and_is_in_the_api(
+    server: str, console: ConsoleClient, developer: Developer, stranger: Developer, settings: Settings, redis: Redis
+) -> None:
+    mine = tenant_of(developer)
+    archive = add_destination(settings, Scope(account=developer.account), "http://127.0.0.1:9/archive")
+    own = add_destination(settings, Scope(appid=mine.appid), "http://127.0.0.1:9/own")
+    origin = "http://127.0.0.1:9"
+    now = time.time()
+    http, _ = signed_in(server, developer.key)
+    try:
+        assert 'id="probing-banner"' not in http.get("/console/instances").text
+        # The record as the worker's finish script writes it for an attempt to that address: timing out.
+        redis.hset(keys.probing_destinations, probing.name(mine.account, origin), f"1:{now - 30}:{now - 1}:t:")
+        for path in ("/console/instances", f"/console/instances/{mine.appid}", f"/console/destinations/{archive.id}"):
+            shown = http.get(path).text
+            assert 'id="probing-banner"' in shown and origin in shown, path
+            assert f'href="/console/destinations/{archive.id}"' in shown and own.id in shown, path
+        (listed,) = console.get("/probing-destinations").json()["data"]["probing"]
+        assert listed["destination"] == origin and listed["appids"] == []
+        assert listed["destinations"] == [archive.id, own.id]
+        (of_instance,) = console.get("/probing-destinations", params={"appid": mine.appid}).json()["data"]["probing"]
+        assert of_instance["destinations"] == [archive.id, own.id]
+        # Another instance of the account takes the account's destination, not the first one's own.
+        (other,) = console.get("/probing-destinations", params={"appid": developer.appids[1]}).json()["data"]["probing"]
+        assert other["destinations"] == [archive.id]
+        stranger_http, _ = signed_in(server, stranger.key)
+        try:
+            assert 'id="probing-banner"' not in stranger_http.get("/console/instances").text
+            assert stranger_http.get("/console/api/probing-destinations").json()["data"]["probing"] == []
         finally:
             stranger_http.close()
     finally:

@@ -82,8 +82,7 @@ class HalfSent:
 def _ledger(stack: Stack) -> InflightBytes:
     """The in-flight ledger of the in-process gateway under test."""
     app = stack.process.server.config.app
-    route = next(route for route in app.routes if getattr(route, "name", None) == "gateway")
-    return route.endpoint.__self__.inflight  # type: ignore[no-any-return]
+    return app.gateway.inflight  # type: ignore[no-any-return]
 
 
 # --- per operation ---------------------------------------------------------------------

@@ -174,6 +174,41 @@ def test_offline_flips_once_and_queues_one_event(settings: Settings, text: Any) 
     assert text.zscore(keys.probe_schedule, appid) is not None  # relogin: retries go on
 
 
+def test_a_flip_queues_one_delivery_per_further_destination_that_takes_its_event(settings: Settings, text: Any) -> None:
+    appid = started(settings)
+    account = text.hget(keys.instance(appid), "account")
+    # Routing records as the registry writes them (svcgw.callbacks.routes): the account's, then the instance's own.
+    oncall, archive, crm = "dst_" + "a" * 16, "dst_" + "b" * 16, "dst_" + "c" * 16
+    routed = {"InstanceOffline": oncall, "InstanceRecovered": oncall, "Msg": crm}
+    text.hset(keys.routes_account(account), mapping=routed)
+    text.hset(keys.routes_instance(appid), "*", archive)
+    primary = offline(settings, appid, reason="lost", action_required="relogin", detected_at=time.time())
+    assert primary is not None
+
+    ((_, entry),) = text.xrange(keys.callback_log(appid))
+    pairs = [pair.split(":") for pair in entry["f"].split()]
+    assert entry["delivery"] == primary and [destination for _, destination in pairs] == [oncall, archive]
+    body = text.hget(keys.delivery(primary), "body")
+    for delivery_id, destination in pairs:
+        record = text.hgetall(keys.delivery(delivery_id))
+        assert record["destination"] == destination and record["primary"] == primary
+        assert record["body"] == body and record["event_type"] == "InstanceOffline" and "chain" not in record
+        assert text.hget(keys.rq.job(delivery_id), "status") == "queued"
+        assert [f["d"] for _, f in text.xrange(keys.destination_deliveries(destination))] == [delivery_id]
+    # Queued each, behind none of the instance's service events: only the primary is in its chain.
+    assert text.lrange(keys.service_events(appid), 0, -1) == [primary]
+    assert text.lrange(keys.rq.queue(settings.queue_name), 0, -1) == [primary, *(d for d, _ in pairs)]
+    assert text.exists(keys.destination_deliveries(crm)) == 0
+
+
+def test_a_flip_of_an_instance_without_further_destinations_writes_only_its_own(settings: Settings, text: Any) -> None:
+    appid = started(settings)
+    primary = offline(settings, appid, reason="lost", action_required="relogin", detected_at=time.time())
+    ((_, entry),) = text.xrange(keys.callback_log(appid))
+    assert entry["delivery"] == primary and "f" not in entry
+    assert text.lrange(keys.rq.queue(settings.queue_name), 0, -1) == [primary]
+
+
 def test_concurrent_flips_queue_exactly_one_event(settings: Settings, redis_url: str) -> None:
     appid = started(settings)
     results: list[str | None] = []

@@ -179,6 +179,29 @@ def test_another_accounts_destination_is_not_found_like_one_that_does_not_exist(
     assert redis.hgetall(keys.destination(theirs.id)) == before
 
 
+def test_destinations_of_an_account_are_its_own_and_those_of_the_instances_named(settings: Settings) -> None:
+    first = provision(settings)
+    other = provision(settings)
+
+    async def second_instance(store: Store) -> str:
+        appid = "we_" + other.appid[3:][::-1]
+        await store.register_instance(appid, first.account)
+        return appid
+
+    second = with_store(settings, second_instance)
+    shared = add(settings, Scope(account=first.account), "http://127.0.0.1:9/shared")
+    own = add(settings, Scope(appid=first.appid), "http://127.0.0.1:9/own")
+    beside = add(settings, Scope(appid=second), "http://127.0.0.1:9/beside")
+    add(settings, Scope(account=other.account), "http://127.0.0.1:9/theirs")
+
+    def of(appids: list[str]) -> list[str]:
+        return [d.id for d in with_store(settings, lambda s: s.destinations_of(first.account, appids))]
+
+    assert of([first.appid, second]) == [shared.id, own.id, beside.id]  # oldest first
+    assert of([first.appid]) == [shared.id, own.id]
+    assert of([]) == [shared.id]
+
+
 def test_a_scope_holds_at_most_its_bound_even_when_saved_at_once(settings: Settings, redis: Redis) -> None:
     tenant = provision(settings)
     scope = Scope(appid=tenant.appid)
