@@ -63,7 +63,9 @@ def server_options(settings: Settings) -> dict[str, Any]:
         body_timeout=settings.http_body_timeout,
         body_min_rate=settings.http_body_min_rate,
         # Counted per process, against this process's own cap (SVCGW_HTTP_LIMIT_CONCURRENCY).
-        shares=AddressShare(settings.http_address_share, exempt=settings.trusted_proxies),
+        shares=AddressShare(
+            settings.http_address_share, exempt=settings.trusted_proxies, ipv6_prefix=settings.ipv6_prefix
+        ),
     )
     return {
         "host": settings.host,

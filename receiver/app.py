@@ -137,4 +137,5 @@ def create_app(settings: Settings, *, services: Services | None = None) -> Starl
     app.receiver = receiver
     app.state.services = services
     app.state.redis_settings = redis_settings
+    app.state.ipv6_prefix = settings.ipv6_prefix  # receiver.http.client_address: every per-address limit's key
     return app
