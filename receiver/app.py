@@ -69,6 +69,7 @@ class ServiceApp(Starlette):
     receiver: Endpoint
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        scope["app"] = self  # as Starlette's own call does: the direct ways read settings from app.state too
         operation = direct_operation(scope)
         if operation is not None:
             await self.gateway.direct(scope, receive, send, *operation)

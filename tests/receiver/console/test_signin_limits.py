@@ -94,6 +94,7 @@ def test_the_ipv6_prefix_is_a_setting(env: dict[str, str]) -> None:
         "SVCGW_SIGNIN_FAILURES_PER_ADDRESS": "3/15minutes",
         "SVCGW_TRUSTED_PROXIES": "127.0.0.1",
         "SVCGW_IPV6_PREFIX": "64",
+        "SVCGW_RECEIVER_FAILURES_PER_ADDRESS": "3/minute",
     }
     with served(env, **extra) as (base, settings):
         member = make_member(settings)
@@ -101,6 +102,14 @@ def test_the_ipv6_prefix_is_a_setting(env: dict[str, str]) -> None:
             assert attempt(base, f"guess{number}@example.com", "wrong!", address).status_code == 401
         assert attempt(base, member.login, PASSWORD, "2001:db8:1:2:abcd::77").status_code == 429
         assert attempt(base, member.login, PASSWORD, "2001:db8:1:3::1").status_code == 200  # another /64
+
+        # The receiver's posts (the app's direct way, past the router) count by the same prefix.
+        def post(forwarded: str) -> int:
+            headers = {"X-Forwarded-For": forwarded}
+            return httpx.post(base + "/svc/receiver/we_x/nothing", json={}, headers=headers).status_code
+
+        assert [post(f"2001:db8:5:6::{n}") for n in range(1, 4)] == [404] * 3
+        assert post("2001:db8:5:6::99") == 429 and post("2001:db8:5:7::1") == 404
     assert Settings.from_env({}).ipv6_prefix == 56
     for bad in ("31", "129", "a /56"):
         with pytest.raises(SettingsError, match="SVCGW_IPV6_PREFIX"):
