@@ -57,6 +57,7 @@ def server_options(settings: Settings) -> dict[str, Any]:
     """uvicorn's options for the HTTP server of ``settings`` (its protocol's own limits set too)."""
     from .addressshare import AddressShare
     from .httpprotocol import OneWriteProtocol
+    from .pressure import Pressure
 
     OneWriteProtocol.configure(
         header_timeout=settings.http_header_timeout,
@@ -66,6 +67,8 @@ def server_options(settings: Settings) -> dict[str, Any]:
         shares=AddressShare(
             settings.http_address_share, exempt=settings.trusted_proxies, ipv6_prefix=settings.ipv6_prefix
         ),
+        # Near the cap, room is made by shedding idle and slow connections (cli.pressure).
+        pressure=Pressure(settings.http_limit_concurrency, settings.http_keepalive_timeout),
     )
     return {
         "host": settings.host,
