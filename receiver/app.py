@@ -42,6 +42,7 @@ from .headers import NoSniff
 from .health import check_redis_settings, connect_shards
 from .http import plain_refused
 from .openapi import SERVER
+from .openbodies import OpenBodyLimit
 from .services import Services, build_services
 
 __all__ = ["create_app"]
@@ -131,7 +132,7 @@ def create_app(settings: Settings, *, services: Services | None = None) -> Starl
     app = ServiceApp(
         routes=routes,
         lifespan=lifespan,
-        middleware=[Middleware(NoSniff), Middleware(PathGuard)],
+        middleware=[Middleware(NoSniff), Middleware(PathGuard), Middleware(OpenBodyLimit)],
         exception_handlers={PlainRefusal: plain_refused},
     )
     app.gateway = gateway
