@@ -222,7 +222,7 @@ class OneWriteProtocol(HttpToolsProtocol):
         return shed_rank(now, None, self._request_began, self._request_bytes)
 
     def _shed_now(self, pressure: Pressure) -> None:
-        kind = IDLE if self._idle_since is not None else UNFINISHED
+        kind = UNFINISHED if self._idle_since is None else IDLE
         if kind == UNFINISHED and self._reading == _BODY:
             self._answer_early(503, _SHED, b"retry-after: 1\r\n")
         self._shed = True

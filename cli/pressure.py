@@ -13,12 +13,15 @@ makes room before it refuses anyone:
   (the cap less a sixteenth), it closes enough others to come back down to
   :meth:`Pressure.low_water` (the cap less an eighth), chosen by
   :func:`shed_rank`: first the connections waiting idle for a request (a
-  keep-alive connection between requests, or one that has sent nothing yet),
-  the longest idle first; then the requests still arriving, head or body,
-  the slowest first (bytes a second since the request began), the oldest
-  among equals. Requests being answered, and bodies the server itself is
-  not reading (the app busy), are never chosen: that time is the server's.
-  A body so closed is answered 503 with ``Retry-After: 1``.
+  keep-alive connection between requests, or one that has sent nothing yet)
+  for :data:`IDLE_GRACE` or longer, the longest idle first; then the
+  requests still arriving, head or body, the slowest first (bytes a second
+  since the request began), the oldest among equals; last the connections
+  idle for less than that grace, which are a client's between two of its
+  requests (closing one would meet the next request on its way). Requests
+  being answered, and bodies the server itself is not reading (the app
+  busy), are never chosen: that time is the server's. A body so closed is
+  answered 503 with ``Retry-After: 1``.
 * the keep-alive timeout shrinks as the connections fill the cap
   (:func:`keepalive_timeout`): ``SVCGW_HTTP_KEEPALIVE_TIMEOUT`` up to half of
   it, then in proportion to the room left, down to a tenth at the high water.
@@ -35,7 +38,7 @@ import time
 from collections.abc import Iterable
 from typing import TypeVar
 
-__all__ = ["IDLE", "MIN_CAP", "UNFINISHED", "Pressure", "keepalive_timeout", "pick", "shed_rank"]
+__all__ = ["IDLE", "IDLE_GRACE", "MIN_CAP", "UNFINISHED", "Pressure", "keepalive_timeout", "pick", "shed_rank"]
 
 log = logging.getLogger("svcgw")
 
@@ -45,8 +48,10 @@ T = TypeVar("T")
 MIN_CAP = 32
 # The shortest keep-alive at the high water, as a share of SVCGW_HTTP_KEEPALIVE_TIMEOUT.
 KEEPALIVE_FLOOR = 0.1
-# What a connection is doing, in the order connections are shed.
-IDLE, UNFINISHED = 0, 1
+# What a connection is doing, in the order connections are shed (an idle one within its grace last).
+IDLE, UNFINISHED, JUST_IDLE = 0, 1, 2
+# Seconds an idle connection is taken for a client's between two of its requests.
+IDLE_GRACE = 0.5
 # The log tells of shedding at most this often (seconds), with the counts since.
 _TOLD_EVERY = 10.0
 
@@ -55,9 +60,10 @@ Rank = tuple[int, float, float]
 
 def shed_rank(now: float, idle_since: float | None, began: float, received: int) -> Rank:
     """The order a connection is shed in, smallest first: idle ones by how long they have waited, then
-    unfinished requests by their rate (``received`` bytes since ``began``), then their age."""
+    unfinished requests by their rate (``received`` bytes since ``began``), then their age, then the ones
+    idle for less than :data:`IDLE_GRACE`."""
     if idle_since is not None:
-        return (IDLE, idle_since, 0.0)
+        return (IDLE if now - idle_since >= IDLE_GRACE else JUST_IDLE, idle_since, 0.0)
     return (UNFINISHED, received / max(now - began, 1e-3), began)
 
 

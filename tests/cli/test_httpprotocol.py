@@ -353,7 +353,7 @@ def test_near_the_cap_room_is_made_idle_connections_first_then_the_slowest_bodie
         faster = [connect() for _ in range(3)]
         for number, conn in enumerate(faster, 1):
             conn.sendall(body_head(1000) + b"x" * 300 * number)
-        time.sleep(0.2)  # all 30 read by the server
+        time.sleep(0.7)  # all 30 read by the server, and the idle ones idle past their grace (0.5 s)
 
         def new_client() -> bytes:
             with connect_from("127.0.0.3", port) as conn:

@@ -6,7 +6,7 @@ import logging
 
 import pytest
 
-from cli.pressure import IDLE, UNFINISHED, Pressure, keepalive_timeout, pick, shed_rank
+from cli.pressure import IDLE, IDLE_GRACE, UNFINISHED, Pressure, keepalive_timeout, pick, shed_rank
 
 
 def test_idle_connections_go_first_the_longest_idle_first() -> None:
@@ -21,6 +21,16 @@ def test_idle_connections_go_first_the_longest_idle_first() -> None:
     assert pick(ranked, 3)[-1] == "a slow body"
     assert pick(ranked, 10) == ["idle for 10 s", "idle for 2 s", "a slow body", "a fast upload"]
     assert shed_rank(now, 90.0, 0.0, 0)[0] == IDLE and shed_rank(now, None, 90.0, 0)[0] == UNFINISHED
+
+
+def test_a_connection_idle_for_a_moment_goes_last_a_client_between_two_requests() -> None:
+    now = 100.0
+    ranked = [
+        (shed_rank(now, now - IDLE_GRACE / 10, 0.0, 0), "answered a moment ago"),
+        (shed_rank(now, None, 90.0, 5_000), "a slow body"),
+        (shed_rank(now, now - IDLE_GRACE, 0.0, 0), "idle for the grace"),
+    ]
+    assert pick(ranked, 3) == ["idle for the grace", "a slow body", "answered a moment ago"]
 
 
 def test_unfinished_requests_go_slowest_first_then_oldest() -> None:
