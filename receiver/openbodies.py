@@ -15,6 +15,7 @@ and handed on to the route as it came.
 
 from __future__ import annotations
 
+from starlette.requests import ClientDisconnect
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from svcgw.errors import BODY_TOO_LARGE, error_body
@@ -53,7 +54,7 @@ class OpenBodyLimit:
         while True:
             message = await receive()
             if message["type"] == "http.disconnect":
-                return  # nobody left to answer
+                raise ClientDisconnect()  # as the route reading it would: the app logs one info line
             chunk = message.get("body", b"")
             size += len(chunk)
             if size > OPEN_BODY_BYTES:

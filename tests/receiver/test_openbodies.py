@@ -10,6 +10,7 @@ from typing import Any
 import orjson
 import pytest
 from starlette.exceptions import StarletteDeprecationWarning
+from starlette.requests import ClientDisconnect
 
 from receiver.app import create_app
 from receiver.openbodies import OPEN_BODY_BYTES, OpenBodyLimit, is_open
@@ -103,6 +104,21 @@ def test_a_small_body_is_handed_on_whole_and_the_disconnect_after_it() -> None:
         {"type": "http.disconnect"},
     ]
     assert sent[0]["status"] == 200
+
+
+def test_a_client_leaving_before_its_body_is_in_is_a_disconnect_as_the_route_would_see() -> None:
+    downstream = Downstream()
+
+    async def receive() -> dict[str, Any]:
+        return {"type": "http.disconnect"}
+
+    async def send(message: Any) -> None:
+        raise AssertionError("nothing is sent to a client that left")
+
+    scope = {"type": "http", "method": "POST", "path": "/console/login", "headers": []}
+    with pytest.raises(ClientDisconnect):
+        asyncio.run(OpenBodyLimit(downstream)(scope, receive, send))
+    assert downstream.received is None
 
 
 def test_other_routes_are_untouched() -> None:
