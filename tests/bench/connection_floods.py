@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import multiprocessing
 import os
 import statistics
 import sys
@@ -42,7 +41,7 @@ from svcgw.config.settings import Settings
 from svcgw.registry.store import Store
 from svcgw.storage.keys import PLAIN as keys
 from svcgw.vault import TokenVault
-from tests.connflood import Calls, Flood, other_client
+from tests.connflood import Calls, FloodProcess, other_client
 from tests.support import free_port
 
 from . import verdict
@@ -85,21 +84,6 @@ class FloodPlan:
     @property
     def round_count(self) -> int:
         return 1 if self.short else self.rounds
-
-
-def _flood_process(port: int, addresses: int, wanted: int, seconds: float, out: Any) -> None:
-    """The flood in a process of its own, so that its work does not slow the measured client's loop."""
-
-    async def run() -> Flood:
-        flood = Flood(port, addresses, wanted, time.monotonic() + seconds)
-        flood.start()
-        await asyncio.sleep(seconds)
-        await flood.end()
-        return flood
-
-    flood = asyncio.run(run())
-    out.send({"most": flood.most, "opened": flood.opened})
-    out.close()
 
 
 def _summary(calls: Calls) -> dict[str, Any]:
@@ -145,20 +129,14 @@ def run(plan: FloodPlan, workdir: Path) -> dict[str, Any]:
         for _ in range(plan.round_count):
             alone = Calls()
             asyncio.run(other_client(base, key, receiver, plan.seconds, alone, most=100_000))
-            receiving, sending = multiprocessing.Pipe(duplex=False)
-            ramp = 3.0
-            flooder = multiprocessing.Process(
-                target=_flood_process, args=(port, ADDRESSES, plan.wanted, ramp + plan.seconds + 1, sending)
-            )
-            flooder.start()
-            time.sleep(ramp)  # the flood reaches the cap
-            flooded = Calls()
-            asyncio.run(other_client(base, key, receiver, plan.seconds, flooded, most=100_000))
-            flood = receiving.recv() if receiving.poll(60) else {}
-            flooder.join(60)
-            if flooder.is_alive():
-                flooder.kill()
-            rounds.append({"alone": _summary(alone), "flood": _summary(flooded), "flood_held": flood})
+            flood = FloodProcess(port, ADDRESSES, plan.wanted)
+            try:
+                time.sleep(3.0)  # the flood reaches the cap
+                flooded = Calls()
+                asyncio.run(other_client(base, key, receiver, plan.seconds, flooded, most=100_000))
+            finally:
+                held = flood.end()
+            rounds.append({"alone": _summary(alone), "flood": _summary(flooded), "flood_held": held})
             time.sleep(2.0)  # the flood's connections closed before the next round
     finally:
         if server is not None:

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import time
 
 import pytest
 
@@ -15,7 +14,7 @@ from svcgw.config.settings import Settings
 from svcgw.registry.store import Store
 from tests.cli.test_slow_clients import enough_descriptors
 from tests.conftest import provision, with_store
-from tests.connflood import Calls, Flood, other_client
+from tests.connflood import Calls, FloodProcess, other_client
 from tests.support import ThreadedServer, start_server, wait_for
 
 # Real processes of the service: run by .ci/run with the rest; `-m 'not slow'` skips them.
@@ -47,23 +46,16 @@ def test_a_flood_of_slow_bodies_and_idle_connections_from_16_addresses_leaves_ot
         receiver = tenant.receiver_url("")
         calls = Calls()
 
-        async def main() -> Flood:
-            flood = Flood(port, ADDRESSES, WANTED, time.monotonic() + 60)
-            flood.start()
-            try:
-                # Until the server itself says it is shedding: the flood has reached its cap.
-                await asyncio.to_thread(
-                    wait_for, lambda: "closed to make room" in process.output(), 30, 0.2, "the server shedding"
-                )
-                await other_client(base, key, receiver, 10.0, calls)
-            finally:
-                await flood.end()
-            return flood
-
-        flood = asyncio.run(main())
+        flood = FloodProcess(port, ADDRESSES, WANTED)
+        try:
+            # Until the server itself says it is shedding: the flood has reached its cap.
+            wait_for(lambda: "closed to make room" in process.output(), 30, 0.2, "the server shedding")
+            asyncio.run(other_client(base, key, receiver, 10.0, calls))
+        finally:
+            held = flood.end()
 
     # The flood held more connections than the cap allows at once, and kept opening them.
-    assert flood.most >= CAP and flood.opened > 2 * CAP, (flood.most, flood.opened)
+    assert held["most"] >= CAP and held["opened"] > 2 * CAP, held
     # The other client: at least 95 % of its calls answered 2xx within a second, each kind of call.
     failed = [(name, ok, round(took, 2)) for name, ok, took in calls.outcomes if not (ok and took < 1.0)]
     assert len(calls.outcomes) >= 30, calls.outcomes
