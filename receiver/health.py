@@ -22,6 +22,12 @@ and the first ``/readyz`` called healthy shards unreachable. So the server
 connects every shard's clients before it takes requests (:func:`connect_shards`,
 from the app's lifespan), and ``/readyz`` measures the shards, not the
 clients' setup.
+
+A shard that answers but holds deliveries a worker stranded (held without
+ever finishing their attempt, then handed back: svcgw.delivery.stranded) and
+that have not been attempted since makes the answer ``"status": "degraded"``
+too, still 200, with ``stranded``: those shards' indexes. The key is there
+only while some shard has such deliveries.
 """
 
 from __future__ import annotations
@@ -33,6 +39,7 @@ from redis.exceptions import RedisClusterException, RedisError
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
+from svcgw.delivery import stranded
 from svcgw.shards.clients import ShardRedis
 from svcgw.storage.servers import on_shard_server
 
@@ -55,13 +62,17 @@ async def healthz(request: Request) -> Response:
 async def readyz(request: Request) -> Response:
     services: Services = request.app.state.services
     clients = services.shards
-    answered = await asyncio.gather(*(_answers(client) for client in clients))
+    states = await asyncio.gather(*(_state(client) for client in clients))
+    answered = [ok for ok, _ in states]
     shards = [{"shard": index, "redis": "ok" if ok else "unreachable"} for index, ok in enumerate(answered)]
     unreachable = [index for index, ok in enumerate(answered) if not ok]
+    held = [index for index, (_, count) in enumerate(states) if count]
+    document: dict[str, object] = {"status": "ok", "redis": "ok", "shards": shards, "unreachable": unreachable}
+    if held:
+        document.update(status="degraded", stranded=held)
     if not unreachable:
-        return JSONResponse({"status": "ok", "redis": "ok", "shards": shards, "unreachable": []})
-    status = "degraded" if answered[0] else "unavailable"
-    document = {"status": status, "redis": "unreachable", "shards": shards, "unreachable": unreachable}
+        return JSONResponse(document)
+    document.update(status="degraded" if answered[0] else "unavailable", redis="unreachable")
     return JSONResponse(document, status_code=200 if answered[0] else 503)
 
 
@@ -72,6 +83,17 @@ async def connect_shards(services: Services, timeout: float = CONNECT_TIMEOUT) -
     for index in range(len(pairs)):
         if not (answered[2 * index] and answered[2 * index + 1]):
             log.warning("shard %d did not answer at start; it is connected on first use", index, extra={"shard": index})
+
+
+async def _state(shard: ShardRedis) -> tuple[bool, int]:
+    """Whether the shard answers, and how many of its deliveries were stranded and not attempted since."""
+    if not await _answers(shard):
+        return False, 0
+    try:
+        async with asyncio.timeout(READY_TIMEOUT):
+            return True, await stranded.unresolved(shard.redis, shard.keys)
+    except (RedisError, RedisClusterException, OSError, TimeoutError):
+        return True, 0
 
 
 async def _answers(shard: ShardRedis, timeout: float = READY_TIMEOUT) -> bool:

@@ -27,6 +27,15 @@ unavailable (:mod:`svcgw.shards.pools`; the blocking clients, redis-py's
 On a Cluster, redis-py's client keeps a pool per node, and its asyncio client
 has no waiting one (redis 8.1): there ``SVCGW_REDIS_MAX_CONNECTIONS`` bounds
 each node's pool, and a command that finds it full fails at once.
+
+The asyncio Cluster client is :class:`AsyncCluster`, redis-py's own with one change: when a node
+fails, redis-py closes the connections of the nodes it resets while other commands are still
+using them, and those commands then fail with an ``AttributeError`` (a connection with no writer)
+or a ``RuntimeError`` (uvloop's closed transport) rather than redis-py's ``ConnectionError``.
+Every role handles a ``ConnectionError`` (not stored, try again: 503 to a post, a pause in the
+worker); these two were not Redis errors to them, and reached a post as a 500 or ended the task
+that stores the worker's outcomes, leaving its deliveries leased and never finished. The client
+raises them as the ``ConnectionError`` they are.
 """
 
 from __future__ import annotations
@@ -40,6 +49,7 @@ from redis.asyncio.cluster import ClusterNode as AsyncClusterNode
 from redis.asyncio.cluster import RedisCluster as AsyncRedisCluster
 from redis.asyncio.sentinel import Sentinel as AsyncSentinel
 from redis.cluster import ClusterNode, RedisCluster
+from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.sentinel import Sentinel, SentinelConnectionPool
 
 from svcgw.config.settings import Settings, SettingsError
@@ -47,6 +57,7 @@ from svcgw.config.shards import Deployment, Shard
 from svcgw.shards.pools import WaitingPool, WaitingSentinelPool
 
 __all__ = [
+    "AsyncCluster",
     "AsyncSentinelRedis",
     "BlockingSentinelPool",
     "SentinelRedis",
@@ -86,6 +97,19 @@ class AsyncSentinelRedis(AsyncRedis):
         sentinel, self.sentinels = self.sentinels, None
         if sentinel is not None:
             await sentinel.aclose()
+
+
+class AsyncCluster(AsyncRedisCluster):
+    """redis-py's asyncio Cluster client, whose commands cut off by a node's reset fail as a lost connection."""
+
+    async def execute_command(self, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return await super().execute_command(*args, **kwargs)
+        except (AttributeError, RuntimeError) as exc:
+            # Raised from inside redis-py only: a connection closed under the command by the client's
+            # reset after a node failed (no writer or reader left, or a closed transport). As with any
+            # lost connection, the caller cannot tell whether the command ran.
+            raise RedisConnectionError(f"connection closed under the command ({type(exc).__name__}: {exc})") from exc
 
 
 def _first(settings: Settings) -> Shard:
@@ -162,7 +186,7 @@ _BLOCKING = _Flavour(
     Redis, RedisCluster, ClusterNode, Sentinel, SentinelRedis, BlockingConnectionPool, BlockingSentinelPool, "timeout"
 )
 _ASYNCIO = _Flavour(
-    AsyncRedis, AsyncRedisCluster, AsyncClusterNode, AsyncSentinel, AsyncSentinelRedis, WaitingPool,
+    AsyncRedis, AsyncCluster, AsyncClusterNode, AsyncSentinel, AsyncSentinelRedis, WaitingPool,
     WaitingSentinelPool, "pool_timeout",
 )  # fmt: skip
 
