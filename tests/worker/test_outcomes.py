@@ -39,7 +39,7 @@ def test_an_unexpected_error_while_storing_is_retried_not_the_end_of_the_task(
     queue = FailsFirst(error)
 
     async def main() -> tuple[Finished, bool, bool]:
-        outcomes = Outcomes(Settings(), queue, None)  # type: ignore[arg-type]
+        outcomes = Outcomes(Settings(), queue, None)
         task = asyncio.create_task(outcomes.run())
         try:
             stored = await asyncio.wait_for(outcomes.finish(Finish("d1", "we_a", "drop")), timeout=10)
