@@ -28,7 +28,6 @@ from tests.support import LogCapture, wait_for
 from tests.worker.test_engine import Running, _post
 from worker.concurrencycaps import LINE_WAIT
 
-
 TOKEN = "m" * 32
 
 
@@ -75,7 +74,8 @@ def test_a_claim_whose_attempt_never_ends_is_handed_back_counted_and_shown_until
             wait_for(lambda: sender.calls >= 2, timeout=10, what="a second attempt")
             assert "1 deliveries held for more than" in logs.output() and delivery_id in logs.output()
             assert int(redis.hget(keys.metrics_counters, STRANDED) or 0) == 1
-            assert f"svcgw_{STRANDED}_total 1.0" in client.get("/metrics", headers={"Authorization": f"Bearer {TOKEN}"}).text
+            scrape = client.get("/metrics", headers={"Authorization": f"Bearer {TOKEN}"}).text
+            assert f"svcgw_{STRANDED}_total 1.0" in scrape
             ready = client.get("/readyz")
             assert ready.status_code == 200
             assert ready.json()["status"] == "degraded" and ready.json()["stranded"] == [0]
