@@ -165,8 +165,10 @@ class Deployment:
         acknowledged = {event_id for event_id, _ in posting.acknowledged}
         wait_for(lambda: not acknowledged - set(self.counting.count(posting.prefix + "-")), timeout=60,
                  interval=0.2, what="every acknowledged event delivered")  # fmt: skip
-        # Past its lease and the delivery timeout at most, nothing claimed is left: no delivery stranded.
-        wait_for(lambda: not any(self.inflight().values()), timeout=30, interval=0.2, what="nothing in flight")
+        # Past its lease and the delivery timeout (and the time to look) at most, nothing claimed is left: no
+        # delivery stranded.
+        longest = self.settings.lease_seconds + self.settings.delivery_timeout + 10
+        wait_for(lambda: not any(self.inflight().values()), timeout=longest, interval=0.2, what="nothing in flight")
         return acknowledged, self.counting.count(posting.prefix + "-")
 
     def delivered(self, prefix: str, shards: set[int]) -> int:
