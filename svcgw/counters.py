@@ -73,6 +73,7 @@ __all__ = [
     "KINDED",
     "KINDS",
     "LATENCY_BUCKETS",
+    "STRANDED",
     "AttemptRecorder",
     "BufferedCounts",
     "attempt_commands",
@@ -116,6 +117,7 @@ ATTEMPTS = "delivery_attempts"
 DELIVERIES = "deliveries"
 DEAD = "dead_letters"
 PROBES = "probes"
+STRANDED = "deliveries_stranded"
 
 COUNTERS: dict[str, tuple[str, str | None]] = {
     POSTS: ("Posts accepted by the receiver (stored, answered 2xx).", None),
@@ -131,6 +133,11 @@ COUNTERS: dict[str, tuple[str, str | None]] = {
         None,
     ),
     PROBES: ("Liveness probes, by result.", "result"),
+    STRANDED: (
+        "Deliveries a worker held past their lease and longest attempt without finishing them, handed back "
+        "(svcgw.delivery.stranded).",
+        None,
+    ),
 }
 # The delivery counters carry one more label, ``kind``: ``primary`` (the primary address: the
 # instance's callback address or the account default) or ``destination`` (a further destination,

@@ -45,6 +45,7 @@ class KeySpace:
         "rq",
         "shard_instances",
         "signin_failures",
+        "stranded",
         "tag",
     )
 
@@ -74,6 +75,9 @@ class KeySpace:
         self.layout = p + "layout"
         self.demo = p + "demo"  # hash: account, key_id, key (sealed), appid (``svcgw up --demo``)
         self.probe_schedule = p + "probe:schedule"  # sorted set: appid scored by next probe time
+        # Hash: a delivery a worker held without ever finishing its attempt, handed back -> its
+        # ``attempts`` then; kept until it is attempted or finished (svcgw.delivery.stranded).
+        self.stranded = p + "stranded"
         # Hash of counters shared by every process: field ``<metric>``, or ``<metric>|<label value>``
         # for a metric with one label; a delivery counter of a further destination's delivery ends in
         # ``|destination`` (svcgw.counters.KINDED).
