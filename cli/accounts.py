@@ -17,6 +17,7 @@ import click
 from rich.console import RenderableType
 
 from receiver.console.account import invitation_path
+from svcgw.errors import Rejected
 from svcgw.intake.calllog import parse_since
 from svcgw.registry import passwords
 from svcgw.registry.credentials import Credentials
@@ -119,7 +120,7 @@ async def accounts_set_password(
     """Set an account's console password (--password - or --password-prompt); its sessions end."""
     found = await admin.store().get_account(account)
     if found.login is None:
-        raise click.ClickException(f"account {account} has no login to sign in with")
+        raise Rejected(f"account {account} has no login to sign in with")
     password = _password(password_source, password_prompt, found.login)
     if password is None:
         raise click.UsageError("give --password - (stdin) or --password-prompt")
@@ -153,9 +154,7 @@ async def accounts_invite(admin: Admin, account: str, expires: str, as_json: boo
         raise click.BadParameter(str(exc), param_hint="--expires") from None
     found = await admin.store().get_account(account)
     if found.login is None:
-        raise click.ClickException(
-            f"account {account} has no login: an invitation lets a developer choose the password of a login"
-        )
+        raise Rejected(f"account {account} has no login: an invitation lets a developer choose the password of a login")
     invitation = await Invitations(admin.text, admin.keys).issue(account, seconds)
     url = admin.settings.public_url.rstrip("/") + invitation_path(invitation.token)
     data = {"account": account, "login": found.login, "url": url, "expires_at": invitation.expires_at}

@@ -44,7 +44,7 @@ def test_account_user_errors(env: dict[str, str]) -> None:
     assert "2031-02-30" in fails(
         env, "accounts", "create", "--name", "x", "--valid-until", "2031-02-30", code=2
     )
-    assert "no account 'acc_nope'" in fails(
+    assert "no account 'acc_nope' (code -40404)" in fails(
         env, "accounts", "deny", "--account", "acc_nope", "message/sendText"
     )
     account = ok(env, "accounts", "create", "--name", "x")["id"]

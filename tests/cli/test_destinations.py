@@ -126,6 +126,10 @@ def test_usage_errors_and_the_bound(env: dict[str, str], settings: Settings, red
     )  # fmt: skip
     assert "no instance 'we_nope'" in fails(env, "destinations", "list", "--appid", "we_nope")
     assert "no destination 'dst_0000000000000000'" in fails(env, "destinations", "disable", "dst_0000000000000000")
+    # An unknown destination reads as the console answers it: the message and -40404, for each command.
+    for command in ("show", "update", "disable", "rotate", "test", "remove"):
+        said = fails(env, "destinations", command, "dst_0000000000000000")
+        assert said.strip() == "Error: no destination 'dst_0000000000000000' (code -40404)", (command, said)
     for _ in range(MAX_DESTINATIONS):
         ok(env, "destinations", "add", "--appid", tenant.appid, "--url", "http://127.0.0.1:9/", "--no-test")
     assert "code -40920" in fails(
