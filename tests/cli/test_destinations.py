@@ -117,6 +117,13 @@ def test_refused_values_answer_their_code_and_nothing_is_saved(
     assert not redis.exists(keys.destinations_instance(tenant.appid))
 
 
+def test_the_help_of_list_says_what_appid_lists(env: dict[str, str]) -> None:
+    shown = " ".join(svcgw(env, "destinations", "list", "--help").stdout.split())
+    assert "its account's and its own" in shown and "One instance's own destinations" not in shown
+    added = " ".join(svcgw(env, "destinations", "add", "--help").stdout.split())
+    assert "One instance's own destinations" in added
+
+
 def test_usage_errors_and_the_bound(env: dict[str, str], settings: Settings, redis: Redis) -> None:
     tenant = provision(settings)
     assert "exactly one" in fails(env, "destinations", "list", code=2)
