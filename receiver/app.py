@@ -30,7 +30,7 @@ from svcgw.intake.receivers import RECEIVER_PREFIX
 from svcgw.storage import layoutversion
 from svcgw.upstream import Upstream
 
-from .console import console_routes
+from .console import console_routes, favicon
 from .dashboard import make_dashboard
 from .docs import docs_routes
 from .endpoint import Endpoint, direct_post, make_endpoint
@@ -125,6 +125,8 @@ def create_app(settings: Settings, *, services: Services | None = None) -> Starl
         ),
         *gateway.routes(),
         Route("/openapi.json", openapi_endpoint, methods=["GET"], name="openapi"),
+        # Asked by browsers of every page that names no icon of its own.
+        Route("/favicon.ico", favicon, methods=["GET"], name="favicon"),
         *docs_routes(),  # /docs: the interactive reference of /openapi.json
         *console_routes(services, gateway),
     ]

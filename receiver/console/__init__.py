@@ -16,10 +16,13 @@ of errors (``receiver.console.answers``).
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from starlette.middleware import Middleware
 from starlette.middleware.exceptions import ExceptionMiddleware
+from starlette.requests import Request
+from starlette.responses import FileResponse, Response
 from starlette.routing import BaseRoute, Mount
 
 from svcgw.registry.invitations import Invitations
@@ -42,7 +45,14 @@ if TYPE_CHECKING:
     from receiver.gateway import Gateway
     from receiver.services import Services
 
-__all__ = ["console_routes"]
+__all__ = ["console_routes", "favicon"]
+
+_ICON = Path(__file__).parent / "static" / "favicon.svg"
+
+
+async def favicon(request: Request) -> Response:
+    """``/favicon.ico``: the console's icon, for a browser on a page that names none (else a 404 per page)."""
+    return FileResponse(_ICON, media_type="image/svg+xml", headers={"Cache-Control": "public, max-age=86400"})
 
 
 def console_routes(services: Services, gateway: Gateway) -> list[BaseRoute]:

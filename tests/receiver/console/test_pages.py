@@ -50,6 +50,19 @@ def test_the_dead_letters_page_counts_this_deployments_retries(
     assert note and said in note.group(1) and "six" not in note.group(1)
 
 
+def test_every_page_names_an_icon_and_favicon_ico_answers(server: str, developer: Developer) -> None:
+    http, _ = signed_in(server, developer.key)
+    for page in ("/console/login", "/console/instances", "/console/dead-letters"):
+        link = re.search(r'<link rel="icon" type="image/svg\+xml" href="([^"]+)"', http.get(page).text)
+        assert link, page
+        icon = http.get(link.group(1))
+        assert icon.status_code == 200 and icon.headers["content-type"].startswith("image/svg+xml"), page
+    asked = http.get("/favicon.ico")  # what a browser asks on a page that names no icon
+    http.close()
+    assert asked.status_code == 200 and asked.headers["content-type"].startswith("image/svg+xml")
+    assert asked.content.startswith(b"<svg")
+
+
 def test_sign_in_form_and_its_csrf(server: str, developer: Developer) -> None:
     with httpx.Client(base_url=server, timeout=15) as http:
         first = http.get("/console/instances")
