@@ -14,6 +14,7 @@ from svcgw.callbacks.addresses import (
     check_callback_url,
     filter_addresses,
     forbidden_reason,
+    own_targets,
 )
 from svcgw.config.settings import Settings, SettingsError
 from tests.support import fake_resolver
@@ -257,9 +258,7 @@ def test_own_origin_by_address() -> None:
     resolve = fake_resolver({"gw.example.net": ["203.0.113.7"], "alias.example.org": ["203.0.113.7"]})
     allow = [ipaddress.ip_network("203.0.113.0/24")]
     with pytest.raises(AddressError) as info:
-        check_callback_url(
-            "https://alias.example.org/hook", own_origins=[origin], allow=allow, resolve=resolve
-        )
+        check_callback_url("https://alias.example.org/hook", own_origins=[origin], allow=allow, resolve=resolve)
     assert info.value.code == OWN_ADDRESS
 
 
@@ -408,6 +407,25 @@ def test_filter_literals_skip_the_resolver() -> None:
 def test_filter_allow_list() -> None:
     resolve = fake_resolver({"rebind.example": ["127.0.0.1", "10.0.0.1"]})
     assert filter_addresses("rebind.example", 80, ALLOW_LOOPBACK, resolve) == ["127.0.0.1"]
+
+
+def test_filter_refuses_the_services_own_address_at_connect_time() -> None:
+    # Saved while the name pointed elsewhere; at send it points at the service's own origin.
+    settings = Settings.from_env({"SVCGW_PUBLIC_URL": "https://gw.example.net"})
+    own = own_targets(settings)
+    resolve = fake_resolver({"rebind.example": ["8.8.4.4"], "gw.example.net": ["8.8.4.4"]})
+    with pytest.raises(AddressError) as info:
+        filter_addresses("rebind.example", 443, resolve=resolve, own=own)
+    assert info.value.code == -40012 and "own address" in info.value.message
+    with pytest.raises(AddressError) as named:
+        filter_addresses("GW.example.net.", 443, resolve=resolve, own=own)
+    assert named.value.code == -40012
+    # Another port of the same host is not the service; among several answers, only its own is dropped.
+    assert filter_addresses("rebind.example", 8443, resolve=resolve, own=own) == ["8.8.4.4"]
+    both = fake_resolver({"rebind.example": ["8.8.4.4", PUBLIC_V4], "gw.example.net": ["8.8.4.4"]})
+    assert filter_addresses("rebind.example", 443, resolve=both, own=own) == [PUBLIC_V4]
+    # Without its own targets, the rule is not applied (what the address was before).
+    assert filter_addresses("rebind.example", 443, resolve=resolve) == ["8.8.4.4"]
 
 
 def test_filter_with_system_resolver() -> None:
