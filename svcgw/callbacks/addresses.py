@@ -28,7 +28,8 @@ The rules, checked in this order:
   ``127.0.0.1:8080``.
 
 ``-40013`` (``UNUSABLE_ADDRESS``): the port is not one of ``ports``
-  (``SVCGW_DESTINATION_PORTS``: 80, 443 and 1024 to 65535 unless set
+  (``SVCGW_DESTINATION_PORTS``: 80, 443 and 1024 to 65535 but for the
+  well-known ports of internal services, ``INTERNAL_SERVICE_PORTS``, unless set
   otherwise), the host does not resolve, or any address it resolves to is
   internal (see :func:`forbidden_reason`). IP literals,
   including the odd IPv4 spellings ``2130706433``, ``0x7f.1`` and ``127.1``
@@ -55,7 +56,7 @@ from urllib.parse import unquote, urlsplit
 
 from svcgw.callbacks.netblocks import IPAddress, forbidden_reason
 from svcgw.config.environment import Network, PortRanges
-from svcgw.config.settings import DEFAULT_DESTINATION_PORTS, Settings
+from svcgw.config.settings import DEFAULT_DESTINATION_PORTS, INTERNAL_SERVICE_PORTS, Settings
 from svcgw.errors import Rejected
 from svcgw.intake.receivers import receiver_prefix
 
@@ -191,7 +192,11 @@ def port_allowed(port: int, ports: PortRanges = DEFAULT_DESTINATION_PORTS) -> bo
 
 
 def _port_refused(port: int) -> AddressError:
-    return AddressError(UNUSABLE_ADDRESS, f"port {port} is not an allowed destination port (SVCGW_DESTINATION_PORTS)")
+    service = INTERNAL_SERVICE_PORTS.get(port)
+    why = f", it is {service}'s well-known port" if service else ""
+    return AddressError(
+        UNUSABLE_ADDRESS, f"port {port} is not an allowed destination port (SVCGW_DESTINATION_PORTS{why})"
+    )
 
 
 def filter_addresses(

@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import ipaddress
+from pathlib import Path
 from urllib.parse import urlsplit
 
 import pytest
@@ -15,8 +16,9 @@ from svcgw.callbacks.addresses import (
     filter_addresses,
     forbidden_reason,
     own_targets,
+    port_allowed,
 )
-from svcgw.config.settings import Settings, SettingsError
+from svcgw.config.settings import DEFAULT_DESTINATION_PORTS, INTERNAL_SERVICE_PORTS, Settings, SettingsError
 from tests.support import fake_resolver
 
 PUBLIC_V4 = "93.184.216.34"
@@ -450,6 +452,30 @@ def test_privileged_ports_other_than_web_are_refused(url: str) -> None:
 @pytest.mark.parametrize("url", ["http://example.com/", "https://example.com/", "http://example.com:8443/"])
 def test_web_and_unprivileged_ports_are_allowed(url: str) -> None:
     assert check_callback_url(url, resolve=PUBLIC_DNS).host == "example.com"
+
+
+@pytest.mark.parametrize("port", [3306, 5432, 6379, 27017, 9200, 11211, 26379, 2379, 6443])
+def test_well_known_internal_service_ports_are_refused_by_default(port: int) -> None:
+    with pytest.raises(AddressError) as info:
+        check_callback_url(f"http://example.com:{port}/", resolve=PUBLIC_DNS)
+    assert info.value.code == UNUSABLE_ADDRESS and INTERNAL_SERVICE_PORTS[port] in info.value.message
+    with pytest.raises(AddressError):
+        filter_addresses("example.com", port, resolve=PUBLIC_DNS)  # and again at connect time
+    # The setting, when given, says every port allowed: the default's denials are not added to it.
+    ports = Settings.from_env({"SVCGW_DESTINATION_PORTS": "1024-65535"}).destination_ports
+    assert check_callback_url(f"http://example.com:{port}/", resolve=PUBLIC_DNS, ports=ports).port == port
+
+
+def test_the_default_ports_are_the_web_and_unprivileged_ones_but_internal_services() -> None:
+    allowed = {port for port in range(1, 65536) if port_allowed(port)}
+    assert allowed == {80, 443, *range(1024, 65536)} - set(INTERNAL_SERVICE_PORTS)
+    assert Settings.from_env({}).destination_ports == DEFAULT_DESTINATION_PORTS
+
+
+def test_every_internal_service_port_is_named_in_the_security_docs() -> None:
+    text = (Path(__file__).parents[3] / "docs" / "security.md").read_text()
+    for port, service in INTERNAL_SERVICE_PORTS.items():
+        assert f"{port} ({service})" in text, port
 
 
 def test_the_port_list_is_a_setting() -> None:
