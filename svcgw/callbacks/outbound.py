@@ -28,7 +28,7 @@ Errors raised by :meth:`Sender.post`::
     SendError
     ├── Refused      the address rules forbid every address of the host; nothing was sent
     ├── TimedOut     no complete answer within the delivery timeout
-    └── SendFailed   connection refused or reset, protocol error, ...
+    └── SendFailed   connection refused or reset, protocol error, a header HTTP cannot carry, ...
 
 Nothing above the sender sees an aiohttp or socket exception.
 """
@@ -64,6 +64,7 @@ from svcgw.plainrequest import PlainRequest
 from svcgw.threads import in_thread
 
 __all__ = [
+    "BAD_HEADER",
     "RESPONSE_SNIPPET_BYTES",
     "CallbackSender",
     "GuardedResolver",
@@ -246,6 +247,10 @@ def guarded_connector(
 
 
 # --- the client -------------------------------------------------------------------
+# A failed attempt's reason when a header could not be written; it names no header value.
+BAD_HEADER = "a request header holds a control character (CR, LF or NUL); check the Bearer token"
+
+
 def sender_for(settings: Settings, *, limit: int = 0) -> CallbackSender:
     """The service's callback client: its allow-list, ports, own address and delivery timeout."""
     return CallbackSender(
@@ -312,6 +317,10 @@ class CallbackSender:
             raise SendFailed("RemoteProtocolError", _first_line(exc)) from exc
         except (aiohttp.ClientError, OSError) as exc:
             raise SendFailed(type(exc).__name__, _first_line(exc)) from exc
+        except ValueError as exc:
+            # aiohttp refuses to write a header with CR, LF or NUL in it (a token saved before such
+            # tokens were refused): a failed attempt with its reason. The value is never repeated.
+            raise SendFailed("InvalidHeader", BAD_HEADER) from exc
 
     async def aclose(self) -> None:
         await self._session.close()

@@ -55,6 +55,7 @@ class Scope(Protocol):
 
     def key(self, keys: KeySpace) -> str: ...
 
+
 __all__ = ["ShardCopies", "ShardUnavailable"]
 
 

@@ -174,3 +174,23 @@ def test_a_failed_test_keeps_the_destination(env: dict[str, str], settings: Sett
     assert result.exit_code == 0, result.output
     assert "test POST failed" in result.stdout and "saved all the same" in result.stdout
     assert len(ok(env, "destinations", "list", "--appid", tenant.appid)) == 1
+
+
+@pytest.mark.parametrize("token", ["tok\r\nX-Injected: 1", "tok\x00en"])
+def test_a_token_with_control_characters_is_refused_and_nothing_is_saved(
+    env: dict[str, str], settings: Settings, redis: Redis, sink: Sink, token: str
+) -> None:
+    tenant = provision(settings, url=sink.url)
+    primary = dict(redis.hgetall(keys.callback_instance(tenant.appid)))
+    kept = ok(env, "destinations", "add", "--appid", tenant.appid, "--url", sink.url + "/kept", "--no-test")
+    for args in (
+        ("callback", "set", "--appid", tenant.appid, "--url", sink.url, "--bearer-token", token),
+        ("destinations", "add", "--account", tenant.account, "--url", sink.url + "/new", "--bearer-token", token),
+        ("destinations", "update", kept["destination"]["id"], "--bearer-token", token),
+    ):
+        said = fails(env, *args)
+        assert "(code -40022)" in said and "control characters" in said and token not in said, args
+    assert dict(redis.hgetall(keys.callback_instance(tenant.appid))) == primary
+    assert not redis.exists(keys.destinations_account(tenant.account))
+    assert not redis.hexists(keys.destination(kept["destination"]["id"]), "token")
+    assert sink.posts() == []

@@ -204,6 +204,15 @@ def test_a_name_that_points_at_the_service_at_send_time_is_refused(server: Serve
     assert answer.status == 200
 
 
+@pytest.mark.parametrize("token", ["a\r\nX-Injected: 1", "a\x00b", "a\nb"])
+def test_a_header_http_cannot_carry_is_a_failed_attempt_with_its_reason(server: Server, token: str) -> None:
+    headers = {"Content-Type": "application/json", "Authorization": f"Bearer {token}"}
+    with pytest.raises(SendFailed) as info:
+        run(lambda: post(f"http://127.0.0.1:{server.port}/", allow=LOOPBACK, headers=headers))
+    assert info.value.kind == "InvalidHeader" and "Bearer token" in str(info.value)
+    assert token not in str(info.value) and server.seen == []
+
+
 def test_unresolvable_host_refused() -> None:
     with pytest.raises(Refused) as info:
         run(lambda: post("http://nowhere.invalid/", allow=LOOPBACK, resolve=fake_resolver({})))
