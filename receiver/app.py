@@ -32,6 +32,7 @@ from svcgw.upstream import Upstream
 
 from .console import console_routes, favicon
 from .dashboard import make_dashboard
+from .dashboardlimit import SignInLimit
 from .docs import docs_routes
 from .endpoint import Endpoint, direct_post, make_endpoint
 from .gateway import Gateway, PathGuard, direct_operation
@@ -131,7 +132,9 @@ def create_app(settings: Settings, *, services: Services | None = None) -> Starl
         *console_routes(services, gateway),
     ]
     if (dashboard := make_dashboard(settings)) is not None:
-        routes.append(Mount("/rq", app=dashboard, name="rq-dashboard"))
+        # Wrong passwords are limited per address as the console's sign-in limits them.
+        guarded = SignInLimit(dashboard, settings.signin_failures_per_address)
+        routes.append(Mount("/rq", app=guarded, name="rq-dashboard"))
     app = ServiceApp(
         routes=routes,
         lifespan=lifespan,

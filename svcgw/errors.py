@@ -492,6 +492,9 @@ DASHBOARD_READ_ONLY = ErrorKind(
 )
 DASHBOARD_NOT_FOUND = ErrorKind(404, 404, "not found in the dashboard")  # then ": " and why
 DASHBOARD_NO_JOB = ErrorKind(404, 404, "no such job")
+DASHBOARD_LIMITED = ErrorKind(
+    429, 429, "too many wrong credentials from this address; retry after the time in Retry-After"
+)
 # Its text never names the Redis (the host may be in it).
 DASHBOARD_UNAVAILABLE = ErrorKind(503, 503, "Redis does not answer; try again shortly")
 
@@ -504,10 +507,12 @@ PLAIN_KINDS: tuple[ErrorKind, ...] = (
     DASHBOARD_READ_ONLY,
     DASHBOARD_NOT_FOUND,
     DASHBOARD_NO_JOB,
+    DASHBOARD_LIMITED,
     DASHBOARD_UNAVAILABLE,
 )
 
 __all__ += [
+    "DASHBOARD_LIMITED",
     "DASHBOARD_NOT_FOUND",
     "DASHBOARD_NO_JOB",
     "DASHBOARD_READ_ONLY",
