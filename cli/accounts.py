@@ -109,6 +109,28 @@ async def accounts_create(
     emit(as_json, data, lambda: record(_account_row(data), "account created"))
 
 
+@accounts.command("update")
+@click.option("--account", required=True, help="Account id.")
+@click.option(
+    "--devices",
+    type=click.IntRange(min=0),
+    default=None,
+    help="New device quota: how many instances it may have (a lower one removes none, it refuses new ones).",
+)
+@click.option("--valid-until", callback=_valid_date, metavar="YYYY-MM-DD", help="New last day of validity.")
+@json_option
+@admin_command
+async def accounts_update(
+    admin: Admin, account: str, devices: int | None, valid_until: str | None, as_json: bool
+) -> None:
+    """Change an account's device quota or validity; the next device/create counts against it."""
+    if devices is None and valid_until is None:
+        raise click.UsageError("give --devices N or --valid-until YYYY-MM-DD (or both)")
+    found = await admin.store().update_account(account, devices=devices, valid_until=valid_until)
+    data = found.as_dict()
+    emit(as_json, data, lambda: record(_account_row(data), "account updated"))
+
+
 @accounts.command("set-password")
 @click.option("--account", required=True, help="Account id.")
 @password_options
