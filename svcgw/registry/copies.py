@@ -55,7 +55,6 @@ class Scope(Protocol):
 
     def key(self, keys: KeySpace) -> str: ...
 
-
 __all__ = ["ShardCopies", "ShardUnavailable"]
 
 
