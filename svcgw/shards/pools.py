@@ -23,15 +23,19 @@ It is built of the hooks redis-py's pools are made of, which its own
 ``get_available_connection``, which takes a free connection (or makes one)
 at once, without yielding to the loop, so the look and the take are one
 step; and ``ensure_connection``. redis-py's ``get_connection`` is not
-called, so nothing here depends on the order of what it does. Its lock is
-not taken for every command either, as ``BlockingConnectionPool`` does not:
-it guards the pool against a maintenance notification (RESP3, on by
-default in redis 8) rewriting it across awaits, and redis-py says when that
-happens through the pool's ``set_in_maintenance``, which this pool takes as
-its cue to wait the rewrite out. Its OpenTelemetry counts, which the service
-does not turn on, are not kept. Upstream lacks an asyncio pool that waits
-only when it has no connection to give; ``tests/svcgw/shards/test_pools.py``
-pins the hooks' behaviour on the pinned redis-py.
+called, so nothing here depends on the order of what it does. Like
+``BlockingConnectionPool``, it does not take the pool's lock for every
+command. That lock guards the pool against a maintenance notification
+(RESP3, on by default in redis 8) rewriting it across awaits; redis-py says
+when that happens through the pool's ``set_in_maintenance``, and this pool
+then waits the rewrite out. The one other holder of the lock across an await
+is a release closing a connection marked for reconnecting (maintenance
+again): a command arriving then may open one more connection than
+``max_connections`` for that moment, rather than fail. The OpenTelemetry counts that method records are not
+kept (the service does not turn redis-py's on). Upstream lacks an asyncio
+pool that waits only when it has no connection to give;
+``tests/svcgw/shards/test_pools.py`` pins the hooks' behaviour on the pinned
+redis-py.
 
 Its connections pack commands with hiredis (:mod:`svcgw.shards.packing`).
 """
