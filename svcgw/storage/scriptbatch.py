@@ -17,6 +17,17 @@ on its own. A script missing from Redis (after a restart or ``SCRIPT
 FLUSH``) is loaded, and the calls it refused, which did not run, are sent
 again once.
 
+On a Redis Cluster the batch is redis-py's Cluster pipeline: it groups the
+calls by the master that holds each call's slot (every key of a call is in
+one slot), sends each group down one connection of that master, the groups
+at once, and sends a call that met ``MOVED``, ``ASK`` or ``TRYAGAIN`` again
+on its own through the Cluster client, which follows the redirection. That
+pipeline refuses its ``evalsha()`` method (redis-py blocks script methods
+there, as the scripts' own missing-script fallback cannot work in a
+pipeline); the raw ``EVALSHA`` command is routed by the keys it names like
+any other, and a missing script is handled here, so the batch sends it as
+such, on one Redis too.
+
 The batch belongs to the loop of its first call, as the client's
 connections do. It is made by :func:`svcgw.storage.scripts.batched`, from a
 script of the registry.
@@ -90,10 +101,12 @@ class ScriptBatch:
                 raise
 
     async def _pipeline(self, calls: Sequence[_Call]) -> list[Any]:
+        # One Redis: one pipeline. A Cluster: one per master holding a call's slot, sent at once.
         pipe = self._redis.pipeline(transaction=False)
         sha = self._script.sha
         for keys, args, _ in calls:
-            pipe.evalsha(sha, len(keys), *keys, *args)
+            # The raw command, not pipe.evalsha(): a Cluster pipeline refuses that method (see above).
+            pipe.execute_command("EVALSHA", sha, len(keys), *keys, *args)
         return list(await pipe.execute(raise_on_error=False))
 
 
