@@ -73,12 +73,14 @@ __all__ = [
     "KINDED",
     "KINDS",
     "LATENCY_BUCKETS",
+    "POSTS_NOT_STORED",
     "AttemptRecorder",
     "BufferedCounts",
     "attempt_commands",
     "count_change",
     "ingest_commands",
     "kinded_series",
+    "not_stored_commands",
     "record_probe",
 ]
 
@@ -116,6 +118,7 @@ ATTEMPTS = "delivery_attempts"
 DELIVERIES = "deliveries"
 DEAD = "dead_letters"
 PROBES = "probes"
+POSTS_NOT_STORED = "posts_not_stored"
 
 COUNTERS: dict[str, tuple[str, str | None]] = {
     POSTS: ("Posts accepted by the receiver (stored, answered 2xx).", None),
@@ -131,6 +134,7 @@ COUNTERS: dict[str, tuple[str, str | None]] = {
         None,
     ),
     PROBES: ("Liveness probes, by result.", "result"),
+    POSTS_NOT_STORED: ("Posts answered 503 because Redis did not store them, by cause (the error's class).", "cause"),
 }
 # The delivery counters carry one more label, ``kind``: ``primary`` (the primary address: the
 # instance's callback address or the account default) or ``destination`` (a further destination,
@@ -181,6 +185,11 @@ def ingest_commands(keys: KeySpace, accepted: int, duplicates: int) -> list[Comm
     if duplicates:
         commands.append(("HINCRBY", counters, DUPLICATES, duplicates))
     return commands
+
+
+def not_stored_commands(keys: KeySpace, cause: str) -> list[Command]:
+    """What a post refused for a storage error adds; ``cause`` is the error's class name."""
+    return [("HINCRBY", keys.metrics_counters, _field(POSTS_NOT_STORED, cause), 1)]
 
 
 def attempt_commands(
