@@ -73,7 +73,6 @@ __all__ = [
     "KINDED",
     "KINDS",
     "LATENCY_BUCKETS",
-    "POSTS_NOT_STORED",
     "AttemptRecorder",
     "BufferedCounts",
     "attempt_commands",
@@ -114,16 +113,17 @@ LATENCY_BUCKETS: tuple[float, ...] = (
 POSTS = "posts_received"
 EVENTS = "events_received"
 DUPLICATES = "duplicates_dropped"
+POSTS_NOT_STORED = "posts_not_stored"
 ATTEMPTS = "delivery_attempts"
 DELIVERIES = "deliveries"
 DEAD = "dead_letters"
 PROBES = "probes"
-POSTS_NOT_STORED = "posts_not_stored"
 
 COUNTERS: dict[str, tuple[str, str | None]] = {
     POSTS: ("Posts accepted by the receiver (stored, answered 2xx).", None),
     EVENTS: ("Events in accepted posts, new and duplicate.", None),
     DUPLICATES: ("Events dropped from forwarding as duplicates.", None),
+    POSTS_NOT_STORED: ("Posts answered 503 because Redis did not store them, by cause (the error's class).", "cause"),
     ATTEMPTS: (
         "Delivery attempts, by what came next (delivered, retry, dead) and kind (primary, destination).",
         "outcome",
@@ -134,7 +134,6 @@ COUNTERS: dict[str, tuple[str, str | None]] = {
         None,
     ),
     PROBES: ("Liveness probes, by result.", "result"),
-    POSTS_NOT_STORED: ("Posts answered 503 because Redis did not store them, by cause (the error's class).", "cause"),
 }
 # The delivery counters carry one more label, ``kind``: ``primary`` (the primary address: the
 # instance's callback address or the account default) or ``destination`` (a further destination,
