@@ -17,16 +17,18 @@ on its own. A script missing from Redis (after a restart or ``SCRIPT
 FLUSH``) is loaded, and the calls it refused, which did not run, are sent
 again once.
 
-On a Redis Cluster the batch is redis-py's Cluster pipeline: it groups the
-calls by the master that holds each call's slot (every key of a call is in
-one slot), sends each group down one connection of that master, the groups
-at once, and sends a call that met ``MOVED``, ``ASK`` or ``TRYAGAIN`` again
-on its own through the Cluster client, which follows the redirection. That
-pipeline refuses its ``evalsha()`` method (redis-py blocks script methods
-there, as the scripts' own missing-script fallback cannot work in a
-pipeline); the raw ``EVALSHA`` command is routed by the keys it names like
-any other, and a missing script is handled here, so the batch sends it as
-such, on one Redis too.
+On a Redis Cluster the calls are grouped by the master that holds each
+call's slot (every key of a call is in one slot, the client's map of slots
+says whose), and each group is sent, the groups at once, as a redis-py
+Cluster pipeline: down one connection of that master, a call that met
+``MOVED``, ``ASK`` or ``TRYAGAIN`` sent again on its own through the Cluster
+client, which follows the redirection. A group fails alone: a master that
+cannot be reached (gone, its replica not yet promoted) fails the calls of
+its slots, not the others'. That pipeline refuses its ``evalsha()`` method
+(redis-py blocks script methods there, as the scripts' own missing-script
+fallback cannot work in a pipeline); the raw ``EVALSHA`` command is routed
+by the keys it names like any other, and a missing script is handled here,
+so the batch sends it as such, on one Redis too.
 
 The batch belongs to the loop of its first call, as the client's
 connections do. It is made by :func:`svcgw.storage.scripts.batched`, from a
@@ -39,8 +41,9 @@ import asyncio
 from collections.abc import Sequence
 from typing import Any
 
+from redis.asyncio.cluster import RedisCluster as AsyncRedisCluster
 from redis.commands.core import AsyncScript
-from redis.exceptions import NoScriptError
+from redis.exceptions import NoScriptError, SlotNotCoveredError
 
 __all__ = ["ScriptBatch"]
 
@@ -77,6 +80,34 @@ class ScriptBatch:
         task.add_done_callback(self._sending.discard)
 
     async def _run(self, calls: list[_Call]) -> None:
+        groups = self._by_master(calls)
+        if len(groups) == 1:
+            await self._run_group(calls)
+        else:
+            await asyncio.gather(*(self._run_group(group) for group in groups))
+
+    def _by_master(self, calls: list[_Call]) -> list[list[_Call]]:
+        """The calls in groups that fail alone: one group on one Redis; on a Cluster, one per master.
+
+        redis-py's Cluster pipeline raises one error for all its calls when it cannot reach one
+        of the masters (a master gone, its replica not yet promoted): grouped by master, the
+        calls of the others are still answered. A call whose slot the client does not know yet
+        goes with the first group, where the pipeline learns it.
+        """
+        redis = self._redis
+        if len(calls) == 1 or not isinstance(redis, AsyncRedisCluster):
+            return [calls]
+        groups: dict[str, list[_Call]] = {}
+        for call in calls:
+            keys = call[0]
+            try:
+                node = redis.get_node_from_key(keys[0]) if keys else None
+            except SlotNotCoveredError:
+                node = None
+            groups.setdefault(node.name if node is not None else "", []).append(call)
+        return list(groups.values())
+
+    async def _run_group(self, calls: list[_Call]) -> None:
         try:
             if len(calls) == 1:
                 keys, args, future = calls[0]
@@ -101,7 +132,7 @@ class ScriptBatch:
                 raise
 
     async def _pipeline(self, calls: Sequence[_Call]) -> list[Any]:
-        # One Redis: one pipeline. A Cluster: one per master holding a call's slot, sent at once.
+        # One Redis: one pipeline. A Cluster: the calls of one master, redirected ones sent again alone.
         pipe = self._redis.pipeline(transaction=False)
         sha = self._script.sha
         for keys, args, _ in calls:

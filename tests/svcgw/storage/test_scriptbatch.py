@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import uuid
 from collections.abc import Awaitable, Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -218,3 +219,36 @@ def test_on_a_cluster_a_call_alone_in_its_turn_is_answered(cluster: RedisCluster
         assert await batch(keys=["{s5}alone"], args=["b"]) == ["b", 2]
 
     on_cluster(cluster, body)
+
+
+def test_on_a_cluster_a_master_that_is_gone_fails_only_the_calls_of_its_slots(tmp_path: Path) -> None:
+    """The calls of a turn for the masters that answer get their answers; only those for the one killed fail.
+
+    The Cluster keeps serving the slots it still covers (``cluster-require-full-coverage no``), as it
+    does for a slot while its replica takes over.
+    """
+    cluster = RedisClusterFleet(tmp_path / "cluster", extra=["--cluster-require-full-coverage", "no"]).start()
+    tags = [f"{{s{i}}}" for i in range(16)]
+
+    async def body(client: AsyncRedisCluster) -> None:
+        batch = ScriptBatch(client.register_script(fresh(COUNTING)))
+        await asyncio.gather(*(batch(keys=[f"{tag}n"], args=["first"]) for tag in tags))  # the map learnt
+        holders = {tag: client.get_node_from_key(f"{tag}n") for tag in tags}
+        gone = holders[tags[1]]
+        assert gone is not None
+        next(node for node in cluster.nodes if node.port == int(gone.port)).kill()
+        # The first turn finds its connection to the killed master broken, the next has none to open.
+        for turn, word in enumerate(("after", "again"), 2):
+            answers = await asyncio.gather(*(batch(keys=[f"{tag}n"], args=[word]) for tag in tags),
+                                           return_exceptions=True)  # fmt: skip
+            for tag, answer in zip(tags, answers, strict=True):
+                holder = holders[tag]
+                if holder is not None and holder.name == gone.name:
+                    assert isinstance(answer, Exception), (tag, answer)
+                else:
+                    assert answer == [word, turn], (tag, answer)
+
+    try:
+        on_cluster(cluster, body)
+    finally:
+        cluster.close()
