@@ -1,12 +1,11 @@
 """Concurrent posts on a real local Redis Cluster: none refused, every one delivered once.
 
 Three masters started by the test (``--cluster-enabled yes``, joined with ``redis-cli --cluster
-create``), sixteen virtual shards, a real ``svcgw serve`` (two HTTP workers) and a real
-``svcgw worker``, and 32 threads posting at once over 32 instances placed over the shards. The
-receiver sends the ingest scripts of one turn of its event loop together
-(``svcgw.storage.scriptbatch``): on a Cluster, redis-py's Cluster pipeline groups them by master.
-Every post is acknowledged (no 503), none is counted in ``svcgw_posts_not_stored_total``, and the
-worker delivers each acknowledged event once.
+create``), sixteen virtual shards, a real ``svcgw serve`` and a real ``svcgw worker``, and 32
+threads posting at once over 32 instances placed over the shards. The receiver sends the ingest
+scripts of one turn of its event loop together (``svcgw.storage.scriptbatch``): on a Cluster, one
+pipeline per master. Every post is acknowledged (no 503), none is counted in
+``svcgw_posts_not_stored_total``, and the worker delivers each acknowledged event once.
 """
 
 from __future__ import annotations
@@ -24,7 +23,7 @@ from svcgw.shards.placement import shard_of_token
 from tests.conftest import run
 from tests.deploy.load import Load, event_ids
 from tests.deploy.redis_fleet import RedisClusterFleet, register_placed, sharded_store
-from tests.support import Process, Sink, start_server, wait_for
+from tests.support import Process, Sink, free_port, wait_for
 
 pytestmark = pytest.mark.slow
 
@@ -59,6 +58,30 @@ def _instances(settings: Settings, sink_url: str) -> dict[str, str]:
     return run(action())
 
 
+def _serve(env: dict[str, str]) -> tuple[Process, str]:
+    """``svcgw serve`` once its /readyz answers 200: on a loaded machine its start, which connects every
+    virtual shard's client, can take longer than ``tests.support.start_server`` waits."""
+    port = free_port()
+    server = Process(["serve"], dict(env, SVCGW_PORT=str(port)), f"serve-{port}").start()
+    base = f"http://127.0.0.1:{port}"
+
+    def ready() -> bool:
+        if not server.alive():
+            raise AssertionError(f"svcgw serve exited:\n{server.output()}")
+        try:
+            return httpx.get(f"{base}/readyz", timeout=2, trust_env=False).status_code == 200
+        except httpx.HTTPError:
+            return False
+
+    try:
+        wait_for(ready, timeout=120, interval=0.1, what="svcgw serve ready")
+    except BaseException:
+        print(server.output()[-3000:])
+        server.stop()
+        raise
+    return server, base
+
+
 def test_32_concurrent_posters_are_all_acknowledged_and_each_event_delivered_once(
     env: dict[str, str], cluster: RedisClusterFleet
 ) -> None:
@@ -66,13 +89,12 @@ def test_32_concurrent_posters_are_all_acknowledged_and_each_event_delivered_onc
     service_env.update(
         SVCGW_REDIS_SHARDS=cluster.setting,
         SVCGW_CLUSTER_SHARDS=str(SHARDS),
-        SVCGW_HTTP_WORKERS="2",
         SVCGW_RATE_LIMIT="100000/minute",
     )
     sink = Sink().start()
     tokens = _instances(Settings.from_env(service_env), sink.url)
     assert len({shard_of_token(token) for token in tokens.values()}) == SHARDS  # every virtual shard has some
-    server, base = start_server(service_env)
+    server, base = _serve(service_env)
     worker = Process(["worker"], service_env, "worker").start()
     try:
         urls = [f"{base}{RECEIVER_PREFIX}{appid}/{token}" for appid, token in tokens.items()]
