@@ -9,19 +9,22 @@ instance of another. It says so on stderr first, with what to set instead. Likew
 
 The passwords of the other shards are nowhere in Redis, so the command cannot reach them by
 itself: the operator sets ``SVCGW_REDIS_SHARDS`` (and ``SVCGW_CLUSTER_SHARDS``) as the service
-has them, which ``svcgw up --demo`` prints. A Redis that does not answer is left for the command
-to report.
+has them, which ``svcgw up --demo`` prints. A Redis that does not answer within
+:data:`LOOK_SECONDS` is left for the command to report.
 """
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 from svcgw.config.settings import Settings
 from svcgw.errors import STORAGE_ERRORS
 from svcgw.storage.keys import KeySpace
 
-__all__ = ["partial_view"]
+__all__ = ["LOOK_SECONDS", "partial_view"]
+
+LOOK_SECONDS = 2.0  # at most this long spent looking, before the command's own work
 
 
 async def partial_view(redis: Any, keys: KeySpace, settings: Settings) -> str | None:
@@ -29,12 +32,15 @@ async def partial_view(redis: Any, keys: KeySpace, settings: Settings) -> str | 
     layout = settings.shard_layout
     named = len(layout.shards)
     try:
-        async with redis.pipeline(transaction=False) as pipe:
+        # A shard 0 that does not answer is the command's to report: this must not double its wait.
+        async with asyncio.timeout(LOOK_SECONDS), redis.pipeline(transaction=False) as pipe:
             pipe.hkeys(keys.shard_instances)
             if not layout.cluster:
                 pipe.info("cluster")
             answers = await pipe.execute(raise_on_error=False)
     except STORAGE_ERRORS:
+        return None
+    except TimeoutError:
         return None
     counted, info = answers[0], answers[1] if len(answers) > 1 else {}
     if isinstance(info, dict) and int(info.get("cluster_enabled", 0) or 0) == 1:

@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
+import asyncio
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from redis.asyncio import Redis as AsyncRedis
 
+from cli.partialview import LOOK_SECONDS, partial_view
 from svcgw.config.settings import Settings
+from svcgw.storage.keys import PLAIN
 from tests.cli.commands import svcgw
 from tests.conftest import run
 from tests.deploy.redis_fleet import RedisClusterFleet, RedisFleet, sharded_store
@@ -59,3 +64,19 @@ def test_a_command_given_a_cluster_node_as_one_redis_says_so(env: dict[str, str]
         assert result.stderr.startswith("svcgw: this Redis is a node of a Redis Cluster"), result.stderr
     finally:
         cluster.close()
+
+
+def test_a_shard_0_that_does_not_answer_is_left_to_the_command_after_a_short_look(silent: int) -> None:
+    """The look must not double the wait of a command whose Redis hangs: it gives up after LOOK_SECONDS."""
+    settings = Settings.from_env({"SVCGW_REDIS_URL": f"redis://127.0.0.1:{silent}/0"})
+
+    async def look() -> tuple[str | None, float]:
+        client = AsyncRedis(host="127.0.0.1", port=silent, socket_timeout=60, socket_connect_timeout=60)
+        started = time.monotonic()
+        try:
+            return await partial_view(client, PLAIN, settings), time.monotonic() - started
+        finally:
+            await client.aclose()
+
+    said, took = asyncio.run(look())
+    assert said is None and took < LOOK_SECONDS + 5  # the Redis would have held it for a minute
