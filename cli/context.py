@@ -15,8 +15,10 @@ exit status 1, never a traceback:
   that every error reads ``message (code N)``. :func:`error_message` is the
   one place that words them.
 
-The commands need ``SVCGW_REDIS_URL`` (or ``SVCGW_REDIS_SENTINELS``); they use
-the same settings, key names and ``Store`` as the service itself.
+The commands need ``SVCGW_REDIS_URL`` (or ``SVCGW_REDIS_SENTINELS``, or
+``SVCGW_REDIS_SHARDS``); they use the same settings, key names and ``Store`` as
+the service itself. Settings that name only part of a sharded deployment are said
+on stderr before the command runs (:mod:`cli.partialview`).
 """
 
 from __future__ import annotations
@@ -43,6 +45,8 @@ from svcgw.registry.store import OperatorDenied, Store
 from svcgw.shards.clients import ShardRedis, aclose_all, role_clients, spaces
 from svcgw.storage.keys import KeySpace
 from svcgw.vault import KEY_FILE, TokenVault
+
+from .partialview import partial_view
 
 __all__ = [
     "CONNECT_TIMEOUT",
@@ -162,6 +166,9 @@ def admin_command(func: Command) -> Callable[..., None]:
 
         async def run() -> None:
             try:
+                seen = await partial_view(admin.text, admin.keys, admin.settings)
+                if seen is not None:
+                    click.echo(f"svcgw: {seen}", err=True)
                 await func(admin, **kwargs)
             finally:
                 await admin.aclose()

@@ -80,6 +80,7 @@ __all__ = [
     "count_change",
     "ingest_commands",
     "kinded_series",
+    "not_stored_commands",
     "record_probe",
 ]
 
@@ -113,6 +114,7 @@ LATENCY_BUCKETS: tuple[float, ...] = (
 POSTS = "posts_received"
 EVENTS = "events_received"
 DUPLICATES = "duplicates_dropped"
+POSTS_NOT_STORED = "posts_not_stored"
 ATTEMPTS = "delivery_attempts"
 DELIVERIES = "deliveries"
 DEAD = "dead_letters"
@@ -123,6 +125,7 @@ COUNTERS: dict[str, tuple[str, str | None]] = {
     POSTS: ("Posts accepted by the receiver (stored, answered 2xx).", None),
     EVENTS: ("Events in accepted posts, new and duplicate.", None),
     DUPLICATES: ("Events dropped from forwarding as duplicates.", None),
+    POSTS_NOT_STORED: ("Posts answered 503 because Redis did not store them, by cause (the error's class).", "cause"),
     ATTEMPTS: (
         "Delivery attempts, by what came next (delivered, retry, dead) and kind (primary, destination).",
         "outcome",
@@ -188,6 +191,11 @@ def ingest_commands(keys: KeySpace, accepted: int, duplicates: int) -> list[Comm
     if duplicates:
         commands.append(("HINCRBY", counters, DUPLICATES, duplicates))
     return commands
+
+
+def not_stored_commands(keys: KeySpace, cause: str) -> list[Command]:
+    """What a post refused for a storage error adds; ``cause`` is the error's class name."""
+    return [("HINCRBY", keys.metrics_counters, _field(POSTS_NOT_STORED, cause), 1)]
 
 
 def attempt_commands(

@@ -135,6 +135,8 @@ class Ingest:
     ``clock`` is the receiver's clock (Unix seconds): a post's time received, its log entry id
     and the log's trimming are read from it. ``targets`` names the further destinations of a
     post (:mod:`svcgw.intake.fanout`); without it, posts go to the primary address alone.
+    ``batch``: the ingest script's batch (:mod:`svcgw.storage.scriptbatch`) to share with the
+    other shards on ``redis`` (a Cluster's virtual shards); without it, one of its own.
     """
 
     def __init__(
@@ -145,6 +147,7 @@ class Ingest:
         *,
         clock: Callable[[], float] = time.time,
         targets: Targets | None = None,
+        batch: ScriptBatch | None = None,
     ) -> None:
         self.redis = redis
         self.keys = keys  # the shard's
@@ -154,7 +157,7 @@ class Ingest:
         self._script = register(redis, "ingest")
         # The posts of one turn of the event loop go to Redis in one pipeline (svcgw.storage.scriptbatch):
         # at saturation redis-py's command path was a quarter of a post's CPU.
-        self._batch = ScriptBatch(self._script)
+        self._batch = batch if batch is not None else ScriptBatch(self._script)
         self._wait_replicas = settings.redis_wait_replicas
         self._wait_ms = max(1, round(settings.redis_wait_timeout * 1000))
         self._window = dedup.window(settings)
