@@ -167,7 +167,10 @@ REGISTRY = "svcgw/storage/scripts.py"
 # command: a Cluster pipeline refuses its evalsha() method).
 _SENDS = {"register_script", "eval", "eval_ro", "evalsha", "evalsha_ro", "script_load", "fcall", "fcall_ro",
           "function_load"}  # fmt: skip
-_ALLOWED = {REGISTRY: _SENDS, "svcgw/storage/scriptbatch.py": {"evalsha", "script_load", "EVALSHA"}}
+# The durable post on a Cluster sends the registry's own Script object's text whole, with its WAIT, to
+# the slot's master (svcgw.intake.ingest, Ingest._run_on_cluster_node).
+_ALLOWED = {REGISTRY: _SENDS, "svcgw/storage/scriptbatch.py": {"evalsha", "script_load", "EVALSHA"},
+            "svcgw/intake/ingest.py": {"EVAL"}}  # fmt: skip
 _COMMANDS = {"EVAL", "EVAL_RO", "EVALSHA", "EVALSHA_RO", "SCRIPT", "FCALL", "FCALL_RO", "FUNCTION"}
 
 
