@@ -19,12 +19,14 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
+import orjson
+
 from svcgw import deliveryid
 from svcgw.config.settings import Settings
 from svcgw.delivery import failingdestinations
 from svcgw.delivery.view import stored_ids
 from svcgw.errors import STORAGE_ERRORS
-from svcgw.storage.rqformat import exc_info_field, failed_score
+from svcgw.storage.rqformat import dashboard_text, exc_info_field, failed_score, failure_result, job_description
 
 from .delivery import Attempt, Prepared, decide
 from .queue import DeliveryQueue, Finish, Finished
@@ -82,7 +84,8 @@ class Outcomes:
                 attempt.record(number),
                 due=due,
                 retention=retention,
-                error=exc_info_field(attempt.error or "") if step == "dead" else b"",
+                error=exc_info_field(why_dead(delivery_id, number, attempt)) if step == "dead" else b"",
+                shown=dead_letter_shown(prepared, number, attempt) if step == "dead" else b"",
                 destination=destination,
                 event_ids=stored_ids(prepared.body) if step == "delivered" and _keeps_ids(prepared) else b"",
                 probe=probe,
@@ -167,3 +170,24 @@ def _log_probing(destination: str, finished: Finished, attempt: Attempt) -> None
         log.info("destination answers again", extra={"destination": destination, "status": attempt.status})
     if finished.probe_ended:
         log.info("destination back at its caps", extra={"destination": destination})
+
+
+def why_dead(delivery_id: str, number: int, attempt: Attempt) -> str:
+    """A dead letter's error text (RQ's ``exc_info``): the delivery, its last attempt and that attempt's outcome.
+
+    ``delivery we_...-0 died after attempt 7: HTTP 500 from http://host/hook`` (the address without
+    credentials or query, as the attempt's record has it); a timeout or a refused address says so.
+    """
+    outcome = attempt.error or (f"HTTP {attempt.status}" if attempt.status is not None else "no outcome")
+    address = f" from {attempt.destination}" if attempt.destination else ""
+    return dashboard_text(f"delivery {delivery_id} died after attempt {number}: {outcome}{address}")
+
+
+def dead_letter_shown(prepared: Prepared, number: int, attempt: Attempt) -> bytes:
+    """What rq-dashboard shows of a dead letter, for the finish script: its description and its failed run.
+
+    rq-dashboard reads a failed job's ``exc_info`` from RQ's results stream only (``failure_result``),
+    and a further destination's job hash has no description of its own until it dies.
+    """
+    description = job_description(prepared.event_type, prepared.appid, prepared.destination_id)
+    return orjson.dumps({"d": description, "r": failure_result(why_dead(prepared.delivery_id, number, attempt))})

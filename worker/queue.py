@@ -98,6 +98,8 @@ class Finish:
     # What the attempt tells of its destination's probing (svcgw.delivery.probing): "t:<when it started>"
     # it timed out, "a" it answered a destination held probed, "" nothing
     probe: str = ""
+    # dead: what rq-dashboard shows of it (worker.outcomes.dead_letter_shown); b"" writes nothing more
+    shown: bytes = b""
 
 
 @dataclass(frozen=True)
@@ -292,6 +294,7 @@ class DeliveryQueue:
                     self.keys.delivery(item.delivery_id),
                     self.keys.delivery_attempts(item.delivery_id),
                     self.keys.rq.job(item.delivery_id),
+                    self.keys.rq.result(item.delivery_id),
                     self.keys.dead_letters_by_appid(item.appid),
                     self.keys.outcomes(item.appid),
                     self.keys.late_outcomes(item.appid, bucket),
@@ -311,6 +314,7 @@ class DeliveryQueue:
                     item.event_ids,
                     named[1] if named else "",
                     item.probe,
+                    item.shown,
                 )
             )
         script_keys.extend(chainkeys.member_keys(self.keys, members))

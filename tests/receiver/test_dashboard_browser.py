@@ -1,0 +1,155 @@
+"""rq-dashboard at ``/rq`` in real headless Chromium, as an operator meets it.
+
+Behind its Basic credentials, against a real ``svcgw serve`` process, a real
+worker and a real Redis (and, per shard, two ``redis-server``s): its Queues,
+Workers and Jobs tables fill, a dead letter says why it died, and no page
+raises an error or breaks its Content-Security-Policy. Its JSON answers alone
+(``tests/receiver/test_dashboard.py``) cannot tell: the tables are built by
+the page's scripts, which the policy must let run.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from redis import Redis
+
+from svcgw.config.settings import Settings
+from svcgw.storage.keys import PLAIN as keys
+from tests.conftest import provision
+from tests.deploy.redis_fleet import RedisFleet
+from tests.receiver.console.test_browser import ARGS, CHROMIUM, HAS_CHROMIUM, NO_CHROMIUM
+from tests.support import Sink, ThreadedWorker, missing_tool, start_server, tools_required, wait_for
+
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.skipif(not HAS_CHROMIUM and not tools_required(), reason=NO_CHROMIUM),
+]
+
+USER, PASSWORD = "operator", "dashboard-pass-123"
+
+# Installed before any script of a page runs: a policy violation is recorded even when no script reports it.
+WATCH_POLICY = """
+window.__violations = [];
+document.addEventListener('securitypolicyviolation', function (e) {
+  window.__violations.push(e.violatedDirective + ' blocked ' + (e.blockedURI || 'inline') + ' at ' + e.sourceFile);
+});
+"""
+
+
+def with_dashboard(env: dict[str, str]) -> dict[str, str]:
+    return dict(env, SVCGW_DASHBOARD_USER=USER, SVCGW_DASHBOARD_PASSWORD=PASSWORD)
+
+
+@contextmanager
+def chromium() -> Iterator[Any]:
+    """Entered after every setup that uses asyncio: Playwright runs an event loop in this thread."""
+    from playwright.sync_api import sync_playwright
+
+    if not HAS_CHROMIUM:
+        missing_tool(NO_CHROMIUM)
+    with sync_playwright() as playwright:
+        launched = playwright.chromium.launch(executable_path=CHROMIUM, args=ARGS, headless=True)
+        yield launched
+        launched.close()
+
+
+class Operator:
+    """One signed-in browser context; every page error, console error and policy violation is kept."""
+
+    def __init__(self, browser: Any, base: str) -> None:
+        self.base = base
+        self.problems: list[str] = []
+        self.context = browser.new_context(http_credentials={"username": USER, "password": PASSWORD})
+        self.context.add_init_script(WATCH_POLICY)
+        self.page = self.context.new_page()
+        self.page.set_default_timeout(20_000)
+        self.page.on("console", lambda m: self.problems.append(m.text) if m.type == "error" else None)
+        self.page.on("pageerror", lambda error: self.problems.append(str(error)))
+
+    def open(self, path: str, filled: str) -> Any:
+        """Open ``/rq<path>`` and wait for a row matching ``filled`` in place of "Loading…"."""
+        self.page.goto(self.base + "/rq" + path)
+        self.page.wait_for_selector(filled)
+        self.check()
+        return self.page
+
+    def check(self) -> None:
+        violations = self.page.evaluate("window.__violations")
+        assert not violations and not self.problems, (violations, self.problems)
+
+    def close(self) -> None:
+        self.check()
+        self.context.close()
+
+
+def dead_letter(settings: Settings, sink: Sink, server: str, redis: Redis) -> str:
+    """One delivery that failed every attempt at the sink (HTTP 500): its id."""
+    tenant = provision(settings, sink.url)
+    body = b'{"event_type":"Msg","events":[{"id":"dead1"}]}'
+    httpx.post(tenant.receiver_url(server), content=body, timeout=10).raise_for_status()
+    wait_for(lambda: redis.zcard(keys.rq.failed("svcgw")) == 1, timeout=40, what="a dead letter")
+    (member,) = redis.zrange(keys.rq.failed("svcgw"), 0, -1)
+    return str(member.decode())
+
+
+def test_the_dashboard_fills_its_tables_in_a_browser_and_shows_why_a_dead_letter_died(
+    env: dict[str, str], redis: Redis, sink: Sink
+) -> None:
+    configured = with_dashboard(env)
+    settings = Settings.from_env(configured)
+    process, server = start_server(configured)
+    worker = ThreadedWorker(settings).start()
+    try:
+        sink.set(status=500)
+        delivery = dead_letter(settings, sink, server, redis)
+        with chromium() as browser:
+            operator = Operator(browser, server)
+            queues = operator.open("/", "table#queues tr[data-role=queue]")
+            row = queues.inner_text("table#queues tr[data-role=queue]")
+            assert row.split()[0] == "svcgw" and "Loading" not in queues.inner_text("table#queues")
+
+            workers = operator.open("/0/view/workers", "table#workers tr[data-role=worker]")
+            assert "svcgw" in workers.inner_text("table#workers tr[data-role=worker]")
+
+            failed = operator.open("/0/view/jobs/svcgw/failed/8/asc/1", "table#jobs tr[data-role=job]")
+            job = failed.locator(f"table#jobs tr[data-job-id='{delivery}']")
+            assert "HTTP 500" in job.locator("pre.exc_info").inner_text()
+            assert "Msg for " in job.locator(".description").inner_text()
+
+            one = operator.open(f"/0/view/job/{delivery}", "#job-data pre.exc_info")
+            why = one.inner_text("#job-data pre.exc_info")
+            assert "HTTP 500" in why and "attempt 7" in why and delivery in why
+            assert "Msg for " in one.inner_text("#job-data .description-scroll")
+            operator.close()
+    finally:
+        worker.stop()
+        process.stop()
+
+
+def test_the_dashboard_fills_its_tables_for_each_shard(env: dict[str, str], tmp_path: Path) -> None:
+    fleet = RedisFleet(tmp_path / "fleet", 2).start()
+    try:
+        configured = {k: v for k, v in with_dashboard(env).items() if k != "SVCGW_REDIS_URL"}
+        configured["SVCGW_REDIS_SHARDS"] = fleet.setting
+        process, server = start_server(configured)
+        worker = ThreadedWorker(Settings.from_env(configured)).start()
+        try:
+            with chromium() as browser:
+                operator = Operator(browser, server)
+                for shard in (0, 1):
+                    queues = operator.open(f"/{shard}/view/queues", "table#queues tbody tr:not([data-role])")
+                    assert "Loading" not in queues.inner_text("table#queues")
+                    workers = operator.open(f"/{shard}/view/workers", "table#workers tr[data-role=worker]")
+                    assert "svcgw" in workers.inner_text("table#workers tr[data-role=worker]")
+                operator.close()
+        finally:
+            worker.stop()
+            process.stop()
+    finally:
+        fleet.close()
