@@ -20,9 +20,10 @@ import pytest
 from redis import Redis
 
 from svcgw.config.settings import Settings
+from svcgw.registry.store import Scope
 from svcgw.storage.keys import PLAIN as keys
-from tests.conftest import provision
-from tests.deploy.redis_fleet import RedisFleet
+from tests.conftest import provision, run
+from tests.deploy.redis_fleet import RedisFleet, register_placed, sharded_store
 from tests.receiver.console.test_browser import ARGS, CHROMIUM, HAS_CHROMIUM, NO_CHROMIUM
 from tests.support import Sink, ThreadedWorker, missing_tool, start_server, tools_required, wait_for
 
@@ -132,23 +133,58 @@ def test_the_dashboard_fills_its_tables_in_a_browser_and_shows_why_a_dead_letter
         process.stop()
 
 
-def test_the_dashboard_fills_its_tables_for_each_shard(env: dict[str, str], tmp_path: Path) -> None:
+def one_instance_per_shard(settings: Settings, url: str, shards: int) -> dict[int, tuple[str, str]]:
+    """An instance on each shard, placed as ``device/create`` places them, sending to ``url``: shard -> appid, token."""
+
+    async def action() -> dict[int, tuple[str, str]]:
+        async with sharded_store(settings) as store:
+            account = await store.create_account("shards")
+            await store.set_callback(Scope(account=account.id), url)  # copied to every shard
+            placed: dict[int, tuple[str, str]] = {}
+            for n in range(8 * shards):
+                appid = f"we_dash{n:04d}"
+                token, shard = await register_placed(store, settings, account.id, appid)
+                placed.setdefault(shard, (appid, token))
+                if len(placed) == shards:
+                    return placed
+            raise AssertionError(f"instances placed on shards {sorted(placed)} only")
+
+    return run(action())
+
+
+def test_the_dashboard_fills_its_tables_for_each_shard(env: dict[str, str], tmp_path: Path, sink: Sink) -> None:
     fleet = RedisFleet(tmp_path / "fleet", 2).start()
     try:
         configured = {k: v for k, v in with_dashboard(env).items() if k != "SVCGW_REDIS_URL"}
         configured["SVCGW_REDIS_SHARDS"] = fleet.setting
+        settings = Settings.from_env(configured)
+        placed = one_instance_per_shard(settings, sink.url, 2)
+        sink.set(status=503)
         process, server = start_server(configured)
-        worker = ThreadedWorker(Settings.from_env(configured)).start()
+        worker = ThreadedWorker(settings).start()
+        clients = [node.client() for node in fleet.nodes]
         try:
+            for appid, token in placed.values():
+                body = b'{"event_type":"Msg","events":[{"id":"dead1"}]}'
+                httpx.post(f"{server}/svc/receiver/{appid}/{token}", content=body, timeout=10).raise_for_status()
+            for shard, client in enumerate(clients):
+                failed = keys.rq.failed(settings.queue_name)
+                wait_for(lambda c=client: c.zcard(failed) == 1, timeout=40, what=f"a dead letter on shard {shard}")
             with chromium() as browser:
                 operator = Operator(browser, server)
                 for shard in (0, 1):
-                    queues = operator.open(f"/{shard}/view/queues", "table#queues tbody tr:not([data-role])")
+                    queues = operator.open(f"/{shard}/view/queues", "table#queues tr[data-role=queue]")
                     assert "Loading" not in queues.inner_text("table#queues")
                     workers = operator.open(f"/{shard}/view/workers", "table#workers tr[data-role=worker]")
                     assert "svcgw" in workers.inner_text("table#workers tr[data-role=worker]")
+                    jobs = operator.open(f"/{shard}/view/jobs/svcgw/failed/8/asc/1", "table#jobs tr[data-role=job]")
+                    (row,) = jobs.locator("table#jobs tr[data-role=job]").all()
+                    assert placed[shard][0] in row.locator(".description").inner_text()
+                    assert "HTTP 503" in row.locator("pre.exc_info").inner_text()
                 operator.close()
         finally:
+            for client in clients:
+                client.close()
             worker.stop()
             process.stop()
     finally:
