@@ -18,10 +18,13 @@ from typing import Any
 import httpx
 import pytest
 from redis import Redis
+from rq.job import Job
+from rq.queue import Queue
 
 from svcgw.config.settings import Settings
 from svcgw.registry.store import Scope
 from svcgw.storage.keys import PLAIN as keys
+from svcgw.storage.rqformat import FUNC_NAME, SERIALIZER
 from tests.conftest import provision, run
 from tests.deploy.redis_fleet import RedisFleet, register_placed, sharded_store
 from tests.receiver.console.test_browser import ARGS, CHROMIUM, HAS_CHROMIUM, NO_CHROMIUM
@@ -189,3 +192,27 @@ def test_the_dashboard_fills_its_tables_for_each_shard(env: dict[str, str], tmp_
             process.stop()
     finally:
         fleet.close()
+
+
+def test_markup_in_job_data_still_does_not_run_under_the_dashboards_policy(env: dict[str, str], redis: Redis) -> None:
+    """'unsafe-eval' lets the page compile its own templates; a job's description printed raw into the
+    job's page (rq-dashboard does not escape it there) still runs nothing: no nonce."""
+    markup = '<img src="x" onerror="window.__ran = 1"><script>window.__ran = 2</script>'
+    job = Job.create(FUNC_NAME, args=["markup1"], id="markup1", description=markup, connection=redis,
+                     serializer=SERIALIZER)  # fmt: skip
+    Queue("svcgw", connection=redis, serializer=SERIALIZER).enqueue_job(job)
+    process, server = start_server(with_dashboard(env))
+    try:
+        with chromium() as browser:
+            operator = Operator(browser, server)
+            page = operator.open("/0/view/jobs/svcgw/queued/8/asc/1", "table#jobs tr[data-role=job]")
+            assert markup in page.inner_text("table#jobs tr[data-job-id='markup1'] .description")
+            page.goto(server + "/rq/0/view/job/markup1")
+            page.wait_for_selector("#job-data .description-scroll img")
+            wait_for(lambda: page.evaluate("window.__violations.length") >= 2, timeout=10, what="both blocked")
+            assert page.evaluate("window.__ran") is None
+            violations = page.evaluate("window.__violations")
+            assert all(v.startswith(("script-src-attr", "script-src-elem")) for v in violations), violations
+            operator.context.close()
+    finally:
+        process.stop()
