@@ -150,7 +150,7 @@ class RqNames:
         rq = classes(tag)
         self._job = rq.job.redis_job_namespace_prefix
         self._queue = rq.queue.redis_queue_namespace_prefix
-        self._result = tag + Result.get_key("")
+        self._result: str = tag + Result.get_key("")  # type: ignore[no-untyped-call]
         self._registries = {
             "failed": rq.failed.key_template,
             "scheduled": rq.scheduled.key_template,

@@ -19,7 +19,7 @@ from worker.outcomes import dead_letter_shown, why_dead
 
 
 def attempt(**values: object) -> Attempt:
-    return Attempt(**{"ok": False, "at": 1.0, "duration": 0.1, **values})  # type: ignore[arg-type]
+    return Attempt(**{"ok": False, "at": 1.0, "duration": 0.1, **values})
 
 
 @pytest.mark.parametrize(
