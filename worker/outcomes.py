@@ -76,6 +76,7 @@ class Outcomes:
             due = time.time() + delay if delay is not None else None
             retention = max(self.settings.log_retention, 86400)
         destination = failingdestinations.destination_of(prepared.destination.url) if prepared.destination else ""
+        why = why_dead(delivery_id, number, attempt) if step == "dead" else ""
         finished = await self.finish(
             Finish(
                 delivery_id,
@@ -84,8 +85,8 @@ class Outcomes:
                 attempt.record(number),
                 due=due,
                 retention=retention,
-                error=exc_info_field(why_dead(delivery_id, number, attempt)) if step == "dead" else b"",
-                shown=dead_letter_shown(prepared, number, attempt) if step == "dead" else b"",
+                error=exc_info_field(why) if why else b"",
+                shown=dead_letter_shown(prepared, why) if why else b"",
                 destination=destination,
                 event_ids=stored_ids(prepared.body) if step == "delivered" and _keeps_ids(prepared) else b"",
                 probe=probe,
@@ -183,11 +184,12 @@ def why_dead(delivery_id: str, number: int, attempt: Attempt) -> str:
     return dashboard_text(f"delivery {delivery_id} died after attempt {number}: {outcome}{address}")
 
 
-def dead_letter_shown(prepared: Prepared, number: int, attempt: Attempt) -> bytes:
+def dead_letter_shown(prepared: Prepared, why: str) -> bytes:
     """What rq-dashboard shows of a dead letter, for the finish script: its description and its failed run.
 
     rq-dashboard reads a failed job's ``exc_info`` from RQ's results stream only (``failure_result``),
-    and a further destination's job hash has no description of its own until it dies.
+    and the job hash of a delivery named by its post has no description until it dies (only a service
+    event's is written at ingest).
     """
     description = job_description(prepared.event_type, prepared.appid, prepared.destination_id)
-    return orjson.dumps({"d": description, "r": failure_result(why_dead(prepared.delivery_id, number, attempt))})
+    return orjson.dumps({"d": description, "r": failure_result(why)})

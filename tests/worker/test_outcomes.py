@@ -45,7 +45,8 @@ def test_no_markup_reaches_the_dashboard_from_an_error_text() -> None:
 
 def test_what_the_dashboard_is_given_is_rqs_failed_result_and_a_description_naming_the_delivery() -> None:
     prepared = Prepared("we_x-1-0_00ff", "we_x", "acc", "Msg", b"{}", 6, 6, 0.0, False, None, destination_id="dst_ab")
-    shown = orjson.loads(dead_letter_shown(prepared, 7, attempt(status=500, error="HTTP 500")))
+    why = why_dead(prepared.delivery_id, 7, attempt(status=500, error="HTTP 500"))
+    shown = orjson.loads(dead_letter_shown(prepared, why))
     assert shown["d"] == "Msg for we_x to dst_ab"
     fields = dict(zip(shown["r"][::2], shown["r"][1::2], strict=True))
     result = Result.restore("we_x-1-0_00ff", "1-0", {k.encode(): v.encode() for k, v in fields.items()},
