@@ -12,7 +12,7 @@ from svcgw.config.settings import Settings
 from svcgw.storage.keys import PLAIN as keys
 from svcgw.storage.rqformat import SERIALIZER
 from tests.conftest import provision
-from tests.support import Sink, ThreadedWorker, is_delivered, wait_for
+from tests.support import Sink, ThreadedWorker, free_port, is_delivered, wait_for
 from tests.svcgw.delivery.test_deadletters import ingest, replay
 from worker.delivery import Attempt, Prepared
 from worker.outcomes import dead_letter_shown, why_dead
@@ -81,3 +81,18 @@ def test_a_dead_letter_shows_why_it_died_in_rq_and_its_failure_goes_once_it_is_d
     finally:
         worker.stop()
     assert not redis.exists(keys.rq.result(delivery_id))
+
+
+def test_a_dead_letter_to_an_address_that_refuses_connections_says_so(settings: Settings, redis: Redis) -> None:
+    closed = f"http://127.0.0.1:{free_port()}/hook"  # nothing listens there
+    tenant = provision(settings, url=closed)
+    delivery_id = ingest(settings, tenant, b'{"event_type":"Msg","events":[{"id":"why2"}]}')
+    worker = ThreadedWorker(settings).start()
+    try:
+        wait_for(lambda: redis.zcard(keys.rq.failed(settings.queue_name)) == 1, timeout=30, what="a dead letter")
+    finally:
+        worker.stop()
+    result = Job.fetch(delivery_id, connection=redis, serializer=SERIALIZER).latest_result()
+    assert result is not None and result.exc_string is not None
+    assert result.exc_string.startswith(f"delivery {delivery_id} died after attempt 7: ")
+    assert "refused" in result.exc_string.lower() and result.exc_string.endswith(f"from {closed}")
