@@ -1,6 +1,6 @@
 """rq-dashboard at ``/rq`` in real headless Chromium, as an operator meets it.
 
-Behind its Basic credentials, against a real ``svcgw serve`` process, a real
+Behind its Basic credentials, against the real app served by uvicorn, a real
 worker and a real Redis (and, per shard, two ``redis-server``s): its Queues,
 Workers and Jobs tables fill, a dead letter says why it died, and no page
 raises an error or breaks its Content-Security-Policy. Its JSON answers alone
@@ -21,6 +21,7 @@ from redis import Redis
 from rq.job import Job
 from rq.queue import Queue
 
+from receiver.app import create_app
 from svcgw.config.settings import Settings
 from svcgw.registry.store import Scope
 from svcgw.storage.keys import PLAIN as keys
@@ -28,7 +29,7 @@ from svcgw.storage.rqformat import FUNC_NAME, SERIALIZER
 from tests.conftest import provision, run
 from tests.deploy.redis_fleet import RedisFleet, register_placed, sharded_store
 from tests.receiver.console.test_browser import ARGS, CHROMIUM, HAS_CHROMIUM, NO_CHROMIUM
-from tests.support import Sink, ThreadedWorker, missing_tool, start_server, tools_required, wait_for
+from tests.support import Sink, ThreadedServer, ThreadedWorker, missing_tool, tools_required, wait_for
 
 pytestmark = [
     pytest.mark.slow,
@@ -107,7 +108,8 @@ def test_the_dashboard_fills_its_tables_in_a_browser_and_shows_why_a_dead_letter
 ) -> None:
     configured = with_dashboard(env)
     settings = Settings.from_env(configured)
-    process, server = start_server(configured)
+    served = ThreadedServer(create_app(settings)).start()
+    server = served.base
     worker = ThreadedWorker(settings).start()
     try:
         sink.set(status=500)
@@ -133,7 +135,7 @@ def test_the_dashboard_fills_its_tables_in_a_browser_and_shows_why_a_dead_letter
             operator.close()
     finally:
         worker.stop()
-        process.stop()
+        served.stop()
 
 
 def one_instance_per_shard(settings: Settings, url: str, shards: int) -> dict[int, tuple[str, str]]:
@@ -163,7 +165,8 @@ def test_the_dashboard_fills_its_tables_for_each_shard(env: dict[str, str], tmp_
         settings = Settings.from_env(configured)
         placed = one_instance_per_shard(settings, sink.url, 2)
         sink.set(status=503)
-        process, server = start_server(configured)
+        served = ThreadedServer(create_app(settings)).start()
+        server = served.base
         worker = ThreadedWorker(settings).start()
         clients = [node.client() for node in fleet.nodes]
         try:
@@ -189,7 +192,7 @@ def test_the_dashboard_fills_its_tables_for_each_shard(env: dict[str, str], tmp_
             for client in clients:
                 client.close()
             worker.stop()
-            process.stop()
+            served.stop()
     finally:
         fleet.close()
 
@@ -201,7 +204,8 @@ def test_markup_in_job_data_still_does_not_run_under_the_dashboards_policy(env: 
     job = Job.create(FUNC_NAME, args=["markup1"], id="markup1", description=markup, connection=redis,
                      serializer=SERIALIZER)  # fmt: skip
     Queue("svcgw", connection=redis, serializer=SERIALIZER).enqueue_job(job)
-    process, server = start_server(with_dashboard(env))
+    served = ThreadedServer(create_app(Settings.from_env(with_dashboard(env)))).start()
+    server = served.base
     try:
         with chromium() as browser:
             operator = Operator(browser, server)
@@ -215,4 +219,4 @@ def test_markup_in_job_data_still_does_not_run_under_the_dashboards_policy(env: 
             assert all(v.startswith(("script-src-attr", "script-src-elem")) for v in violations), violations
             operator.context.close()
     finally:
-        process.stop()
+        served.stop()
