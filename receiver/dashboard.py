@@ -343,7 +343,10 @@ def make_dashboard(settings: Settings) -> ASGIApp | None:
     # reaches the operator: it may name the host.)
     for unreachable in (RedisConnectionError, RedisTimeoutError):
         flask_app.register_error_handler(unreachable, _unavailable)
-    wsgi: Any = WSGIMiddleware(flask_app, workers=4)
+    # One request at a time: rq-dashboard keeps the Redis of the request's shard on the app itself
+    # (``current_app.redis_conn``, set before each request), so requests for two shards at once could
+    # each read the other's.
+    wsgi: Any = WSGIMiddleware(flask_app, workers=1)
     return DashboardGuard(wsgi, settings.dashboard_user, settings.dashboard_password, shards=len(urls))
 
 
