@@ -12,9 +12,10 @@ from typing import Any
 
 import uvicorn
 
-from cli.addressshare import AddressShare
-from cli.httpprotocol import OneWriteProtocol, TurnWriter, body_due
-from cli.pressure import Pressure
+from receiver.server.addressshare import AddressShare
+from receiver.server.httpprotocol import OneWriteProtocol, body_due
+from receiver.server.pressure import Pressure
+from receiver.server.turnwriter import TurnWriter
 from tests.support import free_port, wait_for
 
 

@@ -9,7 +9,7 @@ import httpx
 import pytest
 from uvicorn.config import STARTUP_FAILURE
 
-from cli.listeners import check_port, reuse_port_socket
+from receiver.server.listeners import check_port, reuse_port_socket
 from tests.support import free_port, start_server, wait_for
 
 
