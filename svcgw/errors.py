@@ -25,6 +25,8 @@ whole tree (each class's module in brackets when it is not this one)::
     │   │   ├── BodyTooLarge
     │   │   └── BadContentLength
     │   ├── ConflictingKeys      several different API keys in one request [receiver.http]
+    │   ├── Invalid              (also ValueError) a value given with a request that cannot be used: a filter,
+    │   │                        a cursor, a form's field; the message says which (the delivery lists, the console)
     │   └── Throttled            a credential refused unchecked: its address failed too often lately,
     │                            or no place for its check freed in time [receiver.credentialguard]
     ├── Missing                  what was asked for does not exist, or is not the caller's
@@ -32,14 +34,10 @@ whole tree (each class's module in brackets when it is not this one)::
     │   │                        says which, so that each surface picks its row by it
     │   ├── UnknownReceiver      an appid and token that are no receiver [svcgw.intake.ingest]
     │   └── AttemptGone          no such QR login attempt [receiver.console.qrattempt]
-    ├── DeliveryListError        [svcgw.delivery.listing]
-    │   └── Invalid              a filter or page the list cannot use
     ├── RetryNowError            [svcgw.delivery.retrynow]
     │   └── NotRetrying          retry now of a delivery that is not retrying
     ├── ConsoleError             what the console's service refuses [receiver.console.service]
-    │   ├── Invalid
-    │   ├── DeniedByOperator
-    │   └── NotRetrying
+    │   └── DeniedByOperator
     ├── FlowError                a step of the console's QR login refused [receiver.console.qrattempt]
     ├── PageError                a console page's refusal, as an HTML page [receiver.console.pageserving]
     ├── Abandoned                the worker stops; a probe gives its claim back undecided [worker.prober]
@@ -158,6 +156,7 @@ __all__ = [
     "ErrorKind",
     "Failure",
     "GatewayError",
+    "Invalid",
     "Missing",
     "NotFound",
     "Refusal",
@@ -193,6 +192,10 @@ class NotFound(Missing, LookupError):
     def __init__(self, message: str, *, what: Thing) -> None:
         super().__init__(message)
         self.what: Thing = what
+
+
+class Invalid(Rejected, ValueError):
+    """A value given with a request that cannot be used (a filter, a cursor, a form's field); the message says which."""
 
 
 class Failure(SvcgwError):

@@ -53,7 +53,7 @@ from .schemas import (
     SignInWithPassword,
 )
 from .session import CSRF_FIELD, LOGIN_COOKIE, PATH, Session
-from .signin import Attempt
+from .signin import SignInOutcome
 from .web import ConsoleHTTPError, Context, json_body, json_ok
 
 __all__ = ["AccountApi", "AccountPages", "invitation_path"]
@@ -81,7 +81,7 @@ class _Shared:
         self.credentials = context.signin.credentials
         self.invitations = context.invitations
 
-    async def sign_in(self, request: Request, login: str, password: str) -> Attempt:
+    async def sign_in(self, request: Request, login: str, password: str) -> SignInOutcome:
         if len(login) > MAX_LOGIN_FIELD:
             login = login[:MAX_LOGIN_FIELD]  # counted all the same, under what was sent
         sessions = self.sessions

@@ -33,14 +33,15 @@ from starlette.responses import Response
 from svcgw import errors
 from svcgw.callbacks.addresses import AddressError
 from svcgw.callbacks.destinationrules import DestinationRejected
-from svcgw.errors import STORAGE_ERRORS, ErrorKind, NotFound, Refusal, Rows
+from svcgw.delivery.retrynow import NotRetrying
+from svcgw.errors import STORAGE_ERRORS, ErrorKind, Invalid, NotFound, Refusal, Rows
 from svcgw.registry.passwords import PasswordRejected
 
 from ..credentialguard import Throttled
 from ..http import BodyTooLarge, ConflictingKeys
 from .pageserving import PageError, PageKit
 from .qrattempt import AttemptGone, FlowError, Outcome
-from .service import DeniedByOperator, Invalid, NotRetrying
+from .service import DeniedByOperator
 from .web import ConsoleHTTPError, RateLimited, address_error
 
 __all__ = ["API_ROWS", "PAGE_ROWS", "api_answer", "api_handlers", "flow_page", "page_handlers"]

@@ -34,11 +34,11 @@ from svcgw.callbacks.destinationrules import (
     split_event_types,
 )
 from svcgw.callbacks.testpost import CallbackTestResult
+from svcgw.errors import Invalid
 
 from .destinations import Destinations
 from .pages import Pages
 from .pageserving import PAGE_SIZE, PageError, _field, _path, _redirect
-from .service import Invalid
 from .session import Session
 
 __all__ = ["DestinationPages"]

@@ -236,3 +236,11 @@ MODULES = sorted(
 @pytest.mark.parametrize("module", MODULES)
 def test_no_module_of_the_service_is_over_600_lines(module: str) -> None:
     assert len((ROOT / module).read_text().splitlines()) <= 600
+
+
+def test_each_exception_name_is_defined_once() -> None:
+    # One name, one concept: a second class of the same name is either the same thing (import it) or another.
+    by_name: dict[str, list[str]] = {}
+    for qualified, cls in _own_exceptions().items():
+        by_name.setdefault(cls.__name__, []).append(qualified)
+    assert {name: where for name, where in by_name.items() if len(where) > 1} == {}

@@ -9,13 +9,14 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from receiver.console.answers import API_ROWS, PAGE_ROWS, api_answer, api_handlers, flow_page
 from receiver.console.pageserving import PageError
 from receiver.console.qrattempt import AttemptGone, FlowError, Outcome
-from receiver.console.service import DeniedByOperator, Invalid, NotRetrying
+from receiver.console.service import DeniedByOperator
 from receiver.console.web import ConsoleHTTPError, RateLimited
 from receiver.credentialguard import Throttled
 from receiver.http import BodyTooLarge, ConflictingKeys
 from svcgw import errors
 from svcgw.callbacks.addresses import OWN_ADDRESS, AddressError
-from svcgw.errors import NotFound
+from svcgw.delivery.retrynow import NotRetrying
+from svcgw.errors import Invalid, NotFound
 from svcgw.registry.passwords import PasswordRejected
 
 

@@ -1,0 +1,24 @@
+"""Words that mean one thing: a class name the service uses names one class, not several."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+ROOT = Path(__file__).parent.parent
+PACKAGES = ("svcgw", "receiver", "worker", "cli", "simulator")
+
+
+def _classes_named(name: str) -> list[str]:
+    return sorted(
+        path.relative_to(ROOT).as_posix()
+        for package in PACKAGES
+        for path in (ROOT / package).rglob("*.py")
+        for node in ast.walk(ast.parse(path.read_text()))
+        if isinstance(node, ast.ClassDef) and node.name == name
+    )
+
+
+def test_attempt_is_the_delivery_attempt_alone() -> None:
+    # The read model's record, a sign-in's outcome and a QR login have names of their own.
+    assert _classes_named("Attempt") == ["worker/delivery.py"]
