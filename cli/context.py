@@ -32,6 +32,7 @@ from redis.asyncio import Redis
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
+from receiver.console import codes as console_codes
 from svcgw.callbacks.addresses import AddressError
 from svcgw.callbacks.destinationrules import DestinationRejected
 from svcgw.config.settings import Settings
@@ -172,5 +173,5 @@ def error_message(exc: Exception) -> str:
     if isinstance(exc, AddressError):
         return f"{exc.message} (code {exc.code})"
     if isinstance(exc, DestinationRejected):
-        return f"{exc.message} (code {exc.kind.code})"
+        return f"{exc.message} (code {console_codes.destination_kind(exc).code})"
     return str(exc)

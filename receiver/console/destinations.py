@@ -29,7 +29,8 @@ also names the account's, which the instance takes too), ``GET|PATCH|DELETE
 limit like every change of the console.
 
 What is refused is raised: a value a destination cannot hold
-(``DestinationRejected``, which carries its row), a destination not found
+(``DestinationRejected``, whose class picks its row: ``receiver.console.codes.destination_kind``),
+a destination not found
 (``svcgw.errors.NotFound``, ``what="destination"``: -40404), an address
 (``AddressError``); ``receiver.console.answers`` answers them.
 """

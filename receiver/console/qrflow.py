@@ -37,7 +37,7 @@ from typing import TYPE_CHECKING, Any, cast
 import orjson
 from redis.asyncio import Redis
 
-from svcgw import errors
+from receiver.gateway import codes as gateway_codes
 from svcgw.intake.calllog import read_log
 from svcgw.liveness import transitions
 from svcgw.registry.store import Scope
@@ -297,7 +297,7 @@ class QrFlow:
         """
         if await self.store.owner(appid) != account:
             # The gateway's own answer, before any address of the account is looked at.
-            kind = errors.NOT_FOUND
+            kind = gateway_codes.NOT_FOUND
             raise FlowError(Outcome("long/start", kind.status, kind.code, kind.message))
         url, inherited = await self._forward_address(account, appid, callback_url)
         return await self._required(

@@ -18,7 +18,7 @@ from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
 
-from svcgw import errors
+from receiver.gateway import codes as gateway_codes
 from svcgw.digests import digest
 from svcgw.errors import GatewayError
 
@@ -166,7 +166,7 @@ class Gateway:
                 await pending.load(chunk)
         facts = await self._admit_key(request, key, operation, pending.ask())
         if facts is None:
-            raise GatewayError(errors.UNAUTHORIZED, headers={"WWW-Authenticate": "Bearer"})
+            raise GatewayError(gateway_codes.UNAUTHORIZED, headers={"WWW-Authenticate": "Bearer"})
         return await self._judge(facts, pending, module, action, request)
 
     async def _admit_key(self, request: Request, key: str | None, operation: str, appid: str | None) -> Facts | None:
@@ -188,7 +188,7 @@ class Gateway:
         operation = pending.operation
         account = facts.account
         if not facts.verdict.allowed:
-            raise GatewayError(errors.RATE_LIMITED, headers={"Retry-After": str(facts.verdict.retry_after)})
+            raise GatewayError(gateway_codes.RATE_LIMITED, headers={"Retry-After": str(facts.verdict.retry_after)})
         # The body is in memory from its first byte until the answer is sent.
         share = self.inflight.open_share(account)
         try:
@@ -205,12 +205,12 @@ class Gateway:
                 share.hold(len(pending.raw))
             document, members, appid = pending.result()
             if facts.denied:
-                raise GatewayError(errors.OPERATION_DENIED, f"{operation} is not enabled for this account")
+                raise GatewayError(gateway_codes.OPERATION_DENIED, f"{operation} is not enabled for this account")
             check_callback_fields(members, operation, sets_callback=pending.sets_callback)
             if operation != DEVICE_CREATE:
                 owner = facts.owner if pending.asked == appid else await self.store.owner(appid)
                 if owner != account:
-                    raise GatewayError(errors.NOT_FOUND)
+                    raise GatewayError(gateway_codes.NOT_FOUND)
             raw = pending.raw or b""
             return Call(
                 account, module, action, raw, document, members, appid, share, sets_callback=pending.sets_callback
