@@ -6,7 +6,7 @@ in view and ``callbackUrl`` can be rewritten without touching any other
 byte of what the caller sent.
 
 Which operations take the callback fields is decided by :func:`takes_callback`
-alone, for check 6, check 8 and the dispatch of :mod:`.operations` alike:
+alone, for check 6, check 8 and the dispatch of :mod:`.forwarding` alike:
 ``long/start`` and ``long/updateCallbackURL`` on their API paths, and
 ``set-callback`` on its own route only. ``instances/set-callback`` under
 ``/svc/api/`` is an API operation like any unlisted one, forwarded as sent,

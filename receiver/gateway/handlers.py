@@ -2,7 +2,7 @@
 
 :class:`Gateway` admits a call (key, rate, body, instance, denial, callback
 fields, ownership) into a :class:`.intake.Call`, then runs the operation
-(:mod:`.operations`). Checks and operations raise; whatever they raise
+(:mod:`.forwarding`). Checks and operations raise; whatever they raise
 that has a row (a ``GatewayError``, Redis failing, ...: :mod:`.refusals`) is
 turned into the answer in one place, :meth:`Gateway._answer`, for the direct
 path, the HTTP routes and :meth:`Gateway.invoke` (the console) alike.
@@ -26,6 +26,7 @@ from ..headers import send_direct, send_server_error
 from ..http import BodyTooLarge, client_address, presented_key
 from .admission import MAX_KEY_LENGTH, Admission, Facts
 from .body import DEVICE_CREATE, SET_CALLBACK_OPERATION, UPLOAD_OPERATIONS, check_callback_fields
+from .forwarding import Forwarding
 from .inflight import InflightBytes
 from .intake import (
     EARLY_BODY_BYTES,
@@ -37,7 +38,6 @@ from .intake import (
     read_limited,
     read_rest,
 )
-from .operations import Operations
 from .refusals import ROWS, refused
 
 if TYPE_CHECKING:
@@ -59,7 +59,7 @@ class Gateway:
         self.admission = Admission(services.text_redis, services.limiter)
         self.key_guard = services.key_guard
         self.inflight = InflightBytes(settings.account_inflight_bytes)
-        self.operations = Operations(services)
+        self.forwarding = Forwarding(services)
 
     # --- endpoints ----------------------------------------------------------
     async def direct(self, scope: Scope, receive: Receive, send: Send, module: str, action: str) -> None:
@@ -136,7 +136,7 @@ class Gateway:
 
     async def _run(self, call: Call) -> Response:
         try:
-            return await self.operations.run(call)
+            return await self.forwarding.run(call)
         finally:
             call.share.release()
 

@@ -1,4 +1,4 @@
-"""The gateway's operations, once a call passed checks 1 to 9 (see the package docstring).
+"""What an admitted call does, once it passed checks 1 to 9 (see the package docstring): its forwarding.
 
 Most are forwarded as received; ``device/create`` (the quota, check 10),
 the callback operations (check 11: the address is checked and the
@@ -40,7 +40,7 @@ from .scrub import mentions, might_mention, scrub
 if TYPE_CHECKING:
     from ..services import Services
 
-__all__ = ["LONG_STOP", "PROXY_OPERATIONS", "Operations"]
+__all__ = ["LONG_STOP", "PROXY_OPERATIONS", "Forwarding"]
 
 log = logging.getLogger("svcgw.gateway")
 
@@ -66,7 +66,7 @@ def _is_started(answer: Answer) -> bool:
     return answer.code == -1 and (message == "started" or message.endswith("|started"))
 
 
-class Operations:
+class Forwarding:
     """What the gateway does with an admitted call (:meth:`run`), by whatever route it came."""
 
     def __init__(self, services: Services) -> None:
