@@ -66,12 +66,6 @@ def test_every_row_has_a_code_an_http_status_and_a_message(kind: ErrorKind) -> N
     assert kind.message and kind.message == kind.message.strip()
 
 
-def test_the_gateway_table_pairs_each_code_with_its_status_once() -> None:
-    # One code may have two statuses only as the spec pairs them (-40402: 402 quota, 403 entitlement).
-    pairs = {(kind.code, kind.status) for kind in gateway_codes.ALL_KINDS}
-    assert len(pairs) == len(gateway_codes.ALL_KINDS)
-
-
 def test_a_refusal_carries_its_row_its_message_and_its_headers() -> None:
     refusal = GatewayError(gateway_codes.RATE_LIMITED, headers={"Retry-After": "3"})
     assert (refusal.code, refusal.status, refusal.message) == (-42900, 429, gateway_codes.RATE_LIMITED.message)
@@ -192,13 +186,6 @@ def test_one_class_says_a_thing_was_not_found() -> None:
     missing = NotFound("no dead letter 'x'", what="dead letter")
     assert (str(missing), missing.what) == ("no dead letter 'x'", "dead letter")
     assert isinstance(missing, Missing) and isinstance(missing, LookupError)
-
-
-def test_a_surface_picks_its_not_found_row_by_the_thing_not_by_its_words() -> None:
-    assert console_codes.CONSOLE_NOT_FOUND["dead letter"] is console_codes.NO_DEAD_LETTER
-    assert console_codes.CONSOLE_NOT_FOUND["instance"] is console_codes.NOT_THE_CALLERS
-    assert gateway_codes.GATEWAY_NOT_FOUND["instance"] is gateway_codes.NOT_FOUND
-    assert gateway_codes.GATEWAY_NOT_FOUND["account"] is gateway_codes.UNAUTHORIZED
 
 
 class _Base(Exception):
