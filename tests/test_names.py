@@ -28,9 +28,7 @@ def test_an_operations_module_is_a_table_of_declared_routes() -> None:
     # "operations" is the OpenAPI sense (receiver.apispec.Operation): what the gateway does with an admitted
     # call is its forwarding, what the simulator plays is the capability layer's capabilities.
     named = sorted(
-        path.relative_to(ROOT).as_posix()
-        for package in PACKAGES
-        for path in (ROOT / package).rglob("*operations.py")
+        path.relative_to(ROOT).as_posix() for package in PACKAGES for path in (ROOT / package).rglob("*operations.py")
     )
     assert named == [
         "receiver/console/destination_operations.py",
