@@ -34,7 +34,7 @@ from redis.asyncio import Redis
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from svcgw import errors
+from receiver.console import codes as console_codes
 from svcgw.callbacks.addresses import AddressError
 from svcgw.callbacks.destinationrules import DestinationRejected
 from svcgw.config.settings import Settings
@@ -186,7 +186,7 @@ def admin_command(func: Command) -> Callable[..., None]:
 
 
 # Storage not serving: the console's row for it.
-UNAVAILABLE_CODE = errors.STORAGE_UNAVAILABLE.code
+UNAVAILABLE_CODE = console_codes.STORAGE_UNAVAILABLE.code
 
 
 def coded(message: str, code: int) -> str:
@@ -199,14 +199,14 @@ def error_code(exc: Exception) -> int:
     if isinstance(exc, AddressError):
         return exc.code
     if isinstance(exc, DestinationRejected):
-        return exc.kind.code
+        return console_codes.destination_kind(exc).code
     if isinstance(exc, Refusal):
         return exc.code
     if isinstance(exc, (Missing, LookupError)):
-        return errors.NO_DESTINATION.code  # every not-found row of the table is -40404
+        return console_codes.NO_DESTINATION.code  # every not-found row of the table is -40404
     if isinstance(exc, OperatorDenied):
-        return errors.DENIED_BY_OPERATOR.code
-    return errors.BAD_REQUEST.code
+        return console_codes.DENIED_BY_OPERATOR.code
+    return console_codes.BAD_REQUEST.code
 
 
 def error_message(exc: Exception) -> str:

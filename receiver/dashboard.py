@@ -38,7 +38,7 @@ unchecked:
    markup that reaches a page from job data (an event handler attribute, a
    script tag of any shape) gets no nonce and does not run.
 
-Its refusals are rows of ``svcgw.errors`` (``DASHBOARD_*``), one line of
+Its refusals are rows of ``receiver.plaincodes`` (``DASHBOARD_*``), one line of
 text: the guard's are rendered by ``receiver.http.plain_answer`` (through
 the guard's ``send``, so they carry the headers above too); Flask's error
 handlers, which must answer in Flask's terms, render the same rows.
@@ -57,7 +57,7 @@ from urllib.parse import urlencode
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from svcgw import errors
+from receiver import plaincodes as plain_codes
 from svcgw.config.settings import Settings
 from svcgw.config.shards import Deployment
 from svcgw.errors import ErrorKind, PlainRefusal
@@ -215,15 +215,15 @@ class DashboardGuard:
     def _refusal(self, scope: Scope) -> PlainRefusal | None:
         """Why the request does not reach the dashboard, or None when it does."""
         if not self.authorized(scope):
-            return PlainRefusal(errors.DASHBOARD_SIGN_IN, headers={"WWW-Authenticate": f'Basic realm="{REALM}"'})
+            return PlainRefusal(plain_codes.DASHBOARD_SIGN_IN, headers={"WWW-Authenticate": f'Basic realm="{REALM}"'})
         root, path = scope.get("root_path", ""), scope["path"]
         if root and path.startswith(root):
             path = path[len(root) :]
         if scope["method"] not in ("GET", "HEAD") or not _READ_ONLY.match(path or "/"):
-            return PlainRefusal(errors.DASHBOARD_READ_ONLY)
+            return PlainRefusal(plain_codes.DASHBOARD_READ_ONLY)
         why = unanswerable(path or "/", self._shards)
         if why is not None:
-            return PlainRefusal(errors.DASHBOARD_NOT_FOUND, f"{errors.DASHBOARD_NOT_FOUND.message}: {why}")
+            return PlainRefusal(plain_codes.DASHBOARD_NOT_FOUND, f"{plain_codes.DASHBOARD_NOT_FOUND.message}: {why}")
         return None
 
 
@@ -338,7 +338,7 @@ def make_dashboard(settings: Settings) -> DashboardGuard | None:
     dashboard_web.config.serializer = SERIALIZER
     dashboard_web.setup_rq_connection(flask_app)
     # Its job views fetch the job unchecked; a job that is gone (delivered, expired) is no server error.
-    flask_app.register_error_handler(NoSuchJobError, lambda _: _plain(errors.DASHBOARD_NO_JOB))
+    flask_app.register_error_handler(NoSuchJobError, lambda _: _plain(plain_codes.DASHBOARD_NO_JOB))
     # Nor is a Redis that does not answer: the page is there again once it does. (Its text never
     # reaches the operator: it may name the host.)
     for unreachable in (RedisConnectionError, RedisTimeoutError):
@@ -358,4 +358,4 @@ def _plain(kind: ErrorKind, **headers: str) -> tuple[str, int, dict[str, str]]:
 
 def _unavailable(exc: Exception) -> tuple[str, int, dict[str, str]]:
     log.warning("rq-dashboard: Redis did not answer (%s)", type(exc).__name__)
-    return _plain(errors.DASHBOARD_UNAVAILABLE, **{"Retry-After": "1"})
+    return _plain(plain_codes.DASHBOARD_UNAVAILABLE, **{"Retry-After": "1"})

@@ -13,7 +13,7 @@ sign-in's per-address limit (``SVCGW_SIGNIN_FAILURES_PER_ADDRESS``):
   browser's first) is no guess: it goes to the guard uncounted;
 * while an address's window is full, requests from it with credentials not
   found right lately are refused before any comparison: 429 with
-  ``Retry-After`` (``errors.DASHBOARD_LIMITED``);
+  ``Retry-After`` (``receiver.plaincodes.DASHBOARD_LIMITED``);
 * the right credentials pass, from any other address at any time, and from
   a limited address once they were found right in this process lately.
 
@@ -26,10 +26,10 @@ from limits.storage import MemoryStorage
 from starlette.requests import Request
 from starlette.types import Receive, Scope, Send
 
-from svcgw import errors
 from svcgw.digests import digest
 from svcgw.errors import PlainRefusal
 
+from . import plaincodes as plain_codes
 from .credentialguard import PER_ADDRESS, CheckRoom, CredentialGuard, Throttled
 from .dashboard import DashboardGuard
 from .http import client_address
@@ -66,5 +66,5 @@ class SignInLimit:
             await self._credentials.check(client_address(Request(scope)), digest(presented.decode("latin-1")), verify)
         except Throttled as exc:
             # Answered by the app's handler of PlainRefusal, as /metrics and /docs refusals are.
-            raise PlainRefusal(errors.DASHBOARD_LIMITED, headers={"Retry-After": str(exc.retry_after)}) from None
+            raise PlainRefusal(plain_codes.DASHBOARD_LIMITED, headers={"Retry-After": str(exc.retry_after)}) from None
         await self.guard(scope, receive, send)

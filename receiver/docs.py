@@ -20,7 +20,7 @@ from starlette.requests import Request
 from starlette.responses import FileResponse, HTMLResponse, PlainTextResponse, Response
 from starlette.routing import BaseRoute, Route
 
-from svcgw import errors
+from receiver import plaincodes as plain_codes
 from svcgw.errors import PlainRefusal
 
 __all__ = ["docs_routes"]
@@ -90,7 +90,7 @@ async def asset(request: Request) -> Response:
     name = request.path_params["name"]
     media_type = ASSETS.get(name)
     if media_type is None:
-        raise PlainRefusal(errors.DOCS_NOT_FOUND)
+        raise PlainRefusal(plain_codes.DOCS_NOT_FOUND)
     # An hour: a new version of the pinned bundle reaches browsers soon after an upgrade.
     headers = {**HEADERS, "Cache-Control": "public, max-age=3600"}
     return FileResponse(f"{_bundle_dir()}/{name}", media_type=media_type, headers=headers)

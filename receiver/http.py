@@ -7,12 +7,15 @@
   for the gateway API and the console's JSON API alike.
 * :func:`client_address` is the one meaning of "the client of a request",
   whose failed credentials and sign-ins are counted against it.
-* :func:`json_answer` is the ``{code, message, data}`` shape of a success.
+* :func:`answer_body` is the one serializer of the ``{code, message, data}``
+  body every JSON answer has, a success or a refusal, on every surface (the
+  gateway API, the receiver, the console's JSON API).
+* :func:`json_answer` is that shape of a success.
 * :func:`refusal_response` is the one place a refusal (``svcgw.errors.Refusal``,
-  a row of the table in ``svcgw.errors``) becomes the JSON answer of the
-  gateway API and of the receiver: ``{code, message, data: null}``, the
-  row's status and the refusal's headers. Each of the two has its own table
-  of which error gets which row (``receiver.gateway.refusals``,
+  a row of ``receiver.gateway.codes`` or ``receiver.endpoint.codes``) becomes
+  the JSON answer of the gateway API and of the receiver: ``{code, message,
+  data: null}``, the row's status and the refusal's headers. Each of the two
+  has its own table of which error gets which row (``receiver.gateway.refusals``,
   ``receiver.endpoint.receive``).
 * :func:`plain_answer` is the one place a refusal of the operators'
   endpoints (/metrics, /docs, /rq: ``svcgw.errors.PlainRefusal``) becomes
@@ -37,7 +40,7 @@ from starlette.requests import Request
 from starlette.responses import PlainTextResponse, Response
 
 from svcgw.clientkeys import IPV6_PREFIX, limit_key
-from svcgw.errors import PlainRefusal, Refusal, Rejected, error_body
+from svcgw.errors import PlainRefusal, Refusal, Rejected
 
 __all__ = [
     "KEY_HEADERS",
@@ -45,6 +48,7 @@ __all__ = [
     "BodyError",
     "BodyTooLarge",
     "ConflictingKeys",
+    "answer_body",
     "client_address",
     "json_answer",
     "plain_answer",
@@ -164,10 +168,15 @@ def client_address(request: Request) -> str:
     return limit_key(str(client[0]), getattr(state, "ipv6_prefix", IPV6_PREFIX))
 
 
+def answer_body(code: int, message: str, data: object = None) -> bytes:
+    """The ``{"code": ..., "message": ..., "data": ...}`` body of a JSON answer (``data`` null for a refusal)."""
+    return orjson.dumps({"code": code, "message": message, "data": data})
+
+
 def json_answer(code: int, message: str, data: object = None, *, status: int = 200) -> Response:
     """``{code, message, data}`` as ``application/json``."""
     return Response(
-        orjson.dumps({"code": code, "message": message, "data": data}),
+        answer_body(code, message, data),
         status_code=status,
         media_type="application/json",
     )
@@ -176,7 +185,7 @@ def json_answer(code: int, message: str, data: object = None, *, status: int = 2
 def refusal_response(refusal: Refusal) -> Response:
     """A refusal as the gateway's and the receiver's JSON answer (the console's is in ``receiver.console.answers``)."""
     return Response(
-        error_body(refusal.kind.code, refusal.message),
+        answer_body(refusal.kind.code, refusal.message),
         status_code=refusal.kind.status,
         headers=refusal.headers,
         media_type="application/json",

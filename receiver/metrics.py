@@ -32,7 +32,7 @@ from prometheus_client.registry import Collector
 from starlette.requests import Request
 from starlette.responses import Response
 
-from svcgw import errors
+from receiver import plaincodes as plain_codes
 from svcgw.counters import COUNTERS, KINDED, LATENCY_BUCKETS, kinded_series
 from svcgw.errors import STORAGE_ERRORS, PlainRefusal
 from svcgw.views.metrics import snapshot
@@ -160,14 +160,14 @@ def _check_scraper(request: Request, token: str | None) -> None:
         scheme, _, presented = request.headers.get("authorization", "").partition(" ")
         if scheme.lower() == "bearer" and hmac.compare_digest(presented.strip().encode(), token.encode()):
             return
-        raise PlainRefusal(errors.METRICS_TOKEN_REQUIRED, headers={"WWW-Authenticate": 'Bearer realm="metrics"'})
+        raise PlainRefusal(plain_codes.METRICS_TOKEN_REQUIRED, headers={"WWW-Authenticate": 'Bearer realm="metrics"'})
     host = request.client.host if request.client else ""
     try:
         if ipaddress.ip_address(host).is_loopback:
             return
     except ValueError:
         pass  # not an address (a Unix socket's peer): not loopback
-    raise PlainRefusal(errors.METRICS_NOT_LOCAL)
+    raise PlainRefusal(plain_codes.METRICS_NOT_LOCAL)
 
 
 async def metrics_endpoint(request: Request) -> Response:
@@ -188,6 +188,6 @@ async def metrics_endpoint(request: Request) -> Response:
         if isinstance(answer, STORAGE_ERRORS):
             log.warning("metrics of shard %d not read: %s", index, type(answer).__name__)
     if isinstance(read[0], BaseException):
-        raise PlainRefusal(errors.METRICS_UNAVAILABLE)  # shard 0, the service's own data: no scrape without it
+        raise PlainRefusal(plain_codes.METRICS_UNAVAILABLE)  # shard 0, the service's own data: no scrape without it
     data = merge([None if isinstance(answer, BaseException) else answer for answer in read])
     return Response(render(data), media_type="text/plain; version=0.0.4; charset=utf-8")

@@ -18,7 +18,8 @@ from __future__ import annotations
 from starlette.requests import ClientDisconnect
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from svcgw.errors import BODY_TOO_LARGE, error_body
+from .console.codes import OPEN_BODY_TOO_LARGE
+from .http import answer_body
 
 __all__ = ["OPEN_BODY_BYTES", "OpenBodyLimit", "is_open"]
 
@@ -27,7 +28,6 @@ OPEN_BODY_BYTES = 8 * 1024
 _OPEN_PATHS = frozenset({"/console/login", "/console/api/session", "/console/api/invitation"})
 _OPEN_PREFIXES = ("/console/invitation/",)
 _WITH_BODY = frozenset({"POST", "PUT", "PATCH", "DELETE"})
-_MESSAGE = f"a body sent before signing in has at most {OPEN_BODY_BYTES} bytes"
 
 
 def is_open(method: str, path: str) -> bool:
@@ -76,7 +76,7 @@ class OpenBodyLimit:
 
 
 async def _refuse(send: Send) -> None:
-    body = error_body(BODY_TOO_LARGE.code, _MESSAGE)
+    body = answer_body(OPEN_BODY_TOO_LARGE.code, OPEN_BODY_TOO_LARGE.message)
     headers = [
         (b"content-type", b"application/json"),
         (b"content-length", b"%d" % len(body)),
@@ -84,5 +84,5 @@ async def _refuse(send: Send) -> None:
         # The rest of the body is never read: the connection cannot carry another request.
         (b"connection", b"close"),
     ]
-    await send({"type": "http.response.start", "status": BODY_TOO_LARGE.status, "headers": headers})
+    await send({"type": "http.response.start", "status": OPEN_BODY_TOO_LARGE.status, "headers": headers})
     await send({"type": "http.response.body", "body": body})

@@ -2,7 +2,7 @@
 
 Not part of the serving path and independent of the service's packages.
 ``simulator.state`` holds the simulated instances and their rules,
-``simulator.operations`` the capability-layer operations over that state,
+``simulator.capabilities`` the capability layer's operations over that state,
 ``simulator.control`` the ``/_sim`` control API for tests and demos, and
 ``simulator.app`` the Starlette app (``create_app``) and ``run``, which serves
 it; ``simulator.traffic`` builds and posts events.

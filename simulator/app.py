@@ -1,6 +1,6 @@
 """The capability-layer simulator app: the operations endpoint, the control API, and serving.
 
-``POST /svc/api/{module}/{action}`` runs one operation (``simulator.operations``)
+``POST /svc/api/{module}/{action}`` runs one operation (``simulator.capabilities``)
 against the simulator's state (``simulator.state``). Every answer is HTTP 200
 with the envelope ``{code, message, time, data, detail}``; failures carry
 ``code -1`` and the spec's message. Before the operation runs, the endpoint logs
@@ -32,7 +32,7 @@ from starlette.routing import Route
 from starlette.types import Receive, Scope, Send
 
 from simulator import control
-from simulator.operations import Call, perform
+from simulator.capabilities import Call, perform
 from simulator.state import Instance, SimState, first, lookup, new_client
 
 __all__ = ["Instance", "SimState", "create_app", "run"]

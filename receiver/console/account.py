@@ -21,7 +21,7 @@ JSON API: ``POST /console/api/session`` with ``{"login", "password"}`` or ``{"ap
 
 Failed sign-ins are limited per login (or per device cookie) and per client
 address, and wrong API keys per address too (``receiver.console.signin``);
-all are answered with one message (``errors.SIGN_IN_MESSAGE``): 401, or 429
+all are answered with one message (``console_codes.SIGN_IN_MESSAGE``): 401, or 429
 with ``Retry-After`` while a limit is reached or no room is left. Signing
 in, accepting an invitation and signing out everywhere do not count against
 the account's rate limit; changing the password does.
@@ -34,7 +34,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import BaseRoute, Route
 
-from svcgw import errors
+from receiver.console import codes as console_codes
 from svcgw.digests import digest
 from svcgw.errors import STORAGE_ERRORS
 from svcgw.registry import passwords
@@ -53,7 +53,7 @@ from .schemas import (
     SignInWithPassword,
 )
 from .session import CSRF_FIELD, LOGIN_COOKIE, PATH, Session
-from .signin import Attempt
+from .signin import SignInOutcome
 from .web import ConsoleHTTPError, Context, json_body, json_ok
 
 __all__ = ["AccountApi", "AccountPages", "invitation_path"]
@@ -81,7 +81,7 @@ class _Shared:
         self.credentials = context.signin.credentials
         self.invitations = context.invitations
 
-    async def sign_in(self, request: Request, login: str, password: str) -> Attempt:
+    async def sign_in(self, request: Request, login: str, password: str) -> SignInOutcome:
         if len(login) > MAX_LOGIN_FIELD:
             login = login[:MAX_LOGIN_FIELD]  # counted all the same, under what was sent
         sessions = self.sessions
@@ -105,12 +105,12 @@ class _Shared:
         """Set the invited account's password; its account id. ``PasswordRejected``, or ``ConsoleHTTPError`` 410."""
         account = await self.invitations.account_of(token)
         if account is None:
-            raise ConsoleHTTPError(errors.INVITATION_GONE)
+            raise ConsoleHTTPError(console_codes.INVITATION_GONE)
         passwords.check_new(password, login=await self.credentials.login_of(account))
         hashed = await self.signin.hash_password(password)
         # The token is used up only now, with a password that passed: a mistyped one costs nothing.
         if await self.invitations.redeem(token) != account:
-            raise ConsoleHTTPError(errors.INVITATION_GONE)
+            raise ConsoleHTTPError(console_codes.INVITATION_GONE)
         await self.credentials.set_password(account, hashed)
         return account
 
@@ -125,9 +125,9 @@ class _Shared:
             self.sessions.lane_of(request),
         )
         if attempt.retry_after:
-            raise ConsoleHTTPError(errors.SIGN_IN_LIMITED, headers={"Retry-After": str(attempt.retry_after)})
+            raise ConsoleHTTPError(console_codes.SIGN_IN_LIMITED, headers={"Retry-After": str(attempt.retry_after)})
         if attempt.account is None:
-            raise ConsoleHTTPError(errors.WRONG_PASSWORD)
+            raise ConsoleHTTPError(console_codes.WRONG_PASSWORD)
         passwords.check_new(new, login=await self.credentials.login_of(session.account))
         if new == current:
             raise PasswordRejected("the new password is the current one")
@@ -164,7 +164,7 @@ class AccountPages:
             if key and not login:
                 found, wait = await self.shared.key_sign_in(request, key)
                 if found is None:
-                    status, text = (429, _sentence(errors.SIGN_IN_MESSAGE)) if wait else (401, _KEY_REFUSED)
+                    status, text = (429, _sentence(console_codes.SIGN_IN_MESSAGE)) if wait else (401, _KEY_REFUSED)
                     response = await self.pages.login_page(request, text, status)
                     if wait:
                         response.headers["Retry-After"] = str(wait)
@@ -181,7 +181,7 @@ class AccountPages:
                 request,
                 "login.html",
                 429 if attempt.retry_after else 401,
-                error=_sentence(errors.SIGN_IN_MESSAGE),
+                error=_sentence(console_codes.SIGN_IN_MESSAGE),
                 login=login[:MAX_LOGIN_FIELD],
                 next=then,
             )
@@ -213,7 +213,7 @@ class AccountPages:
             # The invitation's own page, saying why (and keeping its token from any Referer).
             return self._gone(request, "The service's storage cannot be reached. Try again shortly.", 503)
         if account is None:
-            return self._gone(request, _sentence(errors.INVITATION_GONE.message))
+            return self._gone(request, _sentence(console_codes.INVITATION_GONE.message))
         response = self.pages.public_page(
             request, "invitation.html", status, error=error, login=login, token=token, minimum=passwords.MIN_LENGTH
         )
@@ -304,16 +304,16 @@ class AccountApi:
             presented = parse(document, SignInWithKey).api_key
             found, wait = await self.shared.key_sign_in(request, presented)
             if wait:
-                raise ConsoleHTTPError(errors.SIGN_IN_LIMITED, headers={"Retry-After": str(wait)})
+                raise ConsoleHTTPError(console_codes.SIGN_IN_LIMITED, headers={"Retry-After": str(wait)})
             if found is None:
-                raise ConsoleHTTPError(errors.KEY_REFUSED)
+                raise ConsoleHTTPError(console_codes.KEY_REFUSED)
             return await self._session(request, *found)
         form = parse(document, SignInWithPassword)
         attempt = await self.shared.sign_in(request, form.login, form.password)
         if attempt.retry_after:
-            raise ConsoleHTTPError(errors.SIGN_IN_LIMITED, headers={"Retry-After": str(attempt.retry_after)})
+            raise ConsoleHTTPError(console_codes.SIGN_IN_LIMITED, headers={"Retry-After": str(attempt.retry_after)})
         if attempt.account is None:
-            raise ConsoleHTTPError(errors.SIGN_IN_REFUSED)
+            raise ConsoleHTTPError(console_codes.SIGN_IN_REFUSED)
         response = await self._session(request, attempt.account)
         self.sessions.set_device_cookie(request, response, attempt.account, attempt.password_version)
         return response

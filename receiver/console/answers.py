@@ -6,8 +6,9 @@ a Starlette ``ExceptionMiddleware``), so every error class is answered in
 one place per surface:
 
 * the JSON API (:data:`API_ROWS`): ``{code, message, data: null}`` with a
-  row of ``svcgw.errors`` (``CONSOLE_KINDS``, the callback address rows,
-  -42900, a further destination's value the row it carries),
+  row of ``receiver.console.codes`` (``CONSOLE_KINDS``; for a further
+  destination's refused value, the row of its class, ``destination_kind``)
+  or of the gateway's (the callback address rows, -42900),
   ``Cache-Control: no-store``, and ``WWW-Authenticate: Bearer`` on the
   console's own 401s; a refused QR login step is answered as the gateway
   answered it (or with the capability layer's code on HTTP 200);
@@ -30,17 +31,19 @@ from typing import Any
 from starlette.requests import Request
 from starlette.responses import Response
 
-from svcgw import errors
+from receiver.console import codes as console_codes
+from receiver.gateway import codes as gateway_codes
 from svcgw.callbacks.addresses import AddressError
 from svcgw.callbacks.destinationrules import DestinationRejected
-from svcgw.errors import STORAGE_ERRORS, ErrorKind, NotFound, Refusal, Rows
+from svcgw.delivery.retrynow import NotRetrying
+from svcgw.errors import STORAGE_ERRORS, ErrorKind, Invalid, NotFound, Refusal, Rows
 from svcgw.registry.passwords import PasswordRejected
 
 from ..credentialguard import Throttled
-from ..http import BodyTooLarge, ConflictingKeys
+from ..http import BodyTooLarge, ConflictingKeys, answer_body
 from .pageserving import PageError, PageKit
 from .qrattempt import AttemptGone, FlowError, Outcome
-from .service import DeniedByOperator, Invalid, NotRetrying
+from .service import DeniedByOperator
 from .web import ConsoleHTTPError, RateLimited, address_error
 
 __all__ = ["API_ROWS", "PAGE_ROWS", "api_answer", "api_handlers", "flow_page", "page_handlers"]
@@ -52,7 +55,7 @@ Handler = Any  # Starlette's ExceptionHandler: (request, exc) -> response
 
 # --- the JSON API ------------------------------------------------------------------------------
 def _not_found(exc: NotFound) -> Refusal:
-    kind = errors.CONSOLE_NOT_FOUND.get(exc.what)
+    kind = console_codes.CONSOLE_NOT_FOUND.get(exc.what)
     if kind is None:
         raise exc  # a thing the console never looks for: a bug, not an answer
     return ConsoleHTTPError(kind)
@@ -60,7 +63,7 @@ def _not_found(exc: NotFound) -> Refusal:
 
 def _keys_throttled(exc: Throttled) -> Refusal:
     retry = {"Retry-After": str(exc.retry_after)}
-    return ConsoleHTTPError(errors.RATE_LIMITED, errors.KEYS_THROTTLED_MESSAGE, headers=retry)
+    return ConsoleHTTPError(gateway_codes.RATE_LIMITED, gateway_codes.KEYS_THROTTLED_MESSAGE, headers=retry)
 
 
 def _flow_refused(exc: FlowError) -> Refusal:
@@ -81,18 +84,18 @@ API_ROWS: Rows[Refusal] = Rows(
         ConsoleHTTPError: lambda exc: exc,
         NotFound: _not_found,
         AttemptGone: lambda exc: ConsoleHTTPError(
-            errors.NOT_THE_CALLERS, "no such login attempt (an attempt expires after 15 minutes)"
+            console_codes.NOT_THE_CALLERS, "no such login attempt (an attempt expires after 15 minutes)"
         ),
-        (Invalid, PasswordRejected, BodyTooLarge): _worded(errors.BAD_REQUEST),
-        DeniedByOperator: _worded(errors.DENIED_BY_OPERATOR),
-        NotRetrying: _worded(errors.NOT_RETRYING),
+        (Invalid, PasswordRejected, BodyTooLarge): _worded(console_codes.BAD_REQUEST),
+        DeniedByOperator: _worded(console_codes.DENIED_BY_OPERATOR),
+        NotRetrying: _worded(console_codes.NOT_RETRYING),
         AddressError: address_error,
-        DestinationRejected: lambda exc: ConsoleHTTPError(exc.kind, exc.message),
+        DestinationRejected: lambda exc: ConsoleHTTPError(console_codes.destination_kind(exc), exc.message),
         # Different keys in one request: none it can be signed in with.
-        ConflictingKeys: lambda exc: ConsoleHTTPError(errors.NOT_SIGNED_IN),
+        ConflictingKeys: lambda exc: ConsoleHTTPError(console_codes.NOT_SIGNED_IN),
         Throttled: _keys_throttled,
         FlowError: _flow_refused,
-        STORAGE_ERRORS: lambda exc: ConsoleHTTPError(errors.STORAGE_UNAVAILABLE),
+        STORAGE_ERRORS: lambda exc: ConsoleHTTPError(console_codes.STORAGE_UNAVAILABLE),
     }
 )
 
@@ -104,7 +107,7 @@ def api_answer(refusal: Refusal) -> Response:
         # A 401 names the scheme an API client can use instead of a session.
         headers["WWW-Authenticate"] = "Bearer"
     return Response(
-        errors.error_body(refusal.code, refusal.message),
+        answer_body(refusal.code, refusal.message),
         status_code=refusal.status,
         media_type="application/json",
         headers=headers,
@@ -153,7 +156,7 @@ PAGE_ROWS: Rows[PageError] = Rows(
         ),
         RateLimited: _too_many_changes,
         FlowError: lambda exc: flow_page(exc.outcome),
-        DestinationRejected: lambda exc: PageError(exc.kind.status, "Refused", exc.message),
+        DestinationRejected: lambda exc: PageError(console_codes.destination_kind(exc).status, "Refused", exc.message),
         STORAGE_ERRORS: lambda exc: PageError(
             503, "Storage unavailable", "The service's storage cannot be reached right now. Try again in a moment."
         ),

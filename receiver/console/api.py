@@ -19,7 +19,7 @@ from msgspec import UNSET
 from starlette.requests import Request
 from starlette.responses import Response
 
-from svcgw import errors
+from receiver.console import codes as console_codes
 from svcgw.intake.calllog import parse_since
 
 from .requests import parsed_body
@@ -132,7 +132,7 @@ class Api:
         try:
             since_seconds = parse_since(since) if since is not None else None
         except ValueError as exc:
-            raise ConsoleHTTPError(errors.BAD_REQUEST, f"since: {exc}") from None
+            raise ConsoleHTTPError(console_codes.BAD_REQUEST, f"since: {exc}") from None
         results = await self.service.replay(session.account, ids=ids, appid=appid, since_seconds=since_seconds)
         replayed = sum(1 for result in results if result["status"] == "replayed")
         return json_ok({"results": results, "replayed": replayed})

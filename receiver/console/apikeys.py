@@ -31,7 +31,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import BaseRoute, Route
 
-from svcgw import errors
+from receiver.console import codes as console_codes
 from svcgw.errors import NotFound
 from svcgw.registry.store import MAX_LABEL_LENGTH, ApiKey, Store
 
@@ -69,7 +69,7 @@ class Keys:
         try:
             return await self.store.create_key(account, label)
         except ValueError as exc:
-            raise ConsoleHTTPError(errors.BAD_REQUEST, str(exc)) from None
+            raise ConsoleHTTPError(console_codes.BAD_REQUEST, str(exc)) from None
 
     async def revoke(self, account: str, key_id: str) -> ApiKey:
         """Revoke one of the account's keys; another account's is not found, like one that does not exist."""

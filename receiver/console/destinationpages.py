@@ -26,6 +26,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import BaseRoute, Route
 
+from receiver.console import codes as console_codes
 from svcgw.callbacks.addresses import AddressError
 from svcgw.callbacks.destinationrules import (
     KNOWN_EVENT_TYPES,
@@ -34,11 +35,11 @@ from svcgw.callbacks.destinationrules import (
     split_event_types,
 )
 from svcgw.callbacks.testpost import CallbackTestResult
+from svcgw.errors import Invalid
 
 from .destinations import Destinations
 from .pages import Pages
 from .pageserving import PAGE_SIZE, PageError, _field, _path, _redirect
-from .service import Invalid
 from .session import Session
 
 __all__ = ["DestinationPages"]
@@ -79,7 +80,7 @@ def _stored_values(destination: dict[str, Any]) -> dict[str, Any]:
 
 
 def _refused(exc: FormRefusal) -> dict[str, object]:
-    code = exc.kind.code if isinstance(exc, DestinationRejected) else exc.code
+    code = console_codes.destination_kind(exc).code if isinstance(exc, DestinationRejected) else exc.code
     return {"code": code, "message": exc.message}
 
 
@@ -258,4 +259,4 @@ class DestinationPages:
 
 def exc_status(exc: FormRefusal) -> int:
     """The page's status for a refused value: the row's (an address refused is 400)."""
-    return exc.kind.status if isinstance(exc, DestinationRejected) else 400
+    return console_codes.destination_kind(exc).status if isinstance(exc, DestinationRejected) else 400

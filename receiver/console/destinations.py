@@ -29,7 +29,8 @@ also names the account's, which the instance takes too), ``GET|PATCH|DELETE
 limit like every change of the console.
 
 What is refused is raised: a value a destination cannot hold
-(``DestinationRejected``, which carries its row), a destination not found
+(``DestinationRejected``, whose class picks its row: ``receiver.console.codes.destination_kind``),
+a destination not found
 (``svcgw.errors.NotFound``, ``what="destination"``: -40404), an address
 (``AddressError``); ``receiver.console.answers`` answers them.
 """
@@ -53,7 +54,6 @@ from svcgw.threads import in_thread
 
 from .requests import parsed_body
 from .schemas import DestinationRequest, DestinationUpdate
-from .service import Invalid
 from .session import Session
 from .web import int_param, json_ok
 
@@ -98,18 +98,15 @@ class Destinations:
     ) -> listing.Page:
         """A page of the destination's deliveries, newest first; ``NotFound`` for another account's destination."""
         found = await self.store.get_destination(destination_id, account=account)
-        try:
-            return await bydestination.list_destination_deliveries(
-                self.service.shards,
-                self.settings,
-                found.id,
-                appid=found.appid,
-                account=account,
-                limit=limit,
-                before=before,
-            )
-        except listing.Invalid as exc:
-            raise Invalid(str(exc)) from None  # the console's own, which its pages and API answer
+        return await bydestination.list_destination_deliveries(
+            self.service.shards,
+            self.settings,
+            found.id,
+            appid=found.appid,
+            account=account,
+            limit=limit,
+            before=before,
+        )
 
     async def dead_letters(
         self, account: str, destination_id: str, *, limit: int = 20

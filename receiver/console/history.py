@@ -21,10 +21,11 @@ from starlette.responses import Response
 
 from svcgw.delivery.listing import STATES
 from svcgw.delivery.outcomes import ANSWERS_NOTE
+from svcgw.delivery.retrynow import NotRetrying
+from svcgw.errors import Invalid
 from svcgw.intake.calllog import parse_since
 
 from .pageserving import PAGE_SIZE, PageError, PageKit, _field, _path, _redirect, _safe_next
-from .service import Invalid, NotRetrying
 from .session import Session
 
 __all__ = ["HistoryPages"]

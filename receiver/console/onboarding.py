@@ -47,7 +47,7 @@ from starlette.responses import RedirectResponse, Response
 from starlette.routing import BaseRoute, Route
 
 from .answers import flow_page
-from .qrflow import Attempt, FlowError, Outcome, QrFlow, action_needed
+from .qrflow import FlowError, Outcome, QrFlow, QrLogin, action_needed
 from .requests import parsed_body
 from .schemas import MAX_FIELD, CodeRequest, LoginOptions, ReloginRequest, StartRequest
 from .session import PATH, Session
@@ -78,7 +78,7 @@ def _field(form: FormData, name: str) -> str:
     return value.strip()[:MAX_FIELD] if isinstance(value, str) else ""
 
 
-def refresh_seconds(attempt: Attempt) -> int | None:
+def refresh_seconds(attempt: QrLogin) -> int | None:
     """How soon the login page reloads itself; None when it waits for the developer."""
     if attempt.stage == "closing":
         return CLOSING_POLL_SECONDS
@@ -240,7 +240,7 @@ class OnboardingPages:
         return await self._login_step(request, session, lambda attempt: self.flow.renew(session.account, attempt))
 
     async def _login_step(
-        self, request: Request, session: Session, step: Callable[[str], Awaitable[Attempt]]
+        self, request: Request, session: Session, step: Callable[[str], Awaitable[QrLogin]]
     ) -> Response:
         """A form of the login page: the step, then back to the page, which shows how it went."""
         attempt_id = request.path_params["attempt"]

@@ -31,6 +31,7 @@ from starlette.routing import BaseRoute, Mount, Route
 from starlette.staticfiles import StaticFiles
 
 from svcgw.callbacks.addresses import AddressError
+from svcgw.errors import Invalid
 
 from .history import HistoryPages
 from .pageserving import CONTENT_SECURITY_POLICY as CONTENT_SECURITY_POLICY
@@ -41,7 +42,7 @@ from .pageserving import _field as _field
 from .pageserving import _path as _path
 from .pageserving import _redirect as _redirect
 from .pageserving import _safe_next as _safe_next
-from .service import DeniedByOperator, Invalid
+from .service import DeniedByOperator
 from .session import Session
 
 __all__ = ["CONTENT_SECURITY_POLICY", "PAGE_HEADERS", "PageError", "Pages"]

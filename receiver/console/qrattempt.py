@@ -1,6 +1,6 @@
 """A QR login attempt as the console keeps it, and what the gateway's answers to its steps say.
 
-:class:`Attempt` is the record of one QR login (its stages are described in
+:class:`QrLogin` is the record of one QR login (its stages are described in
 :mod:`.qrflow`), stored as a Redis hash; :class:`Outcome` is one gateway
 call's answer; the words and images the pages show of them come from
 :func:`login_status_words`, :func:`action_needed` and :func:`image_data_url`.
@@ -30,10 +30,10 @@ from svcgw.liveness import transitions
 __all__ = [
     "ATTEMPT_SECONDS",
     "GAP_WAIT_SECONDS",
-    "Attempt",
     "AttemptGone",
     "FlowError",
     "Outcome",
+    "QrLogin",
     "action_needed",
     "image_data_url",
     "login_status_words",
@@ -171,7 +171,7 @@ class AttemptGone(Missing, LookupError):
 
 # --- the attempt ---------------------------------------------------------------------------
 @dataclass
-class Attempt:
+class QrLogin:
     id: str
     appid: str
     stage: str  # closing, qr, done, failed
@@ -200,7 +200,7 @@ class Attempt:
         return {k: "" if v is None else str(int(v) if isinstance(v, bool) else v) for k, v in asdict(self).items()}
 
     @classmethod
-    def load(cls, fields: Mapping[str, str]) -> Attempt:
+    def load(cls, fields: Mapping[str, str]) -> QrLogin:
         status = fields.get("status", "")
         return cls(
             id=fields["id"],

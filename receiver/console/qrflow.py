@@ -7,7 +7,7 @@ registration, ``long/start`` recording the forward address, the remembered
 proxy) and the same operation code. Nothing here talks to the capability
 layer or writes those records itself.
 
-The QR login (spec: "Login and QR") is an :class:`Attempt`, kept in a Redis
+The QR login (spec: "Login and QR") is a :class:`QrLogin`, kept in a Redis
 hash owned by the account (``svcgw.storage.keys.console_login_attempt``) for
 :data:`ATTEMPT_SECONDS`, so a plain page refresh, a second tab or the JSON API
 carry it on. Its stages:
@@ -37,17 +37,17 @@ from typing import TYPE_CHECKING, Any, cast
 import orjson
 from redis.asyncio import Redis
 
-from svcgw import errors
+from receiver.gateway import codes as gateway_codes
 from svcgw.intake.calllog import read_log
 from svcgw.liveness import transitions
 from svcgw.registry.store import Scope
 from svcgw.shards.routing import instance_shard
 
 from .qrattempt import ATTEMPT_SECONDS, BUSINESS_READ, DEVICE, GAP_WAIT_SECONDS, image_data_url
-from .qrattempt import Attempt as Attempt
 from .qrattempt import AttemptGone as AttemptGone
 from .qrattempt import FlowError as FlowError
 from .qrattempt import Outcome as Outcome
+from .qrattempt import QrLogin as QrLogin
 from .qrattempt import action_needed as action_needed
 
 if TYPE_CHECKING:
@@ -88,7 +88,7 @@ class QrFlow:
         return outcome
 
     # --- attempts ----------------------------------------------------------------------------
-    async def _save(self, account: str, attempt: Attempt) -> None:
+    async def _save(self, account: str, attempt: QrLogin) -> None:
         key = self.keys.console_login_attempt(account, attempt.id)
         fields: dict[Any, Any] = attempt.fields()
         async with self.text.pipeline(transaction=True) as pipe:
@@ -96,29 +96,29 @@ class QrFlow:
             pipe.expire(key, ATTEMPT_SECONDS)
             await pipe.execute()
 
-    async def get(self, account: str, attempt_id: str) -> Attempt:
+    async def get(self, account: str, attempt_id: str) -> QrLogin:
         if not attempt_id or len(attempt_id) > 64:
             raise AttemptGone(attempt_id)
         fields = cast(dict[str, str], await self.text.hgetall(self.keys.console_login_attempt(account, attempt_id)))
         if not fields.get("id"):
             raise AttemptGone(attempt_id)
-        return Attempt.load(fields)
+        return QrLogin.load(fields)
 
     # --- a new instance ------------------------------------------------------------------------
-    async def begin(self, account: str, *, proxy: str = "", callback_url: str = "") -> Attempt:
+    async def begin(self, account: str, *, proxy: str = "", callback_url: str = "") -> QrLogin:
         """``device/create``, then the first QR code of its login."""
         await self._forward_address(account, None, callback_url)  # refuse before a device is made
         created = await self._required(account, "device", "create", {"appid": "", **DEVICE})
         appid = created.data.get("appid") if isinstance(created.data, dict) else None
         if not isinstance(appid, str) or not appid:
             raise FlowError(Outcome("device/create", 200, -1, "device/create answered without an appid"))
-        attempt = Attempt(
+        attempt = QrLogin(
             id=secrets.token_urlsafe(12), appid=appid, stage="qr", proxy=proxy, callback_url=callback_url, created=True
         )
         await self._issue(account, attempt)
         return attempt
 
-    async def begin_existing(self, account: str, appid: str, *, proxy: str = "", callback_url: str = "") -> Attempt:
+    async def begin_existing(self, account: str, appid: str, *, proxy: str = "", callback_url: str = "") -> QrLogin:
         """A new QR login of an instance the account has: ``long/stop``, its ``GapClosed``, then ``getQr``.
 
         ``long/stop`` is what the gateway checks ownership on (-40404); an
@@ -127,7 +127,7 @@ class QrFlow:
         stopped = await self.call(account, "long", "stop", {"appid": appid})
         if stopped.by_gateway:
             raise FlowError(stopped)
-        attempt = Attempt(
+        attempt = QrLogin(
             id=secrets.token_urlsafe(12),
             appid=appid,
             stage="closing",
@@ -141,7 +141,7 @@ class QrFlow:
         await self._after_stop(account, attempt)
         return attempt
 
-    async def _after_stop(self, account: str, attempt: Attempt) -> None:
+    async def _after_stop(self, account: str, attempt: QrLogin) -> None:
         waited = time.time() - attempt.stopped_at
         if waited < GAP_WAIT_SECONDS and not await self._gap_closed_since(attempt.appid, attempt.stopped_at):
             await self._save(account, attempt)
@@ -163,7 +163,7 @@ class QrFlow:
                 return True
         return False
 
-    async def _issue(self, account: str, attempt: Attempt) -> None:
+    async def _issue(self, account: str, attempt: QrLogin) -> None:
         """``getQr``: a new code (and login session) for the attempt."""
         outcome = await self.call(account, "login", "getQr", {"appid": attempt.appid, "proxy": attempt.proxy})
         if not outcome.ok:
@@ -184,7 +184,7 @@ class QrFlow:
         await self._save(account, attempt)
 
     # --- polling ---------------------------------------------------------------------------------
-    async def advance(self, account: str, attempt_id: str) -> Attempt:
+    async def advance(self, account: str, attempt_id: str) -> QrLogin:
         """One look at the login: the page's refresh and the API's poll both come here."""
         attempt = await self.get(account, attempt_id)
         if attempt.stage == "closing":
@@ -210,7 +210,7 @@ class QrFlow:
             await self._finish(account, attempt)
         return attempt
 
-    async def submit_code(self, account: str, attempt_id: str, code: str) -> Attempt:
+    async def submit_code(self, account: str, attempt_id: str, code: str) -> QrLogin:
         """``submitQrCode`` with the six-digit code, then a poll."""
         attempt = await self.get(account, attempt_id)
         code = code.strip()
@@ -224,7 +224,7 @@ class QrFlow:
             return attempt
         return await self.advance(account, attempt_id)
 
-    async def _refused(self, account: str, attempt: Attempt, outcome: Outcome) -> bool:
+    async def _refused(self, account: str, attempt: QrLogin, outcome: Outcome) -> bool:
         """Whether a polling step was refused; if so it is kept on the attempt for the page.
 
         The capability layer's refusal leaves the login as it was (the
@@ -238,7 +238,7 @@ class QrFlow:
             raise FlowError(outcome)
         return True
 
-    async def renew(self, account: str, attempt_id: str) -> Attempt:
+    async def renew(self, account: str, attempt_id: str) -> QrLogin:
         """A new code for the same attempt (after a cancel, or when the old one expired)."""
         attempt = await self.get(account, attempt_id)
         if attempt.stage not in ("qr", "failed"):
@@ -247,7 +247,7 @@ class QrFlow:
         await self._issue(account, attempt)
         return attempt
 
-    async def _finish(self, account: str, attempt: Attempt) -> None:
+    async def _finish(self, account: str, attempt: QrLogin) -> None:
         """``long/start`` once, however many polls saw status 2 at the same time.
 
         A poll that lost the race may save its older view of the attempt
@@ -297,7 +297,7 @@ class QrFlow:
         """
         if await self.store.owner(appid) != account:
             # The gateway's own answer, before any address of the account is looked at.
-            kind = errors.NOT_FOUND
+            kind = gateway_codes.NOT_FOUND
             raise FlowError(Outcome("long/start", kind.status, kind.code, kind.message))
         url, inherited = await self._forward_address(account, appid, callback_url)
         return await self._required(
@@ -314,7 +314,7 @@ class QrFlow:
     async def logout(self, account: str, appid: str) -> Outcome:
         return await self._required(account, "login", "logout", {"appid": appid})
 
-    async def relogin(self, account: str, appid: str, proxy: str | None = None) -> Attempt | None:
+    async def relogin(self, account: str, appid: str, proxy: str | None = None) -> QrLogin | None:
         """``login/reconnect`` and a business read; None when the instance is back.
 
         Back: the recovery is recorded by the prober's own flip

@@ -16,7 +16,7 @@ import msgspec
 from msgspec import inspect
 from starlette.requests import Request
 
-from svcgw import errors
+from receiver.console import codes as console_codes
 
 from .web import ConsoleHTTPError, json_body
 
@@ -65,7 +65,7 @@ def parse(document: dict[str, Any], kind: type[T]) -> T:
     try:
         return msgspec.convert(document, kind)
     except msgspec.ValidationError as exc:
-        raise ConsoleHTTPError(errors.BAD_REQUEST, _message(kind, str(exc), document)) from None
+        raise ConsoleHTTPError(console_codes.BAD_REQUEST, _message(kind, str(exc), document)) from None
 
 
 async def parsed_body(request: Request, kind: type[T]) -> T:

@@ -9,10 +9,10 @@ callback configuration says only whether one is set.
 Errors::
 
     ConsoleError
-    ├── Invalid         (also a ValueError) a value the console cannot use
-    ├── DeniedByOperator  allowing an operation the operator denied; nothing changed
-    └── NotRetrying     retry now of a delivery that is not retrying
+    └── DeniedByOperator  allowing an operation the operator denied; nothing changed
+    svcgw.errors.Invalid                     (also a ValueError) a value the console cannot use
     svcgw.errors.NotFound                    unknown, or another account's
+    svcgw.delivery.retrynow.NotRetrying      retry now of a delivery that is not retrying
     svcgw.callbacks.addresses.AddressError   a callback address breaks the address rules
 """
 
@@ -28,7 +28,7 @@ from redis.asyncio import Redis
 from svcgw.callbacks.addresses import check_for_service
 from svcgw.callbacks.testpost import CallbackTestResult, send_test
 from svcgw.delivery import dlq, failingdestinations, listing, probing, retrynow
-from svcgw.errors import NotFound, SvcgwError
+from svcgw.errors import Invalid, NotFound, SvcgwError
 from svcgw.intake.calllog import LogEntry, read_log
 from svcgw.registry.store import CallbackConfig, OperatorDenied, Scope, normalise_operation
 from svcgw.shards.clients import ShardRedis
@@ -44,8 +44,6 @@ __all__ = [
     "ConsoleError",
     "ConsoleService",
     "DeniedByOperator",
-    "Invalid",
-    "NotRetrying",
     "SaveResult",
 ]
 
@@ -56,16 +54,8 @@ class ConsoleError(SvcgwError):
     """Base class of this module's errors."""
 
 
-class Invalid(ConsoleError, ValueError):
-    """A value the console cannot use; the message says which and why."""
-
-
 class DeniedByOperator(ConsoleError):
     """The account asked to allow an operation the operator denied it; nothing was changed."""
-
-
-class NotRetrying(ConsoleError):
-    """Retry now was asked of a delivery that is not retrying; the message says what it is doing."""
 
 
 @dataclass(frozen=True)
@@ -208,10 +198,7 @@ class ConsoleService:
         """A page of the account's dead letters (of ``appid``'s, of ``destination``'s: a ``dst_…`` id or
         ``primary``, when given), and how many there are."""
         if destination is not None:
-            try:
-                listing.parse_destination(destination)
-            except listing.Invalid as exc:
-                raise Invalid(str(exc)) from None
+            listing.parse_destination(destination)  # Invalid, as the pages and the API answer it
         shards = self.shards if appid is None else (await self.check_owner(account, appid),)
         letters = await dlq.list_dead(
             shards, self.settings, appid=appid, account=account, destination=destination, limit=limit, offset=offset
@@ -282,22 +269,19 @@ class ConsoleService:
         raw, keys = await self.check_owner(account, appid)
         if len(event_type or "") > 200 or len(event_id or "") > 200:
             raise Invalid("event_type and event_id are at most 200 characters")
-        try:
-            return await listing.list_deliveries(
-                raw,
-                keys,
-                self.settings,
-                appid,
-                account=account,
-                state=state,
-                event_type=event_type,
-                event_id=event_id,
-                destination=destination,
-                limit=limit,
-                before=before,
-            )
-        except listing.Invalid as exc:
-            raise Invalid(str(exc)) from None  # the console's own, which its pages and API answer
+        return await listing.list_deliveries(
+            raw,
+            keys,
+            self.settings,
+            appid,
+            account=account,
+            state=state,
+            event_type=event_type,
+            event_id=event_id,
+            destination=destination,
+            limit=limit,
+            before=before,
+        )
 
     async def delivery(self, account: str, delivery_id: str) -> listing.Delivery:
         show, settings = listing.show, self.settings
@@ -307,13 +291,10 @@ class ConsoleService:
 
     async def retry_now(self, account: str, delivery_id: str) -> listing.Delivery:
         """Bring a retrying delivery's next attempt forward to now (``svcgw.delivery.retrynow``)."""
-        try:
-            retry = retrynow.retry_now
-            await first_found(
-                self.shards, lambda shard: retry(*shard, self.settings, delivery_id, account=account), NotFound
-            )
-        except retrynow.NotRetrying as exc:
-            raise NotRetrying(str(exc)) from None  # the console's own, which its pages and API answer
+        retry = retrynow.retry_now  # NotRetrying, as the pages and the API answer it
+        await first_found(
+            self.shards, lambda shard: retry(*shard, self.settings, delivery_id, account=account), NotFound
+        )
         return await self.delivery(account, delivery_id)
 
     # --- failing destinations, and destinations being probed ----------------------------------

@@ -62,9 +62,9 @@ __all__ = [
     "PER_ACCOUNT",
     "PER_ADDRESS",
     "WAITING_AT_ONCE",
-    "Attempt",
     "PasswordSignIn",
     "Room",
+    "SignInOutcome",
 ]
 
 HASHING_AT_ONCE = 2  # argon2 runs per process; two cores, 64 MiB each
@@ -90,7 +90,7 @@ def _no_device(account: str, password_version: str) -> str | None:
 
 
 @dataclass(frozen=True)
-class Attempt:
+class SignInOutcome:
     """The outcome of one sign-in: the account, or a refusal (``retry_after`` > 0: over a limit)."""
 
     account: str | None
@@ -166,7 +166,7 @@ class PasswordSignIn:
     # --- signing in ---------------------------------------------------------------------
     async def attempt(
         self, login: str, password: str, address: str, device_of: DeviceOf = _no_device, lane: str | None = None
-    ) -> Attempt:
+    ) -> SignInOutcome:
         """Check ``login`` and ``password`` coming from ``address``, within the room and the failure limits.
 
         ``lane``: the account of a device cookie the browser shows (``Sessions.lane_of``); the
@@ -182,7 +182,7 @@ class PasswordSignIn:
             finally:
                 self.lane.give_back(lane)
         if not self.room.take(address):
-            return Attempt(None, BUSY_SECONDS)
+            return SignInOutcome(None, BUSY_SECONDS)
         try:
             if not looked_up:
                 found = await self.credentials.lookup(login)
@@ -193,7 +193,7 @@ class PasswordSignIn:
     async def _attempt(
         self, found: _Found | None, login: str, password: str, address: str, device_of: DeviceOf,
         lane: str | None = None,
-    ) -> Attempt:  # fmt: skip
+    ) -> SignInOutcome:  # fmt: skip
         """The attempt once it holds its place: in the room, or (``lane``: the account) in the lane."""
         account, stored, version = found or ("", "", "")
         device = device_of(account, version) if account else None
@@ -201,7 +201,7 @@ class PasswordSignIn:
         # Counted before the check, and before waiting for it.
         reservation = await self.windows.reserve(who, address)
         if reservation.wait:
-            return Attempt(None, reservation.wait)
+            return SignInOutcome(None, reservation.wait)
         turn = self.lane.turn(lane) if lane is not None else self.room.turn(address)
         hashing = self._lane_hashing if lane is not None else self._hashing
         async with turn:
@@ -211,21 +211,21 @@ class PasswordSignIn:
                 await self._in_thread(passwords.verify_nothing, hashing)
                 ok = False
         if not ok:
-            return Attempt(None)
+            return SignInOutcome(None)
         await self.windows.succeeded(reservation)
         if passwords.needs_rehash(stored):
             await self.credentials.replace_hash(account, stored, await self.hash_password(password))
-        return Attempt(account, password_version=version)
+        return SignInOutcome(account, password_version=version)
 
     async def check_current(
         self, account: str, password: str, address: str, device_of: DeviceOf = _no_device, lane: str | None = None
-    ) -> Attempt:
+    ) -> SignInOutcome:
         """The account's own password, asked again before it is changed; counted like a sign-in."""
         login = await self.credentials.login_of(account)
         if login is None:
-            return Attempt(None)
+            return SignInOutcome(None)
         attempt = await self.attempt(login, password, address, device_of, lane)
-        return attempt if attempt.account == account else Attempt(None, attempt.retry_after)
+        return attempt if attempt.account == account else SignInOutcome(None, attempt.retry_after)
 
     async def key_attempt(
         self, address: str, check: Callable[[], Awaitable[T | None]], *, known: bool = False

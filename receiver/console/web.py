@@ -1,9 +1,9 @@
 """Shared plumbing of the console's pages and JSON API: who is signed in, CSRF, the refusals.
 
-A handler refuses by raising a :class:`ConsoleHTTPError` (a row of the one
-error table, ``svcgw.errors``: the console's own rows, listed in
-``svcgw.errors.CONSOLE_KINDS``, the gateway's callback address rows
--40011..-40013, and its -42900 for a change over the account's rate limit),
+A handler refuses by raising a :class:`ConsoleHTTPError` (a row: the console's
+own, listed in ``receiver.console.codes.CONSOLE_KINDS``, or of the gateway's,
+``receiver.gateway.codes``: the callback address rows -40011..-40013, and
+its -42900 for a change over the account's rate limit),
 or whatever else the console's table answers; ``receiver.console.answers``
 turns it into the answer, JSON ``{code, message, data: null}`` or a page.
 
@@ -31,13 +31,14 @@ import orjson
 from starlette.requests import Request
 from starlette.responses import Response
 
-from svcgw import errors
+from receiver.console import codes as console_codes
+from receiver.gateway import codes as gateway_codes
 from svcgw.callbacks.addresses import AddressError
 from svcgw.digests import digest
 from svcgw.errors import Refusal
 
 from ..credentialguard import CredentialGuard
-from ..http import client_address, presented_key, read_body
+from ..http import answer_body, client_address, presented_key, read_body
 from ..ratelimit import RateLimiter
 from .session import CSRF_HEADER, Session, Sessions
 
@@ -66,18 +67,18 @@ class RateLimited(ConsoleHTTPError):
     """A change over the account's rate limit; ``retry_after`` whole seconds until one passes."""
 
     def __init__(self, retry_after: int) -> None:
-        super().__init__(errors.RATE_LIMITED, headers={"Retry-After": str(retry_after)})
+        super().__init__(gateway_codes.RATE_LIMITED, headers={"Retry-After": str(retry_after)})
         self.retry_after = retry_after
 
 
 def address_error(exc: AddressError) -> ConsoleHTTPError:
     """A refused callback address as the error table's row for its code, with its own message."""
-    return ConsoleHTTPError(errors.address_kind(exc), exc.message)
+    return ConsoleHTTPError(gateway_codes.address_kind(exc), exc.message)
 
 
 def json_ok(data: object, status: int = 200) -> Response:
     return Response(
-        orjson.dumps({"code": 0, "message": "ok", "data": data}),
+        answer_body(0, "ok", data),
         status_code=status,
         media_type="application/json",
         headers={"Cache-Control": "no-store"},
@@ -122,9 +123,9 @@ class Context:
         key = presented_key(request)
         session = await self._from_key(request, key) if key else await self.sessions.from_cookie(request)
         if session is None:
-            raise ConsoleHTTPError(errors.NOT_SIGNED_IN)
+            raise ConsoleHTTPError(console_codes.NOT_SIGNED_IN)
         if change and not session.csrf_ok(request.headers.get(CSRF_HEADER)):
-            raise ConsoleHTTPError(errors.CSRF_FAILED)
+            raise ConsoleHTTPError(console_codes.CSRF_FAILED)
         return session
 
 
@@ -136,14 +137,14 @@ class Context:
 async def json_body(request: Request) -> dict[str, Any]:
     content_type = request.headers.get("content-type", "").split(";")[0].strip().lower()
     if content_type != "application/json":
-        raise ConsoleHTTPError(errors.UNSUPPORTED_MEDIA)
+        raise ConsoleHTTPError(console_codes.UNSUPPORTED_MEDIA)
     raw = await read_body(request, MAX_JSON_BYTES, check_declared=False)  # too large: BodyTooLarge, 400
     try:
         document = orjson.loads(raw) if raw.strip() else {}
     except orjson.JSONDecodeError:
-        raise ConsoleHTTPError(errors.BAD_REQUEST, "the body is not JSON") from None
+        raise ConsoleHTTPError(console_codes.BAD_REQUEST, "the body is not JSON") from None
     if not isinstance(document, dict):
-        raise ConsoleHTTPError(errors.BAD_REQUEST, "the body must be a JSON object")
+        raise ConsoleHTTPError(console_codes.BAD_REQUEST, "the body must be a JSON object")
     return document
 
 
@@ -154,7 +155,7 @@ def int_param(request: Request, name: str, default: int, *, minimum: int, maximu
     try:
         value = int(raw)
     except ValueError:
-        raise ConsoleHTTPError(errors.BAD_REQUEST, f"{name} must be a whole number") from None
+        raise ConsoleHTTPError(console_codes.BAD_REQUEST, f"{name} must be a whole number") from None
     if not minimum <= value <= maximum:
-        raise ConsoleHTTPError(errors.BAD_REQUEST, f"{name} must be from {minimum} to {maximum}")
+        raise ConsoleHTTPError(console_codes.BAD_REQUEST, f"{name} must be from {minimum} to {maximum}")
     return value

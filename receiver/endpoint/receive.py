@@ -35,7 +35,7 @@ from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
 
-from svcgw import errors
+from receiver.endpoint import codes as receiver_codes
 from svcgw.digests import digest
 from svcgw.errors import STORAGE_ERRORS, GatewayError, Refusal, Rows
 from svcgw.intake.envelope import EnvelopeError
@@ -55,13 +55,15 @@ _AGAIN = {"Retry-After": "1"}
 # The receiver's table: each error a post can meet, and the row it is answered with.
 ROWS: Rows[Refusal] = Rows(
     {
-        BadContentLength: lambda exc: GatewayError(errors.RECEIVER_BAD_BODY, str(exc)),
-        BodyTooLarge: lambda exc: GatewayError(errors.RECEIVER_TOO_LARGE, str(exc)),
-        EnvelopeError: lambda exc: GatewayError(errors.receiver_kind(exc.status), str(exc)),
-        UnknownReceiver: lambda exc: GatewayError(errors.RECEIVER_NOT_FOUND),
-        Throttled: lambda exc: GatewayError(errors.RECEIVER_LIMITED, headers={"Retry-After": str(exc.retry_after)}),
+        BadContentLength: lambda exc: GatewayError(receiver_codes.RECEIVER_BAD_BODY, str(exc)),
+        BodyTooLarge: lambda exc: GatewayError(receiver_codes.RECEIVER_TOO_LARGE, str(exc)),
+        EnvelopeError: lambda exc: GatewayError(receiver_codes.receiver_kind(exc.status), str(exc)),
+        UnknownReceiver: lambda exc: GatewayError(receiver_codes.RECEIVER_NOT_FOUND),
+        Throttled: lambda exc: GatewayError(
+            receiver_codes.RECEIVER_LIMITED, headers={"Retry-After": str(exc.retry_after)}
+        ),
         # Not stored, so not acknowledged: the sender must post again.
-        (*STORAGE_ERRORS, LayoutError): lambda exc: GatewayError(errors.RECEIVER_UNAVAILABLE, headers=_AGAIN),
+        (*STORAGE_ERRORS, LayoutError): lambda exc: GatewayError(receiver_codes.RECEIVER_UNAVAILABLE, headers=_AGAIN),
     }
 )
 

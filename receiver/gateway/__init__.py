@@ -110,7 +110,7 @@ and 9 read), :mod:`.body` (checks 4, 5, 6, 8),
 (the device quota of check 10), :mod:`.scrub` (the receiver token out of
 answers), :mod:`.intake` (a call's path, key and body as read),
 :mod:`.handlers` (the routes, the order above, and the one mapping of
-refusals to answers) and :mod:`.operations` (checks 10 and 11, forwarding).
+refusals to answers) and :mod:`.forwarding` (checks 10 and 11, forwarding).
 """
 
 from __future__ import annotations

@@ -6,7 +6,7 @@ in view and ``callbackUrl`` can be rewritten without touching any other
 byte of what the caller sent.
 
 Which operations take the callback fields is decided by :func:`takes_callback`
-alone, for check 6, check 8 and the dispatch of :mod:`.operations` alike:
+alone, for check 6, check 8 and the dispatch of :mod:`.forwarding` alike:
 ``long/start`` and ``long/updateCallbackURL`` on their API paths, and
 ``set-callback`` on its own route only. ``instances/set-callback`` under
 ``/svc/api/`` is an API operation like any unlisted one, forwarded as sent,
@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from typing import Any, cast
 
-from svcgw import errors
+from receiver.gateway import codes as gateway_codes
 from svcgw.errors import GatewayError
 from svcgw.intake.rawjson import Member, NotUnicode, parse_object, replace_member
 
@@ -81,11 +81,11 @@ def parse_body(raw: bytes) -> tuple[dict[str, Any], list[Member]]:
     try:
         return parse_object(raw)
     except (UnicodeDecodeError, NotUnicode):
-        raise GatewayError(errors.APPID_MISSING, "the body is not UTF-8 JSON") from None
+        raise GatewayError(gateway_codes.APPID_MISSING, "the body is not UTF-8 JSON") from None
     except TypeError:
-        raise GatewayError(errors.APPID_MISSING, "the body must be a JSON object") from None
+        raise GatewayError(gateway_codes.APPID_MISSING, "the body must be a JSON object") from None
     except (ValueError, RecursionError):
-        raise GatewayError(errors.APPID_MISSING, "the body is not valid JSON") from None
+        raise GatewayError(gateway_codes.APPID_MISSING, "the body is not valid JSON") from None
 
 
 def instance_id(document: dict[str, Any], members: list[Member], *, configuring: bool) -> str:
@@ -93,26 +93,26 @@ def instance_id(document: dict[str, Any], members: list[Member], *, configuring:
     names = [member.name for member in members]
     for name in names:
         if name not in INSTANCE_FIELDS and _squash(name) in _INSTANCE_SPELLINGS:
-            raise GatewayError(errors.INSTANCE_FIELD, f"wrong instance field name {name[:64]!r}; send appid")
+            raise GatewayError(gateway_codes.INSTANCE_FIELD, f"wrong instance field name {name[:64]!r}; send appid")
     for field in INSTANCE_FIELDS:
         if names.count(field) > 1:
-            raise GatewayError(errors.INSTANCE_FIELD, f"{field} sent more than once")
+            raise GatewayError(gateway_codes.INSTANCE_FIELD, f"{field} sent more than once")
     values = {field: document[field] for field in INSTANCE_FIELDS if document.get(field) is not None}
     for field, value in values.items():
         if not isinstance(value, str):
-            raise GatewayError(errors.APPID_MISSING, f"{field} must be a string")
+            raise GatewayError(gateway_codes.APPID_MISSING, f"{field} must be a string")
     distinct = set(values.values())
     if len(distinct) > 1:
-        raise GatewayError(errors.INSTANCE_FIELD, "appid and ql_appid differ; send one instance field")
+        raise GatewayError(gateway_codes.INSTANCE_FIELD, "appid and ql_appid differ; send one instance field")
     if not distinct:
         if configuring:
-            raise GatewayError(errors.CALLBACK_APPID_MISSING)
-        raise GatewayError(errors.APPID_MISSING, "appid missing")
+            raise GatewayError(gateway_codes.CALLBACK_APPID_MISSING)
+        raise GatewayError(gateway_codes.APPID_MISSING, "appid missing")
     return cast(str, distinct.pop())
 
 
 def _unsupported(name: str, operation: str) -> GatewayError:
-    unsupported = errors.CALLBACK_FIELD_UNSUPPORTED
+    unsupported = gateway_codes.CALLBACK_FIELD_UNSUPPORTED
     return GatewayError(unsupported, f"{name[:64]!r} is not accepted on {operation}; {unsupported.message}")
 
 

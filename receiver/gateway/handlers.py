@@ -2,7 +2,7 @@
 
 :class:`Gateway` admits a call (key, rate, body, instance, denial, callback
 fields, ownership) into a :class:`.intake.Call`, then runs the operation
-(:mod:`.operations`). Checks and operations raise; whatever they raise
+(:mod:`.forwarding`). Checks and operations raise; whatever they raise
 that has a row (a ``GatewayError``, Redis failing, ...: :mod:`.refusals`) is
 turned into the answer in one place, :meth:`Gateway._answer`, for the direct
 path, the HTTP routes and :meth:`Gateway.invoke` (the console) alike.
@@ -18,7 +18,7 @@ from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
 
-from svcgw import errors
+from receiver.gateway import codes as gateway_codes
 from svcgw.digests import digest
 from svcgw.errors import GatewayError
 
@@ -26,6 +26,7 @@ from ..headers import send_direct, send_server_error
 from ..http import BodyTooLarge, client_address, presented_key
 from .admission import MAX_KEY_LENGTH, Admission, Facts
 from .body import DEVICE_CREATE, SET_CALLBACK_OPERATION, UPLOAD_OPERATIONS, check_callback_fields
+from .forwarding import Forwarding
 from .inflight import InflightBytes
 from .intake import (
     EARLY_BODY_BYTES,
@@ -37,7 +38,6 @@ from .intake import (
     read_limited,
     read_rest,
 )
-from .operations import Operations
 from .refusals import ROWS, refused
 
 if TYPE_CHECKING:
@@ -59,7 +59,7 @@ class Gateway:
         self.admission = Admission(services.text_redis, services.limiter)
         self.key_guard = services.key_guard
         self.inflight = InflightBytes(settings.account_inflight_bytes)
-        self.operations = Operations(services)
+        self.forwarding = Forwarding(services)
 
     # --- endpoints ----------------------------------------------------------
     async def direct(self, scope: Scope, receive: Receive, send: Send, module: str, action: str) -> None:
@@ -136,7 +136,7 @@ class Gateway:
 
     async def _run(self, call: Call) -> Response:
         try:
-            return await self.operations.run(call)
+            return await self.forwarding.run(call)
         finally:
             call.share.release()
 
@@ -166,7 +166,7 @@ class Gateway:
                 await pending.load(chunk)
         facts = await self._admit_key(request, key, operation, pending.ask())
         if facts is None:
-            raise GatewayError(errors.UNAUTHORIZED, headers={"WWW-Authenticate": "Bearer"})
+            raise GatewayError(gateway_codes.UNAUTHORIZED, headers={"WWW-Authenticate": "Bearer"})
         return await self._judge(facts, pending, module, action, request)
 
     async def _admit_key(self, request: Request, key: str | None, operation: str, appid: str | None) -> Facts | None:
@@ -188,7 +188,7 @@ class Gateway:
         operation = pending.operation
         account = facts.account
         if not facts.verdict.allowed:
-            raise GatewayError(errors.RATE_LIMITED, headers={"Retry-After": str(facts.verdict.retry_after)})
+            raise GatewayError(gateway_codes.RATE_LIMITED, headers={"Retry-After": str(facts.verdict.retry_after)})
         # The body is in memory from its first byte until the answer is sent.
         share = self.inflight.open_share(account)
         try:
@@ -205,12 +205,12 @@ class Gateway:
                 share.hold(len(pending.raw))
             document, members, appid = pending.result()
             if facts.denied:
-                raise GatewayError(errors.OPERATION_DENIED, f"{operation} is not enabled for this account")
+                raise GatewayError(gateway_codes.OPERATION_DENIED, f"{operation} is not enabled for this account")
             check_callback_fields(members, operation, sets_callback=pending.sets_callback)
             if operation != DEVICE_CREATE:
                 owner = facts.owner if pending.asked == appid else await self.store.owner(appid)
                 if owner != account:
-                    raise GatewayError(errors.NOT_FOUND)
+                    raise GatewayError(gateway_codes.NOT_FOUND)
             raw = pending.raw or b""
             return Call(
                 account, module, action, raw, document, members, appid, share, sets_callback=pending.sets_callback

@@ -19,7 +19,7 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Iterator
 
-from svcgw import errors
+from receiver.gateway import codes as gateway_codes
 from svcgw.errors import GatewayError
 
 __all__ = ["RETRY_AFTER_SECONDS", "InflightBytes", "Share"]
@@ -76,7 +76,7 @@ class InflightBytes:
         held = self._held.get(account, 0)
         if held + size > self.limit:
             raise GatewayError(
-                errors.RATE_LIMITED,
+                gateway_codes.RATE_LIMITED,
                 f"the account's calls in progress already hold {held} body bytes, and at most "
                 f"{self.limit} may be held at once; retry after the time in Retry-After",
                 headers={"Retry-After": str(RETRY_AFTER_SECONDS)},

@@ -13,7 +13,7 @@ from urllib.parse import unquote
 
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from svcgw import errors
+from receiver.gateway import codes as gateway_codes
 from svcgw.errors import GatewayError
 
 from ..http import refusal_response
@@ -58,7 +58,7 @@ class PathGuard:
             raw = scope.get("raw_path") or scope["path"].encode("utf-8")
             problem = path_problem(raw)
             if problem is not None:
-                response = refusal_response(GatewayError(errors.AMBIGUOUS_PATH, problem))
+                response = refusal_response(GatewayError(gateway_codes.AMBIGUOUS_PATH, problem))
                 await response(scope, receive, send)
                 return
         await self.app(scope, receive, send)

@@ -7,7 +7,7 @@ whose one clause catches the classes of :data:`ROWS` and hands them to
 :func:`refused`. The operations raise, and never build an error answer:
 
 * a ``GatewayError`` is its own row;
-* a thing not found is the row of its kind (``svcgw.errors.GATEWAY_NOT_FOUND``);
+* a thing not found is the row of its kind (``receiver.gateway.codes.GATEWAY_NOT_FOUND``);
 * a body over the limit, different keys in one request, a throttled key
   look-up and a refused callback address have the rows of checks 2 to 11
   (see the package docstring);
@@ -22,7 +22,7 @@ import logging
 
 from starlette.responses import Response
 
-from svcgw import errors
+from receiver.gateway import codes as gateway_codes
 from svcgw.callbacks.addresses import AddressError
 from svcgw.errors import STORAGE_ERRORS, GatewayError, NotFound, Refusal, Rows
 from svcgw.upstream import UpstreamError
@@ -38,19 +38,19 @@ _BEARER = {"WWW-Authenticate": "Bearer"}
 
 
 def _not_found(exc: NotFound) -> Refusal:
-    kind = errors.GATEWAY_NOT_FOUND.get(exc.what)
+    kind = gateway_codes.GATEWAY_NOT_FOUND.get(exc.what)
     if kind is None:
         raise exc  # a thing the gateway never looks for: a bug, not an answer
     return GatewayError(kind)
 
 
 def _too_large(exc: BodyTooLarge) -> Refusal:
-    return GatewayError(errors.BODY_TOO_LARGE, f"the request body is larger than {exc.limit} bytes")
+    return GatewayError(gateway_codes.BODY_TOO_LARGE, f"the request body is larger than {exc.limit} bytes")
 
 
 def _throttled(exc: Throttled) -> Refusal:
     retry = {"Retry-After": str(exc.retry_after)}
-    return GatewayError(errors.RATE_LIMITED, errors.KEYS_THROTTLED_MESSAGE, headers=retry)
+    return GatewayError(gateway_codes.RATE_LIMITED, gateway_codes.KEYS_THROTTLED_MESSAGE, headers=retry)
 
 
 ROWS: Rows[Refusal] = Rows(
@@ -59,10 +59,10 @@ ROWS: Rows[Refusal] = Rows(
         NotFound: _not_found,
         BodyTooLarge: _too_large,
         # Several different keys: no key the call can be judged by (check 2).
-        ConflictingKeys: lambda exc: GatewayError(errors.UNAUTHORIZED, headers=_BEARER),
+        ConflictingKeys: lambda exc: GatewayError(gateway_codes.UNAUTHORIZED, headers=_BEARER),
         Throttled: _throttled,
-        AddressError: lambda exc: GatewayError(errors.address_kind(exc), exc.message),
-        (UpstreamError, *STORAGE_ERRORS): lambda exc: GatewayError(errors.UNAVAILABLE),
+        AddressError: lambda exc: GatewayError(gateway_codes.address_kind(exc), exc.message),
+        (UpstreamError, *STORAGE_ERRORS): lambda exc: GatewayError(gateway_codes.UNAVAILABLE),
     }
 )
 

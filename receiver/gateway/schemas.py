@@ -15,7 +15,7 @@ from typing import Annotated, Any, Literal
 import msgspec
 from msgspec import UNSET, Meta, UnsetType
 
-from svcgw import errors
+from receiver.gateway import codes as gateway_codes
 
 from ..apispec import RETRY_AFTER, Answer, Operation, error_type, path_param
 from .handlers import API_PATH, SET_CALLBACK_PATH, Gateway
@@ -75,32 +75,32 @@ BadRequest = error_type(
     "BadRequest",
     "-40001 appid missing or body not a JSON object; -40002 wrong instance field; -40004 ambiguous path; "
     "-40010 appid missing when configuring a callback; -40011/-40012/-40013 unusable callbackUrl",
-    errors.APPID_MISSING,
-    errors.INSTANCE_FIELD,
-    errors.AMBIGUOUS_PATH,
-    errors.CALLBACK_APPID_MISSING,
-    errors.CALLBACK_URL_INVALID,
-    errors.CALLBACK_URL_OWN,
-    errors.CALLBACK_URL_UNUSABLE,
+    gateway_codes.APPID_MISSING,
+    gateway_codes.INSTANCE_FIELD,
+    gateway_codes.AMBIGUOUS_PATH,
+    gateway_codes.CALLBACK_APPID_MISSING,
+    gateway_codes.CALLBACK_URL_INVALID,
+    gateway_codes.CALLBACK_URL_OWN,
+    gateway_codes.CALLBACK_URL_UNUSABLE,
 )
-Unauthorized = error_type("Unauthorized", "API key missing, invalid or revoked", errors.UNAUTHORIZED)
-QuotaFull = error_type("QuotaFull", "device quota full (device/create)", errors.QUOTA_FULL)
+Unauthorized = error_type("Unauthorized", "API key missing, invalid or revoked", gateway_codes.UNAUTHORIZED)
+QuotaFull = error_type("QuotaFull", "device quota full (device/create)", gateway_codes.QUOTA_FULL)
 Forbidden = error_type(
     "Forbidden",
     "-40300 operation denied to the account; -40402 entitlement expired (device/create); "
     "-40403 callbackUrl or pushHistory on an operation that does not take them",
-    errors.OPERATION_DENIED,
-    errors.ENTITLEMENT_EXPIRED,
-    errors.CALLBACK_FIELD_UNSUPPORTED,
+    gateway_codes.OPERATION_DENIED,
+    gateway_codes.ENTITLEMENT_EXPIRED,
+    gateway_codes.CALLBACK_FIELD_UNSUPPORTED,
 )
-NotFound = error_type("NotFound", "appid does not exist or is not the caller's", errors.NOT_FOUND)
-TooLarge = error_type("TooLarge", "request body too large", errors.BODY_TOO_LARGE)
-RateLimited = error_type("RateLimited", "rate limit exceeded", errors.RATE_LIMITED)
+NotFound = error_type("NotFound", "appid does not exist or is not the caller's", gateway_codes.NOT_FOUND)
+TooLarge = error_type("TooLarge", "request body too large", gateway_codes.BODY_TOO_LARGE)
+RateLimited = error_type("RateLimited", "rate limit exceeded", gateway_codes.RATE_LIMITED)
 Unavailable = error_type(
     "Unavailable",
     "-50000 callback registration failed; -50002 capability layer or storage unavailable",
-    errors.REGISTRATION_FAILED,
-    errors.UNAVAILABLE,
+    gateway_codes.REGISTRATION_FAILED,
+    gateway_codes.UNAVAILABLE,
 )
 
 # The errors of every authenticated gateway route.

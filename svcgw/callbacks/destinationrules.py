@@ -29,7 +29,8 @@ store, the console and the command line share:
 Errors (in the one tree of ``svcgw.errors``)::
 
     Rejected
-    └── DestinationRejected     (also ValueError) ``kind`` is its row of the error table
+    └── DestinationRejected     (also ValueError); its row, by its class, is the console's
+                                (``receiver.console.codes.destination_kind``):
         ├── BadEventTypes       -40020 (400)
         ├── BadRate             -40021 (400)
         ├── BadLabel            -40000 (400)
@@ -44,8 +45,7 @@ import re
 import unicodedata
 from collections.abc import Iterable
 
-from svcgw import errors
-from svcgw.errors import ErrorKind, Rejected
+from svcgw.errors import Rejected
 
 __all__ = [
     "DESTINATION_ID",
@@ -96,9 +96,7 @@ DESTINATION_ID = re.compile(r"dst_[0-9a-f]{16}")
 
 
 class DestinationRejected(Rejected, ValueError):
-    """A value a further destination cannot hold; ``kind`` is the error table's row, the message says why."""
-
-    kind: ErrorKind = errors.BAD_REQUEST
+    """A value a further destination cannot hold; the message says why (each surface picks its row by the class)."""
 
     def __init__(self, message: str) -> None:
         super().__init__(message)
@@ -106,23 +104,23 @@ class DestinationRejected(Rejected, ValueError):
 
 
 class BadEventTypes(DestinationRejected):
-    kind = errors.BAD_EVENT_TYPES
+    """Event types that are not plain event type names, or too many."""
 
 
 class BadRate(DestinationRejected):
-    kind = errors.BAD_RATE
+    """A rate limit that is not deliveries per second within bounds."""
 
 
 class BadLabel(DestinationRejected):
-    kind = errors.BAD_REQUEST
+    """A label too long, or with characters a label may not hold."""
 
 
 class BadToken(DestinationRejected):
-    kind = errors.BAD_TOKEN
+    """A Bearer token with control characters (CR, LF, NUL, ...), which no HTTP header may carry."""
 
 
 class TooManyDestinations(DestinationRejected):
-    kind = errors.TOO_MANY_DESTINATIONS
+    """The scope already has its most further destinations."""
 
 
 def is_destination_id(value: str) -> bool:

@@ -30,8 +30,9 @@ from typing import cast
 
 from svcgw import deliveryid
 from svcgw.config.settings import Settings
-from svcgw.delivery.listing import MAX_LIMIT, Delivery, Invalid, Page, deliveries_of
+from svcgw.delivery.listing import MAX_LIMIT, Delivery, Page, deliveries_of
 from svcgw.delivery.view import field_text
+from svcgw.errors import Invalid
 from svcgw.shards.clients import ShardRedis
 from svcgw.shards.routing import instance_shard
 

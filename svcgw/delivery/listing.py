@@ -39,12 +39,8 @@ module reads Redis (:func:`list_deliveries`, :func:`show`, and
 :mod:`svcgw.delivery.bydestination`). With an ``account``, a delivery or an
 instance of another account is treated exactly like one that does not exist.
 
-Errors::
-
-    DeliveryListError
-    └── Invalid       (also a ValueError) a filter or cursor that cannot be used
-
-and ``svcgw.errors.NotFound`` (``what`` "instance" or "delivery"): no such
+Errors: ``svcgw.errors.Invalid`` (also a ValueError), a filter or cursor that
+cannot be used; and ``svcgw.errors.NotFound`` (``what`` "instance" or "delivery"): no such
 instance or delivery, or another account's.
 """
 
@@ -65,7 +61,7 @@ from svcgw.delivery.outcomes import Outcome
 from svcgw.delivery.outcomes import delivered as delivered_outcome
 from svcgw.delivery.view import (
     STATES,
-    Attempt,
+    AttemptRecord,
     Delivery,
     Page,
     attempt_of,
@@ -78,17 +74,15 @@ from svcgw.delivery.view import (
     state_of,
     stored_ids,
 )
-from svcgw.errors import NotFound, SvcgwError
+from svcgw.errors import Invalid, NotFound
 from svcgw.intake.calllog import body_of, in_window, made_delivery, window_start
 from svcgw.storage.keys import KeySpace
 
 __all__ = [
     "PRIMARY",
     "STATES",
-    "Attempt",
+    "AttemptRecord",
     "Delivery",
-    "DeliveryListError",
-    "Invalid",
     "Page",
     "build",
     "deliveries_of",
@@ -113,14 +107,6 @@ SCAN_LIMIT = 5000
 MAX_LIMIT = 200
 # The destination filter's value for the primary address's deliveries alone.
 PRIMARY = "primary"
-
-
-class DeliveryListError(SvcgwError):
-    """Base class of this module's errors."""
-
-
-class Invalid(DeliveryListError, ValueError):
-    """A filter or cursor that cannot be used; the message says which."""
 
 
 _CURSOR = re.compile(r"([0-9]{1,20}-[0-9]{1,20})(?::([0-9]{1,4}))?")

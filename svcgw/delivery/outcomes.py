@@ -27,7 +27,7 @@ from dataclasses import dataclass
 
 import orjson
 
-from svcgw.delivery.view import Attempt, Delivery, event_ids
+from svcgw.delivery.view import AttemptRecord, Delivery, event_ids
 from svcgw.deliveryid import entry_ms
 
 __all__ = [
@@ -82,19 +82,19 @@ def late_expire_at(bucket: int, retention: int) -> int:
     return (bucket + 2) * max(retention, 1)
 
 
-def attempts_of(received_ms: int, text: str) -> tuple[Attempt, ...]:
+def attempts_of(received_ms: int, text: str) -> tuple[AttemptRecord, ...]:
     """The attempts of a bare outcome; a part that cannot be read is shown as unreadable."""
-    attempts: list[Attempt] = []
+    attempts: list[AttemptRecord] = []
     for number, part in enumerate(filter(None, text.split(",")), 1):
         pieces = part.split(":")
         if len(pieces) != 3 or not _is_int(pieces[0]) or not _is_int(pieces[2]):
-            attempts.append(Attempt(number, None, False, None, "unreadable attempt record", None, "", None))
+            attempts.append(AttemptRecord(number, None, False, None, "unreadable attempt record", None, "", None))
             continue
         offset, kind, duration = pieces
         status = int(kind) if kind.isdigit() else None
         ok = status is not None and 200 <= status < 300
         attempts.append(
-            Attempt(
+            AttemptRecord(
                 number=number,
                 at=(received_ms + int(offset)) / 1000,
                 ok=ok,
@@ -132,7 +132,7 @@ def delivered(
     delivered, with no attempts: nothing but a delivery deletes its records.
     """
     received_ms = entry_ms(entry_id)
-    attempts: Sequence[Attempt] = attempts_of(received_ms, outcome.attempts) if outcome else ()
+    attempts: Sequence[AttemptRecord] = attempts_of(received_ms, outcome.attempts) if outcome else ()
     ids = event_ids(body)
     if outcome is not None and outcome.ids is not None:
         try:

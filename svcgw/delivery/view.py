@@ -1,7 +1,7 @@
 """A delivery as it is shown, read from its stored records: pure, no Redis.
 
 :func:`build` turns a delivery hash's fields and its attempt records into a
-:class:`Delivery` with its :class:`Attempt` records; :func:`event_ids` and
+:class:`Delivery` with its :class:`AttemptRecord` list (one per attempt, as read); :func:`event_ids` and
 :func:`ids_of` find its event ids, in the body or, once delivered, in the
 list kept instead of it (:func:`stored_ids`); :func:`fanned_out` reads the
 deliveries to further destinations a post's log entry names (its field
@@ -22,7 +22,7 @@ from svcgw import deliveryid
 
 __all__ = [
     "STATES",
-    "Attempt",
+    "AttemptRecord",
     "Delivery",
     "Page",
     "State",
@@ -42,7 +42,9 @@ STATES: tuple[State, ...] = ("pending", "retrying", "delivered", "dead")
 
 
 @dataclass(frozen=True)
-class Attempt:
+class AttemptRecord:
+    """One attempt of a delivery as the read model shows it (``worker.delivery.Attempt`` is the one being made)."""
+
     number: int
     at: float | None
     ok: bool
@@ -84,7 +86,7 @@ class Delivery:
     next_attempt_at: float | None  # None: none is scheduled (pending ones are attempted as soon as a worker is free)
     delivered_at: float | None
     dead_at: float | None
-    attempts: tuple[Attempt, ...] = field(default=())
+    attempts: tuple[AttemptRecord, ...] = field(default=())
     # The further destination (``dst_…``) it goes to; None for the primary address's delivery.
     destination: str | None = None
 
@@ -200,16 +202,16 @@ def _ids(document: Any) -> list[str] | None:
     return found
 
 
-def attempt_of(record: bytes | str, number: int) -> Attempt:
+def attempt_of(record: bytes | str, number: int) -> AttemptRecord:
     """One stored attempt record; an unreadable one says so instead of failing the page."""
     try:
         data = orjson.loads(record)
     except orjson.JSONDecodeError:
         data = None
     if not isinstance(data, dict):
-        return Attempt(number, None, False, None, "unreadable attempt record", None, "", None)
+        return AttemptRecord(number, None, False, None, "unreadable attempt record", None, "", None)
     status = data.get("status")
-    return Attempt(
+    return AttemptRecord(
         number=_int(data.get("attempt"), number),
         at=_number(data.get("at")),
         ok=bool(data.get("ok")),

@@ -29,7 +29,7 @@ other call. On one shard there is nothing to copy, and nothing here runs.
 The instance's copies are the first write to its shard when it is created,
 so they are what finds the shard down: :class:`ShardUnavailable` says that
 nothing of the instance is in the registry yet, and it may be placed on
-another shard instead (``receiver.gateway.operations``).
+another shard instead (``receiver.gateway.forwarding``).
 """
 
 from __future__ import annotations

@@ -37,8 +37,8 @@ import pytest
 from redis.cluster import ClusterNode, RedisCluster
 from redis.crc import key_slot
 
+from receiver.endpoint.codes import RECEIVER_UNAVAILABLE
 from svcgw.config.settings import Settings
-from svcgw.errors import RECEIVER_UNAVAILABLE
 from svcgw.intake.receivers import RECEIVER_PREFIX
 from svcgw.registry.store import Scope
 from svcgw.shards.clients import spaces

@@ -19,8 +19,9 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 
 from receiver.app import create_app
 from receiver.credentialguard import BUSY_SECONDS, PER_ADDRESS, CheckRoom, CredentialGuard, Throttled
+from receiver.endpoint import codes as receiver_codes
+from receiver.gateway import codes as gateway_codes
 from simulator.app import create_app as create_sim
-from svcgw import errors
 from svcgw.config.settings import Settings
 from tests.receiver.console.conftest import make_developer
 from tests.receiver.floods import flood, request
@@ -193,7 +194,7 @@ def test_made_up_receiver_tokens_from_one_address_meet_its_window_and_real_posts
                 assert flooder.post(f"{base}/svc/receiver/{known}/made-up", content=POST).status_code == 404
             refused = flooder.post(f"{base}/svc/receiver/{known}/made-up", content=POST)
             assert refused.status_code == 429 and int(refused.headers["retry-after"]) >= 1
-            assert refused.json() == {"code": -429, "message": errors.RECEIVER_LIMITED.message, "data": None}
+            assert refused.json() == {"code": -429, "message": receiver_codes.RECEIVER_LIMITED.message, "data": None}
             # A token found valid before passes from the refused address; a token never seen waits there.
             assert flooder.post(developer.receiver_url(base, known), content=POST).status_code == 200
             assert flooder.post(developer.receiver_url(base, unseen), content=POST).status_code == 429
@@ -226,7 +227,7 @@ def test_made_up_api_keys_from_one_address_meet_its_window_on_the_gateway_and_th
             console = flooder.get(f"{base}/console/api/instances", headers={"Svc-Key": newcomer.key})
             for refused in (gateway, console):
                 assert refused.status_code == 429 and int(refused.headers["retry-after"]) >= 1
-                assert refused.json() == {"code": -42900, "message": errors.KEYS_THROTTLED_MESSAGE, "data": None}
+                assert refused.json() == {"code": -42900, "message": gateway_codes.KEYS_THROTTLED_MESSAGE, "data": None}
             # The key found valid before still works from there; the newcomer's works from elsewhere.
             assert flooder.post(call, json=body, headers={"Svc-Key": developer.key}).status_code == 200
             assert flooder.get(f"{base}/console/api/instances", headers={"Svc-Key": developer.key}).is_success

@@ -11,7 +11,9 @@ import pytest
 from starlette.exceptions import StarletteDeprecationWarning
 from starlette.requests import Request
 
+from receiver import plaincodes as plain_codes
 from receiver.app import create_app
+from receiver.gateway import codes as gateway_codes
 from receiver.http import (
     BadContentLength,
     BodyTooLarge,
@@ -153,28 +155,26 @@ def test_receiver_answers_come_from_the_error_table(client: TestClient, settings
 
 def test_a_refusal_is_the_gateways_json_with_its_rows_status_and_its_headers() -> None:
     from receiver.http import refusal_response
-    from svcgw import errors
     from svcgw.errors import GatewayError
 
-    response = refusal_response(GatewayError(errors.RATE_LIMITED, headers={"Retry-After": "7"}))
+    response = refusal_response(GatewayError(gateway_codes.RATE_LIMITED, headers={"Retry-After": "7"}))
     assert response.status_code == 429
     assert response.headers["retry-after"] == "7"
     assert response.headers["content-type"] == "application/json"
-    assert orjson.loads(response.body) == {"code": -42900, "message": errors.RATE_LIMITED.message, "data": None}
-    told = refusal_response(GatewayError(errors.NOT_FOUND, "no such appid"))
+    assert orjson.loads(response.body) == {"code": -42900, "message": gateway_codes.RATE_LIMITED.message, "data": None}
+    told = refusal_response(GatewayError(gateway_codes.NOT_FOUND, "no such appid"))
     assert (told.status_code, told.body) == (404, b'{"code":-40404,"message":"no such appid","data":null}')
 
 
 def test_a_plain_refusal_is_one_line_of_text_with_its_status_and_headers() -> None:
     from receiver.http import plain_answer
-    from svcgw import errors
     from svcgw.errors import PlainRefusal
 
-    answer = plain_answer(PlainRefusal(errors.METRICS_TOKEN_REQUIRED, headers={"WWW-Authenticate": "Bearer"}))
+    answer = plain_answer(PlainRefusal(plain_codes.METRICS_TOKEN_REQUIRED, headers={"WWW-Authenticate": "Bearer"}))
     assert (answer.status_code, answer.body) == (401, b"a bearer token is required\n")
     assert answer.headers["content-type"] == "text/plain; charset=utf-8"
     assert answer.headers["www-authenticate"] == "Bearer"
-    told = plain_answer(PlainRefusal(errors.DASHBOARD_NOT_FOUND, "not found in the dashboard: no shard 3"))
+    told = plain_answer(PlainRefusal(plain_codes.DASHBOARD_NOT_FOUND, "not found in the dashboard: no shard 3"))
     assert (told.status_code, told.body) == (404, b"not found in the dashboard: no shard 3\n")
 
 
@@ -182,3 +182,58 @@ def test_the_operators_endpoints_raise_and_the_app_answers_in_text(client: TestC
     missing = client.get("/docs/swagger-ui.js.map")
     assert (missing.status_code, missing.text) == (404, "not found\n")
     assert missing.headers["content-type"] == "text/plain; charset=utf-8"
+
+
+def _wire(response: object) -> tuple[int, bytes, dict[str, str]]:
+    """Status, body and headers of an answer, as a client gets them (the length checked against the body)."""
+    headers = dict(response.headers)  # type: ignore[attr-defined]
+    body: bytes = response.body  # type: ignore[attr-defined]
+    assert headers.pop("content-length") == str(len(body))
+    return (response.status_code, body, headers)  # type: ignore[attr-defined]
+
+
+def test_one_serializer_makes_every_surfaces_json_answer_byte_for_byte() -> None:
+    from receiver.console.answers import api_answer
+    from receiver.console.codes import CSRF_FAILED, NOT_SIGNED_IN
+    from receiver.console.web import ConsoleHTTPError, json_ok
+    from receiver.endpoint.codes import RECEIVER_LIMITED
+    from receiver.http import answer_body, refusal_response
+    from svcgw.errors import GatewayError
+
+    assert answer_body(-40404, "gone") == b'{"code":-40404,"message":"gone","data":null}'
+    assert answer_body(0, "ok", {"n": 1}) == b'{"code":0,"message":"ok","data":{"n":1}}'
+    json = "application/json"
+    # The gateway API's refusal, and its success.
+    assert _wire(refusal_response(GatewayError(gateway_codes.UNAUTHORIZED))) == (
+        401,
+        b'{"code":401,"message":"API key missing, invalid or revoked","data":null}',
+        {"content-type": json},
+    )
+    assert _wire(json_answer(0, "ok", [1])) == (
+        200,
+        b'{"code":0,"message":"ok","data":[1]}',
+        {"content-type": json},
+    )
+    # The receiver's refusal, with its Retry-After.
+    limited = _wire(refusal_response(GatewayError(RECEIVER_LIMITED, headers={"Retry-After": "3"})))
+    body = (
+        b'{"code":-429,"message":"too many posts to receivers that do not exist from this address; '
+        b'retry after the time in Retry-After","data":null}'
+    )
+    assert limited == (429, body, {"retry-after": "3", "content-type": json})
+    # The console's JSON API: no-store on every answer, the scheme on its own 401s.
+    assert _wire(api_answer(ConsoleHTTPError(NOT_SIGNED_IN))) == (
+        401,
+        b'{"code":401,"message":"sign in first: a console session or an API key is required","data":null}',
+        {"cache-control": "no-store", "www-authenticate": "Bearer", "content-type": json},
+    )
+    assert _wire(api_answer(ConsoleHTTPError(CSRF_FAILED))) == (
+        403,
+        b'{"code":-40310,"message":"CSRF token missing or wrong","data":null}',
+        {"cache-control": "no-store", "content-type": json},
+    )
+    assert _wire(json_ok({"a": None}, status=201)) == (
+        201,
+        b'{"code":0,"message":"ok","data":{"a":null}}',
+        {"cache-control": "no-store", "content-type": json},
+    )

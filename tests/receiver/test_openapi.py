@@ -13,8 +13,8 @@ from starlette.routing import BaseRoute, Mount, Route
 
 from receiver.apispec import Answer, Operation
 from receiver.app import create_app
+from receiver.gateway import codes as gateway_codes
 from receiver.openapi import OPERATIONS, document
-from svcgw import errors
 from svcgw.config.settings import Settings
 from tests.receiver.gateway.stack import Stack, start_stack
 from tests.receiver.gateway.stack import sim as sim  # the simulator fixture, shared with this module
@@ -54,7 +54,7 @@ def test_document_describes_every_route_and_error_code(fuzzed: Stack) -> None:
         "/openapi.json",
     }
     text = served.text
-    for kind in errors.ALL_KINDS:
+    for kind in gateway_codes.ALL_KINDS:
         assert str(kind.code) in text, kind
     # Every local reference resolves.
     for ref in {part.split('"')[0] for part in text.split('"$ref":"#/')[1:]}:

@@ -9,21 +9,24 @@ import inspect
 import pkgutil
 from pathlib import Path
 
-import orjson
 import pytest
 
 import receiver
 import svcgw
 import worker
+from receiver import plaincodes as plain_codes
+from receiver.console import codes as console_codes
+from receiver.endpoint import codes as receiver_codes
+from receiver.gateway import codes as gateway_codes
 from svcgw import errors
 from svcgw.errors import ErrorKind, Failure, GatewayError, Missing, NotFound, Refusal, Rejected, Rows, SvcgwError
 
 ROOT = Path(svcgw.__file__).parent.parent
 EVERY_KIND: tuple[ErrorKind, ...] = (
-    *errors.ALL_KINDS,
-    *errors.RECEIVER_KINDS,
-    *errors.CONSOLE_KINDS,
-    *errors.PLAIN_KINDS,
+    *gateway_codes.ALL_KINDS,
+    *receiver_codes.RECEIVER_KINDS,
+    *console_codes.CONSOLE_KINDS,
+    *plain_codes.PLAIN_KINDS,
 )
 
 
@@ -61,23 +64,19 @@ def test_every_row_has_a_code_an_http_status_and_a_message(kind: ErrorKind) -> N
     assert kind.message and kind.message == kind.message.strip()
 
 
-def test_the_gateway_table_pairs_each_code_with_its_status_once() -> None:
-    # One code may have two statuses only as the spec pairs them (-40402: 402 quota, 403 entitlement).
-    pairs = {(kind.code, kind.status) for kind in errors.ALL_KINDS}
-    assert len(pairs) == len(errors.ALL_KINDS)
-
-
 def test_a_refusal_carries_its_row_its_message_and_its_headers() -> None:
-    refusal = GatewayError(errors.RATE_LIMITED, headers={"Retry-After": "3"})
-    assert (refusal.code, refusal.status, refusal.message) == (-42900, 429, errors.RATE_LIMITED.message)
+    refusal = GatewayError(gateway_codes.RATE_LIMITED, headers={"Retry-After": "3"})
+    assert (refusal.code, refusal.status, refusal.message) == (-42900, 429, gateway_codes.RATE_LIMITED.message)
     assert refusal.headers == {"Retry-After": "3"}
-    told = GatewayError(errors.NOT_FOUND, "no such thing")
+    told = GatewayError(gateway_codes.NOT_FOUND, "no such thing")
     assert str(told) == told.message == "no such thing"
     assert repr(told) == "GatewayError(-40404, 'no such thing')"
 
 
-def test_the_body_of_a_row_is_code_message_and_null_data() -> None:
-    assert orjson.loads(errors.error_body(-40404, "gone")) == {"code": -40404, "message": "gone", "data": None}
+def test_the_core_holds_the_tree_and_no_surfaces_codes() -> None:
+    # Each surface's rows live next to it (receiver.gateway.codes, ...); the JSON body is receiver.http's.
+    assert [name for name, value in vars(errors).items() if isinstance(value, ErrorKind)] == []
+    assert not hasattr(errors, "error_body") and "orjson" not in vars(errors)
 
 
 def test_every_exception_of_the_service_is_under_the_one_root() -> None:
@@ -166,8 +165,10 @@ def test_each_surface_answers_errors_in_one_place() -> None:
     # The console's JSON API catches none of what it answers: its mount's handler does (receiver.console.answers).
     answered = ("ConsoleHTTPError", "ConsoleError", "NotFound", "AddressError", "RedisError", "STORAGE_ERRORS")
     assert _handlers_of(receiver_dir / "console" / "api.py", answered) == 0
-    # The bodies of error answers are built by the renderers alone (the path guard runs before routing).
-    assert _callers_of("error_body") == {"receiver/http.py", "receiver/console/answers.py"}
+    # The bodies of error answers are built by the renderers alone (the path guard runs before routing),
+    # and by the pure ASGI cap on bodies sent before signing in, which answers before any route runs.
+    assert _callers_of("answer_body") == {"receiver/http.py", "receiver/console/answers.py", "receiver/console/web.py",
+                                          "receiver/openbodies.py"}  # fmt: skip
     assert _callers_of("refusal_response") == {
         "receiver/gateway/refusals.py",
         "receiver/endpoint/receive.py",
@@ -185,13 +186,6 @@ def test_one_class_says_a_thing_was_not_found() -> None:
     missing = NotFound("no dead letter 'x'", what="dead letter")
     assert (str(missing), missing.what) == ("no dead letter 'x'", "dead letter")
     assert isinstance(missing, Missing) and isinstance(missing, LookupError)
-
-
-def test_a_surface_picks_its_not_found_row_by_the_thing_not_by_its_words() -> None:
-    assert errors.CONSOLE_NOT_FOUND["dead letter"] is errors.NO_DEAD_LETTER
-    assert errors.CONSOLE_NOT_FOUND["instance"] is errors.NOT_THE_CALLERS
-    assert errors.GATEWAY_NOT_FOUND["instance"] is errors.NOT_FOUND
-    assert errors.GATEWAY_NOT_FOUND["account"] is errors.UNAUTHORIZED
 
 
 class _Base(Exception):
@@ -241,3 +235,11 @@ MODULES = sorted(
 @pytest.mark.parametrize("module", MODULES)
 def test_no_module_of_the_service_is_over_600_lines(module: str) -> None:
     assert len((ROOT / module).read_text().splitlines()) <= 600
+
+
+def test_each_exception_name_is_defined_once() -> None:
+    # One name, one concept: a second class of the same name is either the same thing (import it) or another.
+    by_name: dict[str, list[str]] = {}
+    for qualified, cls in _own_exceptions().items():
+        by_name.setdefault(cls.__name__, []).append(qualified)
+    assert {name: where for name, where in by_name.items() if len(where) > 1} == {}

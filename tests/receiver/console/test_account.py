@@ -10,7 +10,7 @@ import threading
 import httpx
 from redis import Redis
 
-from svcgw import errors
+from receiver.console import codes as console_codes
 from svcgw.config.settings import Settings
 from svcgw.registry.store import Store
 from svcgw.storage.keys import PLAIN as keys
@@ -20,7 +20,7 @@ from tests.receiver.console.members import PASSWORD, PasswordClient, invite, mak
 from tests.receiver.console.test_pages import csrf_of
 from tests.support import wait_for
 
-GENERIC = {"code": 401, "message": errors.SIGN_IN_MESSAGE, "data": None}
+GENERIC = {"code": 401, "message": console_codes.SIGN_IN_MESSAGE, "data": None}
 
 
 def limited(env: dict[str, str], **extra: str) -> Settings:
@@ -81,7 +81,7 @@ def test_failures_per_login_are_limited_even_for_the_right_password(env: dict[st
             assert sign_in(base, member.login.upper(), "wrong password!").status_code == 401
         refused = sign_in(base, member.login, PASSWORD)
         assert refused.status_code == 429
-        assert refused.json() == {"code": -42900, "message": errors.SIGN_IN_MESSAGE, "data": None}
+        assert refused.json() == {"code": -42900, "message": console_codes.SIGN_IN_MESSAGE, "data": None}
         assert 1 <= int(refused.headers["retry-after"]) <= 900
         # Another login from the same address is not affected by this login's limit.
         assert sign_in(base, other.login, PASSWORD).status_code == 200
@@ -98,13 +98,14 @@ def test_failures_per_address_are_limited_across_logins(env: dict[str, str], red
         for number in range(4):
             assert sign_in(base, f"guess{number}@example.com", "wrong password!").status_code == 401
         refused = sign_in(base, member.login, PASSWORD)
-        assert refused.status_code == 429 and refused.json()["message"] == errors.SIGN_IN_MESSAGE
+        assert refused.status_code == 429 and refused.json()["message"] == console_codes.SIGN_IN_MESSAGE
         # The form says the same, with 429 and Retry-After.
         with httpx.Client(base_url=base, timeout=15) as http:
             token = csrf_of(http.get("/console/login").text)
             page = http.post("/console/login", data={"login": member.login, "password": PASSWORD, "csrf_token": token})
             assert page.status_code == 429 and int(page.headers["retry-after"]) >= 1
-            assert errors.SIGN_IN_MESSAGE in page.text and "svcgw_console=" not in page.headers.get("set-cookie", "")
+            assert console_codes.SIGN_IN_MESSAGE in page.text
+            assert "svcgw_console=" not in page.headers.get("set-cookie", "")
     # The windows are Redis keys of their own, named by the login's digest: no login or password in them.
     names = [name.decode() for name in redis.scan_iter(match=keys.signin_failures + "*")]
     assert names and not any("@" in name or "wrong" in name for name in names)
@@ -137,7 +138,7 @@ def test_the_sign_in_page_leads_with_the_password_and_still_takes_a_key(
         token = csrf_of(page.text)
         assert http.post("/console/login", data={"login": member.login, "password": PASSWORD}).status_code == 403
         wrong = http.post("/console/login", data={"login": member.login, "password": "nope", "csrf_token": token})
-        assert wrong.status_code == 401 and errors.SIGN_IN_MESSAGE in wrong.text
+        assert wrong.status_code == 401 and console_codes.SIGN_IN_MESSAGE in wrong.text
         assert member.login in wrong.text and "nope" not in wrong.text  # the login is kept, the password not
         right = http.post(
             "/console/login",

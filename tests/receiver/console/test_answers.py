@@ -6,30 +6,33 @@ import orjson
 import pytest
 from redis.exceptions import ConnectionError as RedisConnectionError
 
+from receiver.console import codes as console_codes
 from receiver.console.answers import API_ROWS, PAGE_ROWS, api_answer, api_handlers, flow_page
 from receiver.console.pageserving import PageError
 from receiver.console.qrattempt import AttemptGone, FlowError, Outcome
-from receiver.console.service import DeniedByOperator, Invalid, NotRetrying
+from receiver.console.service import DeniedByOperator
 from receiver.console.web import ConsoleHTTPError, RateLimited
 from receiver.credentialguard import Throttled
+from receiver.gateway import codes as gateway_codes
 from receiver.http import BodyTooLarge, ConflictingKeys
 from svcgw import errors
 from svcgw.callbacks.addresses import OWN_ADDRESS, AddressError
-from svcgw.errors import NotFound
+from svcgw.delivery.retrynow import NotRetrying
+from svcgw.errors import Invalid, NotFound
 from svcgw.registry.passwords import PasswordRejected
 
 
 @pytest.mark.parametrize(
     ("kind", "status", "code"),
     [
-        (errors.NOT_SIGNED_IN, 401, 401),
-        (errors.KEY_REFUSED, 401, 401),
-        (errors.CSRF_FAILED, 403, -40310),
-        (errors.NOT_THE_CALLERS, 404, -40404),
-        (errors.NO_DEAD_LETTER, 404, -40404),
-        (errors.BAD_REQUEST, 400, -40000),
-        (errors.UNSUPPORTED_MEDIA, 415, -41500),
-        (errors.STORAGE_UNAVAILABLE, 503, -50002),
+        (console_codes.NOT_SIGNED_IN, 401, 401),
+        (console_codes.KEY_REFUSED, 401, 401),
+        (console_codes.CSRF_FAILED, 403, -40310),
+        (console_codes.NOT_THE_CALLERS, 404, -40404),
+        (console_codes.NO_DEAD_LETTER, 404, -40404),
+        (console_codes.BAD_REQUEST, 400, -40000),
+        (console_codes.UNSUPPORTED_MEDIA, 415, -41500),
+        (console_codes.STORAGE_UNAVAILABLE, 503, -50002),
     ],
 )
 def test_each_kind_answers_its_status_and_code(kind: errors.ErrorKind, status: int, code: int) -> None:
@@ -49,11 +52,11 @@ def test_each_kind_answers_its_status_and_code(kind: errors.ErrorKind, status: i
         (PasswordRejected("too short"), 400, -40000, "too short"),
         (BodyTooLarge(65536), 400, -40000, "the body is larger than 65536 bytes"),
         (AddressError(OWN_ADDRESS, "own address"), 400, -40012, "own address"),
-        (ConflictingKeys(), 401, 401, errors.NOT_SIGNED_IN.message),
-        (Throttled(7), 429, -42900, errors.KEYS_THROTTLED_MESSAGE),
-        (RateLimited(3), 429, -42900, errors.RATE_LIMITED.message),
+        (ConflictingKeys(), 401, 401, console_codes.NOT_SIGNED_IN.message),
+        (Throttled(7), 429, -42900, gateway_codes.KEYS_THROTTLED_MESSAGE),
+        (RateLimited(3), 429, -42900, gateway_codes.RATE_LIMITED.message),
         (AttemptGone("x"), 404, -40404, "no such login attempt (an attempt expires after 15 minutes)"),
-        (RedisConnectionError("down"), 503, -50002, errors.STORAGE_UNAVAILABLE.message),
+        (RedisConnectionError("down"), 503, -50002, console_codes.STORAGE_UNAVAILABLE.message),
     ],
 )
 def test_the_api_table_gives_each_error_its_row(raised: Exception, status: int, code: int, message: str) -> None:
@@ -64,10 +67,10 @@ def test_the_api_table_gives_each_error_its_row(raised: Exception, status: int, 
 
 def test_a_thing_not_found_is_answered_by_what_it_is_not_by_its_words() -> None:
     # The message says "dead letter"; the thing is an instance: the instance's row.
-    assert API_ROWS.answer(NotFound("no dead letter 'x'", what="instance")).kind is errors.NOT_THE_CALLERS
-    assert API_ROWS.answer(NotFound("no instance 'x'", what="dead letter")).kind is errors.NO_DEAD_LETTER
-    assert API_ROWS.answer(NotFound("no delivery 'x'", what="delivery")).kind is errors.NO_DELIVERY
-    assert API_ROWS.answer(NotFound("no key 'x'", what="api key")).kind is errors.NO_KEY
+    assert API_ROWS.answer(NotFound("no dead letter 'x'", what="instance")).kind is console_codes.NOT_THE_CALLERS
+    assert API_ROWS.answer(NotFound("no instance 'x'", what="dead letter")).kind is console_codes.NO_DEAD_LETTER
+    assert API_ROWS.answer(NotFound("no delivery 'x'", what="delivery")).kind is console_codes.NO_DELIVERY
+    assert API_ROWS.answer(NotFound("no key 'x'", what="api key")).kind is console_codes.NO_KEY
     # A thing the console never looks for has no row there: raised again, a bug and not an answer.
     account = NotFound("no account 'x'", what="account")
     with pytest.raises(NotFound) as raised:

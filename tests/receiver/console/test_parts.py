@@ -8,9 +8,10 @@ import orjson
 import pytest
 
 from receiver.console.pages import _safe_next
-from receiver.console.service import Invalid, _operations
+from receiver.console.service import _operations
 from svcgw.callbacks.signing import sign
 from svcgw.callbacks.testpost import TEST_CONTENT, TEST_EVENT_TYPE, build_test_body, signed_headers
+from svcgw.errors import Invalid
 
 
 def test_test_body_for_an_instance_and_for_the_account_default() -> None:

@@ -9,7 +9,7 @@ import pytest
 from starlette.responses import Response
 
 from receiver.console.onboarding import refresh_seconds
-from receiver.console.qrattempt import Attempt, Outcome, action_needed, image_data_url, login_status_words
+from receiver.console.qrattempt import Outcome, QrLogin, action_needed, image_data_url, login_status_words
 
 PNG = b"\x89PNG\r\n\x1a\n" + b"\x00" * 40
 PNG64 = base64.b64encode(PNG).decode()
@@ -70,21 +70,21 @@ def test_what_each_status_needs() -> None:
 
 
 def test_the_page_reloads_only_while_waiting() -> None:
-    attempt = Attempt(id="a", appid="we_x", stage="qr")
+    attempt = QrLogin(id="a", appid="we_x", stage="qr")
     assert refresh_seconds(attempt) == 2
     for status, reload in ((-1, 2), (1, 2), (0, 2), (10, None), (4, None)):
         attempt.status = status
         assert refresh_seconds(attempt) == reload
-    assert refresh_seconds(Attempt(id="a", appid="we_x", stage="closing")) == 1
-    assert refresh_seconds(Attempt(id="a", appid="we_x", stage="failed")) is None
+    assert refresh_seconds(QrLogin(id="a", appid="we_x", stage="closing")) == 1
+    assert refresh_seconds(QrLogin(id="a", appid="we_x", stage="failed")) is None
 
 
 def test_an_attempt_round_trips_through_its_hash() -> None:
-    attempt = Attempt(id="a", appid="we_x", stage="qr", proxy="p", status=-1, refresh_interval=30, created=True)
-    assert Attempt.load(attempt.fields()) == attempt
-    assert Attempt.load(Attempt(id="b", appid="we_y", stage="closing").fields()).status is None
+    attempt = QrLogin(id="a", appid="we_x", stage="qr", proxy="p", status=-1, refresh_interval=30, created=True)
+    assert QrLogin.load(attempt.fields()) == attempt
+    assert QrLogin.load(QrLogin(id="b", appid="we_y", stage="closing").fields()).status is None
     # A late save of an older view cannot take a finished login back.
-    assert Attempt.load({**attempt.fields(), "finished": "1"}).stage == "done"
+    assert QrLogin.load({**attempt.fields(), "finished": "1"}).stage == "done"
 
 
 def test_an_outcome_tells_the_gateway_from_the_layer() -> None:

@@ -18,8 +18,8 @@ from receiver.console.signin import (
     KEYS_AT_ONCE,
     PER_ADDRESS,
     WAITING_AT_ONCE,
-    Attempt,
     PasswordSignIn,
+    SignInOutcome,
 )
 from receiver.services import build_services
 from svcgw.config.settings import Settings
@@ -97,7 +97,7 @@ def test_a_burst_against_one_login_gets_no_more_checks_than_its_limit(
     member = make_member(settings)
     checks = Checks(monkeypatch)
 
-    async def burst(signin: PasswordSignIn) -> tuple[list[Attempt], Attempt]:
+    async def burst(signin: PasswordSignIn) -> tuple[list[SignInOutcome], SignInOutcome]:
         # 40 at once, each from an address of its own: only the login's window holds them back.
         wrong = [signin.attempt(member.login.upper(), "wrong password!", f"198.51.100.{n}") for n in range(40)]
         outcomes = await asyncio.gather(*wrong)
@@ -108,7 +108,7 @@ def test_a_burst_against_one_login_gets_no_more_checks_than_its_limit(
     assert sum(1 for o in outcomes if not o.retry_after and o.account is None) == 10
     assert len(refused) == 30 and checks.count == 10
     # The right password after the burst is refused too, without a check.
-    assert right == Attempt(None, right.retry_after) and right.retry_after >= 1 and checks.count == 10
+    assert right == SignInOutcome(None, right.retry_after) and right.retry_after >= 1 and checks.count == 10
 
 
 def test_reserving_is_atomic_under_concurrency(settings: Settings) -> None:
@@ -130,7 +130,7 @@ def test_reserving_is_atomic_under_concurrency(settings: Settings) -> None:
 def test_a_flood_from_one_address_leaves_room_for_another(settings: Settings) -> None:
     member = make_member(settings)
 
-    async def flood(signin: PasswordSignIn) -> tuple[list[Attempt], Attempt, float, float]:
+    async def flood(signin: PasswordSignIn) -> tuple[list[SignInOutcome], SignInOutcome, float, float]:
         flood = [
             asyncio.ensure_future(signin.attempt(f"flood{n}@example.com", "wrong password!", "192.0.2.66"))
             for n in range(400)
@@ -198,7 +198,7 @@ def test_a_browser_with_a_device_cookie_of_its_login_has_a_lane_that_a_flood_fro
     def device_of(account: str, password_version: str) -> str | None:
         return "this browser" if account == member.account else None
 
-    async def flood(signin: PasswordSignIn) -> tuple[int, Attempt, Attempt, Attempt]:
+    async def flood(signin: PasswordSignIn) -> tuple[int, SignInOutcome, SignInOutcome, SignInOutcome]:
         strangers = [
             asyncio.ensure_future(signin.attempt(f"stranger{n}@example.com", "wrong password!", f"203.0.113.{n}"))
             for n in range(100)
@@ -220,4 +220,4 @@ def test_a_browser_with_a_device_cookie_of_its_login_has_a_lane_that_a_flood_fro
     held, mine, theirs, unproved = with_signin(settings, flood)
     assert held == WAITING_AT_ONCE
     assert mine.account == member.account
-    assert theirs == unproved == Attempt(None, BUSY_SECONDS)
+    assert theirs == unproved == SignInOutcome(None, BUSY_SECONDS)

@@ -21,7 +21,7 @@ from click.testing import CliRunner
 from cli.main import cli
 from cli.runner import server_options
 from receiver.app import create_app
-from svcgw import errors
+from receiver.console import codes as console_codes
 from svcgw.config.settings import Settings, SettingsError
 from tests.receiver.console.conftest import make_developer
 from tests.receiver.console.members import PASSWORD, make_member, sign_in
@@ -29,7 +29,7 @@ from tests.receiver.console.test_pages import csrf_of
 from tests.receiver.floods import address, request
 from tests.support import free_port, start_server, wait_for
 
-LIMITED = {"code": -42900, "message": errors.SIGN_IN_MESSAGE, "data": None}
+LIMITED = {"code": -42900, "message": console_codes.SIGN_IN_MESSAGE, "data": None}
 
 
 @contextlib.contextmanager

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from receiver.console.web import ConsoleHTTPError, RateLimited, address_error
-from svcgw import errors
+from receiver.gateway import codes as gateway_codes
 from svcgw.callbacks.addresses import OWN_ADDRESS, AddressError
 
 
@@ -18,4 +18,4 @@ def test_a_change_over_the_rate_limit_says_when_to_try_again() -> None:
     assert isinstance(limited, ConsoleHTTPError)
     assert (limited.status, limited.code, limited.retry_after) == (429, -42900, 12)
     assert limited.headers == {"Retry-After": "12"}
-    assert limited.message == errors.RATE_LIMITED.message
+    assert limited.message == gateway_codes.RATE_LIMITED.message

@@ -16,9 +16,9 @@ from redis.exceptions import RedisClusterException
 from starlette.types import Message
 
 from receiver.credentialguard import Throttled
+from receiver.endpoint import codes as receiver_codes
 from receiver.endpoint.receive import Endpoint, direct_post, refused
 from receiver.http import BadContentLength, BodyTooLarge
-from svcgw import errors
 from svcgw.config.settings import Settings
 from svcgw.intake.envelope import EnvelopeError
 from svcgw.intake.ingest import ReplicaNotConfirmed, UnknownReceiver
@@ -34,12 +34,12 @@ from tests.conftest import provision
         (BodyTooLarge(1024), 413, -413, "the body is larger than 1024 bytes", None),
         (EnvelopeError("event_type must be a string", 422), 422, -422, "event_type must be a string", None),
         (EnvelopeError("the body is not valid JSON"), 400, -400, "the body is not valid JSON", None),
-        (UnknownReceiver("we_x"), 404, -404, errors.RECEIVER_NOT_FOUND.message, None),
-        (Throttled(4), 429, -429, errors.RECEIVER_LIMITED.message, "4"),
-        (RedisConnectionError("down"), 503, -50002, errors.RECEIVER_UNAVAILABLE.message, "1"),
-        (RedisClusterException("no node"), 503, -50002, errors.RECEIVER_UNAVAILABLE.message, "1"),
-        (ReplicaNotConfirmed("1 of 2"), 503, -50002, errors.RECEIVER_UNAVAILABLE.message, "1"),
-        (LayoutError("layout 9"), 503, -50002, errors.RECEIVER_UNAVAILABLE.message, "1"),
+        (UnknownReceiver("we_x"), 404, -404, receiver_codes.RECEIVER_NOT_FOUND.message, None),
+        (Throttled(4), 429, -429, receiver_codes.RECEIVER_LIMITED.message, "4"),
+        (RedisConnectionError("down"), 503, -50002, receiver_codes.RECEIVER_UNAVAILABLE.message, "1"),
+        (RedisClusterException("no node"), 503, -50002, receiver_codes.RECEIVER_UNAVAILABLE.message, "1"),
+        (ReplicaNotConfirmed("1 of 2"), 503, -50002, receiver_codes.RECEIVER_UNAVAILABLE.message, "1"),
+        (LayoutError("layout 9"), 503, -50002, receiver_codes.RECEIVER_UNAVAILABLE.message, "1"),
     ],
 )
 def test_every_refused_post_has_its_row(

@@ -19,8 +19,8 @@ import pytest
 from starlette.types import Receive, Scope, Send
 
 from receiver.gateway.body import CALLBACK_OPERATIONS, DEVICE_CREATE, SET_CALLBACK_OPERATION, UPLOAD_OPERATIONS
-from receiver.gateway.operations import LONG_STOP, PROXY_OPERATIONS
-from simulator.operations import HANDLERS
+from receiver.gateway.forwarding import LONG_STOP, PROXY_OPERATIONS
+from simulator.capabilities import HANDLERS
 from tests.support import ThreadedServer
 
 from .stack import JSON_HEADERS, Stack, start_stack

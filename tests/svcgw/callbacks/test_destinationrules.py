@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from receiver.console import codes as console_codes
 from svcgw import errors
 from svcgw.callbacks.destinationrules import (
     KNOWN_EVENT_TYPES,
@@ -48,7 +49,7 @@ def test_bad_event_types_are_refused_with_their_row(names: list[object], said: s
     with pytest.raises(BadEventTypes) as refused:
         check_event_types(names)
     assert said in refused.value.message
-    assert refused.value.kind is errors.BAD_EVENT_TYPES and refused.value.kind.code == -40020
+    assert console_codes.destination_kind(refused.value) is console_codes.BAD_EVENT_TYPES
     assert isinstance(refused.value, ValueError) and isinstance(refused.value, errors.Rejected)
 
 
@@ -72,7 +73,7 @@ def test_a_rate_is_deliveries_per_second_or_none(given: object, kept: float | No
 def test_a_bad_rate_is_refused_with_its_row(given: object) -> None:
     with pytest.raises(BadRate) as refused:
         check_rate(given)
-    assert refused.value.kind.code == -40021 and refused.value.kind.status == 400
+    assert console_codes.destination_kind(refused.value).code == -40021
 
 
 def test_a_label_is_short_plain_text() -> None:
@@ -80,7 +81,8 @@ def test_a_label_is_short_plain_text() -> None:
     for bad in ("x" * 101, "a\nb", "a\u200bb", 5):
         with pytest.raises(BadLabel):
             check_label(bad)
-    assert issubclass(BadLabel, DestinationRejected) and BadLabel.kind is errors.BAD_REQUEST
+    assert issubclass(BadLabel, DestinationRejected)
+    assert console_codes.destination_kind(BadLabel("x")) is console_codes.BAD_REQUEST
 
 
 def test_only_the_form_of_an_id_names_a_destination() -> None:

@@ -12,7 +12,8 @@ from redis.asyncio import Redis as AsyncRedis
 
 from svcgw.config.settings import Settings
 from svcgw.delivery import bydestination
-from svcgw.delivery.listing import Invalid, Page
+from svcgw.delivery.listing import Page
+from svcgw.errors import Invalid
 from svcgw.shards.clients import ShardRedis
 from svcgw.storage.keys import PLAIN as keys
 from svcgw.storage.keys import KeySpace

@@ -16,9 +16,9 @@ import worker.queue as queue_module
 from svcgw import deliveryid
 from svcgw.config.settings import Settings
 from svcgw.delivery import listing
-from svcgw.delivery.listing import Delivery, Invalid, Page, build, event_ids, state_of
+from svcgw.delivery.listing import Delivery, Page, build, event_ids, state_of
 from svcgw.delivery.view import fanned_out
-from svcgw.errors import NotFound
+from svcgw.errors import Invalid, NotFound
 from svcgw.intake.ingest import Ingest
 from svcgw.storage.keys import PLAIN as keys
 from tests.conftest import Tenant, provision

@@ -9,6 +9,7 @@ import pytest
 from cryptography.fernet import Fernet
 from redis import Redis
 
+from receiver.console import codes as console_codes
 from svcgw.callbacks.addresses import CallbackUrl, check_for_service
 from svcgw.callbacks.destinationrules import MAX_DESTINATIONS, BadEventTypes, BadRate, TooManyDestinations
 from svcgw.config.settings import Settings
@@ -217,7 +218,7 @@ def test_a_scope_holds_at_most_its_bound_even_when_saved_at_once(settings: Setti
     saved = [r for r in results if isinstance(r, DestinationConfig)]
     refused = [r for r in results if isinstance(r, TooManyDestinations)]
     assert len(saved) == MAX_DESTINATIONS and len(refused) == 5, results
-    assert "remove one first" in str(refused[0]) and refused[0].kind.code == -40920
+    assert "remove one first" in str(refused[0]) and console_codes.destination_kind(refused[0]).code == -40920
     ids = {d.id for d in saved}
     assert {m.decode() for m in redis.smembers(keys.destinations_instance(tenant.appid))} == ids
     # The record names every saved destination, each under its own type: no change was lost.

@@ -1,4 +1,4 @@
-"""The gateway's operations, once a call passed checks 1 to 9 (see the package docstring).
+"""What an admitted call does, once it passed checks 1 to 9 (see the package docstring): its forwarding.
 
 Most are forwarded as received; ``device/create`` (the quota, check 10),
 the callback operations (check 11: the address is checked and the
@@ -20,7 +20,7 @@ import orjson
 from redis.asyncio import Redis
 from starlette.responses import Response
 
-from svcgw import errors
+from receiver.gateway import codes as gateway_codes
 from svcgw.callbacks.addresses import check_for_service
 from svcgw.errors import STORAGE_ERRORS, GatewayError, NotFound
 from svcgw.intake.receivers import receiver_shard, receiver_url
@@ -40,7 +40,7 @@ from .scrub import mentions, might_mention, scrub
 if TYPE_CHECKING:
     from ..services import Services
 
-__all__ = ["LONG_STOP", "PROXY_OPERATIONS", "Operations"]
+__all__ = ["LONG_STOP", "PROXY_OPERATIONS", "Forwarding"]
 
 log = logging.getLogger("svcgw.gateway")
 
@@ -66,7 +66,7 @@ def _is_started(answer: Answer) -> bool:
     return answer.code == -1 and (message == "started" or message.endswith("|started"))
 
 
-class Operations:
+class Forwarding:
     """What the gateway does with an admitted call (:meth:`run`), by whatever route it came."""
 
     def __init__(self, services: Services) -> None:
@@ -83,7 +83,7 @@ class Operations:
     def _upstream(self) -> Upstream:
         upstream = self.services.upstream
         if upstream is None:
-            raise GatewayError(errors.UNAVAILABLE, "the capability layer is not configured")
+            raise GatewayError(gateway_codes.UNAVAILABLE, "the capability layer is not configured")
         return upstream
 
     async def _forward(self, call: Call, receiver_url: str | None = None) -> Answer:
@@ -153,12 +153,12 @@ class Operations:
     async def _device_create(self, call: Call) -> Response:
         account = await self.store.get_account(call.account)  # gone since its key was checked: 401
         if account.expired():
-            raise GatewayError(errors.ENTITLEMENT_EXPIRED)
+            raise GatewayError(gateway_codes.ENTITLEMENT_EXPIRED)
         reservation: Reservation | None = None
         if account.devices is not None:
             reservation = await self.quota.reserve(account.id, account.devices)
             if reservation is None:
-                raise GatewayError(errors.QUOTA_FULL, f"the account's device quota ({account.devices}) is full")
+                raise GatewayError(gateway_codes.QUOTA_FULL, f"the account's device quota ({account.devices}) is full")
         try:
             answer = await self._forward(call)
             data = answer.data
@@ -185,7 +185,7 @@ class Operations:
         if owner is not None:
             if owner != account_id:
                 log.error("device/create returned an appid registered to another account")
-                raise GatewayError(errors.UNAVAILABLE)
+                raise GatewayError(gateway_codes.UNAVAILABLE)
             return
         *others, last = placement_order(self.shards, counts)
         for shard in others:
@@ -237,7 +237,7 @@ class Operations:
         except UpstreamError as exc:
             # This step's row, not the table's -50002: the registration is what failed.
             log.warning("upstream %s failed: %s", call.operation, exc)
-            raise GatewayError(errors.REGISTRATION_FAILED) from exc
+            raise GatewayError(gateway_codes.REGISTRATION_FAILED) from exc
         if answer.ok or (call.operation == LONG_START and _is_started(answer)):
             try:
                 if not call.inherits_address:
@@ -248,7 +248,7 @@ class Operations:
             except STORAGE_ERRORS as exc:
                 # This step's row: the layer has the address, the service could not keep it.
                 log.warning("storing the callback address of an instance failed: %s", type(exc).__name__)
-                raise GatewayError(errors.REGISTRATION_FAILED) from exc
+                raise GatewayError(gateway_codes.REGISTRATION_FAILED) from exc
         return _pass_on(scrub(answer, receiver_url, token, url))
 
     async def _set_callback(self, call: Call) -> Response:
@@ -257,7 +257,7 @@ class Operations:
         try:
             config = await self.store.set_callback(CallbackScope(appid=call.appid), url)
         except STORAGE_ERRORS as exc:
-            raise GatewayError(errors.REGISTRATION_FAILED) from exc  # this step's row, as in long/start
+            raise GatewayError(gateway_codes.REGISTRATION_FAILED) from exc  # this step's row, as in long/start
         return _json(
             {
                 "code": 0,

@@ -1,4 +1,4 @@
-"""The capability-layer operations: one function per ``module/action``, over the simulator's state.
+"""The capability layer's operations as the simulator plays them: one function per ``module/action``, over its state.
 
 Operations are ``POST /svc/api/{module}/{action}`` with a JSON object body.
 Implemented: ``device/create``, ``login/{getQr,checkQr,submitQrCode,reconnect,

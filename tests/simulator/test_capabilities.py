@@ -7,9 +7,9 @@ from typing import Any
 
 import pytest
 
-from simulator import operations, traffic
+from simulator import capabilities, traffic
 from simulator.app import create_app
-from simulator.operations import Call, perform
+from simulator.capabilities import Call, perform
 from simulator.state import SimState
 from tests.simulator.support import APPID_FORM, TestClient, call, seed, state
 from tests.support import wait_for
@@ -229,11 +229,11 @@ def test_operations_owe_callbacks_instead_of_posting_them() -> None:
     inst = sim.add_instance("we_a")
     inst.logged_in = True
     start = direct_call(sim, "long/start", {"callbackUrl": "http://127.0.0.1:9/cb"})
-    assert operations.long_start(start, inst) == {}
+    assert capabilities.long_start(start, inst) == {}
     assert [(owner, url, len(posts)) for owner, url, posts in start.later] == [(inst, "http://127.0.0.1:9/cb", 2)]
     stop = direct_call(sim, "long/stop", {})
-    assert operations.long_stop(stop, inst) == {} and len(stop.later) == 1
-    assert operations.long_stop(stop, inst) == {} and len(stop.later) == 1
+    assert capabilities.long_stop(stop, inst) == {} and len(stop.later) == 1
+    assert capabilities.long_stop(stop, inst) == {} and len(stop.later) == 1
 
 
 def test_long_check_after_a_silent_drop_says_zero_for_the_grace_only() -> None:
@@ -242,8 +242,8 @@ def test_long_check_after_a_silent_drop_says_zero_for_the_grace_only() -> None:
     inst.logged_in, inst.connected = True, True
     check = direct_call(sim, "long/check", {})
     inst.drop(None)
-    assert operations.long_check(check, inst) is None
+    assert capabilities.long_check(check, inst) is None
     inst.dropped_at = None
     inst.drop(0.0)
-    with pytest.raises(operations.Fail, match="long connection closed"):
-        operations.long_check(check, inst)
+    with pytest.raises(capabilities.Fail, match="long connection closed"):
+        capabilities.long_check(check, inst)
