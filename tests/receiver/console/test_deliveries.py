@@ -9,7 +9,7 @@ from redis import Redis
 
 from svcgw.config.settings import Settings
 from svcgw.delivery import probing
-from svcgw.delivery.failingdestinations import destination_of
+from svcgw.delivery.failingdestinations import destination_of, name
 from svcgw.registry.store import Scope
 from svcgw.storage.keys import PLAIN as keys
 from tests.conftest import Tenant
@@ -122,9 +122,10 @@ def test_replay_since_is_per_account(
     assert redis.zscore(keys.rq.failed("svcgw"), theirs) is not None
 
 
-def _failing(redis: Redis, url: str, seconds_ago: float) -> None:
+def _failing(redis: Redis, account: str, url: str, seconds_ago: float) -> None:
+    """What the finish script keeps while every attempt of ``account``'s to ``url``'s origin fails."""
     now = time.time()
-    redis.hset(keys.failing_destinations, destination_of(url), f"{now - seconds_ago}:{now - 1}:1")
+    redis.hset(keys.failing_destinations, name(account, destination_of(url)), f"{now - seconds_ago}:{now - 1}:1")
 
 
 def test_pages_list_deliveries_retry_now_and_show_the_failing_banner(
@@ -158,7 +159,9 @@ def test_pages_list_deliveries_retry_now_and_show_the_failing_banner(
         # The banner: on every page of the account, naming the instance on its own page.
         assert 'id="failing-banner"' not in http.get("/console/instances").text
         redis.hset(keys.callback_account(developer.account), "url", "https://down.example/hook")
-        _failing(redis, "https://down.example/other", seconds_ago=settings.failing_after + 60)
+        # The stranger's address is on the same host: the developer's failures there are not the stranger's.
+        redis.hset(keys.callback_account(stranger.account), "url", "https://down.example/theirs")
+        _failing(redis, developer.account, "https://down.example/other", seconds_ago=settings.failing_after + 60)
         for path in ("/console/instances", "/console/dead-letters", "/console/settings"):
             shown = http.get(path).text
             assert 'id="failing-banner"' in shown and "https://down.example:443" in shown, path
@@ -171,6 +174,7 @@ def test_pages_list_deliveries_retry_now_and_show_the_failing_banner(
         stranger_http, _ = signed_in(server, stranger.key)
         try:
             assert 'id="failing-banner"' not in stranger_http.get("/console/instances").text
+            assert stranger_http.get("/console/api/failing-destinations").json()["data"]["failing"] == []
         finally:
             stranger_http.close()
 
