@@ -177,9 +177,10 @@ def test_a_failing_destination_has_its_banner(server: str, developer: Developer,
     ident = destination_id(added.headers["location"])
     assert 'id="destination-failing"' not in http.get(f"/console/destinations/{ident}").text
     # What the delivery engine's finish script keeps while every attempt of an account to an origin fails:
-    # another account's record there, then this one's.
+    # a record of an earlier version (the origin alone) and another account's record there, then this one's.
     now = time.time()
     origin = destination_of(sink.url)
+    redis.hset(keys.failing_destinations, origin, f"{now - 3600}:{now}:1")
     redis.hset(keys.failing_destinations, name("acc_someone_else", origin), f"{now - 3600}:{now}:1")
     assert 'id="destination-failing"' not in http.get(f"/console/destinations/{ident}").text
     assert 'data-failing="' not in http.get("/console/destinations").text
