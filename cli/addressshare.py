@@ -8,8 +8,9 @@ and refuses a new one past ``SVCGW_HTTP_CONNECTIONS_PER_ADDRESS`` (by
 default an eighth of the cap), so that other addresses keep their places.
 
 A client address is the peer of the TCP connection: an IPv4 address, or
-the /64 network of an IPv6 one (what one subscriber is given), an
-IPv4-mapped IPv6 address counting as its IPv4 address. Peers named in
+the network of an IPv6 one that one subscriber holds (``SVCGW_IPV6_PREFIX``,
+a /56 by default: :mod:`svcgw.clientkeys`), an IPv4-mapped IPv6 address
+counting as its IPv4 address. Peers named in
 ``SVCGW_TRUSTED_PROXIES`` are not counted: a proxy carries every client's
 connections, and limits them per client itself (nginx's ``limit_conn``).
 
@@ -25,7 +26,7 @@ import logging
 from collections.abc import Iterable
 from typing import Any
 
-from svcgw.clientkeys import limit_key
+from svcgw.clientkeys import IPV6_PREFIX, limit_key
 
 __all__ = ["AddressShare", "client_address"]
 
@@ -35,22 +36,23 @@ log = logging.getLogger("svcgw")
 _VERDICTS_KEPT = 4096
 
 
-def client_address(peer: Any) -> str | None:
+def client_address(peer: Any, ipv6_prefix: int = IPV6_PREFIX) -> str | None:
     """The address a connection from ``peer`` (a socket's peername) counts against; None for no address."""
     if not isinstance(peer, tuple) or not peer or not isinstance(peer[0], str):
         return None  # a Unix socket: no client address to tell apart
-    return limit_key(peer[0])
+    return limit_key(peer[0], ipv6_prefix)
 
 
 class AddressShare:
     """At most ``share`` open connections per client address (:func:`client_address`), ``exempt`` peers aside."""
 
-    __slots__ = ("_everyone_exempt", "_exempt", "_full", "_open", "_verdicts", "share")
+    __slots__ = ("_everyone_exempt", "_exempt", "_full", "_open", "_verdicts", "ipv6_prefix", "share")
 
-    def __init__(self, share: int, exempt: Iterable[str] = ()) -> None:
+    def __init__(self, share: int, exempt: Iterable[str] = (), *, ipv6_prefix: int = IPV6_PREFIX) -> None:
         if share < 1:
             raise ValueError(f"a share of at least one connection, got {share}")
         self.share = share
+        self.ipv6_prefix = ipv6_prefix
         exempt = tuple(exempt)
         self._everyone_exempt = "*" in exempt
         self._exempt = tuple(ipaddress.ip_network(network, strict=False) for network in exempt if network != "*")
@@ -60,7 +62,7 @@ class AddressShare:
 
     def counted_address(self, peer: Any) -> str | None:
         """The address a connection from ``peer`` counts against; None when it is not counted."""
-        address = client_address(peer)
+        address = client_address(peer, self.ipv6_prefix)
         if address is None or self._is_exempt(peer[0]):
             return None
         return address

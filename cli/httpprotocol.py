@@ -30,6 +30,13 @@ notes the time it moved and the bytes it received, nothing more.
 And it holds each client address to its share of the server's connections
 (:class:`cli.addressshare.AddressShare`): a connection past it is closed as
 soon as it is made, before anything is read.
+
+Near the cap of connections it makes room before anyone is refused
+(:mod:`cli.pressure`): a new connection past the high water closes idle
+keep-alive connections first, then the slowest unfinished requests; and the
+keep-alive timeout shrinks as the cap fills. Each connection notes what it
+needs for that: since when it has waited idle for a request, and the bytes
+of the request it is reading.
 """
 
 from __future__ import annotations
@@ -42,6 +49,7 @@ from uvicorn.protocols.http.httptools_impl import STATUS_LINE, HttpToolsProtocol
 from receiver.headers import NOSNIFF
 
 from .addressshare import AddressShare
+from .pressure import IDLE, UNFINISHED, Pressure, pick, shed_rank
 
 __all__ = ["OneWriteProtocol", "TurnWriter", "body_due"]
 
@@ -49,6 +57,7 @@ __all__ = ["OneWriteProtocol", "TurnWriter", "body_due"]
 _HEAD, _BODY, _IDLE = 0, 1, 2
 
 _TOO_SLOW = b"request body timed out"
+_SHED = b"the server is full; send again"
 
 
 def body_due(began: float, received: int, timeout: float, seconds_per_byte: float) -> float:
@@ -124,20 +133,34 @@ class OneWriteProtocol(HttpToolsProtocol):
     body_timeout: float = 20.0
     body_seconds_per_byte: float = 1 / 500
     shares: AddressShare | None = None
+    pressure: Pressure | None = None
 
     # The share and the client address this connection counts against, if it does.
     _counted: tuple[AddressShare, str] | None = None
     _refused = False
+    _shed = False  # closed to make room, its closing counted in pressure.going until reported
+    # Since when it has waited for a request's first byte (None: a request is being read or answered),
+    # and when the request being read began and how many bytes of it have arrived.
+    _idle_since: float | None = None
+    _request_began = 0.0
+    _request_bytes = 0
 
     @classmethod
     def configure(
-        cls, *, header_timeout: float, body_timeout: float, body_min_rate: int, shares: AddressShare | None
+        cls,
+        *,
+        header_timeout: float,
+        body_timeout: float,
+        body_min_rate: int,
+        shares: AddressShare | None,
+        pressure: Pressure | None = None,
     ) -> None:
         """This process's limits: every connection made from now on reads them."""
         cls.header_timeout = header_timeout
         cls.body_timeout = body_timeout
         cls.body_seconds_per_byte = 1 / body_min_rate if body_min_rate > 0 else 0.0
         cls.shares = shares
+        cls.pressure = pressure
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         shares = self.shares
@@ -153,15 +176,59 @@ class OneWriteProtocol(HttpToolsProtocol):
         writer = TurnWriter(transport, self.loop)
         super().connection_made(writer)  # type: ignore[arg-type]
         self._reading = _HEAD
-        self._since = self.loop.time()
+        self._since = self._idle_since = self.loop.time()
         self._deadline: asyncio.TimerHandle | None = self.loop.call_later(self.header_timeout, self._late)
+        pressure = self.pressure
+        if pressure is not None:
+            excess = pressure.excess(len(self.connections))
+            if excess > 0:
+                self._make_room(pressure, excess)
 
     def connection_lost(self, exc: Exception | None) -> None:
         if self._refused:
             return
+        if self._shed and self.pressure is not None:
+            self._shed = False
+            self.pressure.going -= 1
         self._give_back()
         self._stop_timer()
         super().connection_lost(exc)
+
+    def data_received(self, data: bytes) -> None:
+        super().data_received(data)
+        self._request_bytes += len(data)
+
+    # --- room near the cap (cli.pressure) -----------------------------------------------------
+    def _make_room(self, pressure: Pressure, excess: int) -> None:
+        """Shed ``excess`` other connections: the idle first, then the slowest unfinished requests."""
+        now = self.loop.time()
+        ranked = []
+        for connection in self.connections:
+            if connection is not self and isinstance(connection, OneWriteProtocol):
+                standing = connection._standing(now)
+                if standing is not None:
+                    ranked.append((standing, connection))
+        for connection in pick(ranked, excess):
+            connection._shed_now(pressure)
+
+    def _standing(self, now: float) -> tuple[int, float, float] | None:
+        """Where this connection stands in the order of shedding; None when it is not to be shed."""
+        if self._shed or self.transport.is_closing():
+            return None
+        if self._idle_since is not None:
+            return shed_rank(now, self._idle_since, 0.0, 0)
+        if self._reading == _IDLE or self.flow.read_paused:
+            return None  # being answered, or a body the server is not reading: the server's own time
+        return shed_rank(now, None, self._request_began, self._request_bytes)
+
+    def _shed_now(self, pressure: Pressure) -> None:
+        kind = UNFINISHED if self._idle_since is None else IDLE
+        if kind == UNFINISHED and self._reading == _BODY:
+            self._answer_early(503, _SHED, b"retry-after: 1\r\n")
+        self._shed = True
+        pressure.going += 1
+        pressure.note(kind, len(self.connections) - pressure.going)
+        self.transport.close()
 
     def _give_back(self) -> None:
         if self._counted is not None:
@@ -173,7 +240,9 @@ class OneWriteProtocol(HttpToolsProtocol):
     def on_message_begin(self) -> None:
         super().on_message_begin()
         self._reading = _HEAD
-        self._since = self.loop.time()
+        self._since = self._request_began = self.loop.time()
+        self._idle_since = None
+        self._request_bytes = 0
         if self._deadline is None:
             self._deadline = self.loop.call_later(self.header_timeout, self._late)
 
@@ -196,6 +265,16 @@ class OneWriteProtocol(HttpToolsProtocol):
         self._reading = _IDLE
         super().on_message_complete()
 
+    def on_response_complete(self) -> None:
+        pressure = self.pressure
+        if pressure is not None:
+            # The fuller the server, the sooner an idle keep-alive connection gives its place back.
+            # (uvicorn types it a whole number of seconds; it only ever passes it to call_later.)
+            self.timeout_keep_alive = pressure.keepalive_now(len(self.connections))  # type: ignore[assignment]
+        super().on_response_complete()
+        if self.timeout_keep_alive_task is not None:  # waiting for the next request, not answering a pipelined one
+            self._idle_since = self.loop.time()
+
     def _late(self) -> None:
         """The timer: shed the request if its head or body made no way in time, else wait on."""
         self._deadline = None
@@ -215,20 +294,21 @@ class OneWriteProtocol(HttpToolsProtocol):
             self._deadline = self.loop.call_later(left, self._late)
             return
         if self._reading == _BODY:
-            self._answer_too_slow()
+            self._answer_early(408, _TOO_SLOW)
         self.transport.close()
 
-    def _answer_too_slow(self) -> None:
-        """408 for a body that did not arrive in time, unless an answer has begun; the app hears a disconnect."""
+    def _answer_early(self, status: int, text: bytes, headers: bytes = b"") -> None:
+        """``status`` for a body the server will not wait for, unless an answer has begun; the app hears a
+        disconnect."""
         cycle = self.cycle
         if cycle is None:
             return
         if not cycle.response_started:
-            content = [STATUS_LINE[408]]
+            content = [STATUS_LINE[status]]
             for name, value in [*self.server_state.default_headers, NOSNIFF]:
                 content.extend([name, b": ", value, b"\r\n"])
-            content.append(b"content-type: text/plain; charset=utf-8\r\nconnection: close\r\n")
-            content.append(b"content-length: %d\r\n\r\n%s" % (len(_TOO_SLOW), _TOO_SLOW))
+            content.append(b"content-type: text/plain; charset=utf-8\r\nconnection: close\r\n%s" % headers)
+            content.append(b"content-length: %d\r\n\r\n%s" % (len(text), text))
             self.transport.write(b"".join(content))
             cycle.response_started = True
         # What connection_lost would do a turn later: whatever the app sends from now on is dropped.

@@ -57,13 +57,18 @@ def server_options(settings: Settings) -> dict[str, Any]:
     """uvicorn's options for the HTTP server of ``settings`` (its protocol's own limits set too)."""
     from .addressshare import AddressShare
     from .httpprotocol import OneWriteProtocol
+    from .pressure import Pressure
 
     OneWriteProtocol.configure(
         header_timeout=settings.http_header_timeout,
         body_timeout=settings.http_body_timeout,
         body_min_rate=settings.http_body_min_rate,
         # Counted per process, against this process's own cap (SVCGW_HTTP_LIMIT_CONCURRENCY).
-        shares=AddressShare(settings.http_address_share, exempt=settings.trusted_proxies),
+        shares=AddressShare(
+            settings.http_address_share, exempt=settings.trusted_proxies, ipv6_prefix=settings.ipv6_prefix
+        ),
+        # Near the cap, room is made by shedding idle and slow connections (cli.pressure).
+        pressure=Pressure(settings.http_limit_concurrency, settings.http_keepalive_timeout),
     )
     return {
         "host": settings.host,

@@ -42,6 +42,7 @@ from .headers import NoSniff
 from .health import check_redis_settings, connect_shards
 from .http import plain_refused
 from .openapi import SERVER
+from .openbodies import OpenBodyLimit
 from .services import Services, build_services
 
 __all__ = ["create_app"]
@@ -69,6 +70,7 @@ class ServiceApp(Starlette):
     receiver: Endpoint
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        scope["app"] = self  # as Starlette's own call does: the direct ways read settings from app.state too
         operation = direct_operation(scope)
         if operation is not None:
             await self.gateway.direct(scope, receive, send, *operation)
@@ -130,11 +132,12 @@ def create_app(settings: Settings, *, services: Services | None = None) -> Starl
     app = ServiceApp(
         routes=routes,
         lifespan=lifespan,
-        middleware=[Middleware(NoSniff), Middleware(PathGuard)],
+        middleware=[Middleware(NoSniff), Middleware(PathGuard), Middleware(OpenBodyLimit)],
         exception_handlers={PlainRefusal: plain_refused},
     )
     app.gateway = gateway
     app.receiver = receiver
     app.state.services = services
     app.state.redis_settings = redis_settings
+    app.state.ipv6_prefix = settings.ipv6_prefix  # receiver.http.client_address: every per-address limit's key
     return app

@@ -36,7 +36,7 @@ import orjson
 from starlette.requests import Request
 from starlette.responses import PlainTextResponse, Response
 
-from svcgw.clientkeys import limit_key
+from svcgw.clientkeys import IPV6_PREFIX, limit_key
 from svcgw.errors import PlainRefusal, Refusal, Rejected, error_body
 
 __all__ = [
@@ -147,7 +147,8 @@ def presented_key(request: Request) -> str | None:
 
 
 def client_address(request: Request) -> str:
-    """The address failed credentials and sign-ins are counted against: the connection's peer, an IPv6 one by its /64.
+    """The address failed credentials and sign-ins are counted against: the connection's peer, an IPv6 one by
+    the network a subscriber holds (``SVCGW_IPV6_PREFIX``, a /56 by default).
 
     Behind a proxy named in ``SVCGW_TRUSTED_PROXIES``, uvicorn has already put
     the client that proxy reports (``X-Forwarded-For``) in its place; from any
@@ -155,7 +156,10 @@ def client_address(request: Request) -> str:
     the key every per-address limit counts under.
     """
     client = request.scope.get("client")
-    return limit_key(str(client[0])) if client else "unknown"
+    if not client:
+        return "unknown"
+    # The app's setting (receiver.app puts it there); an app built otherwise counts by the default.
+    return limit_key(str(client[0]), getattr(request.app.state, "ipv6_prefix", IPV6_PREFIX))
 
 
 def json_answer(code: int, message: str, data: object = None, *, status: int = 200) -> Response:

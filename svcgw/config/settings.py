@@ -119,6 +119,8 @@ class Settings:
     # Peers whose X-Forwarded-For names the client (addresses or CIDRs, or '*'); by default none:
     # the peer is the client, and the header is ignored.
     trusted_proxies: tuple[str, ...] = ()
+    # Bits of an IPv6 client address that name one client for every per-address limit (svcgw.clientkeys).
+    ipv6_prefix: int = 56
     # Seconds a request's head may take to arrive, and its body may stall, before the server closes it.
     http_header_timeout: float = 10.0
     # A request body's deadline (mod_reqtimeout's body=20,MinRate=500): seconds after its head,
@@ -213,6 +215,7 @@ class Settings:
             signin_failures_per_login=reader.rate("SVCGW_SIGNIN_FAILURES_PER_LOGIN", "10/15minutes"),
             signin_failures_per_address=reader.rate("SVCGW_SIGNIN_FAILURES_PER_ADDRESS", "100/15minutes"),
             trusted_proxies=reader.proxies("SVCGW_TRUSTED_PROXIES"),
+            ipv6_prefix=reader.integer("SVCGW_IPV6_PREFIX", 56, minimum=32, maximum=128),
             http_header_timeout=reader.number("SVCGW_HTTP_HEADER_TIMEOUT", 10.0, minimum=0.1),
             http_body_timeout=reader.number("SVCGW_HTTP_BODY_TIMEOUT", 20.0, minimum=0.1),
             http_body_min_rate=reader.integer("SVCGW_HTTP_BODY_MIN_RATE", 500, minimum=0),

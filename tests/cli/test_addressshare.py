@@ -9,12 +9,16 @@ import pytest
 from cli.addressshare import AddressShare, client_address
 
 
-def test_a_client_address_is_the_ipv4_address_or_the_ipv6_slash_64() -> None:
+def test_a_client_address_is_the_ipv4_address_or_the_ipv6_slash_56() -> None:
     assert client_address(("203.0.113.7", 50000)) == "203.0.113.7"
-    # One subscriber's network is one client: every address of a /64 counts together.
+    # One subscriber's network is one client: every address of its /56 (256 /64s) counts together.
     one = client_address(("2001:db8:1:2:aaaa::1", 50000, 0, 0))
-    assert one == client_address(("2001:db8:1:2:ffff::9", 1, 0, 0)) == "2001:db8:1:2::/64"
-    assert client_address(("2001:db8:1:3::1", 1, 0, 0)) != one
+    assert one == client_address(("2001:db8:1:ff:ffff::9", 1, 0, 0)) == "2001:db8:1::/56"
+    assert client_address(("2001:db8:1:100::1", 1, 0, 0)) != one
+    # Another prefix when the setting says so (SVCGW_IPV6_PREFIX).
+    assert client_address(("2001:db8:1:2::1", 1, 0, 0), 64) == "2001:db8:1:2::/64"
+    shares = AddressShare(1, ipv6_prefix=64)
+    assert shares.counted_address(("2001:db8:1:3::1", 1, 0, 0)) == "2001:db8:1:3::/64"
     # A dual-stack socket's IPv4 peer counts as that IPv4 address.
     assert client_address(("::ffff:203.0.113.7", 1, 0, 0)) == "203.0.113.7"
     assert client_address("") is None and client_address(None) is None  # a Unix socket

@@ -14,6 +14,7 @@ import uvicorn
 
 from cli.addressshare import AddressShare
 from cli.httpprotocol import OneWriteProtocol, TurnWriter, body_due
+from cli.pressure import Pressure
 from tests.support import free_port, wait_for
 
 
@@ -85,10 +86,12 @@ async def _app(scope: dict[str, Any], receive: Any, send: Any) -> None:
 
 
 @contextlib.contextmanager
-def serving(app: Any) -> Iterator[int]:
-    """``app`` behind uvicorn with the protocol, in a thread; its port."""
+def serving(app: Any, **options: Any) -> Iterator[int]:
+    """``app`` behind uvicorn with the protocol (and uvicorn's ``options``), in a thread; its port."""
     port = free_port()
-    config = uvicorn.Config(app, host="127.0.0.1", port=port, http=OneWriteProtocol, log_config=None, lifespan="off")
+    config = uvicorn.Config(
+        app, host="127.0.0.1", port=port, http=OneWriteProtocol, log_config=None, lifespan="off", **options
+    )
     server = uvicorn.Server(config)
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
@@ -276,3 +279,169 @@ def test_one_address_holds_at_most_its_share_and_others_keep_theirs(monkeypatch:
         with connect_from("127.0.0.2", port) as again:
             again.sendall(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")
             assert again.recv(65536).startswith(b"HTTP/1.1 200 ")
+
+
+_released = threading.Event()  # lets the requests of _holding_app answer
+
+
+async def _holding_app(scope: dict[str, Any], receive: Any, send: Any) -> None:
+    """On ``/hold``, reads the body and answers once ``_released`` is set: a request being answered, at length."""
+    if scope["type"] != "http":
+        return
+    if scope["path"] == "/hold":
+        while (await receive()).get("more_body"):
+            pass
+        while not _released.is_set():
+            await asyncio.sleep(0.05)
+        await send({"type": "http.response.start", "status": 200, "headers": [(b"content-length", b"4")]})
+        await send({"type": "http.response.body", "body": b"held"})
+        return
+    await _reading_app(scope, receive, send)
+
+
+def body_head(size: int, path: bytes = b"/") -> bytes:
+    return b"POST %s HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n" % (path, size)
+
+
+def closed_with(conn: socket.socket) -> bytes | None:
+    """What the server said before closing ``conn``; None while it is open."""
+    timeout = conn.gettimeout()
+    conn.setblocking(False)
+    received = b""
+    try:
+        while True:
+            chunk = conn.recv(65536)
+            if not chunk:
+                return received
+            received += chunk
+    except BlockingIOError:
+        return None
+    except ConnectionResetError:
+        return received
+    finally:
+        conn.settimeout(timeout)
+
+
+def test_near_the_cap_room_is_made_idle_connections_first_then_the_slowest_bodies(monkeypatch: Any) -> None:
+    # A cap of 32: past 30 open connections a new one sheds others down to 28.
+    monkeypatch.setattr(OneWriteProtocol, "pressure", Pressure(32, 60.0))
+    monkeypatch.setattr(OneWriteProtocol, "shares", None)
+    monkeypatch.setattr(OneWriteProtocol, "header_timeout", 60.0)
+    monkeypatch.setattr(OneWriteProtocol, "body_timeout", 60.0)
+    _released.clear()
+    with contextlib.ExitStack() as stack:
+        stack.callback(_released.set)  # before the server stops: it waits for the held requests
+        port = stack.enter_context(serving(_holding_app, limit_concurrency=32, timeout_keep_alive=60))
+        stack.callback(_released.set)
+
+        def connect() -> socket.socket:
+            return stack.enter_context(connect_from("127.0.0.2", port))
+
+        # 22 requests being answered: never shed, the server's own work.
+        answering = [connect() for _ in range(22)]
+        for conn in answering:
+            conn.sendall(body_head(2, b"/hold") + b"ok")
+        # 3 idle keep-alive connections, each after an answered request.
+        idle = [connect() for _ in range(3)]
+        for conn in idle:
+            conn.sendall(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+            assert conn.recv(65536).startswith(b"HTTP/1.1 200 ")
+        # 2 bodies that barely move, then 3 that move faster (300, 600 and 900 of 1,000 bytes in).
+        slow = [connect() for _ in range(2)]
+        for conn in slow:
+            conn.sendall(body_head(1000) + b"x")
+        faster = [connect() for _ in range(3)]
+        for number, conn in enumerate(faster, 1):
+            conn.sendall(body_head(1000) + b"x" * 300 * number)
+        time.sleep(0.7)  # all 30 read by the server, and the idle ones idle past their grace (0.5 s)
+
+        def new_client() -> bytes:
+            with connect_from("127.0.0.3", port) as conn:
+                conn.sendall(b"GET / HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+                return read_until_closed(conn)
+
+        # The 31st connection: the three idle ones make room, and it is answered (not 503).
+        assert new_client().startswith(b"HTTP/1.1 200 ")
+        wait_for(lambda: all(closed_with(conn) == b"" for conn in idle), timeout=5, what="the idle ones closed")
+        assert all(closed_with(conn) is None for conn in [*answering, *slow, *faster])
+
+        # Three more requests being answered, and a new client again: now the slowest bodies make room,
+        # answered 503 (the two that barely moved, then the slower of those that moved).
+        for _ in range(3):
+            answering.append(connect())
+            answering[-1].sendall(body_head(2, b"/hold") + b"ok")
+        time.sleep(0.2)
+        assert new_client().startswith(b"HTTP/1.1 200 ")
+        shed = [*slow, faster[0]]
+        wait_for(lambda: all(closed_with(conn) is not None for conn in shed), timeout=5, what="the slowest closed")
+        assert all(closed_with(conn) is None for conn in [*answering, *faster[1:]])
+
+        # The faster bodies, once in, are answered; and so are the held requests once released.
+        for conn in faster[1:]:
+            conn.sendall(b"x" * (1000 - 300 * (faster.index(conn) + 1)))
+            assert conn.recv(65536).endswith(b"\r\n\r\n1000")
+        _released.set()
+        for conn in answering:
+            assert conn.recv(65536).endswith(b"\r\n\r\nheld")
+
+
+def test_a_shed_body_is_answered_503_with_retry_after(monkeypatch: Any) -> None:
+    monkeypatch.setattr(OneWriteProtocol, "pressure", Pressure(32, 60.0))
+    monkeypatch.setattr(OneWriteProtocol, "shares", None)
+    monkeypatch.setattr(OneWriteProtocol, "header_timeout", 60.0)
+    monkeypatch.setattr(OneWriteProtocol, "body_timeout", 60.0)
+    with serving(_reading_app, limit_concurrency=32) as port, contextlib.ExitStack() as stack:
+        bodies = [stack.enter_context(connect_from("127.0.0.2", port)) for _ in range(30)]
+        for conn in bodies:
+            conn.sendall(body_head(1000) + b"x")
+        time.sleep(0.2)
+        with connect_from("127.0.0.3", port) as conn:
+            conn.sendall(b"GET / HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+            assert read_until_closed(conn).startswith(b"HTTP/1.1 200 ")
+        # Three of the equally slow bodies made room, each told so.
+        said: dict[int, bytes] = {}
+
+        def three_shed() -> bool:
+            for number, conn in enumerate(bodies):
+                answer = None if number in said else closed_with(conn)
+                if answer is not None:
+                    said[number] = answer
+            return len(said) >= 3
+
+        wait_for(three_shed, timeout=5, what="three shed")
+        time.sleep(0.2)
+        three_shed()
+        assert len(said) == 3, said
+        for answer in said.values():
+            head, _, text = answer.partition(b"\r\n\r\n")
+            assert head.startswith(b"HTTP/1.1 503 ") and b"retry-after: 1" in head and b"connection: close" in head
+            assert text == b"the server is full; send again"
+
+
+def test_keep_alive_shortens_as_the_cap_fills(monkeypatch: Any) -> None:
+    # A keep-alive of 20 s; with 29 of 32 connections open, an idle connection is kept under 4 s.
+    monkeypatch.setattr(OneWriteProtocol, "pressure", Pressure(32, 20.0))
+    monkeypatch.setattr(OneWriteProtocol, "shares", None)
+    monkeypatch.setattr(OneWriteProtocol, "header_timeout", 60.0)
+    _released.clear()
+    with contextlib.ExitStack() as stack:
+        stack.callback(_released.set)
+        port = stack.enter_context(serving(_holding_app, limit_concurrency=32, timeout_keep_alive=20))
+        stack.callback(_released.set)
+        with connect_from("127.0.0.3", port) as alone:
+            # Alone, the connection is kept the whole keep-alive timeout.
+            alone.sendall(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+            assert alone.recv(65536).startswith(b"HTTP/1.1 200 ")
+            time.sleep(3.0)
+            assert closed_with(alone) is None
+        for _ in range(28):
+            conn = stack.enter_context(connect_from("127.0.0.2", port))
+            conn.sendall(body_head(2, b"/hold") + b"ok")
+        time.sleep(0.2)
+        with connect_from("127.0.0.3", port) as conn:
+            conn.sendall(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+            assert conn.recv(65536).startswith(b"HTTP/1.1 200 ")
+            started = time.monotonic()
+            assert read_until_closed(conn, limit=15.0) == b""
+            # 20 s x (3/32 of the cap left) / half = 3.75 s; well under the 20 s it would be kept alone.
+            assert time.monotonic() - started < 12.0

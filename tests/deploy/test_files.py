@@ -32,6 +32,7 @@ import yaml
 from cryptography.fernet import Fernet
 from dockerfile_parse import DockerfileParser
 
+from receiver.openbodies import OPEN_BODY_BYTES, is_open
 from svcgw.config.settings import Settings
 from svcgw.storage import serverconfig
 from tests.support import Process, free_port, wait_for
@@ -192,6 +193,26 @@ def test_proxy_times_out_slow_clients_and_buffers_bodies() -> None:
     assert directives["limit_conn"] == "per_client 256"
     assert annotations["nginx.ingress.kubernetes.io/limit-connections"] == "256"
     assert _seconds(annotations["nginx.ingress.kubernetes.io/proxy-read-timeout"] + "s") <= 60
+    assert directives["reset_timedout_connection"] == "on"
+
+
+def test_proxy_holds_bodies_sent_before_signing_in_to_the_apis_cap() -> None:
+    conf = (DEPLOY / "nginx.conf").read_text()
+    location = conf.split("location ~ ^/console/(login|api/session|api/invitation|invitation/) {", 1)[1].split("}")[0]
+    assert "client_max_body_size 8k;" in location and "proxy_pass http://svcgw;" in location
+    assert "proxy_set_header X-Forwarded-For $remote_addr;" in location
+    assert OPEN_BODY_BYTES == 8 * 1024
+    for path in ("/console/login", "/console/api/session", "/console/api/invitation", "/console/invitation/t"):
+        assert is_open("POST", path) and re.match(r"^/console/(login|api/session|api/invitation|invitation/)", path)
+    ingress = find("Ingress", "svcgw-open")
+    assert ingress["metadata"]["annotations"]["nginx.ingress.kubernetes.io/proxy-body-size"] == "8k"
+    paths = {entry["path"]: entry["pathType"] for entry in ingress["spec"]["rules"][0]["http"]["paths"]}
+    assert paths == {
+        "/console/login": "Exact",
+        "/console/api/session": "Exact",
+        "/console/api/invitation": "Exact",
+        "/console/invitation": "Prefix",
+    }
 
 
 def test_compose_environment_is_accepted_by_the_settings() -> None:

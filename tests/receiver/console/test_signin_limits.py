@@ -73,20 +73,47 @@ def test_behind_a_trusted_proxy_failures_count_against_the_client_it_names(env: 
         assert attempt(base, member.login, PASSWORD, "198.51.100.8").status_code == 200
 
 
-def test_an_ipv6_client_is_counted_by_its_64(env: dict[str, str]) -> None:
+def test_an_ipv6_client_is_counted_by_its_56(env: dict[str, str]) -> None:
     extra = {"SVCGW_SIGNIN_FAILURES_PER_ADDRESS": "3/15minutes", "SVCGW_TRUSTED_PROXIES": "127.0.0.1"}
     with served(env, **extra) as (base, settings):
         member = make_member(settings)
-        # Three failures from three addresses of one /64: a fresh address there is no fresh window.
-        for number, address in enumerate(("2001:db8:1:2::1", "2001:db8:1:2::2", "2001:db8:1:2:ffff:ffff:ffff:ffff")):
+        # Three failures from three /64s of one /56 (one subscriber's line): a fresh /64 there is no fresh window.
+        for number, address in enumerate(("2001:db8:1:2::1", "2001:db8:1:3::2", "2001:db8:1:ff:ffff:ffff:ffff:ffff")):
             assert attempt(base, f"guess{number}@example.com", "wrong!", address).status_code == 401
         refused = attempt(base, member.login, PASSWORD, "2001:db8:1:2:abcd::77")
         assert refused.status_code == 429 and refused.json() == LIMITED
-        # The next /64, and IPv4 clients, count on their own.
-        assert attempt(base, member.login, PASSWORD, "2001:db8:1:3::1").status_code == 200
+        # The next /56, and IPv4 clients, count on their own.
+        assert attempt(base, member.login, PASSWORD, "2001:db8:1:100::1").status_code == 200
         for number in range(3):
             assert attempt(base, "guess@example.com", "wrong!", f"198.51.100.{number}").status_code == 401
         assert attempt(base, member.login, PASSWORD, "198.51.100.3").status_code == 200
+
+
+def test_the_ipv6_prefix_is_a_setting(env: dict[str, str]) -> None:
+    extra = {
+        "SVCGW_SIGNIN_FAILURES_PER_ADDRESS": "3/15minutes",
+        "SVCGW_TRUSTED_PROXIES": "127.0.0.1",
+        "SVCGW_IPV6_PREFIX": "64",
+        "SVCGW_RECEIVER_FAILURES_PER_ADDRESS": "3/minute",
+    }
+    with served(env, **extra) as (base, settings):
+        member = make_member(settings)
+        for number, address in enumerate(("2001:db8:1:2::1", "2001:db8:1:2::2", "2001:db8:1:2::3")):
+            assert attempt(base, f"guess{number}@example.com", "wrong!", address).status_code == 401
+        assert attempt(base, member.login, PASSWORD, "2001:db8:1:2:abcd::77").status_code == 429
+        assert attempt(base, member.login, PASSWORD, "2001:db8:1:3::1").status_code == 200  # another /64
+
+        # The receiver's posts (the app's direct way, past the router) count by the same prefix.
+        def post(forwarded: str) -> int:
+            headers = {"X-Forwarded-For": forwarded}
+            return httpx.post(base + "/svc/receiver/we_x/nothing", json={}, headers=headers).status_code
+
+        assert [post(f"2001:db8:5:6::{n}") for n in range(1, 4)] == [404] * 3
+        assert post("2001:db8:5:6::99") == 429 and post("2001:db8:5:7::1") == 404
+    assert Settings.from_env({}).ipv6_prefix == 56
+    for bad in ("31", "129", "a /56"):
+        with pytest.raises(SettingsError, match="SVCGW_IPV6_PREFIX"):
+            Settings.from_env({"SVCGW_IPV6_PREFIX": bad})
 
 
 def test_trusted_proxies_are_addresses_or_networks() -> None:
