@@ -17,6 +17,7 @@ import click
 from rich.console import RenderableType
 
 from receiver.console.account import invitation_path
+from svcgw.errors import Rejected
 from svcgw.intake.calllog import parse_since
 from svcgw.registry import passwords
 from svcgw.registry.credentials import Credentials
@@ -108,6 +109,28 @@ async def accounts_create(
     emit(as_json, data, lambda: record(_account_row(data), "account created"))
 
 
+@accounts.command("update")
+@click.option("--account", required=True, help="Account id.")
+@click.option(
+    "--devices",
+    type=click.IntRange(min=0),
+    default=None,
+    help="New device quota: how many instances it may have (a lower one removes none, it refuses new ones).",
+)
+@click.option("--valid-until", callback=_valid_date, metavar="YYYY-MM-DD", help="New last day of validity.")
+@json_option
+@admin_command
+async def accounts_update(
+    admin: Admin, account: str, devices: int | None, valid_until: str | None, as_json: bool
+) -> None:
+    """Change an account's device quota or validity; the next device/create counts against it."""
+    if devices is None and valid_until is None:
+        raise click.UsageError("give --devices N or --valid-until YYYY-MM-DD (or both)")
+    found = await admin.store().update_account(account, devices=devices, valid_until=valid_until)
+    data = found.as_dict()
+    emit(as_json, data, lambda: record(_account_row(data), "account updated"))
+
+
 @accounts.command("set-password")
 @click.option("--account", required=True, help="Account id.")
 @password_options
@@ -119,7 +142,7 @@ async def accounts_set_password(
     """Set an account's console password (--password - or --password-prompt); its sessions end."""
     found = await admin.store().get_account(account)
     if found.login is None:
-        raise click.ClickException(f"account {account} has no login to sign in with")
+        raise Rejected(f"account {account} has no login to sign in with")
     password = _password(password_source, password_prompt, found.login)
     if password is None:
         raise click.UsageError("give --password - (stdin) or --password-prompt")
@@ -153,9 +176,7 @@ async def accounts_invite(admin: Admin, account: str, expires: str, as_json: boo
         raise click.BadParameter(str(exc), param_hint="--expires") from None
     found = await admin.store().get_account(account)
     if found.login is None:
-        raise click.ClickException(
-            f"account {account} has no login: an invitation lets a developer choose the password of a login"
-        )
+        raise Rejected(f"account {account} has no login: an invitation lets a developer choose the password of a login")
     invitation = await Invitations(admin.text, admin.keys).issue(account, seconds)
     url = admin.settings.public_url.rstrip("/") + invitation_path(invitation.token)
     data = {"account": account, "login": found.login, "url": url, "expires_at": invitation.expires_at}

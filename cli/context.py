@@ -10,13 +10,15 @@ exit status 1, never a traceback:
   names the Redis without its password;
 * any error of the service's own tree (``svcgw.errors.SvcgwError``: an unknown
   account, key, appid or dead letter, a bad value, unusable encryption keys,
-  ...) and any other ``LookupError`` or ``ValueError``: its message, and for
-  a callback address that breaks the address rules (``AddressError``), and a
-  further destination's refused value (``DestinationRejected``), its code
-  too. :func:`error_message` is the one place that words them.
+  ...) and any other ``LookupError`` or ``ValueError``: its message and its
+  code, the code the console answers with for it (:func:`error_code`), so
+  that every error reads ``message (code N)``. :func:`error_message` is the
+  one place that words them.
 
-The commands need ``SVCGW_REDIS_URL`` (or ``SVCGW_REDIS_SENTINELS``); they use
-the same settings, key names and ``Store`` as the service itself.
+The commands need ``SVCGW_REDIS_URL`` (or ``SVCGW_REDIS_SENTINELS``, or
+``SVCGW_REDIS_SHARDS``); they use the same settings, key names and ``Store`` as
+the service itself. Settings that name only part of a sharded deployment are said
+on stderr before the command runs (:mod:`cli.partialview`).
 """
 
 from __future__ import annotations
@@ -32,18 +34,31 @@ from redis.asyncio import Redis
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
+from svcgw import errors
 from svcgw.callbacks.addresses import AddressError
 from svcgw.callbacks.destinationrules import DestinationRejected
 from svcgw.config.settings import Settings
 from svcgw.config.shards import safe_url
-from svcgw.errors import STORAGE_ERRORS, SvcgwError
+from svcgw.errors import STORAGE_ERRORS, Missing, Refusal, SvcgwError
 from svcgw.registry.copies import ShardCopies
-from svcgw.registry.store import Store
+from svcgw.registry.store import OperatorDenied, Store
 from svcgw.shards.clients import ShardRedis, aclose_all, role_clients, spaces
 from svcgw.storage.keys import KeySpace
 from svcgw.vault import KEY_FILE, TokenVault
 
-__all__ = ["CONNECT_TIMEOUT", "Admin", "admin_command", "error_message", "load_settings", "safe_redis_url"]
+from .partialview import partial_view
+
+__all__ = [
+    "CONNECT_TIMEOUT",
+    "UNAVAILABLE_CODE",
+    "Admin",
+    "admin_command",
+    "coded",
+    "error_code",
+    "error_message",
+    "load_settings",
+    "safe_redis_url",
+]
 
 CONNECT_TIMEOUT = 5
 
@@ -151,6 +166,9 @@ def admin_command(func: Command) -> Callable[..., None]:
 
         async def run() -> None:
             try:
+                seen = await partial_view(admin.text, admin.keys, admin.settings)
+                if seen is not None:
+                    click.echo(f"svcgw: {seen}", err=True)
                 await func(admin, **kwargs)
             finally:
                 await admin.aclose()
@@ -158,19 +176,40 @@ def admin_command(func: Command) -> Callable[..., None]:
         try:
             asyncio.run(run())
         except (RedisConnectionError, RedisTimeoutError):
-            raise click.ClickException(f"cannot reach Redis at {admin.safe_url}") from None
+            raise click.ClickException(coded(f"cannot reach Redis at {admin.safe_url}", UNAVAILABLE_CODE)) from None
         except STORAGE_ERRORS as exc:
-            raise click.ClickException(f"Redis at {admin.safe_url} answered: {exc}") from None
+            raise click.ClickException(coded(f"Redis at {admin.safe_url} answered: {exc}", UNAVAILABLE_CODE)) from None
         except (SvcgwError, LookupError, ValueError) as exc:
             raise click.ClickException(error_message(exc)) from None
 
     return wrapper
 
 
+# Storage not serving: the console's row for it.
+UNAVAILABLE_CODE = errors.STORAGE_UNAVAILABLE.code
+
+
+def coded(message: str, code: int) -> str:
+    """The one wording of a command's error: the message, then its code."""
+    return f"{message} (code {code})"
+
+
+def error_code(exc: Exception) -> int:
+    """The code of an error of the service, as the console answers it (-40000 for a value it cannot use)."""
+    if isinstance(exc, AddressError):
+        return exc.code
+    if isinstance(exc, DestinationRejected):
+        return exc.kind.code
+    if isinstance(exc, Refusal):
+        return exc.code
+    if isinstance(exc, (Missing, LookupError)):
+        return errors.NO_DESTINATION.code  # every not-found row of the table is -40404
+    if isinstance(exc, OperatorDenied):
+        return errors.DENIED_BY_OPERATOR.code
+    return errors.BAD_REQUEST.code
+
+
 def error_message(exc: Exception) -> str:
     """What an administration command prints on stderr for an error of the service (exit status 1)."""
-    if isinstance(exc, AddressError):
-        return f"{exc.message} (code {exc.code})"
-    if isinstance(exc, DestinationRejected):
-        return f"{exc.message} (code {exc.kind.code})"
-    return str(exc)
+    message = exc.message if isinstance(exc, (AddressError, DestinationRejected)) else str(exc)
+    return coded(message, error_code(exc))

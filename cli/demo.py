@@ -40,9 +40,9 @@ from svcgw.errors import NotFound
 from svcgw.registry.credentials import Credentials, LoginTaken
 from svcgw.registry.invitations import Invitations
 from svcgw.registry.store import Store
-from svcgw.storage.keys import PLAIN
 from svcgw.vault import TokenVault, VaultError
 
+from .context import Admin
 from .demoaccount import Demo
 from .demotext import (
     INVITATION_SECONDS,
@@ -188,17 +188,18 @@ def ensure_demo(settings: Settings, create_instance: CreateInstance | None = Non
     ``create_instance(key)`` makes a new instance (through the gateway) and answers its
     appid; without it the instance is registered in the store directly.
     """
-    if not settings.redis_url:
-        raise DemoError("SVCGW_REDIS_URL is not set")
-    redis_url = settings.redis_url
+    if not settings.redis_configured:
+        raise DemoError("SVCGW_REDIS_URL (or SVCGW_REDIS_SENTINELS, or SVCGW_REDIS_SHARDS) is not set")
     vault = TokenVault.from_settings(settings)
 
     async def run() -> Demo:
-        client = AsyncRedis.from_url(redis_url, decode_responses=True)
+        # Shard 0's client and names (on a Cluster, its tag's), and a store that writes the copies
+        # an instance's shard reads, as the administration commands have them.
+        admin = Admin(settings)
         try:
-            return await _ensure(client, Store(client, vault, PLAIN), vault, create_instance)
+            return await _ensure(admin.text, admin.store(sealing=True), vault, create_instance)
         finally:
-            await client.aclose()
+            await admin.aclose()
 
     return asyncio.run(run())
 

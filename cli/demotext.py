@@ -18,6 +18,7 @@ from urllib.parse import unquote, urlsplit
 
 from receiver.console.account import invitation_path
 from svcgw.config.settings import Settings
+from svcgw.config.shards import ShardLayout
 
 from .context import safe_redis_url
 from .demoaccount import Demo
@@ -80,7 +81,9 @@ def _exports(settings: Settings) -> list[str]:
     """The environment an administration command needs to reach the demo's Redis and keys."""
     exports: list[str] = []
     password_file = (settings.state_dir / "redis" / "password").resolve()
-    if settings.redis_url and safe_redis_url(settings.redis_url) == settings.redis_url.split("?")[0]:
+    if settings.redis_shards is not None:
+        exports += _shard_exports(settings.redis_shards)
+    elif settings.redis_url and safe_redis_url(settings.redis_url) == settings.redis_url.split("?")[0]:
         exports.append(f"export SVCGW_REDIS_URL={shlex.quote(settings.redis_url)}")
     elif settings.redis_url and _embedded_password(settings.redis_url, password_file):
         # The embedded Redis's password stays in its file: the line reads it rather than showing it.
@@ -97,6 +100,27 @@ def _exports(settings: Settings) -> list[str]:
         allowed = ",".join(str(net) for net in settings.allow_private_destinations)
         exports.append(f"export SVCGW_ALLOW_PRIVATE_DESTINATIONS={shlex.quote(allowed)}")
     return exports
+
+
+def _shard_exports(layout: ShardLayout) -> list[str]:
+    """The settings that name every shard, as the service has them: a command given shard 0 alone sees only it.
+
+    A shard's entry is printed when it holds no password; otherwise the line says what to set.
+    """
+    entries: list[str] = []
+    for deployment in layout.deployments:
+        if deployment.kind == "redis":
+            url = deployment.url or ""
+            entries.append(url if safe_redis_url(url) == url else "")
+        else:
+            entries.append(deployment.name if deployment.password is None and deployment.username is None else "")
+    if all(entries):
+        lines = [f"export SVCGW_REDIS_SHARDS={shlex.quote(' '.join(entries))}"]
+    else:
+        lines = ["export SVCGW_REDIS_SHARDS=...   # every shard, as the service has them (with their passwords)"]
+    if layout.cluster:
+        lines.append(f"export SVCGW_CLUSTER_SHARDS={len(layout.shards)}")
+    return lines
 
 
 def render_demo(demo: Demo, settings: Settings) -> str:

@@ -41,6 +41,7 @@ from .output import emit, json_option, record, table, when
 
 __all__ = ["destinations_group"]
 
+
 def _scope(account: str | None, appid: str | None) -> Scope:
     if (account is None) == (appid is None):
         raise click.UsageError("give exactly one of --account ID or --appid APPID")
@@ -49,6 +50,14 @@ def _scope(account: str | None, appid: str | None) -> Scope:
 
 def scope_options(func: Callable[..., None]) -> Callable[..., None]:
     func = click.option("--appid", help="One instance's own destinations.")(func)
+    return click.option("--account", help="The account's destinations, for all its instances.")(func)
+
+
+def listing_options(func: Callable[..., None]) -> Callable[..., None]:
+    # --appid lists what the instance's events go to, which is more than the instance's own.
+    func = click.option("--appid", help="Every destination one instance's events go to: its account's and its own.")(
+        func
+    )
     return click.option("--account", help="The account's destinations, for all its instances.")(func)
 
 
@@ -130,7 +139,7 @@ def destinations_group() -> None:
 
 
 @destinations_group.command("list")
-@scope_options
+@listing_options
 @json_option
 @admin_command
 async def destinations_list(admin: Admin, account: str | None, appid: str | None, as_json: bool) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import click
 
+from svcgw.errors import NotFound
 from svcgw.intake.calllog import read_log
 from svcgw.shards.routing import instance_shard
 
@@ -25,7 +26,7 @@ async def log_command(
 ) -> None:
     """The callback log of an instance (of SVCGW_LOG_RETENTION), newest first, bodies exactly as received."""
     if not await admin.redis.exists(admin.keys.instance(appid)):
-        raise click.ClickException(f"no instance {appid!r}")
+        raise NotFound(f"no instance {appid!r}", what="instance")
     redis, keys = await instance_shard(admin.shards, appid)  # the registry names the shard its log is on
     entries = await read_log(redis, keys, admin.settings, appid, since_seconds=since, limit=limit, before=before)
     if as_json:

@@ -24,7 +24,7 @@ import click
 
 from svcgw.config.settings import SettingsError
 
-from .context import load_settings
+from .context import error_message, load_settings
 
 __all__ = ["cli", "main"]
 
@@ -51,7 +51,7 @@ class Svcgw(click.Group):
         try:
             return super().invoke(ctx)
         except SettingsError as exc:
-            raise click.ClickException(str(exc)) from None
+            raise click.ClickException(error_message(exc)) from None
 
     def list_commands(self, ctx: click.Context) -> list[str]:
         return sorted({*super().list_commands(ctx), *ADMINISTRATION})

@@ -21,7 +21,7 @@ from collections.abc import AsyncIterator
 from starlette.applications import Starlette
 from starlette.middleware import Middleware
 from starlette.requests import ClientDisconnect
-from starlette.routing import BaseRoute, Mount
+from starlette.routing import BaseRoute, Mount, Route
 from starlette.types import Receive, Scope, Send
 
 from svcgw.config.settings import Settings
@@ -31,8 +31,9 @@ from svcgw.storage import layoutversion
 from svcgw.upstream import Upstream
 
 from .apispec import declared_routes
-from .console import console_routes
+from .console import console_routes, favicon
 from .dashboard import make_dashboard
+from .dashboardlimit import SignInLimit
 from .docs import docs_routes
 from .endpoint import Endpoint, direct_post, make_endpoint
 from .endpoint import schemas as endpoint_schemas
@@ -124,11 +125,15 @@ def create_app(settings: Settings, *, services: Services | None = None) -> Starl
         *declared_routes(SERVER),
         *declared_routes(endpoint_schemas.OPERATIONS, (receiver,)),
         *declared_routes(gateway_schemas.OPERATIONS, (gateway,)),
+        # Asked by browsers of every page that names no icon of its own.
+        Route("/favicon.ico", favicon, methods=["GET"], name="favicon"),
         *docs_routes(),  # /docs: the interactive reference of /openapi.json
         *console_routes(services, gateway),
     ]
     if (dashboard := make_dashboard(settings)) is not None:
-        routes.append(Mount("/rq", app=dashboard, name="rq-dashboard"))
+        # Wrong passwords are limited per address as the console's sign-in limits them.
+        guarded = SignInLimit(dashboard, settings.signin_failures_per_address)
+        routes.append(Mount("/rq", app=guarded, name="rq-dashboard"))
     app = ServiceApp(
         routes=routes,
         lifespan=lifespan,

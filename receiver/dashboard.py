@@ -185,7 +185,7 @@ class DashboardGuard:
         self._password = password.encode("utf-8")
         self._shards = shards
 
-    def _authorized(self, scope: Scope) -> bool:
+    def authorized(self, scope: Scope) -> bool:
         presented = _credentials(scope)
         if presented is None:
             return False
@@ -211,7 +211,7 @@ class DashboardGuard:
 
     def _refusal(self, scope: Scope) -> PlainRefusal | None:
         """Why the request does not reach the dashboard, or None when it does."""
-        if not self._authorized(scope):
+        if not self.authorized(scope):
             return PlainRefusal(errors.DASHBOARD_SIGN_IN, headers={"WWW-Authenticate": f'Basic realm="{REALM}"'})
         root, path = scope.get("root_path", ""), scope["path"]
         if root and path.startswith(root):
@@ -306,7 +306,7 @@ def sentinel_url(deployment: Deployment) -> str | None:
     return f"redis+sentinel://{auth}{hosts}/{deployment.master}/{deployment.db}?{deadline}"
 
 
-def make_dashboard(settings: Settings) -> ASGIApp | None:
+def make_dashboard(settings: Settings) -> DashboardGuard | None:
     """The guarded dashboard, or None when its credentials (or Redis URLs) are not configured."""
     if not (settings.dashboard_user and settings.dashboard_password):
         return None

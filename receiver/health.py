@@ -31,6 +31,12 @@ svcgw.storage.serverchecks) is warned about in the log at start
 200: the service answers, but should not be left so) with each such finding
 under ``redis_settings``: the shard's index, the setting, and what it does.
 The settings are read again at most every 30 s (svcgw.shards.serverfacts).
+
+A shard that answers but holds deliveries a worker stranded (held without
+ever finishing their attempt, then handed back: svcgw.delivery.stranded) and
+that have not been attempted since makes the answer ``"status": "degraded"``
+too, still 200, with ``stranded``: those shards' indexes. The key is there
+only while some shard has such deliveries.
 """
 
 from __future__ import annotations
@@ -42,6 +48,7 @@ from redis.exceptions import RedisClusterException, RedisError
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
+from svcgw.delivery import stranded
 from svcgw.shards.clients import ShardRedis
 from svcgw.shards.serverfacts import SettingsWatch, log_reports
 from svcgw.storage.servers import on_shard_server
@@ -66,23 +73,27 @@ async def readyz(request: Request) -> Response:
     services: Services = request.app.state.services
     watch: SettingsWatch = request.app.state.redis_settings
     clients = services.shards
-    answered, reports = await asyncio.gather(
-        asyncio.gather(*(_answers(client) for client in clients)), watch.reports(READY_TIMEOUT)
+    states, reports = await asyncio.gather(
+        asyncio.gather(*(_state(client) for client in clients)), watch.reports(READY_TIMEOUT)
     )
+    answered = [ok for ok, _ in states]
     shards = [{"shard": index, "redis": "ok" if ok else "unreachable"} for index, ok in enumerate(answered)]
     unreachable = [index for index, ok in enumerate(answered) if not ok]
+    held = [index for index, (_, count) in enumerate(states) if count]
     # Index, setting and effect only: the check is unauthenticated, and findings name no host.
     harmful = [
         {"shard": report.shard, "setting": finding.setting, "severity": finding.severity, "problem": finding.problem}
         for report in reports
         for finding in report.harmful
     ]
-    extra = {"redis_settings": harmful} if harmful else {}
+    document: dict[str, object] = {"status": "ok", "redis": "ok", "shards": shards, "unreachable": unreachable}
+    if harmful:
+        document.update(status="degraded", redis_settings=harmful)
+    if held:
+        document.update(status="degraded", stranded=held)
     if not unreachable:
-        status = "degraded" if harmful else "ok"
-        return JSONResponse({"status": status, "redis": "ok", "shards": shards, "unreachable": [], **extra})
-    status = "degraded" if answered[0] else "unavailable"
-    document = {"status": status, "redis": "unreachable", "shards": shards, "unreachable": unreachable, **extra}
+        return JSONResponse(document)
+    document.update(status="degraded" if answered[0] else "unavailable", redis="unreachable")
     return JSONResponse(document, status_code=200 if answered[0] else 503)
 
 
@@ -103,6 +114,17 @@ async def connect_shards(services: Services, timeout: float = CONNECT_TIMEOUT) -
     for index in range(len(pairs)):
         if not (answered[2 * index] and answered[2 * index + 1]):
             log.warning("shard %d did not answer at start; it is connected on first use", index, extra={"shard": index})
+
+
+async def _state(shard: ShardRedis) -> tuple[bool, int]:
+    """Whether the shard answers, and how many of its deliveries were stranded and not attempted since."""
+    if not await _answers(shard):
+        return False, 0
+    try:
+        async with asyncio.timeout(READY_TIMEOUT):
+            return True, await stranded.unresolved(shard.redis, shard.keys)
+    except (RedisError, RedisClusterException, OSError, TimeoutError):
+        return True, 0
 
 
 async def _answers(shard: ShardRedis, timeout: float = READY_TIMEOUT) -> bool:

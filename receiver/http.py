@@ -158,8 +158,10 @@ def client_address(request: Request) -> str:
     client = request.scope.get("client")
     if not client:
         return "unknown"
-    # The app's setting (receiver.app puts it there); an app built otherwise counts by the default.
-    return limit_key(str(client[0]), getattr(request.app.state, "ipv6_prefix", IPV6_PREFIX))
+    # The app's setting (receiver.app puts it there); an app built otherwise, or a scope called without
+    # one, counts by the default.
+    state = getattr(request.scope.get("app"), "state", None)
+    return limit_key(str(client[0]), getattr(state, "ipv6_prefix", IPV6_PREFIX))
 
 
 def json_answer(code: int, message: str, data: object = None, *, status: int = 200) -> Response:

@@ -25,6 +25,7 @@ from svcgw.registry.copies import ShardCopies
 from svcgw.registry.store import Store
 from svcgw.shards.clients import ShardRedis, aclose_all, role_clients
 from svcgw.storage.keys import KeySpace
+from svcgw.storage.scripts import batched
 from svcgw.upstream import Upstream
 from svcgw.vault import TokenVault
 
@@ -100,11 +101,15 @@ def build_services(settings: Settings, *, clock: Clock | None = None) -> Service
     store = Store(text, vault, keys)
     if len(texts) > 1:
         store.copies = ShardCopies([client for client, _ in texts], [names for _, names in texts])
-    # Each shard's receiver reads the routing records of its instances there (the copies).
+    # Each shard's receiver reads the routing records of its instances there (the copies). The shards
+    # of one client (a Cluster's virtual shards) share one batch of ingest scripts: a turn's posts to
+    # any of them go together, one pipeline per master, not one batch per virtual shard, mostly of one.
+    batches = {id(raw): batched(raw, "ingest") for raw, _ in raws}
     ingests = tuple(
-        Ingest(raw, names, settings, targets=RoutesCache(raw, names, settings.routes_cache_seconds))
+        Ingest(raw, names, settings, targets=RoutesCache(raw, names, settings.routes_cache_seconds),
+               batch=batches[id(raw)])
         for raw, names in raws
-    )
+    )  # fmt: skip
     # Checks of credentials not known may hold half the connections of a pool, no more.
     receiver_guard, key_guard = guards(
         settings.receiver_failures_per_address,

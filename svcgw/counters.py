@@ -73,12 +73,14 @@ __all__ = [
     "KINDED",
     "KINDS",
     "LATENCY_BUCKETS",
+    "STRANDED",
     "AttemptRecorder",
     "BufferedCounts",
     "attempt_commands",
     "count_change",
     "ingest_commands",
     "kinded_series",
+    "not_stored_commands",
     "record_probe",
 ]
 
@@ -112,15 +114,18 @@ LATENCY_BUCKETS: tuple[float, ...] = (
 POSTS = "posts_received"
 EVENTS = "events_received"
 DUPLICATES = "duplicates_dropped"
+POSTS_NOT_STORED = "posts_not_stored"
 ATTEMPTS = "delivery_attempts"
 DELIVERIES = "deliveries"
 DEAD = "dead_letters"
 PROBES = "probes"
+STRANDED = "deliveries_stranded"
 
 COUNTERS: dict[str, tuple[str, str | None]] = {
     POSTS: ("Posts accepted by the receiver (stored, answered 2xx).", None),
     EVENTS: ("Events in accepted posts, new and duplicate.", None),
     DUPLICATES: ("Events dropped from forwarding as duplicates.", None),
+    POSTS_NOT_STORED: ("Posts answered 503 because Redis did not store them, by cause (the error's class).", "cause"),
     ATTEMPTS: (
         "Delivery attempts, by what came next (delivered, retry, dead) and kind (primary, destination).",
         "outcome",
@@ -131,6 +136,11 @@ COUNTERS: dict[str, tuple[str, str | None]] = {
         None,
     ),
     PROBES: ("Liveness probes, by result.", "result"),
+    STRANDED: (
+        "Deliveries a worker held past their lease and longest attempt without finishing them, handed back "
+        "(svcgw.delivery.stranded).",
+        None,
+    ),
 }
 # The delivery counters carry one more label, ``kind``: ``primary`` (the primary address: the
 # instance's callback address or the account default) or ``destination`` (a further destination,
@@ -181,6 +191,11 @@ def ingest_commands(keys: KeySpace, accepted: int, duplicates: int) -> list[Comm
     if duplicates:
         commands.append(("HINCRBY", counters, DUPLICATES, duplicates))
     return commands
+
+
+def not_stored_commands(keys: KeySpace, cause: str) -> list[Command]:
+    """What a post refused for a storage error adds; ``cause`` is the error's class name."""
+    return [("HINCRBY", keys.metrics_counters, _field(POSTS_NOT_STORED, cause), 1)]
 
 
 def attempt_commands(

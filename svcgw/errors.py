@@ -13,7 +13,7 @@ whole tree (each class's module in brackets when it is not this one)::
     ├── Rejected                 input the service cannot use; each surface picks its row
     │   ├── AddressError         a callback address against the address rules [svcgw.callbacks.addresses]
     │   ├── DestinationRejected  a further destination's value (also ValueError) [svcgw.callbacks.destinationrules]
-    │   │   ├── BadEventTypes, BadRate, BadLabel
+    │   │   ├── BadEventTypes, BadRate, BadLabel, BadToken
     │   │   └── TooManyDestinations
     │   ├── EnvelopeError        a receiver post that is not an envelope [svcgw.intake.envelope]
     │   ├── NotUnicode           JSON text that is not UTF-8 [svcgw.intake.rawjson]
@@ -389,6 +389,7 @@ class Rows(Generic[Answer]):
 #   -40020   400   a further destination's event types are not plain event type names, or too many
 #   -40021   400   a further destination's rate limit is not deliveries per second within bounds
 #   -40920   409   a scope already has its most further destinations
+#   -40022   400   a Bearer token (the primary address's or a further destination's) with control characters
 NOT_SIGNED_IN = ErrorKind(401, 401, "sign in first: a console session or an API key is required")
 KEY_REFUSED = ErrorKind(401, 401, "API key invalid or revoked")
 CSRF_FAILED = ErrorKind(-40310, 403, "CSRF token missing or wrong")
@@ -415,6 +416,7 @@ NO_DESTINATION = ErrorKind(-40404, 404, "no such destination")
 BAD_EVENT_TYPES = ErrorKind(-40020, 400, "event_types must be plain event type names such as Msg or InstanceOffline")
 BAD_RATE = ErrorKind(-40021, 400, "rate must be deliveries per second, more than 0, or null for no limit")
 TOO_MANY_DESTINATIONS = ErrorKind(-40920, 409, "this account or instance has the most destinations it may have")
+BAD_TOKEN = ErrorKind(-40022, 400, "a Bearer token must not contain control characters such as CR, LF or NUL")
 
 CONSOLE_KINDS: tuple[ErrorKind, ...] = (
     NOT_SIGNED_IN,
@@ -437,6 +439,7 @@ CONSOLE_KINDS: tuple[ErrorKind, ...] = (
     BAD_EVENT_TYPES,
     BAD_RATE,
     TOO_MANY_DESTINATIONS,
+    BAD_TOKEN,
 )
 
 # The console's row for a thing not found (another account's is not found alike).
@@ -452,6 +455,7 @@ __all__ += [
     "BAD_EVENT_TYPES",
     "BAD_RATE",
     "BAD_REQUEST",
+    "BAD_TOKEN",
     "CONSOLE_KINDS",
     "CONSOLE_NOT_FOUND",
     "CSRF_FAILED",
@@ -488,6 +492,9 @@ DASHBOARD_READ_ONLY = ErrorKind(
 )
 DASHBOARD_NOT_FOUND = ErrorKind(404, 404, "not found in the dashboard")  # then ": " and why
 DASHBOARD_NO_JOB = ErrorKind(404, 404, "no such job")
+DASHBOARD_LIMITED = ErrorKind(
+    429, 429, "too many wrong credentials from this address; retry after the time in Retry-After"
+)
 # Its text never names the Redis (the host may be in it).
 DASHBOARD_UNAVAILABLE = ErrorKind(503, 503, "Redis does not answer; try again shortly")
 
@@ -500,10 +507,12 @@ PLAIN_KINDS: tuple[ErrorKind, ...] = (
     DASHBOARD_READ_ONLY,
     DASHBOARD_NOT_FOUND,
     DASHBOARD_NO_JOB,
+    DASHBOARD_LIMITED,
     DASHBOARD_UNAVAILABLE,
 )
 
 __all__ += [
+    "DASHBOARD_LIMITED",
     "DASHBOARD_NOT_FOUND",
     "DASHBOARD_NO_JOB",
     "DASHBOARD_READ_ONLY",

@@ -58,7 +58,11 @@ shutdown hands a job back without an attempt.
 Ordering rules: an attempt's slot is freed, its claim forgotten, and the
 ``on_attempt`` hook called only after its outcome is stored in Redis. Until
 then the lease is extended, so a worker that dies meanwhile loses nothing:
-the job is handed back and tried again.
+the job is handed back and tried again. A claim held longer than any attempt
+takes (:func:`svcgw.delivery.stranded.ceiling`), its outcome not waiting on
+Redis, is stranded: its attempt is cancelled and the job handed back, logged,
+counted, and noted for ``/readyz`` until it is attempted again
+(:mod:`svcgw.delivery.stranded`).
 """
 
 from __future__ import annotations
@@ -80,7 +84,7 @@ from redis.asyncio.cluster import RedisCluster as AsyncRedisCluster
 from svcgw.callbacks.outbound import Sender, sender_for
 from svcgw.config.settings import Settings
 from svcgw.counters import AttemptRecorder
-from svcgw.delivery import failingdestinations, probing
+from svcgw.delivery import failingdestinations, probing, stranded
 from svcgw.errors import STORAGE_ERRORS
 from svcgw.logs import of_shard
 from svcgw.shards.clients import spaces
@@ -108,6 +112,7 @@ CLAIM_BATCH = 100
 CLAIM_MOST = 2 * CLAIM_BATCH
 IDLE_WAIT = 0.25
 ACCOUNT_DEFER_SECONDS = 0.05  # the shortest deferral of a job whose account is at its cap
+STRANDED_NAMED = 20  # stranded deliveries named in the log line that hands them back
 UNPARK_CALLS = 100  # script calls at most that bring one destination's held-back jobs forward at once
 
 
@@ -127,6 +132,15 @@ def loop_factory() -> Callable[[], asyncio.AbstractEventLoop]:
 def lane(account: str, key: str) -> str:
     """The slot key of ``account``'s attempts to the destination key ``key`` (an address and port)."""
     return f"{account} {key}"
+
+
+@dataclass(frozen=True)
+class _Claim:
+    """A claim the engine holds: when it was claimed (monotonic), its delivery's attempts then, its attempt's task."""
+
+    since: float
+    attempts: int
+    task: asyncio.Task[None]
 
 
 @dataclass(frozen=True)
@@ -199,6 +213,9 @@ class Engine:
         self._given_client = client
         self._held: set[str] = set()
         self._tasks: set[asyncio.Task[None]] = set()
+        self._claims: dict[str, _Claim] = {}
+        # Past this many seconds held, a claim whose outcome is not waiting on Redis is stranded.
+        self.longest_hold = stranded.ceiling(settings, LINE_WAIT)
         # Jobs over a quick destination's cap waiting in this worker for one of its slots, per key, first first
         # (shared by the engines of one process, as the slots are).
         self.lines: dict[str, deque[asyncio.Future[None]]] = {}
@@ -229,7 +246,7 @@ class Engine:
         self.sender = sender
         self.outcomes = Outcomes(self.settings, self.queue, self.on_attempt)
         self._slot_freed = asyncio.Event()
-        flusher = asyncio.create_task(self.outcomes.run(), name="finish-flusher")
+        flusher = self._flusher = asyncio.create_task(self.outcomes.run(), name="finish-flusher")
         self.log.info("delivery engine %s started with %d slots", self.name, self.capacity)
         try:
             await self._main(stop, burst)
@@ -257,7 +274,7 @@ class Engine:
 
     # --- main loop -----------------------------------------------------------------
     async def _main(self, stop: asyncio.Event, burst: bool) -> None:
-        next_promote = next_reclaim = next_extend = next_probing = 0.0
+        next_promote = next_reclaim = next_extend = next_probing = next_resolve = 0.0
         failures = 0
         while not stop.is_set():
             try:
@@ -280,8 +297,12 @@ class Engine:
                     await self.queue.reclaim_expired()
                     next_reclaim = now + RECLAIM_EVERY
                 if now >= next_extend:
+                    await self._hand_back_stranded()
                     await self.queue.extend(self.held())
-                    next_extend = now + self.settings.lease_seconds / 3
+                    next_extend = now + min(self.settings.lease_seconds / 3, stranded.RESOLVE_EVERY)
+                if now >= next_resolve:
+                    await stranded.resolve(self.queue.redis, self.keys)
+                    next_resolve = now + stranded.RESOLVE_EVERY
                 free = self.capacity - len(self._held)
                 # Claim in batches: a slot or two freed under full load waits
                 # for a few more rather than costing a round trip each.
@@ -365,6 +386,39 @@ class Engine:
         task = asyncio.create_task(self._attempt(job))
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
+        attempts = job.fields.get("attempts")
+        self._claims[job.delivery_id] = _Claim(time.monotonic(), int(attempts or 0), task)
+
+    async def _hand_back_stranded(self) -> None:
+        """Hand back the claims held past :attr:`longest_hold` whose attempt has not ended (stranded).
+
+        An outcome waiting for Redis to store it is not stranded: it is stored as soon as Redis answers.
+        """
+        now = time.monotonic()
+        waiting = self.outcomes.waiting_ids()
+        exempt = waiting if not self._flusher.done() and not self.outcomes.stalled(now, self.longest_hold) else set()
+        late = stranded.overdue({i: claim.since for i, claim in self._claims.items()}, now, self.longest_hold, exempt)
+        if not late:
+            return
+        claims = {delivery_id: self._claims.pop(delivery_id) for delivery_id in late}
+        for delivery_id, claim in claims.items():
+            self._held.discard(delivery_id)
+            claim.task.cancel()
+        self.outcomes.forget(set(late))
+        self.log.warning(
+            "%d deliveries held for more than %.0fs without their attempt ending; handing them back: %s",
+            len(late),
+            self.longest_hold,
+            " ".join(late[:STRANDED_NAMED]) + (" ..." if len(late) > STRANDED_NAMED else ""),
+            extra={"count": len(late)},
+        )
+        try:
+            await self.queue.release(late)
+            await stranded.record(self.queue.redis, self.keys, {i: claim.attempts for i, claim in claims.items()})
+        except STORAGE_ERRORS as exc:
+            # No longer extended: their leases run out and the claim's reclaim hands them back.
+            self.log.warning("could not hand back %d stranded deliveries (%s); their leases will run out",
+                             len(late), type(exc).__name__)  # fmt: skip
 
     async def _shutdown(self) -> None:
         """Let attempts in flight finish within the delivery timeout; hand back the rest."""
@@ -403,6 +457,9 @@ class Engine:
                 self.log.exception("delivery %s: the failed attempt could not be recorded", delivery_id)
         finally:
             self._held.discard(delivery_id)
+            claim = self._claims.get(delivery_id)
+            if claim is not None and claim.task is asyncio.current_task():
+                del self._claims[delivery_id]
             self._slot_freed.set()
 
     async def _run_attempt(self, job: Claimed) -> None:

@@ -9,6 +9,9 @@ queues any end of a claim (also a drop or a deferral) and waits until it
 is stored: :meth:`Outcomes.run` stores all that are waiting in one call of
 the finish script (:meth:`worker.queue.DeliveryQueue.finish_detailed`),
 and keeps trying while Redis is away (the claims stay held meanwhile).
+Whatever a call raises, the batch is tried again: were the task to end, every
+attempt waiting on it would wait for ever while the engine went on extending
+its lease (a stranded delivery: :class:`worker.stranded.Stranded`).
 """
 
 from __future__ import annotations
@@ -53,11 +56,36 @@ class Outcomes:
         self.on_attempt = on_attempt
         self._pending: list[_Pending] = []
         self._wanted = asyncio.Event()
+        self._storing: list[_Pending] = []  # the batch of the call under way
+        # When the call under way began (monotonic), or None between calls.
+        self.storing_since: float | None = None
+        # The last call failed with an error that is not Redis's: trying again may never succeed.
+        self.failing_unexpectedly = False
 
     @property
     def waiting(self) -> bool:
         """Whether an outcome is waiting to be stored."""
         return bool(self._pending)
+
+    def waiting_ids(self) -> set[str]:
+        """The deliveries whose end is waiting to be stored, or being stored now."""
+        return {p.item.delivery_id for p in (*self._pending, *self._storing)}
+
+    def stalled(self, now: float, longest: float) -> bool:
+        """Whether storing is not merely waiting for Redis: a call failing with an error of another kind, or one
+        under way for more than ``longest`` seconds at ``now`` (monotonic)."""
+        since = self.storing_since
+        return self.failing_unexpectedly or (since is not None and now - since > longest)
+
+    def forget(self, ids: set[str]) -> None:
+        """Drop the ends of ``ids`` not sent yet: their claims were handed back (their waiters are cancelled)."""
+        kept = []
+        for pending in self._pending:
+            if pending.item.delivery_id in ids:
+                pending.done.cancel()
+            else:
+                kept.append(pending)
+        self._pending[:] = kept
 
     async def record(self, prepared: Prepared, attempt: Attempt, probe: str = "") -> Finished:
         """Store the attempt's outcome and what comes next, then tell the ``on_attempt`` hook.
@@ -127,17 +155,25 @@ class Outcomes:
             while self._pending:
                 batch = self._pending[:FINISH_BATCH]
                 del self._pending[:FINISH_BATCH]
+                self._storing, self.storing_since = batch, time.monotonic()
                 try:
                     results = await self.queue.finish_detailed([p.item for p in batch])
-                except STORAGE_ERRORS as exc:
+                except Exception as exc:
                     # Still claimed and still extended: try again until Redis is back.
-                    self._pending[:0] = batch
+                    self._pending[:0] = [p for p in batch if not p.done.done()]
                     failures += 1
                     delay = min(0.05 * 2**failures, 2.0)
-                    log.warning("could not record %d attempts (%s); retrying", len(batch), type(exc).__name__)
+                    self.failing_unexpectedly = not isinstance(exc, STORAGE_ERRORS)
+                    if not self.failing_unexpectedly:
+                        log.warning("could not record %d attempts (%s); retrying", len(batch), type(exc).__name__)
+                    else:
+                        log.exception("could not record %d attempts (%s); retrying", len(batch), type(exc).__name__)
                     await asyncio.sleep(delay)
                     continue
+                finally:
+                    self._storing, self.storing_since = [], None
                 failures = 0
+                self.failing_unexpectedly = False
                 for pending, held in zip(batch, results, strict=True):
                     if not pending.done.done():
                         pending.done.set_result(held)

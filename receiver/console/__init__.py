@@ -20,10 +20,13 @@ the pages' side by side, each with its one handler of errors
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from starlette.middleware import Middleware
 from starlette.middleware.exceptions import ExceptionMiddleware
+from starlette.requests import Request
+from starlette.responses import FileResponse, Response
 from starlette.routing import BaseRoute, Mount
 
 from svcgw.registry.invitations import Invitations
@@ -48,7 +51,7 @@ if TYPE_CHECKING:
     from receiver.gateway import Gateway
     from receiver.services import Services
 
-__all__ = ["API_OPERATIONS", "console_routes"]
+__all__ = ["API_OPERATIONS", "console_routes", "favicon"]
 
 # Every route of the JSON API, in the order of /openapi.json.
 API_OPERATIONS: tuple[operations.ConsoleOperation, ...] = (
@@ -56,6 +59,14 @@ API_OPERATIONS: tuple[operations.ConsoleOperation, ...] = (
     *onboarding_operations.OPERATIONS,
     *destination_operations.OPERATIONS,
 )
+
+
+_ICON = Path(__file__).parent / "static" / "favicon.svg"
+
+
+async def favicon(request: Request) -> Response:
+    """``/favicon.ico``: the console's icon, for a browser on a page that names none (else a 404 per page)."""
+    return FileResponse(_ICON, media_type="image/svg+xml", headers={"Cache-Control": "public, max-age=86400"})
 
 
 def console_routes(services: Services, gateway: Gateway) -> list[BaseRoute]:

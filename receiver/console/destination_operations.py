@@ -13,7 +13,8 @@ DESTINATION_ID = path_param("destination_id", "dst_ and 16 hex digits")
 NOT_FOUND = err("code -40404: no such destination (or appid), or another account's (the same answer)")
 BAD = err(
     "code -40000 bad value; -40011/-40012/-40013 address refused (as a callback address); "
-    "-40020 event types not plain event type names; -40021 rate not more than 0 and at most 1000"
+    "-40020 event types not plain event type names; -40021 rate not more than 0 and at most 1000; "
+    "-40022 a Bearer token with control characters"
 )
 FULL = err("code -40920: the account, or the instance, has its most destinations (10); remove one first")
 SAVED_NOTE = (

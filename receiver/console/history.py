@@ -91,6 +91,7 @@ class HistoryPages(PageKit):
             total=total,
             page=page,
             pages=max((total + PAGE_SIZE - 1) // PAGE_SIZE, 1),
+            retries=len(self.context.settings.retry_schedule),
         )
 
     async def dead_letter(self, request: Request, session: Session) -> Response:

@@ -104,7 +104,10 @@ def op(
             "code -40404: no such appid, dead letter or delivery, or another account's (the same answer)"
         )
     if bad:
-        answers[400] = err("code -40000 bad value; -40011/-40012/-40013 callback address refused")
+        answers[400] = err(
+            "code -40000 bad value; -40011/-40012/-40013 callback address refused; "
+            "-40022 a Bearer token with control characters"
+        )
     if change or bad:
         answers[415] = err("code -41500: a JSON body was expected")
     answers[503] = err("code -50002: storage temporarily unavailable")

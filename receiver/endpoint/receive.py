@@ -18,6 +18,9 @@ at all while the address's window of failures is full (429 and
 ``Retry-After``), so a flood of made-up tokens cannot keep real posts from
 Redis.
 
+A post refused because Redis did not store it (503, ``-50002``) is counted in ``/metrics`` and
+its cause logged (:mod:`receiver.endpoint.notstored`).
+
 The app hands a post on a plain receiver path (:func:`direct_post`) to
 :meth:`Endpoint.direct`, without its router and middleware; any other path
 under the prefix takes the route, to the same handler.
@@ -25,7 +28,6 @@ under the prefix takes the route, to the same handler.
 
 from __future__ import annotations
 
-import logging
 import re
 from collections.abc import Sequence
 
@@ -44,10 +46,9 @@ from svcgw.storage.layoutversion import LayoutError
 from ..credentialguard import CredentialGuard, Throttled
 from ..headers import send_direct, send_server_error
 from ..http import BadContentLength, BodyTooLarge, client_address, json_answer, read_body, refusal_response
+from .notstored import NotStored
 
 __all__ = ["ROWS", "Endpoint", "direct_post", "make_endpoint", "refused"]
-
-log = logging.getLogger("svcgw.receiver")
 
 _AGAIN = {"Retry-After": "1"}
 
@@ -85,6 +86,7 @@ class Endpoint:
     def __init__(self, ingests: Sequence[Ingest], guard: CredentialGuard) -> None:
         self.shards = tuple(ingests)  # by shard index
         self.guard = guard  # the look-ups of tokens
+        self._not_stored: NotStored | None = None  # made at the first post Redis did not store
 
     async def handle(self, request: Request) -> Response:
         return await self._answer(request, request.path_params["appid"], request.path_params["token"])
@@ -122,8 +124,16 @@ class Endpoint:
             body = await read_body(request, ingest.settings.max_body_bytes, strict=True)
             result = await ingest.accept(appid, token, body)
         except ROWS.classes as exc:
+            if shard is not None and isinstance(exc, (*STORAGE_ERRORS, LayoutError)):
+                self._record_not_stored(shard, appid, exc)
             return refused(exc)
         return json_answer(0, "ok", {"accepted": result.accepted, "duplicates": result.duplicates})
+
+    def _record_not_stored(self, shard: int, appid: str, exc: Exception) -> None:
+        if self._not_stored is None:
+            # Counted in shard 0's counters: a shard that is down cannot hold the count of its refusals.
+            self._not_stored = NotStored(self.shards[0].counts, self.shards[0].keys)
+        self._not_stored(shard, appid, exc)
 
 
 def make_endpoint(ingests: Sequence[Ingest], guard: CredentialGuard) -> Endpoint:
@@ -141,8 +151,5 @@ async def _receiver(ingest: Ingest, appid: str, token: str) -> bool | None:
 
 
 def refused(exc: Exception) -> Response:
-    """The answer to a post that was not stored: its row of :data:`ROWS`."""
-    if isinstance(exc, LayoutError):
-        # Not stored, as when Redis fails: the sender posts again once the operator has fixed it.
-        log.error("post not stored: %s", exc)
+    """The answer to a post that was not stored: its row of :data:`ROWS` (the endpoint logs a storage error)."""
     return refusal_response(ROWS.answer(exc))

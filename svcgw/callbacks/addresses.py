@@ -8,7 +8,8 @@ One set of rules, applied twice:
 * at connect time, :func:`filter_addresses` resolves the host again and keeps
   only the addresses that may be dialled, so a name that changed its answer
   since it was configured (DNS rebinding) still cannot reach an internal
-  address. The delivery transport dials only what it returns.
+  address, nor the service itself (-40012, with the service's own targets,
+  :func:`own_targets`). The delivery transport dials only what it returns.
 
 The rules, checked in this order:
 
@@ -27,7 +28,8 @@ The rules, checked in this order:
   ``127.0.0.1:8080``.
 
 ``-40013`` (``UNUSABLE_ADDRESS``): the port is not one of ``ports``
-  (``SVCGW_DESTINATION_PORTS``: 80, 443 and 1024 to 65535 unless set
+  (``SVCGW_DESTINATION_PORTS``: 80, 443 and 1024 to 65535 but for the
+  well-known ports of internal services, ``INTERNAL_SERVICE_PORTS``, unless set
   otherwise), the host does not resolve, or any address it resolves to is
   internal (see :func:`forbidden_reason`). IP literals,
   including the odd IPv4 spellings ``2130706433``, ``0x7f.1`` and ``127.1``
@@ -54,7 +56,7 @@ from urllib.parse import unquote, urlsplit
 
 from svcgw.callbacks.netblocks import IPAddress, forbidden_reason
 from svcgw.config.environment import Network, PortRanges
-from svcgw.config.settings import DEFAULT_DESTINATION_PORTS, Settings
+from svcgw.config.settings import DEFAULT_DESTINATION_PORTS, INTERNAL_SERVICE_PORTS, Settings
 from svcgw.errors import Rejected
 from svcgw.intake.receivers import receiver_prefix
 
@@ -67,12 +69,14 @@ __all__ = [
     "CallbackUrl",
     "IPAddress",
     "Network",
+    "OwnTarget",
     "Resolver",
     "check_callback_url",
     "check_for_service",
     "filter_addresses",
     "forbidden_reason",
     "is_ip_literal",
+    "own_targets",
     "port_allowed",
     "system_resolve",
 ]
@@ -188,7 +192,11 @@ def port_allowed(port: int, ports: PortRanges = DEFAULT_DESTINATION_PORTS) -> bo
 
 
 def _port_refused(port: int) -> AddressError:
-    return AddressError(UNUSABLE_ADDRESS, f"port {port} is not an allowed destination port (SVCGW_DESTINATION_PORTS)")
+    service = INTERNAL_SERVICE_PORTS.get(port)
+    why = f", it is {service}'s well-known port" if service else ""
+    return AddressError(
+        UNUSABLE_ADDRESS, f"port {port} is not an allowed destination port (SVCGW_DESTINATION_PORTS{why})"
+    )
 
 
 def filter_addresses(
@@ -197,19 +205,29 @@ def filter_addresses(
     allow: Sequence[Network] = (),
     resolve: Resolver | None = None,
     ports: PortRanges = DEFAULT_DESTINATION_PORTS,
+    own: Sequence[OwnTarget] = (),
 ) -> list[str]:
     """Resolve ``host`` and return the addresses that may be dialled.
 
     This is the connect-time check: forbidden addresses are dropped and the
     rest returned in the resolver's order. Raises :class:`AddressError`
     (-40013) when the port is not allowed, or when the host does not resolve
-    or resolves only to internal addresses.
+    or resolves only to internal addresses, and (-40012) when it is, or
+    resolves only to, one of the service's ``own`` targets on their port.
+    At connect time the path is not known, so a target counts for any path.
     """
     if not port_allowed(port, ports):
         raise _port_refused(port)
+    mine = _own_addresses(own, _norm_host(host), port, resolve)
+    if mine is None:
+        raise AddressError(OWN_ADDRESS, f"host {host!r} is this service's own address")
     found = _lookup(host, port, resolve)
     if not found:
         raise AddressError(UNUSABLE_ADDRESS, f"host {host!r} does not resolve")
+    if mine:
+        found = [ip for ip in found if _unmapped(ip) not in mine]
+        if not found:
+            raise AddressError(OWN_ADDRESS, f"host {host!r} resolves to this service's own address")
     kept = [str(ip) for ip in found if forbidden_reason(ip, allow) is None]
     if not kept:
         reasons = sorted({forbidden_reason(ip, allow) or "" for ip in found})
@@ -259,14 +277,16 @@ def _norm_path(path: str) -> str:
 
 
 @dataclass(frozen=True)
-class _Own:
+class OwnTarget:
+    """A place of the service itself: a host (normalised), its port, and the path under which it is the service's."""
+
     host: str
     port: int
     path: str
 
 
-def _own_targets(own_origins: Sequence[tuple[str, str, int]], own_prefixes: Sequence[str]) -> list[_Own]:
-    targets = [_Own(_norm_host(host), port, "/") for _scheme, host, port in own_origins]
+def _own_targets(own_origins: Sequence[tuple[str, str, int]], own_prefixes: Sequence[str]) -> list[OwnTarget]:
+    targets = [OwnTarget(_norm_host(host), port, "/") for _scheme, host, port in own_origins]
     for prefix in own_prefixes:
         try:
             parts = urlsplit(prefix)
@@ -274,12 +294,31 @@ def _own_targets(own_origins: Sequence[tuple[str, str, int]], own_prefixes: Sequ
         except ValueError:
             continue
         if parts.hostname:
-            targets.append(_Own(_norm_host(parts.hostname), port, _norm_path(parts.path)))
+            targets.append(OwnTarget(_norm_host(parts.hostname), port, _norm_path(parts.path)))
     return targets
 
 
+def own_targets(settings: Settings) -> tuple[OwnTarget, ...]:
+    """The service's own places, as :func:`check_for_service` knows them: its public origin and receiver URLs."""
+    return tuple(_own_targets([settings.public_origin], [receiver_prefix(settings)]))
+
+
+def _own_addresses(
+    targets: Sequence[OwnTarget], host: str, port: int, resolve: Resolver | None
+) -> frozenset[IPAddress] | None:
+    """The addresses of the service's own targets on ``port`` (looked up now); None when ``host`` is one by name."""
+    mine: set[IPAddress] = set()
+    for target in targets:
+        if target.port != port:
+            continue
+        if target.host == host:
+            return None
+        mine.update(_unmapped(ip) for ip in _lookup(target.host, target.port, resolve))
+    return frozenset(mine)
+
+
 def _is_own(
-    targets: Sequence[_Own],
+    targets: Sequence[OwnTarget],
     host: str,
     port: int,
     path: str,

@@ -19,6 +19,10 @@ store, the console and the command line share:
   None for no limit;
 * **label**: free text for people, at most :data:`MAX_LABEL_LENGTH`
   characters, without control characters;
+* **Bearer token** (a further destination's, and the primary address's, which
+  shares the rule): no control characters (CR, LF, NUL, ...), which no HTTP
+  header may carry, so that a token that can never be sent is refused when
+  it is saved rather than failing every delivery;
 * **how many**: at most :data:`MAX_DESTINATIONS` on one account, and as many
   on each instance.
 
@@ -29,6 +33,7 @@ Errors (in the one tree of ``svcgw.errors``)::
         ├── BadEventTypes       -40020 (400)
         ├── BadRate             -40021 (400)
         ├── BadLabel            -40000 (400)
+        ├── BadToken            -40022 (400)
         └── TooManyDestinations -40920 (409)
 """
 
@@ -53,8 +58,10 @@ __all__ = [
     "BadEventTypes",
     "BadLabel",
     "BadRate",
+    "BadToken",
     "DestinationRejected",
     "TooManyDestinations",
+    "check_bearer_token",
     "check_event_types",
     "check_label",
     "check_rate",
@@ -108,6 +115,10 @@ class BadRate(DestinationRejected):
 
 class BadLabel(DestinationRejected):
     kind = errors.BAD_REQUEST
+
+
+class BadToken(DestinationRejected):
+    kind = errors.BAD_TOKEN
 
 
 class TooManyDestinations(DestinationRejected):
@@ -187,3 +198,16 @@ def check_label(value: object) -> str:
     if any(unicodedata.category(ch) in ("Cc", "Cf", "Cs", "Co", "Cn") for ch in label):
         raise BadLabel("label must not contain control or invisible characters")
     return label
+
+
+def check_bearer_token(value: str | None) -> str | None:
+    """A Bearer token as given (None or empty: none given), refused with control characters in it.
+
+    The message never shows the token, only which character it holds.
+    """
+    if not value:
+        return value
+    for ch in value:
+        if unicodedata.category(ch) == "Cc":
+            raise BadToken(f"a Bearer token must not contain control characters; it holds U+{ord(ch):04X}")
+    return value

@@ -10,7 +10,8 @@ requests in flight grows, which httpx's async pool does (see
 Connect-time rules:
 
 * :class:`GuardedResolver` resolves the host once,
-  :func:`svcgw.callbacks.addresses.filter_addresses` drops internal addresses, and only
+  :func:`svcgw.callbacks.addresses.filter_addresses` drops internal addresses and
+  the service's own (its public origin and receiver URLs, -40012), and only
   the kept ones are handed to the connector, so nothing resolves the name a
   second time (DNS rebinding);
 * every socket the connector opens is made by :func:`guarded_socket`, which
@@ -27,7 +28,7 @@ Errors raised by :meth:`Sender.post`::
     SendError
     ├── Refused      the address rules forbid every address of the host; nothing was sent
     ├── TimedOut     no complete answer within the delivery timeout
-    └── SendFailed   connection refused or reset, protocol error, ...
+    └── SendFailed   connection refused or reset, protocol error, a header HTTP cannot carry, ...
 
 Nothing above the sender sees an aiohttp or socket exception.
 """
@@ -49,10 +50,12 @@ from svcgw.callbacks.addresses import (
     UNUSABLE_ADDRESS,
     AddressError,
     Network,
+    OwnTarget,
     Resolver,
     filter_addresses,
     forbidden_reason,
     is_ip_literal,
+    own_targets,
     port_allowed,
 )
 from svcgw.config.settings import DEFAULT_DESTINATION_PORTS, PortRanges, Settings
@@ -61,6 +64,7 @@ from svcgw.plainrequest import PlainRequest
 from svcgw.threads import in_thread
 
 __all__ = [
+    "BAD_HEADER",
     "RESPONSE_SNIPPET_BYTES",
     "CallbackSender",
     "GuardedResolver",
@@ -137,7 +141,12 @@ class DestinationRefused(aiohttp.ClientConnectionError):
 
 
 async def dialable(
-    host: str, port: int, allow: Sequence[Network], resolve: Resolver | None, ports: PortRanges
+    host: str,
+    port: int,
+    allow: Sequence[Network],
+    resolve: Resolver | None,
+    ports: PortRanges,
+    own: Sequence[OwnTarget] = (),
 ) -> list[str]:
     """The addresses of ``host`` the connect-time rules let us dial
     (:func:`svcgw.callbacks.addresses.filter_addresses`).
@@ -145,9 +154,10 @@ async def dialable(
     An IP literal is read at once; a name is looked up in a worker thread,
     since ``getaddrinfo`` blocks. Raises :class:`AddressError` as the rules do.
     """
-    if is_ip_literal(host):
+    if is_ip_literal(host) and not own:
         return filter_addresses(host, port, allow, resolve, ports)
-    return await in_thread(filter_addresses, host, port, allow, resolve, ports)
+    # The service's own names are looked up too, which may block.
+    return await in_thread(filter_addresses, host, port, allow, resolve, ports, own)
 
 
 class GuardedResolver(AbstractResolver):
@@ -162,16 +172,18 @@ class GuardedResolver(AbstractResolver):
         allow: Sequence[Network] = (),
         resolve: Resolver | None = None,
         ports: PortRanges = DEFAULT_DESTINATION_PORTS,
+        own: Sequence[OwnTarget] = (),
     ) -> None:
         self._allow = tuple(allow)
         self._resolve = resolve
         self._ports = ports
+        self._own = tuple(own)
 
     async def resolve(
         self, host: str, port: int = 0, family: socket.AddressFamily = socket.AF_INET
     ) -> list[ResolveResult]:
         try:
-            kept = await dialable(host, port, self._allow, self._resolve, self._ports)
+            kept = await dialable(host, port, self._allow, self._resolve, self._ports, self._own)
         except AddressError as exc:
             raise DestinationRefused(exc) from exc
         return [
@@ -220,10 +232,11 @@ def guarded_connector(
     verify: ssl.SSLContext | bool = True,
     limit: int = 0,
     ports: PortRanges = DEFAULT_DESTINATION_PORTS,
+    own: Sequence[OwnTarget] = (),
 ) -> aiohttp.TCPConnector:
     """A connector that dials only addresses and ports the rules allow (``limit`` 0: no pool limit)."""
     return aiohttp.TCPConnector(
-        resolver=GuardedResolver(allow, resolve, ports),
+        resolver=GuardedResolver(allow, resolve, ports, own),
         socket_factory=guarded_socket(allow, ports),
         ssl=verify,
         limit=limit,
@@ -234,13 +247,18 @@ def guarded_connector(
 
 
 # --- the client -------------------------------------------------------------------
+# A failed attempt's reason when a header could not be written; it names no header value.
+BAD_HEADER = "a request header holds a control character (CR, LF or NUL); check the Bearer token"
+
+
 def sender_for(settings: Settings, *, limit: int = 0) -> CallbackSender:
-    """The service's callback client: its allow-list, ports and delivery timeout."""
+    """The service's callback client: its allow-list, ports, own address and delivery timeout."""
     return CallbackSender(
         allow=settings.allow_private_destinations,
         timeout=settings.delivery_timeout,
         limit=limit,
         ports=settings.destination_ports,
+        own=own_targets(settings),
     )
 
 
@@ -256,12 +274,13 @@ class CallbackSender:
         verify: ssl.SSLContext | bool = True,
         limit: int = 0,
         ports: PortRanges = DEFAULT_DESTINATION_PORTS,
+        own: Sequence[OwnTarget] = (),
     ) -> None:
         if timeout <= 0:
             raise ValueError("timeout must be positive")
         self._timeout = timeout
         self._session = aiohttp.ClientSession(
-            connector=guarded_connector(allow=allow, resolve=resolve, verify=verify, limit=limit, ports=ports),
+            connector=guarded_connector(allow=allow, resolve=resolve, verify=verify, limit=limit, ports=ports, own=own),
             timeout=aiohttp.ClientTimeout(total=timeout),
             auto_decompress=False,
             trust_env=False,
@@ -298,6 +317,10 @@ class CallbackSender:
             raise SendFailed("RemoteProtocolError", _first_line(exc)) from exc
         except (aiohttp.ClientError, OSError) as exc:
             raise SendFailed(type(exc).__name__, _first_line(exc)) from exc
+        except ValueError as exc:
+            # aiohttp refuses to write a header with CR, LF or NUL in it (a token saved before such
+            # tokens were refused): a failed attempt with its reason. The value is never repeated.
+            raise SendFailed("InvalidHeader", BAD_HEADER) from exc
 
     async def aclose(self) -> None:
         await self._session.close()

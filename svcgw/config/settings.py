@@ -8,7 +8,7 @@ Nothing else in the code base reads ``os.environ``; every role receives a
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import urlsplit
@@ -20,6 +20,7 @@ __all__ = [
     "DEFAULT_DESTINATION_PORTS",
     "HOST_CEILING_LEAST",
     "HOST_CEILING_SHARES",
+    "INTERNAL_SERVICE_PORTS",
     "PortRanges",
     "Settings",
     "SettingsError",
@@ -30,9 +31,61 @@ __all__ = [
 
 DEFAULT_RETRY_SCHEDULE = (30.0, 120.0, 600.0, 1800.0, 7200.0, 21600.0)
 
-# Web ports and the unprivileged range: a callback address is not a way to knock on a host's
-# SSH, SMTP or database port.
-DEFAULT_DESTINATION_PORTS: PortRanges = ((80, 80), (443, 443), (1024, 65535))
+# Well-known ports of internal services in the unprivileged range: a callback address is not a way
+# to knock on a database, cache, queue or cluster control plane. Below 1024 only 80 and 443 are
+# allowed anyway. An operator who needs one of these sets SVCGW_DESTINATION_PORTS.
+INTERNAL_SERVICE_PORTS: Mapping[int, str] = {
+    1433: "Microsoft SQL Server",
+    1521: "Oracle",
+    2049: "NFS",
+    2181: "ZooKeeper",
+    2375: "Docker API",
+    2376: "Docker API (TLS)",
+    2379: "etcd",
+    2380: "etcd peers",
+    3306: "MySQL",
+    3389: "Remote Desktop",
+    4369: "Erlang port mapper",
+    5432: "PostgreSQL",
+    5672: "AMQP",
+    5984: "CouchDB",
+    6379: "Redis",
+    6443: "Kubernetes API",
+    7000: "Cassandra",
+    7001: "Cassandra (TLS)",
+    8500: "Consul",
+    9042: "Cassandra CQL",
+    9092: "Kafka",
+    9200: "Elasticsearch",
+    9300: "Elasticsearch nodes",
+    10250: "kubelet",
+    11211: "memcached",
+    15672: "RabbitMQ management",
+    16379: "Redis Cluster bus",
+    26379: "Redis Sentinel",
+    27017: "MongoDB",
+    27018: "MongoDB shards",
+    27019: "MongoDB config servers",
+}
+
+
+def _without(ranges: PortRanges, denied: Iterable[int]) -> PortRanges:
+    """``ranges`` with the ``denied`` ports cut out, in order."""
+    result: list[tuple[int, int]] = []
+    for low, high in ranges:
+        start = low
+        for port in sorted(p for p in set(denied) if low <= p <= high):
+            if start < port:
+                result.append((start, port - 1))
+            start = port + 1
+        if start <= high:
+            result.append((start, high))
+    return tuple(result)
+
+
+# Web ports and the unprivileged range but for internal services' ports: a callback address is
+# not a way to knock on a host's SSH, SMTP or database port.
+DEFAULT_DESTINATION_PORTS: PortRanges = _without(((80, 80), (443, 443), (1024, 65535)), INTERNAL_SERVICE_PORTS)
 # SVCGW_HOST_CONCURRENCY's default, and its least, in accounts' caps (SVCGW_DESTINATION_CONCURRENCY):
 # one account whose endpoints on a host hang holds at most a quarter of its ceiling by default.
 HOST_CEILING_SHARES = 4
@@ -189,8 +242,9 @@ class Settings:
             http_workers=reader.integer("SVCGW_HTTP_WORKERS", 1, minimum=1, maximum=64),
             **reader.credentials("SVCGW_DASHBOARD_USER", "SVCGW_DASHBOARD_PASSWORD"),
             redis_sentinels=sentinels,
-            redis_sentinel_master=first.master if first else env.get("SVCGW_REDIS_SENTINEL_MASTER", "").strip()
-            or "mymaster",
+            redis_sentinel_master=first.master
+            if first
+            else env.get("SVCGW_REDIS_SENTINEL_MASTER", "").strip() or "mymaster",
             redis_sentinel_password=env.get("SVCGW_REDIS_SENTINEL_PASSWORD") or None,
             redis_password=first.password if first else env.get("SVCGW_REDIS_PASSWORD") or None,
             redis_db=first.db if first else reader.integer("SVCGW_REDIS_DB", 0, minimum=0),
@@ -329,6 +383,7 @@ def _address_share(reader: EnvReader) -> int | None:
             f"SVCGW_HTTP_CONNECTIONS_PER_ADDRESS ({number}) must be at most SVCGW_HTTP_LIMIT_CONCURRENCY ({cap})"
         )
     return number
+
 
 def _gateway_bodies(reader: EnvReader) -> tuple[int, int, int]:
     """The gateway's body limits (ordinary, upload, in flight per account), each let through by the next."""

@@ -61,6 +61,7 @@ from dataclasses import dataclass
 from typing import Any, cast
 
 from redis.asyncio import Redis
+from redis.asyncio.cluster import RedisCluster as AsyncRedisCluster
 from redis.exceptions import RedisError
 
 from svcgw.config.settings import Settings
@@ -134,6 +135,8 @@ class Ingest:
     ``clock`` is the receiver's clock (Unix seconds): a post's time received, its log entry id
     and the log's trimming are read from it. ``targets`` names the further destinations of a
     post (:mod:`svcgw.intake.fanout`); without it, posts go to the primary address alone.
+    ``batch``: the ingest script's batch (:mod:`svcgw.storage.scriptbatch`) to share with the
+    other shards on ``redis`` (a Cluster's virtual shards); without it, one of its own.
     """
 
     def __init__(
@@ -144,6 +147,7 @@ class Ingest:
         *,
         clock: Callable[[], float] = time.time,
         targets: Targets | None = None,
+        batch: ScriptBatch | None = None,
     ) -> None:
         self.redis = redis
         self.keys = keys  # the shard's
@@ -153,7 +157,7 @@ class Ingest:
         self._script = register(redis, "ingest")
         # The posts of one turn of the event loop go to Redis in one pipeline (svcgw.storage.scriptbatch):
         # at saturation redis-py's command path was a quarter of a post's CPU.
-        self._batch = ScriptBatch(self._script)
+        self._batch = batch if batch is not None else ScriptBatch(self._script)
         self._wait_replicas = settings.redis_wait_replicas
         self._wait_ms = max(1, round(settings.redis_wait_timeout * 1000))
         self._window = dedup.window(settings)
@@ -245,15 +249,37 @@ class Ingest:
         """
         if not self._wait_replicas:
             return await self._batch(keys=keys, args=args)
-        async with self.redis.pipeline(transaction=False) as pipe:
-            await self._script(keys=keys, args=args, client=pipe)
-            pipe.execute_command("WAIT", self._wait_replicas, self._wait_ms)
-            result, confirmed = await pipe.execute()
+        if isinstance(self.redis, AsyncRedisCluster):
+            result, confirmed = await self._run_on_cluster_node(keys, args)
+        else:
+            async with self.redis.pipeline(transaction=False) as pipe:
+                await self._script(keys=keys, args=args, client=pipe)
+                pipe.execute_command("WAIT", self._wait_replicas, self._wait_ms)
+                result, confirmed = await pipe.execute()
         if int(result[0]) >= 0 and int(confirmed) < self._wait_replicas:
             raise ReplicaNotConfirmed(
                 f"{confirmed} of {self._wait_replicas} replicas confirmed the write within {self._wait_ms} ms"
             )
         return result
+
+    async def _run_on_cluster_node(self, keys: list[Any], args: list[Any]) -> tuple[Any, Any]:
+        """The script and ``WAIT`` on one connection to the master of the script's slot, on a Cluster.
+
+        redis-py's Cluster pipeline refuses a script object's ``EVALSHA`` and would send a keyless
+        ``WAIT`` to any node; named with ``target_nodes``, both go down one connection of that master, in
+        order. The script is sent whole (``EVAL``): a master that has not loaded it yet (just promoted,
+        or added) runs it all the same. It costs one more round trip than on one Redis.
+        """
+        cluster = cast(AsyncRedisCluster, self.redis)
+        # A keyed command first: the client learns the slots on first use, and again after a node failed
+        # (skipping that node), which a pipeline's own start does not; then the slot's master is the one known.
+        await cluster.exists(keys[0])
+        node = cluster.get_node_from_key(keys[0])
+        async with cluster.pipeline(transaction=False) as pipe:
+            pipe.execute_command("EVAL", self._script.script, len(keys), *keys, *args, target_nodes=node)
+            pipe.execute_command("WAIT", self._wait_replicas, self._wait_ms, target_nodes=node)
+            result, confirmed = await pipe.execute()
+        return result, confirmed
 
     async def _store(self, appid: str, token: str, body: bytes, post: Post) -> IngestResult:
         if len(body) <= PARSE_IN_THREAD_BYTES:

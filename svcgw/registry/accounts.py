@@ -143,6 +143,39 @@ class AccountStore(StoreBase):
                 raise LoginTaken(login) from None
         return await self.get_account(account_id)
 
+    async def update_account(
+        self, account_id: str, *, devices: int | None = None, valid_until: str | None = None
+    ) -> Account:
+        """Change an account's device quota and its last day of validity (what is None is kept).
+
+        A lower quota does not remove instances; it refuses new ones while the account has as many.
+        The account must exist: its hash is changed in one ``WATCH`` transaction, never made anew.
+        """
+        if devices is not None and devices < 0:
+            raise ValueError("the device quota cannot be negative")
+        if valid_until is not None:
+            date.fromisoformat(valid_until)  # raises ValueError with the bad value
+        mapping: dict[str, str] = {}
+        if devices is not None:
+            mapping["devices"] = str(devices)
+        if valid_until is not None:
+            mapping["valid_until"] = valid_until
+        key = self.keys.account(account_id)
+        async with self.redis.pipeline(transaction=True) as pipe:
+            while True:
+                try:
+                    await pipe.watch(key)
+                    if not await pipe.exists(key):
+                        raise NotFound(f"no account {account_id!r}", what="account")
+                    pipe.multi()
+                    if mapping:
+                        pipe.hset(key, mapping=mapping)
+                    await pipe.execute()
+                    break
+                except WatchError:
+                    continue
+        return await self.get_account(account_id)
+
     async def get_account(self, account_id: str) -> Account:
         data = await self.redis.hgetall(self.keys.account(account_id))
         if not data:

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 
 from redis.exceptions import WatchError
 
+from svcgw.callbacks.destinationrules import check_bearer_token
 from svcgw.callbacks.destinations import Destination, choose_destination, new_signing_secret, open_secret
 from svcgw.callbacks.origins import same_origin
 from svcgw.errors import NotFound
@@ -99,6 +100,7 @@ class CallbackStore(AccountStore, InstanceStore):
         ``svcgw.callbacks.addresses.check_callback_url``. A signing secret is generated
         the first time an address is set.
         """
+        check_bearer_token(bearer_token)  # before anything: nothing is saved with a token that cannot be sent
         await self._check_scope(scope)
         if not url:
             return await self.clear_callback(scope)

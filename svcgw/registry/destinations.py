@@ -39,6 +39,7 @@ from svcgw.callbacks.addresses import CallbackUrl
 from svcgw.callbacks.destinationrules import (
     MAX_DESTINATIONS,
     TooManyDestinations,
+    check_bearer_token,
     check_event_types,
     check_label,
     check_rate,
@@ -268,6 +269,7 @@ class DestinationStore(AccountStore, InstanceStore):
         """
         account = await self._scope_account(scope)
         checked_label, types, checked_rate = check_label(label), check_event_types(event_types), check_rate(rate)
+        check_bearer_token(bearer_token)
         now = repr(time.time())
         mapping = {
             "scope": "instance" if scope.appid is not None else "account",
@@ -307,6 +309,7 @@ class DestinationStore(AccountStore, InstanceStore):
         label = KEEP if isinstance(change.label, Keep) else check_label(change.label)
         types = KEEP if isinstance(change.event_types, Keep) else check_event_types(change.event_types)
         rate = KEEP if isinstance(change.rate, Keep) else check_rate(change.rate)
+        check_bearer_token(change.bearer_token)
         sealed_token = self.vault.seal(change.bearer_token) if change.bearer_token else None
 
         def update(current: dict[str, str] | None, count: int) -> dict[str, str]:

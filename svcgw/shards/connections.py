@@ -27,6 +27,20 @@ unavailable (:mod:`svcgw.shards.pools`; the blocking clients, redis-py's
 On a Cluster, redis-py's client keeps a pool per node, and its asyncio client
 has no waiting one (redis 8.1): there ``SVCGW_REDIS_MAX_CONNECTIONS`` bounds
 each node's pool, and a command that finds it full fails at once.
+
+The asyncio Cluster client is :class:`AsyncCluster`, redis-py's own with two changes. First, when a node
+fails, redis-py closes the connections of the nodes it resets while other commands are still
+using them, and those commands then fail with an ``AttributeError`` (a connection with no writer)
+or a ``RuntimeError`` (uvloop's closed transport) rather than redis-py's ``ConnectionError``.
+Every role handles a ``ConnectionError`` (not stored, try again: 503 to a post, a pause in the
+worker); these two were not Redis errors to them, and reached a post as a 500 or ended the task
+that stores the worker's outcomes, leaving its deliveries leased and never finished. The client
+raises them as the ``ConnectionError`` they are. Second, after a node failed, redis-py learns the
+slots again and then asks one master (the first it lists, which until the failover is the one that
+failed) for the table of Redis's commands: every pipeline (the routes' read of every post among
+them) then failed on every slot until the failover ended, not only on the failed master's. The
+table does not change while the Cluster runs: the one learnt at the first use is kept when that
+master does not answer (:class:`_KeptCommands`).
 """
 
 from __future__ import annotations
@@ -35,11 +49,15 @@ from dataclasses import dataclass
 from typing import Any
 
 from redis import BlockingConnectionPool, Redis
+from redis._parsers import AsyncCommandsParser
 from redis.asyncio import Redis as AsyncRedis
 from redis.asyncio.cluster import ClusterNode as AsyncClusterNode
+from redis.asyncio.cluster import ClusterPipeline as AsyncClusterPipeline
 from redis.asyncio.cluster import RedisCluster as AsyncRedisCluster
 from redis.asyncio.sentinel import Sentinel as AsyncSentinel
 from redis.cluster import ClusterNode, RedisCluster
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import TimeoutError as RedisTimeoutError
 from redis.sentinel import Sentinel, SentinelConnectionPool
 
 from svcgw.config.settings import Settings, SettingsError
@@ -47,6 +65,7 @@ from svcgw.config.shards import Deployment, Shard
 from svcgw.shards.pools import WaitingPool, WaitingSentinelPool
 
 __all__ = [
+    "AsyncCluster",
     "AsyncSentinelRedis",
     "BlockingSentinelPool",
     "SentinelRedis",
@@ -86,6 +105,58 @@ class AsyncSentinelRedis(AsyncRedis):
         sentinel, self.sentinels = self.sentinels, None
         if sentinel is not None:
             await sentinel.aclose()
+
+
+class _KeptCommands(AsyncCommandsParser):
+    """The table of Redis's commands a Cluster client reads keys with, kept when a refresh finds no answer."""
+
+    async def initialize(self, node: AsyncClusterNode | None = None) -> None:
+        try:
+            await super().initialize(node)
+        except (RedisConnectionError, RedisTimeoutError):
+            if not self.commands:
+                raise  # nothing learnt yet: the client cannot start
+
+
+class AsyncCluster(AsyncRedisCluster):
+    """redis-py's asyncio Cluster client, whose commands cut off by a node's reset fail as a lost connection, and
+    whose slots are learnt again after a node failed without asking that node."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.commands_parser = _KeptCommands()
+
+    async def execute_command(self, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return await super().execute_command(*args, **kwargs)
+        except (AttributeError, RuntimeError) as exc:
+            raise _lost(exc) from exc
+
+    def pipeline(self, transaction: Any | None = None, shard_hint: Any | None = None) -> AsyncClusterPipeline:
+        if shard_hint:
+            return super().pipeline(transaction, shard_hint)  # refused by redis-py, as it says
+        # redis-py's own ClusterPipeline is made the same way; its stubs leave an attribute abstract.
+        return _Pipeline(self, transaction)  # type: ignore[abstract]
+
+
+class _Pipeline(AsyncClusterPipeline):
+    """redis-py's Cluster pipeline, whose commands cut off by a node's reset fail as a lost connection."""
+
+    async def execute(self, raise_on_error: bool = True, allow_redirections: bool = True) -> list[Any]:
+        try:
+            return await super().execute(raise_on_error, allow_redirections)
+        except (AttributeError, RuntimeError) as exc:
+            raise _lost(exc) from exc
+
+
+def _lost(exc: Exception) -> RedisConnectionError:
+    """The error of a command cut off by the Cluster client's reset.
+
+    Raised from inside redis-py only: a connection closed under the command by the client's reset
+    after a node failed (no writer or reader left, or a closed transport). As with any lost
+    connection, the caller cannot tell whether the command ran.
+    """
+    return RedisConnectionError(f"connection closed under the command ({type(exc).__name__}: {exc})")
 
 
 def _first(settings: Settings) -> Shard:
@@ -162,7 +233,7 @@ _BLOCKING = _Flavour(
     Redis, RedisCluster, ClusterNode, Sentinel, SentinelRedis, BlockingConnectionPool, BlockingSentinelPool, "timeout"
 )
 _ASYNCIO = _Flavour(
-    AsyncRedis, AsyncRedisCluster, AsyncClusterNode, AsyncSentinel, AsyncSentinelRedis, WaitingPool,
+    AsyncRedis, AsyncCluster, AsyncClusterNode, AsyncSentinel, AsyncSentinelRedis, WaitingPool,
     WaitingSentinelPool, "pool_timeout",
 )  # fmt: skip
 

@@ -11,6 +11,14 @@ Only the plain case is handed to hiredis: a first argument of one word, every
 argument ``bytes``, ``str``, ``int`` or ``float``. Anything else (``CONFIG GET``
 as one argument, a ``memoryview``, a value redis-py refuses with its own
 ``DataError``) goes to redis-py's packer, as before.
+
+What upstream lacks: the blocking ``Connection`` takes a ``command_packer``,
+the asyncio one has no such option, so the one way in is to override its
+public ``pack_command``, which its ``send_command`` and ``pack_commands`` (a
+pipeline's) call for every command. Each connection class redis-py's asyncio
+pools pick (by URL scheme, or a Sentinel's) has its packing kind declared
+here, once; the tests pin that redis-py still calls ``pack_command`` on
+every path and still offers no ``command_packer`` to the asyncio connections.
 """
 
 from __future__ import annotations
@@ -18,12 +26,14 @@ from __future__ import annotations
 from typing import Any
 
 import hiredis
+from redis.asyncio.connection import AbstractConnection, Connection, SSLConnection, UnixDomainSocketConnection
+from redis.asyncio.sentinel import SentinelManagedConnection, SentinelManagedSSLConnection
 
 __all__ = ["packing"]
 
 
-class _HiredisPacking:
-    """Mixed in front of an asyncio ``Connection`` class: :meth:`pack_command` by hiredis."""
+class _HiredisPacking(AbstractConnection):
+    """Mixed in front of an asyncio connection class: :meth:`pack_command` by hiredis."""
 
     def pack_command(self, *args: Any) -> list[bytes]:
         if args and _one_word(args[0]):
@@ -31,8 +41,7 @@ class _HiredisPacking:
                 return [hiredis.pack_command(args)]
             except TypeError:
                 pass  # an argument hiredis does not take: redis-py's packer encodes it, or refuses it
-        packed: list[bytes] = super().pack_command(*args)  # type: ignore[misc]
-        return packed
+        return super().pack_command(*args)
 
 
 def _one_word(name: object) -> bool:
@@ -42,15 +51,35 @@ def _one_word(name: object) -> bool:
     return isinstance(name, bytes) and b" " not in name
 
 
-_MADE: dict[type[Any], type[Any]] = {}
+class PackingConnection(_HiredisPacking, Connection):
+    """A TCP connection (``redis://``)."""
 
 
-def packing(connection_class: type[Any]) -> type[Any]:
-    """``connection_class`` with hiredis's packing (one class per original, made once)."""
-    if issubclass(connection_class, _HiredisPacking):
-        return connection_class
-    made = _MADE.get(connection_class)
-    if made is None:
-        made = type(connection_class.__name__, (_HiredisPacking, connection_class), {"__module__": __name__})
-        _MADE[connection_class] = made
-    return made
+class PackingSSLConnection(_HiredisPacking, SSLConnection):
+    """A TLS connection (``rediss://``)."""
+
+
+class PackingUnixDomainSocketConnection(_HiredisPacking, UnixDomainSocketConnection):
+    """A Unix socket connection (``unix://``)."""
+
+
+class PackingSentinelManagedConnection(_HiredisPacking, SentinelManagedConnection):
+    """A connection to the primary a Sentinel names."""
+
+
+class PackingSentinelManagedSSLConnection(_HiredisPacking, SentinelManagedSSLConnection):
+    """A TLS connection to the primary a Sentinel names."""
+
+
+_PACKING: dict[type[AbstractConnection], type[AbstractConnection]] = {
+    Connection: PackingConnection,
+    SSLConnection: PackingSSLConnection,
+    UnixDomainSocketConnection: PackingUnixDomainSocketConnection,
+    SentinelManagedConnection: PackingSentinelManagedConnection,
+    SentinelManagedSSLConnection: PackingSentinelManagedSSLConnection,
+}
+
+
+def packing(connection_class: type[AbstractConnection]) -> type[AbstractConnection]:
+    """The packing kind of ``connection_class``; a class of anyone else's keeps redis-py's packer."""
+    return _PACKING.get(connection_class, connection_class)

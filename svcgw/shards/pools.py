@@ -18,6 +18,25 @@ at the pool once and waits only when it is full. Waiters are served in
 order: a command arriving while others wait joins the end of the line
 rather than taking the connection just released for the first of them.
 
+It is built of the hooks redis-py's pools are made of, which its own
+``BlockingConnectionPool`` uses too: ``can_get_connection``;
+``get_available_connection``, which takes a free connection (or makes one)
+at once, without yielding to the loop, so the look and the take are one
+step; and ``ensure_connection``. redis-py's ``get_connection`` is not
+called, so nothing here depends on the order of what it does. Like
+``BlockingConnectionPool``, it does not take the pool's lock for every
+command. That lock guards the pool against a maintenance notification
+(RESP3, on by default in redis 8) rewriting it across awaits; redis-py says
+when that happens through the pool's ``set_in_maintenance``, and this pool
+then waits the rewrite out. The one other holder of the lock across an await
+is a release closing a connection marked for reconnecting (maintenance
+again): a command arriving then may open one more connection than
+``max_connections`` for that moment, rather than fail. The OpenTelemetry counts that method records are not
+kept (the service does not turn redis-py's on). Upstream lacks an asyncio
+pool that waits only when it has no connection to give;
+``tests/svcgw/shards/test_pools.py`` pins the hooks' behaviour on the pinned
+redis-py.
+
 Its connections pack commands with hiredis (:mod:`svcgw.shards.packing`).
 """
 
@@ -28,6 +47,7 @@ from collections import deque
 from typing import Any
 
 from redis.asyncio import ConnectionPool
+from redis.asyncio.connection import AbstractConnection
 from redis.asyncio.sentinel import SentinelConnectionPool
 from redis.exceptions import ConnectionError as RedisConnectionError
 
@@ -38,8 +58,8 @@ __all__ = ["DEFAULT_POOL_TIMEOUT", "WaitingPool", "WaitingSentinelPool"]
 DEFAULT_POOL_TIMEOUT = 5.0
 
 
-class _Waiting:
-    """The waiting, for any asyncio ``ConnectionPool`` class it is mixed in front of.
+class _Waiting(ConnectionPool):
+    """The waiting, for redis-py's asyncio ``ConnectionPool`` or a kind of it that this is mixed in front of.
 
     Commands that find the pool full wait in a line, each on a future of its own. A connection
     released wakes the first of the line, and the pool keeps it for that waiter: while one is
@@ -48,32 +68,56 @@ class _Waiting:
     cancelled before taking it passes its turn on.
     """
 
-    max_connections: int
-    connection_class: type[Any]
-
     def __init__(self, *args: Any, pool_timeout: float = DEFAULT_POOL_TIMEOUT, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.connection_class = packing(self.connection_class)
         self.pool_timeout = pool_timeout
         self._line: deque[asyncio.Future[None]] = deque()
         self._woken = 0  # waiters woken that have not taken their connection yet: 0 or 1
+        self._in_maintenance = False
+
+    def set_in_maintenance(self, in_maintenance: bool) -> None:
+        """Called by redis-py, with the pool's lock held, around a rewrite of the pool by a MOVING notification."""
+        self._in_maintenance = in_maintenance
 
     def can_get_connection(self) -> bool:  # redis-py's, typed
-        return bool(super().can_get_connection())  # type: ignore[misc]
+        return bool(super().can_get_connection())
 
-    async def get_connection(self, *args: Any, **kwargs: Any) -> Any:
-        if not self._line and not self._woken and self.can_get_connection():
-            # Nothing between the check and the take yields to the loop: redis-py's get_connection
-            # takes a free connection before its first suspension.
-            return await super().get_connection(*args, **kwargs)  # type: ignore[misc]
-        await self._wait()
+    async def get_connection(self, command_name: str | None = None, *keys: Any, **options: Any) -> AbstractConnection:
+        """A connected connection from the pool, waiting for one in turn if none is free.
+
+        The arguments are redis-py's deprecated ones, taken for its callers and unused, as there.
+        """
+        connection: AbstractConnection
+        if self._in_maintenance:
+            await self._maintenance_over()
+        if self._line or self._woken or not self.can_get_connection():
+            await self._wait()  # woken: the pool keeps a connection for this one until it takes it
+            try:
+                if self._in_maintenance:
+                    await self._maintenance_over()
+                connection = self.get_available_connection()  # type: ignore[no-untyped-call]
+            finally:
+                self._woken -= 1
+                self._wake_next()
+        else:
+            # No await between the look and the take: no other command can take it in between.
+            connection = self.get_available_connection()  # type: ignore[no-untyped-call]
         try:
-            return await super().get_connection(*args, **kwargs)  # type: ignore[misc]
-        finally:
-            self._wake_next()
+            await self.ensure_connection(connection)
+        except BaseException:
+            await self.release(connection)
+            raise
+        return connection
 
-    async def release(self, connection: Any) -> None:
-        await super().release(connection)  # type: ignore[misc]
+    async def _maintenance_over(self) -> None:
+        """Until a rewrite of the pool by a maintenance notification is over: it holds the pool's lock till then."""
+        while self._in_maintenance:
+            async with self._get_pool_lock():
+                pass
+
+    async def release(self, connection: AbstractConnection) -> None:
+        await super().release(connection)
         if self._line:
             self._wake_next()
 
@@ -105,10 +149,9 @@ class _Waiting:
                     f"no Redis connection free within {self.pool_timeout} s ({self.max_connections} in use)"
                 ) from None
             raise
-        self._woken -= 1
 
 
-class WaitingPool(_Waiting, ConnectionPool):
+class WaitingPool(_Waiting):
     """An asyncio connection pool of at most ``max_connections`` that waits ``pool_timeout`` s for one when full."""
 
 

@@ -45,6 +45,7 @@ class KeySpace:
         "rq",
         "shard_instances",
         "signin_failures",
+        "stranded",
         "tag",
     )
 
@@ -61,8 +62,8 @@ class KeySpace:
         # (receiver.console.failures).
         self.signin_failures = p + "signin-failures"
         self.instances = p + "instances"  # set of every registered appid
-        # Hash: a destination (a callback address's origin, svcgw.delivery.failingdestinations) whose attempts have all
-        # failed lately -> "first failure:last failure:flagged (0 or 1)".
+        # Hash: an account's destination (a callback address's origin, svcgw.delivery.failingdestinations) whose
+        # attempts have all failed lately: "<account> <origin>" -> "first failure:last failure:flagged (0 or 1)".
         self.failing_destinations = p + "failing"
         # Hash: a destination (as above) whose attempts time out, and so gets fewer attempts in flight
         # than its caps allow -> "limit:since:at:word" (svcgw.delivery.probing).
@@ -74,6 +75,9 @@ class KeySpace:
         self.layout = p + "layout"
         self.demo = p + "demo"  # hash: account, key_id, key (sealed), appid (``svcgw up --demo``)
         self.probe_schedule = p + "probe:schedule"  # sorted set: appid scored by next probe time
+        # Hash: a delivery a worker held without ever finishing its attempt, handed back -> its
+        # ``attempts`` then; kept until it is attempted or finished (svcgw.delivery.stranded).
+        self.stranded = p + "stranded"
         # Hash of counters shared by every process: field ``<metric>``, or ``<metric>|<label value>``
         # for a metric with one label; a delivery counter of a further destination's delivery ends in
         # ``|destination`` (svcgw.counters.KINDED).

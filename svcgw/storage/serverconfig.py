@@ -8,7 +8,7 @@ them too (docs/shards.md, "One Redis and its settings"; ``deploy/README.md``). E
 
 from __future__ import annotations
 
-__all__ = ["SETTINGS", "server_args"]
+__all__ = ["CLUSTER_SETTINGS", "SETTINGS", "server_args"]
 
 SETTINGS: dict[str, str] = {
     # A full Redis must refuse writes, never evict: the receiver then answers
@@ -27,6 +27,16 @@ SETTINGS: dict[str, str] = {
     # rest. Nodes of up to 16 KB (still at most 100 entries) waste far less;
     # measured on 1 KB posts: 1,039 bytes per entry instead of 1,379.
     "stream-node-max-bytes": "16384",
+}
+
+
+# Besides those, on each node of a Redis Cluster (docs/shards.md, "On a Redis Cluster"). By default a
+# Cluster with a slot that has no master (between a master's failure and its replica's promotion, or
+# for good when it had no replica) refuses every command on every slot (CLUSTERDOWN): every post of
+# every instance would be refused, and every worker stopped, for the instances of one master. With
+# this, only that master's slots refuse; the others' posts are taken and delivered.
+CLUSTER_SETTINGS: dict[str, str] = {
+    "cluster-require-full-coverage": "no",
 }
 
 

@@ -27,6 +27,7 @@ registry's hash names (:func:`svcgw.shards.routing.shard_client`).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -36,6 +37,7 @@ from redis.asyncio import Redis
 from svcgw.callbacks.destinations import Destination
 from svcgw.config.settings import Settings
 from svcgw.delivery import deadletters
+from svcgw.delivery.view import field_float
 from svcgw.errors import NotFound
 from svcgw.intake import calllog
 from svcgw.liveness import transitions
@@ -50,8 +52,24 @@ __all__ = ["TIMES", "InstanceView", "load", "load_many"]
 _STATUS_FIELDS = ("status", "reason", "since", "last_probe", "next_probe")
 # The fields of :meth:`InstanceView.for_operator` that hold a Unix time (seconds, as stored).
 TIMES = frozenset(("created_at", "since", "last_probe", "next_probe", "last_seen", "offline_since", "gap_at"))
+# Fields stored as a number that are no time: the capability layer's code of a gap.
+_NUMBERS = frozenset(("gap_code",))
 # Shown elsewhere in the operator's record, or not worth a line of it.
 _HIDDEN_FIELDS = ("account", "created_at")
+
+
+def _stored(name: str, value: str | None) -> object:
+    """A stored field for the operator: a time as Unix seconds, a JSON number as every ``--json`` gives times.
+
+    Redis keeps every field as text, and a time may be stored as ``1.7959e+9``; the number is the
+    same whatever its spelling. Text that is no number stays as it is, for the operator to see.
+    """
+    if value is None or (name not in TIMES and name not in _NUMBERS):
+        return value
+    number = field_float(value)
+    if number is None or not math.isfinite(number):
+        return value
+    return int(number) if name in _NUMBERS and number.is_integer() else number
 
 
 @dataclass(frozen=True)
@@ -76,18 +94,18 @@ class InstanceView:
         }
 
     def for_operator(self) -> dict[str, object]:
-        """What the operator sees (CLI): stored fields as they are, minus tokens and digests; always its ``shard``."""
+        """What the operator sees (CLI): stored fields (times as numbers) minus tokens and digests; its ``shard``."""
         data: dict[str, object] = {
             "appid": self.appid,
             "account": self.account,
             "created_at": self.created_at,
         }
         for name in _STATUS_FIELDS:
-            data[name] = self.fields.get(name)
+            data[name] = _stored(name, self.fields.get(name))
         for name, value in sorted(self.fields.items()):
             if name in data or name in _HIDDEN_FIELDS or "token" in name or name.endswith("hash"):
                 continue
-            data[name] = value
+            data[name] = _stored(name, value)
         data["shard"] = self.fields.get("shard") or "0"  # registered before shards: shard 0's
         data["forward_url"] = self.destination.url if self.destination else None
         data["forward_source"] = self.destination.source if self.destination else "none"

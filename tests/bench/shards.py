@@ -1,18 +1,20 @@
-"""``python -m tests.bench.shards [--shards N] [--rounds R] [--seconds S] [--short]``: one shard against N.
+"""``python -m tests.bench.shards [--shards N] [--rounds R] [--seconds S] [--short]``: one shard, N, a Cluster.
 
-The cost of sharding, in one run: each round measures one shard and N shards (the order swapped
-every round), each on its own ``redis-server``s with the append-only file and ``appendfsync
-always`` (``--appendfsync everysec``: the usual production choice), with one ``svcgw serve``
-(two HTTP workers) and two ``svcgw worker`` processes of this checkout, and 100 instances placed
-as ``device/create`` places them.
+The cost of sharding, in one run: each round measures one shard, N shards and a Redis Cluster of
+N masters (``cluster://``, its 16 virtual shards; the order turned every round), each on its own
+``redis-server``s with the append-only file and ``appendfsync always`` (``--appendfsync
+everysec``: the usual production choice), with one ``svcgw serve`` (two HTTP workers) and two
+``svcgw worker`` processes of this checkout, and 100 instances placed as ``device/create``
+places them.
 
 1. **ingest at saturation**: wrk posts the benchmark's 84-byte post for ``--seconds`` at 64
    connections over the 100 receivers, no worker running;
 2. **end to end**: the two workers drain what was stored to the sink's 100 destinations.
 
-Figures per variant: posts acknowledged per second, deliveries per second (middle 80 % of
-arrivals), and per shard: its instances, its Redis CPU seconds over both steps, and its bytes
-once everything is delivered, each as a share of the variant's total. On two cores the N
+Figures per variant: posts acknowledged per second, posts answered otherwise (a 5xx, a refusal),
+deliveries per second (middle 80 % of arrivals), and per shard: its instances, its Redis CPU
+seconds over both steps, and its bytes once everything is delivered, each as a share of the
+variant's total (on the Cluster: instances per virtual shard, CPU and bytes per master). On two cores the N
 ``redis-server``s share the cores with everything else, so N shards cannot be faster here; what
 is measured is what sharding costs (the issue: N = 3 keeps at least 0.85 of one shard's
 throughput) and whether the work spreads (each shard about 1/N of the Redis CPU and bytes).
@@ -34,13 +36,15 @@ from pathlib import Path
 from typing import Any
 
 from cryptography.fernet import Fernet
+from redis.cluster import RedisCluster
 
 from svcgw.config.settings import Settings
 from svcgw.registry.store import Scope
 from svcgw.shards.placement import shard_of_token
-from svcgw.storage import layoutversion
+from svcgw.storage import layoutversion, serverconfig
 from svcgw.storage.keys import PLAIN as keys
-from tests.deploy.redis_fleet import register_placed, sharded_store
+from svcgw.storage.keys import KeySpace
+from tests.deploy.redis_fleet import RedisClusterFleet, register_placed, sharded_store
 from tests.support import free_port
 
 from . import verdict
@@ -60,7 +64,16 @@ TARGETS = [
            "the busiest shard's share of Redis CPU / 1/N"),
     Target("bytes_share_max", "n.bytes_share_max_vs_even", "<=", 1.3,
            "the largest shard's share of Redis bytes / 1/N"),
+    Target("cluster_refused", "cluster.refused", "==", 0, "posts not acknowledged at saturation, Cluster"),
+    Target("ingest_cluster_vs_1", "ratios_cluster.ingest_per_s", ">=", 0.8,
+           "posts acknowledged/s, Cluster / one Redis, same run",
+           (Need("cluster.undelivered", "==", 0), Need("one.undelivered", "==", 0))),
+    Target("e2e_cluster_vs_1", "ratios_cluster.deliveries_per_s", ">=", 0.8,
+           "deliveries/s, Cluster / one Redis, same run",
+           (Need("cluster.undelivered", "==", 0), Need("one.undelivered", "==", 0))),
 ]  # fmt: skip
+VARIANTS = ("one", "n", "cluster")
+CLUSTER_SHARDS = 16
 
 
 @dataclass
@@ -70,11 +83,6 @@ class Rig:
     workdir: Path
     fast: list[Tenant] = field(default_factory=list)
     base: str = ""
-
-
-def _cpu(server: RedisServer) -> float:
-    info = server.client.info("cpu")
-    return float(info["used_cpu_user"]) + float(info["used_cpu_sys"])
 
 
 def register(settings: Settings, ports: list[int]) -> list[Tenant]:
@@ -98,53 +106,93 @@ def register(settings: Settings, ports: list[int]) -> list[Tenant]:
     return asyncio.run(run())
 
 
-def measure(count: int, workdir: Path, seconds: float, appendfsync: str = "always") -> dict[str, Any]:
-    """Ingest at saturation, then the drain, on ``count`` shards of their own."""
+@dataclass
+class Redises:
+    """The Redis processes of a variant, each with a blocking client, and where each shard's queue is."""
+
+    clients: list[Any]  # one per redis-server (a Cluster's: one per master)
+    queues: list[tuple[Any, Any]]  # (client, key names) of each shard
+    setting: str  # SVCGW_REDIS_SHARDS
+    stop: Any
+
+
+def _plain(count: int, workdir: Path, appendfsync: str) -> Redises:
     for i in range(count):
         (workdir / f"shard{i}").mkdir()
     servers = [RedisServer(workdir / f"shard{i}", appendfsync).start() for i in range(count)]
+
+    def stop() -> None:
+        for server in servers:
+            server.stop()
+
+    clients = [server.client for server in servers]
+    return Redises(clients, [(c, keys) for c in clients], " ".join(s.url for s in servers), stop)
+
+
+def _cluster(masters: int, workdir: Path, appendfsync: str) -> Redises:
+    fleet = RedisClusterFleet(workdir / "cluster", masters=masters, appendfsync=appendfsync,
+                              extra=[*serverconfig.server_args(), "--maxclients", "10000"]).start()  # fmt: skip
+    clients = [node.client() for node in fleet.nodes]
+    seed = fleet.nodes[0]
+    cluster = RedisCluster(host=seed.host, port=seed.port)
+    names = [KeySpace(f"{{s{i}}}") for i in range(CLUSTER_SHARDS)]
+
+    def stop() -> None:
+        cluster.close()
+        for client in clients:
+            client.close()
+        fleet.close()
+
+    return Redises(clients, [(cluster, n) for n in names], fleet.setting, stop)
+
+
+def measure(count: int, workdir: Path, seconds: float, appendfsync: str = "always", *,
+            cluster: bool = False) -> dict[str, Any]:  # fmt: skip
+    """Ingest at saturation, then the drain, on ``count`` shards of their own (or a Cluster of ``count`` masters)."""
+    redis = (_cluster if cluster else _plain)(count, workdir, appendfsync)
     sink = Sink()
     roles: list[Role] = []
     try:
-        urls = " ".join(server.url for server in servers)
         env = {k: v for k, v in os.environ.items() if not k.startswith("SVCGW_")}
-        env.update(SVCGW_REDIS_SHARDS=urls, SVCGW_UPSTREAM_URL="http://127.0.0.1:9/", SVCGW_STATE_DIR=str(workdir),
-                   SVCGW_ALLOW_PRIVATE_DESTINATIONS="127.0.0.0/8", SVCGW_ENCRYPTION_KEYS=Fernet.generate_key().decode(),
-                   SVCGW_HTTP_WORKERS="2", PYTHONUNBUFFERED="1")  # fmt: skip
+        env.update(SVCGW_REDIS_SHARDS=redis.setting, SVCGW_UPSTREAM_URL="http://127.0.0.1:9/",
+                   SVCGW_STATE_DIR=str(workdir), SVCGW_ALLOW_PRIVATE_DESTINATIONS="127.0.0.0/8",
+                   SVCGW_ENCRYPTION_KEYS=Fernet.generate_key().decode(), SVCGW_HTTP_WORKERS="2",
+                   PYTHONUNBUFFERED="1")  # fmt: skip
+        if cluster:
+            env["SVCGW_CLUSTER_SHARDS"] = str(CLUSTER_SHARDS)
         settings = Settings.from_env(env)
         rig = Rig(workdir, register(settings, sink.listen("fast", INSTANCES)))
-        placed = [sum(1 for t in rig.fast if _shard_of(t.token) == i) for i in range(count)]
+        placed = [sum(1 for t in rig.fast if _shard_of(t.token) == i) for i in range(len(redis.queues))]
         port = free_port()
         roles.append(Role(["serve"], dict(env, SVCGW_PORT=str(port)), workdir / "serve.log").start())
         rig.base = f"http://127.0.0.1:{port}"
         wait_until(lambda: ready(rig.base), 30, "svcgw serve")
         wait_for_listeners(roles[-1], port, 2)
-        used0, cpu0 = [s.used_memory() for s in servers], [_cpu(s) for s in servers]
-        posted = saturate_with_wrk(rig, seconds, 64, prefix=f"n{count}-")
-        queue = keys.rq.queue(settings.queue_name)
-        stored = settled(lambda: sum(int(s.client.llen(queue)) for s in servers))
+        used0, cpu0 = [_used(c) for c in redis.clients], [_cpu(c) for c in redis.clients]
+        posted = saturate_with_wrk(rig, seconds, 64, prefix=f"{'c' if cluster else 'n'}{count}-")
+        queue, inflight = settings.queue_name, settings.queue_name
+        stored = settled(lambda: sum(int(c.llen(n.rq.queue(queue))) for c, n in redis.queues))
         sink.reset()
         roles += [Role(["worker"], env, workdir / f"worker-{n}.log").start() for n in range(2)]
         deadline = time.monotonic() + 180
         while sink.count() < stored and time.monotonic() < deadline:
             time.sleep(0.1)
-        inflight = keys.inflight(settings.queue_name)
-        wait_until(lambda: all(s.client.llen(queue) == 0 and s.client.zcard(inflight) == 0 for s in servers), 60,
-                   "every shard's queue drained")  # fmt: skip
+        wait_until(lambda: all(c.llen(n.rq.queue(queue)) == 0 and c.zcard(n.inflight(inflight)) == 0
+                               for c, n in redis.queues), 60, "every shard's queue drained")  # fmt: skip
         arrivals = sink.arrivals()
-        cpu = [_cpu(s) - c for s, c in zip(servers, cpu0, strict=True)]
-        used = [s.used_memory() - u for s, u in zip(servers, used0, strict=True)]
+        cpu = [_cpu(c) - c0 for c, c0 in zip(redis.clients, cpu0, strict=True)]
+        used = [_used(c) - u for c, u in zip(redis.clients, used0, strict=True)]
     finally:
         for role in reversed(roles):
             role.stop()
         sink.stop()
-        for server in servers:
-            server.stop()
+        redis.stop()
     delivered = len({event_id for event_id, _ in arrivals})
     cpu_total, used_total = sum(cpu) or 1e-9, sum(used) or 1
     return {
-        "shards": count, "instances_per_shard": placed, "stored": stored, "delivered": delivered,
-        "undelivered": stored - delivered, "ingest_per_s": posted["ok_per_s"],
+        "shards": len(redis.queues), "redis_servers": len(redis.clients), "instances_per_shard": placed,
+        "stored": stored, "delivered": delivered, "undelivered": stored - delivered,
+        "ingest_per_s": posted["ok_per_s"], "refused": posted["failed"],
         "deliveries_per_s": round(rate_of([t for _, t in arrivals]), 1),
         "redis_cpu_s": [round(c, 2) for c in cpu], "redis_cpu_us_per_event": round(cpu_total / max(delivered, 1) * 1e6),
         "bytes_per_event": round(used_total / max(delivered, 1)),
@@ -153,22 +201,34 @@ def measure(count: int, workdir: Path, seconds: float, appendfsync: str = "alway
     }  # fmt: skip
 
 
+def _cpu(client: Any) -> float:
+    info = client.info("cpu")
+    return float(info["used_cpu_user"]) + float(info["used_cpu_sys"])
+
+
+def _used(client: Any) -> int:
+    return int(client.info("memory")["used_memory"])
+
+
 def _shard_of(token: str) -> int:
     return shard_of_token(token) or 0
 
 
 def summarise(rounds: list[dict[str, dict[str, Any]]], count: int) -> dict[str, Any]:
     figures: dict[str, Any] = {"rounds": rounds}
-    for name in ("one", "n"):
+    for name in VARIANTS:
         runs = [r[name] for r in rounds]
         summary = {f: statistics.median(run[f] for run in runs) for f in
                    ("ingest_per_s", "deliveries_per_s", "redis_cpu_us_per_event", "bytes_per_event")}  # fmt: skip
         summary["undelivered"] = max(run["undelivered"] for run in runs)
+        summary["refused"] = max(run["refused"] for run in runs)
+        # The shares are per redis-server: N shards' N servers, the Cluster's N masters.
         summary["redis_cpu_share_max_vs_even"] = round(max(max(run["redis_cpu_share"]) for run in runs) * count, 2)
         summary["bytes_share_max_vs_even"] = round(max(max(run["bytes_share"]) for run in runs) * count, 2)
         figures[name] = summary
-    figures["ratios"] = {f: verdict.ratio(figures["n"][f], figures["one"][f]) for f in
-                         ("ingest_per_s", "deliveries_per_s", "redis_cpu_us_per_event", "bytes_per_event")}  # fmt: skip
+    for name, key in (("n", "ratios"), ("cluster", "ratios_cluster")):
+        figures[key] = {f: verdict.ratio(figures[name][f], figures["one"][f]) for f in
+                        ("ingest_per_s", "deliveries_per_s", "redis_cpu_us_per_event", "bytes_per_event")}  # fmt: skip
     # One shard's shares are 1 by definition: only N's are judged.
     figures["one"]["redis_cpu_share_max_vs_even"] = figures["one"]["bytes_share_max_vs_even"] = 1.0
     return figures
@@ -185,22 +245,25 @@ def main(argv: list[str] | None = None) -> int:
     measured = []
     with tempfile.TemporaryDirectory(prefix="svcgw-bench-shards-") as tmp:
         for n in range(rounds):
-            variants = [("one", 1), ("n", args.shards)]
+            variants = [("one", 1, False), ("n", args.shards, False), ("cluster", args.shards, True)]
+            turned = variants[n % 3 :] + variants[: n % 3]  # each variant first in its turn
             this = {}
-            for name, count in variants if n % 2 == 0 else variants[::-1]:
-                print(f"... round {n + 1} of {rounds}: {count} shard(s)", file=sys.stderr, flush=True)
+            for name, count, cluster in turned:
+                what = f"a Cluster of {count} masters" if cluster else f"{count} shard(s)"
+                print(f"... round {n + 1} of {rounds}: {what}", file=sys.stderr, flush=True)
                 path = Path(tmp) / f"{name}-{n}"
                 path.mkdir()
-                this[name] = measure(count, path, seconds, args.appendfsync)
+                this[name] = measure(count, path, seconds, args.appendfsync, cluster=cluster)
             measured.append(this)
     figures = summarise(measured, args.shards)
     figures["setup"] = {"shards": args.shards, "appendfsync": args.appendfsync, "rounds": rounds, "seconds": seconds,
                         "instances": INSTANCES,
                         "mode": "short" if args.short else "full",
                         "elapsed_s": round(time.monotonic() - started, 1)}  # fmt: skip
-    for name in ("one", "n"):
-        print(f"{name:>4}: " + ", ".join(f"{k} {v}" for k, v in figures[name].items()))
+    for name in VARIANTS:
+        print(f"{name:>7}: " + ", ".join(f"{k} {v}" for k, v in figures[name].items()))
     print(f"N/1: {figures['ratios']}")
+    print(f"Cluster/1: {figures['ratios_cluster']}")
     return conclude(figures, verdict.judge(figures, TARGETS), short=args.short)
 
 

@@ -2,11 +2,17 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
+
+import pytest
+from redis.cluster import RedisCluster
 
 from svcgw.config.settings import Settings
 from svcgw.storage.keys import PLAIN as keys
+from svcgw.storage.keys import KeySpace
 from tests.cli.commands import ok
+from tests.deploy.redis_fleet import RedisClusterFleet
 
 
 def test_demo_data_is_created_once_and_usable(env: dict[str, str], settings: Settings) -> None:
@@ -89,3 +95,60 @@ def test_the_demo_walkthrough_starts_at_an_invitation_that_signs_in(env: dict[st
     assert again.invitation is None and again.account == demo.account
     text = render_onboarding(settings, dashboard_generated=False, demo=again)
     assert "/console/invitation/" not in text and "sign in as demo@example.com with your password" in text
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisClusterFleet]:
+    nodes = RedisClusterFleet(tmp_path_factory.mktemp("demo-cluster")).start()
+    try:
+        yield nodes
+    finally:
+        nodes.close()
+
+
+def test_the_demo_data_is_prepared_on_a_cluster_and_the_commands_see_it(
+    env: dict[str, str], cluster: RedisClusterFleet
+) -> None:
+    from cli.demo import ensure_demo, render_demo
+
+    cluster_env = {k: v for k, v in env.items() if k != "SVCGW_REDIS_URL"}
+    cluster_env.update(SVCGW_REDIS_SHARDS=cluster.setting, SVCGW_CLUSTER_SHARDS="4")
+    settings = Settings.from_env(cluster_env)
+    first = ensure_demo(settings)
+    again = ensure_demo(settings)
+    assert (again.account, again.key, again.appid) == (first.account, first.key, first.appid)
+    assert ok(cluster_env, "instances", "show", first.appid)["account"] == first.account
+    # Kept under shard 0's tag, where everything of the whole service is.
+    seed = cluster.nodes[0]
+    client = RedisCluster(host=seed.host, port=seed.port, decode_responses=True)
+    try:
+        assert client.hget(KeySpace("{s0}").demo, "appid") == first.appid
+    finally:
+        client.close()
+    # What it prints for the commands names the Cluster, not a Redis URL.
+    text = render_demo(first, settings)
+    assert f"export SVCGW_REDIS_SHARDS={cluster.setting}" in text and "export SVCGW_CLUSTER_SHARDS=4" in text
+    assert "SVCGW_REDIS_URL" not in text
+
+
+@pytest.mark.parametrize(
+    ("shards", "lines"),
+    [
+        ("redis://127.0.0.1:7101/0 redis://127.0.0.1:7102/0 redis://127.0.0.1:7103/1",
+         ["export SVCGW_REDIS_SHARDS='redis://127.0.0.1:7101/0 redis://127.0.0.1:7102/0 redis://127.0.0.1:7103/1'"]),
+        ("cluster://127.0.0.1:7000,127.0.0.1:7001",
+         ["export SVCGW_REDIS_SHARDS=cluster://127.0.0.1:7000,127.0.0.1:7001", "export SVCGW_CLUSTER_SHARDS=16"]),
+        ("redis://:hunter2@127.0.0.1:7101/0 redis://127.0.0.1:7102/0",
+         ["export SVCGW_REDIS_SHARDS=...   # every shard, as the service has them (with their passwords)"]),
+    ],
+)  # fmt: skip
+def test_on_shards_the_demo_prints_the_settings_that_name_every_shard(
+    shards: str, lines: list[str], tmp_path: Path
+) -> None:
+    from cli.demo import Demo, render_demo
+
+    settings = Settings.from_env({"SVCGW_REDIS_SHARDS": shards, "SVCGW_STATE_DIR": str(tmp_path)})
+    demo = Demo(account="acc_1", key_id="key_1", key="svc_k", appid="we_demo", receiver_token="tok")
+    text = render_demo(demo, settings)
+    assert all(f"  {line}\n" in text for line in lines), text
+    assert "SVCGW_REDIS_URL" not in text and "hunter2" not in text

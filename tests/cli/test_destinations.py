@@ -117,6 +117,13 @@ def test_refused_values_answer_their_code_and_nothing_is_saved(
     assert not redis.exists(keys.destinations_instance(tenant.appid))
 
 
+def test_the_help_of_list_says_what_appid_lists(env: dict[str, str]) -> None:
+    shown = " ".join(svcgw(env, "destinations", "list", "--help").stdout.split())
+    assert "its account's and its own" in shown and "One instance's own destinations" not in shown
+    added = " ".join(svcgw(env, "destinations", "add", "--help").stdout.split())
+    assert "One instance's own destinations" in added
+
+
 def test_usage_errors_and_the_bound(env: dict[str, str], settings: Settings, redis: Redis) -> None:
     tenant = provision(settings)
     assert "exactly one" in fails(env, "destinations", "list", code=2)
@@ -126,6 +133,10 @@ def test_usage_errors_and_the_bound(env: dict[str, str], settings: Settings, red
     )  # fmt: skip
     assert "no instance 'we_nope'" in fails(env, "destinations", "list", "--appid", "we_nope")
     assert "no destination 'dst_0000000000000000'" in fails(env, "destinations", "disable", "dst_0000000000000000")
+    # An unknown destination reads as the console answers it: the message and -40404, for each command.
+    for command in ("show", "update", "disable", "rotate", "test", "remove"):
+        said = fails(env, "destinations", command, "dst_0000000000000000")
+        assert said.strip() == "Error: no destination 'dst_0000000000000000' (code -40404)", (command, said)
     for _ in range(MAX_DESTINATIONS):
         ok(env, "destinations", "add", "--appid", tenant.appid, "--url", "http://127.0.0.1:9/", "--no-test")
     assert "code -40920" in fails(
@@ -163,3 +174,23 @@ def test_a_failed_test_keeps_the_destination(env: dict[str, str], settings: Sett
     assert result.exit_code == 0, result.output
     assert "test POST failed" in result.stdout and "saved all the same" in result.stdout
     assert len(ok(env, "destinations", "list", "--appid", tenant.appid)) == 1
+
+
+@pytest.mark.parametrize("token", ["tok\r\nX-Injected: 1", "tok\x00en"])
+def test_a_token_with_control_characters_is_refused_and_nothing_is_saved(
+    env: dict[str, str], settings: Settings, redis: Redis, sink: Sink, token: str
+) -> None:
+    tenant = provision(settings, url=sink.url)
+    primary = dict(redis.hgetall(keys.callback_instance(tenant.appid)))
+    kept = ok(env, "destinations", "add", "--appid", tenant.appid, "--url", sink.url + "/kept", "--no-test")
+    for args in (
+        ("callback", "set", "--appid", tenant.appid, "--url", sink.url, "--bearer-token", token),
+        ("destinations", "add", "--account", tenant.account, "--url", sink.url + "/new", "--bearer-token", token),
+        ("destinations", "update", kept["destination"]["id"], "--bearer-token", token),
+    ):
+        said = fails(env, *args)
+        assert "(code -40022)" in said and "control characters" in said and token not in said, args
+    assert dict(redis.hgetall(keys.callback_instance(tenant.appid))) == primary
+    assert not redis.exists(keys.destinations_account(tenant.account))
+    assert not redis.hexists(keys.destination(kept["destination"]["id"]), "token")
+    assert sink.posts() == []

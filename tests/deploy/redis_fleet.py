@@ -11,7 +11,7 @@ from __future__ import annotations
 import contextlib
 import signal
 import subprocess
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
 
 from redis.exceptions import RedisError
@@ -86,13 +86,21 @@ class RedisFleet:
 class RedisClusterFleet:
     """A Redis Cluster: ``masters`` masters (``replicas`` replicas each), joined by ``redis-cli --cluster create``."""
 
-    def __init__(self, root: Path, *, masters: int = 3, replicas: int = 0) -> None:
+    def __init__(
+        self, root: Path, *, masters: int = 3, replicas: int = 0, appendfsync: str | None = None,
+        extra: Sequence[str] = (),
+    ) -> None:  # fmt: skip
+        """``appendfsync``: an append-only file synced so (the benchmarks'); without it, nothing on disk.
+        ``extra``: more ``redis-server`` arguments for every node."""
         require_binaries("redis-server", "redis-cli")
         self.master_count = masters
         self.replicas = replicas
         count = masters * (1 + replicas)
+        data = list(_EPHEMERAL)
+        if appendfsync is not None:
+            data = ["--save", "", "--appendonly", "yes", "--appendfsync", appendfsync, "--protected-mode", "no"]
         self.nodes = [
-            Node("redis-server", root / f"node-{i}", [*_EPHEMERAL, "--cluster-enabled", "yes",
+            Node("redis-server", root / f"node-{i}", [*data, *extra, "--cluster-enabled", "yes",
                  "--cluster-config-file", "nodes.conf", "--cluster-node-timeout", "2000"])
             for i in range(count)
         ]  # fmt: skip

@@ -10,6 +10,7 @@ does not answer, and names it by its index.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
@@ -17,6 +18,7 @@ from pathlib import Path
 import httpx
 import orjson
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 from receiver.app import create_app
 from svcgw.config.settings import Settings
@@ -202,3 +204,28 @@ def with_password(node: Node) -> None:
         client.config_set("requirepass", "hunter2")
     finally:
         client.close()
+
+
+def test_a_post_to_a_shard_that_is_down_is_refused_logged_with_its_cause_and_counted_on_shard_0(
+    two: Settings, fleet: RedisFleet, sink: Sink, caplog: pytest.LogCaptureFixture
+) -> None:
+    zero, one = on_shards(two, sink.url)
+    server = ThreadedServer(create_app(two)).start()
+    try:
+        assert post(one.receiver_url(server.base), "before") == 200
+        fleet.nodes[1].kill()
+        with caplog.at_level(logging.INFO, logger="svcgw.receiver"):
+            assert [post(one.receiver_url(server.base), f"down-{i}") for i in range(3)] == [503] * 3
+            assert post(zero.receiver_url(server.base), "zero") == 200  # the other shard takes its posts
+        lines = [r.getMessage() for r in caplog.records if r.getMessage().startswith("post not stored")]
+        assert len(lines) == 1 and lines[0].startswith("post not stored, answered 503: ConnectionError: "), lines
+
+        def not_stored() -> float | None:
+            scrape = httpx.get(f"{server.base}/metrics", timeout=10).text
+            (family,) = [f for f in text_string_to_metric_families(scrape) if f.name == "svcgw_posts_not_stored"]
+            counted = {sample.labels["cause"]: sample.value for sample in family.samples}
+            return counted.get("ConnectionError") or None
+
+        assert wait_for(not_stored, timeout=10, what="the refusals counted in /metrics") == 3
+    finally:
+        server.stop()

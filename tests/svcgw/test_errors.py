@@ -41,9 +41,7 @@ def _own_exceptions() -> dict[str, type[BaseException]]:
         for module in _modules(package):
             for value in vars(module).values():
                 if (
-                    inspect.isclass(value)
-                    and issubclass(value, BaseException)
-                    and value.__module__ == module.__name__  # type: ignore[attr-defined]
+                    inspect.isclass(value) and issubclass(value, BaseException) and value.__module__ == module.__name__  # type: ignore[attr-defined]
                 ):
                     found[f"{value.__module__}.{value.__qualname__}"] = value
     return found
@@ -221,7 +219,14 @@ def test_the_cli_words_an_address_error_with_its_code() -> None:
     from svcgw.callbacks.addresses import AddressError
 
     assert error_message(AddressError(-40012, "that is our own address")) == "that is our own address (code -40012)"
-    assert error_message(errors.Missing("no such account")) == "no such account"
+    assert error_message(errors.Missing("no such account")) == "no such account (code -40404)"
+    assert error_message(errors.NotFound("no destination 'x'", what="destination")) == (
+        "no destination 'x' (code -40404)"
+    )
+    assert error_message(ValueError("a bad value")) == "a bad value (code -40000)"
+    from svcgw.registry.accounts import OperatorDenied
+
+    assert error_message(OperatorDenied(["message/sendText"])).endswith("(code -40320)")
 
 
 # One concept per module, split by concept and not by a count of lines: a module that holds one

@@ -16,6 +16,7 @@ from svcgw.vault import TokenVault
 from tests.conftest import Tenant
 from tests.receiver.console.conftest import ConsoleClient, Developer
 from tests.receiver.console.test_api import nothing_queued_or_logged
+from tests.receiver.console.test_pages import signed_in
 from tests.support import Sink
 from tests.svcgw.delivery.fanout import fan_out, kill_among
 from tests.svcgw.delivery.test_deadletters import ingest
@@ -341,3 +342,45 @@ def test_a_destinations_deliveries_newest_first_paged_with_states_and_attempts(
         d["destination"] is None
         for d in console.get(f"/instances/{appid}/deliveries?destination=primary").json()["data"]["deliveries"]
     )
+
+
+BAD_TOKENS = ["tok\r\nX-Injected: 1", "tok\x00en", "tok\nen"]
+
+
+def test_a_token_with_control_characters_is_refused_at_save_through_every_console_route(
+    server: str, console: ConsoleClient, developer: Developer, sink: Sink, redis: Redis
+) -> None:
+    appid = developer.appids[0]
+    kept = add(console, {"url": sink.url + "/kept", "bearer_token": TOKEN}).json()["data"]["destination"]
+    sealed = redis.hget(keys.destination(kept["id"]), "token")
+    primary = dict(redis.hgetall(keys.callback_instance(appid)))
+    posts = len(sink.posts())
+    for token in BAD_TOKENS:
+        own = {"url": sink.url, "bearer_token": token}
+        answers = {
+            "add": add(console, {"url": sink.url + "/new", "bearer_token": token}),
+            "add to an instance": add(console, {"url": sink.url + "/new", "bearer_token": token}, appid),
+            "patch": console.change("PATCH", f"/destinations/{kept['id']}", {"bearer_token": token}),
+            "put callback": console.change("PUT", f"/instances/{appid}/callback", own),
+            "put account callback": console.change("PUT", "/callback", own),
+        }
+        for route, answer in answers.items():
+            assert answer.status_code == 400, (route, answer.text)
+            assert answer.json()["code"] == -40022 and "control characters" in answer.json()["message"], route
+            assert token not in answer.text, route
+    # The pages' forms: the primary address's and a new destination's.
+    http, csrf = signed_in(server, developer.key)
+    for path, form in (
+        (f"/console/instances/{appid}/callback", {"url": sink.url, "bearer": "on", "bearer_token": BAD_TOKENS[0]}),
+        ("/console/settings/callback", {"url": sink.url, "bearer": "on", "bearer_token": BAD_TOKENS[1]}),
+        ("/console/destinations", {"url": sink.url + "/form", "bearer_token": BAD_TOKENS[2]}),
+    ):
+        answer = http.post(path, data={**form, "csrf_token": csrf})
+        assert answer.status_code == 400 and "control characters" in answer.text, (path, answer.status_code)
+    http.close()
+    # Nothing saved, nothing sent: the destinations, the primary address and its token as they were.
+    assert [d["id"] for d in console.get("/destinations").json()["data"]["destinations"]] == [kept["id"]]
+    assert not redis.exists(keys.destinations_instance(appid))
+    assert redis.hget(keys.destination(kept["id"]), "token") == sealed
+    assert dict(redis.hgetall(keys.callback_instance(appid))) == primary
+    assert len(sink.posts()) == posts

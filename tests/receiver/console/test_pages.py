@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 
 import httpx
+import pytest
 from redis import Redis
 
 from svcgw.config.settings import Settings
@@ -32,6 +33,34 @@ def signed_in(server: str, key: str) -> tuple[httpx.Client, str]:
     page = http.get("/console/instances")
     assert page.status_code == 200
     return http, csrf_of(page.text)
+
+
+@pytest.mark.parametrize(
+    ("schedule", "said"), [("1,2,3", "first attempt and 3 retries"), ("5", "first attempt and 1 retry")]
+)
+def test_the_dead_letters_page_counts_this_deployments_retries(
+    env: dict[str, str], developer: Developer, schedule: str, said: str
+) -> None:
+    with serve(Settings.from_env(dict(env, SVCGW_RETRY_SCHEDULE=schedule))) as server:
+        http, _ = signed_in(server, developer.key)
+        page = http.get("/console/dead-letters")
+    http.close()
+    assert page.status_code == 200
+    note = re.search(r'id="dead-letters-note">([^<]*)<', page.text)
+    assert note and said in note.group(1) and "six" not in note.group(1)
+
+
+def test_every_page_names_an_icon_and_favicon_ico_answers(server: str, developer: Developer) -> None:
+    http, _ = signed_in(server, developer.key)
+    for page in ("/console/login", "/console/instances", "/console/dead-letters"):
+        link = re.search(r'<link rel="icon" type="image/svg\+xml" href="([^"]+)"', http.get(page).text)
+        assert link, page
+        icon = http.get(link.group(1))
+        assert icon.status_code == 200 and icon.headers["content-type"].startswith("image/svg+xml"), page
+    asked = http.get("/favicon.ico")  # what a browser asks on a page that names no icon
+    http.close()
+    assert asked.status_code == 200 and asked.headers["content-type"].startswith("image/svg+xml")
+    assert asked.content.startswith(b"<svg")
 
 
 def test_sign_in_form_and_its_csrf(server: str, developer: Developer) -> None:

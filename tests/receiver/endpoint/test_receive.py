@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections import Counter
 from collections.abc import Awaitable, Callable
+from typing import Any
 
 import httpx
 import orjson
@@ -20,6 +22,7 @@ from svcgw import errors
 from svcgw.config.settings import Settings
 from svcgw.intake.envelope import EnvelopeError
 from svcgw.intake.ingest import ReplicaNotConfirmed, UnknownReceiver
+from svcgw.storage.keys import PLAIN
 from svcgw.storage.layoutversion import LayoutError
 from tests.conftest import provision
 
@@ -48,13 +51,79 @@ def test_every_refused_post_has_its_row(
     assert response.headers.get("retry-after") == retry_after
 
 
-def test_a_layout_it_cannot_keep_is_an_error_in_the_log(caplog: pytest.LogCaptureFixture) -> None:
+class _Refusing:
+    """An ingest whose every post meets ``error``; it counts as the real one does, in memory."""
+
+    settings = Settings.from_env({"SVCGW_REDIS_URL": "redis://127.0.0.1:6379/0"})
+    keys = PLAIN
+
+    def __init__(self, error: Exception) -> None:
+        self.error = error
+        self.counts = _Counts()
+
+    async def check_receiver(self, appid: str, token: str) -> None:
+        return None
+
+    async def accept(self, appid: str, token: str, body: bytes) -> None:
+        raise self.error
+
+
+class _Counts:
+    def __init__(self) -> None:
+        self.fields = Counter[str]()
+
+    def add(self, commands: Any) -> None:
+        for _, _, name, amount in commands:
+            self.fields[name] += int(amount)
+
+
+def _post_to(endpoint: Endpoint, appid: str, token: str) -> int:
+    sent: list[Message] = []
+
+    async def receive() -> Message:
+        return {"type": "http.request", "body": b"{}", "more_body": False}
+
+    async def send(message: Message) -> None:
+        sent.append(message)
+
+    scope = {"type": "http", "method": "POST", "path": f"/svc/receiver/{appid}/{token}", "headers": [],
+             "client": ("127.0.0.1", 1)}  # fmt: skip
+    asyncio.run(endpoint.direct(scope, receive, send, appid, token))
+    return int(sent[0]["status"])
+
+
+@pytest.mark.parametrize(
+    ("error", "level", "line"),
+    [
+        (LayoutError("the layout marker names layout 9"), "ERROR", "LayoutError: the layout marker names layout 9"),
+        (RedisConnectionError("Error 111 connecting to 127.0.0.1:7001."), "WARNING",
+         "ConnectionError: Error 111 connecting to 127.0.0.1:7001."),
+        (RedisClusterException("ERROR: Calling pipelined function evalsha is blocked"), "WARNING",
+         "RedisClusterException: ERROR: Calling pipelined function evalsha is blocked"),
+    ],
+)  # fmt: skip
+def test_a_post_redis_did_not_store_is_logged_once_with_its_cause_and_counted(
+    error: Exception, level: str, line: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    ingest = _Refusing(error)
+    counts = ingest.counts
+    endpoint = Endpoint([ingest], _Admit())  # type: ignore[list-item]
     with caplog.at_level(logging.INFO, logger="svcgw.receiver"):
-        refused(LayoutError("the layout marker names layout 9"))
-        refused(RedisConnectionError("down"))
+        assert [_post_to(endpoint, "we_1", "0tok") for _ in range(3)] == [503] * 3
     assert [(r.levelname, r.getMessage()) for r in caplog.records] == [
-        ("ERROR", "post not stored: the layout marker names layout 9")
+        (level, f"post not stored, answered 503: {line}")
     ]
+    assert caplog.records[0].__dict__["shard"] == 0 and caplog.records[0].__dict__["appid"] == "we_1"
+    assert counts.fields == {f"posts_not_stored|{type(error).__name__}": 3}
+
+
+def test_a_refusal_that_is_no_storage_error_is_neither_logged_nor_counted(caplog: pytest.LogCaptureFixture) -> None:
+    ingest = _Refusing(EnvelopeError("the body is not valid JSON"))
+    counts = ingest.counts
+    endpoint = Endpoint([ingest], _Admit())  # type: ignore[list-item]
+    with caplog.at_level(logging.INFO, logger="svcgw.receiver"):
+        assert _post_to(endpoint, "we_1", "0tok") == 400
+    assert caplog.records == [] and counts.fields == {}
 
 
 # --- the direct lane: a post on a plain path is answered without the router and middleware ------

@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import ipaddress
+from pathlib import Path
 from urllib.parse import urlsplit
 
 import pytest
@@ -14,8 +15,10 @@ from svcgw.callbacks.addresses import (
     check_callback_url,
     filter_addresses,
     forbidden_reason,
+    own_targets,
+    port_allowed,
 )
-from svcgw.config.settings import Settings, SettingsError
+from svcgw.config.settings import DEFAULT_DESTINATION_PORTS, INTERNAL_SERVICE_PORTS, Settings, SettingsError
 from tests.support import fake_resolver
 
 PUBLIC_V4 = "93.184.216.34"
@@ -257,9 +260,7 @@ def test_own_origin_by_address() -> None:
     resolve = fake_resolver({"gw.example.net": ["203.0.113.7"], "alias.example.org": ["203.0.113.7"]})
     allow = [ipaddress.ip_network("203.0.113.0/24")]
     with pytest.raises(AddressError) as info:
-        check_callback_url(
-            "https://alias.example.org/hook", own_origins=[origin], allow=allow, resolve=resolve
-        )
+        check_callback_url("https://alias.example.org/hook", own_origins=[origin], allow=allow, resolve=resolve)
     assert info.value.code == OWN_ADDRESS
 
 
@@ -410,6 +411,25 @@ def test_filter_allow_list() -> None:
     assert filter_addresses("rebind.example", 80, ALLOW_LOOPBACK, resolve) == ["127.0.0.1"]
 
 
+def test_filter_refuses_the_services_own_address_at_connect_time() -> None:
+    # Saved while the name pointed elsewhere; at send it points at the service's own origin.
+    settings = Settings.from_env({"SVCGW_PUBLIC_URL": "https://gw.example.net"})
+    own = own_targets(settings)
+    resolve = fake_resolver({"rebind.example": ["8.8.4.4"], "gw.example.net": ["8.8.4.4"]})
+    with pytest.raises(AddressError) as info:
+        filter_addresses("rebind.example", 443, resolve=resolve, own=own)
+    assert info.value.code == -40012 and "own address" in info.value.message
+    with pytest.raises(AddressError) as named:
+        filter_addresses("GW.example.net.", 443, resolve=resolve, own=own)
+    assert named.value.code == -40012
+    # Another port of the same host is not the service; among several answers, only its own is dropped.
+    assert filter_addresses("rebind.example", 8443, resolve=resolve, own=own) == ["8.8.4.4"]
+    both = fake_resolver({"rebind.example": ["8.8.4.4", PUBLIC_V4], "gw.example.net": ["8.8.4.4"]})
+    assert filter_addresses("rebind.example", 443, resolve=both, own=own) == [PUBLIC_V4]
+    # Without its own targets, the rule is not applied (what the address was before).
+    assert filter_addresses("rebind.example", 443, resolve=resolve) == ["8.8.4.4"]
+
+
 def test_filter_with_system_resolver() -> None:
     # "localhost" resolves from the hosts file, without the network.
     with pytest.raises(AddressError):
@@ -432,6 +452,30 @@ def test_privileged_ports_other_than_web_are_refused(url: str) -> None:
 @pytest.mark.parametrize("url", ["http://example.com/", "https://example.com/", "http://example.com:8443/"])
 def test_web_and_unprivileged_ports_are_allowed(url: str) -> None:
     assert check_callback_url(url, resolve=PUBLIC_DNS).host == "example.com"
+
+
+@pytest.mark.parametrize("port", [3306, 5432, 6379, 27017, 9200, 11211, 26379, 2379, 6443])
+def test_well_known_internal_service_ports_are_refused_by_default(port: int) -> None:
+    with pytest.raises(AddressError) as info:
+        check_callback_url(f"http://example.com:{port}/", resolve=PUBLIC_DNS)
+    assert info.value.code == UNUSABLE_ADDRESS and INTERNAL_SERVICE_PORTS[port] in info.value.message
+    with pytest.raises(AddressError):
+        filter_addresses("example.com", port, resolve=PUBLIC_DNS)  # and again at connect time
+    # The setting, when given, says every port allowed: the default's denials are not added to it.
+    ports = Settings.from_env({"SVCGW_DESTINATION_PORTS": "1024-65535"}).destination_ports
+    assert check_callback_url(f"http://example.com:{port}/", resolve=PUBLIC_DNS, ports=ports).port == port
+
+
+def test_the_default_ports_are_the_web_and_unprivileged_ones_but_internal_services() -> None:
+    allowed = {port for port in range(1, 65536) if port_allowed(port)}
+    assert allowed == {80, 443, *range(1024, 65536)} - set(INTERNAL_SERVICE_PORTS)
+    assert Settings.from_env({}).destination_ports == DEFAULT_DESTINATION_PORTS
+
+
+def test_every_internal_service_port_is_named_in_the_security_docs() -> None:
+    text = (Path(__file__).parents[3] / "docs" / "security.md").read_text()
+    for port, service in INTERNAL_SERVICE_PORTS.items():
+        assert f"{port} ({service})" in text, port
 
 
 def test_the_port_list_is_a_setting() -> None:

@@ -21,8 +21,9 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
-from svcgw.callbacks.addresses import check_callback_url
+from svcgw.callbacks.addresses import check_callback_url, own_targets
 from svcgw.callbacks.outbound import CallbackSender, Refused, Response, SendError, SendFailed, TimedOut
+from svcgw.config.settings import Settings
 from tests.support import fake_resolver
 
 T = TypeVar("T")
@@ -130,9 +131,20 @@ def run(make: Callable[[], Coroutine[Any, Any, T]]) -> T:
     return asyncio.run(make())
 
 
-async def post(url: str, *, allow: Any = (), resolve: Any = None, verify: ssl.SSLContext | bool = True,
-               timeout: float = 5, headers: dict[str, str] | None = None, ports: Any = None) -> Response:
-    extra = {} if ports is None else {"ports": ports}
+async def post(
+    url: str,
+    *,
+    allow: Any = (),
+    resolve: Any = None,
+    verify: ssl.SSLContext | bool = True,
+    timeout: float = 5,
+    headers: dict[str, str] | None = None,
+    ports: Any = None,
+    own: Any = None,
+) -> Response:
+    extra: dict[str, Any] = {} if ports is None else {"ports": ports}
+    if own is not None:
+        extra["own"] = own
     sender = CallbackSender(allow=allow, timeout=timeout, resolve=resolve, verify=verify, **extra)
     try:
         return await sender.post(url, b"{}", headers or {"Content-Type": "application/json"})
@@ -173,6 +185,32 @@ def test_dns_rebinding_refused(server: Server) -> None:
         run(lambda: post(configured.url, resolve=at_delivery))
     assert "internal" in str(info.value)
     assert server.seen == []
+
+
+def test_a_name_that_points_at_the_service_at_send_time_is_refused(server: Server) -> None:
+    # Saved while the name resolved elsewhere; at send it resolves to the service itself, which the
+    # allow-list would let through: the own-address rule (-40012) holds at connect as at save.
+    own = own_targets(Settings.from_env({"SVCGW_PUBLIC_URL": f"http://gw.example:{server.port}"}))
+    at_delivery = fake_resolver({"rebind.example": ["127.0.0.1"], "gw.example": ["127.0.0.1"]})
+    with pytest.raises(Refused) as info:
+        run(lambda: post(f"http://rebind.example:{server.port}/hook", allow=LOOPBACK, resolve=at_delivery, own=own))
+    assert info.value.code == -40012 and "own address" in str(info.value)
+    assert server.seen == []
+    # The same name on the service's host but another port is somebody else's, and is sent to.
+    elsewhere = own_targets(Settings.from_env({"SVCGW_PUBLIC_URL": f"http://gw.example:{server.port + 1}"}))
+    answer = run(
+        lambda: post(f"http://rebind.example:{server.port}/", allow=LOOPBACK, resolve=at_delivery, own=elsewhere)
+    )
+    assert answer.status == 200
+
+
+@pytest.mark.parametrize("token", ["a\r\nX-Injected: 1", "a\x00b", "a\nb"])
+def test_a_header_http_cannot_carry_is_a_failed_attempt_with_its_reason(server: Server, token: str) -> None:
+    headers = {"Content-Type": "application/json", "Authorization": f"Bearer {token}"}
+    with pytest.raises(SendFailed) as info:
+        run(lambda: post(f"http://127.0.0.1:{server.port}/", allow=LOOPBACK, headers=headers))
+    assert info.value.kind == "InvalidHeader" and "Bearer token" in str(info.value)
+    assert token not in str(info.value) and server.seen == []
 
 
 def test_unresolvable_host_refused() -> None:
@@ -227,8 +265,14 @@ def test_all_addresses_failing_is_a_connect_error(server: Server) -> None:
 
 def test_tls_uses_original_name(tls_server: Server, certificate: Certificate) -> None:
     resolve = fake_resolver({"rebind.example": ["127.0.0.1"]})
-    answer = run(lambda: post(f"https://rebind.example:{tls_server.port}/tls", allow=LOOPBACK, resolve=resolve,
-                              verify=certificate.client_context))
+    answer = run(
+        lambda: post(
+            f"https://rebind.example:{tls_server.port}/tls",
+            allow=LOOPBACK,
+            resolve=resolve,
+            verify=certificate.client_context,
+        )
+    )
     assert answer.status == 200
     assert tls_server.sni == ["rebind.example"]
     assert tls_server.seen == [{"method": "POST", "path": "/tls", "host": f"rebind.example:{tls_server.port}"}]

@@ -1,17 +1,22 @@
 """The Redis clients: a host that takes connections and never answers fails as Redis unreachable, in time;
-pools sized by the settings, which wait for a free connection."""
+pools sized by the settings, which wait for a free connection; a Cluster command cut off by a node's reset
+fails as a lost connection."""
 
 from __future__ import annotations
 
+import asyncio
 import time
 
 import httpx
 import pytest
 from redis import BlockingConnectionPool
+from redis.asyncio.cluster import RedisCluster as AsyncRedisCluster
+from redis.exceptions import ConnectionError as RedisConnectionError
 
 from receiver.app import create_app
 from svcgw.config.settings import Settings, SettingsError
-from svcgw.shards.connections import BlockingSentinelPool, async_client, sync_client
+from svcgw.errors import STORAGE_ERRORS
+from svcgw.shards.connections import AsyncCluster, BlockingSentinelPool, async_client, sync_client
 from svcgw.shards.pools import WaitingPool, WaitingSentinelPool
 from tests.conftest import provision
 from tests.support import ThreadedServer
@@ -77,3 +82,28 @@ def test_sentinel_and_cluster_clients_are_sized_by_the_settings_too() -> None:
     cluster = Settings.from_env({**sized, "SVCGW_REDIS_SHARDS": "cluster://127.0.0.1:1"})
     nodes = async_client(cluster).nodes_manager.startup_nodes.values()  # type: ignore[attr-defined]
     assert [node.max_connections for node in nodes] == [7]
+
+
+@pytest.mark.parametrize(
+    "cut_off",
+    [
+        AttributeError("'NoneType' object has no attribute 'writelines'"),
+        RuntimeError("unable to perform operation on <TCPTransport closed=True>; the handler is closed"),
+    ],
+)
+def test_a_cluster_command_cut_off_by_a_nodes_reset_fails_as_a_lost_connection(
+    cut_off: Exception, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """What redis-py's Cluster client raises for a command whose connection it closed under it, after a node
+    failed: the roles know a ConnectionError (not stored, try again), not these."""
+
+    async def closed_under_it(self: AsyncRedisCluster, *args: object, **kwargs: object) -> object:
+        raise cut_off
+
+    monkeypatch.setattr(AsyncRedisCluster, "execute_command", closed_under_it)
+    client = async_client(Settings.from_env({"SVCGW_REDIS_SHARDS": "cluster://127.0.0.1:1"}))
+    assert isinstance(client, AsyncCluster)
+    with pytest.raises(RedisConnectionError, match="connection closed under the command") as raised:
+        asyncio.run(client.evalsha("0" * 40, 1, "{s0}k"))
+    assert raised.value.__cause__ is cut_off
+    assert isinstance(raised.value, STORAGE_ERRORS)

@@ -1,10 +1,17 @@
-"""svcgw.shards.packing: hiredis packs what redis-py's asyncio packer packs, and the pools' connections use it."""
+"""svcgw.shards.packing: hiredis packs what redis-py's asyncio packer packs, and the pools' connections use it;
+redis-py still packs every command through ``pack_command`` and still offers its asyncio connections no packer."""
 
 from __future__ import annotations
 
+import asyncio
+import inspect
+
+import hiredis
 import pytest
-from redis.asyncio.connection import Connection, UnixDomainSocketConnection
-from redis.asyncio.sentinel import SentinelManagedConnection
+from redis.asyncio import Redis
+from redis.asyncio.connection import AbstractConnection, Connection, SSLConnection, UnixDomainSocketConnection
+from redis.asyncio.sentinel import SentinelManagedConnection, SentinelManagedSSLConnection
+from redis.connection import AbstractConnection as BlockingConnection
 from redis.exceptions import DataError
 
 from svcgw.shards.packing import packing
@@ -35,15 +42,67 @@ def test_refuses_what_redis_py_refuses(value: object) -> None:
         PACKED().pack_command("SET", "key", value)
 
 
-def test_one_class_per_original_and_not_twice() -> None:
-    assert packing(Connection) is PACKED
-    assert packing(PACKED) is PACKED
-    assert issubclass(PACKED, Connection)
+@pytest.mark.parametrize(
+    "original",
+    [Connection, SSLConnection, UnixDomainSocketConnection, SentinelManagedConnection, SentinelManagedSSLConnection],
+)
+def test_each_connection_class_redis_py_s_pools_pick_has_its_packing_kind(original: type[AbstractConnection]) -> None:
+    packed = packing(original)
+    assert packed is not original and issubclass(packed, original)
+    assert packed.pack_command is PACKED.pack_command
+    assert packing(packed) is packed
+
+
+def test_a_connection_class_of_anyone_else_s_keeps_redis_py_s_packer() -> None:
+    class Other(Connection):
+        pass
+
+    assert packing(Other) is Other
 
 
 def test_the_waiting_pools_connections_pack_with_hiredis() -> None:
     assert WaitingPool.from_url("redis://127.0.0.1:6379/0").connection_class is PACKED
+    assert WaitingPool.from_url("rediss://127.0.0.1:6379/0").connection_class is packing(SSLConnection)
     unix = WaitingPool.from_url("unix:///tmp/redis.sock").connection_class
     assert unix is packing(UnixDomainSocketConnection) and issubclass(unix, UnixDomainSocketConnection)
     sentinel = WaitingSentinelPool("primary", object()).connection_class
     assert sentinel is packing(SentinelManagedConnection)
+    assert WaitingSentinelPool("primary", object(), ssl=True).connection_class is packing(SentinelManagedSSLConnection)
+
+
+# What the packing relies on in redis-py (redis 8.1), pinned: an upgrade that changes it fails here.
+
+
+def test_redis_py_packs_every_command_a_client_sends_through_pack_command(
+    redis_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    packed: list[tuple[object, ...]] = []
+    real = hiredis.pack_command
+
+    def counting(args: tuple[object, ...]) -> bytes:
+        packed.append(args)
+        made: bytes = real(args)
+        return made
+
+    monkeypatch.setattr(hiredis, "pack_command", counting)
+
+    async def main() -> list[object]:
+        redis = Redis.from_pool(WaitingPool.from_url(redis_url))
+        answers: list[object] = [await redis.set("svcgw-test:k", "v")]
+        answers.append(await redis.eval("return #KEYS", 2, "svcgw-test:a", "svcgw-test:b"))
+        async with redis.pipeline(transaction=True) as pipe:
+            pipe.incr("svcgw-test:n")
+            pipe.get("svcgw-test:k")
+            answers.extend(await pipe.execute())
+        await redis.aclose()
+        return answers
+
+    assert asyncio.run(main()) == [True, 2, 1, b"v"]
+    sent = {args[0] for args in packed}
+    assert {"SET", "EVAL", "MULTI", "INCRBY", "GET", "EXEC"} <= sent, sent
+
+
+def test_redis_py_s_asyncio_connections_still_take_no_command_packer() -> None:
+    """The blocking connections take one; were the asyncio ones to, it would replace the override of pack_command."""
+    assert "command_packer" not in inspect.signature(AbstractConnection.__init__).parameters
+    assert "command_packer" in inspect.signature(BlockingConnection.__init__).parameters

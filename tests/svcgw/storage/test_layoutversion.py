@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
-from unittest import mock
 
 import httpx
 import pytest
@@ -160,13 +160,16 @@ def test_a_hexpire_marker_on_a_server_without_it_stops_the_ingest(settings: Sett
     assert redis.exists(keys.callback_log(tenant.appid)) == 0
 
 
-def test_the_receiver_answers_503_and_says_why(settings: Settings, server: str, redis: Redis) -> None:
+def test_the_receiver_answers_503_and_says_why(
+    settings: Settings, server: str, redis: Redis, caplog: pytest.LogCaptureFixture
+) -> None:
     tenant = provision(settings)
     redis.hset(keys.layout, mapping={"version": 3, "since": 0, "dedup": "buckets"})
-    with mock.patch("receiver.endpoint.receive.log") as log:
+    with caplog.at_level(logging.ERROR, logger="svcgw.receiver"):
         answer = httpx.post(tenant.receiver_url(server), content=b'{"event_type":"M","events":[{"id":"x"}]}')
     assert answer.status_code == 503 and answer.headers["retry-after"] == "1"
-    assert "key layout 3" in log.error.call_args.args[1].args[0]
+    (line,) = [r for r in caplog.records if r.levelno == logging.ERROR]
+    assert "LayoutError: the data is in key layout 3" in line.getMessage()
     assert redis.exists(keys.callback_log(tenant.appid)) == 0
 
 

@@ -3,18 +3,23 @@
 from __future__ import annotations
 
 import asyncio
+import gc
 import uuid
-from collections.abc import Awaitable, Callable
+import warnings
+from collections.abc import Awaitable, Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
 from redis.asyncio import Redis as AsyncRedis
+from redis.asyncio.cluster import RedisCluster as AsyncRedisCluster
 from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import ResponseError
 
 from svcgw.storage.scriptbatch import ScriptBatch
+from tests.deploy.redis_fleet import RedisClusterFleet
 from tests.support import free_port
 
 # Counts its calls per key and fails on demand: every answer says which call it was.
@@ -147,3 +152,110 @@ def test_a_batch_left_unsent_by_a_stopped_loop_does_not_hold_up_the_next_loop(re
             await client.aclose()
 
     assert asyncio.run(next_loop()) == ["next", 1]  # the stranded call never ran
+
+
+# --- on a Redis Cluster -----------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisClusterFleet]:
+    nodes = RedisClusterFleet(tmp_path_factory.mktemp("batch-cluster")).start()
+    try:
+        yield nodes
+    finally:
+        nodes.close()
+
+
+def on_cluster(cluster: RedisClusterFleet, body: Callable[[AsyncRedisCluster], Awaitable[Any]]) -> Any:
+    async def main() -> Any:
+        seed = cluster.nodes[0]
+        name = f"batch-{uuid.uuid4().hex[:8]}"
+        client = AsyncRedisCluster(host=seed.host, port=seed.port, decode_responses=True, client_name=name)
+        try:
+            return await body(client)
+        finally:
+            await client.aclose()
+
+    return asyncio.run(main())
+
+
+def named_connections(cluster: RedisClusterFleet, name: str) -> dict[str, int]:
+    """Each master's connections named ``name``."""
+    counts = {}
+    for node in cluster.nodes:
+        client = node.client(decode_responses=True)
+        try:
+            counts[node.address] = sum(1 for entry in client.client_list() if entry["name"] == name)
+        finally:
+            client.close()
+    return counts
+
+
+def test_on_a_cluster_the_calls_of_one_turn_go_to_each_master_down_one_connection(
+    cluster: RedisClusterFleet,
+) -> None:
+    """redis-py's Cluster pipeline refuses its ``evalsha()``: the batch must still send the calls of a turn
+    together, each to the master of its slot, and each call gets its own answer."""
+    tags = [f"{{s{i}}}" for i in range(16)]  # the virtual shards' tags: spread over the three masters
+
+    async def body(client: AsyncRedisCluster) -> None:
+        batch = ScriptBatch(client.register_script(fresh(COUNTING)))
+        # The first turn finds the script missing on every master: it is loaded and each call runs once.
+        first = await asyncio.gather(*(batch(keys=[f"{tags[i % 16]}n"], args=[f"call-{i}"]) for i in range(48)))
+        assert first == [[f"call-{i}", i // 16 + 1] for i in range(48)]
+        second = await asyncio.gather(*(batch(keys=[f"{tags[i % 16]}n"], args=[f"again-{i}"]) for i in range(48)))
+        assert second == [[f"again-{i}", i // 16 + 4] for i in range(48)]
+        with pytest.raises(ResponseError, match="asked to fail"):
+            await asyncio.gather(batch(keys=[f"{tags[0]}n"], args=["one"]), batch(keys=[f"{tags[1]}n"], args=["fail"]))
+        # Ninety-six concurrent calls over three masters: one connection to each (the seed has one more, which
+        # learnt the slots), not one per call.
+        name = client.get_connection_kwargs()["client_name"]
+        per_node = named_connections(cluster, name)
+        assert len(per_node) == 3 and max(per_node.values()) <= 2 and sum(per_node.values()) <= 4, per_node
+
+    on_cluster(cluster, body)
+
+
+def test_on_a_cluster_a_call_alone_in_its_turn_is_answered(cluster: RedisClusterFleet) -> None:
+    async def body(client: AsyncRedisCluster) -> None:
+        batch = ScriptBatch(client.register_script(fresh(COUNTING)))
+        assert await batch(keys=["{s5}alone"], args=["a"]) == ["a", 1]
+        assert await batch(keys=["{s5}alone"], args=["b"]) == ["b", 2]
+
+    on_cluster(cluster, body)
+
+
+def test_on_a_cluster_a_master_that_is_gone_fails_only_the_calls_of_its_slots(tmp_path: Path) -> None:
+    """The calls of a turn for the masters that answer get their answers; only those for the one killed fail.
+
+    The Cluster keeps serving the slots it still covers (``cluster-require-full-coverage no``), as it
+    does for a slot while its replica takes over.
+    """
+    cluster = RedisClusterFleet(tmp_path / "cluster", extra=["--cluster-require-full-coverage", "no"]).start()
+    tags = [f"{{s{i}}}" for i in range(16)]
+
+    async def body(client: AsyncRedisCluster) -> None:
+        batch = ScriptBatch(client.register_script(fresh(COUNTING)))
+        await asyncio.gather(*(batch(keys=[f"{tag}n"], args=["first"]) for tag in tags))  # the map learnt
+        holders = {tag: client.get_node_from_key(f"{tag}n") for tag in tags}
+        gone = holders[tags[1]]
+        assert gone is not None
+        next(node for node in cluster.nodes if node.port == int(gone.port)).kill()
+        # The first turn finds its connection to the killed master broken, the next has none to open.
+        for turn, word in enumerate(("after", "again"), 2):
+            answers = await asyncio.gather(*(batch(keys=[f"{tag}n"], args=[word]) for tag in tags),
+                                           return_exceptions=True)  # fmt: skip
+            for tag, answer in zip(tags, answers, strict=True):
+                holder = holders[tag]
+                if holder is not None and holder.name == gone.name:
+                    assert isinstance(answer, Exception), (tag, answer)
+                else:
+                    assert answer == [word, turn], (tag, answer)
+
+    try:
+        on_cluster(cluster, body)
+    finally:
+        cluster.close()
+        # Learning the map again after the master was lost, redis-py's Cluster client drops node objects whose
+        # connections only the garbage collector closes: collected here, not in whatever test runs next.
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", ResourceWarning)
+            gc.collect()
