@@ -55,9 +55,9 @@ def settle_collector() -> None:
 
 def server_options(settings: Settings) -> dict[str, Any]:
     """uvicorn's options for the HTTP server of ``settings`` (its protocol's own limits set too)."""
-    from .addressshare import AddressShare
-    from .httpprotocol import OneWriteProtocol
-    from .pressure import Pressure
+    from receiver.server.addressshare import AddressShare
+    from receiver.server.httpprotocol import OneWriteProtocol
+    from receiver.server.pressure import Pressure
 
     OneWriteProtocol.configure(
         header_timeout=settings.http_header_timeout,
@@ -67,7 +67,7 @@ def server_options(settings: Settings) -> dict[str, Any]:
         shares=AddressShare(
             settings.http_address_share, exempt=settings.trusted_proxies, ipv6_prefix=settings.ipv6_prefix
         ),
-        # Near the cap, room is made by shedding idle and slow connections (cli.pressure).
+        # Near the cap, room is made by shedding idle and slow connections (receiver.server.pressure).
         pressure=Pressure(settings.http_limit_concurrency, settings.http_keepalive_timeout),
     )
     return {
@@ -82,9 +82,9 @@ def server_options(settings: Settings) -> dict[str, Any]:
         "timeout_keep_alive": settings.http_keepalive_timeout,
         "server_header": False,
         # Pinned dependencies: the gateway's hot path is mostly the event loop and HTTP parsing.
-        # The protocol is uvicorn's httptools one, writing each answer in one piece (cli.httpprotocol).
+        # The protocol is uvicorn's httptools one, writing each answer in one piece (receiver.server.httpprotocol).
         "loop": "uvloop",
-        "http": "cli.httpprotocol:OneWriteProtocol",
+        "http": "receiver.server.httpprotocol:OneWriteProtocol",
         # X-Forwarded-For is read only from the proxies named in SVCGW_TRUSTED_PROXIES; by default
         # from none, so a client cannot choose the address its failed sign-ins are counted against.
         "proxy_headers": bool(settings.trusted_proxies),
@@ -93,13 +93,14 @@ def server_options(settings: Settings) -> dict[str, Any]:
 
 
 def run_server(settings: Settings) -> None:
-    """The HTTP server; with ``SVCGW_HTTP_WORKERS`` > 1, that many processes share the port (cli.listeners)."""
+    """The HTTP server; with ``SVCGW_HTTP_WORKERS`` > 1, that many processes share the port
+    (receiver.server.listeners)."""
     import uvicorn
 
     settings.require_upstream()
     options = server_options(settings)
     if settings.http_workers > 1:
-        from cli.listeners import run_supervised
+        from receiver.server.listeners import run_supervised
 
         # Each worker process builds its app from the same environment, and listens on its own socket.
         config = uvicorn.Config("cli.runner:app_from_env", factory=True, workers=settings.http_workers, **options)

@@ -62,7 +62,7 @@ class ServiceApp(Starlette):
     takes the ordinary way.
 
     A client that goes away while its body is read (or whose body the server
-    gave up on as too slow, ``cli.httpprotocol``) ends its request with
+    gave up on as too slow, ``receiver.server.httpprotocol``) ends its request with
     ``ClientDisconnect`` wherever the body was being read: nobody is left to
     answer, and it is an info line, not an error with a traceback.
     """

@@ -132,9 +132,12 @@ _OWN_SCRIPT = re.compile(
 
 
 def security_headers(nonce: str) -> list[tuple[bytes, bytes]]:
+    # 'unsafe-eval': the dashboard builds every table from underscore templates (``_.template``), which
+    # compile with ``new Function``; without it each table stays at "Loading...". It lets the page's own
+    # scripts compile strings; it lets no script in: markup from job data still runs only with the nonce.
     policy = (
         "default-src 'self'; "
-        f"script-src 'self' 'nonce-{nonce}'; "
+        f"script-src 'self' 'nonce-{nonce}' 'unsafe-eval'; "
         "style-src 'self' 'unsafe-inline'; "
         "img-src 'self' data:; "
         "object-src 'none'; base-uri 'none'; form-action 'self'; frame-ancestors 'none'"
@@ -340,7 +343,10 @@ def make_dashboard(settings: Settings) -> DashboardGuard | None:
     # reaches the operator: it may name the host.)
     for unreachable in (RedisConnectionError, RedisTimeoutError):
         flask_app.register_error_handler(unreachable, _unavailable)
-    wsgi: Any = WSGIMiddleware(flask_app, workers=4)
+    # One request at a time: rq-dashboard keeps the Redis of the request's shard on the app itself
+    # (``current_app.redis_conn``, set before each request), so requests for two shards at once could
+    # each read the other's.
+    wsgi: Any = WSGIMiddleware(flask_app, workers=1)
     return DashboardGuard(wsgi, settings.dashboard_user, settings.dashboard_password, shards=len(urls))
 
 

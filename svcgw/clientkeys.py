@@ -14,7 +14,7 @@ proxy's ``unknown``) is its own key, as written.
 Pure: the console's sign-in failure windows and its room for password
 checks, and the guarded look-ups of receiver tokens and API keys
 (``receiver.http.client_address``), build their keys here, and the HTTP
-server's share of connections per address (``cli.addressshare``).
+server's share of connections per address (``receiver.server.addressshare``).
 """
 
 from __future__ import annotations

@@ -22,12 +22,14 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
+import orjson
+
 from svcgw import deliveryid
 from svcgw.config.settings import Settings
 from svcgw.delivery import failingdestinations, probing
 from svcgw.delivery.view import stored_ids
 from svcgw.errors import STORAGE_ERRORS
-from svcgw.storage.rqformat import exc_info_field, failed_score
+from svcgw.storage.rqformat import dashboard_text, exc_info_field, failed_score, failure_result, job_description
 
 from .delivery import Attempt, Prepared, decide
 from .queue import DeliveryQueue, Finish, Finished
@@ -102,6 +104,7 @@ class Outcomes:
             due = time.time() + delay if delay is not None else None
             retention = max(self.settings.log_retention, 86400)
         destination = failingdestinations.destination_of(prepared.destination.url) if prepared.destination else ""
+        why = why_dead(delivery_id, number, attempt) if step == "dead" else ""
         finished = await self.finish(
             Finish(
                 delivery_id,
@@ -110,7 +113,8 @@ class Outcomes:
                 attempt.record(number),
                 due=due,
                 retention=retention,
-                error=exc_info_field(attempt.error or "") if step == "dead" else b"",
+                error=exc_info_field(why) if why else b"",
+                shown=dead_letter_shown(prepared, why) if why else b"",
                 failing=failingdestinations.name(prepared.account, destination),
                 event_ids=stored_ids(prepared.body) if step == "delivered" and _keeps_ids(prepared) else b"",
                 probe=probe,
@@ -209,3 +213,25 @@ def _log_probing(destination: str, account: str, finished: Finished, attempt: At
                  extra={"destination": destination, "account": account, "status": attempt.status})  # fmt: skip
     if finished.probe_ended:
         log.info("destination back at its caps", extra={"destination": destination, "account": account})
+
+
+def why_dead(delivery_id: str, number: int, attempt: Attempt) -> str:
+    """A dead letter's error text (RQ's ``exc_info``): the delivery, its last attempt and that attempt's outcome.
+
+    ``delivery we_...-0 died after attempt 7: HTTP 500 from http://host/hook`` (the address without
+    credentials or query, as the attempt's record has it); a timeout or a refused address says so.
+    """
+    outcome = attempt.error or (f"HTTP {attempt.status}" if attempt.status is not None else "no outcome")
+    address = f" from {attempt.destination}" if attempt.destination else ""
+    return dashboard_text(f"delivery {delivery_id} died after attempt {number}: {outcome}{address}")
+
+
+def dead_letter_shown(prepared: Prepared, why: str) -> bytes:
+    """What rq-dashboard shows of a dead letter, for the finish script: its description and its failed run.
+
+    rq-dashboard reads a failed job's ``exc_info`` from RQ's results stream only (``failure_result``),
+    and the job hash of a delivery named by its post has no description until it dies (only a service
+    event's is written at ingest).
+    """
+    description = job_description(prepared.event_type, prepared.appid, prepared.destination_id)
+    return orjson.dumps({"d": description, "r": failure_result(why)})

@@ -102,6 +102,8 @@ class Finish:
     probe: str = ""
     # The probing record the mark moves: the account's and the destination's (svcgw.delivery.probing.name)
     probing: str = ""
+    # dead: what rq-dashboard shows of it (worker.outcomes.dead_letter_shown); b"" writes nothing more
+    shown: bytes = b""
 
 
 @dataclass(frozen=True)
@@ -296,6 +298,7 @@ class DeliveryQueue:
                     self.keys.delivery(item.delivery_id),
                     self.keys.delivery_attempts(item.delivery_id),
                     self.keys.rq.job(item.delivery_id),
+                    self.keys.rq.result(item.delivery_id),
                     self.keys.dead_letters_by_appid(item.appid),
                     self.keys.outcomes(item.appid),
                     self.keys.late_outcomes(item.appid, bucket),
@@ -316,6 +319,7 @@ class DeliveryQueue:
                     named[1] if named else "",
                     item.probe,
                     item.probing if item.probe else "",
+                    item.shown,
                 )
             )
         script_keys.extend(chainkeys.member_keys(self.keys, members))

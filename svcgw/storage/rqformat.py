@@ -51,6 +51,7 @@ from rq import worker_registration
 from rq.job import Job, JobStatus
 from rq.queue import Queue
 from rq.registry import DeferredJobRegistry, FailedJobRegistry, ScheduledJobRegistry, StartedJobRegistry
+from rq.results import Result
 from rq.serializers import JSONSerializer
 from rq.utils import utcformat
 from rq.version import VERSION as RQ_VERSION
@@ -74,9 +75,11 @@ __all__ = [
     "RqClasses",
     "RqNames",
     "classes",
+    "dashboard_text",
     "exc_info_field",
     "failed_live",
     "failed_score",
+    "failure_result",
     "job_description",
     "job_fields",
     "job_fields_by_rq",
@@ -140,13 +143,14 @@ def classes(tag: str = "") -> RqClasses:
 class RqNames:
     """RQ's key names on one shard (``tag``: ``""``, or ``{s<i>}`` on a Cluster)."""
 
-    __slots__ = ("_job", "_queue", "_registries", "queues", "tag", "worker_prefix", "workers")
+    __slots__ = ("_job", "_queue", "_registries", "_result", "queues", "tag", "worker_prefix", "workers")
 
     def __init__(self, tag: str = "") -> None:
         self.tag = tag
         rq = classes(tag)
         self._job = rq.job.redis_job_namespace_prefix
         self._queue = rq.queue.redis_queue_namespace_prefix
+        self._result: str = tag + Result.get_key("")  # type: ignore[no-untyped-call]
         self._registries = {
             "failed": rq.failed.key_template,
             "scheduled": rq.scheduled.key_template,
@@ -161,6 +165,10 @@ class RqNames:
     def job(self, job_id: str) -> str:
         """RQ's job hash."""
         return self._job + job_id
+
+    def result(self, job_id: str) -> str:
+        """RQ's results stream of a job: a dead letter's :func:`failure_result`, which rq-dashboard shows."""
+        return self._result + job_id
 
     def queue(self, queue_name: str) -> str:
         """RQ's queue: a list of job ids, oldest first."""
@@ -323,7 +331,9 @@ DEFERRED: Final[str] = JobStatus.DEFERRED.value  # a service event behind an ear
 # script spells to these, and these to RQ's Job.
 SCRIPT_STATUSES: Final = frozenset((QUEUED, SCHEDULED, STARTED, FAILED, DEFERRED))
 ENQUEUED_AT: Final = "enqueued_at"
-SCRIPT_FIELDS: Final = frozenset(("status", ENQUEUED_AT, "started_at", "worker_name", "ended_at", "exc_info"))
+SCRIPT_FIELDS: Final = frozenset(
+    ("status", ENQUEUED_AT, "started_at", "worker_name", "ended_at", "exc_info", "description")
+)
 
 
 def _compressed(raw: bytes) -> bytes:
@@ -345,6 +355,18 @@ def exc_info_field(text: str) -> bytes:
     where the stream has none, as for every dead letter here (what rq-dashboard shows).
     """
     return zlib.compress(text.encode("utf-8"))
+
+
+def failure_result(text: str) -> list[str]:
+    """RQ's record of a failed run whose error is ``text``, as the field-value pairs of a results stream's entry.
+
+    RQ 2 keeps a run's outcome in a stream (``Result.save``: ``rq:results:<id>``, :meth:`RqNames.result`),
+    and rq-dashboard shows a failed job's ``exc_info`` from its latest entry only, never from the hash;
+    RQ's own ``Result.serialize`` writes the fields.
+    """
+    fields = Result(job_id="", type=Result.Type.FAILED, connection=_UNUSED_CONNECTION, exc_string=text,
+                    serializer=SERIALIZER).serialize()  # fmt: skip
+    return [str(part) for pair in fields.items() for part in pair]
 
 
 def rq_time(moment: datetime) -> str:
@@ -413,8 +435,22 @@ def worker_death(now: str) -> dict[Any, str]:
 _PLAIN = re.compile(r"[A-Za-z0-9_.-]{1,64}")
 
 
-def job_description(event_type: str, appid: str) -> str:
-    """``Msg for we_...``: what rq-dashboard shows of a delivery, made only of plain names."""
+def job_description(event_type: str, appid: str, destination_id: str = "") -> str:
+    """``Msg for we_...``: what rq-dashboard shows of a delivery, made only of plain names.
+
+    A further destination's delivery is named with its destination (``Msg for we_... to dst_...``).
+    """
     kind = event_type if _PLAIN.fullmatch(event_type) else "event"
     instance = appid if _PLAIN.fullmatch(appid) else "an instance"
-    return f"{kind} for {instance}"
+    further = f" to {destination_id}" if destination_id and _PLAIN.fullmatch(destination_id) else ""
+    return f"{kind} for {instance}{further}"
+
+
+# Characters a dead letter's error text does not carry to rq-dashboard, which prints it unescaped
+# on a job's page: an address or an exception's message is not markup there.
+_MARKUP = str.maketrans({"<": "(", ">": ")", "&": "+", '"': "'", "`": "'"})
+
+
+def dashboard_text(text: str) -> str:
+    """``text`` without the characters that are markup in a page (see ``_MARKUP``), on one line."""
+    return " ".join(text.translate(_MARKUP).split())

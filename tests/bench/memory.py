@@ -133,6 +133,8 @@ def kind_of(key: bytes) -> str:
         return "destination index"
     if name.startswith(keys.rq.job("")):
         return "RQ job hashes"
+    if name.startswith(keys.rq.result("")):
+        return "dead letters' RQ results"
     if name.startswith(f"{keys.prefix}deliveries:"):
         return "deliveries index"  # kept until the log became the index
     if name.startswith(keys.outcomes("")[: -len("}")]):

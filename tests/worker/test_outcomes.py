@@ -1,8 +1,9 @@
-"""The task that stores attempts' outcomes: whatever a call raises, it tries the batch again rather than end.
+"""worker.outcomes: what a dead letter tells rq-dashboard (RQ's results stream: why it died, which delivery
+it is), and the task that stores attempts' outcomes, which tries a batch again whatever a call raises.
 
-The queue is a stand-in whose first call raises what redis-py's Cluster client raised for a command
-cut off by a node's reset; the task ending there left every later attempt of the engine waiting for
-ever, its delivery leased and never finished.
+That task's queue is a stand-in whose first call raises what redis-py's Cluster client raised for a
+command cut off by a node's reset; the task ending there left every later attempt of the engine
+waiting for ever, its delivery leased and never finished.
 """
 
 from __future__ import annotations
@@ -11,13 +12,104 @@ import asyncio
 import time
 from collections.abc import Sequence
 
+import orjson
 import pytest
+from redis import Redis
+from rq.job import Job
+from rq.results import Result
 
 from svcgw.config.settings import Settings
-from worker.outcomes import Outcomes
+from svcgw.storage.keys import PLAIN as keys
+from svcgw.storage.rqformat import SERIALIZER
+from tests.conftest import provision
+from tests.support import Sink, ThreadedWorker, free_port, is_delivered, wait_for
+from tests.svcgw.delivery.test_deadletters import ingest, replay
+from worker.delivery import Attempt, Prepared
+from worker.outcomes import Outcomes, dead_letter_shown, why_dead
 from worker.queue import DeliveryQueue, Finish, Finished
 
 
+def attempt(**values: object) -> Attempt:
+    return Attempt(**{"ok": False, "at": 1.0, "duration": 0.1, **values})
+
+
+@pytest.mark.parametrize(
+    ("tried", "said"),
+    [
+        (attempt(status=500, error="HTTP 500", destination="http://h/hook"), "HTTP 500 from http://h/hook"),
+        (attempt(error="timed out after 2.0s", destination="http://h/hook", timed_out=True), "timed out after 2.0s"),
+        (attempt(error="destination refused: 10.0.0.1 is private", destination="http://h/"), "refused: 10.0.0.1"),
+        (attempt(status=502), "HTTP 502"),
+        (attempt(error="no callback address configured"), "no callback address configured"),
+    ],
+)
+def test_why_a_dead_letter_died_names_the_delivery_its_last_attempt_and_the_outcome(tried: Attempt, said: str) -> None:
+    text = why_dead("we_x-1700000000000-0", 7, tried)
+    assert text.startswith("delivery we_x-1700000000000-0 died after attempt 7: ") and said in text
+
+
+def test_no_markup_reaches_the_dashboard_from_an_error_text() -> None:
+    # rq-dashboard prints a job's exc_info into its page unescaped.
+    text = why_dead("dlv_1", 1, attempt(error='Boom: <img src=x onerror="go()"> & more\nsecond line'))
+    assert not set('<>&"\n') & set(text) and "img src=x" in text
+
+
+def test_what_the_dashboard_is_given_is_rqs_failed_result_and_a_description_naming_the_delivery() -> None:
+    prepared = Prepared("we_x-1-0_00ff", "we_x", "acc", "Msg", b"{}", 6, 6, 0.0, False, None, destination_id="dst_ab")
+    why = why_dead(prepared.delivery_id, 7, attempt(status=500, error="HTTP 500"))
+    shown = orjson.loads(dead_letter_shown(prepared, why))
+    assert shown["d"] == "Msg for we_x to dst_ab"
+    fields = dict(zip(shown["r"][::2], shown["r"][1::2], strict=True))
+    result = Result.restore("we_x-1-0_00ff", "1-0", {k.encode(): v.encode() for k, v in fields.items()},
+                            connection=Redis(), serializer=SERIALIZER)  # fmt: skip
+    assert result.type == Result.Type.FAILED and result.exc_string is not None
+    assert "HTTP 500" in result.exc_string and "attempt 7" in result.exc_string
+
+
+def test_a_dead_letter_shows_why_it_died_in_rq_and_its_failure_goes_once_it_is_delivered(
+    settings: Settings, redis: Redis, sink: Sink
+) -> None:
+    """As rq-dashboard reads it (``Job.latest_result``); replayed and delivered, nothing of it is left."""
+    tenant = provision(settings, url=sink.url)
+    sink.set(status=500)
+    delivery_id = ingest(settings, tenant, b'{"event_type":"Msg","events":[{"id":"why1"}]}')
+    worker = ThreadedWorker(settings).start()
+    try:
+        wait_for(lambda: redis.zcard(keys.rq.failed(settings.queue_name)) == 1, timeout=30, what="a dead letter")
+        job = Job.fetch(delivery_id, connection=redis, serializer=SERIALIZER)
+        result = job.latest_result()
+        assert result is not None and result.type == Result.Type.FAILED
+        assert result.exc_string == f"delivery {delivery_id} died after attempt 7: HTTP 500 from {sink.url}"
+        assert job.description == f"Msg for {tenant.appid}"
+        # Kept as long as the dead letter, written back compact: a new stream's node is 4 KB allocated up front.
+        assert abs(redis.ttl(keys.rq.result(delivery_id)) - redis.ttl(keys.rq.job(delivery_id))) <= 1
+        usage = redis.memory_usage(keys.rq.result(delivery_id), samples=0)
+        assert usage is not None and usage < 1500, usage
+
+        sink.set(status=200)
+        assert [r.status for r in replay(settings, ids=[delivery_id])] == ["replayed"]
+        wait_for(lambda: is_delivered(redis, delivery_id), timeout=30, what="the replayed delivery")
+    finally:
+        worker.stop()
+    assert not redis.exists(keys.rq.result(delivery_id))
+
+
+def test_a_dead_letter_to_an_address_that_refuses_connections_says_so(settings: Settings, redis: Redis) -> None:
+    closed = f"http://127.0.0.1:{free_port()}/hook"  # nothing listens there
+    tenant = provision(settings, url=closed)
+    delivery_id = ingest(settings, tenant, b'{"event_type":"Msg","events":[{"id":"why2"}]}')
+    worker = ThreadedWorker(settings).start()
+    try:
+        wait_for(lambda: redis.zcard(keys.rq.failed(settings.queue_name)) == 1, timeout=30, what="a dead letter")
+    finally:
+        worker.stop()
+    result = Job.fetch(delivery_id, connection=redis, serializer=SERIALIZER).latest_result()
+    assert result is not None and result.exc_string is not None
+    assert result.exc_string.startswith(f"delivery {delivery_id} died after attempt 7: ")
+    assert "refused" in result.exc_string.lower() and result.exc_string.endswith(f"from {closed}")
+
+
+# --- the task that stores outcomes ------------------------------------------------------------
 class FailsFirst:
     """A queue whose first ``finish_detailed`` raises ``error``; the later ones store every item."""
 

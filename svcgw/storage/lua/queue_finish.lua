@@ -2,14 +2,15 @@
 -- chain.lua is prepended: a service event delivered, dead or dropped lets its instance's next one go;
 -- probing.lua too: an attempt that timed out, or answered a destination being probed, moves the
 -- attempts in flight the destination is allowed (svcgw.delivery.probing).
--- KEYS: inflight, scheduled, failed, queue, deferred, failing destinations, probing destinations, then 7 per job:
+-- KEYS: inflight, scheduled, failed, queue, deferred, failing destinations, probing destinations, then 8 per job:
 --       delivery (the job hash itself for a delivery named by its post: svcgw.storage.keys.delivery),
---       old attempts list (svcgw.delivery.attemptrecords), job, dead index, outcome stream, late outcomes
+--       old attempts list (svcgw.delivery.attemptrecords), job, RQ's results stream of the job (a dead
+--       letter's failed run, which rq-dashboard shows), dead index, outcome stream, late outcomes
 --       hash, its instance's service-event chain (touched only for a service event); then per
 --       member of those chains, as the worker read them (svcgw.delivery.chainkeys): job, delivery
 -- ARGV: now, rq ended_at, 'failing after:forget after' (seconds), log retention (seconds),
 --       late hash expiry (unix seconds), outcome window (seconds), number of chain members,
---       'cap:probes' (svcgw.delivery.probing.script_argument), the members' ids, then 12 per job: kind, id,
+--       'cap:probes' (svcgw.delivery.probing.script_argument), the members' ids, then 13 per job: kind, id,
 --       attempt record, due (retry, defer) or expiry (dead), ttl of the delivery record,
 --       error text (zlib), failing record: the attempt's account's and destination's
 --       (svcgw.delivery.failingdestinations.name, '<account> <origin>'; '' when the attempt had none), chain
@@ -20,6 +21,8 @@
 --       destination's named by the post, '<appid>-<ms>-<seq>_<16 hex>'; '' for a dlv_ delivery),
 --       probe mark ('t:<start>' the attempt timed out, 'a' it answered a destination being probed, ''),
 --       the probing record it moves: its account's and destination's (svcgw.delivery.probing.name; '' for none)
+--       dead: what rq-dashboard shows of it, JSON {d: description, r: [field, value, ...] of RQ's failed
+--       result} (worker.outcomes.dead_letter_shown); '' for the others
 -- A delivered delivery with a log entry id keeps only its bare outcome (svcgw.delivery.outcomes): its
 -- records are deleted and the outcome goes to the stream, or to the late hash when it ended more
 -- than the outcome window after its post; a further destination's (its id ends in '_' and the
@@ -32,7 +35,7 @@
 -- destination's probing record, 32 when it was the first answer after timeouts (svcgw.delivery.probing).
 -- RQ's statuses and job fields: as svcgw.storage.rqformat names them (SCRIPT_STATUSES, SCRIPT_FIELDS).
 local MEMBERS = tonumber(ARGV[7])
-local HEAD, PER, KHEAD, KPER = 8 + MEMBERS, 12, 7, 7
+local HEAD, PER, KHEAD, KPER = 8 + MEMBERS, 13, 7, 8
 local probe_cap, probe_floor = string.match(ARGV[8], '^(%d+):(%d+)$')
 probe_cap, probe_floor = tonumber(probe_cap), tonumber(probe_floor)
 local n = (#ARGV - HEAD) / PER
@@ -170,7 +173,7 @@ local members = chain_members(MEMBERS, 9, KHEAD + n * KPER + 1)
 for i = 0, n - 1 do
   local b, kb = HEAD + 1 + i * PER, KHEAD + 1 + i * KPER
   local kind, id = ARGV[b], ARGV[b + 1]
-  local delivery, legacy, job, dead = KEYS[kb], KEYS[kb + 1], KEYS[kb + 2], KEYS[kb + 3]
+  local delivery, legacy, job, result, dead = KEYS[kb], KEYS[kb + 1], KEYS[kb + 2], KEYS[kb + 3], KEYS[kb + 4]
   local record, due, ttl = ARGV[b + 2], ARGV[b + 3], ARGV[b + 4]
   local claimed = 0
   if held[i + 1] then claimed = 1 end
@@ -193,8 +196,9 @@ for i = 0, n - 1 do
   elseif kind == 'delivered' and entry ~= '' then
     -- A further destination's delivery named by its post: its id ends in its destination's hex digits.
     local destination = string.match(id, '%-%d+%-%d+_(%x+)$')
-    chain_of_bare = outcome(delivery, record, entry, ARGV[b + 8], KEYS[kb + 4], KEYS[kb + 5], destination) or ''
-    redis.call('DEL', delivery, job)
+    chain_of_bare = outcome(delivery, record, entry, ARGV[b + 8], KEYS[kb + 5], KEYS[kb + 6], destination) or ''
+    -- The results stream is there only for a dead letter replayed since: its failure is history now.
+    redis.call('DEL', delivery, job, result)
     if claimed == 0 then
       redis.call('LREM', KEYS[4], 0, id)
       redis.call('ZREM', KEYS[2], id)
@@ -213,7 +217,7 @@ for i = 0, n - 1 do
     redis.call('EXPIRE', delivery, ttl)
     -- Only a delivery attempted before an upgrade can have the old list; it expires with the hash.
     if count > 1 then redis.call('EXPIRE', legacy, ttl) end
-    redis.call('DEL', job)
+    redis.call('DEL', job, result)
     if claimed == 0 then
       -- Our lease ran out and the job was handed back; it is done now.
       redis.call('LREM', KEYS[4], 0, id)
@@ -239,6 +243,16 @@ for i = 0, n - 1 do
       if count > 1 then redis.call('EXPIRE', legacy, ttl) end
       redis.call('SADD', dead, id)
       redis.call('EXPIRE', dead, ttl)
+      if ARGV[b + 12] ~= '' then
+        -- rq-dashboard shows a failed job's exc_info from RQ's results stream only (Result.save: at most
+        -- 10 entries), kept as long as the dead letter.
+        local shown = cjson.decode(ARGV[b + 12])
+        redis.call('HSET', job, 'description', shown.d)
+        redis.call('XADD', result, 'MAXLEN', 10, '*', unpack(shown.r))
+        -- A stream's first node is allocated 4 KB up front; written back from its own dump it holds what
+        -- its entries take: some 470 bytes for one entry instead of 4,400. Its expiry is set there too.
+        redis.call('RESTORE', result, string.format('%d', tonumber(ttl) * 1000), redis.call('DUMP', result), 'REPLACE')
+      end
     end
   elseif kind == 'defer' then
     if claimed == 1 then
@@ -246,13 +260,13 @@ for i = 0, n - 1 do
       redis.call('HSET', job, 'status', 'scheduled')
     end
   elseif kind == 'drop' then
-    redis.call('DEL', job)
+    redis.call('DEL', job, result)
   end
   -- The order of service events (chain.lua): a job that ends for good lets the next go.
   if kind == 'delivered' or kind == 'drop' or (kind == 'dead' and claimed == 1) then
     local chain = ARGV[b + 7]
     if chain == '?' then chain = chain_of_bare or redis.call('HGET', delivery, 'chain') end
-    if chain and chain ~= '' and chain_finished({chain = KEYS[kb + 6], queue = KEYS[4], deferred = KEYS[5],
+    if chain and chain ~= '' and chain_finished({chain = KEYS[kb + 7], queue = KEYS[4], deferred = KEYS[5],
         rq_now = ARGV[2], members = members}, id) then
       failing = failing + 8
     end

@@ -6,7 +6,7 @@ import logging
 
 import pytest
 
-from cli.addressshare import AddressShare, client_address
+from receiver.server.addressshare import AddressShare, client_address
 
 
 def test_a_client_address_is_the_ipv4_address_or_the_ipv6_slash_56() -> None:

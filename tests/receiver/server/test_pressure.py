@@ -6,7 +6,7 @@ import logging
 
 import pytest
 
-from cli.pressure import IDLE, IDLE_GRACE, UNFINISHED, Pressure, keepalive_timeout, pick, shed_rank
+from receiver.server.pressure import IDLE, IDLE_GRACE, UNFINISHED, Pressure, keepalive_timeout, pick, shed_rank
 
 
 def test_idle_connections_go_first_the_longest_idle_first() -> None:

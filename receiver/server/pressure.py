@@ -2,7 +2,7 @@
 
 A server process takes at most ``SVCGW_HTTP_LIMIT_CONCURRENCY`` connections;
 at the cap, uvicorn answers every new request 503. Each address holds at
-most its share of them (:mod:`cli.addressshare`), yet a few addresses
+most its share of them (:mod:`receiver.server.addressshare`), yet a few addresses
 together (nine at the default share, or one IPv6 line) can still hold them
 all with idle keep-alive connections or bodies sent at the minimum rate,
 and every other client would be refused. As nginx (``keepalive_timeout``,
@@ -27,7 +27,7 @@ makes room before it refuses anyone:
   it, then in proportion to the room left, down to a tenth at the high water.
 
 Pure but for the counts of one process (:class:`Pressure`): the protocol
-(``cli.httpprotocol``) asks it what to do and does it.
+(``receiver.server.httpprotocol``) asks it what to do and does it.
 """
 
 from __future__ import annotations

@@ -7,7 +7,7 @@ trip through the loopback or network stack, and at c=50 the costliest
 single line of a gateway call. :class:`OneWriteProtocol` gives uvicorn's
 protocol a transport that keeps what is written during one turn of the
 event loop and writes it at the end of that turn (or before closing), in
-order, as one piece. Nothing else changes: the bytes on the wire are the
+order, as one piece (:mod:`receiver.server.turnwriter`). Nothing else changes: the bytes on the wire are the
 same, and no answer waits longer than the turn it was written in.
 
 It also sheds slow clients itself, with or without a proxy in front:
@@ -28,30 +28,29 @@ fires while a request is being read); a request reading its head or body
 notes the time it moved and the bytes it received, nothing more.
 
 And it holds each client address to its share of the server's connections
-(:class:`cli.addressshare.AddressShare`): a connection past it is closed as
+(:class:`receiver.server.addressshare.AddressShare`): a connection past it is closed as
 soon as it is made, before anything is read.
 
 Near the cap of connections it makes room before anyone is refused
-(:mod:`cli.pressure`): a new connection past the high water closes idle
+(:mod:`receiver.server.pressure`): a new connection past the high water closes idle
 keep-alive connections first, then the slowest unfinished requests; and the
 keep-alive timeout shrinks as the cap fills. Each connection notes what it
 needs for that: since when it has waited idle for a request, and the bytes
 of the request it is reading.
+
+What it needs of uvicorn's own state it asks of :mod:`receiver.server.uvicornhttp`,
+the one module that reaches into uvicorn (and says what uvicorn lacks).
 """
 
 from __future__ import annotations
 
 import asyncio
-from typing import Any
-
-from uvicorn.protocols.http.httptools_impl import STATUS_LINE, HttpToolsProtocol
-
-from receiver.headers import NOSNIFF
 
 from .addressshare import AddressShare
 from .pressure import IDLE, UNFINISHED, Pressure, pick, shed_rank
+from .uvicornhttp import UvicornHttpTools
 
-__all__ = ["OneWriteProtocol", "TurnWriter", "body_due"]
+__all__ = ["OneWriteProtocol", "body_due"]
 
 # What a connection is reading: a request's head, its body, or nothing (answering, or idle between requests).
 _HEAD, _BODY, _IDLE = 0, 1, 2
@@ -71,77 +70,25 @@ def body_due(began: float, received: int, timeout: float, seconds_per_byte: floa
     return began + timeout + received * seconds_per_byte
 
 
-class TurnWriter:
-    """A transport whose writes of one turn of the event loop reach the socket as one write."""
+class OneWriteProtocol(UvicornHttpTools):
+    """uvicorn's httptools protocol writing through a ``TurnWriter``, shedding slow and greedy clients.
 
-    __slots__ = ("_loop", "_pending", "transport")
-
-    def __init__(self, transport: asyncio.Transport, loop: asyncio.AbstractEventLoop) -> None:
-        self.transport = transport
-        self._loop = loop
-        self._pending: list[bytes] = []
-
-    def write(self, data: bytes | bytearray | memoryview) -> None:
-        if not data:
-            return
-        if not self._pending:
-            self._loop.call_soon(self.flush)
-        self._pending.append(bytes(data))
-
-    def writelines(self, lines: Any) -> None:
-        for line in lines:
-            self.write(line)
-
-    def flush(self) -> None:
-        if not self._pending:
-            return
-        pending, self._pending = self._pending, []
-        if not self.transport.is_closing():
-            self.transport.write(pending[0] if len(pending) == 1 else b"".join(pending))
-
-    def close(self) -> None:
-        self.flush()
-        self.transport.close()
-
-    def abort(self) -> None:
-        self._pending = []
-        self.transport.abort()
-
-    def get_write_buffer_size(self) -> int:
-        return self.transport.get_write_buffer_size() + sum(len(part) for part in self._pending)
-
-    # Called on every request: spelt out rather than found through __getattr__.
-    def is_closing(self) -> bool:
-        return self.transport.is_closing()
-
-    def pause_reading(self) -> None:
-        self.transport.pause_reading()
-
-    def resume_reading(self) -> None:
-        self.transport.resume_reading()
-
-    def __getattr__(self, name: str) -> Any:
-        # Everything else (extra info, set_protocol, ...) is the socket's own.
-        return getattr(self.transport, name)
-
-
-class OneWriteProtocol(HttpToolsProtocol):
-    """uvicorn's httptools protocol writing through a :class:`TurnWriter`, shedding slow and greedy clients."""
+    It reads and writes none of uvicorn's state itself: :class:`~receiver.server.uvicornhttp.UvicornHttpTools`
+    does, each in a method of its own.
+    """
 
     # Set by cli.runner before the server starts (each process of several too); see ``configure``.
     header_timeout: float = 10.0
     body_timeout: float = 20.0
     body_seconds_per_byte: float = 1 / 500
     shares: AddressShare | None = None
-    pressure: Pressure | None = None
 
     # The share and the client address this connection counts against, if it does.
     _counted: tuple[AddressShare, str] | None = None
     _refused = False
     _shed = False  # closed to make room, its closing counted in pressure.going until reported
-    # Since when it has waited for a request's first byte (None: a request is being read or answered),
-    # and when the request being read began and how many bytes of it have arrived.
-    _idle_since: float | None = None
+    # When the request being read began and how many bytes of it have arrived (and, in UvicornHttpTools,
+    # since when the connection has waited idle for a request's first byte).
     _request_began = 0.0
     _request_bytes = 0
 
@@ -173,14 +120,14 @@ class OneWriteProtocol(HttpToolsProtocol):
                     transport.close()
                     return
                 self._counted = (shares, address)
-        writer = TurnWriter(transport, self.loop)
-        super().connection_made(writer)  # type: ignore[arg-type]
+        self._attach(transport)
+        loop = self.event_loop
         self._reading = _HEAD
-        self._since = self._idle_since = self.loop.time()
-        self._deadline: asyncio.TimerHandle | None = self.loop.call_later(self.header_timeout, self._late)
+        self._since = self._idle_since = loop.time()
+        self._deadline: asyncio.TimerHandle | None = loop.call_later(self.header_timeout, self._late)
         pressure = self.pressure
         if pressure is not None:
-            excess = pressure.excess(len(self.connections))
+            excess = pressure.excess(self._open_connections())
             if excess > 0:
                 self._make_room(pressure, excess)
 
@@ -198,12 +145,12 @@ class OneWriteProtocol(HttpToolsProtocol):
         super().data_received(data)
         self._request_bytes += len(data)
 
-    # --- room near the cap (cli.pressure) -----------------------------------------------------
+    # --- room near the cap (receiver.server.pressure) -----------------------------------------------------
     def _make_room(self, pressure: Pressure, excess: int) -> None:
         """Shed ``excess`` other connections: the idle first, then the slowest unfinished requests."""
-        now = self.loop.time()
+        now = self.event_loop.time()
         ranked = []
-        for connection in self.connections:
+        for connection in self._connections():
             if connection is not self and isinstance(connection, OneWriteProtocol):
                 standing = connection._standing(now)
                 if standing is not None:
@@ -213,11 +160,11 @@ class OneWriteProtocol(HttpToolsProtocol):
 
     def _standing(self, now: float) -> tuple[int, float, float] | None:
         """Where this connection stands in the order of shedding; None when it is not to be shed."""
-        if self._shed or self.transport.is_closing():
+        if self._shed or self.writer.is_closing():
             return None
         if self._idle_since is not None:
             return shed_rank(now, self._idle_since, 0.0, 0)
-        if self._reading == _IDLE or self.flow.read_paused:
+        if self._reading == _IDLE or self._reading_paused():
             return None  # being answered, or a body the server is not reading: the server's own time
         return shed_rank(now, None, self._request_began, self._request_bytes)
 
@@ -227,8 +174,8 @@ class OneWriteProtocol(HttpToolsProtocol):
             self._answer_early(503, _SHED, b"retry-after: 1\r\n")
         self._shed = True
         pressure.going += 1
-        pressure.note(kind, len(self.connections) - pressure.going)
-        self.transport.close()
+        pressure.note(kind, self._open_connections() - pressure.going)
+        self.writer.close()
 
     def _give_back(self) -> None:
         if self._counted is not None:
@@ -240,24 +187,24 @@ class OneWriteProtocol(HttpToolsProtocol):
     def on_message_begin(self) -> None:
         super().on_message_begin()
         self._reading = _HEAD
-        self._since = self._request_began = self.loop.time()
+        self._since = self._request_began = self.event_loop.time()
         self._idle_since = None
         self._request_bytes = 0
         if self._deadline is None:
-            self._deadline = self.loop.call_later(self.header_timeout, self._late)
+            self._deadline = self.event_loop.call_later(self.header_timeout, self._late)
 
     def on_headers_complete(self) -> None:
         self._reading = _BODY
-        self._since = self._began = self.loop.time()
+        self._since = self._began = self.event_loop.time()
         self._received = 0
         if self.body_timeout < self.header_timeout and self._deadline is not None:
             # The head's timer would fire after the body's deadline: set for the body instead.
             self._deadline.cancel()
-            self._deadline = self.loop.call_later(self.body_timeout, self._late)
+            self._deadline = self.event_loop.call_later(self.body_timeout, self._late)
         super().on_headers_complete()
 
     def on_body(self, body: bytes) -> None:
-        self._since = self.loop.time()
+        self._since = self.event_loop.time()
         self._received += len(body)
         super().on_body(body)
 
@@ -265,25 +212,15 @@ class OneWriteProtocol(HttpToolsProtocol):
         self._reading = _IDLE
         super().on_message_complete()
 
-    def on_response_complete(self) -> None:
-        pressure = self.pressure
-        if pressure is not None:
-            # The fuller the server, the sooner an idle keep-alive connection gives its place back.
-            # (uvicorn types it a whole number of seconds; it only ever passes it to call_later.)
-            self.timeout_keep_alive = pressure.keepalive_now(len(self.connections))  # type: ignore[assignment]
-        super().on_response_complete()
-        if self.timeout_keep_alive_task is not None:  # waiting for the next request, not answering a pipelined one
-            self._idle_since = self.loop.time()
-
     def _late(self) -> None:
         """The timer: shed the request if its head or body made no way in time, else wait on."""
         self._deadline = None
-        if self._reading == _IDLE or self.transport.is_closing():
+        if self._reading == _IDLE or self.writer.is_closing():
             return  # the next request's first byte arms it again
-        now = self.loop.time()
+        now = self.event_loop.time()
         due = self._since + self.header_timeout
         if self._reading == _BODY:
-            if self.flow.read_paused or (self.cycle and self.cycle.waiting_for_100_continue):
+            if self._server_not_reading():
                 # The server is the one not reading: neither a stall nor a slow body is the client's.
                 self._since = self._began = now
                 self._received = 0
@@ -291,29 +228,11 @@ class OneWriteProtocol(HttpToolsProtocol):
             due = min(due, body_due(self._began, self._received, self.body_timeout, self.body_seconds_per_byte))
         left = due - now
         if left > 0:
-            self._deadline = self.loop.call_later(left, self._late)
+            self._deadline = self.event_loop.call_later(left, self._late)
             return
         if self._reading == _BODY:
             self._answer_early(408, _TOO_SLOW)
-        self.transport.close()
-
-    def _answer_early(self, status: int, text: bytes, headers: bytes = b"") -> None:
-        """``status`` for a body the server will not wait for, unless an answer has begun; the app hears a
-        disconnect."""
-        cycle = self.cycle
-        if cycle is None:
-            return
-        if not cycle.response_started:
-            content = [STATUS_LINE[status]]
-            for name, value in [*self.server_state.default_headers, NOSNIFF]:
-                content.extend([name, b": ", value, b"\r\n"])
-            content.append(b"content-type: text/plain; charset=utf-8\r\nconnection: close\r\n%s" % headers)
-            content.append(b"content-length: %d\r\n\r\n%s" % (len(text), text))
-            self.transport.write(b"".join(content))
-            cycle.response_started = True
-        # What connection_lost would do a turn later: whatever the app sends from now on is dropped.
-        cycle.disconnected = True
-        cycle.message_event.set()
+        self.writer.close()
 
     def _stop_timer(self) -> None:
         self._reading = _IDLE
@@ -324,9 +243,5 @@ class OneWriteProtocol(HttpToolsProtocol):
     def handle_websocket_upgrade(self) -> None:
         self._stop_timer()
         self._give_back()  # the WebSocket protocol takes the connection over, and is not counted
-        # A WebSocket protocol gets the socket's own transport, with what was written so far sent.
-        if isinstance(self.transport, TurnWriter):
-            writer = self.transport
-            writer.flush()
-            self.transport = writer.transport
+        self._hand_back_socket()
         super().handle_websocket_upgrade()

@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+import inspect
 import os
+import re
 import socket
 
 import httpx
 import pytest
 from uvicorn.config import STARTUP_FAILURE
+from uvicorn.supervisors import multiprocess
 
-from cli.listeners import check_port, reuse_port_socket
+from receiver.server.listeners import OwnSocketProcess, check_port, reuse_port_socket
 from tests.support import free_port, start_server, wait_for
 
 
@@ -40,6 +43,17 @@ def _socket_inodes(pid: int) -> set[str]:
 def _children(pid: int) -> list[int]:
     with open(f"/proc/{pid}/task/{pid}/children", encoding="ascii") as handle:
         return [int(child) for child in handle.read().split()]
+
+
+def test_uvicorns_supervisor_makes_every_worker_through_its_modules_process_class() -> None:
+    # run_supervised sets multiprocess.Process: that holds while each place the supervisor starts a worker
+    # (start, restart after a death, restart_all, a signal for one more) names it, and the child runs target.
+    source = inspect.getsource(multiprocess.Multiprocess)
+    made = re.findall(r"([\w.]+)\(self\.config, self\.sockets\)", source)
+    assert len(made) >= 3 and set(made) == {"Process"}
+    assert "get_subprocess(config, self.target, sockets)" in inspect.getsource(multiprocess.Process.__init__)
+    assert list(inspect.signature(multiprocess.Process.target).parameters) == ["self", "sockets"]
+    assert issubclass(OwnSocketProcess, multiprocess.Process)
 
 
 def test_processes_of_one_user_may_bind_the_same_port() -> None:

@@ -13,6 +13,12 @@ Here each worker binds its own socket to the same address with
 listening sockets by a hash of their addresses, evenly. The supervisor
 (uvicorn's ``Multiprocess``: health checks, restarts, signals) is unchanged;
 it only starts :class:`OwnSocketProcess` instead of its own ``Process``.
+
+uvicorn (0.54.0, as pinned) has no option for this: no ``SO_REUSEPORT``,
+and ``Multiprocess`` takes no worker class, naming its module's ``Process``
+wherever it starts one. So :func:`run_supervised` sets that name, the one
+reach into uvicorn here; ``tests/receiver/server/test_listeners.py`` pins
+that the supervisor makes every worker through it, and how.
 """
 
 from __future__ import annotations
