@@ -103,7 +103,8 @@ class _Snapshot(Collector):
         )
         yield GaugeMetricFamily(
             "svcgw_failing_destinations",
-            "Destinations (callback address origins) whose every attempt has failed for SVCGW_FAILING_AFTER seconds.",
+            "Destinations (an account's callback address origins, counted per account) whose every attempt has failed "
+            "for SVCGW_FAILING_AFTER seconds.",
             value=self.data.get("failing_destinations", 0),
         )
         yield GaugeMetricFamily(

@@ -115,13 +115,13 @@ class Outcomes:
                 retention=retention,
                 error=exc_info_field(why) if why else b"",
                 shown=dead_letter_shown(prepared, why) if why else b"",
-                destination=destination,
+                failing=failingdestinations.name(prepared.account, destination),
                 event_ids=stored_ids(prepared.body) if step == "delivered" and _keeps_ids(prepared) else b"",
                 probe=probe,
                 probing=probing.name(prepared.account, destination),
             )
         )
-        _log_failing(destination, finished, attempt)
+        _log_failing(destination, prepared.account, finished, attempt)
         _log_probing(destination, prepared.account, finished, attempt)
         log.info(
             "delivery attempt",
@@ -189,15 +189,17 @@ def _keeps_ids(prepared: Prepared) -> bool:
     return prepared.duplicates or deliveryid.parse_named(prepared.delivery_id) is None
 
 
-def _log_failing(destination: str, finished: Finished, attempt: Attempt) -> None:
-    """The one record of a destination that started failing or recovered (svcgw.delivery.failingdestinations)."""
+def _log_failing(destination: str, account: str, finished: Finished, attempt: Attempt) -> None:
+    """The one record of an account's destination that started failing or recovered
+    (svcgw.delivery.failingdestinations), whatever the workers."""
     if finished.started_failing:
         log.warning(
             "destination failing",
-            extra={"destination": destination, "status": attempt.status, "error": attempt.error},
+            extra={"destination": destination, "account": account, "status": attempt.status, "error": attempt.error},
         )
     if finished.recovered:
-        log.info("destination recovered", extra={"destination": destination, "status": attempt.status})
+        log.info("destination recovered",
+                 extra={"destination": destination, "account": account, "status": attempt.status})  # fmt: skip
 
 
 def _log_probing(destination: str, account: str, finished: Finished, attempt: Attempt) -> None:

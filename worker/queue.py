@@ -91,7 +91,9 @@ class Finish:
     due: float | None = None  # retry and defer: when; dead: when the dead letter expires
     retention: int = 0  # seconds the delivery record is kept from now
     error: bytes = b""  # dead: RQ's exc_info (zlib)
-    destination: str = ""  # the attempt's destination (svcgw.delivery.failingdestinations.destination_of); '' for none
+    # The failing record the attempt moves: its account's and destination's (svcgw.delivery.failingdestinations.name);
+    # '' for none
+    failing: str = ""
     # delivered: the body's event ids (svcgw.delivery.listing.stored_ids), kept instead of the body,
     # which the callback log holds already; b"" keeps the body
     event_ids: bytes = b""
@@ -109,9 +111,9 @@ class Finished:
     """How storing one claim's end went: ``held`` is False when the claim had been lost meanwhile."""
 
     held: bool
-    # This attempt made its destination a failing one (svcgw.delivery.failingdestinations).
+    # This attempt made its account's destination a failing one (svcgw.delivery.failingdestinations).
     started_failing: bool = False
-    recovered: bool = False  # this attempt ended its destination's failing
+    recovered: bool = False  # this attempt ended its account's destination's failing
     probe_changed: bool = False  # this attempt changed its destination's probing record
     reopened: bool = False  # the first answer of its destination after timeouts
     probe_began: bool = False  # its destination is probed from this attempt on
@@ -311,7 +313,7 @@ class DeliveryQueue:
                     "" if item.due is None else repr(item.due),
                     item.retention,
                     item.error,
-                    item.destination,
+                    item.failing,
                     chain,
                     item.event_ids,
                     named[1] if named else "",

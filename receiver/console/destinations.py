@@ -84,14 +84,14 @@ class Destinations:
         scope = await self._scope(account, appid)
         own = await self.store.list_destinations(scope)
         inherited = await self.store.list_destinations(Scope(account=account)) if appid is not None else []
-        failing = await self._failing([*own, *inherited])
+        failing = await self._failing(account, [*own, *inherited])
         return [self._view(d, failing, secret=False) for d in own], [
             self._view(d, failing, secret=False) for d in inherited
         ]
 
     async def show(self, account: str, destination_id: str) -> dict[str, Any]:
         found = await self.store.get_destination(destination_id, account=account)
-        return self._view(found, await self._failing([found]))
+        return self._view(found, await self._failing(account, [found]))
 
     async def deliveries(
         self, account: str, destination_id: str, *, limit: int = 20, before: str | None = None
@@ -179,7 +179,7 @@ class Destinations:
 
     async def rotate(self, account: str, destination_id: str) -> dict[str, Any]:
         rotated = await self.store.rotate_destination_secret(destination_id, account=account)
-        return self._view(rotated, await self._failing([rotated]))
+        return self._view(rotated, await self._failing(account, [rotated]))
 
     async def remove(self, account: str, destination_id: str) -> dict[str, Any]:
         removed = await self.store.remove_destination(destination_id, account=account)
@@ -197,14 +197,15 @@ class Destinations:
 
     async def _saved(self, account: str, saved: DestinationConfig, *, test: bool) -> Saved:
         result = await self.test(account, saved.id) if test else None
-        return self._view(saved, await self._failing([saved])), result
+        return self._view(saved, await self._failing(account, [saved])), result
 
-    async def _failing(self, found: Sequence[DestinationConfig]) -> dict[str, float]:
-        """Since when each failing origin of ``found``'s addresses fails (``svcgw.delivery.failingdestinations``)."""
+    async def _failing(self, account: str, found: Sequence[DestinationConfig]) -> dict[str, float]:
+        """Since when each failing origin of ``found``'s addresses (``account``'s destinations) fails for
+        ``account`` (``svcgw.delivery.failingdestinations``)."""
         origins = {failingdestinations.destination_of(d.url) for d in found} - {""}
         if not origins:
             return {}
-        failing = await failingdestinations.failing_anywhere(self.texts, self.settings, origins)
+        failing = await failingdestinations.failing_anywhere(self.texts, self.settings, origins, account=account)
         return {name: record.first_failure for name, record in failing.items()}
 
     @staticmethod

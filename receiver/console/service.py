@@ -302,10 +302,11 @@ class ConsoleService:
         """The account's failing destinations (``svcgw.delivery.failingdestinations``), with the instances
         that use each.
 
-        With ``appid``, only the destination of that instance's address.
+        With ``appid``, only the destination of that instance's address. The account's own records only:
+        another account's failures at the same hosts are none of its business.
         """
         users = await self._destinations(account, appid)
-        found = await failingdestinations.failing_anywhere(self.texts, self.settings, users)
+        found = await failingdestinations.failing_anywhere(self.texts, self.settings, users, account=account)
         return [
             {**record.as_dict(), "appids": users.get(name, [])}
             for name, record in sorted(found.items(), key=lambda item: item[1].first_failure)

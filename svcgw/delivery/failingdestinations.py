@@ -6,12 +6,22 @@ of one host usually fail together (the host is down, its certificate
 expired, its proxy answers 502), and the origin is also what a Bearer token
 belongs to. ``https://hooks.example.com:443`` is one destination.
 
+A destination is kept **per account** (:func:`name`): the record counts one
+account's attempts to that origin, whichever of its instances or further
+destinations they come from. Many customers' endpoints live on one host (a
+chat tool's incoming webhooks, an automation platform): a record per origin
+alone would tell every account there that some other tenant's attempts fail
+(a banner on its console naming a host it may never have had a failure at),
+and another account's successes there would end the record of one whose
+endpoints still fail.
+
 The delivery engine's finish script (``svcgw/storage/lua/queue_finish.lua``) keeps
-one field per destination in the hash ``svcgw:failing`` while its attempts
-fail: ``first failure:last failure:flagged``. A successful attempt deletes
-the field, so a destination that answers is never in the hash; the cost on
-the delivery path is one ``HGET`` per attempt, and a write only for a
-failed attempt or the first success after failures.
+one field per account and destination in the hash ``svcgw:failing`` while its
+attempts fail: field ``<account> <origin>`` (:func:`name`, as probing's records
+are named), value ``first failure:last failure:flagged``. A successful attempt
+deletes the field, so a destination that answers is never in the hash; the cost
+on the delivery path is one ``HGET`` per attempt, and a write only for a failed
+attempt or the first success after failures.
 
 A destination is **failing** when its attempts have all failed since the
 first failure, at least ``SVCGW_FAILING_AFTER`` seconds ago. The console's
@@ -30,6 +40,13 @@ finish script runs there). A destination is failing for the service when it
 is failing on some shard (:func:`failing_anywhere`): its instances there get
 nothing through, whatever the others get; it is shown from the earliest
 first failure.
+
+**Upgrading.** Earlier versions named a record by its origin alone. Such a field is
+not read (:func:`parse` answers None: it names no account) and nothing writes it
+again: it flags nothing, counts in no gauge, and nothing a successful attempt does
+touches it. Each account's record starts afresh from its first failed attempt after
+the upgrade, so a destination failing across the upgrade is flagged again
+``SVCGW_FAILING_AFTER`` seconds after it.
 """
 
 from __future__ import annotations
@@ -55,8 +72,11 @@ __all__ = [
     "failing",
     "failing_anywhere",
     "forget_after",
+    "is_failing",
+    "name",
     "parse",
     "script_argument",
+    "split",
 ]
 
 # Bits the finish script adds to a job's result (bit 0 is "the claim was still ours").
@@ -64,12 +84,49 @@ STARTED = 2
 RECOVERED = 4
 
 
+def name(account: str, destination: str) -> str:
+    """The record's name of ``account``'s attempts to ``destination`` (an origin); '' when either is missing.
+
+    A space parts them: neither an account id nor an origin (``scheme://host:port``) holds one. Failing
+    and probing records (:mod:`svcgw.delivery.probing`) are named alike.
+    """
+    if not account or not destination:
+        return ""
+    return f"{account} {destination}"
+
+
+def split(record_name: str) -> tuple[str, str] | None:
+    """The account and the destination a record's name says; None for a name of another form (an origin
+    alone, as earlier versions named records)."""
+    account, space, destination = record_name.partition(" ")
+    if not space or not account or not destination:
+        return None
+    return account, destination
+
+
+def names(destinations: Iterable[str] | None, account: str | None) -> dict[str, str] | None:
+    """The records' names to read, each with the key the answer gives it (its destination); None for every record.
+
+    Records are kept per account: destinations are read only as some account's.
+    """
+    if destinations is None:
+        if account is not None:
+            raise ValueError("an account's records are read by its destinations")
+        return None
+    if account is None:
+        raise ValueError("records are kept per account: name the account whose destinations these are")
+    return {name(account, d): d for d in sorted({d for d in destinations if d})} if account else {}
+
+
 @dataclass(frozen=True)
 class FailingDestination:
-    destination: str
+    """One shard's record of one account's destination."""
+
+    destination: str  # the origin
     first_failure: float
     last_failure: float
     flagged: bool
+    account: str = ""  # the account whose attempts the record counts
 
     def as_dict(self) -> dict[str, object]:
         return {"destination": self.destination, "failing_since": self.first_failure, "last_failure": self.last_failure}
@@ -104,13 +161,16 @@ def script_argument(settings: Settings) -> str:
     return f"{settings.failing_after}:{forget_after(settings)!r}"
 
 
-def parse(destination: str, value: str | bytes) -> FailingDestination | None:
-    """One field of the hash; None when it cannot be read."""
+def parse(record_name: str, value: str | bytes) -> FailingDestination | None:
+    """One field of the hash, by its name (:func:`name`); None when it cannot be read, or names no account."""
+    owner = split(record_name)
+    if owner is None:
+        return None
     text = value.decode("utf-8", "replace") if isinstance(value, bytes) else value
     first, _, rest = text.partition(":")
     last, _, flagged = rest.partition(":")
     try:
-        return FailingDestination(destination, float(first), float(last), flagged == "1")
+        return FailingDestination(owner[1], float(first), float(last), flagged == "1", account=owner[0])
     except ValueError:
         return None
 
@@ -126,24 +186,27 @@ async def failing(
     settings: Settings,
     destinations: Iterable[str] | None = None,
     *,
+    account: str | None = None,
     now: float | None = None,
 ) -> dict[str, FailingDestination]:
-    """The failing destinations among ``destinations`` (every one when None), by destination."""
+    """``account``'s failing destinations among ``destinations`` (origins), by destination; with neither, every
+    account's, by record name (:func:`name`)."""
     moment = time.time() if now is None else now
-    if destinations is None:
+    wanted = names(destinations, account)
+    if wanted is None:
         raw = await redis.hgetall(keys.failing_destinations)
-        pairs = [(_text(name), value) for name, value in raw.items()]
+        triples = [(_text(field), _text(field), value) for field, value in raw.items()]
     else:
-        wanted = sorted({d for d in destinations if d})
         if not wanted:
             return {}
-        values = await redis.hmget(keys.failing_destinations, wanted)
-        pairs = [(name, value) for name, value in zip(wanted, values, strict=True) if value is not None]
+        fields = list(wanted)
+        values = await redis.hmget(keys.failing_destinations, fields)
+        triples = [(f, wanted[f], v) for f, v in zip(fields, values, strict=True) if v is not None]
     found: dict[str, FailingDestination] = {}
-    for name, value in pairs:
-        record = parse(name, value)
+    for field, key, value in triples:
+        record = parse(field, value)
         if record is not None and is_failing(record, settings, moment):
-            found[name] = record
+            found[key] = record
     return found
 
 
@@ -152,12 +215,21 @@ async def failing_anywhere(
     settings: Settings,
     destinations: Iterable[str] | None = None,
     *,
+    account: str | None = None,
     now: float | None = None,
 ) -> dict[str, FailingDestination]:
-    """:func:`failing` on every shard's hash (clients by shard index), merged: failing on any shard."""
+    """:func:`failing` on every shard's hash (clients by shard index), merged: failing on any shard.
+
+    Records are kept per account: ``account``'s destinations come back by destination, and another
+    account's records of the same origins are never read.
+    """
     wanted = None if destinations is None else list(destinations)
+    names(wanted, account)  # a call that names no account fails here, whatever the shards
+    answers = await asyncio.gather(
+        *(failing(redis, keys, settings, wanted, account=account, now=now) for redis, keys in shards)
+    )
     found: dict[str, FailingDestination] = {}
-    for answer in await asyncio.gather(*(failing(redis, keys, settings, wanted, now=now) for redis, keys in shards)):
+    for answer in answers:
         for name, record in answer.items():
             if name not in found or record.first_failure < found[name].first_failure:
                 found[name] = record

@@ -64,7 +64,7 @@ from dataclasses import dataclass
 from redis.asyncio import Redis
 
 from svcgw.config.settings import Settings
-from svcgw.delivery.failingdestinations import destination_of, forget_after
+from svcgw.delivery.failingdestinations import destination_of, forget_after, name, names, split
 from svcgw.shards.clients import ShardRedis
 from svcgw.shards.routing import instance_shard
 from svcgw.storage.keys import KeySpace
@@ -103,25 +103,6 @@ CHANGED = 16  # the destination's record changed
 REOPENED = 32  # the first answer after timeouts: its held-back jobs are brought forward
 BEGAN = 64  # its first timeout at its caps: it is probed from now
 ENDED = 128  # back at its caps
-
-
-def name(account: str, destination: str) -> str:
-    """The record's name of ``account``'s attempts to ``destination`` (an origin); '' when either is missing.
-
-    A space parts them: neither an account id nor an origin (``scheme://host:port``) holds one.
-    """
-    if not account or not destination:
-        return ""
-    return f"{account} {destination}"
-
-
-def split(record_name: str) -> tuple[str, str] | None:
-    """The account and the destination a record's name says; None for a name of another form (an origin
-    alone, as earlier versions named records)."""
-    account, space, destination = record_name.partition(" ")
-    if not space or not account or not destination:
-        return None
-    return account, destination
 
 
 @dataclass(frozen=True)
@@ -196,23 +177,12 @@ def read_argument(settings: Settings) -> tuple[float, float]:
     return OPEN_KEPT, forget_after(settings)
 
 
-def _names(destinations: Iterable[str] | None, account: str | None) -> dict[str, str] | None:
-    """The records' names to read, each with the key the answer gives it; None for every record."""
-    if destinations is None:
-        if account is not None:
-            raise ValueError("an account's records are read by its destinations")
-        return None
-    if account is None:
-        raise ValueError("records are kept per account: name the account whose destinations these are")
-    return {name(account, d): d for d in sorted({d for d in destinations if d})} if account else {}
-
-
 async def records(
     redis: Redis, keys: KeySpace, destinations: Iterable[str] | None = None, *, account: str | None = None
 ) -> dict[str, Probe]:
     """One shard's records, open ones included: ``account``'s of ``destinations`` (origins), by destination;
     with neither, every account's, by record name (:func:`name`)."""
-    wanted = _names(destinations, account)
+    wanted = names(destinations, account)
     if wanted is None:
         raw = await redis.hgetall(keys.probing_destinations)
         pairs = [(_text(field), _text(field), value) for field, value in raw.items()]
@@ -270,7 +240,7 @@ async def probing_anywhere(
     another account's records of the same origins are never read.
     """
     wanted = None if destinations is None else list(destinations)
-    _names(wanted, account)  # a call that names no account fails here, whatever the shards
+    names(wanted, account)  # a call that names no account fails here, whatever the shards
     answers = await asyncio.gather(*(records(redis, keys, wanted, account=account) for redis, keys in shards))
     by: dict[str, list[Probe]] = {}
     for answer in answers:

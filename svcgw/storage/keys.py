@@ -62,8 +62,8 @@ class KeySpace:
         # (receiver.console.failures).
         self.signin_failures = p + "signin-failures"
         self.instances = p + "instances"  # set of every registered appid
-        # Hash: a destination (a callback address's origin, svcgw.delivery.failingdestinations) whose attempts have all
-        # failed lately -> "first failure:last failure:flagged (0 or 1)".
+        # Hash: an account's destination (a callback address's origin, svcgw.delivery.failingdestinations) whose
+        # attempts have all failed lately: "<account> <origin>" -> "first failure:last failure:flagged (0 or 1)".
         self.failing_destinations = p + "failing"
         # Hash: a destination (as above) whose attempts time out, and so gets fewer attempts in flight
         # than its caps allow -> "limit:since:at:word" (svcgw.delivery.probing).

@@ -36,7 +36,7 @@ from click.testing import CliRunner
 from cli.main import cli
 from svcgw.callbacks.addresses import check_for_service
 from svcgw.config.settings import Settings
-from svcgw.delivery import chainkeys
+from svcgw.delivery import chainkeys, failingdestinations
 from svcgw.deliveryid import new_delivery_id
 from svcgw.intake.receivers import RECEIVER_PREFIX
 from svcgw.liveness import transitions
@@ -58,7 +58,7 @@ from tests.scriptkeys import ScriptKeyWatch
 from tests.support import Process, Received, Sink, wait_for
 from tests.support_twotags import TwoTags
 from worker.prober import Prober
-from worker.queue import DeliveryQueue
+from worker.queue import DeliveryQueue, Finish, Finished
 
 pytestmark = pytest.mark.slow
 
@@ -326,3 +326,55 @@ async def _race_and_shutdown_paths(settings: Settings, upstream_url: str, appid:
         await upstream.aclose()
         await aclose_all(clients)
 
+
+def test_each_accounts_failing_record_of_a_shared_host_is_kept_in_the_finish_calls_slot(
+    env: dict[str, str], cluster: RedisClusterFleet
+) -> None:
+    """The finish script's failing part on a Cluster: two accounts' attempts to one host in one call, each
+    account's record (``<account> <origin>``) in the hash the call names, in its slot; one account's failure
+    flags its own record, the other's success ends nothing of it."""
+    service_env = {k: v for k, v in env.items() if k != "SVCGW_REDIS_URL"}
+    service_env.update(SVCGW_REDIS_SHARDS=cluster.setting, SVCGW_CLUSTER_SHARDS=str(SHARDS), SVCGW_FAILING_AFTER="1")
+    settings = Settings.from_env(service_env)
+    watches = [ScriptKeyWatch(url) for url in _masters(cluster)]
+    try:
+        with contextlib.ExitStack() as watching:
+            for watch in watches:
+                watching.enter_context(watch)
+            finished, records = run(_failing_at_one_host(settings))
+    finally:
+        _on_each_master(cluster, "FLUSHALL")
+    assert [(f.started_failing, f.recovered) for f in finished] == [(True, False), (False, False)]
+    (field, value), *others = records.items()
+    assert field == failingdestinations.name("acc_failing", SHARED_HOST).encode() and others == []
+    assert value.endswith(b":1")  # flagged
+    assert any(call.name == "queue_finish" for watch in watches for call in watch.calls())
+    for watch in watches:
+        assert watch.cross_slot() == []
+        assert watch.undeclared() == []
+
+
+SHARED_HOST = "https://shared.example:443"
+
+
+async def _failing_at_one_host(settings: Settings) -> tuple[list[Finished], dict[bytes, bytes]]:
+    """One finish call on a shard of its own master: an account's failed attempt to the shared host, failing
+    for 5 s already, and another account's delivered one; the shard's failing hash after it."""
+    clients = role_clients(settings)
+    try:
+        redis, keys = clients[2]
+        mine = failingdestinations.name("acc_failing", SHARED_HOST)
+        theirs = failingdestinations.name("acc_answering", SHARED_HOST)
+        now = time.time()
+        await redis.hset(keys.failing_destinations, mine, f"{now - 5}:{now - 1}:0")
+        queue = DeliveryQueue(redis, keys, settings.queue_name, lease_seconds=settings.lease_seconds,
+                              failing_argument=failingdestinations.script_argument(settings))  # fmt: skip
+        record = b'{"attempt":1}'
+        items = [
+            Finish(new_delivery_id(), "we_failing", "retry", record, due=now + 600, retention=60, failing=mine),
+            Finish(new_delivery_id(), "we_answering", "delivered", record, retention=60, failing=theirs),
+        ]
+        finished = await queue.finish_detailed(items)
+        return finished, await redis.hgetall(keys.failing_destinations)
+    finally:
+        await aclose_all(clients)

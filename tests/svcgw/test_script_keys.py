@@ -18,7 +18,7 @@ from redis import Redis
 from redis.asyncio import Redis as AsyncRedis
 
 from svcgw.config.settings import Settings
-from svcgw.delivery import deadletters, probing
+from svcgw.delivery import deadletters, failingdestinations, probing
 from svcgw.delivery.replay import replay
 from svcgw.delivery.retrynow import NotRetrying, retry_now
 from svcgw.liveness import transitions
@@ -161,6 +161,37 @@ def test_probing_touches_only_the_keys_its_scripts_name(env: dict[str, str], red
     for script in ("queue_claim", "queue_read", "queue_finish", "probing_read", "queue_unpark"):
         assert ran[script] > 0, f"{script} did not run: {dict(ran)}"
     assert watch.undeclared() == []
+
+
+def test_failing_records_are_kept_per_account_in_the_key_the_finish_script_names(
+    env: dict[str, str], redis_url: str, redis: Redis
+) -> None:
+    # Two accounts' endpoints on one host: one's answer 500, the other's 200.
+    settings = Settings.from_env(dict(env, SVCGW_FAILING_AFTER="1", SVCGW_RETRY_SCHEDULE="0.2,0.2,0.2,600"))
+    host = Sink(rule=lambda post, earlier: ((500 if post.path.startswith("/failing/") else 200), 0.0)).start()
+    base = host.url.removesuffix("/hook")
+    failing, answering = provision(settings, url=f"{base}/failing/a"), provision(settings, url=f"{base}/answering/b")
+    origin = failingdestinations.destination_of(host.url)
+    try:
+        with ScriptKeyWatch(redis_url) as watch:
+            worker = ThreadedWorker(settings).start()
+            try:
+                ids = [ingest(settings, tenant, b'{"event_type":"Msg","events":[{"id":"k%d"}]}' % n)
+                       for n in range(2) for tenant in (failing, answering)]  # fmt: skip
+                wait_for(lambda: all(is_delivered(redis, d) for d in ids[1::2]), what="the answering account's")
+                wait_for(lambda: len([p for p in host.posts() if p.path.startswith("/failing/")]) >= 8,
+                         what="the failing account's four attempts each")  # fmt: skip
+            finally:
+                worker.stop()
+    finally:
+        host.stop()
+    finishes = [call for call in watch.calls() if call.name == "queue_finish"]
+    assert finishes and watch.undeclared() == []
+    # Every field of the failing hash the finish script read or wrote is one account's record of the host.
+    fields = {c[2] for call in finishes for c in call.inner if c[1:2] == [keys.failing_destinations.encode()]}
+    mine = failingdestinations.name(failing.account, origin)
+    assert fields == {mine.encode(), failingdestinations.name(answering.account, origin).encode()}
+    assert redis.hkeys(keys.failing_destinations) == [mine.encode()]
 
 
 def test_the_gateways_calls_touch_only_the_keys_the_admission_names(

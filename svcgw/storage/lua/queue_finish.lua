@@ -12,7 +12,8 @@
 --       late hash expiry (unix seconds), outcome window (seconds), number of chain members,
 --       'cap:probes' (svcgw.delivery.probing.script_argument), the members' ids, then 13 per job: kind, id,
 --       attempt record, due (retry, defer) or expiry (dead), ttl of the delivery record,
---       error text (zlib), destination ('' when the attempt had none), chain
+--       error text (zlib), failing record: the attempt's account's and destination's
+--       (svcgw.delivery.failingdestinations.name, '<account> <origin>'; '' when the attempt had none), chain
 --       (non-empty for a service event, '' for a customer event, '?' if unknown: the
 --       delivery's own 'chain' field says; its value, a key name, may be one of before the tags),
 --       event ids (delivered: a JSON list kept instead of the body; '' keeps the body),
@@ -28,7 +29,7 @@
 -- destination id's 16 hex digits) has them too, its stream entry with 'd' those hex digits, its late
 -- field the entry id, '_' and them. A dlv_ delivery keeps its hash until its ttl, as before.
 -- Returns per job: 1 if the claim was still ours, else 0; plus 2 when this
--- attempt's destination started failing, 4 when it recovered (svcgw.delivery.failingdestinations); plus 8 when its
+-- attempt's account's destination started failing, 4 when it recovered (svcgw.delivery.failingdestinations); plus 8 when its
 -- chain's front is now a member the worker did not name (queued since it read the chain): the
 -- worker advances that chain again (chain_advance.lua); plus 16 when the attempt changed its
 -- destination's probing record, 32 when it was the first answer after timeouts (svcgw.delivery.probing).
@@ -45,40 +46,42 @@ local held = redis.call('ZMSCORE', KEYS[1], unpack(ids))
 redis.call('ZREM', KEYS[1], unpack(ids))
 local now = ARGV[1]
 local results = {}
--- --- failing destinations (svcgw.delivery.failingdestinations): one HGET per destination a call names, more only while failing ---
+-- --- failing destinations (svcgw.delivery.failingdestinations): one HGET per record a call names, more only while failing ---
+-- A record is one account's destination (field '<account> <origin>'): another account's attempts to the same
+-- origin neither start nor end it. A field of an origin alone (an earlier version's) is never named here.
 local after_text, forget_text = string.match(ARGV[3], '^([^:]*):([^:]*)$')
 local failing_after, forget_after = tonumber(after_text), tonumber(forget_text)
--- Each destination's record as this call last read or wrote it (false: none): a batch holds many
+-- Each record as this call last read or wrote it (false: none): a batch holds many
 -- attempts to the same few destinations, and nothing else writes the hash while a script runs.
 local records = {}
-local function record_of(destination)
-  local held = records[destination]
+local function record_of(name)
+  local held = records[name]
   if held == nil then
-    held = redis.call('HGET', KEYS[6], destination)
-    records[destination] = held
+    held = redis.call('HGET', KEYS[6], name)
+    records[name] = held
   end
   return held
 end
-local function set_record(destination, value)
+local function set_record(name, value)
   if value then
-    redis.call('HSET', KEYS[6], destination, value)
+    redis.call('HSET', KEYS[6], name, value)
   else
-    redis.call('HDEL', KEYS[6], destination)
+    redis.call('HDEL', KEYS[6], name)
   end
-  records[destination] = value
+  records[name] = value
 end
-local function track(destination, ok)
-  if destination == '' then return 0 end
-  local held = record_of(destination)
+local function track(name, ok)
+  if name == '' then return 0 end
+  local held = record_of(name)
   if ok then
     if not held then return 0 end
-    set_record(destination, false)
+    set_record(name, false)
     local first, _, flagged = string.match(held, '^([^:]*):([^:]*):(%d)$')
     if flagged == '1' or (first and tonumber(now) - tonumber(first) >= failing_after) then return 4 end
     return 0
   end
   if not held then
-    set_record(destination, now .. ':' .. now .. ':0')
+    set_record(name, now .. ':' .. now .. ':0')
     return 0
   end
   local first, last, flagged = string.match(held, '^([^:]*):([^:]*):(%d)$')
@@ -90,7 +93,7 @@ local function track(destination, ok)
   if flagged ~= '1' and tonumber(now) - tonumber(first) >= failing_after then
     flagged, started = '1', 2
   end
-  set_record(destination, first .. ':' .. now .. ':' .. flagged)
+  set_record(name, first .. ':' .. now .. ':' .. flagged)
   return started
 end
 -- --- end of failing destinations ---

@@ -9,12 +9,13 @@ from redis import Redis
 
 from svcgw.config.settings import Settings
 from svcgw.delivery import probing
-from svcgw.delivery.failingdestinations import destination_of
-from svcgw.registry.store import Scope
+from svcgw.delivery.failingdestinations import destination_of, name, parse
+from svcgw.registry.store import Scope, Store
 from svcgw.storage.keys import PLAIN as keys
-from tests.conftest import Tenant
-from tests.receiver.console.conftest import ConsoleClient, Developer
+from tests.conftest import Tenant, with_store
+from tests.receiver.console.conftest import ConsoleClient, Developer, make_developer, serve
 from tests.receiver.console.test_pages import csrf_of, signed_in
+from tests.support import Received, Sink, ThreadedWorker, is_delivered, wait_for
 from tests.svcgw.delivery.test_deadletters import ingest, kill
 from tests.svcgw.delivery.test_listing import deliver_now, fail_once
 from tests.worker.support import add_destination
@@ -122,9 +123,10 @@ def test_replay_since_is_per_account(
     assert redis.zscore(keys.rq.failed("svcgw"), theirs) is not None
 
 
-def _failing(redis: Redis, url: str, seconds_ago: float) -> None:
+def _failing(redis: Redis, account: str, url: str, seconds_ago: float) -> None:
+    """What the finish script keeps while every attempt of ``account``'s to ``url``'s origin fails."""
     now = time.time()
-    redis.hset(keys.failing_destinations, destination_of(url), f"{now - seconds_ago}:{now - 1}:1")
+    redis.hset(keys.failing_destinations, name(account, destination_of(url)), f"{now - seconds_ago}:{now - 1}:1")
 
 
 def test_pages_list_deliveries_retry_now_and_show_the_failing_banner(
@@ -158,7 +160,9 @@ def test_pages_list_deliveries_retry_now_and_show_the_failing_banner(
         # The banner: on every page of the account, naming the instance on its own page.
         assert 'id="failing-banner"' not in http.get("/console/instances").text
         redis.hset(keys.callback_account(developer.account), "url", "https://down.example/hook")
-        _failing(redis, "https://down.example/other", seconds_ago=settings.failing_after + 60)
+        # The stranger's address is on the same host: the developer's failures there are not the stranger's.
+        redis.hset(keys.callback_account(stranger.account), "url", "https://down.example/theirs")
+        _failing(redis, developer.account, "https://down.example/other", seconds_ago=settings.failing_after + 60)
         for path in ("/console/instances", "/console/dead-letters", "/console/settings"):
             shown = http.get(path).text
             assert 'id="failing-banner"' in shown and "https://down.example:443" in shown, path
@@ -171,6 +175,7 @@ def test_pages_list_deliveries_retry_now_and_show_the_failing_banner(
         stranger_http, _ = signed_in(server, stranger.key)
         try:
             assert 'id="failing-banner"' not in stranger_http.get("/console/instances").text
+            assert stranger_http.get("/console/api/failing-destinations").json()["data"]["failing"] == []
         finally:
             stranger_http.close()
 
@@ -290,3 +295,67 @@ def test_a_further_destination_being_probed_has_the_banner_and_is_in_the_api(
             stranger_http.close()
     finally:
         http.close()
+
+
+def _by_path(post: Received, earlier: list[Received]) -> tuple[int, float]:
+    """A host where many customers' endpoints live: the paths under /failing/ answer 500, the others 200."""
+    return (500 if post.path.startswith("/failing/") else 200), 0.0
+
+
+def test_one_accounts_failures_at_a_shared_host_are_neither_shown_to_nor_cleared_by_another(
+    env: dict[str, str], redis: Redis
+) -> None:
+    # A few attempts 0.2 s apart, then ten minutes to the next: each account's failures stay current
+    # (not forgotten) for the whole test, whatever the machine's load. Flagged after a second.
+    settings = Settings.from_env(
+        dict(env, SVCGW_FAILING_AFTER="1", SVCGW_RETRY_SCHEDULE="0.2,0.2,0.2,0.2,0.2,0.2,0.2,0.2,600")
+    )
+    host = Sink(rule=_by_path).start()
+    base = host.url.removesuffix("/hook")
+    origin = destination_of(host.url)
+    failing, answering = make_developer(settings, instances=1), make_developer(settings, instances=1)
+
+    async def addresses(store: Store) -> None:
+        await store.set_callback(Scope(appid=failing.appids[0]), f"{base}/failing/{failing.account}")
+        await store.set_callback(Scope(appid=answering.appids[0]), f"{base}/answering/{answering.account}")
+
+    with_store(settings, addresses)
+    record = name(failing.account, origin)
+
+    def listed(server: str, developer: Developer) -> list[dict[str, object]]:
+        answer = httpx.get(f"{server}/console/api/failing-destinations", headers={"Svc-Key": developer.key}, timeout=10)
+        assert answer.status_code == 200, answer.text
+        return list(answer.json()["data"]["failing"])
+
+    def flagged() -> bool:
+        found = parse(record, redis.hget(keys.failing_destinations, record) or b"")
+        return found is not None and found.flagged
+
+    worker = ThreadedWorker(settings).start()
+    try:
+        with serve(settings) as server:
+            for n in range(3):
+                post(settings, tenant_of(failing), f"f{n}")
+            wait_for(flagged, timeout=20, what="the failing account's record flagged")
+            # Failing for the account whose endpoints fail, and for it alone, though both use the host.
+            assert [(f["destination"], f["appids"]) for f in listed(server, failing)] == [(origin, failing.appids)]
+            assert listed(server, answering) == []
+            # The other account's deliveries to the same host succeed: its record is never made, and they
+            # end nothing of the failing account's.
+            delivered = [post(settings, tenant_of(answering), f"a{n}") for n in range(5)]
+            wait_for(lambda: all(is_delivered(redis, d) for d in delivered), timeout=20, what="the deliveries")
+            assert flagged()
+            assert redis.hget(keys.failing_destinations, name(answering.account, origin)) is None
+            assert [f["destination"] for f in listed(server, failing)] == [origin]
+            assert listed(server, answering) == []
+            for developer, shown in ((failing, True), (answering, False)):
+                http, _ = signed_in(server, developer.key)
+                try:
+                    page = http.get("/console/instances").text
+                    assert ('id="failing-banner"' in page) is shown
+                    assert (f'class="failing" data-destination="{origin}"' in page) is shown
+                finally:
+                    http.close()
+    finally:
+        worker.stop()
+        host.stop()

@@ -12,11 +12,11 @@ from redis.asyncio import Redis as AsyncRedis
 
 from receiver.metrics import render
 from svcgw.config.settings import Settings, SettingsError
-from svcgw.delivery import failingdestinations
+from svcgw.delivery import failingdestinations, probing
 from svcgw.delivery.failingdestinations import FailingDestination, destination_of, is_failing, parse
 from svcgw.storage.keys import PLAIN as keys
 from svcgw.views.metrics import snapshot
-from tests.conftest import provision
+from tests.conftest import Tenant, provision
 from tests.scriptkeys import ScriptKeyWatch
 from tests.support import LogCapture, Sink, wait_for
 from tests.svcgw.delivery.test_deadletters import ingest
@@ -49,18 +49,28 @@ def test_failing_means_only_failures_for_long_enough_and_lately() -> None:
     assert not is_failing(FailingDestination("d", now - 899, now - 1, False), settings, now)
     # Nothing tried it for longer than the threshold and the longest retry delay: forgotten.
     assert not is_failing(FailingDestination("d", now - 5000, now - 1501, True), settings, now)
-    assert parse("d", b"1.5:2.5:1") == FailingDestination("d", 1.5, 2.5, True)
-    assert parse("d", "garbage") is None
+    assert parse("acc_1 d", b"1.5:2.5:1") == FailingDestination("d", 1.5, 2.5, True, account="acc_1")
+    assert parse("acc_1 d", "garbage") is None
+    # An earlier version's record, named by its origin alone: not read.
+    assert parse("https://down.example:443", b"1.5:2.5:1") is None
 
 
-def _attempt(settings: Settings, appid: str, delivery_id: str, ok: bool, destination: str, number: int) -> Finished:
+def test_a_record_is_named_by_its_account_and_destination() -> None:
+    name = failingdestinations.name("acc_1", "https://down.example:443")
+    assert name == "acc_1 https://down.example:443"
+    assert failingdestinations.split(name) == ("acc_1", "https://down.example:443")
+    assert failingdestinations.name("", "https://down.example:443") == failingdestinations.name("acc_1", "") == ""
+    assert failingdestinations.split("https://down.example:443") is None
+    # Probing's records are named alike.
+    assert probing.name("acc_1", "https://down.example:443") == name
+
+
+def _attempt(settings: Settings, appid: str, delivery_id: str, ok: bool, record: str, number: int) -> Finished:
     """One attempt's outcome stored through the engine's finish script."""
     assert claim(settings, 1) == [delivery_id]
     attempt = Attempt(ok=ok, at=time.time(), duration=0.01, status=200 if ok else 500, destination="x")
     kind = "delivered" if ok else "retry"
-    item = Finish(
-        delivery_id, appid, kind, attempt.record(number), due=time.time() - 1, retention=60, destination=destination
-    )
+    item = Finish(delivery_id, appid, kind, attempt.record(number), due=time.time() - 1, retention=60, failing=record)
     (finished,) = with_queue(settings, lambda queue: queue.finish_detailed([item]))
     if not ok:
         redis = Redis.from_url(settings.redis_url or "")
@@ -77,7 +87,7 @@ def test_the_finish_script_reports_the_start_and_the_recovery_once(settings: Set
     settings = Settings.from_env({"SVCGW_REDIS_URL": settings.redis_url or "", "SVCGW_FAILING_AFTER": "1"})
     tenant = provision(settings)
     delivery_id = ingest(settings, tenant, b'{"event_type":"Msg","events":[{"id":"f1"}]}')
-    where = "https://down.example:443"
+    where = failingdestinations.name(tenant.account, "https://down.example:443")
     seen = [_attempt(settings, tenant.appid, delivery_id, False, where, 1)]
     first = parse(where, redis.hget(keys.failing_destinations, where) or b"")
     assert first is not None and not first.flagged
@@ -102,14 +112,14 @@ def test_one_finish_call_reads_a_destinations_record_once_and_sets_a_streams_exp
     tenant = provision(settings)
     ids = [ingest(settings, tenant, b'{"event_type":"Msg","events":[{"id":"b%d"}]}' % n) for n in range(4)]
     assert sorted(claim(settings, 4)) == sorted(ids)
-    where = "https://down.example:443"
+    where = failingdestinations.name(tenant.account, "https://down.example:443")
     now = time.time()
     redis.hset(keys.failing_destinations, where, f"{now - 5}:{now - 1}:0")  # failing 5 s, not flagged yet
 
     def item(delivery_id: str, ok: bool) -> Finish:
         attempt = Attempt(ok=ok, at=time.time(), duration=0.01, status=200 if ok else 500, destination="x")
         return Finish(delivery_id, tenant.appid, "delivered" if ok else "retry", attempt.record(1),
-                      due=time.time() + 60, retention=60, destination=where)  # fmt: skip
+                      due=time.time() + 60, retention=60, failing=where)  # fmt: skip
 
     items = [item(ids[0], False), item(ids[1], False), item(ids[2], True), item(ids[3], True)]
     with ScriptKeyWatch(settings.redis_url or "") as watch:
@@ -173,23 +183,76 @@ def gauge(settings: Settings) -> int:
     return asyncio.run(read())
 
 
-def test_failing_reads_the_named_destinations_or_all(settings: Settings, redis: Redis) -> None:
+def test_failing_reads_an_accounts_named_destinations_or_every_record(settings: Settings, redis: Redis) -> None:
     now = time.time()
     redis.hset(
         keys.failing_destinations,
         mapping={
-            "https://a.example:443": f"{now - 2000}:{now - 5}:1",
-            "https://b.example:443": f"{now - 10}:{now - 5}:0",  # not long enough yet
+            "acc_a https://a.example:443": f"{now - 2000}:{now - 5}:1",
+            "acc_a https://b.example:443": f"{now - 10}:{now - 5}:0",  # not long enough yet
+            "acc_b https://b.example:443": f"{now - 2000}:{now - 5}:1",
+            "https://a.example:443": f"{now - 2000}:{now - 5}:1",  # an earlier version's, per origin alone
         },
     )
 
-    async def read(names: list[str] | None) -> list[str]:
+    async def read(names: list[str] | None, account: str | None = None) -> list[str]:
         client = AsyncRedis.from_url(settings.redis_url or "")
         try:
-            return sorted(await failingdestinations.failing(client, keys, settings, names))
+            return sorted(await failingdestinations.failing(client, keys, settings, names, account=account))
         finally:
             await client.aclose()
 
-    assert asyncio.run(read(None)) == ["https://a.example:443"]
-    assert asyncio.run(read(["https://b.example:443", ""])) == []
-    assert gauge(settings) == 1
+    assert asyncio.run(read(None)) == ["acc_a https://a.example:443", "acc_b https://b.example:443"]
+    assert asyncio.run(read(["https://a.example:443", "https://b.example:443", ""], "acc_a")) == [
+        "https://a.example:443"
+    ]
+    # Another account's failures at the same origin are not this account's.
+    assert asyncio.run(read(["https://b.example:443"], "acc_a")) == []
+    assert asyncio.run(read(["https://a.example:443"], "acc_b")) == []
+    assert asyncio.run(read(["https://b.example:443"], "acc_b")) == ["https://b.example:443"]
+    # Records are kept per account: destinations are read only as some account's.
+    with pytest.raises(ValueError, match="per account"):
+        asyncio.run(read(["https://a.example:443"]))
+    with pytest.raises(ValueError, match="by its destinations"):
+        asyncio.run(read(None, "acc_a"))
+    assert gauge(settings) == 2  # per account and destination; the earlier version's record counts for nothing
+
+
+def test_the_finish_script_keeps_each_accounts_record_of_a_shared_origin_apart(
+    settings: Settings, redis: Redis
+) -> None:
+    """Two accounts' endpoints on one host: one's failures flag only its own record, the other's successes
+    end nothing of it, and a record of an earlier version (the origin alone) is neither read nor written."""
+    settings = Settings.from_env({"SVCGW_REDIS_URL": settings.redis_url or "", "SVCGW_FAILING_AFTER": "1"})
+    failing, answering = provision(settings), provision(settings)
+    origin = "https://shared.example:443"
+    mine = failingdestinations.name(failing.account, origin)
+    theirs = failingdestinations.name(answering.account, origin)
+    ids = {
+        tenant.appid: ingest(settings, tenant, b'{"event_type":"Msg","events":[{"id":"s1"}]}')
+        for tenant in (failing, answering)
+    }
+    assert sorted(claim(settings, 2)) == sorted(ids.values())
+    now = time.time()
+    redis.hset(keys.failing_destinations, mapping={mine: f"{now - 5}:{now - 1}:0", origin: f"{now - 5}:{now - 1}:1"})
+
+    def item(tenant: Tenant, ok: bool, name: str) -> Finish:
+        attempt = Attempt(ok=ok, at=time.time(), duration=0.01, status=200 if ok else 500, destination="x")
+        return Finish(ids[tenant.appid], tenant.appid, "delivered" if ok else "retry", attempt.record(1),
+                      due=time.time() + 60, retention=60, failing=name)  # fmt: skip
+
+    with ScriptKeyWatch(settings.redis_url or "") as watch:
+        items = [item(failing, False, mine), item(answering, True, theirs)]
+        finished = with_queue(settings, lambda queue: queue.finish_detailed(items))
+    assert [(f.held, f.started_failing, f.recovered) for f in finished] == [
+        (True, True, False),  # its own record, past the threshold
+        (True, False, False),  # the other account had no failure there: nothing to recover from
+    ]
+    record = parse(mine, redis.hget(keys.failing_destinations, mine) or b"")
+    assert record is not None and record.flagged and record.account == failing.account
+    assert record.destination == origin
+    assert redis.hget(keys.failing_destinations, theirs) is None
+    assert redis.hget(keys.failing_destinations, origin) == f"{now - 5}:{now - 1}:1".encode()  # untouched
+    (call,) = [c for c in watch.calls() if c.name == "queue_finish"]
+    fields = [c[2] for c in call.inner if c[1:2] == [keys.failing_destinations.encode()]]
+    assert fields == [mine.encode(), mine.encode(), theirs.encode()]  # HGET, HSET of one; HGET of the other
