@@ -33,7 +33,7 @@ def test_slow(n):
 
 def test_pytest_stopped_at_the_limit_prints_what_failed(tmp_path: Path) -> None:
     (tmp_path / "test_suite.py").write_text(SUITE)
-    limit = 20  # the quick tests end within seconds, on two loaded cores too
+    limit = 40  # the quick tests end within seconds; xdist starting two processes on loaded cores took over 20
     command = [str(TIMED), str(limit), sys.executable, "-m", "pytest", "-q", "-n", "2", "-p", "no:cacheprovider"]
     done = subprocess.run(
         [*command, "test_suite.py"], cwd=tmp_path, capture_output=True, text=True, timeout=limit + 90,
