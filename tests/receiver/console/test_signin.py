@@ -354,10 +354,9 @@ def test_while_the_lanes_check_runs_the_room_starts_none_past_the_cores(
 
     before, mine = with_signin(settings, flood)
     assert mine.account == member.account
-    lane = [n for n, (kind, _, _) in enumerate(starts) if kind == "lane"]
-    assert len(lane) == 1
+    [first] = [n for n, (kind, _, _) in enumerate(starts) if kind == "lane"]
     # Not queued behind the room's waiters: at most the places that freed meanwhile went first.
-    assert lane[0] - before <= HASHING_AT_ONCE, (before, starts)
+    assert first - before <= HASHING_AT_ONCE, (before, starts)
     # The room's runs started while the lane's ran: never past HASHING_AT_ONCE in all.
-    during = [(room, lane) for kind, room, lane in starts[lane[0] + 1 :] if kind == "room" and lane]
-    assert during and all(room + lane <= HASHING_AT_ONCE for room, lane in during), starts
+    during = [(rooms, lanes) for kind, rooms, lanes in starts[first + 1 :] if kind == "room" and lanes]
+    assert during and all(rooms + lanes <= HASHING_AT_ONCE for rooms, lanes in during), starts
