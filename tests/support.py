@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import os
+import random
+import signal
 import socket
 import subprocess
 import sys
@@ -83,6 +86,26 @@ def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return int(sock.getsockname()[1])
+
+
+# Ports for the service's processes: below Linux's ephemeral range (32768 on), which every other free_port()
+# of this machine and every outgoing connection draw from. Between the check here and the server's own bind
+# a port from that range can be taken (a flood's connections, another test's server), and a server of
+# someone else's answering /readyz there would pass for ours.
+_SERVER_PORTS = range(20000, 32768)
+
+
+def free_server_port() -> int:
+    """A loopback port outside the ephemeral range that nothing listens on or holds now."""
+    for _ in range(200):
+        port = random.choice(_SERVER_PORTS)
+        with socket.socket() as sock:
+            try:
+                sock.bind(("127.0.0.1", port))  # without SO_REUSEADDR: held in any state is taken
+            except OSError:
+                continue
+            return port
+    raise AssertionError("no free loopback port for a server")
 
 
 @dataclass
@@ -224,6 +247,15 @@ class Process:
         except FileNotFoundError:
             return ""
 
+    def exit_status(self) -> str:
+        """How it ended ("exit code 1", "killed by SIGKILL"), or "running"."""
+        code = None if self.proc is None else self.proc.poll()
+        if code is None:
+            return "running"
+        if code < 0:
+            return f"killed by {signal.Signals(-code).name}"
+        return f"exit code {code}"
+
     def kill(self) -> None:
         if self.proc is not None and self.proc.poll() is None:
             self.proc.kill()
@@ -245,7 +277,7 @@ def wait_answering(process: Process, url: str, what: str) -> None:
 
     def ready() -> bool:
         if not process.alive():
-            raise AssertionError(f"{what} exited:\n{process.output()}")
+            raise AssertionError(f"{what} exited ({process.exit_status()}):\n{process.output()}")
         try:
             return httpx.get(url, timeout=1, trust_env=False).status_code == 200
         except httpx.HTTPError:
@@ -256,13 +288,36 @@ def wait_answering(process: Process, url: str, what: str) -> None:
 
 
 def start_server(env: dict[str, str], name: str = "serve") -> tuple[Process, str]:
-    """``svcgw serve`` on a free port (``SVCGW_PORT`` is set for it), once it is ready."""
-    port = free_port()
-    server_env = dict(env, SVCGW_PORT=str(port))
-    process = Process(["serve"], server_env, f"{name}-{port}").start()
-    base = f"http://127.0.0.1:{port}"
-    wait_ready_or_stop(process, base + "/readyz", "the HTTP server")
-    return process, base
+    """``svcgw serve`` on a free port (``SVCGW_PORT`` is set for it), once it is ready.
+
+    A port taken between the check and the server's bind is met again on another port (three tries);
+    ready means answering with this process alive and its log saying it listens there.
+    """
+    for _ in range(3):
+        port = free_server_port()
+        process = Process(["serve"], dict(env, SVCGW_PORT=str(port)), f"{name}-{port}").start()
+        base = f"http://127.0.0.1:{port}"
+        try:
+            wait_ready_or_stop(process, base + "/readyz", "the HTTP server")
+            if int(env.get("SVCGW_HTTP_WORKERS", "1")) == 1:  # uvicorn's workers say nothing of their sockets
+                listening = functools.partial(_listening, process, port)
+                wait_for(listening, 40, 0.05, f"the HTTP server's log of listening on {port}")
+        except AssertionError:
+            if "address already in use" in process.output().lower():
+                process.stop()
+                continue
+            process.stop()
+            raise
+        return process, base
+    raise AssertionError(f"the HTTP server found its port taken three times:\n{process.output()}")
+
+
+def _listening(process: Process, port: int) -> bool:
+    """Whether the server's log says it listens on ``port`` (and it is still running: the answer was its own)."""
+    if not process.alive():
+        raise AssertionError(f"the HTTP server exited ({process.exit_status()}):\n{process.output()}")
+    output = process.output()
+    return f"127.0.0.1:{port}" in output and "address already in use" not in output.lower()
 
 
 def start_sim(state_dir: str) -> tuple[Process, str]:

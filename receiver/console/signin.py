@@ -24,7 +24,12 @@ That room is everyone's, so a flood from many addresses fills it. A browser
 that shows a device cookie of the very login it signs in to (it signed in
 there before: ``receiver.console.session``) has a lane of its own instead:
 :data:`LANE_AT_ONCE` places per process, :data:`PER_ACCOUNT` of one account,
-with an argon2 thread of their own (:data:`LANE_HASHING`). Only a cookie
+with an argon2 thread of their own (:data:`LANE_HASHING`), and first call on
+the cores (:class:`Hashing`): while a check of the lane waits or runs, the
+room starts no new one past :data:`HASHING_AT_ONCE` - :data:`LANE_HASHING`
+(never fewer than one, so one account's own sign-ins cannot stop everyone
+else's). Otherwise a flood that keeps the room's two running holds the
+lane's check to a third of two cores, the event loop's share aside. Only a cookie
 this service signed opens it, and only for the account it names: the
 lane's place is taken for the cookie's account, the login is looked up, and
 an attempt at any other login leaves the lane for the room. A flood of
@@ -37,7 +42,9 @@ key found valid lately (``receiver.credentialguard``) does not need.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+import collections
+import contextlib
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, TypeVar
 
@@ -62,6 +69,7 @@ __all__ = [
     "PER_ACCOUNT",
     "PER_ADDRESS",
     "WAITING_AT_ONCE",
+    "Hashing",
     "PasswordSignIn",
     "Room",
     "SignInOutcome",
@@ -72,7 +80,7 @@ WAITING_AT_ONCE = 8 * HASHING_AT_ONCE  # attempts waiting for a check or in one,
 PER_ADDRESS = HASHING_AT_ONCE  # of those, one client address's at most: others wait one check at most
 BUSY_SECONDS = 1  # Retry-After of an attempt that found no room
 # The lane of browsers that signed in to their login before: places per process, one account's at
-# most, and argon2 runs of its own besides HASHING_AT_ONCE.
+# most, and argon2 runs of its own, ahead of the room's (Hashing).
 LANE_AT_ONCE = 8
 PER_ACCOUNT = 2
 LANE_HASHING = 1
@@ -142,6 +150,64 @@ class Room:
             del self._shares[who]
 
 
+class Hashing:
+    """The argon2 runs of one process: the room's, at most ``room`` at once, and the lane's, ``lane``, first.
+
+    While a check of the lane waits or runs, the room starts no run past ``room - lane`` (at least
+    one): runs under way finish, and the room's next waits (in turn) until the lane's is done.
+    """
+
+    def __init__(self, room: int, lane: int) -> None:
+        self._room = room
+        self._lane_places = lane
+        self._lane = anyio.Semaphore(lane)
+        self.room_running = 0
+        self.lane_wanting = 0  # checks of the lane waiting for a run or in one
+        self._room_waiting: collections.deque[anyio.Event] = collections.deque()
+
+    def room_limit(self) -> int:
+        """How many runs the room may have now."""
+        return max(1, self._room - self._lane_places) if self.lane_wanting else self._room
+
+    @contextlib.asynccontextmanager
+    async def for_room(self) -> AsyncIterator[None]:
+        if self._room_waiting or self.room_running >= self.room_limit():
+            turn = anyio.Event()
+            self._room_waiting.append(turn)
+            try:
+                await turn.wait()  # set with its run counted (:meth:`_start_room`)
+            except BaseException:
+                if turn.is_set():
+                    self.room_running -= 1
+                    self._start_room()
+                else:
+                    self._room_waiting.remove(turn)
+                raise
+        else:
+            self.room_running += 1
+        try:
+            yield
+        finally:
+            self.room_running -= 1
+            self._start_room()
+
+    @contextlib.asynccontextmanager
+    async def for_lane(self) -> AsyncIterator[None]:
+        self.lane_wanting += 1
+        try:
+            async with self._lane:
+                yield
+        finally:
+            self.lane_wanting -= 1
+            self._start_room()
+
+    def _start_room(self) -> None:
+        """The room's waiters that fit now, in turn."""
+        while self._room_waiting and self.room_running < self.room_limit():
+            self.room_running += 1
+            self._room_waiting.popleft().set()
+
+
 class PasswordSignIn:
     def __init__(self, services: Services) -> None:
         self.credentials = Credentials(services.text_redis, services.keys)
@@ -152,12 +218,11 @@ class PasswordSignIn:
         self.room = Room(WAITING_AT_ONCE, PER_ADDRESS)
         self.lane = Room(LANE_AT_ONCE, PER_ACCOUNT)
         self.keys_room = Room(KEYS_AT_ONCE, PER_ADDRESS)
-        self._hashing = anyio.Semaphore(HASHING_AT_ONCE)
-        self._lane_hashing = anyio.Semaphore(LANE_HASHING)
+        self.hashing = Hashing(HASHING_AT_ONCE, LANE_HASHING)
 
     # --- the work of argon2, in a thread ------------------------------------------------
-    async def _in_thread(self, work: Callable[[], T], hashing: anyio.Semaphore | None = None) -> T:
-        async with hashing or self._hashing:
+    async def _in_thread(self, work: Callable[[], T], lane: bool = False) -> T:
+        async with self.hashing.for_lane() if lane else self.hashing.for_room():
             return await in_thread(work, abandon_on_cancel=False)
 
     async def hash_password(self, password: str) -> str:
@@ -203,12 +268,11 @@ class PasswordSignIn:
         if reservation.wait:
             return SignInOutcome(None, reservation.wait)
         turn = self.lane.turn(lane) if lane is not None else self.room.turn(address)
-        hashing = self._lane_hashing if lane is not None else self._hashing
         async with turn:
             if stored:
-                ok = await self._in_thread(lambda: passwords.verify(stored, password), hashing)
+                ok = await self._in_thread(lambda: passwords.verify(stored, password), lane is not None)
             else:
-                await self._in_thread(passwords.verify_nothing, hashing)
+                await self._in_thread(passwords.verify_nothing, lane is not None)
                 ok = False
         if not ok:
             return SignInOutcome(None)

@@ -15,7 +15,7 @@ from svcgw.registry.store import Store
 from tests.cli.test_slow_clients import enough_descriptors
 from tests.conftest import provision, with_store
 from tests.connflood import Calls, FloodProcess, other_client
-from tests.support import ThreadedServer, start_server, wait_for
+from tests.support import Process, ThreadedServer, start_server, wait_for
 
 # Real processes of the service: run by .ci/run with the rest; `-m 'not slow'` skips them.
 pytestmark = pytest.mark.slow
@@ -23,6 +23,13 @@ pytestmark = pytest.mark.slow
 CAP = 256  # SVCGW_HTTP_LIMIT_CONCURRENCY here: each address may hold an eighth, 32
 ADDRESSES = 16  # 8 sending slow bodies, 8 holding idle keep-alive connections
 WANTED = 40  # connections each flooding address tries to keep open: 640 in all, 512 past the shares
+
+
+def shedding(process: Process) -> bool:
+    """Whether the server has said it closes connections to make room; what it said if it has ended."""
+    if not process.alive():
+        raise AssertionError(f"the server ended under the flood ({process.exit_status()}):\n{process.output()}")
+    return "closed to make room" in process.output()
 
 
 def test_a_flood_of_slow_bodies_and_idle_connections_from_16_addresses_leaves_others_answered(
@@ -49,7 +56,7 @@ def test_a_flood_of_slow_bodies_and_idle_connections_from_16_addresses_leaves_ot
         flood = FloodProcess(port, ADDRESSES, WANTED)
         try:
             # Until the server itself says it is shedding: the flood has reached its cap.
-            wait_for(lambda: "closed to make room" in process.output(), 30, 0.2, "the server shedding")
+            wait_for(lambda: shedding(process), 30, 0.2, "the server shedding")
             asyncio.run(other_client(base, key, receiver, 10.0, calls))
         finally:
             held = flood.end()

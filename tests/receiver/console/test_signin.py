@@ -16,8 +16,10 @@ from receiver.console.signin import (
     BUSY_SECONDS,
     HASHING_AT_ONCE,
     KEYS_AT_ONCE,
+    LANE_HASHING,
     PER_ADDRESS,
     WAITING_AT_ONCE,
+    Hashing,
     PasswordSignIn,
     SignInOutcome,
 )
@@ -221,3 +223,140 @@ def test_a_browser_with_a_device_cookie_of_its_login_has_a_lane_that_a_flood_fro
     assert held == WAITING_AT_ONCE
     assert mine.account == member.account
     assert theirs == unproved == SignInOutcome(None, BUSY_SECONDS)
+
+
+def test_a_check_of_the_lane_goes_first_and_the_room_keeps_one_run() -> None:
+    async def main() -> list[str]:
+        hashing = Hashing(HASHING_AT_ONCE, LANE_HASHING)
+        started: list[str] = []
+        done = {name: asyncio.Event() for name in ("room0", "room1", "room2", "room3", "lane0", "lane1")}
+
+        async def run(name: str) -> None:
+            async with hashing.for_lane() if name.startswith("lane") else hashing.for_room():
+                started.append(name)
+                await done[name].wait()
+
+        async def settle() -> None:
+            for _ in range(5):
+                await asyncio.sleep(0)
+
+        tasks = [asyncio.create_task(run(f"room{n}")) for n in range(4)]
+        await settle()
+        assert started == ["room0", "room1"]  # the room's two, its other two waiting in turn
+        tasks.append(asyncio.create_task(run("lane0")))
+        await settle()
+        assert started[-1] == "lane0"  # at once, past the room's queue
+        done["room0"].set()
+        await settle()
+        # The room's next waits for the lane's run: two in all, as with no lane.
+        assert started == ["room0", "room1", "lane0"] and hashing.room_running == 1
+        done["room1"].set()
+        await settle()
+        # ...but the room never stops: one run of its own whatever the lane has waiting.
+        tasks.append(asyncio.create_task(run("lane1")))
+        await settle()
+        assert started == ["room0", "room1", "lane0", "room2"]
+        done["lane0"].set()
+        await settle()
+        assert started[-1] == "lane1" and hashing.room_running == 1
+        done["lane1"].set()
+        await settle()
+        assert started[-1] == "room3"  # the lane is empty: the room has its two again
+        for name in ("room2", "room3"):
+            done[name].set()
+        await asyncio.gather(*tasks)
+        assert hashing.room_running == 0 and hashing.lane_wanting == 0
+        return started
+
+    assert asyncio.run(main()) == ["room0", "room1", "lane0", "room2", "lane1", "room3"]
+
+
+def test_a_waiter_of_the_room_cancelled_leaves_its_turn_to_the_next() -> None:
+    async def main() -> int:
+        hashing = Hashing(HASHING_AT_ONCE, LANE_HASHING)
+        release = asyncio.Event()
+        entered: list[int] = []
+
+        async def run(number: int) -> None:
+            async with hashing.for_room():
+                entered.append(number)
+                await release.wait()
+
+        tasks = [asyncio.create_task(run(n)) for n in range(4)]
+        for _ in range(5):
+            await asyncio.sleep(0)
+        tasks[2].cancel()
+        release.set()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        assert entered == [0, 1, 3]
+        return hashing.room_running
+
+    assert asyncio.run(main()) == 0
+
+
+def test_while_the_lanes_check_runs_the_room_starts_none_past_the_cores(
+    settings: Settings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    member = make_member(settings)
+    changed = threading.Condition()
+    running = {"room": 0, "lane": 0}
+    ended = {"room": 0}
+    # At each start of a run: which, and how many ran then (itself included), the room's and the lane's.
+    starts: list[tuple[str, int, int]] = []
+    real_verify, real_nothing = passwords.verify, passwords.verify_nothing
+
+    def counted(kind: str, work: Callable[[], T]) -> T:
+        with changed:
+            running[kind] += 1
+            starts.append((kind, running["room"], running["lane"]))
+            changed.notify_all()
+        try:
+            return work()
+        finally:
+            with changed:
+                running[kind] -= 1
+                ended[kind] = ended.get(kind, 0) + 1
+                changed.notify_all()
+
+    def room() -> None:  # the flood's logins are nobody's: verify_nothing, in the room
+        counted("room", real_nothing)
+
+    def lane(stored: str, password: str) -> bool:  # the browser's own login: verify, in the lane
+        def work() -> bool:
+            # Held until the room's runs under way when it came have ended and the room has started
+            # what it starts meanwhile (one at least: the room never stops), and a moment more for more.
+            with changed:
+                under_way = ended["room"] + running["room"]
+                assert changed.wait_for(lambda: ended["room"] >= under_way, timeout=60)
+                assert changed.wait_for(lambda: running["room"], timeout=60)
+            time.sleep(0.3)
+            return real_verify(stored, password)
+
+        return counted("lane", work)
+
+    monkeypatch.setattr(passwords, "verify_nothing", room)
+    monkeypatch.setattr(passwords, "verify", lane)
+
+    def device_of(account: str, password_version: str) -> str | None:
+        return "this browser" if account == member.account else None
+
+    async def flood(signin: PasswordSignIn) -> tuple[int, SignInOutcome]:
+        strangers = [
+            asyncio.ensure_future(signin.attempt(f"stranger{n}@example.com", "wrong password!", f"203.0.113.{n}"))
+            for n in range(8)
+        ]
+        await asyncio.sleep(0.05)
+        try:
+            before = len(starts)
+            return before, await signin.attempt(member.login, PASSWORD, "192.0.2.7", device_of, lane=member.account)
+        finally:
+            await asyncio.gather(*strangers)
+
+    before, mine = with_signin(settings, flood)
+    assert mine.account == member.account
+    [first] = [n for n, (kind, _, _) in enumerate(starts) if kind == "lane"]
+    # Not queued behind the room's waiters: at most the places that freed meanwhile went first.
+    assert first - before <= HASHING_AT_ONCE, (before, starts)
+    # The room's runs started while the lane's ran: never past HASHING_AT_ONCE in all.
+    during = [(rooms, lanes) for kind, rooms, lanes in starts[first + 1 :] if kind == "room" and lanes]
+    assert during and all(rooms + lanes <= HASHING_AT_ONCE for rooms, lanes in during), starts
