@@ -96,6 +96,7 @@ from .claim import held_as
 from .concurrencycaps import LINE_WAIT, AccountSlots, DestinationSlots
 from .delivery import Attempt, Prepared, prepare_claimed, prepared_leniently, send, unexpected
 from .destinations import DestinationKeys, netloc_of
+from .idlepace import BUSY, pace
 from .outcomes import AttemptHook, Outcomes
 from .probing import READ_EVERY, Probing
 from .queue import Claimed, DeliveryQueue, Finish, Hold
@@ -104,13 +105,13 @@ __all__ = ["Engine", "lane", "loop_factory"]
 
 log = logging.getLogger("svcgw.delivery")
 
-PROMOTE_EVERY = 0.1
+PROMOTE_EVERY = BUSY.promote_every
 PROMOTE_LIMIT = 1000
 RECLAIM_EVERY = 1.0
 CLAIM_BATCH = 100
 # A claim asks for more ids when many of the last ones went back unstarted, up to this many.
 CLAIM_MOST = 2 * CLAIM_BATCH
-IDLE_WAIT = 0.25
+IDLE_WAIT = BUSY.wait
 ACCOUNT_DEFER_SECONDS = 0.05  # the shortest deferral of a job whose account is at its cap
 STRANDED_NAMED = 20  # stranded deliveries named in the log line that hands them back
 UNPARK_CALLS = 100  # script calls at most that bring one destination's held-back jobs forward at once
@@ -276,24 +277,34 @@ class Engine:
     async def _main(self, stop: asyncio.Event, burst: bool) -> None:
         next_promote = next_reclaim = next_extend = next_probing = next_resolve = 0.0
         failures = 0
+        # Idle on a Cluster, an engine of one of its virtual shards paces its polling out (worker.idlepace).
+        cluster = self.settings.shard_layout.cluster
+        idle = scheduled_empty = False
+        # A blocking wait stays well inside the client's read timeout.
+        longest_wait = max(IDLE_WAIT, self.settings.redis_socket_timeout / 2)
         while not stop.is_set():
             try:
                 now = time.time()
+                cadence = pace(cluster=cluster, idle=idle)
                 if now >= next_probing or self._probing_stale:
                     self._probing_stale = False
                     records = await self.queue.probing_records(*probing.read_argument(self.settings))
                     self.probing.update(self.keys, records)
-                    next_probing = now + READ_EVERY
+                    next_probing = now + cadence.probing_every
                 if await self._unpark():
                     next_promote = now
-                if now >= next_promote:
+                # Idle, the promotion and the hand-back of expired leases share a turn: one wake-up a second.
+                promote = now >= next_promote or (idle and now >= next_reclaim)
+                if promote:
                     promotion = await self.queue.promote_due(PROMOTE_LIMIT)
                     while promotion.moved >= PROMOTE_LIMIT:
                         promotion = await self.queue.promote_due(PROMOTE_LIMIT)
-                    next_promote = now + PROMOTE_EVERY
+                    # Known empty only when this engine holds nothing that could schedule a retry after it.
+                    scheduled_empty = promotion.next_due is None and not self._held and not self.outcomes.waiting
+                    next_promote = now + cadence.promote_every
                     if promotion.next_due is not None:
                         next_promote = max(min(next_promote, promotion.next_due), now + 0.005)
-                if now >= next_reclaim:
+                if now >= next_reclaim or (idle and promote):
                     await self.queue.reclaim_expired()
                     next_reclaim = now + RECLAIM_EVERY
                 if now >= next_extend:
@@ -312,17 +323,27 @@ class Engine:
                     )
                     self._started(len(claimed), self.queue.popped)
                     failures = 0
+                    if self.queue.popped:
+                        scheduled_empty = False  # the claim may have held some back there
                     for job in claimed:
                         self._start(job)
                     if claimed:
+                        if idle:
+                            # Busy again: back to the busy cadence from now on.
+                            idle = False
+                            next_promote = min(next_promote, now + PROMOTE_EVERY)
+                            next_probing = min(next_probing, now + READ_EVERY)
                         continue
                 failures = 0
                 if burst and not self._held and not self.outcomes.waiting and not await self.queue.pending():
                     break
+                idle = cluster and scheduled_empty and not self._held and not self.outcomes.waiting
                 wait = min(next_promote, next_reclaim, next_extend) - time.time()
-                wait = min(max(wait, 0.005), IDLE_WAIT)
+                wait = min(max(wait, 0.005), min(pace(cluster=cluster, idle=idle).wait, longest_wait))
                 if free >= self._low_water:
-                    await self.queue.wait(wait)
+                    if await self.queue.wait(wait) and idle:
+                        # Woken by a job after an idle stretch: claim it under fresh probing records.
+                        self._probing_stale = True
                 else:
                     self._slot_freed.clear()
                     try:

@@ -68,6 +68,7 @@ from svcgw.storage.keys import KeySpace
 from svcgw.storage.scripts import register
 from svcgw.upstream import Answer, Upstream, UpstreamError
 
+from .idlepace import empty_schedule_pause
 from .probe import AwaitGap, Done, Facts, GoOffline, GoOnline, Judgement, Read, Reconnect, Recover, Step, decide
 
 __all__ = ["PROBE_READ", "Abandoned", "Claim", "Prober", "serve"]
@@ -172,6 +173,8 @@ class Prober:
         self.pool_size = pool_size
         self.clock = clock
         self.interval = settings.probe_interval
+        # A Cluster's sixteen probers, their schedules empty, look less often (worker.idlepace).
+        self.empty_pause = empty_schedule_pause(cluster=settings.shard_layout.cluster, busy_pause=MAX_IDLE)
         self._claim = register(redis, "probe_claim")
         self._finish = register(redis, "probe_finish")
         self._release = register(redis, "probe_release")
@@ -360,7 +363,7 @@ class Prober:
                 task = asyncio.create_task(self._run_probe(claim), name=f"probe-{claim.appid}")
                 running[task] = claim
                 task.add_done_callback(lambda done: running.pop(done, None))
-            pause = MAX_IDLE if next_due is None else min(max(next_due - self.clock(), MIN_TICK), MAX_IDLE)
+            pause = self.empty_pause if next_due is None else min(max(next_due - self.clock(), MIN_TICK), MAX_IDLE)
             if len(running) >= self.pool_size:
                 await asyncio.wait(set(running), timeout=pause, return_when=asyncio.FIRST_COMPLETED)
             else:
