@@ -40,11 +40,19 @@ slots again and then asks one master (the first it lists, which until the failov
 failed) for the table of Redis's commands: every pipeline (the routes' read of every post among
 them) then failed on every slot until the failover ended, not only on the failed master's. The
 table does not change while the Cluster runs: the one learnt at the first use is kept when that
-master does not answer (:class:`_KeptCommands`).
+master does not answer (:class:`_KeptCommands`). Third, a pipeline that met a lost connection (or
+``CLUSTERDOWN``) is not sent again: redis-py would close every connection of every node before each
+new try, cutting off the commands in flight on the masters that still answer, and a master killed
+is tried again by every pipeline of its slots (the posts of its instances, a single key's ``EXISTS``
+among them) until its replica is promoted: the posts of the other slots were refused (503) all that
+while, and the worker's reads of them failed. The pipeline fails at once, as a single command does,
+and the client learns the slots again at its next command, keeping the connections in use
+(:class:`_Pipeline`).
 """
 
 from __future__ import annotations
 
+from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Any
 
@@ -132,6 +140,14 @@ class AsyncCluster(AsyncRedisCluster):
         except (AttributeError, RuntimeError) as exc:
             raise _lost(exc) from exc
 
+    async def aclose(self) -> None:
+        if _IN_PIPELINE.get():
+            # redis-py's pipeline resets the client before trying again: learn the slots again at the next
+            # command instead, and let the pipeline fail (see _Pipeline).
+            self._initialize = True
+            raise _NotAgain
+        await super().aclose()
+
     def pipeline(self, transaction: Any | None = None, shard_hint: Any | None = None) -> AsyncClusterPipeline:
         if shard_hint:
             return super().pipeline(transaction, shard_hint)  # refused by redis-py, as it says
@@ -139,14 +155,32 @@ class AsyncCluster(AsyncRedisCluster):
         return _Pipeline(self, transaction)  # type: ignore[abstract]
 
 
+# Set while a pipeline of an AsyncCluster runs, in its task only: the client's reset is then the pipeline's retry.
+_IN_PIPELINE: ContextVar[bool] = ContextVar("svcgw_in_cluster_pipeline", default=False)
+
+
+class _NotAgain(Exception):
+    """Raised in place of the reset redis-py's Cluster pipeline makes before it tries again."""
+
+
 class _Pipeline(AsyncClusterPipeline):
-    """redis-py's Cluster pipeline, whose commands cut off by a node's reset fail as a lost connection."""
+    """redis-py's Cluster pipeline, whose commands cut off by a node's reset fail as a lost connection, and which
+    fails at once on a lost connection rather than closing every connection of the client to try again."""
 
     async def execute(self, raise_on_error: bool = True, allow_redirections: bool = True) -> list[Any]:
+        entered = _IN_PIPELINE.set(True)
         try:
             return await super().execute(raise_on_error, allow_redirections)
+        except _NotAgain as not_again:
+            # The error the pipeline would have tried again after the reset: the caller's, as redis-py raised it.
+            cause = not_again.__context__
+            if isinstance(cause, Exception) and not isinstance(cause, _NotAgain):
+                raise cause from None
+            raise RedisConnectionError("the pipeline's node did not answer") from None
         except (AttributeError, RuntimeError) as exc:
             raise _lost(exc) from exc
+        finally:
+            _IN_PIPELINE.reset(entered)
 
 
 def _lost(exc: Exception) -> RedisConnectionError:
@@ -298,4 +332,3 @@ def sync_shard_client(
     """The blocking client of one shard's deployment (on a Cluster, the Cluster's)."""
     client: Redis = _build(_BLOCKING, settings, shard, decode, connect_timeout)
     return client
-

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from pathlib import Path
 
 import httpx
 import pytest
@@ -18,7 +19,9 @@ from svcgw.config.settings import Settings, SettingsError
 from svcgw.errors import STORAGE_ERRORS
 from svcgw.shards.connections import AsyncCluster, BlockingSentinelPool, async_client, sync_client
 from svcgw.shards.pools import WaitingPool, WaitingSentinelPool
+from svcgw.storage.serverconfig import CLUSTER_SETTINGS
 from tests.conftest import provision
+from tests.deploy.redis_fleet import RedisClusterFleet
 from tests.support import ThreadedServer
 
 
@@ -107,3 +110,41 @@ def test_a_cluster_command_cut_off_by_a_nodes_reset_fails_as_a_lost_connection(
         asyncio.run(client.evalsha("0" * 40, 1, "{s0}k"))
     assert raised.value.__cause__ is cut_off
     assert isinstance(raised.value, STORAGE_ERRORS)
+
+
+@pytest.mark.slow
+def test_a_pipeline_to_a_killed_master_fails_at_once_and_cuts_off_no_command_on_the_others(tmp_path: Path) -> None:
+    """A master killed: the pipelines of its slots fail as a lost connection, and the commands in flight on the
+    masters that still answer finish (redis-py's pipeline would close every connection of the client before
+    trying again, theirs included)."""
+    extra = [arg for name, value in CLUSTER_SETTINGS.items() for arg in (f"--{name}", value)]
+    cluster = RedisClusterFleet(tmp_path / "cluster", extra=extra).start()
+    try:
+        client = async_client(Settings.from_env({"SVCGW_REDIS_SHARDS": cluster.setting}))
+        assert isinstance(client, AsyncCluster)
+
+        async def scenario() -> None:
+            try:
+                await client.set("{s0}k", b"v")
+                victim = client.get_node_from_key("{s0}k")
+                kept = next(f"{{s{i}}}k" for i in range(1, 64) if client.get_node_from_key(f"{{s{i}}}k") != victim)
+                await client.set(kept, b"v")
+                next(n for n in cluster.nodes if n.port == victim.port).kill()
+                # A command in flight on a master that answers: it waits a second on its connection.
+                waiting = asyncio.create_task(client.blpop([kept + ":list"], timeout=1))
+                await asyncio.sleep(0.2)
+                for _ in range(3):
+                    pipe = client.pipeline()
+                    pipe.get("{s0}k")
+                    with pytest.raises(RedisConnectionError):
+                        await pipe.execute()
+                    with pytest.raises(RedisConnectionError):
+                        await client.exists("{s0}k")  # one key's EXISTS is a pipeline in redis-py
+                assert await waiting is None  # its wait ended, not cut off
+                assert await client.get(kept) == b"v"
+            finally:
+                await client.aclose()
+
+        asyncio.run(scenario())
+    finally:
+        cluster.close()
