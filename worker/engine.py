@@ -2,9 +2,8 @@
 
 A stock RQ worker runs one job at a time (and forks per job), which leaves a
 process idle for as long as a slow endpoint takes to answer. The engine
-instead runs every attempt as a task on one asyncio event loop (uvloop when
-installed), sends with aiohttp (:mod:`svcgw.callbacks.outbound`) and talks to Redis in
-batches:
+instead runs every attempt as a task on one asyncio event loop (uvloop when installed), sends
+with aiohttp (:mod:`svcgw.callbacks.outbound`) and talks to Redis in batches:
 
 * one script claims up to ``CLAIM_BATCH`` jobs and returns, with each, the
   delivery's fields and its callback configuration (the prepare stage reads
@@ -277,10 +276,9 @@ class Engine:
     async def _main(self, stop: asyncio.Event, burst: bool) -> None:
         next_promote = next_reclaim = next_extend = next_probing = next_resolve = 0.0
         failures = 0
-        # Idle on a Cluster, an engine of one of its virtual shards paces its polling out (worker.idlepace).
-        cluster = self.settings.shard_layout.cluster
-        idle = scheduled_empty = False
-        # A blocking wait stays well inside the client's read timeout.
+        # Idle on a Cluster, an engine of one of its virtual shards paces its polling out (worker.idlepace);
+        # a blocking wait stays well inside the client's read timeout.
+        cluster, idle, scheduled_empty = self.settings.shard_layout.cluster, False, False
         longest_wait = max(IDLE_WAIT, self.settings.redis_socket_timeout / 2)
         while not stop.is_set():
             try:
