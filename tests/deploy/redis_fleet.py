@@ -23,7 +23,7 @@ from svcgw.shards.clients import aclose_all, role_clients
 from svcgw.shards.placement import place
 from svcgw.vault import TokenVault
 from tests.deploy.redis_nodes import Node, require_binaries
-from tests.support import free_port, wait_for
+from tests.support import free_server_port, wait_for
 
 __all__ = ["RedisClusterFleet", "RedisFleet", "sharded_store", "stop"]
 
@@ -105,8 +105,9 @@ class RedisClusterFleet:
             for i in range(count)
         ]  # fmt: skip
         for node in self.nodes:
-            # The bus port defaults to the port + 10000, past 65535 for many free ports: give it its own.
-            node.args += ["--cluster-port", str(free_port())]
+            # The bus port defaults to the port + 10000, in the ephemeral range for the nodes' ports: give it
+            # its own, below that range too.
+            node.args += ["--cluster-port", str(free_server_port())]
 
     def start(self) -> RedisClusterFleet:
         try:

@@ -15,7 +15,7 @@ from typing import Any, cast
 from redis import Redis
 from redis.exceptions import RedisError
 
-from tests.support import free_port, missing_tool, wait_for
+from tests.support import free_server_port, missing_tool, wait_for
 
 MASTER = "mymaster"
 
@@ -34,7 +34,9 @@ class Node:
         self.dir = directory
         self.dir.mkdir(parents=True, exist_ok=True)
         self.host = host
-        self.port = free_port()
+        # Below the ephemeral range, which outgoing connections draw from: a node killed and started
+        # again finds its port free.
+        self.port = free_server_port()
         self.args = args
         self.proc: subprocess.Popen[bytes] | None = None
 

@@ -54,6 +54,8 @@ def _own_exceptions() -> dict[str, type[BaseException]]:
 OUTSIDE_THE_TREE = {
     "svcgw.callbacks.outbound._ForbiddenAddress",  # an OSError for aiohttp's connector, turned into Refused
     "svcgw.callbacks.outbound.DestinationRefused",  # an aiohttp connection error, turned into Refused
+    # Raised inside redis-py's Cluster pipeline in place of its reset, and caught by the pipeline around it.
+    "svcgw.shards.connections._NotAgain",
 }
 
 
