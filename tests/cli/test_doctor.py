@@ -8,10 +8,9 @@ from pathlib import Path
 import orjson
 import pytest
 
-from svcgw.storage import serverconfig
 from tests.cli.commands import fails, ok, svcgw
 from tests.deploy.redis_fleet import RedisClusterFleet
-from tests.deploy.redis_nodes import Node, require_binaries
+from tests.deploy.redis_nodes import Node, plain_server
 from tests.support import free_port
 
 # A redis-server of its own, whose settings the test changes: `-m 'not slow'` skips it.
@@ -20,13 +19,8 @@ pytestmark = pytest.mark.slow
 
 @pytest.fixture
 def node(tmp_path: Path) -> Iterator[Node]:
-    require_binaries("redis-server")
-    started = Node(
-        "redis-server", tmp_path / "redis", ["--save", "", "--appendonly", "no", *serverconfig.server_args()]
-    )
-    started.start()
-    yield started
-    started.kill()
+    with plain_server(tmp_path / "redis") as started:
+        yield started
 
 
 def test_a_redis_with_the_services_settings_passes_with_its_advice(env: dict[str, str], node: Node) -> None:

@@ -9,12 +9,15 @@ from __future__ import annotations
 import shutil
 import subprocess
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, cast
 
 from redis import Redis
 from redis.exceptions import RedisError
 
+from svcgw.storage import serverconfig
 from tests.support import free_server_port, missing_tool, wait_for
 
 MASTER = "mymaster"
@@ -179,3 +182,15 @@ class SentinelCluster:
     def close(self) -> None:
         for node in reversed(self.nodes):
             node.kill()
+
+
+@contextmanager
+def plain_server(directory: Path) -> Iterator[Node]:
+    """A redis-server of a test's own, as the service configures one, nothing on disk; killed after."""
+    require_binaries("redis-server")
+    started = Node("redis-server", directory, ["--save", "", "--appendonly", "no", *serverconfig.server_args()])
+    started.start()
+    try:
+        yield started
+    finally:
+        started.kill()

@@ -11,10 +11,9 @@ from redis.asyncio import Redis as AsyncRedis
 
 from svcgw.shards.clients import ShardRedis
 from svcgw.shards.serverfacts import SettingsWatch, ShardReport, check_shards
-from svcgw.storage import serverconfig
 from svcgw.storage.keys import PLAIN
 from svcgw.storage.serverchecks import LOSES_DATA, UNCHECKED
-from tests.deploy.redis_nodes import Node, require_binaries
+from tests.deploy.redis_nodes import Node, plain_server
 from tests.support import free_port
 
 # A redis-server of its own, whose settings the test changes: `-m 'not slow'` skips it.
@@ -23,13 +22,8 @@ pytestmark = pytest.mark.slow
 
 @pytest.fixture
 def node(tmp_path: Path) -> Iterator[Node]:
-    require_binaries("redis-server")
-    started = Node(
-        "redis-server", tmp_path / "redis", ["--save", "", "--appendonly", "no", *serverconfig.server_args()]
-    )
-    started.start()
-    yield started
-    started.kill()
+    with plain_server(tmp_path / "redis") as started:
+        yield started
 
 
 def _reports(url: str, *, persistence_required: bool = False) -> list[ShardReport]:
