@@ -21,7 +21,7 @@ def _classes_named(name: str) -> list[str]:
 
 def test_attempt_is_the_delivery_attempt_alone() -> None:
     # The read model's record, a sign-in's outcome and a QR login have names of their own.
-    assert _classes_named("Attempt") == ["worker/delivery.py"]
+    assert _classes_named("Attempt") == ["svcgw/delivery/attempt.py"]
 
 
 def test_an_operations_module_is_a_table_of_declared_routes() -> None:

@@ -84,6 +84,10 @@ from svcgw.callbacks.outbound import Sender, sender_for
 from svcgw.config.settings import Settings
 from svcgw.counters import AttemptRecorder
 from svcgw.delivery import failingdestinations, probing, stranded
+from svcgw.delivery.attempt import Attempt, Prepared, prepare_claimed, prepared_leniently, send, unexpected
+from svcgw.delivery.claim import held_as
+from svcgw.delivery.queue import Claimed, DeliveryQueue, Finish, Hold
+from svcgw.delivery.recording import AttemptHook, Outcomes
 from svcgw.errors import STORAGE_ERRORS
 from svcgw.logs import of_shard
 from svcgw.shards.clients import spaces
@@ -91,14 +95,10 @@ from svcgw.shards.connections import async_client
 from svcgw.storage.keys import KeySpace
 from svcgw.vault import TokenVault
 
-from .claim import held_as
 from .concurrencycaps import LINE_WAIT, AccountSlots, DestinationSlots
-from .delivery import Attempt, Prepared, prepare_claimed, prepared_leniently, send, unexpected
 from .destinations import DestinationKeys, netloc_of
 from .idlepace import BUSY, pace
-from .outcomes import AttemptHook, Outcomes
 from .probing import READ_EVERY, Probing
-from .queue import Claimed, DeliveryQueue, Finish, Hold
 
 __all__ = ["Engine", "lane", "loop_factory"]
 

@@ -31,6 +31,8 @@ from collections.abc import Callable
 from redis.asyncio import Redis as AsyncRedis
 
 from svcgw.config.settings import Settings
+from svcgw.delivery.attempt import Attempt, Prepared
+from svcgw.delivery.recording import AttemptHook
 from svcgw.errors import STORAGE_ERRORS
 from svcgw.logs import of_shard
 from svcgw.storage.keys import KeySpace
@@ -44,9 +46,7 @@ from svcgw.storage.rqformat import (
     worker_heartbeat,
 )
 
-from .delivery import Attempt, Prepared
 from .engine import Engine
-from .outcomes import AttemptHook
 
 __all__ = ["Presence", "attach"]
 

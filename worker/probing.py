@@ -35,10 +35,9 @@ import time
 from collections import Counter
 from collections.abc import Callable, Hashable, Mapping
 
+from svcgw.delivery.claim import Hold
 from svcgw.delivery.probing import PARK_SECONDS, Probe, combine
 from svcgw.storage.keys import KeySpace
-
-from .claim import Hold
 
 __all__ = ["ANSWERING_WAIT", "READ_EVERY", "Probing"]
 

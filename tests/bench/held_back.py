@@ -28,11 +28,11 @@ from cryptography.fernet import Fernet
 from redis.asyncio import Redis as AsyncRedis
 
 from svcgw.config.settings import Settings
+from svcgw.delivery.queue import DeliveryQueue
 from svcgw.intake.ingest import Ingest
 from svcgw.registry.store import Scope, Store
 from svcgw.storage.keys import PLAIN as keys
 from svcgw.vault import TokenVault
-from worker.queue import DeliveryQueue
 
 from .services import RedisServer
 from .verdict import ratio

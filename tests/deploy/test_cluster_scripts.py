@@ -37,6 +37,7 @@ from cli.main import cli
 from svcgw.callbacks.addresses import check_for_service
 from svcgw.config.settings import Settings
 from svcgw.delivery import chainkeys, failingdestinations
+from svcgw.delivery.queue import DeliveryQueue, Finish, Finished
 from svcgw.deliveryid import new_delivery_id
 from svcgw.intake.receivers import RECEIVER_PREFIX
 from svcgw.liveness import transitions
@@ -58,7 +59,6 @@ from tests.scriptkeys import ScriptKeyWatch
 from tests.support import Process, Received, Sink, wait_for
 from tests.support_twotags import TwoTags
 from worker.prober import Prober
-from worker.queue import DeliveryQueue, Finish, Finished
 
 pytestmark = pytest.mark.slow
 

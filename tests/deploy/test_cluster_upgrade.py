@@ -36,6 +36,8 @@ from redis.exceptions import WatchError
 
 from svcgw.config.settings import Settings
 from svcgw.delivery import chainkeys, failingdestinations
+from svcgw.delivery.attempt import Attempt
+from svcgw.delivery.queue import DeliveryQueue, Finish
 from svcgw.delivery.queueing import queue_delivery
 from svcgw.deliveryid import new_delivery_id
 from svcgw.intake.ingest import Ingest
@@ -51,8 +53,6 @@ from tests.conftest import run
 from tests.deploy.redis_fleet import RedisClusterFleet, sharded_store
 from tests.support import Process, Sink, start_server, wait_for
 from tests.support_twotags import TwoTags, old_marker
-from worker.delivery import Attempt
-from worker.queue import DeliveryQueue, Finish
 
 pytestmark = pytest.mark.slow
 

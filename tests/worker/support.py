@@ -14,6 +14,7 @@ from svcgw import deliveryid
 from svcgw.callbacks.addresses import check_for_service
 from svcgw.config.settings import Settings
 from svcgw.delivery import failingdestinations
+from svcgw.delivery.queue import Claimed, DeliveryQueue, Finish
 from svcgw.deliveryid import new_delivery_id
 from svcgw.liveness import transitions
 from svcgw.registry.destinations import DestinationConfig
@@ -23,7 +24,6 @@ from svcgw.storage.rqformat import JobTemplate, job_description, job_fields
 from tests.conftest import Tenant, provision, with_store
 from tests.support import Received
 from worker.engine import Engine, loop_factory
-from worker.queue import Claimed, DeliveryQueue, Finish
 
 T = TypeVar("T")
 

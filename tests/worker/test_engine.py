@@ -14,6 +14,7 @@ from redis import Redis
 
 from svcgw.callbacks.outbound import Response, Sender
 from svcgw.config.settings import Settings
+from svcgw.delivery.claim import held_as
 from svcgw.registry.store import Scope, Store
 from svcgw.storage.keys import PLAIN as keys
 from svcgw.vault import TokenVault
@@ -21,7 +22,6 @@ from tests.conftest import Tenant, provision, with_store
 from tests.support import Sink, attempt_records, wait_for
 from tests.svcgw.delivery.test_deadletters import ingest
 from tests.worker.support import claim_batch, with_queue
-from worker.claim import held_as
 from worker.concurrencycaps import DestinationSlots
 from worker.engine import Engine, lane, loop_factory
 

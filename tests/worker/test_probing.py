@@ -19,6 +19,7 @@ from redis.asyncio import Redis as AsyncRedis
 
 from svcgw.config.settings import Settings
 from svcgw.delivery import failingdestinations, probing
+from svcgw.delivery.claim import Hold
 from svcgw.delivery.probing import Probe
 from svcgw.intake.ingest import Ingest
 from svcgw.registry.store import Scope, Store
@@ -26,7 +27,6 @@ from svcgw.storage import scripts
 from svcgw.storage.keys import PLAIN as keys
 from tests.conftest import Tenant, provision, with_store
 from tests.support import Sink, ThreadedWorker, attempt_records, held_at_once, most_in_flight, wait_for
-from worker.claim import Hold
 from worker.probing import Probing
 
 pytestmark = pytest.mark.slow

@@ -12,6 +12,8 @@ from redis import Redis
 
 from svcgw.callbacks.signing import verify
 from svcgw.config.settings import Settings
+from svcgw.delivery.attempt import Attempt
+from svcgw.delivery.queue import Finish
 from svcgw.registry.store import Store
 from svcgw.storage.keys import PLAIN as keys
 from svcgw.storage.rqformat import exc_info_field
@@ -19,8 +21,6 @@ from tests.conftest import with_store
 from tests.receiver.console.conftest import ConsoleClient, Developer, gateway_call, serve
 from tests.support import Sink, wait_for
 from tests.worker.support import claim, finish
-from worker.delivery import Attempt
-from worker.queue import Finish
 
 NOT_FOUND = {"code": -40404, "message": "appid does not exist or is not the caller's", "data": None}
 

@@ -20,13 +20,13 @@ from redis.asyncio import Redis as AsyncRedis
 
 from svcgw import deliveryid
 from svcgw.config.settings import Settings
+from svcgw.delivery.attempt import Attempt
+from svcgw.delivery.queue import Finish
 from svcgw.intake.ingest import Ingest, IngestResult
 from svcgw.storage.keys import PLAIN as keys
 from svcgw.storage.rqformat import JobTemplate, exc_info_field, failed_score, job_description, job_fields
 from tests.conftest import Tenant
 from tests.worker.support import claim_batch, finish
-from worker.delivery import Attempt
-from worker.queue import Finish
 
 __all__ = ["fan_out", "index_only", "ingest_fanned", "kill_among"]
 

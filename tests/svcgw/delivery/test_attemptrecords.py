@@ -8,6 +8,8 @@ from redis import Redis
 
 from svcgw.config.settings import Settings
 from svcgw.delivery import attemptrecords
+from svcgw.delivery.attempt import Attempt
+from svcgw.delivery.queue import Finish
 from svcgw.storage.keys import PLAIN as keys
 from svcgw.storage.rqformat import exc_info_field
 from tests.conftest import provision
@@ -15,8 +17,6 @@ from tests.support import attempt_records, wait_for
 from tests.svcgw.delivery.test_deadletters import list_dead, show
 from tests.svcgw.delivery.test_listing import fail_once, listed, post, shown
 from tests.worker.support import claim, finish, with_queue
-from worker.delivery import Attempt
-from worker.queue import Finish
 
 
 # --- pure ---------------------------------------------------------------------------

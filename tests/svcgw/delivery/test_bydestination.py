@@ -12,7 +12,9 @@ from redis.asyncio import Redis as AsyncRedis
 
 from svcgw.config.settings import Settings
 from svcgw.delivery import bydestination
+from svcgw.delivery.attempt import Attempt
 from svcgw.delivery.listing import Page
+from svcgw.delivery.queue import Finish
 from svcgw.errors import Invalid
 from svcgw.shards.clients import ShardRedis
 from svcgw.storage.keys import PLAIN as keys
@@ -21,8 +23,6 @@ from tests.conftest import provision
 from tests.svcgw.delivery.fanout import fan_out, index_only, kill_among
 from tests.svcgw.delivery.test_deadletters import ingest
 from tests.worker.support import claim_batch, finish
-from worker.delivery import Attempt
-from worker.queue import Finish
 
 OTHER = KeySpace("{s1}")  # a second shard's names, on the same server
 

@@ -14,7 +14,9 @@ from redis.asyncio import Redis as AsyncRedis
 
 from svcgw.config.settings import Settings
 from svcgw.delivery import deadletters
+from svcgw.delivery.attempt import Attempt
 from svcgw.delivery.deadletters import DeadLetter, DeadLetterDetail, ReplayResult
+from svcgw.delivery.queue import Finish
 from svcgw.errors import NotFound
 from svcgw.intake.ingest import Ingest
 from svcgw.storage.keys import PLAIN as keys
@@ -22,8 +24,6 @@ from svcgw.storage.rqformat import exc_info_field, failed_score
 from tests.conftest import Tenant, provision
 from tests.svcgw.delivery.fanout import fan_out, kill_among
 from tests.worker.support import claim, finish
-from worker.delivery import Attempt
-from worker.queue import Finish
 
 T = TypeVar("T")
 

@@ -13,7 +13,9 @@ from redis.asyncio import Redis as AsyncRedis
 from receiver.metrics import render
 from svcgw.config.settings import Settings, SettingsError
 from svcgw.delivery import failingdestinations, probing
+from svcgw.delivery.attempt import Attempt
 from svcgw.delivery.failingdestinations import FailingDestination, destination_of, is_failing, parse
+from svcgw.delivery.queue import Finish, Finished
 from svcgw.storage.keys import PLAIN as keys
 from svcgw.views.metrics import snapshot
 from tests.conftest import Tenant, provision
@@ -22,8 +24,6 @@ from tests.support import LogCapture, Sink, wait_for
 from tests.svcgw.delivery.test_deadletters import ingest
 from tests.worker.support import claim, with_queue
 from tests.worker.test_engine import Running
-from worker.delivery import Attempt
-from worker.queue import Finish, Finished
 
 
 def test_the_setting_is_validated() -> None:

@@ -12,11 +12,13 @@ import pytest
 from redis import Redis
 from redis.asyncio import Redis as AsyncRedis
 
-import worker.queue as queue_module
+import svcgw.delivery.queue as queue_module
 from svcgw import deliveryid
 from svcgw.config.settings import Settings
 from svcgw.delivery import listing
+from svcgw.delivery.attempt import Attempt
 from svcgw.delivery.listing import Delivery, Page, build, event_ids, state_of
+from svcgw.delivery.queue import DeliveryQueue, Finish
 from svcgw.delivery.view import fanned_out
 from svcgw.errors import Invalid, NotFound
 from svcgw.intake.ingest import Ingest
@@ -25,8 +27,6 @@ from tests.conftest import Tenant, provision
 from tests.svcgw.delivery.fanout import fan_out
 from tests.svcgw.delivery.test_deadletters import ingest
 from tests.worker.support import claim, claim_batch, finish
-from worker.delivery import Attempt
-from worker.queue import DeliveryQueue, Finish
 
 T = TypeVar("T")
 

@@ -1,5 +1,5 @@
 """The rate limit's arithmetic (svcgw.delivery.pacing): one second's burst, then one interval apart; a backlog
-lined up; nothing owed after a quiet spell. The claim's script applies it (tests/worker/test_claim.py)."""
+lined up; nothing owed after a quiet spell. The claim's script applies it (tests/svcgw/delivery/test_claim.py)."""
 
 from __future__ import annotations
 

@@ -13,6 +13,7 @@ from redis.asyncio import Redis as AsyncRedis
 from svcgw.callbacks.signing import sign
 from svcgw.config.settings import Settings
 from svcgw.delivery import chainkeys
+from svcgw.delivery.attempt import prepare_claimed
 from svcgw.delivery.queueing import queue_delivery
 from svcgw.deliveryid import new_delivery_id
 from svcgw.liveness import transitions
@@ -27,7 +28,6 @@ from tests.conftest import Tenant, provision, run
 from tests.support import Sink, is_delivered
 from tests.svcgw.intake.test_calllog import read_log
 from tests.worker.support import claim_batch, deliver_all
-from worker.delivery import prepare_claimed
 from worker.engine import Engine
 
 APPID = "we_0123456789abcde"

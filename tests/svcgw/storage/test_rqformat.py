@@ -35,6 +35,8 @@ from rq.worker_registration import WORKERS_BY_QUEUE_KEY
 
 from svcgw.config.settings import Settings
 from svcgw.delivery import chainkeys, failingdestinations
+from svcgw.delivery.attempt import Attempt
+from svcgw.delivery.queue import DeliveryQueue, Finish
 from svcgw.delivery.queueing import queue_delivery
 from svcgw.deliveryid import new_delivery_id
 from svcgw.registry.store import Scope
@@ -65,9 +67,7 @@ from tests.support import Process, Sink, ThreadedWorker, is_delivered, missing_t
 from tests.svcgw.delivery.fanout import ingest_fanned, kill_among
 from tests.svcgw.delivery.test_deadletters import ingest, kill
 from tests.worker.support import add_destination, claim, finish, with_queue
-from worker.delivery import Attempt
 from worker.presence import Presence
-from worker.queue import DeliveryQueue, Finish
 
 
 # --- the job hash ------------------------------------------------------------------------

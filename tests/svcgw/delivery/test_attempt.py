@@ -10,8 +10,7 @@ from cryptography.fernet import Fernet
 
 from svcgw.callbacks.outbound import Response
 from svcgw.callbacks.signing import verify
-from svcgw.vault import TokenVault
-from worker.delivery import (
+from svcgw.delivery.attempt import (
     ANSWER_BODY_BYTES,
     Attempt,
     Prepared,
@@ -21,7 +20,8 @@ from worker.delivery import (
     redacted,
     send,
 )
-from worker.queue import Claimed
+from svcgw.delivery.queue import Claimed
+from svcgw.vault import TokenVault
 
 SECRET = "whsec_" + "s" * 43
 BODY = b'{"event_type":"Msg","events":[{"id":"1"}]}'

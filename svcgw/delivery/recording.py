@@ -31,7 +31,7 @@ from svcgw.delivery.view import stored_ids
 from svcgw.errors import STORAGE_ERRORS
 from svcgw.storage.rqformat import dashboard_text, exc_info_field, failed_score, failure_result, job_description
 
-from .delivery import Attempt, Prepared, decide
+from .attempt import Attempt, Prepared, decide
 from .queue import DeliveryQueue, Finish, Finished
 
 __all__ = ["FINISH_BATCH", "AttemptHook", "Outcomes"]

@@ -12,17 +12,17 @@ from redis import Redis
 
 from svcgw.config.settings import Settings
 from svcgw.delivery import pacing
+from svcgw.delivery.claim import Hold, Sightings, held_as
+from svcgw.delivery.queue import DeliveryQueue
 from svcgw.intake.ingest import Ingest
 from svcgw.registry.destinations import DestinationChange, DestinationConfig
 from svcgw.registry.store import Scope, Store
 from svcgw.storage.keys import PLAIN as keys
 from tests.conftest import Tenant, provision, with_store
 from tests.svcgw.delivery.test_deadletters import ingest
+from tests.svcgw.delivery.test_queue import status
 from tests.worker.support import add_destination, claim_batch, destination_delivery, with_queue
 from tests.worker.test_concurrencycaps import Clock
-from tests.worker.test_queue import status
-from worker.claim import Hold, Sightings, held_as
-from worker.queue import DeliveryQueue
 
 
 def _default_callback(settings: Settings, account: str, url: str) -> None:

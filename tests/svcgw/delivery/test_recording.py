@@ -19,14 +19,14 @@ from rq.job import Job
 from rq.results import Result
 
 from svcgw.config.settings import Settings
+from svcgw.delivery.attempt import Attempt, Prepared
+from svcgw.delivery.queue import DeliveryQueue, Finish, Finished
+from svcgw.delivery.recording import Outcomes, dead_letter_shown, why_dead
 from svcgw.storage.keys import PLAIN as keys
 from svcgw.storage.rqformat import SERIALIZER
 from tests.conftest import provision
 from tests.support import Sink, ThreadedWorker, free_port, is_delivered, wait_for
 from tests.svcgw.delivery.test_deadletters import ingest, replay
-from worker.delivery import Attempt, Prepared
-from worker.outcomes import Outcomes, dead_letter_shown, why_dead
-from worker.queue import DeliveryQueue, Finish, Finished
 
 
 def attempt(**values: object) -> Attempt:

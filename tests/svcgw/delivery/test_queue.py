@@ -13,6 +13,7 @@ from redis.exceptions import ResponseError
 
 from svcgw.config.settings import Settings
 from svcgw.delivery import chainkeys, deadletters
+from svcgw.delivery.queue import DeliveryQueue, Finish
 from svcgw.delivery.queueing import queue_delivery
 from svcgw.deliveryid import new_delivery_id
 from svcgw.storage.keys import PLAIN as keys
@@ -20,7 +21,6 @@ from tests.conftest import Tenant, provision
 from tests.support import service_chain, wait_for
 from tests.svcgw.delivery.test_deadletters import ingest
 from tests.worker.support import claim, finish, with_queue
-from worker.queue import DeliveryQueue, Finish
 
 
 def service_event(settings: Settings, tenant: Tenant, kind: str = "InstanceOffline") -> str:
