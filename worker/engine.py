@@ -84,7 +84,7 @@ from svcgw.callbacks.outbound import Sender, sender_for
 from svcgw.config.settings import Settings
 from svcgw.counters import AttemptRecorder
 from svcgw.delivery import failingdestinations, probing, stranded
-from svcgw.delivery.attempt import Attempt, Prepared, prepare_claimed, prepared_leniently, send, unexpected
+from svcgw.delivery.attempt import Attempt, Prepared, prepare_claimed, prepared_leniently, unexpected
 from svcgw.delivery.claim import held_as
 from svcgw.delivery.queue import Claimed, DeliveryQueue, Finish, Hold
 from svcgw.delivery.recording import AttemptHook, Outcomes
@@ -99,6 +99,7 @@ from .concurrencycaps import LINE_WAIT, AccountSlots, DestinationSlots
 from .destinations import DestinationKeys, netloc_of
 from .idlepace import BUSY, pace
 from .probing import READ_EVERY, Probing
+from .sending import send
 
 __all__ = ["Engine", "lane", "loop_factory"]
 

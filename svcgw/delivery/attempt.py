@@ -1,4 +1,4 @@
-"""One delivery attempt, in three stages: prepare, send, decide.
+"""One delivery attempt: prepared from what the claim read, recorded, and decided.
 
 * ``prepare`` turns the delivery and its destination, as read *now*, into a
   :class:`Prepared` attempt, so a changed address, a rotated secret or a new
@@ -8,34 +8,25 @@
   whose destination was removed fails at once, without a request, and is a
   dead letter at its first failure (a replay of it fails the same way). The signing secret and the Bearer token are
   opened with the vault here; one that cannot be opened fails the attempt
-  in ``send`` with a message saying so, and nothing is sent. The engine reads both in its claim script
-  (:meth:`worker.queue.DeliveryQueue.claim_batch`) and calls
+  when it is sent, with a message saying so, and nothing is sent. The engine reads both in its claim script
+  (:meth:`svcgw.delivery.queue.DeliveryQueue.claim_batch`) and calls
   :func:`prepare_claimed`;
-* ``send`` signs and POSTs the exact body bytes and never raises: every
-  failure (no address, blocked address, timeout, connection error, 3xx,
-  4xx, 5xx, and any exception the client raises) becomes an ``Attempt``
-  with ``ok=False``;
+* the worker sends it (:func:`worker.sending.send`), which makes an :class:`Attempt` of
+  whatever happened, never raising;
 * ``decide`` maps an attempt to the queue's next step with the retry policy.
   It is pure.
-
-Only a 2xx counts as delivered; redirects are not followed.
 """
 
 from __future__ import annotations
 
-import functools
-import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Literal
-from urllib.parse import urlsplit, urlunsplit
 
 import orjson
 
 from svcgw import deliveryid
 from svcgw.callbacks.destinations import Destination, choose_destination, open_secret
-from svcgw.callbacks.outbound import RESPONSE_SNIPPET_BYTES, Refused, Sender, SendError, TimedOut
-from svcgw.callbacks.signing import signed_headers
 from svcgw.delivery.retry import next_delay
 from svcgw.vault import TokenVault, VaultError
 
@@ -43,14 +34,12 @@ from .queue import Claimed
 
 __all__ = [
     "ANSWER_BODY_BYTES",
-    "RESPONSE_SNIPPET_BYTES",
     "Attempt",
     "Prepared",
     "decide",
     "prepare_claimed",
     "prepared_leniently",
     "removed_error",
-    "send",
     "unexpected",
 ]
 
@@ -149,13 +138,13 @@ def _prepared(
             token = vault.open(destination.sealed_token)
         except VaultError:
             # Sending without the configured token would be refused anyway;
-            # fail the attempt loudly instead (see send()).
+            # fail the attempt loudly instead (worker.sending.send).
             token = ""
     if destination is not None:
         try:
             destination = replace(destination, secret=open_secret(vault, destination.secret))
         except VaultError:
-            # A signature the receiver cannot check is worse than none: fail instead (see send()).
+            # A signature the receiver cannot check is worse than none: fail instead (worker.sending.send).
             destination, secret_unreadable = replace(destination, secret=""), True
     return Prepared(
         delivery_id=delivery_id,
@@ -205,89 +194,6 @@ def prepared_leniently(job: Claimed) -> Prepared:
         destination=None,
         destination_id=job.destination_id,
     )
-
-
-# Every attempt's record names its address; a worker sees few distinct ones.
-@functools.lru_cache(maxsize=4096)
-def redacted(url: str) -> str:
-    """The address without credentials or query string, for records and logs."""
-    parts = urlsplit(url)
-    host = parts.hostname or ""
-    if ":" in host:
-        host = f"[{host}]"
-    netloc = f"{host}:{parts.port}" if parts.port else host
-    return urlunsplit((parts.scheme, netloc, parts.path, "", ""))
-
-
-def build_headers(prepared: Prepared, secret: str, timestamp: int) -> dict[str, str]:
-    return signed_headers(
-        secret,
-        prepared.body,
-        timestamp,
-        event_type=prepared.event_type,
-        token=prepared.token,
-        delivery_id=prepared.delivery_id,
-        attempt=prepared.attempts + 1,
-        destination=prepared.destination_id or None,
-    )
-
-
-async def send(client: Sender, prepared: Prepared) -> Attempt:
-    """Sign and POST the delivery; never raises (a failure is an ``Attempt`` with ``ok=False``)."""
-    started = time.time()
-    clock = time.perf_counter()
-
-    address = redacted(prepared.destination.url) if prepared.destination else None
-
-    def failed(error: str, status: int | None = None, response: str = "", *, timed_out: bool = False) -> Attempt:
-        return Attempt(
-            ok=False,
-            at=started,
-            duration=time.perf_counter() - clock,
-            status=status,
-            error=error,
-            response=response,
-            destination=address,
-            timed_out=timed_out,
-            dst=prepared.destination_id or None,
-        )
-
-    if prepared.destination is None:
-        if prepared.destination_id:
-            return failed(removed_error(prepared.destination_id))
-        return failed("no callback address configured")
-    if prepared.token == "":
-        return failed("the Bearer token cannot be decrypted with the configured keys")
-    if prepared.secret_unreadable:
-        return failed("the signing secret cannot be decrypted with the configured keys")
-    try:
-        headers = build_headers(prepared, prepared.destination.secret, int(started))
-        answer = await client.post(prepared.destination.url, prepared.body, headers)
-    except Refused as exc:
-        return failed(f"destination refused: {exc}")
-    except TimedOut:
-        return failed(f"timed out after {client.timeout}s", timed_out=True)
-    except SendError as exc:
-        return failed(str(exc))
-    except Exception as exc:
-        # A request the client cannot even make (a header it refuses, say)
-        # is a failed attempt like any other: retried, then a dead letter.
-        return failed(unexpected(exc))
-    status = answer.status
-    if 200 <= status < 300:
-        return Attempt(
-            ok=True,
-            at=started,
-            duration=time.perf_counter() - clock,
-            status=status,
-            response=answer.snippet,
-            destination=address,
-            dst=prepared.destination_id or None,
-        )
-    reason = f"HTTP {status}"
-    if 300 <= status < 400:
-        reason += " (redirects are not followed)"
-    return failed(reason, status, answer.snippet)
 
 
 def removed_error(destination_id: str) -> str:

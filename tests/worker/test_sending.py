@@ -17,11 +17,10 @@ from svcgw.delivery.attempt import (
     decide,
     prepare_claimed,
     prepared_leniently,
-    redacted,
-    send,
 )
 from svcgw.delivery.queue import Claimed
 from svcgw.vault import TokenVault
+from worker.sending import redacted, send
 
 SECRET = "whsec_" + "s" * 43
 BODY = b'{"event_type":"Msg","events":[{"id":"1"}]}'
