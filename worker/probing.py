@@ -137,9 +137,6 @@ class Probing:
         if self._inflight[destination] <= 0:
             del self._inflight[destination]
 
-    def in_flight(self, destination: str) -> int:
-        return self._inflight.get(destination, 0)
-
     def mark(self, destination: str, *, timed_out: bool, started: float) -> str:
         """What the attempt tells the finish script: ``t:<start>`` a timeout, ``a`` an answer while probed, or ''."""
         if not destination:

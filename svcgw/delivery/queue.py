@@ -256,10 +256,6 @@ class DeliveryQueue:
                                                          args=[time.time(), limit]))  # fmt: skip
         return int(moved), int(left)
 
-    async def finish_many(self, items: Sequence[Finish]) -> list[bool]:
-        """End claims; for each, False if the claim had been lost meanwhile (the lease ran out)."""
-        return [finished.held for finished in await self.finish_detailed(items)]
-
     async def finish_detailed(self, items: Sequence[Finish]) -> list[Finished]:
         """End claims; for each, whether the claim was still held and what changed for its destination."""
         if not items:

@@ -53,14 +53,6 @@ class FanOut:
 
     named: bool = False  # whether the ids are named by the post (svcgw.deliveryid.for_destination)
 
-    @property
-    def log_field(self) -> str:
-        """What the post's log entry holds of them (field ``f``): the destination ids when the deliveries are
-        named by the post (their ids follow from the primary's), else ``<delivery id>:<destination id>`` pairs."""
-        if self.named:
-            return " ".join(destination for _, destination in self.deliveries)
-        return " ".join(f"{delivery}:{destination}" for delivery, destination in self.deliveries)
-
 
 def plan(
     keys: KeySpace,

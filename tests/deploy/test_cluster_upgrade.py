@@ -180,13 +180,13 @@ async def _write_before(settings: Settings, sink_url: str) -> Before:
                               log_retention=settings.log_retention)  # fmt: skip
         assert [c.delivery_id for c in await queue.claim_batch(3, "worker-before")] == [retried, done, died]
         ttl = settings.dead_letter_retention
-        ended = await queue.finish_many([
+        ended = await queue.finish_detailed([
             Finish(retried, ONE, "retry", _record(1, 503), due=time.time() + 1, retention=3600),
             Finish(done, ONE, "delivered", _record(1, 200), retention=3600, event_ids=b'["u-delivered"]'),
             Finish(died, ONE, "dead", _record(1, 500), due=time.time() + ttl, retention=ttl,
                    error=exc_info_field("HTTP 500")),
         ])  # fmt: skip
-        assert ended == [True, True, True]
+        assert [finished.held for finished in ended] == [True, True, True]
         pending = await _post(ingest, ONE, tokens[ONE], "u-pending")
         await ingest.aclose()
 

@@ -59,8 +59,8 @@ def claim(settings: Settings, count: int) -> list[str]:
 
 def finish(settings: Settings, item: Finish) -> bool:
     """End one claim; False if it had been lost meanwhile."""
-    (held,) = with_queue(settings, lambda queue: queue.finish_many([item]))
-    return held
+    (finished,) = with_queue(settings, lambda queue: queue.finish_detailed([item]))
+    return finished.held
 
 
 # --- service events, as the prober makes them ----------------------------------------

@@ -1,4 +1,4 @@
--- Ends claims: records attempts and moves each job on (worker.queue.DeliveryQueue.finish_many).
+-- Ends claims: records attempts and moves each job on (svcgw.delivery.queue.DeliveryQueue.finish_detailed).
 -- chain.lua is prepended: a service event delivered, dead or dropped lets its instance's next one go;
 -- probing.lua too: an attempt that timed out, or answered a destination being probed, moves the
 -- attempts in flight the destination is allowed (svcgw.delivery.probing).

@@ -22,7 +22,7 @@ def test_no_destination_no_plan() -> None:
     assert plan(keys, [], _job) is None
 
 
-def test_named_by_the_post_one_lean_hash_each_and_the_log_names_the_destinations() -> None:
+def test_named_by_the_post_one_lean_hash_each() -> None:
     primary = "we_1-1795645968935-0"
     fan = plan(keys, [DST_A, DST_B], _job, primary=primary)
     assert fan is not None and fan.named
@@ -34,14 +34,13 @@ def test_named_by_the_post_one_lean_hash_each_and_the_log_names_the_destinations
         f"rq:job:{second}", f"rq:job:{second}", f"svcgw:destination-index:{DST_B}",
     )  # fmt: skip
     assert fan.args == (1, first, DST_A, b"origin", b"svcgw", second, DST_B, b"origin", b"svcgw")
-    assert fan.log_field == f"{DST_A} {DST_B}"
 
 
 def test_a_primary_of_the_older_form_gives_dlv_deliveries() -> None:
     fan = plan(keys, [DST_A], _job, primary="dlv_" + "0" * 24)
     assert fan is not None and not fan.named
     ((delivery_id, _),) = fan.deliveries
-    assert delivery_id.startswith("dlv_") and fan.log_field == f"{delivery_id}:{DST_A}"
+    assert delivery_id.startswith("dlv_")
 
 
 def test_per_destination_a_dlv_delivery_its_job_and_the_destinations_index() -> None:
@@ -55,7 +54,6 @@ def test_per_destination_a_dlv_delivery_its_job_and_the_destinations_index() -> 
         f"svcgw:delivery:{second}", f"rq:job:{second}", "svcgw:destination-index:dst_b",
     )  # fmt: skip
     assert fan.args == (2, first, "dst_a", *_job(first), second, "dst_b", *_job(second))
-    assert fan.log_field == f"{first}:dst_a {second}:dst_b"
 
 
 def test_every_key_carries_the_shards_tag_on_a_cluster() -> None:

@@ -448,7 +448,7 @@ def test_on_a_cluster_shard_rqs_subclasses_name_exactly_the_keys_the_service_wri
             queue = DeliveryQueue(client, space, name, failing_argument=failingdestinations.script_argument(settings))
             claimed = [job.delivery_id for job in await queue.claim_batch(2, "test")]
             assert claimed == [retrying, dead]
-            await queue.finish_many([
+            await queue.finish_detailed([
                 Finish(retrying, one.appid, "retry", _attempt(), due=time.time() + 600, retention=3600),
                 Finish(dead, other.appid, "dead", _attempt(), due=failed_score(time.time(), 3600), retention=3600,
                        error=exc_info_field("HTTP 500")),
