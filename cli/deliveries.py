@@ -10,7 +10,7 @@ or with ``--destination dst_…`` that further destination's address; ``show``
 one delivery with each attempt's answer, and its own destination's probing;
 ``retry`` brings a retrying delivery's next attempt forward to now. All
 three read and write through the same modules as the console
-(``svcgw.delivery.listing``, ``svcgw.delivery.retrynow``).
+(``svcgw.delivery.listing``, ``svcgw.delivery.byid``, ``svcgw.delivery.retrynow``).
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ import click
 from rich.console import Group, RenderableType
 from rich.text import Text
 
-from svcgw.delivery import listing, probing, retrynow
+from svcgw.delivery import byid, listing, probing, retrynow
 from svcgw.delivery.listing import PRIMARY, STATES, Delivery
 from svcgw.delivery.outcomes import ANSWERS_NOTE
 from svcgw.delivery.probing import Probe
@@ -207,4 +207,4 @@ async def _probe(admin: Admin, appid: str, destination: str | None) -> Probe | N
 
 async def _show(admin: Admin, delivery_id: str) -> Delivery:
     """The delivery from whichever shard holds it (a delivery id does not name its shard)."""
-    return await first_found(admin.shards, lambda shard: listing.show(*shard, admin.settings, delivery_id), NotFound)
+    return await first_found(admin.shards, lambda shard: byid.show(*shard, admin.settings, delivery_id), NotFound)

@@ -4,7 +4,7 @@ Each dead letter names its destination: ``primary`` for the primary
 address's delivery, else the further destination's ``dst_…`` id (``null``
 in ``--json`` for the primary's).
 
-Every command reads every shard (``svcgw.delivery.dlq``): one list, newest
+Every command reads every shard (``svcgw.delivery.deadletters``): one list, newest
 first, whichever shard each dead letter is on.
 
 ``replay`` exits with status 1 when any dead letter named could not be
@@ -19,7 +19,7 @@ import time
 import click
 from rich.console import RenderableType
 
-from svcgw.delivery import dlq as every_shard
+from svcgw.delivery import deadletters as every_shard
 from svcgw.delivery.deadletters import PRIMARY
 
 from .context import Admin, admin_command

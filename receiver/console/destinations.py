@@ -18,7 +18,7 @@ one destination shows its own.
 
 A destination's deliveries (``svcgw.delivery.bydestination``: newest first,
 paged, from its index on its instance's shard or, for an account's, on every
-shard) and its dead letters (``svcgw.delivery.dlq``, narrowed to it) are read
+shard) and its dead letters (``svcgw.delivery.deadletters``, narrowed to it) are read
 only after the destination is found to be the account's.
 
 API (under ``/console/api``): ``GET|POST /destinations`` (the account's),

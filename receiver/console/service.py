@@ -27,7 +27,7 @@ from redis.asyncio import Redis
 
 from svcgw.callbacks.addresses import check_for_service
 from svcgw.callbacks.testpost import CallbackTestResult, send_test
-from svcgw.delivery import dlq, failingdestinations, listing, probing, retrynow
+from svcgw.delivery import byid, deadletters, failingdestinations, listing, probing, retrynow
 from svcgw.errors import Invalid, NotFound, SvcgwError
 from svcgw.intake.calllog import LogEntry, read_log
 from svcgw.registry.store import CallbackConfig, OperatorDenied, Scope, normalise_operation
@@ -200,10 +200,12 @@ class ConsoleService:
         if destination is not None:
             listing.parse_destination(destination)  # Invalid, as the pages and the API answer it
         shards = self.shards if appid is None else (await self.check_owner(account, appid),)
-        letters = await dlq.list_dead(
+        letters = await deadletters.list_dead(
             shards, self.settings, appid=appid, account=account, destination=destination, limit=limit, offset=offset
         )
-        total = await dlq.count_dead(shards, self.settings, appid=appid, account=account, destination=destination)
+        total = await deadletters.count_dead(
+            shards, self.settings, appid=appid, account=account, destination=destination
+        )
         rows: list[dict[str, Any]] = []
         for letter in letters:
             if detailed:
@@ -218,7 +220,7 @@ class ConsoleService:
     async def dead_letter(self, account: str, delivery_id: str) -> dict[str, Any]:
         if not delivery_id or len(delivery_id) > 200:
             raise NotFound("no such dead letter", what="dead letter")
-        detail = await dlq.show(self.shards, self.settings, delivery_id, account=account)
+        detail = await deadletters.show(self.shards, self.settings, delivery_id, account=account)
         return detail.as_dict()
 
     async def replay(
@@ -238,7 +240,7 @@ class ConsoleService:
             if ids:
                 raise Invalid("replay since a time works on an instance or on every instance, not on ids")
             shards = self.shards if appid is None else (await self.check_owner(account, appid),)
-            results = await dlq.replay(
+            results = await deadletters.replay(
                 shards, self.settings, appid=appid, account=account, since=time.time() - since_seconds
             )
             return [result.as_dict() for result in results]
@@ -247,7 +249,7 @@ class ConsoleService:
         shards = self.shards if appid is None else (await self.check_owner(account, appid),)
         if ids is not None and (len(ids) > 1000 or any(not isinstance(i, str) or len(i) > 200 for i in ids)):
             raise Invalid("ids must be at most 1000 dead letter ids")
-        results = await dlq.replay(
+        results = await deadletters.replay(
             shards, self.settings, ids=list(ids) if ids else None, appid=appid, account=account
         )
         return [result.as_dict() for result in results]
@@ -284,7 +286,7 @@ class ConsoleService:
         )
 
     async def delivery(self, account: str, delivery_id: str) -> listing.Delivery:
-        show, settings = listing.show, self.settings
+        show, settings = byid.show, self.settings
         return await first_found(
             self.shards, lambda shard: show(*shard, settings, delivery_id, account=account), NotFound
         )

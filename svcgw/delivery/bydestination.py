@@ -15,7 +15,7 @@ A page's cursor is ``<entry id>:<delivery id>`` of the last delivery shown:
 entries are ordered by (entry id, delivery id), descending, on every shard,
 so a page never repeats nor skips one even where two shards' entries have
 the same id. The deliveries themselves are read as the instance's list
-reads them (:func:`svcgw.delivery.listing.deliveries_of`: a delivered one
+reads them (:func:`svcgw.delivery.byid.deliveries_of`: a delivered one
 named by its post from its post and bare outcome); one whose record or post
 expired is left out.
 """
@@ -30,7 +30,8 @@ from typing import cast
 
 from svcgw import deliveryid
 from svcgw.config.settings import Settings
-from svcgw.delivery.listing import MAX_LIMIT, Delivery, Page, deliveries_of
+from svcgw.delivery.byid import deliveries_of
+from svcgw.delivery.listing import MAX_LIMIT, Delivery, Page
 from svcgw.delivery.view import field_text
 from svcgw.errors import Invalid
 from svcgw.shards.clients import ShardRedis

@@ -1,8 +1,16 @@
-"""Dead letters: deliveries whose retries ran out, listed and shown (replayed by :mod:`svcgw.delivery.replay`).
+"""Dead letters: deliveries whose retries ran out, listed, counted, shown and replayed, on every shard as on one.
 
 Where they are, and how an id is known to be one still, is
-:mod:`svcgw.delivery.deadindex`: RQ's failed registry, and an index by instance.
-:func:`replay` and :class:`ReplayResult` are importable from here too.
+:mod:`svcgw.delivery.deadindex`: RQ's failed registry, and an index by instance;
+a replay's one fresh attempt is :mod:`svcgw.delivery.replay`.
+
+A dead letter lives on its instance's shard (its delivery, its place in
+RQ's failed registry, the index by instance), so each function takes the
+shards' clients and key names (``clients``, by shard index, shard 0's first;
+one for a single shard): each shard is read, and the answers put together
+(lists merged newest first, an id looked for on every shard, counts and
+replays summed). With an ``appid`` only its shard is read (the registry's
+``shard`` field, one ``HGET`` on shard 0, none with one shard).
 
 A dead letter names its ``destination``: the further destination (``dst_…``)
 its delivery went to, or None for the primary address's; the lists can be
@@ -21,6 +29,7 @@ A dead letter that is not there (or is another account's) raises
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
@@ -32,10 +41,13 @@ from redis.asyncio import Redis
 from svcgw import deliveryid
 from svcgw.config.settings import Settings
 from svcgw.delivery import attemptrecords
+from svcgw.delivery import replay as replaying
 from svcgw.delivery.deadindex import CHUNK, candidates, chunks, is_dead, live_ids, newest
-from svcgw.delivery.replay import ReplayResult, replay
+from svcgw.delivery.replay import ReplayResult
 from svcgw.delivery.view import field_float, field_text
 from svcgw.errors import NotFound
+from svcgw.shards.clients import ShardRedis
+from svcgw.shards.routing import first_found, instance_shard
 from svcgw.storage.keys import KeySpace
 
 __all__ = [
@@ -88,8 +100,8 @@ class DeadLetterDetail:
         return asdict(self)
 
 
-# --- reading -------------------------------------------------------------------
-async def list_dead(
+# --- reading one shard ---------------------------------------------------------
+async def _list_on(
     redis: Redis,
     keys: KeySpace,
     settings: Settings,
@@ -137,7 +149,7 @@ async def list_dead(
     ]
 
 
-async def count_dead(
+async def _count_on(
     redis: Redis,
     keys: KeySpace,
     settings: Settings,
@@ -155,7 +167,7 @@ async def count_dead(
     return len(await live_ids(redis, keys, settings, await candidates(redis, keys, appid=appid, account=account)))
 
 
-async def show(
+async def _show_on(
     redis: Redis, keys: KeySpace, settings: Settings, delivery_id: str, *, account: str | None = None
 ) -> DeadLetterDetail:
     """One dead letter with its body and attempts; ``NotFound`` if it is not dead (or not the account's)."""
@@ -183,6 +195,84 @@ async def show(
         attempts=attempts,
         destination=deliveryid.destination_of(delivery_id, data["destination"]),
     )
+
+
+# --- every shard, as if there were one ------------------------------------------
+async def list_dead(
+    clients: Sequence[ShardRedis],
+    settings: Settings,
+    *,
+    appid: str | None = None,
+    account: str | None = None,
+    destination: str | None = None,
+    limit: int = 100,
+    offset: int = 0,
+) -> list[DeadLetter]:
+    """Dead letters of every shard (of ``appid``'s alone when given), newest first; of one ``destination``
+    (a ``dst_…`` id, or ``"primary"``) when given."""
+    if appid is not None or len(clients) == 1:
+        client, keys = await instance_shard(clients, appid) if appid is not None else clients[0]
+        return await _list_on(
+            client, keys, settings, appid=appid, account=account, destination=destination, limit=limit, offset=offset
+        )
+    # Each shard's first ``offset + limit`` hold the merged page: a longer read, never a wrong one.
+    pages = await asyncio.gather(
+        *(_list_on(c, k, settings, account=account, destination=destination, limit=offset + limit) for c, k in clients)
+    )
+    merged = sorted((letter for page in pages for letter in page), key=lambda d: d.dead_at or 0.0, reverse=True)
+    return merged[offset : offset + limit]
+
+
+async def show(
+    clients: Sequence[ShardRedis], settings: Settings, delivery_id: str, *, account: str | None = None
+) -> DeadLetterDetail:
+    """The dead letter ``delivery_id`` from the shard that holds it; ``NotFound`` when none does."""
+    return await first_found(clients, lambda shard: _show_on(*shard, settings, delivery_id, account=account), NotFound)
+
+
+async def count_dead(
+    clients: Sequence[ShardRedis],
+    settings: Settings,
+    *,
+    appid: str | None = None,
+    account: str | None = None,
+    destination: str | None = None,
+) -> int:
+    """How many dead letters every shard holds (of ``appid``'s shard alone, or ``account``'s instances, and of
+    ``destination``, when given)."""
+    if appid is not None:
+        client, keys = await instance_shard(clients, appid)
+        return await _count_on(client, keys, settings, appid=appid, account=account, destination=destination)
+    counts = await asyncio.gather(
+        *(_count_on(c, k, settings, account=account, destination=destination) for c, k in clients)
+    )
+    return sum(counts)
+
+
+async def replay(
+    clients: Sequence[ShardRedis],
+    settings: Settings,
+    ids: Sequence[str] | None = None,
+    appid: str | None = None,
+    all: bool = False,
+    account: str | None = None,
+    since: float | None = None,
+) -> list[ReplayResult]:
+    """:func:`svcgw.delivery.replay.replay` on every shard; a named id is ``not_found`` only if no shard has it."""
+    if appid is not None:
+        client, keys = await instance_shard(clients, appid)
+        return await replaying.replay(client, keys, settings, ids, appid, all, account, since)
+    answers = await asyncio.gather(
+        *(replaying.replay(c, k, settings, ids=ids, all=all, account=account, since=since) for c, k in clients)
+    )
+    if not ids:
+        return [result for answer in answers for result in answer]
+    found: dict[str, ReplayResult] = {}
+    for answer in answers:
+        for result in answer:
+            if result.status != "not_found" or result.id not in found:
+                found[result.id] = result
+    return [found[delivery_id] for delivery_id in dict.fromkeys(ids)]
 
 
 # --- helpers -------------------------------------------------------------------

@@ -94,7 +94,7 @@ class Finish:
     # The failing record the attempt moves: its account's and destination's (svcgw.delivery.failingdestinations.name);
     # '' for none
     failing: str = ""
-    # delivered: the body's event ids (svcgw.delivery.listing.stored_ids), kept instead of the body,
+    # delivered: the body's event ids (svcgw.delivery.view.stored_ids), kept instead of the body,
     # which the callback log holds already; b"" keeps the body
     event_ids: bytes = b""
     # What the attempt tells of its destination's probing (svcgw.delivery.probing): "t:<when it started>"

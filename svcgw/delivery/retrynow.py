@@ -33,7 +33,7 @@ from redis.asyncio import Redis
 
 from svcgw import deliveryid
 from svcgw.config.settings import Settings
-from svcgw.delivery import listing
+from svcgw.delivery import byid
 from svcgw.errors import NotFound, SvcgwError
 from svcgw.storage.keys import KeySpace
 from svcgw.storage.scripts import register
@@ -72,7 +72,7 @@ async def retry_now(
     if outcome == 0 and deliveryid.parse_named(delivery_id) is not None:
         # Named by its post and without a record: delivered, if its post and outcome are still kept.
         try:
-            await listing.show(redis, keys, settings, delivery_id, account=account)
+            await byid.show(redis, keys, settings, delivery_id, account=account)
         except NotFound:
             pass  # not kept any more: not found, below
         else:

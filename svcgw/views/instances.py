@@ -139,7 +139,7 @@ async def load(
         kept = {"account", "shard"}
         own = {_text(k): _text(v) for k, v in (await redis.hgetall(keys.instance(appid))).items()}
         fields = {**fields, **{k: v for k, v in own.items() if k not in kept}}
-    dead = await deadletters.count_dead(redis, keys, settings, appid=appid) if dead_letters else None
+    dead = await deadletters.count_dead([ShardRedis(redis, keys)], settings, appid=appid) if dead_letters else None
     last = await _last_event_at(redis, keys, appid) if last_event else None
     return InstanceView(
         appid=instance.appid,

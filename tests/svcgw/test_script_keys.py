@@ -23,6 +23,7 @@ from svcgw.delivery.replay import replay
 from svcgw.delivery.retrynow import NotRetrying, retry_now
 from svcgw.liveness import transitions
 from svcgw.registry.store import Scope, Store
+from svcgw.shards.clients import ShardRedis
 from svcgw.storage.keys import PLAIN as keys
 from svcgw.vault import TokenVault
 from tests.conftest import provision, with_store
@@ -43,7 +44,7 @@ def _dead(settings: Settings, appid: str) -> list[str]:
     async def go() -> list[str]:
         client = AsyncRedis.from_url(settings.redis_url or "")
         try:
-            return [d.id for d in await deadletters.list_dead(client, keys, settings, appid=appid)]
+            return [d.id for d in await deadletters.list_dead([ShardRedis(client, keys)], settings, appid=appid)]
         finally:
             await client.aclose()
 

@@ -25,8 +25,8 @@ from redis import Redis
 from redis.asyncio import Redis as AsyncRedis
 
 from svcgw.config.settings import Settings
+from svcgw.delivery.byid import show as show_delivery
 from svcgw.delivery.listing import Delivery, list_deliveries
-from svcgw.delivery.listing import show as show_delivery
 from svcgw.registry.destinations import DestinationChange, DestinationConfig
 from svcgw.registry.store import Scope, Store
 from svcgw.storage.keys import PLAIN as keys

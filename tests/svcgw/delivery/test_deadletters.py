@@ -19,6 +19,7 @@ from svcgw.delivery.deadletters import DeadLetter, DeadLetterDetail, ReplayResul
 from svcgw.delivery.queue import Finish
 from svcgw.errors import NotFound
 from svcgw.intake.ingest import Ingest
+from svcgw.shards.clients import ShardRedis
 from svcgw.storage.keys import PLAIN as keys
 from svcgw.storage.rqformat import exc_info_field, failed_score
 from tests.conftest import Tenant, provision
@@ -69,7 +70,7 @@ def _run(settings: Settings, read: Callable[..., Awaitable[T]], *args: Any, deco
     async def run() -> T:
         client = AsyncRedis.from_url(settings.redis_url or "", decode_responses=decode)
         try:
-            return await read(client, keys, settings, *args, **kwargs)
+            return await read([ShardRedis(client, keys)], settings, *args, **kwargs)
         finally:
             await client.aclose()
 

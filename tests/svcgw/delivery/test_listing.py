@@ -15,7 +15,7 @@ from redis.asyncio import Redis as AsyncRedis
 import svcgw.delivery.queue as queue_module
 from svcgw import deliveryid
 from svcgw.config.settings import Settings
-from svcgw.delivery import listing
+from svcgw.delivery import byid, listing
 from svcgw.delivery.attempt import Attempt
 from svcgw.delivery.listing import Delivery, Page, build, event_ids, state_of
 from svcgw.delivery.queue import DeliveryQueue, Finish
@@ -47,7 +47,7 @@ def listed(settings: Settings, appid: str, **filters: object) -> Page:
 
 
 def shown(settings: Settings, delivery_id: str, account: str | None = None) -> Delivery:
-    return call(settings, lambda r: listing.show(r, keys, settings, delivery_id, account=account))
+    return call(settings, lambda r: byid.show(r, keys, settings, delivery_id, account=account))
 
 
 def post(settings: Settings, tenant: Tenant, *ids: str, event_type: str = "Msg") -> str:

@@ -16,6 +16,7 @@ from svcgw.delivery import chainkeys, deadletters
 from svcgw.delivery.queue import DeliveryQueue, Finish
 from svcgw.delivery.queueing import queue_delivery
 from svcgw.deliveryid import new_delivery_id
+from svcgw.shards.clients import ShardRedis
 from svcgw.storage.keys import PLAIN as keys
 from tests.conftest import Tenant, provision
 from tests.support import service_chain, wait_for
@@ -102,7 +103,7 @@ def test_a_dead_service_event_lets_the_next_go_and_its_replay_stays_out_of_the_o
 async def _replay(settings: Settings, delivery_id: str) -> list[deadletters.ReplayResult]:
     client = AsyncRedis.from_url(settings.redis_url or "")
     try:
-        return await deadletters.replay(client, keys, settings, ids=[delivery_id])
+        return await deadletters.replay([ShardRedis(client, keys)], settings, ids=[delivery_id])
     finally:
         await client.aclose()
 

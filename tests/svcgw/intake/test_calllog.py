@@ -14,7 +14,7 @@ from redis.asyncio import Redis as AsyncRedis
 
 from svcgw import deliveryid
 from svcgw.config.settings import Settings
-from svcgw.delivery import listing
+from svcgw.delivery import byid
 from svcgw.errors import NotFound
 from svcgw.intake import calllog
 from svcgw.intake.calllog import COMPRESS_FROM, LogEntry, body_of, parse_since, stored_body
@@ -211,7 +211,7 @@ def test_a_delivered_delivery_past_the_retention_is_not_shown_by_its_id(settings
     async def show(entry: str) -> str:
         client = AsyncRedis.from_url(settings.redis_url or "")
         try:
-            return (await listing.show(client, keys, settings, deliveryid.from_entry(tenant.appid, entry))).state
+            return (await byid.show(client, keys, settings, deliveryid.from_entry(tenant.appid, entry))).state
         finally:
             await client.aclose()
 
