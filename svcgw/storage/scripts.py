@@ -47,8 +47,9 @@ _PARTS: dict[str, tuple[str, ...]] = {
     "ingest": ("delivery", "dedup", "ingest"),
     "queue_delivery": ("delivery", "chain", "queue_delivery"),
     # A service event delivered or dead lets its instance's next one go; an attempt that timed out, or
-    # answered a destination being probed, moves what the destination is allowed.
-    "queue_finish": ("chain", "probing", "queue_finish"),
+    # answered a destination being probed, moves what the destination is allowed; one failed or
+    # delivered starts or ends its destination's failing; a delivered one keeps its bare outcome.
+    "queue_finish": ("chain", "probing", "failing", "bare_outcome", "queue_finish"),
     "chain_advance": ("chain", "chain_advance"),
     # The windows of calls: one clock.
     "rate_window": ("clock", "rate_window"),

@@ -1,7 +1,4 @@
 -- Ends claims: records attempts and moves each job on (svcgw.delivery.queue.DeliveryQueue.finish_detailed).
--- chain.lua is prepended: a service event delivered, dead or dropped lets its instance's next one go;
--- probing.lua too: an attempt that timed out, or answered a destination being probed, moves the
--- attempts in flight the destination is allowed (svcgw.delivery.probing).
 -- KEYS: inflight, scheduled, failed, queue, deferred, failing destinations, probing destinations, then 8 per job:
 --       delivery (the job hash itself for a delivery named by its post: svcgw.storage.keys.delivery),
 --       old attempts list (svcgw.delivery.attemptrecords), job, RQ's results stream of the job (a dead
@@ -22,7 +19,7 @@
 --       probe mark ('t:<start>' the attempt timed out, 'a' it answered a destination being probed, ''),
 --       the probing record it moves: its account's and destination's (svcgw.delivery.probing.name; '' for none)
 --       dead: what rq-dashboard shows of it, JSON {d: description, r: [field, value, ...] of RQ's failed
---       result} (worker.outcomes.dead_letter_shown); '' for the others
+--       result} (svcgw.delivery.recording.dead_letter_shown); '' for the others
 -- A delivered delivery with a log entry id keeps only its bare outcome (svcgw.delivery.outcomes): its
 -- records are deleted and the outcome goes to the stream, or to the late hash when it ended more
 -- than the outcome window after its post; a further destination's (its id ends in '_' and the
@@ -34,141 +31,36 @@
 -- worker advances that chain again (chain_advance.lua); plus 16 when the attempt changed its
 -- destination's probing record, 32 when it was the first answer after timeouts (svcgw.delivery.probing).
 -- RQ's statuses and job fields: as svcgw.storage.rqformat names them (SCRIPT_STATUSES, SCRIPT_FIELDS).
+-- One script, so that a claim's end is one atomic step however many workers run: the attempt
+-- recorded, the job moved on, what it tells of its destination and its chain, all or nothing.
+-- Each concern is a part of its own, prepended (svcgw.storage.scripts):
+-- chain.lua: a service event delivered, dead or dropped lets its instance's next one go;
+-- probing.lua: an attempt that timed out, or answered a destination being probed, moves the
+-- attempts in flight the destination is allowed (svcgw.delivery.probing);
+-- failing.lua: a failed attempt starts its destination's failing, a delivered one ends it
+-- (svcgw.delivery.failingdestinations);
+-- bare_outcome.lua: a delivered delivery named by its post keeps only its bare outcome
+-- (svcgw.delivery.outcomes).
+-- This file: the claims' leases ended, then per job, its end by kind (below), the failing and
+-- probing records moved, and its chain let go.
 local MEMBERS = tonumber(ARGV[7])
 local HEAD, PER, KHEAD, KPER = 8 + MEMBERS, 13, 7, 8
 local probe_cap, probe_floor = string.match(ARGV[8], '^(%d+):(%d+)$')
 probe_cap, probe_floor = tonumber(probe_cap), tonumber(probe_floor)
 local n = (#ARGV - HEAD) / PER
 if n < 1 then return {} end
+-- --- the claims' leases ended: which were still this worker's ---
 local ids = {}
 for i = 0, n - 1 do ids[#ids + 1] = ARGV[HEAD + 2 + i * PER] end
 local held = redis.call('ZMSCORE', KEYS[1], unpack(ids))
 redis.call('ZREM', KEYS[1], unpack(ids))
 local now = ARGV[1]
 local results = {}
--- --- failing destinations (svcgw.delivery.failingdestinations): one HGET per record a call names, more only while failing ---
--- A record is one account's destination (field '<account> <origin>'): another account's attempts to the same
--- origin neither start nor end it. A field of an origin alone (an earlier version's) is never named here.
-local after_text, forget_text = string.match(ARGV[3], '^([^:]*):([^:]*)$')
-local failing_after, forget_after = tonumber(after_text), tonumber(forget_text)
--- Each record as this call last read or wrote it (false: none): a batch holds many
--- attempts to the same few destinations, and nothing else writes the hash while a script runs.
-local records = {}
-local function record_of(name)
-  local held = records[name]
-  if held == nil then
-    held = redis.call('HGET', KEYS[6], name)
-    records[name] = held
-  end
-  return held
-end
-local function set_record(name, value)
-  if value then
-    redis.call('HSET', KEYS[6], name, value)
-  else
-    redis.call('HDEL', KEYS[6], name)
-  end
-  records[name] = value
-end
-local function track(name, ok)
-  if name == '' then return 0 end
-  local held = record_of(name)
-  if ok then
-    if not held then return 0 end
-    set_record(name, false)
-    local first, _, flagged = string.match(held, '^([^:]*):([^:]*):(%d)$')
-    if flagged == '1' or (first and tonumber(now) - tonumber(first) >= failing_after) then return 4 end
-    return 0
-  end
-  if not held then
-    set_record(name, now .. ':' .. now .. ':0')
-    return 0
-  end
-  local first, last, flagged = string.match(held, '^([^:]*):([^:]*):(%d)$')
-  if not first or tonumber(now) - tonumber(last) > forget_after then
-    -- Unreadable, or forgotten: no attempt for so long that this failure starts afresh.
-    first, flagged = now, '0'
-  end
-  local started = 0
-  if flagged ~= '1' and tonumber(now) - tonumber(first) >= failing_after then
-    flagged, started = '1', 2
-  end
-  set_record(name, first .. ':' .. now .. ':' .. flagged)
-  return started
-end
--- --- end of failing destinations ---
--- --- bare outcomes (svcgw.delivery.outcomes) ---
-local function error_class(text)
-  if type(text) ~= 'string' then return 'other' end
-  local t = string.lower(text)
-  local function has(word) return string.find(t, word, 1, true) ~= nil end
-  if has('timed out') or has('timeout') then return 'timeout' end
-  if has('refused') then return 'refused' end
-  if has('ssl') or has('tls') or has('certificate') then return 'tls' end
-  if has('name or service') or has('resolve') or has('dns') or has('getaddrinfo') then return 'dns' end
-  if has('reset') or has('broken pipe') or has('disconnect') then return 'reset' end
-  return 'other'
-end
--- One attempt record (JSON, worker.delivery.Attempt.record) as '<ms after the post>:<status or class>:<ms>'.
-local function bare(record, base_ms)
-  local ok, data = pcall(cjson.decode, record)
-  if not ok or type(data) ~= 'table' then return nil end
-  local at = tonumber(data.at) or 0
-  local kind = data.status
-  if type(kind) ~= 'number' then kind = error_class(data.error) else kind = string.format('%d', kind) end
-  local duration = tonumber(data.duration_ms) or 0
-  return string.format('%d:%s:%d', math.floor(at * 1000 + 0.5) - base_ms, kind, math.floor(duration + 0.5))
-end
-local now_ms = math.floor(tonumber(now) * 1000)
-local oldest = math.max(now_ms - tonumber(ARGV[4]) * 1000, 0)
--- The outcome streams this call has added to and set to expire: once each is enough, as every
--- entry of the call is added at the same time.
-local expiring = {}
--- The delivered delivery's bare outcome from its hash and this attempt's record; nothing is
--- written when the hash is gone (another copy of the job delivered it already).
-local function outcome(delivery, record, entry, event_ids, out, late, destination)
-  local stored = redis.call('HGETALL', delivery)
-  if #stored == 0 then return nil end
-  local h = {}
-  for j = 1, #stored, 2 do h[stored[j]] = stored[j + 1] end
-  local base_ms = tonumber(string.match(entry, '^(%d+)-'))
-  local parts = {}
-  for a = 1, (tonumber(h.attempts) or 0) do
-    local earlier = h['a' .. a] and bare(h['a' .. a], base_ms)
-    if earlier then parts[#parts + 1] = earlier end
-  end
-  parts[#parts + 1] = bare(record, base_ms) or ''
-  local text = table.concat(parts, ',')
-  -- The log entry says how many events were duplicates, not which: then the ids that went are kept.
-  local ids = nil
-  if h.dup and h.dup ~= '0' and event_ids ~= '' then ids = event_ids end
-  if now_ms - base_ms > tonumber(ARGV[6]) * 1000 then
-    if ids then text = text .. '\n' .. ids end
-    local field = entry
-    if destination then field = entry .. '_' .. destination end
-    redis.call('HSET', late, field, text)
-    redis.call('EXPIREAT', late, ARGV[5])
-  else
-    -- An entry id of sequence 0 (most) is written as its ms alone: a listpack keeps it as an integer.
-    local l = string.gsub(entry, '%-0$', '')
-    local fields = {'l', l, 'o', text}
-    if destination then
-      fields[#fields + 1] = 'd'
-      fields[#fields + 1] = destination
-    end
-    if ids then
-      fields[#fields + 1] = 'i'
-      fields[#fields + 1] = ids
-    end
-    redis.call('XADD', out, 'MINID', '~', oldest, '*', unpack(fields))
-    if not expiring[out] then
-      redis.call('EXPIRE', out, ARGV[4])
-      expiring[out] = true
-    end
-  end
-  return h.chain
-end
--- --- end of bare outcomes ---
+-- --- failing destinations (failing.lua, svcgw.delivery.failingdestinations) ---
+local track = failing_tracker(KEYS[6], ARGV[3], now)
+-- --- bare outcomes (bare_outcome.lua, svcgw.delivery.outcomes) ---
+local outcome = bare_outcomes(now, ARGV[4], ARGV[5], ARGV[6])
+-- --- per job: its destination's records moved, then its end by kind, then its chain ---
 local members = chain_members(MEMBERS, 9, KHEAD + n * KPER + 1)
 for i = 0, n - 1 do
   local b, kb = HEAD + 1 + i * PER, KHEAD + 1 + i * KPER
@@ -177,12 +69,15 @@ for i = 0, n - 1 do
   local record, due, ttl = ARGV[b + 2], ARGV[b + 3], ARGV[b + 4]
   local claimed = 0
   if held[i + 1] then claimed = 1 end
+  -- Its destination's failing (failing.lua) and probing (probing.lua) records.
   local failing = 0
   if kind == 'delivered' then failing = track(ARGV[b + 6], true)
   elseif kind == 'retry' or kind == 'dead' then failing = track(ARGV[b + 6], false) end
   if ARGV[b + 10] ~= '' then
     failing = failing + probe_outcome(KEYS[7], ARGV[b + 11], ARGV[b + 10], now, probe_cap, probe_floor)
   end
+  -- Its end by kind: gone (another copy delivered it), delivered (bare outcome or record), retry or
+  -- dead (the record kept, the job scheduled or failed), defer, drop.
   local entry = ARGV[b + 9]
   local chain_of_bare = nil
   -- A delivery named by its post whose hash is gone was delivered by another copy of its job (a
