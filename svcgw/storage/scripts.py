@@ -18,8 +18,10 @@ name (:func:`names` lists them), in one of three ways:
 
 Some scripts call code they share with others or keep apart: ``delivery.lua``
 (the one writer of a delivery), ``chain.lua`` (service events' order),
-``dedup.lua`` (the de-duplication window) and ``clock.lua`` (the time of a
-call in milliseconds, the caller's or Redis's). Those are put together here,
+``dedup.lua`` (the de-duplication window), ``clock.lua`` (the time of a
+call in milliseconds, the caller's or Redis's), and the finish's concerns kept
+apart from it, ``probing.lua``, ``failing.lua`` and ``bare_outcome.lua``
+(one script still, so that a claim's end is atomic). Those are put together here,
 once, the shared parts first (:data:`_PARTS`). The gateway's admission
 script runs a whole script of its own as a function (:data:`_FUNCTIONS`):
 ``rate_window.lua``, also run alone by the rate limiter; both read the clock
