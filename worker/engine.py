@@ -5,11 +5,10 @@ process idle for as long as a slow endpoint takes to answer. The engine
 instead runs every attempt as a task on one asyncio event loop (uvloop when installed), sends
 with aiohttp (:mod:`svcgw.callbacks.outbound`) and talks to Redis in batches:
 
-* one script claims up to ``CLAIM_BATCH`` jobs and returns, with each, the
-  delivery's fields and its callback configuration (the prepare stage reads
-  nothing more);
-* finished attempts are collected and recorded by one script call for all
-  of them, whatever their outcome (:mod:`worker.outcomes`).
+* one script claims up to ``CLAIM_BATCH`` jobs and returns, with each, the delivery's fields and its
+  callback configuration (the prepare stage reads nothing more; :mod:`svcgw.delivery.claim`);
+* finished attempts are collected and recorded by one script call for all of them, whatever their
+  outcome (:mod:`svcgw.delivery.recording`).
 
 The main loop:
 
@@ -47,7 +46,7 @@ claim does that itself for the destinations (as the URL spellings seen
 lately that reach them) and accounts the engine names, so such a job
 usually costs no round trip of its own, and the jobs of an instance a claim
 read lately are held back as they are popped, unread
-(:class:`worker.claim.Sightings`); one the claim did not recognise is
+(:class:`svcgw.delivery.claim.Sightings`); one the claim did not recognise is
 deferred with the next batch of finished attempts.
 
 Every exception in an attempt, whatever raised it, is a failed attempt:
@@ -385,7 +384,7 @@ class Engine:
     def _saturated(self) -> dict[str, Hold]:
         """What the claim holds jobs back by, with when to try again: an account and a URL spelling (netloc)
         seen lately that reaches its destination at that account's cap or probing limit
-        (:func:`worker.claim.held_as`), or a netloc alone, for every account, at the host's ceiling."""
+        (:func:`svcgw.delivery.claim.held_as`), or a netloc alone, for every account, at the host's ceiling."""
         held = self.probing.saturated(self.keys)
 
         def hold(name: str, when: float) -> None:

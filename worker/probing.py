@@ -16,7 +16,7 @@ the same origin are never counted, limited, held back or parked for it.
   are left (:meth:`Probing.acquire`);
 * the claim holds back the jobs of a destination at its limit, by the account and the URL
   spellings (netlocs) its attempts used (``<account> <netloc>``), as it does for a full socket
-  (:meth:`Probing.saturated`, :mod:`worker.claim`). While its attempts time out, those jobs are lined up over
+  (:meth:`Probing.saturated`, :mod:`svcgw.delivery.claim`). While its attempts time out, those jobs are lined up over
   :data:`svcgw.delivery.probing.PARK_SECONDS` and noted in its parked set; when it answers again
   (its record's last word is no longer a timeout), every engine of the process brings them
   forward on its shard (:meth:`Probing.unparking`). While it answers below its caps, they wait a
@@ -115,7 +115,8 @@ class Probing:
     # --- attempts ------------------------------------------------------------------------
     def acquire(self, destination: str, netloc: str) -> bool:
         """Count an attempt to ``destination`` (a record's name), unless it is at its limit; ``netloc`` is what
-        the claim holds the destination's jobs back by (the account and the URL's netloc, ``worker.claim.held_as``)."""
+        the claim holds the destination's jobs back by (the account and the URL's netloc,
+        ``svcgw.delivery.claim.held_as``)."""
         if not destination:
             return True
         limit = self.limit(destination)

@@ -6,7 +6,7 @@ The key is the UTF-8 bytes of the signing secret as shown to the customer
 and the raw body bytes exactly as sent.
 
 :func:`signed_headers` builds the headers of a callback POST, for a
-delivery attempt (``worker.delivery``) and for the console's test POST
+delivery attempt (``worker.sending``) and for the console's test POST
 (``svcgw.callbacks.testpost``) alike.
 """
 

@@ -163,7 +163,7 @@ class Settings:
     # before it is flagged as failing (svcgw.delivery.failingdestinations).
     failing_after: int = 900
     # Seconds a delivery to a disabled further destination waits in the scheduled registry before
-    # its destination is looked at again (worker.claim): enabling it lets them go within that time.
+    # its destination is looked at again (svcgw.delivery.claim): enabling it lets them go within that time.
     disabled_recheck_seconds: float = 30.0
     # Failed console sign-ins allowed per login and per client address (``limits`` notation);
     # over either, sign-in is refused without checking the password.

@@ -125,7 +125,7 @@ def _prepared(
     vault: TokenVault,
     destination_id: str = "",
 ) -> Prepared | None:
-    # A delivered delivery keeps its event ids, not its body (worker.queue.Finish.event_ids):
+    # A delivered delivery keeps its event ids, not its body (svcgw.delivery.queue.Finish.event_ids):
     # a copy of it claimed again (a lease ran out meanwhile) has nothing left to send.
     if not data["appid"] or not data["body"]:
         return None

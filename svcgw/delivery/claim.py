@@ -15,7 +15,7 @@ and its pace record (``KeySpace.destination_pace``) in place of the two callback
 still names four keys. The read holds back, without an attempt, a job whose destination is disabled
 (due again in ``SVCGW_DISABLED_RECHECK_SECONDS``) or over its rate (due when its turn comes,
 :mod:`svcgw.delivery.pacing`); one whose destination was removed is started with no address, and its
-attempt fails (:mod:`worker.delivery`). Jobs of the primary address read and name what they always did.
+attempt fails (:mod:`worker.sending`). Jobs of the primary address read and name what they always did.
 
 A job whose account, or whose destination, has no free slot in the worker goes back to the
 scheduled registry without an attempt. A destination's slots and probing are each account's own

@@ -23,12 +23,12 @@ started, scheduled, failed with ``exc_info``: the statuses and fields of
 does with ``result_ttl=0``. One exception: a job the claim holds back at
 the pop, for a busy account or a full destination, waits in the scheduled
 registry a few seconds with the status ``queued``, as it was; the pop
-cannot name its hash (:mod:`worker.claim`).
+cannot name its hash (:mod:`svcgw.delivery.claim`).
 
 A claim returns what the attempt needs along with the id: the delivery's
 fields and the callback configuration of its instance (and of its account
 when the instance has no address of its own), or of the further destination
-it goes to: :mod:`worker.claim`.
+it goes to: :mod:`svcgw.delivery.claim`.
 
 :class:`DeliveryQueue` takes a ``redis.asyncio`` client; its scripts are
 ``svcgw/storage/lua/queue_*.lua``, each naming in KEYS every key it touches.
@@ -102,7 +102,7 @@ class Finish:
     probe: str = ""
     # The probing record the mark moves: the account's and the destination's (svcgw.delivery.probing.name)
     probing: str = ""
-    # dead: what rq-dashboard shows of it (worker.outcomes.dead_letter_shown); b"" writes nothing more
+    # dead: what rq-dashboard shows of it (svcgw.delivery.recording.dead_letter_shown); b"" writes nothing more
     shown: bytes = b""
 
 
@@ -189,11 +189,11 @@ class DeliveryQueue:
         saturated: Mapping[str, Hold | float] | None = None,
         busy_accounts: Mapping[str, float] | None = None,
     ) -> list[Claimed]:
-        """Claim up to ``count`` jobs with their data (:class:`worker.claim.Claimer`).
+        """Claim up to ``count`` jobs with their data (:class:`svcgw.delivery.claim.Claimer`).
 
         ``saturated`` maps destinations (``urlsplit(url).netloc``, lower
         case) that have no free slot to when their jobs are due again (a
-        :class:`worker.claim.Hold`, or a time), and ``busy_accounts`` does the
+        :class:`svcgw.delivery.claim.Hold`, or a time), and ``busy_accounts`` does the
         same for accounts: those jobs go back to the scheduled registry
         instead of being claimed.
         """

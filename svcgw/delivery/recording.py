@@ -1,13 +1,13 @@
 """Attempts' outcomes stored in Redis: what comes next for each, recorded with others in one script call.
 
 :meth:`Outcomes.record` decides an attempt's next step with the retry
-policy (:func:`worker.delivery.decide`), writes its log line and the one
+policy (:func:`svcgw.delivery.attempt.decide`), writes its log line and the one
 record of a destination that started failing or recovered, or whose probing
 began or ended (:mod:`svcgw.delivery.probing`), and tells the ``on_attempt``
 hook, once the outcome is stored. :meth:`Outcomes.finish`
 queues any end of a claim (also a drop or a deferral) and waits until it
 is stored: :meth:`Outcomes.run` stores all that are waiting in one call of
-the finish script (:meth:`worker.queue.DeliveryQueue.finish_detailed`),
+the finish script (:meth:`svcgw.delivery.queue.DeliveryQueue.finish_detailed`),
 and keeps trying while Redis is away (the claims stay held meanwhile).
 Whatever a call raises, the batch is tried again: were the task to end, every
 attempt waiting on it would wait for ever while the engine went on extending
@@ -92,7 +92,7 @@ class Outcomes:
     async def record(self, prepared: Prepared, attempt: Attempt, probe: str = "") -> Finished:
         """Store the attempt's outcome and what comes next, then tell the ``on_attempt`` hook.
 
-        ``probe`` is what the attempt tells of its destination's probing (:attr:`worker.queue.Finish.probe`).
+        ``probe`` is what the attempt tells of its destination's probing (:attr:`svcgw.delivery.queue.Finish.probe`).
         """
         delivery_id = prepared.delivery_id
         step, delay = decide(prepared, attempt, self.settings.retry_schedule)

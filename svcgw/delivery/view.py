@@ -43,7 +43,7 @@ STATES: tuple[State, ...] = ("pending", "retrying", "delivered", "dead")
 
 @dataclass(frozen=True)
 class AttemptRecord:
-    """One attempt of a delivery as the read model shows it (``worker.delivery.Attempt`` is the one being made)."""
+    """One attempt of a delivery as the read model shows it (``svcgw.delivery.attempt.Attempt``: one being made)."""
 
     number: int
     at: float | None

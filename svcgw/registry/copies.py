@@ -7,7 +7,7 @@ them read registry data with their keys, in the same round trip:
 * the ingest script checks the receiver token's look-up key and the
   instance's ``account`` (:mod:`svcgw.intake.ingest`);
 * the delivery queue's claim reads the instance's callback settings and its
-  account's default with each job (``worker.queue``);
+  account's default with each job (``svcgw.delivery.queue``);
 * delivery to further destinations reads their routing records and their
   hashes (``docs/destinations.md``).
 

@@ -3,7 +3,7 @@
 A job whose account has no free slot in the worker goes back to the scheduled registry without an
 attempt. The read does that for any job (``queue_read.lua``: its owner read, its status set, its
 id moved); the pop does it, unread, for the instances a read showed lately
-(``worker.claim.Sightings``, ``queue_claim.lua``). This measures both on one Redis of its own:
+(``svcgw.delivery.claim.Sightings``, ``queue_claim.lua``). This measures both on one Redis of its own:
 ``--jobs`` jobs of one account's 20 instances are claimed by a claimer that names the account busy
 until none is left, once with the instances seen (held back at the pop) and once with nothing
 seen (every job read), alternating, ``--rounds`` times each. Figures per job: the claimer's CPU

@@ -1,5 +1,5 @@
 -- Claims up to ARGV[1] queued jobs for a worker: pops their ids and leases them
--- (worker.queue.DeliveryQueue.claim_batch).
+-- (svcgw.delivery.queue.DeliveryQueue.claim_batch).
 -- KEYS: queue, inflight, scheduled, then the parked sets the holds below name (svcgw.delivery.probing)
 -- ARGV: count, lease until, now, seed (a number in [0, 1)), seconds a parked set is kept,
 --       then fours: an appid, when its jobs are due again, over how many seconds after that they

@@ -1,5 +1,5 @@
 -- Moves due members of a sorted set (scheduled retries, or expired leases) to the queue
--- (worker.queue.DeliveryQueue.promote_due, reclaim_expired). ARGV[3] = 'front' puts them
+-- (svcgw.delivery.queue.DeliveryQueue.promote_due, reclaim_expired). ARGV[3] = 'front' puts them
 -- first: a job whose worker died has waited longest. Their job hashes' status is set by
 -- queue_mark.lua, which names them, since they are known only now.
 -- KEYS: source sorted set, queue

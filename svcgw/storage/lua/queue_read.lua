@@ -1,5 +1,5 @@
 #!lua flags=allow-oom
--- Reads what the attempts of jobs claimed by queue_claim.lua need, and starts them (worker.claim).
+-- Reads what the attempts of jobs claimed by queue_claim.lua need, and starts them (svcgw.delivery.claim).
 -- KEYS: inflight, scheduled, then four per job: its job hash; the hash of its delivery's fields
 --       (the job hash itself for a delivery named by its post, svcgw.deliveryid; a hash of its
 --       own for a dlv_ one); its instance's callback hash and its account's callback hash, or,
@@ -12,7 +12,7 @@
 --       further destination ('' for none) its keys were named for; then the number of saturated
 --       destinations, now, a seed in [0, 1), seconds a parked set is kept, seconds a job of a
 --       disabled destination waits, fours of a saturated destination (an account's: the account, a
---       space and a URL's netloc, lower case, worker.claim.held_as; or the netloc alone: every account's),
+--       space and a URL's netloc, lower case, svcgw.delivery.claim.held_as; or the netloc alone: every account's),
 --       the time its jobs are due again, over how many seconds after that they are lined up, and
 --       the index in KEYS of the parked set they go to (0: none), then pairs of a saturated
 --       account and the time its jobs are due again
@@ -32,7 +32,7 @@
 -- scheduled registry for the recheck seconds; one over its destination's rate goes back due when
 -- its turn comes (GCRA over the pace record: svcgw.delivery.pacing, whose arithmetic this is);
 -- neither is an attempt. One whose destination was removed is started with no address: its
--- attempt fails (worker.delivery).
+-- attempt fails (worker.sending).
 -- allow-oom: a full Redis (noeviction) must still let the workers claim what was acknowledged,
 -- since finishing deliveries is what frees memory; it writes a few short fields per job (a
 -- status, a start time, a worker's name) and moves deferred ids between sorted sets.

@@ -1,4 +1,4 @@
--- Hands claimed jobs back to the front of the queue (worker.queue.DeliveryQueue.release).
+-- Hands claimed jobs back to the front of the queue (svcgw.delivery.queue.DeliveryQueue.release).
 -- KEYS: inflight, queue, then each job's hash, in the order of the ids
 -- ARGV: ids...
 -- Returns how many were still claimed and went back.

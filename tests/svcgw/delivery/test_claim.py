@@ -1,4 +1,4 @@
-"""The claim: ids popped and leased, then read and started under keys named from them (worker.claim)."""
+"""The claim: ids popped and leased, then read and started under keys named from them (svcgw.delivery.claim)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""worker.outcomes: what a dead letter tells rq-dashboard (RQ's results stream: why it died, which delivery
+"""svcgw.delivery.recording: what a dead letter tells rq-dashboard (RQ's results stream: why it died, which delivery
 it is), and the task that stores attempts' outcomes, which tries a batch again whatever a call raises.
 
 That task's queue is a stand-in whose first call raises what redis-py's Cluster client raised for a
