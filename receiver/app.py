@@ -24,6 +24,7 @@ from starlette.requests import ClientDisconnect
 from starlette.routing import BaseRoute, Mount, Route
 from starlette.types import Receive, Scope, Send
 
+from svcgw.clientkeys import IPV6_PREFIX
 from svcgw.config.settings import Settings
 from svcgw.errors import PlainRefusal
 from svcgw.shards.serverfacts import SettingsWatch
@@ -69,6 +70,8 @@ class ServiceApp(Starlette):
 
     gateway: Gateway
     receiver: Endpoint
+    # Bits of an IPv6 client address every per-address limit counts by (receiver.http.client_address).
+    ipv6_prefix: int = IPV6_PREFIX
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         scope["app"] = self  # as Starlette's own call does: the direct ways read settings from app.state too
@@ -144,5 +147,5 @@ def create_app(settings: Settings, *, services: Services | None = None) -> Starl
     app.receiver = receiver
     app.state.services = services
     app.state.redis_settings = redis_settings
-    app.state.ipv6_prefix = settings.ipv6_prefix  # receiver.http.client_address: every per-address limit's key
+    app.ipv6_prefix = settings.ipv6_prefix  # receiver.http.client_address: every per-address limit's key
     return app

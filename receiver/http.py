@@ -159,13 +159,14 @@ def client_address(request: Request) -> str:
     other peer that header is ignored. ``svcgw.clientkeys.limit_key`` makes it
     the key every per-address limit counts under.
     """
-    client = request.scope.get("client")
+    scope = request.scope
+    client = scope.get("client")
     if not client:
         return "unknown"
-    # The app's setting (receiver.app puts it there); an app built otherwise, or a scope called without
-    # one, counts by the default.
-    state = getattr(request.scope.get("app"), "state", None)
-    return limit_key(str(client[0]), getattr(state, "ipv6_prefix", IPV6_PREFIX))
+    # The app's setting (receiver.app's ServiceApp holds it as a plain attribute, read on every post
+    # without Starlette's State lookup); an app built otherwise, or a scope called without one, counts
+    # by the default.
+    return limit_key(str(client[0]), getattr(scope.get("app"), "ipv6_prefix", IPV6_PREFIX))
 
 
 def answer_body(code: int, message: str, data: object = None) -> bytes:

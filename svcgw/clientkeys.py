@@ -19,6 +19,7 @@ server's share of connections per address (``receiver.server.addressshare``).
 
 from __future__ import annotations
 
+import functools
 import socket
 
 __all__ = ["IPV6_PREFIX", "limit_key"]
@@ -32,6 +33,13 @@ def limit_key(address: str, prefix: int = IPV6_PREFIX) -> str:
     ``prefix`` bits (``2001:db8:0:100::/56``)."""
     if ":" not in address:
         return address
+    return _ipv6_key(address, prefix)
+
+
+# The receiver asks on every post, and a client posts from one address many times: a key is worked
+# out once per address seen lately, not per request.
+@functools.lru_cache(maxsize=4096)
+def _ipv6_key(address: str, prefix: int) -> str:
     # socket's own conversions: a tenth of the time ipaddress takes, and the HTTP server asks on
     # every connection. The zone (``%eth0``) goes: one host's interfaces are one client.
     try:

@@ -116,7 +116,12 @@ class UvicornHttpTools(HttpToolsProtocol):
         if pressure is not None:
             # The fuller the server, the sooner an idle keep-alive connection gives its place back.
             # (uvicorn types it a whole number of seconds; it only ever passes it to call_later.)
-            self.timeout_keep_alive = pressure.keepalive_now(len(self.connections))  # type: ignore[assignment]
+            # Up to half the cap it is the full timeout: said here, without two calls on every answer.
+            connections = len(self.connections)
+            if 2 * connections <= pressure.cap:
+                self.timeout_keep_alive = pressure.keepalive  # type: ignore[assignment]
+            else:
+                self.timeout_keep_alive = pressure.keepalive_now(connections)  # type: ignore[assignment]
         super().on_response_complete()
         if self.timeout_keep_alive_task is not None:  # waiting for the next request, not answering a pipelined one
             self._idle_since = self.loop.time()

@@ -68,6 +68,8 @@ class ScriptBatch:
     def __init__(self, script: AsyncScript) -> None:
         self._script = script
         self._redis = script.registered_client
+        # Known once: on one Redis a batch goes straight to _run_group, without a coroutine more per turn.
+        self._cluster = isinstance(self._redis, AsyncRedisCluster)
         self._calls: list[_Call] = []  # made in this turn of self._loop, sent when it ends
         self._loop: asyncio.AbstractEventLoop | None = None
         # The batches being sent: a task must be referenced until it is done.
@@ -89,11 +91,13 @@ class ScriptBatch:
     def _send(self, calls: list[_Call]) -> None:
         if calls is self._calls:
             self._calls = []
-        task = asyncio.get_running_loop().create_task(self._run(calls))
+        run = self._run(calls) if self._cluster else self._run_group(calls, None)
+        task = asyncio.get_running_loop().create_task(run)
         self._sending.add(task)
         task.add_done_callback(self._sending.discard)
 
     async def _run(self, calls: list[_Call]) -> None:
+        """On a Cluster: the calls grouped by master, each group sent at once."""
         redis = self._redis
         if len(calls) > 1 and isinstance(redis, AsyncRedisCluster):
             await asyncio.gather(*(self._run_group(group, node) for node, group in _by_master(redis, calls)))

@@ -37,6 +37,14 @@ def test_the_prefix_is_a_setting_of_any_length() -> None:
     assert limit_key("2001:db8::7", 128) == "2001:db8::7/128"
 
 
+def test_one_address_asked_again_by_another_prefix_gets_that_prefix_s_key() -> None:
+    # Keys are kept per address seen lately: kept by address and prefix, never one for the other.
+    for _ in range(2):
+        assert limit_key("2001:db8:1:2::1", 64) == "2001:db8:1:2::/64"
+        assert limit_key("2001:db8:1:2::1", 48) == "2001:db8:1::/48"
+        assert limit_key("2001:db8:1:2::1") == "2001:db8:1::/56"
+
+
 def test_an_ipv4_mapped_address_is_the_ipv4_client() -> None:
     assert limit_key("::ffff:192.0.2.7") == "192.0.2.7"
 

@@ -252,6 +252,26 @@ def test_keep_alive_is_armed_with_the_timeout_set_before_each_answer_and_idle_no
     asyncio.run(main())
 
 
+def test_keep_alive_is_the_full_timeout_up_to_half_the_cap_as_the_pressure_reckons_it() -> None:
+    async def main() -> None:
+        for others in (0, 15):  # with this one, 1 and 16 of 32 connections open: half the cap at most
+            state = ServerState()
+            app = App()
+            app.answer.set()
+            made, socket = protocol(app, state)
+            made.pressure = Pressure(32, 60.0)
+            state.connections.update(object() for _ in range(others))
+            made.data_received(b"GET / HTTP/1.1\r\nhost: x\r\n\r\n")
+            await turns()
+            assert socket.sent().endswith(b"\r\n\r\nok")
+            assert made.timeout_keep_alive == 60.0 == made.pressure.keepalive_now(others + 1)
+            task = made.timeout_keep_alive_task
+            assert task is not None and made._idle_since is not None
+            assert abs(task.when() - made._idle_since - 60.0) < 0.5
+
+    asyncio.run(main())
+
+
 def test_a_websocket_is_handed_the_socket_with_what_was_written_sent() -> None:
     async def main() -> None:
         made, socket = protocol(App())
