@@ -29,6 +29,8 @@ the account's rate limit; changing the password does.
 
 from __future__ import annotations
 
+from typing import Any
+
 from starlette.datastructures import FormData
 from starlette.requests import Request
 from starlette.responses import Response
@@ -85,18 +87,23 @@ class _Shared:
         if len(login) > MAX_LOGIN_FIELD:
             login = login[:MAX_LOGIN_FIELD]  # counted all the same, under what was sent
         sessions = self.sessions
+
+        async def lane_session(redis: Any, account: str, epoch: str) -> tuple[str, Session]:
+            return await sessions.create(account, "", epoch, redis)
+
         return await self.signin.attempt(
-            login, password, client_address(request), sessions.device_of(request), sessions.lane_of(request)
-        )
+            login, password, client_address(request), sessions.device_of(request), sessions.lane_of(request),
+            lane_session,
+        )  # fmt: skip
 
     async def new_session(
         self, account: str, key_id: str = "", attempt: SignInOutcome | None = None
     ) -> tuple[str, Session]:
-        """A new session (``Sessions.create``). One signed in through the known-browser lane is written on the
-        lane's own loop, under the session epoch its look-up read: no await of it waits for a flood's turn."""
-        if attempt is not None and attempt.in_lane:
-            epoch = attempt.session_epoch
-            return await self.signin.lane_loop.run(lambda redis: self.sessions.create(account, key_id, epoch, redis))
+        """A new session (``Sessions.create``), or the one the known-browser lane wrote on its own loop for
+        ``attempt`` (``PasswordSignIn.attempt``'s ``after_lane``): no await of it waited for a flood's turn."""
+        if attempt is not None and attempt.made is not None:
+            made: tuple[str, Session] = attempt.made
+            return made
         return await self.sessions.create(account, key_id)
 
     async def key_sign_in(self, request: Request, presented: str) -> tuple[tuple[str, str] | None, int]:

@@ -18,8 +18,9 @@ thread needs the GIL only between its awaits, which Python hands over within
 its switch interval (5 ms) however busy the server's loop is.
 
 Started when first needed: a process whose console no known browser signs
-in to never starts it. The thread is a daemon and its loop lives as long as
-the process.
+in to never starts it. :meth:`LaneLoop.aclose` (the app's lifespan, at its
+end) closes its client and stops its loop and threads; until then the thread
+holds them.
 """
 
 from __future__ import annotations
@@ -46,6 +47,7 @@ class LaneLoop:
         self._hashing = hashing
         self._started = threading.Lock()
         self._loop: asyncio.AbstractEventLoop | None = None
+        self._thread: threading.Thread | None = None
         self._redis: Any = None
         self._threads: ThreadPoolExecutor | None = None
 
@@ -68,11 +70,35 @@ class LaneLoop:
             self._redis = self._connect()  # in the lane's thread: its connections belong to this loop
         return await work(self._redis)
 
+    async def aclose(self) -> None:
+        """Close the lane's client, then stop its loop and threads; nothing to do for a lane never started."""
+        loop, thread, threads = self._loop, self._thread, self._threads
+        if loop is None or thread is None or threads is None:
+            return
+        await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(self._close_redis(), loop))
+        loop.call_soon_threadsafe(loop.stop)
+        await asyncio.get_running_loop().run_in_executor(None, thread.join)
+        threads.shutdown(wait=False)
+        self._loop = self._thread = self._threads = None
+
+    async def _close_redis(self) -> None:
+        if self._redis is not None:
+            await self._redis.aclose()
+            self._redis = None
+
     def _start(self) -> asyncio.AbstractEventLoop:
         with self._started:
             if self._loop is None:
                 loop = asyncio.new_event_loop()
                 self._threads = ThreadPoolExecutor(self._hashing, thread_name_prefix="svcgw-signin-lane-argon2")
-                threading.Thread(target=loop.run_forever, name="svcgw-signin-lane", daemon=True).start()
+                # The thread holds this object (its client) until aclose: nothing of it is collected unclosed.
+                self._thread = threading.Thread(target=self._run, args=(loop,), name="svcgw-signin-lane", daemon=True)
+                self._thread.start()
                 self._loop = loop
             return self._loop
+
+    def _run(self, loop: asyncio.AbstractEventLoop) -> None:
+        try:
+            loop.run_forever()
+        finally:
+            loop.close()

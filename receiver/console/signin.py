@@ -41,8 +41,8 @@ turn of half a second to two seconds on two busy cores). So the lane's work
 runs on a loop of its own (``receiver.console.laneloop``: its own thread,
 Redis client and argon2 thread), handed over once: its look-up and
 reservation in one round trip (``FailureWindows.lane``, which also reads the
-session epoch the new session is made under: ``SignInOutcome.session_epoch``),
-its check, and (``in_lane``) the new session's write. Its places and turns
+session epoch the new session is made under), its check, and then the new
+session's write (:data:`AfterLane`). Its places and turns
 (:attr:`PasswordSignIn.lane`) are taken and given back on that loop only; the
 count of its checks that makes the room hold back (:class:`Hashing`) on the
 server's.
@@ -105,6 +105,9 @@ T = TypeVar("T")
 _Found = tuple[str, str, str]
 # An account and its password's version: the device its cookie proves on this request, or None.
 DeviceOf = Callable[[str, str], str | None]
+# What a right password in the lane leads to, made on the lane's loop with its Redis client (redis, account, the
+# session epoch its look-up read): the new session, written with no turn of the server's loop to wait for.
+AfterLane = Callable[[Any, str, str], Awaitable[Any]]
 
 
 def _no_device(account: str, password_version: str) -> str | None:
@@ -126,9 +129,8 @@ class SignInOutcome:
     account: str | None
     retry_after: int = 0
     password_version: str = ""  # of the password that signed in: what a new device cookie carries
-    # The account's session epoch, read with the lane's look-up: the new session's, with no read of its own.
-    session_epoch: str | None = None
-    in_lane: bool = False  # signed in through the lane: its session is written on the lane's loop too
+    # What ``after_lane`` made of a right password in the lane, on the lane's loop (the new session); else None.
+    made: Any = None
 
 
 class _Share:
@@ -248,6 +250,7 @@ class PasswordSignIn:
         self.hashing = Hashing(HASHING_AT_ONCE, LANE_HASHING)
         shard = settings.shard_layout.shards[0]
         self.lane_loop = LaneLoop(lambda: async_shard_client(settings, shard, decode=True), LANE_HASHING)
+        services.closing.append(self.lane_loop.aclose)
         self._lane_side: _LaneSide | None = None  # built and used on the lane's loop only
 
     # --- the work of argon2, in a thread ------------------------------------------------
@@ -262,18 +265,22 @@ class PasswordSignIn:
 
     # --- signing in ---------------------------------------------------------------------
     async def attempt(
-        self, login: str, password: str, address: str, device_of: DeviceOf = _no_device, lane: Lane | None = None
-    ) -> SignInOutcome:
+        self, login: str, password: str, address: str, device_of: DeviceOf = _no_device, lane: Lane | None = None,
+        after_lane: AfterLane | None = None,
+    ) -> SignInOutcome:  # fmt: skip
         """Check ``login`` and ``password`` coming from ``address``, within the room and the failure limits.
 
         ``lane``: what a device cookie the browser shows says (``Sessions.lane_of``); the attempt
-        takes the lane if the login is that account's, under the password version of the cookie.
+        takes the lane if the login is that account's, under the password version of the cookie, and
+        a right password there is followed by ``after_lane`` on the lane's loop (``SignInOutcome.made``).
         """
         found: _Found | None = None
         looked_up = False
         if lane is not None:
             async with self.hashing.for_lane():
-                laned = await self.lane_loop.run(lambda redis: self._in_lane(redis, login, password, address, lane))
+                laned = await self.lane_loop.run(
+                    lambda redis: self._in_lane(redis, login, password, address, lane, after_lane)
+                )
             if isinstance(laned, SignInOutcome):
                 return laned
             if laned is not None:
@@ -288,7 +295,7 @@ class PasswordSignIn:
             self.room.give_back(address)
 
     async def _in_lane(
-        self, redis: Any, login: str, password: str, address: str, lane: Lane
+        self, redis: Any, login: str, password: str, address: str, lane: Lane, after: AfterLane | None = None
     ) -> SignInOutcome | tuple[_Found | None] | None:
         """On the lane's loop: the attempt's outcome if it stays in the lane; else what the look-up found (a
         tuple), or None when the room must look the login up itself (the lane full, or another account's login)."""
@@ -305,7 +312,10 @@ class PasswordSignIn:
             if reservation is None:
                 return (found,)
             outcome = await self._check(found, password, reservation, side.windows, side.credentials, lane)
-            return SignInOutcome(outcome.account, outcome.retry_after, outcome.password_version, epoch, True)
+            if outcome.account is None or after is None:
+                return outcome
+            return SignInOutcome(outcome.account, password_version=outcome.password_version,
+                                 made=await after(redis, outcome.account, epoch))  # fmt: skip
         finally:
             self.lane.give_back(lane.account)
 

@@ -39,6 +39,8 @@ def with_signin(settings: Settings, work: Callable[[PasswordSignIn], Awaitable[T
         try:
             return await work(PasswordSignIn(services))
         finally:
+            for close in services.closing:
+                await close()
             await services.redis.aclose()
             await services.text_redis.aclose()
 
