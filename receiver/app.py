@@ -119,6 +119,8 @@ def create_app(settings: Settings, *, services: Services | None = None) -> Starl
             if services.callback_sender is not None:
                 await services.callback_sender.aclose()
                 services.callback_sender = None
+            for close in services.closing:
+                await close()
             await services.aclose_clients()  # the posts' counters still held, before the clients close
 
     gateway = Gateway(services)

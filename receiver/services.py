@@ -13,7 +13,8 @@ the copies instances' shards read (:mod:`svcgw.registry.copies`).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
 
 from redis.asyncio import Redis
 
@@ -58,6 +59,9 @@ class Services:
     ingests: tuple[Ingest, ...] = ()
     upstream: Upstream | None = None  # the shared keep-alive client, open while the lifespan runs
     callback_sender: Sender | None = None  # opened by the first test POST, see callbacks()
+    # What parts built on these services close when the lifespan ends, before the clients (the console's
+    # known-browser lane: receiver.console.laneloop).
+    closing: list[Callable[[], Awaitable[None]]] = field(default_factory=list)
 
     def callbacks(self) -> Sender:
         """The one guarded callback client of the app; call it inside the running loop.

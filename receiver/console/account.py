@@ -29,6 +29,8 @@ the account's rate limit; changing the password does.
 
 from __future__ import annotations
 
+from typing import Any
+
 from starlette.datastructures import FormData
 from starlette.requests import Request
 from starlette.responses import Response
@@ -85,9 +87,24 @@ class _Shared:
         if len(login) > MAX_LOGIN_FIELD:
             login = login[:MAX_LOGIN_FIELD]  # counted all the same, under what was sent
         sessions = self.sessions
+
+        async def lane_session(redis: Any, account: str, epoch: str) -> tuple[str, Session]:
+            return await sessions.create(account, "", epoch, redis)
+
         return await self.signin.attempt(
-            login, password, client_address(request), sessions.device_of(request), sessions.lane_of(request)
-        )
+            login, password, client_address(request), sessions.device_of(request), sessions.lane_of(request),
+            lane_session,
+        )  # fmt: skip
+
+    async def new_session(
+        self, account: str, key_id: str = "", attempt: SignInOutcome | None = None
+    ) -> tuple[str, Session]:
+        """A new session (``Sessions.create``), or the one the known-browser lane wrote on its own loop for
+        ``attempt`` (``PasswordSignIn.attempt``'s ``after_lane``): no await of it waited for a flood's turn."""
+        if attempt is not None and attempt.made is not None:
+            made: tuple[str, Session] = attempt.made
+            return made
+        return await self.sessions.create(account, key_id)
 
     async def key_sign_in(self, request: Request, presented: str) -> tuple[tuple[str, str] | None, int]:
         """(account, key id) of a valid API key, or None; and the wait when the address's window is full."""
@@ -188,14 +205,15 @@ class AccountPages:
             if attempt.retry_after:
                 response.headers["Retry-After"] = str(attempt.retry_after)
             return response
-        response = await self._signed_in(request, attempt.account, then=then)
+        response = await self._signed_in(request, attempt.account, then=then, attempt=attempt)
         self.sessions.set_device_cookie(request, response, attempt.account, attempt.password_version)
         return response
 
     async def _signed_in(
-        self, request: Request, account: str, key_id: str = "", *, then: str | None = None, flash: str | None = None
-    ) -> Response:
-        cookie, session = await self.sessions.create(account, key_id)
+        self, request: Request, account: str, key_id: str = "", *, then: str | None = None, flash: str | None = None,
+        attempt: SignInOutcome | None = None,
+    ) -> Response:  # fmt: skip
+        cookie, session = await self.shared.new_session(account, key_id, attempt)
         if flash:
             await self.sessions.flash(session, {"kind": "ok", "text": flash})
         response = _redirect(then or _path("instances"))
@@ -314,7 +332,7 @@ class AccountApi:
             raise ConsoleHTTPError(console_codes.SIGN_IN_LIMITED, headers={"Retry-After": str(attempt.retry_after)})
         if attempt.account is None:
             raise ConsoleHTTPError(console_codes.SIGN_IN_REFUSED)
-        response = await self._session(request, attempt.account)
+        response = await self._session(request, attempt.account, attempt=attempt)
         self.sessions.set_device_cookie(request, response, attempt.account, attempt.password_version)
         return response
 
@@ -323,8 +341,10 @@ class AccountApi:
         account = await self.shared.accept_invitation(invitation.token, invitation.password)
         return await self._session(request, account)
 
-    async def _session(self, request: Request, account: str, key_id: str = "") -> Response:
-        cookie, session = await self.sessions.create(account, key_id)
+    async def _session(
+        self, request: Request, account: str, key_id: str = "", attempt: SignInOutcome | None = None
+    ) -> Response:
+        cookie, session = await self.shared.new_session(account, key_id, attempt)
         response = json_ok({"account": session.account, "csrf_token": session.csrf})
         self.sessions.set_cookie(request, response, cookie)
         return response

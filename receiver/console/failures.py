@@ -10,6 +10,12 @@ any password is looked at: however many attempts arrive at once, no more of
 them reach a password check than the smallest limit allows. A right password
 gives its attempt back to the address, and clears its login's (or device's)
 window; only failures stay counted.
+
+A browser of the known-browser lane (``receiver.console.signin``) has its
+login looked up and its attempt reserved in one round trip
+(``signin_lane.lua``, which runs ``signin_reserve.lua`` itself): during a
+flood every await of the event loop waits for a turn of the flood's
+requests, so each round trip saved is a turn saved.
 """
 
 from __future__ import annotations
@@ -24,7 +30,7 @@ from limits import parse_many
 from svcgw.storage.keys import KeySpace
 from svcgw.storage.scripts import register
 
-__all__ = ["FailureWindows", "Limit", "Reservation", "limits_of"]
+__all__ = ["FailureWindows", "LaneLookup", "Limit", "Reservation", "limits_of"]
 
 
 @dataclass(frozen=True)
@@ -51,19 +57,33 @@ class Reservation:
     wait: int = 0
 
 
+@dataclass(frozen=True)
+class LaneLookup:
+    """What one round trip of the lane found: the login's account ('' for nobody's), and when it is the lane's
+    account, its password hash, the password's version and the session epoch; ``reservation`` when the
+    version was the cookie's and the attempt was counted (or refused: its ``wait``), else None."""
+
+    account: str
+    stored: str
+    version: str
+    session_epoch: str
+    reservation: Reservation | None
+
+
 class FailureWindows:
     def __init__(self, redis: Any, keys: KeySpace, per_login: str, per_address: str) -> None:
         self._redis = redis
         self._prefix = keys.signin_failures
         self._script = register(redis, "signin_reserve")
+        self._lane = register(redis, "signin_lane")
         self._per_login = limits_of(per_login)
         self._per_address = limits_of(per_address)
 
     def _keys(self, limits: tuple[Limit, ...], kind: str, identity: str) -> tuple[str, ...]:
         return tuple(f"{self._prefix}:{kind}:{identity}:{limit.name}" for limit in limits)
 
-    async def reserve(self, who: tuple[str, str] | None, address: str) -> Reservation:
-        """Count an attempt of ``who`` (``("login" | "device", digest)``; None: an API key) from ``address``."""
+    def _windows(self, who: tuple[str, str] | None, address: str) -> tuple[Reservation, list[str | int]]:
+        """The reservation an attempt of ``who`` from ``address`` would make, and signin_reserve.lua's ARGV."""
         own = self._keys(self._per_login, *who) if who else ()
         by_address = self._keys(self._per_address, "address", address)
         limits = (self._per_login if who else ()) + self._per_address
@@ -71,10 +91,25 @@ class FailureWindows:
         args: list[str | int] = [member]
         for limit in limits:
             args += [limit.amount, limit.milliseconds]
-        taken, wait = await self._script(keys=[*own, *by_address], args=args)
-        if not int(taken):
-            return Reservation(member, wait=max(1, math.ceil(int(wait) / 1000)))
-        return Reservation(member, own, by_address)
+        return Reservation(member, own, by_address), args
+
+    async def reserve(self, who: tuple[str, str] | None, address: str) -> Reservation:
+        """Count an attempt of ``who`` (``("login" | "device", digest)``; None: an API key) from ``address``."""
+        reservation, args = self._windows(who, address)
+        taken, wait = await self._script(keys=[*reservation.own, *reservation.by_address], args=args)
+        return _taken(reservation, taken, wait)
+
+    async def lane(
+        self, login_key: str, account_key: str, lane: tuple[str, str], device: str, address: str
+    ) -> LaneLookup:
+        """Look up the login of ``login_key`` for the lane of ``lane`` (its account, whose hash is ``account_key``,
+        and the password version its cookie carries) and, if it is that account's under that version,
+        count the attempt of ``device`` (its digest) from ``address``: one round trip."""
+        reservation, args = self._windows(("device", device), address)
+        keys = [login_key, account_key, *reservation.own, *reservation.by_address]
+        account, stored, version, epoch, taken, wait = await self._lane(keys=keys, args=[*lane, *args])
+        found = _taken(reservation, taken, wait) if int(taken) >= 0 else None
+        return LaneLookup(str(account), str(stored), str(version), str(epoch), found)
 
     async def succeeded(self, reservation: Reservation) -> None:
         """A right password (or key): the failures of its login or device cleared, its address's place given back."""
@@ -84,3 +119,10 @@ class FailureWindows:
             for key in reservation.by_address:
                 pipe.zrem(key, reservation.member)
             await pipe.execute()
+
+
+def _taken(reservation: Reservation, taken: Any, wait: Any) -> Reservation:
+    """``reservation`` as signin_reserve.lua answered it: counted, or refused with its wait."""
+    if not int(taken):
+        return Reservation(reservation.member, wait=max(1, math.ceil(int(wait) / 1000)))
+    return reservation

@@ -67,6 +67,8 @@ from svcgw.digests import digest
 from svcgw.registry.store import Store
 from svcgw.vault import load_or_create_key
 
+from .signin import Lane
+
 __all__ = [
     "COOKIE",
     "CSRF_FIELD",
@@ -151,16 +153,25 @@ class Sessions:
             return None
         return account, str(key_id)
 
-    async def create(self, account: str, key_id: str = "") -> tuple[str, Session]:
-        """A new session (``key_id`` '' for the password); returns the signed cookie value and the session."""
+    async def create(
+        self, account: str, key_id: str = "", epoch: str | None = None, redis: Redis | None = None
+    ) -> tuple[str, Session]:
+        """A new session (``key_id`` '' for the password); returns the signed cookie value and the session.
+
+        ``epoch``: the account's session epoch, read by the caller before this (the sign-in's look-up);
+        None to read it here. ``redis``: another client of shard 0 than this one's, on the loop this runs on
+        (the known-browser lane's: ``receiver.console.laneloop``).
+        """
+        client: Any = redis or self.redis
         session_id = secrets.token_urlsafe(32)
         csrf = secrets.token_urlsafe(32)
         id_digest = digest(session_id)
         key = self.keys.console_session(id_digest)
         # Read first: an epoch raised between this read and the write ends the new session too,
-        # which is the safe way round.
-        epoch = await self.redis.hget(self.keys.account(account), "session_epoch") or "0"
-        async with self.redis.pipeline(transaction=True) as pipe:
+        # which is the safe way round (so is an epoch read earlier still, by the caller).
+        if epoch is None:
+            epoch = await client.hget(self.keys.account(account), "session_epoch") or "0"
+        async with client.pipeline(transaction=True) as pipe:
             pipe.hset(
                 key,
                 mapping={
@@ -269,18 +280,20 @@ class Sessions:
 
         return of
 
-    def lane_of(self, request: Request) -> str | None:
-        """The account of a device cookie this service signed on ``request`` (the first by name), or None.
+    def lane_of(self, request: Request) -> Lane | None:
+        """What a device cookie this service signed on ``request`` says (the first by name), or None.
 
         Only the signature and the name are checked here, no more than :data:`DEVICE_COOKIES_READ`
         cookies: it says which lane of sign-ins the browser may use (``receiver.console.signin``),
-        which then takes it only for that account's own login (:meth:`device_of`).
+        which then takes it only for that account's own login, under the password version it carries.
         """
         names = sorted(name for name in request.cookies if name.startswith(DEVICE_COOKIE + "_"))
         for name in names[:DEVICE_COOKIES_READ]:
             value = _signed(self._device, request, name, DEVICE_SECONDS)
-            if isinstance(value, list) and value and isinstance(value[0], str) and name == _device_cookie(value[0]):
-                return value[0]
+            if not (isinstance(value, list) and len(value) == 3 and all(isinstance(part, str) for part in value)):
+                continue
+            if name == _device_cookie(value[0]):
+                return Lane(*value)
         return None
 
     def set_device_cookie(self, request: Request, response: Response, account: str, password_version: str) -> None:

@@ -57,6 +57,7 @@ _PARTS: dict[str, tuple[str, ...]] = {
     "rate_window": ("clock", "rate_window"),
     "gateway_admit": ("clock", "gateway_admit"),
     "signin_reserve": ("clock", "signin_reserve"),
+    "signin_lane": ("clock", "signin_lane"),
 }
 
 # The scripts that run others whole, each as a local function ``name(KEYS, ARGV)`` defined before
@@ -64,6 +65,8 @@ _PARTS: dict[str, tuple[str, ...]] = {
 # call in the rate windows as the rate limiter does. The function's own shared parts come first.
 _FUNCTIONS: dict[str, tuple[str, ...]] = {
     "gateway_admit": ("rate_window",),
+    # The known browser's look-up and reservation in one round trip, its windows counted as every sign-in's.
+    "signin_lane": ("signin_reserve",),
 }
 
 

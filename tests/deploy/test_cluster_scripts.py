@@ -8,8 +8,9 @@ worker`` processes, the simulator, the CLI and the console, while ``MONITOR`` fo
 (tests.scriptkeys): the upgrade's rename at start, the gateway's calls (``device/create`` under a
 quota, a QR login, ``long/start``), posts to the receivers (a ``GapClosed`` too), deliveries, a
 retry, a retry now, a dead letter replayed, the prober finding an instance offline and its
-service event, a scrape of ``/metrics``, an account given a password, the console signed in to
-and changing something. The scripts that run only in a race or at a worker's shutdown
+service event, a scrape of ``/metrics``, an account given a password and signed in with it (again
+with its device cookie), the console signed in to and changing something. The scripts that run
+only in a race or at a worker's shutdown
 (``chain_advance``, ``queue_release``, ``probe_release``, and ``queue_unpark``, which runs when a
 destination being probed answers again) are run by the service's own functions
 on the Cluster client, once the worker has stopped, as is a claim of a further destination's delivery.
@@ -237,6 +238,13 @@ def _service_paths(
     again = CliRunner().invoke(cli, ["accounts", "create", "--name", "other", "--login", "DEV@example.com"],
                                env=service_env)  # fmt: skip
     assert again.exit_code == 1 and "belongs to another account" in again.output, again.output
+    # Signed in with the password twice from one browser: the second shows its device cookie, and the
+    # known-browser lane looks the login up and reserves the attempt in one script, on a client of its own.
+    with httpx.Client(base_url=stack.base, timeout=15) as browser:
+        for _ in range(2):
+            body = {"login": "dev@example.com", "password": "a long password 1"}
+            signed_in = browser.post("/console/api/session", json=body)
+            assert signed_in.status_code == 200, signed_in.text
     # The console: signed in with the key (its failure windows); changes, counted in the account's rate
     # windows: an instance stopped through the gateway, an address copied to the instance's shard.
     console = ConsoleClient(stack.base, key)

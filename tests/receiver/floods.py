@@ -7,10 +7,14 @@ its source address (loopback has all of 127.0.0.0/8), which the server sees as t
 from __future__ import annotations
 
 import asyncio
+import json
+import multiprocessing
 import time
 from collections.abc import Callable, Iterator, Sequence
+from multiprocessing.connection import Connection
+from multiprocessing.synchronize import Event
 
-__all__ = ["address", "flood", "request"]
+__all__ = ["SignInFlood", "address", "flood", "request", "sign_ins"]
 
 
 def address(number: int) -> str:
@@ -39,12 +43,19 @@ async def _answer(reader: asyncio.StreamReader) -> tuple[int, bool]:
 
 
 async def flood(
-    port: int, requests: Sequence[bytes], *, at_once: int, source: Callable[[int], str], deadline: float = 60.0
+    port: int,
+    requests: Sequence[bytes],
+    *,
+    at_once: int,
+    source: Callable[[int], str],
+    deadline: float = 60.0,
+    answered: Callable[[], None] | None = None,
 ) -> list[int]:
     """Send ``requests`` over ``at_once`` connections (connection ``i`` from ``source(i)``); their statuses.
 
     Each connection sends its next request once the last is answered. A connection the server
-    closes is opened again; a request it cut off is answered 0 in the list.
+    closes is opened again; a request it cut off is answered 0 in the list. ``answered`` is
+    called after each answer.
     """
     pending: Iterator[bytes] = iter(requests)
     statuses: list[int] = []
@@ -66,6 +77,8 @@ async def flood(
                 except (asyncio.IncompleteReadError, ConnectionError):
                     status, closing = 0, True
                 statuses.append(status)
+                if answered is not None:
+                    answered()
                 if closing:
                     writer.close()
                     reader = writer = None
@@ -75,3 +88,48 @@ async def flood(
 
     await asyncio.gather(*(connection(number) for number in range(at_once)))
     return statuses
+
+
+def sign_ins(count: int, prefix: str = "stranger") -> list[bytes]:
+    """``count`` sign-ins with wrong passwords for logins nobody has, each its own."""
+    bodies = (json.dumps({"login": f"{prefix}{n}@example.com", "password": "wrong!"}).encode() for n in range(count))
+    return [request("POST", "/console/api/session", body, Content_Type="application/json") for body in bodies]
+
+
+def _flood_in_process(
+    port: int, requests: list[bytes], at_once: int, deadline: float, first: Event, out: Connection
+) -> None:
+    answers = flood(port, requests, at_once=at_once, source=address, deadline=deadline, answered=first.set)
+    statuses = asyncio.run(answers)
+    out.send(statuses)
+    out.close()
+
+
+class SignInFlood:
+    """:func:`flood` of ``requests`` from ``at_once`` addresses (:func:`address`) in a process of its own, so that
+    its client's work does not share a core's time slices or an event loop with the client measured beside it.
+
+    :meth:`wait_answered` returns once the server has answered the flood's first request (the flood is
+    under way, its opening burst in the server); :meth:`end` waits for the flood's last answer and
+    returns every status.
+    """
+
+    def __init__(self, port: int, requests: list[bytes], *, at_once: int, deadline: float = 120.0) -> None:
+        self._first = multiprocessing.Event()
+        self._statuses, sending = multiprocessing.Pipe(duplex=False)
+        self._deadline = deadline
+        self._process = multiprocessing.Process(
+            target=_flood_in_process, args=(port, requests, at_once, deadline, self._first, sending), daemon=True
+        )
+        self._process.start()
+
+    def wait_answered(self, timeout: float = 60.0) -> bool:
+        return self._first.wait(timeout)
+
+    def end(self) -> list[int]:
+        statuses: list[int] = self._statuses.recv() if self._statuses.poll(self._deadline + 30) else []
+        self._process.join(30)
+        if self._process.is_alive():
+            self._process.kill()
+            self._process.join()
+        return statuses
