@@ -97,8 +97,10 @@ class DestinationSlots:
 
     def acquire_all(self, hosts: Sequence[str]) -> int | None:
         """One token for a slot on every one of ``hosts``, or None (and no slot taken) when one is at its cap."""
-        if any(self._counts[host] >= self.cap for host in hosts):
-            return None
+        counts, cap = self._counts, self.cap
+        for host in hosts:
+            if counts.get(host, 0) >= cap:
+                return None
         return self._take(hosts)
 
     def _take(self, hosts: Sequence[str]) -> int:
@@ -110,8 +112,9 @@ class DestinationSlots:
         return self._tokens
 
     def release_all(self, hosts: Sequence[str], token: int) -> None:
+        now = self.clock()  # once for all of them: every attempt frees one to a few
         for host in hosts:
-            self.release(host, token)
+            self.release(host, token, now)
 
     def full(self, hosts: Sequence[str]) -> list[str]:
         """Those of ``hosts`` at their cap."""
@@ -122,10 +125,10 @@ class DestinationSlots:
         self._started.get(host, {}).pop(token, None)
         self.release(host, token)
 
-    def release(self, host: str, token: int) -> None:
+    def release(self, host: str, token: int, now: float | None = None) -> None:
         started = self._started.get(host, {}).pop(token, None)
         if started is not None:
-            took = self.clock() - started
+            took = (self.clock() if now is None else now) - started
             before = self._typical.get(host)
             self._typical[host] = took if before is None else 0.8 * before + 0.2 * took
         self._deferred.pop(host, None)

@@ -26,7 +26,7 @@ from __future__ import annotations
 import functools
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Literal
 from urllib.parse import urlsplit, urlunsplit
 
@@ -152,11 +152,13 @@ def _prepared(
             # fail the attempt loudly instead (see send()).
             token = ""
     if destination is not None:
+        # Made anew rather than by dataclasses.replace, which costs as much as the rest of this.
         try:
-            destination = replace(destination, secret=open_secret(vault, destination.secret))
+            secret = open_secret(vault, destination.secret)
         except VaultError:
             # A signature the receiver cannot check is worse than none: fail instead (see send()).
-            destination, secret_unreadable = replace(destination, secret=""), True
+            secret, secret_unreadable = "", True
+        destination = Destination(destination.url, secret, destination.sealed_token, destination.source)
     return Prepared(
         delivery_id=delivery_id,
         appid=_text(data["appid"]),

@@ -23,6 +23,7 @@ saturated key (:meth:`DestinationKeys.netlocs_of`).
 from __future__ import annotations
 
 import asyncio
+import functools
 import ipaddress
 import time
 from collections.abc import Iterable, Sequence
@@ -38,6 +39,8 @@ __all__ = ["TTL", "DestinationKeys", "address_key", "netloc_of"]
 TTL = 10.0  # seconds a resolution is kept
 
 
+# Every attempt asks, and a worker sees few distinct addresses.
+@functools.lru_cache(maxsize=4096)
 def netloc_of(url: str) -> str:
     """The URL's ``netloc`` in lower case: the text the claim script compares."""
     return urlsplit(url).netloc.lower()
