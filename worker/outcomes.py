@@ -34,6 +34,7 @@ from svcgw.config.settings import Settings
 from svcgw.delivery import failingdestinations, probing
 from svcgw.delivery.view import stored_ids
 from svcgw.errors import STORAGE_ERRORS
+from svcgw.logs import Line
 from svcgw.storage.rqformat import dashboard_text, exc_info_field, failed_score, failure_result, job_description
 
 from .delivery import Attempt, Prepared, decide
@@ -42,6 +43,8 @@ from .queue import DeliveryQueue, Finish, Finished
 __all__ = ["FINISH_BATCH", "AttemptHook", "Outcomes"]
 
 log = logging.getLogger("svcgw.delivery")
+# The line of each attempt, its record made once (svcgw.logs.Line).
+_attempt_line = Line(log, logging.INFO, "delivery attempt")
 
 FINISH_BATCH = 500
 
@@ -176,7 +179,7 @@ class Outcomes:
         extra["status"] = attempt.status
         extra["error"] = attempt.error
         extra["duration_ms"] = round(attempt.duration * 1000, 1)
-        log.info("delivery attempt", extra=extra)
+        _attempt_line(extra)
         if self.on_attempt is not None:
             try:
                 self.on_attempt(prepared, attempt, item.kind)
