@@ -69,7 +69,7 @@ from svcgw.storage.keys import KeySpace
 from svcgw.vault import TokenVault
 
 from .concurrencycaps import LINE_WAIT
-from .delivery import Attempt, prepare_claimed, prepared_leniently, send, unexpected
+from .delivery import Attempt, Openings, prepare_claimed, prepared_leniently, send, unexpected
 from .gate import Gate, lane
 from .idlepace import BUSY, pace
 from .outcomes import AttemptHook, Outcomes
@@ -104,7 +104,7 @@ def loop_factory() -> Callable[[], asyncio.AbstractEventLoop]:
     return uvloop.new_event_loop
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class _Claim:
     """A claim the engine holds: when it was claimed (monotonic), its delivery's attempts then, its attempt's task."""
 
@@ -145,6 +145,7 @@ class Engine:
         self.log = of_shard(log, shard)
         # Every attempt opens its destination's secret and token: the same few, over and over.
         self.vault = vault.remembering()
+        self.openings = Openings(self.vault)
         self.name = name or worker_name()
         self.capacity = settings.delivery_concurrency
         # A recorder of the engine's own is flushed and closed when the engine stops.
@@ -433,7 +434,7 @@ class Engine:
     async def _run_attempt(self, job: Claimed) -> bool:
         """Whether the claim's end was queued (else it ended without one: the claim is freed at once)."""
         delivery_id = job.delivery_id
-        prepared = prepare_claimed(job, self.vault)
+        prepared = prepare_claimed(job, self.openings)
         if prepared is None:
             self.log.warning("delivery %s: its data expired; dropping the job", delivery_id)
             self.outcomes.end(Finish(delivery_id, "", "drop"))
@@ -453,7 +454,6 @@ class Engine:
         probe = self.gate.probing.mark(held.origin, timed_out=attempt.timed_out, started=attempt.at)
         self.outcomes.record(prepared, attempt, probe, held.origin)
         return True
-
 
 
 async def _sleep_unless(stop: asyncio.Event, seconds: float) -> None:

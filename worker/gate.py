@@ -59,7 +59,7 @@ def lane(account: str, key: str) -> str:
     return f"{account} {key}"
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Held:
     """The slots one attempt holds: its account's on each key of its destination, the host's ceiling on each,
     and its account's."""
@@ -74,7 +74,7 @@ class Held:
     origin: str
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class _Route:
     """What an account's address is named by in the slots: the same for every attempt of it, so made once."""
 

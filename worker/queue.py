@@ -80,7 +80,7 @@ class Promotion:
     next_due: float | None
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class Finish:
     """How one claim ends; ``record`` is the attempt's JSON record (none for defer and drop)."""
 
@@ -106,7 +106,7 @@ class Finish:
     shown: bytes = b""
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class Finished:
     """How storing one claim's end went: ``held`` is False when the claim had been lost meanwhile."""
 
