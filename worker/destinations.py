@@ -79,6 +79,11 @@ class DestinationKeys:
         self._lookups: dict[str, asyncio.Future[tuple[str, ...]]] = {}
         self._next_prune = 0.0
 
+    def cached(self, url: str) -> tuple[str, ...] | None:
+        """The keys of ``url`` while they are known, without a look-up; None when :meth:`keys` is to look."""
+        cached = self._cache.get(netloc_of(url))
+        return cached[1] if cached is not None and cached[0] > time.monotonic() else None
+
     async def keys(self, url: str) -> tuple[str, ...]:
         """The keys of the sockets ``url`` may reach (at least one)."""
         netloc = netloc_of(url)

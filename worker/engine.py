@@ -328,8 +328,7 @@ class Engine:
     def _start(self, job: Claimed) -> None:
         self._held.add(job.delivery_id)
         task = asyncio.create_task(self._attempt(job))
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
+        self._tasks.add(task)  # until its last step: _attempt discards it (no done-callback's turn of the loop)
         attempts = job.fields.get("attempts")
         self._claims[job.delivery_id] = _Claim(time.monotonic(), int(attempts or 0), task)
 
@@ -368,8 +367,10 @@ class Engine:
         """Let attempts in flight finish, and their outcomes be stored, within the delivery timeout; hand back the
         rest."""
         deadline = time.monotonic() + self.settings.delivery_timeout + 2
-        while self._tasks and time.monotonic() < deadline:
-            await asyncio.wait(set(self._tasks), timeout=max(deadline - time.monotonic(), 0.01))
+        while running := [task for task in self._tasks if not task.done()]:
+            if time.monotonic() >= deadline:
+                break
+            await asyncio.wait(running, timeout=max(deadline - time.monotonic(), 0.01))
         if not self._flusher.done():
             try:
                 await asyncio.wait_for(self.outcomes.drained(), max(deadline - time.monotonic(), 0.01))
@@ -411,8 +412,10 @@ class Engine:
                 # the job is handed back and tried again, nothing is lost.
                 self.log.exception("delivery %s: the failed attempt could not be recorded", delivery_id)
         finally:
+            task = asyncio.current_task()
+            self._tasks.discard(task)
             if not queued:
-                self._release_claim(delivery_id, asyncio.current_task())
+                self._release_claim(delivery_id, task)
 
     def _ended(self, delivery_id: str, finished: Finished, origin: str) -> None:
         """A claim's end is stored (:class:`worker.outcomes.Outcomes`): what it told of probing, and its slot freed."""

@@ -125,7 +125,8 @@ class Gate:
         return held
 
     async def _route(self, account: str, url: str) -> _Route:
-        destinations = await self.destinations.keys(url) if url else ()
+        # Known for most attempts: no coroutine made to say so.
+        destinations = (self.destinations.cached(url) or await self.destinations.keys(url)) if url else ()
         route = self._routes.get((account, url))
         if route is None or route.keys != destinations:
             if len(self._routes) >= _ROUTES_KEPT:

@@ -31,7 +31,7 @@ import orjson
 
 from svcgw import deliveryid
 from svcgw.config.settings import Settings
-from svcgw.delivery import failingdestinations, probing
+from svcgw.delivery import failingdestinations
 from svcgw.delivery.view import stored_ids
 from svcgw.errors import STORAGE_ERRORS
 from svcgw.logs import Line
@@ -144,6 +144,8 @@ class Outcomes:
             retention = self._retention
         destination = failingdestinations.destination_of(prepared.destination.url) if prepared.destination else ""
         why = why_dead(delivery_id, number, attempt) if step == "dead" else ""
+        # Its failing and probing records are named alike, as the origin its slots were taken for.
+        named = origin or failingdestinations.name(prepared.account, destination)
         self._queue(_Pending(
             Finish(
                 delivery_id,
@@ -154,10 +156,10 @@ class Outcomes:
                 retention=retention,
                 error=exc_info_field(why) if why else b"",
                 shown=dead_letter_shown(prepared, why) if why else b"",
-                failing=failingdestinations.name(prepared.account, destination),
+                failing=named,
                 event_ids=stored_ids(prepared.body) if step == "delivered" and _keeps_ids(prepared) else b"",
                 probe=probe,
-                probing=probing.name(prepared.account, destination),
+                probing=named,
             ),
             prepared=prepared, attempt=attempt, destination=destination, origin=origin,
         ))  # fmt: skip
