@@ -83,7 +83,8 @@ class DestinationSlots:
         self.timeout = timeout
         self.clock = clock
         self.shortest = shortest  # the first deferral while a key is at its cap
-        self._counts: Counter[str] = Counter()
+        # A plain dict, not a Counter: every attempt adds and removes its keys, and Counter's are Python methods.
+        self._counts: dict[str, int] = {}
         self._started: dict[str, dict[int, float]] = {}
         self._typical: dict[str, float] = {}  # moving average of attempt durations
         self._deferred: Counter[str] = Counter()  # rounds of deferrals since a slot last freed
@@ -106,8 +107,9 @@ class DestinationSlots:
     def _take(self, hosts: Sequence[str]) -> int:
         self._tokens += 1
         now = self.clock()
+        counts = self._counts
         for host in hosts:
-            self._counts[host] += 1
+            counts[host] = counts.get(host, 0) + 1
             self._started.setdefault(host, {})[self._tokens] = now
         return self._tokens
 
@@ -132,13 +134,15 @@ class DestinationSlots:
             before = self._typical.get(host)
             self._typical[host] = took if before is None else 0.8 * before + 0.2 * took
         self._deferred.pop(host, None)
-        self._counts[host] -= 1
-        if self._counts[host] <= 0:
+        left = self._counts.get(host, 0) - 1
+        if left <= 0:
             self._forget(host)
+        else:
+            self._counts[host] = left
 
     def _forget(self, host: str) -> None:
         """Forget an idle host, or a long-running worker would remember every host it ever saw."""
-        del self._counts[host]
+        self._counts.pop(host, None)
         self._started.pop(host, None)
         self._typical.pop(host, None)
         self._rounds.pop(host, None)
@@ -245,7 +249,7 @@ class AccountSlots(DestinationSlots):
         now = self._seen[host] = self.clock()
         if now - self._pruned > CONTENDED_SECONDS:
             self._prune(now)
-        if self._counts[host] >= self.cap and not self.may_borrow(host):
+        if self._counts.get(host, 0) >= self.cap and not self.may_borrow(host):
             return None
         return self._take((host,))
 
@@ -291,7 +295,7 @@ class AccountSlots(DestinationSlots):
     def _forget(self, host: str) -> None:
         # Its attempts all finished at once (they often do): keep how long they take, so that
         # its next ones may borrow at once. Accounts not seen lately are forgotten by _prune.
-        del self._counts[host]
+        self._counts.pop(host, None)
         self._started.pop(host, None)
         self._rounds.pop(host, None)
 
