@@ -70,7 +70,7 @@ from svcgw.vault import TokenVault
 
 from .concurrencycaps import LINE_WAIT
 from .delivery import Attempt, Openings, prepare_claimed, prepared_leniently, send, unexpected
-from .gate import Gate, lane
+from .gate import Gate, Held, lane
 from .idlepace import BUSY, pace
 from .outcomes import AttemptHook, Outcomes
 from .probing import READ_EVERY
@@ -443,7 +443,7 @@ class Engine:
             self.outcomes.end(Finish(delivery_id, "", "drop"))
             return True
         held = await self.gate.take(prepared)
-        if isinstance(held, float):
+        if not isinstance(held, Held):  # a cap is full: the job is tried again in that many seconds
             self.outcomes.end(Finish(delivery_id, prepared.appid, "defer", due=time.time() + held))
             return True
         try:
