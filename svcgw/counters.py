@@ -208,16 +208,20 @@ def attempt_commands(
     if step == "delivered":
         commands.append(("HINCRBY", counters, _field(DELIVERIES, "delivered", kind), 1))
         if received_at > 0:
-            latency = max((now if now is not None else time.time()) - received_at, 0.0)
-            commands += [
-                ("HINCRBY", keys.metrics_latency, _bucket(latency), 1),
-                ("HINCRBY", keys.metrics_latency, "count", 1),
-                ("HINCRBYFLOAT", keys.metrics_latency, "sum", latency),
-            ]
+            commands += _latency_commands(keys, max((now if now is not None else time.time()) - received_at, 0.0))
     elif step == "dead":
         commands.append(("HINCRBY", counters, _field(DELIVERIES, "dead", kind), 1))
         commands.append(("HINCRBY", counters, _field(DEAD, None, kind), 1))
     return commands
+
+
+def _latency_commands(keys: KeySpace, latency: float) -> list[Command]:
+    """What a delivered delivery's time from its post to its delivery adds."""
+    return [
+        ("HINCRBY", keys.metrics_latency, _bucket(latency), 1),
+        ("HINCRBY", keys.metrics_latency, "count", 1),
+        ("HINCRBYFLOAT", keys.metrics_latency, "sum", latency),
+    ]
 
 
 def _queue(pipe: Any, commands: Iterable[Command]) -> None:
@@ -311,8 +315,19 @@ class BufferedCounts:
 class AttemptRecorder(BufferedCounts):
     """The delivery engine's ``on_attempt`` hook: each finished attempt's counts, buffered."""
 
+    def __init__(self, settings: Settings, keys: KeySpace, redis: AsyncRedis | None = None) -> None:
+        super().__init__(settings, keys, redis)
+        # An attempt's counts but its latency are the same for each step and kind: made once.
+        self._counts: dict[tuple[str, str], list[Command]] = {}
+
     def __call__(self, prepared: Received, attempt: object, step: str) -> None:
-        self.add(attempt_commands(self.keys, step, received_at=prepared.received_at, kind=prepared.kind))
+        kind = prepared.kind
+        counts = self._counts.get((step, kind))
+        if counts is None:
+            counts = self._counts[step, kind] = attempt_commands(self.keys, step, received_at=0.0, kind=kind)
+        self.add(counts)
+        if step == "delivered" and prepared.received_at > 0:
+            self.add(_latency_commands(self.keys, max(time.time() - prepared.received_at, 0.0)))
 
 
 async def record_probe(redis: AsyncRedis, keys: KeySpace, result: str) -> None:

@@ -99,6 +99,8 @@ def parse_destination(delivery_id: str) -> tuple[str, str, str] | None:
     return match.group(1), f"{match.group(2)}-{match.group(3)}", "dst_" + match.group(4)
 
 
+# The engine asks several times for every delivery in flight.
+@functools.lru_cache(maxsize=8192)
 def parse_named(delivery_id: str) -> tuple[str, str, str | None] | None:
     """``(appid, log entry id, destination id or None)`` of any delivery named by its post; None for ``dlv_``."""
     named = parse(delivery_id)

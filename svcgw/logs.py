@@ -17,7 +17,7 @@ from typing import Any
 
 import orjson
 
-__all__ = ["ShardLog", "configure", "of_shard"]
+__all__ = ["Line", "ShardLog", "configure", "of_shard"]
 
 FIELDS = (
     "appid", "delivery_id", "attempt", "outcome", "status", "error", "duration_ms", "role", "destination", "account",
@@ -59,6 +59,37 @@ class TextFormatter(logging.Formatter):
         base = super().format(record)
         extras = " ".join(f"{name}={record.__dict__[name]}" for name in FIELDS if record.__dict__.get(name) is not None)
         return f"{base} {extras}" if extras else base
+
+
+class Line:
+    """One message of one logger at one level, written many times with different fields (``extra``).
+
+    The delivery engine writes one per attempt. ``Logger.info(msg, extra=...)`` makes each record
+    from nothing (``makeRecord``, ``LogRecord.__init__``: its source, its level's name, its
+    arguments, each ``extra`` field checked against the record's own); this copies a record made
+    once and sets its time and fields, then hands it to the logger as ``Logger.info`` would
+    (``Logger.handle``: its filters, its handlers and its ancestors').
+    """
+
+    def __init__(self, logger: logging.Logger, level: int, msg: str) -> None:
+        self.logger = logger
+        self.level = level
+        self._template = dict(logging.LogRecord(logger.name, level, "(unknown file)", 0, msg, None, None).__dict__)
+        # When logging started, which every record's relativeCreated counts from.
+        self._started = self._template["created"] - self._template["relativeCreated"] / 1000
+
+    def __call__(self, fields: dict[str, object]) -> None:
+        if not self.logger.isEnabledFor(self.level):
+            return
+        record = logging.LogRecord.__new__(logging.LogRecord)
+        values = record.__dict__
+        values.update(self._template)
+        created = time.time()
+        values["created"] = created
+        values["msecs"] = int((created - int(created)) * 1000) + 0.0
+        values["relativeCreated"] = (created - self._started) * 1000
+        values.update(fields)
+        self.logger.handle(record)
 
 
 class ShardLog(logging.LoggerAdapter[logging.Logger]):

@@ -83,7 +83,8 @@ class DestinationSlots:
         self.timeout = timeout
         self.clock = clock
         self.shortest = shortest  # the first deferral while a key is at its cap
-        self._counts: Counter[str] = Counter()
+        # A plain dict, not a Counter: every attempt adds and removes its keys, and Counter's are Python methods.
+        self._counts: dict[str, int] = {}
         self._started: dict[str, dict[int, float]] = {}
         self._typical: dict[str, float] = {}  # moving average of attempt durations
         self._deferred: Counter[str] = Counter()  # rounds of deferrals since a slot last freed
@@ -97,21 +98,25 @@ class DestinationSlots:
 
     def acquire_all(self, hosts: Sequence[str]) -> int | None:
         """One token for a slot on every one of ``hosts``, or None (and no slot taken) when one is at its cap."""
-        if any(self._counts[host] >= self.cap for host in hosts):
-            return None
+        counts, cap = self._counts, self.cap
+        for host in hosts:
+            if counts.get(host, 0) >= cap:
+                return None
         return self._take(hosts)
 
     def _take(self, hosts: Sequence[str]) -> int:
         self._tokens += 1
         now = self.clock()
+        counts = self._counts
         for host in hosts:
-            self._counts[host] += 1
+            counts[host] = counts.get(host, 0) + 1
             self._started.setdefault(host, {})[self._tokens] = now
         return self._tokens
 
     def release_all(self, hosts: Sequence[str], token: int) -> None:
+        now = self.clock()  # once for all of them: every attempt frees one to a few
         for host in hosts:
-            self.release(host, token)
+            self.release(host, token, now)
 
     def full(self, hosts: Sequence[str]) -> list[str]:
         """Those of ``hosts`` at their cap."""
@@ -122,20 +127,22 @@ class DestinationSlots:
         self._started.get(host, {}).pop(token, None)
         self.release(host, token)
 
-    def release(self, host: str, token: int) -> None:
+    def release(self, host: str, token: int, now: float | None = None) -> None:
         started = self._started.get(host, {}).pop(token, None)
         if started is not None:
-            took = self.clock() - started
+            took = (self.clock() if now is None else now) - started
             before = self._typical.get(host)
             self._typical[host] = took if before is None else 0.8 * before + 0.2 * took
         self._deferred.pop(host, None)
-        self._counts[host] -= 1
-        if self._counts[host] <= 0:
+        left = self._counts.get(host, 0) - 1
+        if left <= 0:
             self._forget(host)
+        else:
+            self._counts[host] = left
 
     def _forget(self, host: str) -> None:
         """Forget an idle host, or a long-running worker would remember every host it ever saw."""
-        del self._counts[host]
+        self._counts.pop(host, None)
         self._started.pop(host, None)
         self._typical.pop(host, None)
         self._rounds.pop(host, None)
@@ -242,7 +249,7 @@ class AccountSlots(DestinationSlots):
         now = self._seen[host] = self.clock()
         if now - self._pruned > CONTENDED_SECONDS:
             self._prune(now)
-        if self._counts[host] >= self.cap and not self.may_borrow(host):
+        if self._counts.get(host, 0) >= self.cap and not self.may_borrow(host):
             return None
         return self._take((host,))
 
@@ -288,7 +295,7 @@ class AccountSlots(DestinationSlots):
     def _forget(self, host: str) -> None:
         # Its attempts all finished at once (they often do): keep how long they take, so that
         # its next ones may borrow at once. Accounts not seen lately are forgotten by _prune.
-        del self._counts[host]
+        self._counts.pop(host, None)
         self._started.pop(host, None)
         self._rounds.pop(host, None)
 

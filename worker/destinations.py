@@ -23,6 +23,7 @@ saturated key (:meth:`DestinationKeys.netlocs_of`).
 from __future__ import annotations
 
 import asyncio
+import functools
 import ipaddress
 import time
 from collections.abc import Iterable, Sequence
@@ -38,6 +39,8 @@ __all__ = ["TTL", "DestinationKeys", "address_key", "netloc_of"]
 TTL = 10.0  # seconds a resolution is kept
 
 
+# Every attempt asks, and a worker sees few distinct addresses.
+@functools.lru_cache(maxsize=4096)
 def netloc_of(url: str) -> str:
     """The URL's ``netloc`` in lower case: the text the claim script compares."""
     return urlsplit(url).netloc.lower()
@@ -75,6 +78,11 @@ class DestinationKeys:
         self._netlocs: dict[str, set[str]] = {}  # key -> netlocs cached with it
         self._lookups: dict[str, asyncio.Future[tuple[str, ...]]] = {}
         self._next_prune = 0.0
+
+    def cached(self, url: str) -> tuple[str, ...] | None:
+        """The keys of ``url`` while they are known, without a look-up; None when :meth:`keys` is to look."""
+        cached = self._cache.get(netloc_of(url))
+        return cached[1] if cached is not None and cached[0] > time.monotonic() else None
 
     async def keys(self, url: str) -> tuple[str, ...]:
         """The keys of the sockets ``url`` may reach (at least one)."""

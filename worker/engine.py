@@ -19,33 +19,11 @@ The main loop:
 * extends the leases of the jobs it holds;
 * claims as many jobs as it has free slots, or blocks until one arrives.
 
-One failing destination cannot take every slot: at most
-``SVCGW_DESTINATION_CONCURRENCY`` attempts of one account run against one
-destination at once (:class:`worker.concurrencycaps.DestinationSlots`). A destination is the socket a
-URL reaches, whatever the URL's spelling of the host: its resolved addresses
-and port (:mod:`worker.destinations`). The cap is each account's own, as is the
-probing below: many accounts' endpoints live on one host (a chat tool's incoming
-webhooks, an automation platform), and one account whose paths there hang or
-answer slowly must not hold the slots the others' deliveries to that host need.
-Every account's attempts to one destination together stay under a ceiling
-(``SVCGW_HOST_CONCURRENCY``, by default four accounts' caps) that protects the
-receiving host and that one account alone cannot fill. Nor can one account: at most
-``SVCGW_ACCOUNT_CONCURRENCY`` of its attempts run at once while another
-account wants slots; alone, an account whose endpoints answer quickly may
-use every slot (:class:`worker.concurrencycaps.AccountSlots`). Nor can one
-destination whose attempts time out: it is probed, allowed fewer attempts
-in flight while they time out and more as it answers (:mod:`worker.probing`,
-:mod:`svcgw.delivery.probing`). A job over a destination's cap waits in the
-worker for one of its slots while that destination answers quickly
-(:meth:`worker.concurrencycaps.DestinationSlots.may_wait`): a burst of one
-destination's jobs costs no round trip per job. Otherwise a job whose
-destination or account is at its cap, or whose destination is at its
-probing limit, goes back to the scheduled registry without counting an
-attempt, for longer the slower that destination has been answering. The
-claim does that itself for the destinations (as the URL spellings seen
-lately that reach them) and accounts the engine names, so such a job
-usually costs no round trip of its own, and the jobs of an instance a claim
-read lately are held back as they are popped, unread
+Before it is sent, an attempt takes its slots (:mod:`worker.gate`): one failing
+destination, hanging account or busy host cannot take every slot; a job over
+a cap waits in the worker or goes back to the scheduled registry without
+counting an attempt. The claim holds such jobs back itself as it pops them,
+and the jobs of an instance a claim read lately are held back unread
 (:class:`svcgw.delivery.claim.Sightings`); one the claim did not recognise is
 deferred with the next batch of finished attempts.
 
@@ -71,7 +49,6 @@ import os
 import secrets
 import socket
 import time
-from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import cast
@@ -83,9 +60,8 @@ from svcgw.callbacks.outbound import Sender, sender_for
 from svcgw.config.settings import Settings
 from svcgw.counters import AttemptRecorder
 from svcgw.delivery import failingdestinations, probing, stranded
-from svcgw.delivery.attempt import Attempt, Prepared, prepare_claimed, prepared_leniently, unexpected
-from svcgw.delivery.claim import held_as
-from svcgw.delivery.queue import Claimed, DeliveryQueue, Finish, Hold
+from svcgw.delivery.attempt import Attempt, Openings, prepare_claimed, prepared_leniently, unexpected
+from svcgw.delivery.queue import Claimed, DeliveryQueue, Finish, Finished
 from svcgw.delivery.recording import AttemptHook, Outcomes
 from svcgw.errors import STORAGE_ERRORS
 from svcgw.logs import of_shard
@@ -94,10 +70,10 @@ from svcgw.shards.connections import async_client
 from svcgw.storage.keys import KeySpace
 from svcgw.vault import TokenVault
 
-from .concurrencycaps import LINE_WAIT, AccountSlots, DestinationSlots
-from .destinations import DestinationKeys, netloc_of
+from .concurrencycaps import LINE_WAIT
+from .gate import Gate, Held, lane
 from .idlepace import BUSY, pace
-from .probing import READ_EVERY, Probing
+from .probing import READ_EVERY
 from .sending import send
 
 __all__ = ["Engine", "lane", "loop_factory"]
@@ -111,7 +87,6 @@ CLAIM_BATCH = 100
 # A claim asks for more ids when many of the last ones went back unstarted, up to this many.
 CLAIM_MOST = 2 * CLAIM_BATCH
 IDLE_WAIT = BUSY.wait
-ACCOUNT_DEFER_SECONDS = 0.05  # the shortest deferral of a job whose account is at its cap
 STRANDED_NAMED = 20  # stranded deliveries named in the log line that hands them back
 UNPARK_CALLS = 100  # script calls at most that bring one destination's held-back jobs forward at once
 
@@ -129,33 +104,13 @@ def loop_factory() -> Callable[[], asyncio.AbstractEventLoop]:
     return uvloop.new_event_loop
 
 
-def lane(account: str, key: str) -> str:
-    """The slot key of ``account``'s attempts to the destination key ``key`` (an address and port)."""
-    return f"{account} {key}"
-
-
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class _Claim:
     """A claim the engine holds: when it was claimed (monotonic), its delivery's attempts then, its attempt's task."""
 
     since: float
     attempts: int
     task: asyncio.Task[None]
-
-
-@dataclass(frozen=True)
-class _Slots:
-    """The slots one attempt holds: its account's on each key of its destination, the host's ceiling on each,
-    and its account's."""
-
-    lanes: tuple[str, ...]  # lane(account, key) of each key of its destination
-    token: int | None
-    destinations: tuple[str, ...]  # the keys themselves, under the ceiling across accounts
-    host_token: int | None
-    account: str
-    account_token: int | None
-    # Its account's destination, as its probing counts it (svcgw.delivery.probing.name); '' for none
-    origin: str
 
 
 class Engine:
@@ -190,23 +145,14 @@ class Engine:
         self.log = of_shard(log, shard)
         # Every attempt opens its destination's secret and token: the same few, over and over.
         self.vault = vault.remembering()
+        self.openings = Openings(self.vault)
         self.name = name or worker_name()
         self.capacity = settings.delivery_concurrency
         # A recorder of the engine's own is flushed and closed when the engine stops.
         self._recorder = AttemptRecorder(settings, self.keys) if on_attempt is None else None
         self.on_attempt = on_attempt if on_attempt is not None else self._recorder
-        # Per account and destination key (lane): one account's slow or hanging endpoints on a host fill their own.
-        self.slots = DestinationSlots(settings.destination_concurrency, settings.delivery_timeout)
-        # Per destination key, every account's together: the receiving host's ceiling.
-        self.hosts = DestinationSlots(settings.host_ceiling, settings.delivery_timeout)
-        # An account at its cap is usually busy rather than stuck: its deliveries
-        # free slots within milliseconds, so its waits start short.
-        self.accounts = AccountSlots(
-            settings.account_concurrency, settings.delivery_timeout, shortest=ACCOUNT_DEFER_SECONDS
-        )
-        self.destinations = DestinationKeys(settings.allow_private_destinations, settings.destination_ports)
-        # Destinations whose attempts time out get fewer attempts in flight (svcgw.delivery.probing).
-        self.probing = Probing(settings.destination_concurrency, settings.delivery_timeout)
+        # The slots its attempts take (shared by the engines of one process: worker.main).
+        self.gate = Gate(settings)
         self._probing_stale = True  # read the shard's records at the next turn
         # The stock Cluster client answers as one Redis does.
         self._given_redis = cast(AsyncRedis, redis) if isinstance(redis, AsyncRedis | AsyncRedisCluster) else None
@@ -216,9 +162,6 @@ class Engine:
         self._claims: dict[str, _Claim] = {}
         # Past this many seconds held, a claim whose outcome is not waiting on Redis is stranded.
         self.longest_hold = stranded.ceiling(settings, LINE_WAIT)
-        # Jobs over a quick destination's cap waiting in this worker for one of its slots, per key, first first
-        # (shared by the engines of one process, as the slots are).
-        self.lines: dict[str, deque[asyncio.Future[None]]] = {}
         self._low_water = max(1, min(CLAIM_BATCH, self.capacity // 8))
         # The share of popped ids that claims started lately. Jobs of a busy account or a
         # saturated destination go back without taking a slot, and a claim that started only
@@ -242,9 +185,9 @@ class Engine:
             park_seconds=probing.PARK_SECONDS + self.settings.delivery_timeout + 60,
             disabled_recheck=self.settings.disabled_recheck_seconds,
         )
-        self.probing.join(self.keys)
+        self.gate.probing.join(self.keys)
         self.sender = sender
-        self.outcomes = Outcomes(self.settings, self.queue, self.on_attempt)
+        self.outcomes = Outcomes(self.settings, self.queue, self.on_attempt, self._ended)
         self._slot_freed = asyncio.Event()
         flusher = self._flusher = asyncio.create_task(self.outcomes.run(), name="finish-flusher")
         self.log.info("delivery engine %s started with %d slots", self.name, self.capacity)
@@ -287,7 +230,7 @@ class Engine:
                 if now >= next_probing or self._probing_stale:
                     self._probing_stale = False
                     records = await self.queue.probing_records(*probing.read_argument(self.settings))
-                    self.probing.update(self.keys, records)
+                    self.gate.probing.update(self.keys, records)
                     next_probing = now + cadence.probing_every
                 if await self._unpark():
                     next_promote = now
@@ -316,8 +259,9 @@ class Engine:
                 # Claim in batches: a slot or two freed under full load waits
                 # for a few more rather than costing a round trip each.
                 if free >= self._low_water or (free > 0 and not self._held):
+                    gate = self.gate
                     claimed = await self.queue.claim_batch(
-                        self._claim_size(free), self.name, self._saturated(), self.accounts.saturated()
+                        self._claim_size(free), self.name, gate.saturated(self.keys), gate.accounts.saturated()
                     )
                     self._started(len(claimed), self.queue.popped)
                     failures = 0
@@ -367,7 +311,7 @@ class Engine:
     async def _unpark(self) -> int:
         """Bring forward the held-back jobs of the destinations that answer again (svcgw.delivery.probing)."""
         moved = 0
-        for destination in self.probing.unparking(self.keys):
+        for destination in self.gate.probing.unparking(self.keys):
             due = 0
             for _ in range(UNPARK_CALLS):
                 brought, left = await self.queue.unpark(destination)
@@ -381,30 +325,10 @@ class Engine:
             moved += due
         return moved
 
-    def _saturated(self) -> dict[str, Hold]:
-        """What the claim holds jobs back by, with when to try again: an account and a URL spelling (netloc)
-        seen lately that reaches its destination at that account's cap or probing limit
-        (:func:`svcgw.delivery.claim.held_as`), or a netloc alone, for every account, at the host's ceiling."""
-        held = self.probing.saturated(self.keys)
-
-        def hold(name: str, when: float) -> None:
-            if name not in held or held[name].last < when:
-                held[name] = Hold(when)
-
-        for key, when in self.slots.saturated().items():
-            account, _, address = key.partition(" ")
-            for netloc in self.destinations.netlocs_of((address,)):
-                hold(held_as(account, netloc), when)
-        for key, when in self.hosts.saturated().items():
-            for netloc in self.destinations.netlocs_of((key,)):
-                hold(netloc, when)
-        return held
-
     def _start(self, job: Claimed) -> None:
         self._held.add(job.delivery_id)
         task = asyncio.create_task(self._attempt(job))
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
+        self._tasks.add(task)  # until its last step: _attempt discards it (no done-callback's turn of the loop)
         attempts = job.fields.get("attempts")
         self._claims[job.delivery_id] = _Claim(time.monotonic(), int(attempts or 0), task)
 
@@ -440,11 +364,20 @@ class Engine:
                              len(late), type(exc).__name__)  # fmt: skip
 
     async def _shutdown(self) -> None:
-        """Let attempts in flight finish within the delivery timeout; hand back the rest."""
+        """Let attempts in flight finish, and their outcomes be stored, within the delivery timeout; hand back the
+        rest."""
         deadline = time.monotonic() + self.settings.delivery_timeout + 2
-        while self._tasks and time.monotonic() < deadline:
-            await asyncio.wait(set(self._tasks), timeout=max(deadline - time.monotonic(), 0.01))
+        while running := [task for task in self._tasks if not task.done()]:
+            if time.monotonic() >= deadline:
+                break
+            await asyncio.wait(running, timeout=max(deadline - time.monotonic(), 0.01))
+        if not self._flusher.done():
+            try:
+                await asyncio.wait_for(self.outcomes.drained(), max(deadline - time.monotonic(), 0.01))
+            except TimeoutError:
+                pass
         leftover = self.held()
+        self.outcomes.forget(set(leftover))
         for task in list(self._tasks):
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
@@ -457,9 +390,12 @@ class Engine:
 
     # --- one attempt ---------------------------------------------------------------
     async def _attempt(self, job: Claimed) -> None:
+        """One claim's attempt; its end is queued for the outcomes' next batch and the claim freed once that is
+        stored (:meth:`_ended`), or at once when it ends without one."""
         delivery_id = job.delivery_id
+        queued = False
         try:
-            await self._run_attempt(job)
+            queued = await self._run_attempt(job)
         except asyncio.CancelledError:
             raise
         except Exception as exc:
@@ -469,28 +405,47 @@ class Engine:
             now = time.time()
             try:
                 failed = Attempt(ok=False, at=now, duration=0.0, error=unexpected(exc))
-                await self.outcomes.record(prepared_leniently(job), failed)
+                self.outcomes.record(prepared_leniently(job), failed)
+                queued = True
             except Exception:
                 # The claim stays in Redis and its lease is no longer extended:
                 # the job is handed back and tried again, nothing is lost.
                 self.log.exception("delivery %s: the failed attempt could not be recorded", delivery_id)
         finally:
-            self._held.discard(delivery_id)
-            claim = self._claims.get(delivery_id)
-            if claim is not None and claim.task is asyncio.current_task():
-                del self._claims[delivery_id]
-            self._slot_freed.set()
+            task = asyncio.current_task()
+            self._tasks.discard(task)
+            if not queued:
+                self._release_claim(delivery_id, task)
 
-    async def _run_attempt(self, job: Claimed) -> None:
+    def _ended(self, delivery_id: str, finished: Finished, origin: str) -> None:
+        """A claim's end is stored (:class:`svcgw.delivery.recording.Outcomes`): what it told of probing, and its slot freed."""
+        if finished.probe_changed:
+            self._probing_stale = True
+        if finished.reopened:
+            self.gate.probing.reopened(origin)
+        claim = self._claims.get(delivery_id)
+        self._release_claim(delivery_id, claim.task if claim is not None else None)
+
+    def _release_claim(self, delivery_id: str, task: asyncio.Task[None] | None) -> None:
+        """The engine no longer holds ``delivery_id`` (claimed by ``task``): its slot is free for the next claim."""
+        self._held.discard(delivery_id)
+        claim = self._claims.get(delivery_id)
+        if claim is not None and claim.task is task:
+            del self._claims[delivery_id]
+        self._slot_freed.set()
+
+    async def _run_attempt(self, job: Claimed) -> bool:
+        """Whether the claim's end was queued (else it ended without one: the claim is freed at once)."""
         delivery_id = job.delivery_id
-        prepared = prepare_claimed(job, self.vault)
+        prepared = prepare_claimed(job, self.openings)
         if prepared is None:
             self.log.warning("delivery %s: its data expired; dropping the job", delivery_id)
-            await self.outcomes.finish(Finish(delivery_id, "", "drop"))
-            return
-        held = await self._take_slots(prepared)
-        if held is None:
-            return
+            self.outcomes.end(Finish(delivery_id, "", "drop"))
+            return True
+        held = await self.gate.take(prepared)
+        if not isinstance(held, Held):  # a cap is full: the job is tried again in that many seconds
+            self.outcomes.end(Finish(delivery_id, prepared.appid, "defer", due=time.time() + held))
+            return True
         try:
             attempt = await send(self.sender, prepared)
         except Exception as exc:
@@ -498,98 +453,10 @@ class Engine:
             self.log.exception("delivery %s: sending failed unexpectedly", delivery_id)
             attempt = Attempt(ok=False, at=time.time(), duration=0.0, error=unexpected(exc))
         finally:
-            self._free(held)
-        probe = self.probing.mark(held.origin, timed_out=attempt.timed_out, started=attempt.at)
-        finished = await self.outcomes.record(prepared, attempt, probe)
-        if finished.probe_changed:
-            self._probing_stale = True
-        if finished.reopened:
-            self.probing.reopened(held.origin)
-
-    async def _take_slots(self, prepared: Prepared) -> _Slots | None:
-        """Slots on the attempt's destination (its account's, and the host's ceiling) and account, within its
-        probing limit; None when one is at its cap (the job is then deferred)."""
-        url = prepared.destination.url if prepared.destination else ""
-        account = prepared.account
-        destinations = await self.destinations.keys(url) if url else ()
-        lanes = tuple(lane(account, key) for key in destinations)
-        origin = probing.name(account, failingdestinations.destination_of(url))
-        deadline = time.monotonic() + LINE_WAIT
-        while True:
-            account_token = self.accounts.acquire(account)
-            if account_token is None:
-                delay = self.accounts.defer_delay(account)
-                break
-            if not self.probing.acquire(origin, held_as(account, netloc_of(url))):
-                self.accounts.give_back(account, account_token)
-                delay = self.probing.defer_delay(origin)
-                break
-            if not destinations:
-                return _Slots((), None, (), None, account, account_token, origin)
-            token = self.slots.acquire_all(lanes)
-            host_token = self.hosts.acquire_all(destinations) if token is not None else None
-            if host_token is not None:
-                return _Slots(lanes, token, destinations, host_token, account, account_token, origin)
-            if token is not None:
-                for key in lanes:
-                    self.slots.give_back(key, token)
-            self.accounts.give_back(account, account_token)
-            self.probing.release(origin)
-            full = [(self.slots, key) for key in self.slots.full(lanes)]
-            full += [(self.hosts, key) for key in self.hosts.full(destinations)]
-            # A quick destination frees a slot within moments: wait for it here rather than go round Redis.
-            if not (all(slots.may_wait(key) for slots, key in full) and await self._wait_in_line(*full[0], deadline)):
-                delay = max(slots.defer_delay(key) for slots, key in full)
-                break
-        await self.outcomes.finish(Finish(prepared.delivery_id, prepared.appid, "defer", due=time.time() + delay))
-        return None
-
-    async def _wait_in_line(self, slots: DestinationSlots, key: str, deadline: float) -> bool:
-        """Wait until ``key`` (of ``slots``) frees a slot (True) or ``deadline`` passes (False), first come first
-        served."""
-        left = deadline - time.monotonic()
-        if left <= 0:
-            return False
-        waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        line = self.lines.setdefault(key, deque())
-        line.append(waiter)
-        slots.waits(key, True)
-        try:
-            await asyncio.wait_for(waiter, left)
-            return True
-        except TimeoutError:
-            return False
-        finally:
-            slots.waits(key, False)
-            if not waiter.done():
-                waiter.cancel()
-            try:
-                line.remove(waiter)
-            except ValueError:
-                pass  # woken: it left the line then
-            if not line and self.lines.get(key) is line:
-                del self.lines[key]
-
-    def _wake(self, keys: tuple[str, ...]) -> None:
-        """A slot of each of ``keys`` was freed: the first job waiting for it may try again."""
-        for key in keys:
-            line = self.lines.get(key)
-            while line:
-                waiter = line.popleft()
-                if not waiter.done():
-                    waiter.set_result(None)
-                    break
-
-    def _free(self, held: _Slots) -> None:
-        if held.token is not None:
-            self.slots.release_all(held.lanes, held.token)
-            self._wake(held.lanes)
-        if held.host_token is not None:
-            self.hosts.release_all(held.destinations, held.host_token)
-            self._wake(held.destinations)
-        if held.account_token is not None:
-            self.accounts.release(held.account, held.account_token)
-        self.probing.release(held.origin)
+            self.gate.free(held)
+        probe = self.gate.probing.mark(held.origin, timed_out=attempt.timed_out, started=attempt.at)
+        self.outcomes.record(prepared, attempt, probe, held.origin)
+        return True
 
 
 async def _sleep_unless(stop: asyncio.Event, seconds: float) -> None:

@@ -94,9 +94,7 @@ async def serve(settings: Settings, *, burst: bool = False, stop: asyncio.Event 
         ),
     ]
     for engine in engines[1:]:
-        engine.slots, engine.hosts, engine.accounts = first.slots, first.hosts, first.accounts
-        engine.destinations = first.destinations
-        engine.probing, engine.lines = first.probing, first.lines
+        engine.gate = first.gate
     registrations: list[Presence] = []
     helpers: list[asyncio.Task[None]] = []
     try:

@@ -19,8 +19,9 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Literal
 
 import orjson
@@ -35,6 +36,7 @@ from .queue import Claimed
 __all__ = [
     "ANSWER_BODY_BYTES",
     "Attempt",
+    "Openings",
     "Prepared",
     "decide",
     "prepare_claimed",
@@ -44,7 +46,10 @@ __all__ = [
 ]
 
 
-@dataclass(frozen=True)
+# Not frozen, as the engine's other records of a delivery (svcgw.delivery.queue.Finish,
+# svcgw.delivery.claim.Claimed): a frozen dataclass sets each field through object.__setattr__, several
+# times the cost, and the engine makes a few per delivery. None is changed once made.
+@dataclass(slots=True)
 class Prepared:
     delivery_id: str
     appid: str
@@ -80,7 +85,7 @@ def first_kilobyte(text: str) -> str:
     return raw[:ANSWER_BODY_BYTES].decode("utf-8", "ignore")
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class Attempt:
     ok: bool
     at: float
@@ -112,9 +117,66 @@ def _text(value: bytes | None) -> str:
     return value.decode("utf-8") if value else ""
 
 
-def prepare_claimed(claimed: Claimed, vault: TokenVault) -> Prepared | None:
+def prepare_claimed(claimed: Claimed, vault: TokenVault | Openings) -> Prepared | None:
     """The attempt for a job claimed with its data; None if the delivery no longer exists."""
-    return _prepared(claimed.delivery_id, claimed.fields, claimed.own, claimed.default, vault, claimed.destination_id)
+    openings = vault if isinstance(vault, Openings) else Openings(vault)
+    return _prepared(
+        claimed.delivery_id, claimed.fields, claimed.own, claimed.default, openings, claimed.destination_id
+    )
+
+
+# A callback configuration opened: its destination with the secret in clear ('' when it cannot be opened, then
+# ``secret_unreadable``), its token in clear ('' when it cannot be opened).
+Opened = tuple[Destination | None, str | None, bool]
+
+
+class Openings:
+    """The callback configurations opened lately with ``vault``, by what is stored (address, sealed secret and token).
+
+    Every job of an instance comes with the same configuration: choosing its destination and opening
+    its secret and token is done once a while, not for every attempt. An entry lasts ``seconds``
+    (a replaced secret is read anew with the next claim anyway: it is another key here); one that
+    could not be opened is not kept, as :class:`svcgw.vault.RememberingVault` keeps no failure.
+    """
+
+    def __init__(self, vault: TokenVault, *, seconds: float = 60.0, limit: int = 4096) -> None:
+        self.vault = vault
+        self._seconds = seconds
+        self._limit = limit
+        self._kept: dict[tuple[str | None, ...], tuple[Opened, float]] = {}
+
+    def of(self, own: Mapping[str, str], default: Mapping[str, str]) -> Opened:
+        key = (own.get("url"), own.get("secret"), own.get("token"),
+               default.get("url"), default.get("secret"), default.get("token"))  # fmt: skip
+        now = time.monotonic()
+        kept = self._kept.get(key)
+        if kept is not None and kept[1] > now:
+            return kept[0]
+        opened = _opened(choose_destination(own, default), self.vault)
+        if opened[1] != "" and not opened[2]:
+            if len(self._kept) >= self._limit:
+                self._kept.clear()  # rare: a worker past this many configurations opens each once more
+            self._kept[key] = (opened, now + self._seconds)
+        return opened
+
+
+def _opened(destination: Destination | None, vault: TokenVault) -> Opened:
+    if destination is None:
+        return None, None, False
+    token = None
+    if destination.sealed_token:
+        try:
+            token = vault.open(destination.sealed_token)
+        except VaultError:
+            # Sending without the configured token would be refused anyway;
+            # fail the attempt loudly instead (see send()).
+            token = ""
+    try:
+        secret, secret_unreadable = open_secret(vault, destination.secret), False
+    except VaultError:
+        # A signature the receiver cannot check is worse than none: fail instead (see send()).
+        secret, secret_unreadable = "", True
+    return Destination(destination.url, secret, destination.sealed_token, destination.source), token, secret_unreadable
 
 
 def _prepared(
@@ -122,7 +184,7 @@ def _prepared(
     data: Mapping[str, bytes | None],
     own: Mapping[str, str],
     default: Mapping[str, str],
-    vault: TokenVault,
+    openings: Openings,
     destination_id: str = "",
 ) -> Prepared | None:
     # A delivered delivery keeps its event ids, not its body (svcgw.delivery.queue.Finish.event_ids):
@@ -130,22 +192,7 @@ def _prepared(
     if not data["appid"] or not data["body"]:
         return None
     # A further destination's hash has a callback hash's field names; it never inherits the account's.
-    destination = choose_destination(own, {} if destination_id else default)
-    token = None
-    secret_unreadable = False
-    if destination is not None and destination.sealed_token:
-        try:
-            token = vault.open(destination.sealed_token)
-        except VaultError:
-            # Sending without the configured token would be refused anyway;
-            # fail the attempt loudly instead (worker.sending.send).
-            token = ""
-    if destination is not None:
-        try:
-            destination = replace(destination, secret=open_secret(vault, destination.secret))
-        except VaultError:
-            # A signature the receiver cannot check is worse than none: fail instead (worker.sending.send).
-            destination, secret_unreadable = replace(destination, secret=""), True
+    destination, token, secret_unreadable = openings.of(own, {} if destination_id else default)
     return Prepared(
         delivery_id=delivery_id,
         appid=_text(data["appid"]),

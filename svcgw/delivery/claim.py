@@ -92,7 +92,7 @@ class Hold:
         return self.due + self.spread
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class Claimed:
     """A claimed job with what its attempt needs, as read at claim time."""
 
@@ -120,9 +120,29 @@ def _pairs(flat: Sequence[bytes | str]) -> dict[str, str]:
     return {_text(flat[i]): _text(flat[i + 1]) for i in range(0, len(flat) - 1, 2)}
 
 
-def _claimed_row(delivery_id: str, row: Sequence[Any]) -> Claimed:
+class _Configs:
+    """Callback configurations as a claim's read returns them (flat field, value lists), each read into a dict once
+    for every job that comes with it; the dicts are shared, and only read."""
+
+    def __init__(self, limit: int = 4096) -> None:
+        self._limit = limit
+        self._read: dict[tuple[bytes | str, ...], dict[str, str]] = {}
+
+    def __call__(self, flat: Sequence[bytes | str]) -> dict[str, str]:
+        key = tuple(flat)
+        found = self._read.get(key)
+        if found is None:
+            if len(self._read) >= self._limit:
+                self._read.clear()
+            found = self._read[key] = _pairs(flat)
+        return found
+
+
+def _claimed_row(
+    delivery_id: str, row: Sequence[Any], configs: Callable[[Sequence[bytes | str]], dict[str, str]] = _pairs
+) -> Claimed:
     _, values, own, default, _destination = row
-    return Claimed(delivery_id, dict(zip(DELIVERY_FIELDS, values, strict=True)), _pairs(own), _pairs(default))
+    return Claimed(delivery_id, dict(zip(DELIVERY_FIELDS, values, strict=True)), configs(own), configs(default))
 
 
 class Sightings:
@@ -219,6 +239,7 @@ class Claimer:
         # What reads showed lately of each instance: the pop holds back the jobs of those whose
         # account or destination has no free slot, unread.
         self.sightings = Sightings()
+        self._configs = _Configs()
         # The ids of the last claim still leased but not read (their owners kept changing).
         self.unread: list[str] = []
         # How many ids the last claim popped: those it did not start went back without an attempt.
@@ -263,7 +284,7 @@ class Claimer:
                         shown.add(appid)
                         self.sightings.saw(appid, account, _text(row[-1]))
                     if row[1] != 0:
-                        claimed.append(_claimed_row(delivery_id, row))
+                        claimed.append(_claimed_row(delivery_id, row, self._configs))
                     continue
                 # The job's fields name another owner than its keys were named for: name them again.
                 owner = (_text(row[1]), _text(row[2]), _text(row[3]))

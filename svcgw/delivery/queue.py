@@ -72,6 +72,8 @@ FinishKind = Literal["delivered", "retry", "dead", "defer", "drop"]
 _CHAIN_UNKNOWN = "?"
 # The finish's answer bit for a chain whose front it could not advance (svcgw.delivery.chainkeys).
 _CHAIN_UNNAMED = 8
+# Instances whose keys a queue remembers for its finishes.
+_INSTANCES_KEPT = 4096
 
 
 @dataclass(frozen=True)
@@ -80,7 +82,7 @@ class Promotion:
     next_due: float | None
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class Finish:
     """How one claim ends; ``record`` is the attempt's JSON record (none for defer and drop)."""
 
@@ -106,7 +108,7 @@ class Finish:
     shown: bytes = b""
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class Finished:
     """How storing one claim's end went: ``held`` is False when the claim had been lost meanwhile."""
 
@@ -169,6 +171,7 @@ class DeliveryQueue:
         # The chain key of each claim this queue holds ("" for a customer event), known from
         # the claim, so that finishing a customer event costs no read of its own.
         self._chains: dict[str, str] = {}
+        self._instances: dict[tuple[str, int], tuple[str, str, str]] = {}  # _instance_keys
 
     async def wait(self, timeout: float) -> bool:
         """Block until the queue is non-empty or ``timeout`` passes, without taking anything.
@@ -295,9 +298,7 @@ class DeliveryQueue:
                     self.keys.delivery_attempts(item.delivery_id),
                     self.keys.rq.job(item.delivery_id),
                     self.keys.rq.result(item.delivery_id),
-                    self.keys.dead_letters_by_appid(item.appid),
-                    self.keys.outcomes(item.appid),
-                    self.keys.late_outcomes(item.appid, bucket),
+                    *self._instance_keys(item.appid, bucket),
                     chains[item.delivery_id],
                 )
             )
@@ -333,6 +334,18 @@ class DeliveryQueue:
                      bool(x & probing.REOPENED), bool(x & probing.BEGAN), bool(x & probing.ENDED))
             for x in answers
         ]  # fmt: skip
+
+    def _instance_keys(self, appid: str, bucket: int) -> tuple[str, str, str]:
+        """The keys of ``appid`` a finish names: its dead letters, its outcomes and its late outcomes in ``bucket``;
+        made once for the many finishes of one instance."""
+        found = self._instances.get((appid, bucket))
+        if found is None:
+            if len(self._instances) >= _INSTANCES_KEPT:
+                self._instances.clear()
+            keys = self.keys
+            found = (keys.dead_letters_by_appid(appid), keys.outcomes(appid), keys.late_outcomes(appid, bucket))
+            self._instances[appid, bucket] = found
+        return found
 
     async def _chain_keys(self, items: Sequence[Finish]) -> dict[str, str]:
         """Each item's service-event chain key, for the finish's KEYS (touched only for a service event).

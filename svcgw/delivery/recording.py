@@ -1,17 +1,22 @@
 """Attempts' outcomes stored in Redis: what comes next for each, recorded with others in one script call.
 
 :meth:`Outcomes.record` decides an attempt's next step with the retry
-policy (:func:`svcgw.delivery.attempt.decide`), writes its log line and the one
-record of a destination that started failing or recovered, or whose probing
-began or ended (:mod:`svcgw.delivery.probing`), and tells the ``on_attempt``
-hook, once the outcome is stored. :meth:`Outcomes.finish`
-queues any end of a claim (also a drop or a deferral) and waits until it
-is stored: :meth:`Outcomes.run` stores all that are waiting in one call of
-the finish script (:meth:`svcgw.delivery.queue.DeliveryQueue.finish_detailed`),
-and keeps trying while Redis is away (the claims stay held meanwhile).
-Whatever a call raises, the batch is tried again: were the task to end, every
-attempt waiting on it would wait for ever while the engine went on extending
-its lease (a stranded delivery: :class:`worker.stranded.Stranded`).
+policy (:func:`svcgw.delivery.attempt.decide`) and queues it, without waiting:
+the attempt's task ends there. :meth:`Outcomes.run` stores all that are
+waiting in one call of the finish script
+(:meth:`svcgw.delivery.queue.DeliveryQueue.finish_detailed`), and keeps trying while
+Redis is away (the claims stay held meanwhile). Only once a batch is stored
+does it, for each of its attempts, write the log line and the one record of
+a destination that started failing or recovered, or whose probing began or
+ended (:mod:`svcgw.delivery.probing`), tell the ``on_attempt`` hook, and hand
+the end of the claim to the engine (``ended``): a finish is in Redis before
+it counts, and one batch costs one wake-up of this task, not one per attempt.
+:meth:`Outcomes.finish` queues any other end of a claim (a drop or a
+deferral) and waits until it is stored; :meth:`Outcomes.end` queues one
+without waiting. Whatever a call raises, the batch is tried again: were the
+task to end, every claim waiting on it would stay held for ever while the
+engine went on extending its lease (a stranded delivery:
+:class:`worker.stranded.Stranded`).
 """
 
 from __future__ import annotations
@@ -26,9 +31,10 @@ import orjson
 
 from svcgw import deliveryid
 from svcgw.config.settings import Settings
-from svcgw.delivery import failingdestinations, probing
+from svcgw.delivery import failingdestinations
 from svcgw.delivery.view import stored_ids
 from svcgw.errors import STORAGE_ERRORS
+from svcgw.logs import Line
 from svcgw.storage.rqformat import dashboard_text, exc_info_field, failed_score, failure_result, job_description
 
 from .attempt import Attempt, Prepared, decide
@@ -37,25 +43,50 @@ from .queue import DeliveryQueue, Finish, Finished
 __all__ = ["FINISH_BATCH", "AttemptHook", "Outcomes"]
 
 log = logging.getLogger("svcgw.delivery")
+# The line of each attempt, its record made once (svcgw.logs.Line).
+_attempt_line = Line(log, logging.INFO, "delivery attempt")
 
 FINISH_BATCH = 500
 
 AttemptHook = Callable[[Prepared, Attempt, str], None]
+# Told, once a claim's end is stored: its delivery id, how storing went, and the origin its attempt went to
+# (svcgw.delivery.probing.name; '' for none).
+Ended = Callable[[str, Finished, str], None]
 
 
-@dataclass
+@dataclass(slots=True)
 class _Pending:
+    """A claim's end waiting to be stored, and whom to tell once it is."""
+
     item: Finish
-    done: asyncio.Future[Finished]
+    done: asyncio.Future[Finished] | None = None  # awaited by :meth:`Outcomes.finish`
+    # An attempt's: what its log line and hook are told once its outcome is stored.
+    prepared: Prepared | None = None
+    attempt: Attempt | None = None
+    destination: str = ""
+    origin: str = ""
+    dropped: bool = False  # its claim was handed back: nobody is told
+
+    @property
+    def wanted(self) -> bool:
+        return not self.dropped and (self.done is None or not self.done.done())
 
 
 class Outcomes:
     """The outcomes of one engine's attempts, on its queue; :meth:`run` is a task of its loop."""
 
-    def __init__(self, settings: Settings, queue: DeliveryQueue, on_attempt: AttemptHook | None) -> None:
+    def __init__(
+        self, settings: Settings, queue: DeliveryQueue, on_attempt: AttemptHook | None, ended: Ended | None = None
+    ) -> None:
         self.settings = settings
         self.queue = queue
         self.on_attempt = on_attempt
+        self.ended = ended
+        # Read once: every attempt asks.
+        self._schedule = settings.retry_schedule
+        self._dead_retention = settings.dead_letter_retention
+        self._retention = max(settings.log_retention, 86400)
+        self._drained: asyncio.Event | None = None  # set once nothing is waiting (shutdown waits on it)
         self._pending: list[_Pending] = []
         self._wanted = asyncio.Event()
         self._storing: list[_Pending] = []  # the batch of the call under way
@@ -80,32 +111,42 @@ class Outcomes:
         return self.failing_unexpectedly or (since is not None and now - since > longest)
 
     def forget(self, ids: set[str]) -> None:
-        """Drop the ends of ``ids`` not sent yet: their claims were handed back (their waiters are cancelled)."""
+        """Drop the ends of ``ids`` not stored yet: their claims were handed back (their waiters are cancelled,
+        nobody is told of them)."""
         kept = []
         for pending in self._pending:
             if pending.item.delivery_id in ids:
-                pending.done.cancel()
+                pending.dropped = True
+                if pending.done is not None:
+                    pending.done.cancel()
             else:
                 kept.append(pending)
         self._pending[:] = kept
+        for pending in self._storing:
+            if pending.item.delivery_id in ids:
+                pending.dropped = True
 
-    async def record(self, prepared: Prepared, attempt: Attempt, probe: str = "") -> Finished:
-        """Store the attempt's outcome and what comes next, then tell the ``on_attempt`` hook.
+    def record(self, prepared: Prepared, attempt: Attempt, probe: str = "", origin: str = "") -> None:
+        """Queue the attempt's outcome and what comes next; once stored, its log lines, the ``on_attempt`` hook
+        and ``ended``.
 
-        ``probe`` is what the attempt tells of its destination's probing (:attr:`svcgw.delivery.queue.Finish.probe`).
+        ``probe`` is what the attempt tells of its destination's probing (:attr:`svcgw.delivery.queue.Finish.probe`),
+        ``origin`` the probing name it went to (for ``ended``).
         """
         delivery_id = prepared.delivery_id
-        step, delay = decide(prepared, attempt, self.settings.retry_schedule)
+        step, delay = decide(prepared, attempt, self._schedule)
         number = prepared.attempts + 1
         if step == "dead":
-            due: float | None = failed_score(time.time(), self.settings.dead_letter_retention)
-            retention = self.settings.dead_letter_retention
+            due: float | None = failed_score(time.time(), self._dead_retention)
+            retention = self._dead_retention
         else:
             due = time.time() + delay if delay is not None else None
-            retention = max(self.settings.log_retention, 86400)
+            retention = self._retention
         destination = failingdestinations.destination_of(prepared.destination.url) if prepared.destination else ""
         why = why_dead(delivery_id, number, attempt) if step == "dead" else ""
-        finished = await self.finish(
+        # Its failing and probing records are named alike, as the origin its slots were taken for.
+        named = origin or failingdestinations.name(prepared.account, destination)
+        self._queue(_Pending(
             Finish(
                 delivery_id,
                 prepared.appid,
@@ -115,40 +156,59 @@ class Outcomes:
                 retention=retention,
                 error=exc_info_field(why) if why else b"",
                 shown=dead_letter_shown(prepared, why) if why else b"",
-                failing=failingdestinations.name(prepared.account, destination),
+                failing=named,
                 event_ids=stored_ids(prepared.body) if step == "delivered" and _keeps_ids(prepared) else b"",
                 probe=probe,
-                probing=probing.name(prepared.account, destination),
-            )
-        )
-        _log_failing(destination, prepared.account, finished, attempt)
-        _log_probing(destination, prepared.account, finished, attempt)
-        log.info(
-            "delivery attempt",
-            extra={
-                "appid": prepared.appid,
-                "delivery_id": delivery_id,
-                **({"destination_id": prepared.destination_id} if prepared.destination_id else {}),
-                "attempt": number,
-                "outcome": step,
-                "status": attempt.status,
-                "error": attempt.error,
-                "duration_ms": round(attempt.duration * 1000, 1),
-            },
-        )
+                probing=named,
+            ),
+            prepared=prepared, attempt=attempt, destination=destination, origin=origin,
+        ))  # fmt: skip
+
+    def _told(self, pending: _Pending, finished: Finished) -> None:
+        """An attempt's outcome is stored: its log lines and the ``on_attempt`` hook."""
+        prepared, attempt, destination = pending.prepared, pending.attempt, pending.destination
+        assert prepared is not None and attempt is not None
+        item = pending.item
+        if finished.started_failing or finished.recovered:
+            _log_failing(destination, prepared.account, finished, attempt)
+        if finished.probe_began or finished.reopened or finished.probe_ended:
+            _log_probing(destination, prepared.account, finished, attempt)
+        extra: dict[str, object] = {"appid": item.appid, "delivery_id": item.delivery_id}
+        if prepared.destination_id:
+            extra["destination_id"] = prepared.destination_id
+        extra["attempt"] = prepared.attempts + 1
+        extra["outcome"] = item.kind
+        extra["status"] = attempt.status
+        extra["error"] = attempt.error
+        extra["duration_ms"] = round(attempt.duration * 1000, 1)
+        _attempt_line(extra)
         if self.on_attempt is not None:
             try:
-                self.on_attempt(prepared, attempt, step)
+                self.on_attempt(prepared, attempt, item.kind)
             except Exception:
-                log.exception("delivery %s: the on_attempt hook failed", delivery_id)
-        return finished
+                log.exception("delivery %s: the on_attempt hook failed", item.delivery_id)
+
+    def end(self, item: Finish) -> None:
+        """Queue ``item`` (a drop or a deferral) for the next batch, without waiting; ``ended`` is told once it is
+        stored."""
+        self._queue(_Pending(item))
 
     async def finish(self, item: Finish) -> Finished:
         """Queue ``item`` for the next batch and wait until it is stored (``held`` False: the claim was lost)."""
         done: asyncio.Future[Finished] = asyncio.get_running_loop().create_future()
-        self._pending.append(_Pending(item, done))
-        self._wanted.set()
+        self._queue(_Pending(item, done))
         return await done
+
+    def _queue(self, pending: _Pending) -> None:
+        self._pending.append(pending)
+        self._wanted.set()
+
+    async def drained(self) -> None:
+        """Wait until nothing is waiting to be stored, nor being stored."""
+        while self._pending or self._storing:
+            if self._drained is None:
+                self._drained = asyncio.Event()
+            await self._drained.wait()
 
     async def run(self) -> None:
         """Store finished attempts, all that are waiting in one script call."""
@@ -164,7 +224,7 @@ class Outcomes:
                     results = await self.queue.finish_detailed([p.item for p in batch])
                 except Exception as exc:
                     # Still claimed and still extended: try again until Redis is back.
-                    self._pending[:0] = [p for p in batch if not p.done.done()]
+                    self._pending[:0] = [p for p in batch if p.wanted]
                     failures += 1
                     delay = min(0.05 * 2**failures, 2.0)
                     self.failing_unexpectedly = not isinstance(exc, STORAGE_ERRORS)
@@ -178,9 +238,25 @@ class Outcomes:
                     self._storing, self.storing_since = [], None
                 failures = 0
                 self.failing_unexpectedly = False
-                for pending, held in zip(batch, results, strict=True):
-                    if not pending.done.done():
-                        pending.done.set_result(held)
+                for pending, finished in zip(batch, results, strict=True):
+                    if pending.wanted:
+                        self._tell(pending, finished)
+            if self._drained is not None:
+                self._drained.set()
+                self._drained = None
+
+    def _tell(self, pending: _Pending, finished: Finished) -> None:
+        """Whoever waits for a stored end; one who fails does not keep the others from being told."""
+        if pending.done is not None:
+            pending.done.set_result(finished)
+            return
+        try:
+            if pending.attempt is not None:
+                self._told(pending, finished)
+        except Exception:
+            log.exception("delivery %s: its stored outcome could not be logged", pending.item.delivery_id)
+        if self.ended is not None:
+            self.ended(pending.item.delivery_id, finished, pending.origin)
 
 
 def _keeps_ids(prepared: Prepared) -> bool:

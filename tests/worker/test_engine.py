@@ -141,20 +141,20 @@ def test_a_socket_full_for_one_account_holds_back_its_jobs_only_and_one_at_its_c
 ) -> None:
     now = [1000.0]
     engine = Engine(settings, None, TokenVault.from_settings(settings))
-    engine.slots = DestinationSlots(settings.destination_concurrency, 10.0, clock=lambda: now[0])
-    engine.hosts = DestinationSlots(settings.host_ceiling, 10.0, clock=lambda: now[0])
-    engine.destinations._remember("hooks.test:8080", ("10.0.0.1:8080",), time.monotonic())
+    engine.gate.slots = DestinationSlots(settings.destination_concurrency, 10.0, clock=lambda: now[0])
+    engine.gate.hosts = DestinationSlots(settings.host_ceiling, 10.0, clock=lambda: now[0])
+    engine.gate.destinations._remember("hooks.test:8080", ("10.0.0.1:8080",), time.monotonic())
     for _ in range(settings.destination_concurrency):
-        assert engine.slots.acquire(lane("acc_m", "10.0.0.1:8080")) is not None
-        assert engine.hosts.acquire("10.0.0.1:8080") is not None
+        assert engine.gate.slots.acquire(lane("acc_m", "10.0.0.1:8080")) is not None
+        assert engine.gate.hosts.acquire("10.0.0.1:8080") is not None
     now[0] += 1.0  # its attempts are not quick: its jobs go back to the schedule rather than wait
     # The account's own cap on the socket is full: its jobs there are held back, no one else's.
-    assert set(engine._saturated()) == {held_as("acc_m", "hooks.test:8080")}
-    assert engine.slots.acquire(lane("acc_v", "10.0.0.1:8080")) is not None
-    while engine.hosts.acquire("10.0.0.1:8080") is not None:
+    assert set(engine.gate.saturated(engine.keys)) == {held_as("acc_m", "hooks.test:8080")}
+    assert engine.gate.slots.acquire(lane("acc_v", "10.0.0.1:8080")) is not None
+    while engine.gate.hosts.acquire("10.0.0.1:8080") is not None:
         pass
     # Every account's together at the host's ceiling: every account's jobs there are held back.
-    assert set(engine._saturated()) == {held_as("acc_m", "hooks.test:8080"), "hooks.test:8080"}
+    assert set(engine.gate.saturated(engine.keys)) == {held_as("acc_m", "hooks.test:8080"), "hooks.test:8080"}
     assert settings.host_ceiling > settings.destination_concurrency
 
 

@@ -10,11 +10,13 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
+from typing import TypeVar
 
 import orjson
 import pytest
 from redis import Redis
+from redis.asyncio import Redis as AsyncRedis
 from rq.job import Job
 from rq.results import Result
 
@@ -27,6 +29,8 @@ from svcgw.storage.rqformat import SERIALIZER
 from tests.conftest import provision
 from tests.support import Sink, ThreadedWorker, free_port, is_delivered, wait_for
 from tests.svcgw.delivery.test_deadletters import ingest, replay
+
+T = TypeVar("T")
 
 
 def attempt(**values: object) -> Attempt:
@@ -160,3 +164,136 @@ def test_ends_of_claims_handed_back_are_dropped_and_their_waiters_cancelled() ->
 
     before, cancelled, after = asyncio.run(main())
     assert before == {"d1", "d2"} and cancelled and after == {"d2"}
+
+
+# --- attempts' outcomes told once their batch is stored --------------------------------------
+class Held:
+    """A queue whose ``finish_detailed`` stores nothing until ``release`` is set (Redis slow to answer)."""
+
+    def __init__(self) -> None:
+        self.release = asyncio.Event()
+        self.calls: list[list[str]] = []
+
+    async def finish_detailed(self, items: Sequence[Finish]) -> list[Finished]:
+        self.calls.append([item.delivery_id for item in items])
+        await self.release.wait()
+        return [Finished(held=True) for _ in items]
+
+
+def prepared(delivery_id: str) -> Prepared:
+    return Prepared(delivery_id, "we_a", "acc_a", "Msg", b'{"events":[]}', 0, 0, 0.0, False, None)
+
+
+def test_an_attempts_log_line_hook_and_end_wait_until_its_batch_is_stored(caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level("INFO", logger="svcgw.delivery")
+    told: list[tuple[str, str]] = []
+
+    async def main() -> tuple[list[tuple[str, str]], set[str], list[list[str]]]:
+        queue = Held()
+        outcomes = Outcomes(
+            Settings(), queue,
+            lambda p, a, step: told.append(("hook " + step, p.delivery_id)),
+            lambda delivery_id, finished, origin: told.append(("ended " + origin, delivery_id)),
+        )  # fmt: skip
+        task = asyncio.create_task(outcomes.run())
+        try:
+            for n in (1, 2, 3):
+                outcomes.record(prepared(f"d{n}"), attempt(ok=True, status=200), origin="acc_a http://h:80")
+            deadline = time.monotonic() + 10
+            while not queue.calls and time.monotonic() < deadline:
+                await asyncio.sleep(0.01)
+            before = list(told)
+            waiting = outcomes.waiting_ids()
+            queue.release.set()
+            await asyncio.wait_for(outcomes.drained(), timeout=10)
+            return before, waiting, queue.calls
+        finally:
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+
+    before, waiting, calls = asyncio.run(main())
+    # Queued without waiting, stored in one call, and nothing told while Redis had not answered.
+    assert before == [] and waiting == {"d1", "d2", "d3"} and calls == [["d1", "d2", "d3"]]
+    assert told == [(kind, f"d{n}") for n in (1, 2, 3) for kind in ("hook delivered", "ended acc_a http://h:80")]
+    lines = [r for r in caplog.records if r.getMessage() == "delivery attempt"]
+    assert [(r.delivery_id, r.outcome, r.attempt, r.status) for r in lines] == [  # type: ignore[attr-defined]
+        (f"d{n}", "delivered", 1, 200) for n in (1, 2, 3)
+    ]
+
+
+def test_an_outcome_redis_did_not_store_is_told_once_a_retry_stores_it() -> None:
+    from redis.exceptions import ConnectionError as RedisConnectionError
+
+    queue = FailsFirst(RedisConnectionError("reset"))
+    ended: list[str] = []
+
+    async def main() -> None:
+        outcomes = Outcomes(Settings(), queue, None, lambda delivery_id, finished, origin: ended.append(delivery_id))
+        task = asyncio.create_task(outcomes.run())
+        try:
+            outcomes.record(prepared("d1"), attempt(status=500, error="HTTP 500"))
+            await asyncio.wait_for(outcomes.drained(), timeout=10)
+        finally:
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+
+    asyncio.run(main())
+    assert queue.calls == [["d1"], ["d1"]] and ended == ["d1"]
+
+
+def test_a_handed_back_claims_queued_end_is_neither_stored_nor_told() -> None:
+    queue = Held()
+    ended: list[str] = []
+
+    async def main() -> list[list[str]]:
+        outcomes = Outcomes(Settings(), queue, None, lambda delivery_id, finished, origin: ended.append(delivery_id))
+        outcomes.record(prepared("d1"), attempt(ok=True, status=200))
+        outcomes.end(Finish("d2", "we_a", "defer", due=time.time() + 1))
+        outcomes.forget({"d1"})
+        queue.release.set()
+        task = asyncio.create_task(outcomes.run())
+        try:
+            await asyncio.wait_for(outcomes.drained(), timeout=10)
+        finally:
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+        return queue.calls
+
+    assert asyncio.run(main()) == [["d2"]] and ended == ["d2"]
+
+
+def test_an_outcome_queued_but_never_stored_leaves_the_delivery_to_be_handed_back(
+    settings: Settings, redis: Redis
+) -> None:
+    """A worker killed between an attempt and the store of its batch: the claim is still leased in Redis, so
+    the lease runs out and the job goes back to the queue, nothing counted or marked delivered."""
+    tenant = provision(settings)
+    delivery_id = ingest(settings, tenant, b'{"event_type":"Msg","events":[{"id":"crash1"}]}')
+    told: list[str] = []
+
+    async def killed(client: AsyncRedis) -> list[str]:
+        queue = DeliveryQueue(client, keys, settings.queue_name, lease_seconds=0.2)
+        claimed = await queue.claim_batch(10, "killed")
+        outcomes = Outcomes(settings, queue, lambda p, a, step: told.append(p.delivery_id))
+        # Its task never ran (the process died): the outcome stays queued in memory only.
+        for job in claimed:
+            outcomes.record(prepared(job.delivery_id), attempt(ok=True, status=200))
+        return [job.delivery_id for job in claimed]
+
+    assert asyncio.run(with_client(settings, killed)) == [delivery_id]
+
+    async def reclaimed(client: AsyncRedis) -> int:
+        queue = DeliveryQueue(client, keys, settings.queue_name)
+        return (await queue.reclaim_expired()).moved
+
+    wait_for(lambda: asyncio.run(with_client(settings, reclaimed)) == 1, timeout=10, what="the lease to run out")
+    assert redis.lrange(keys.rq.queue(settings.queue_name), 0, -1) == [delivery_id.encode()]
+    assert told == [] and not is_delivered(redis, delivery_id)
+
+
+async def with_client(settings: Settings, action: Callable[[AsyncRedis], Awaitable[T]]) -> T:
+    client = AsyncRedis.from_url(settings.redis_url or "")
+    try:
+        return await action(client)
+    finally:
+        await client.aclose()
