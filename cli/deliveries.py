@@ -4,7 +4,7 @@
 attempts, next attempt, and the destination: ``primary`` for the primary
 address's, else the further destination's ``dst_…`` id, each post's primary
 delivery first), and whether their destination is being probed
-(``svcgw.delivery.probing``: its attempts time out, so it gets fewer at a
+(``svcgw.delivery.breaker``: its attempts time out, so it gets fewer at a
 time and the others wait without counting an attempt): the primary address's,
 or with ``--destination dst_…`` that further destination's address; ``show``
 one delivery with each attempt's answer, and its own destination's probing;
@@ -19,10 +19,10 @@ import click
 from rich.console import Group, RenderableType
 from rich.text import Text
 
-from svcgw.delivery import byid, listing, probing, retrynow
+from svcgw.delivery import breaker, byid, listing, retrynow
+from svcgw.delivery.breaker import BreakerRecord
 from svcgw.delivery.listing import PRIMARY, STATES, Delivery
 from svcgw.delivery.outcomes import ANSWERS_NOTE
-from svcgw.delivery.probing import Probe
 from svcgw.errors import NotFound
 from svcgw.shards.routing import first_found, instance_shard
 
@@ -37,7 +37,7 @@ def deliveries() -> None:
     """Deliveries of an instance: pending, retrying, delivered or dead, with every attempt."""
 
 
-def probing_note(probe: Probe | None) -> Text | None:
+def breaker_note(probe: BreakerRecord | None) -> Text | None:
     """One line saying that the deliveries' destination is being probed, and what that means for them."""
     if probe is None:
         return None
@@ -125,7 +125,7 @@ async def deliveries_list(
         )
         if page.next_before:
             shown.caption = f"older: --before {page.next_before}"
-        note = probing_note(probe)
+        note = breaker_note(probe)
         return shown if note is None else Group(shown, note)
 
     emit(as_json, {**page.as_dict(), "probing": probe.as_dict() if probe else None}, render)
@@ -143,7 +143,7 @@ async def deliveries_show(admin: Admin, delivery_id: str, as_json: bool) -> None
     if as_json:
         emit(True, {**delivery.as_dict(), "probing": probe.as_dict() if probe else None}, lambda: None)
         return
-    note = probing_note(probe)
+    note = breaker_note(probe)
     console().print(_detail(delivery) if note is None else Group(_detail(delivery), note))
 
 
@@ -191,18 +191,18 @@ async def deliveries_retry(admin: Admin, delivery_id: str, as_json: bool) -> Non
         click.echo(f"{delivery_id} queued for its next attempt now (attempt {len(delivery.attempts) + 1})")
 
 
-async def _probe(admin: Admin, appid: str, destination: str | None) -> Probe | None:
+async def _probe(admin: Admin, appid: str, destination: str | None) -> BreakerRecord | None:
     """The probing record of the address the deliveries go to, when it is being probed: the primary address's
     (``destination`` None or ``primary``), else the further destination's, one ``appid``'s events go to."""
     if not destination or destination == PRIMARY:
-        return await probing.of_instance(admin.shards, admin.settings, appid)
+        return await breaker.of_instance(admin.shards, admin.settings, appid)
     try:
         inherited, own = await admin.store().destinations_for(appid)
     except NotFound:
         return None
     urls = [d.url for d in (*inherited, *own) if d.id == destination]
     # The instance's account's record of that address: probing is kept per account.
-    return await probing.of_instance(admin.shards, admin.settings, appid, urls[0]) if urls else None
+    return await breaker.of_instance(admin.shards, admin.settings, appid, urls[0]) if urls else None
 
 
 async def _show(admin: Admin, delivery_id: str) -> Delivery:

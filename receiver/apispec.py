@@ -1,7 +1,7 @@
 """How a route declares itself, once: its operation, with its handler and types.
 
 Each product of the HTTP role (``receiver.endpoint``, ``receiver.gateway``,
-``receiver.console``) lists its routes as :class:`Operation` values next to
+``receiver.console``) lists its routes as :class:`ApiRoute` values next to
 the types of their requests and answers (msgspec ``Struct`` types, and
 ``Annotated`` types for parameters and headers). Each names the handler
 that answers it: :func:`declared_routes` makes the Starlette routes from
@@ -30,10 +30,10 @@ __all__ = [
     "JSON",
     "RETRY_AFTER",
     "Answer",
+    "ApiRoute",
     "Error",
     "Header",
     "Ok",
-    "Operation",
     "Param",
     "RouteEndpoint",
     "Segment",
@@ -130,7 +130,7 @@ RouteEndpoint = Callable[[Request], Awaitable[Response]]
 
 
 @dataclass(frozen=True)
-class Operation:
+class ApiRoute:
     """One method on one path, and what answers it.
 
     ``body`` is the request body's type; a tuple of types is a body that
@@ -155,7 +155,7 @@ class Operation:
     handler: Callable[..., Awaitable[Response]] | None = None
 
 
-Declared = TypeVar("Declared", bound=Operation)
+Declared = TypeVar("Declared", bound=ApiRoute)
 
 
 def declared_routes(

@@ -128,8 +128,8 @@ def create_app(settings: Settings, *, services: Services | None = None) -> Starl
     routes: list[BaseRoute] = [
         # Each declared once, with its handler, in the table /openapi.json is made from.
         *declared_routes(SERVER),
-        *declared_routes(endpoint_schemas.OPERATIONS, (receiver,)),
-        *declared_routes(gateway_schemas.OPERATIONS, (gateway,)),
+        *declared_routes(endpoint_schemas.ROUTES, (receiver,)),
+        *declared_routes(gateway_schemas.ROUTES, (gateway,)),
         # Asked by browsers of every page that names no icon of its own.
         Route("/favicon.ico", favicon, methods=["GET"], name="favicon"),
         *docs_routes(),  # /docs: the interactive reference of /openapi.json

@@ -6,11 +6,11 @@ gateway API, the console's JSON API, the health checks, ``/metrics``,
 one by one: the gateway forwards any ``module/action`` and returns its
 answer as it is.
 
-Every route is an :class:`receiver.apispec.Operation` in the table of the
+Every route is an :class:`receiver.apispec.ApiRoute` in the table of the
 part that defines it (``receiver.endpoint.schemas``,
-``receiver.gateway.schemas``, ``receiver.console.API_OPERATIONS``, and
+``receiver.gateway.schemas``, ``receiver.console.API_ROUTES``, and
 :data:`SERVER` here), the table its router is made from too;
-:data:`OPERATIONS` lists them. :func:`document` turns them into the
+:data:`ROUTES` lists them. :func:`document` turns them into the
 document on each call: msgspec makes every schema from the operations'
 types, which are named in ``components``.
 """
@@ -26,15 +26,15 @@ import orjson
 from starlette.requests import Request
 from starlette.responses import Response
 
-from .apispec import JSON, Answer, Operation
-from .console import API_OPERATIONS as CONSOLE_OPERATIONS
-from .console import operations
+from .apispec import JSON, Answer, ApiRoute
+from .console import API_ROUTES as CONSOLE_ROUTES
+from .console import routes
 from .endpoint import schemas as endpoint
 from .gateway import schemas as gateway
 from .health import healthz, readyz
 from .metrics import metrics_endpoint
 
-__all__ = ["API_VERSION", "OPERATIONS", "SECURITY_SCHEMES", "document", "openapi_endpoint"]
+__all__ = ["API_VERSION", "ROUTES", "SECURITY_SCHEMES", "document", "openapi_endpoint"]
 
 API_VERSION = "3.2.0"
 REF = "#/components/schemas/{name}"
@@ -73,9 +73,9 @@ async def openapi_endpoint(request: Request) -> Response:
 
 
 # The server's own routes; receiver.app routes them (and mounts /rq), from this table too.
-SERVER: tuple[Operation, ...] = (
-    Operation("get", "/healthz", "healthz", "The process answers", {200: Answer("alive", Health)}, handler=healthz),
-    Operation(
+SERVER: tuple[ApiRoute, ...] = (
+    ApiRoute("get", "/healthz", "healthz", "The process answers", {200: Answer("alive", Health)}, handler=healthz),
+    ApiRoute(
         "get",
         "/readyz",
         "readyz",
@@ -86,7 +86,7 @@ SERVER: tuple[Operation, ...] = (
         },
         handler=readyz,
     ),
-    Operation(
+    ApiRoute(
         "get",
         "/openapi.json",
         "openapi",
@@ -94,7 +94,7 @@ SERVER: tuple[Operation, ...] = (
         {200: Answer("OpenAPI 3.1", dict[str, Any])},
         handler=openapi_endpoint,
     ),
-    Operation(
+    ApiRoute(
         "get",
         "/metrics",
         "metrics",
@@ -107,7 +107,7 @@ SERVER: tuple[Operation, ...] = (
         },
         handler=metrics_endpoint,
     ),
-    Operation(
+    ApiRoute(
         "get",
         "/rq/",
         "rqDashboard",
@@ -124,18 +124,18 @@ SERVER: tuple[Operation, ...] = (
 )
 
 # Every route, in the order of the document. A new route goes in the table of the part that defines it.
-OPERATIONS: list[Operation] = [
-    *gateway.OPERATIONS,
-    *endpoint.OPERATIONS,
+ROUTES: list[ApiRoute] = [
+    *gateway.ROUTES,
+    *endpoint.ROUTES,
     *SERVER,
-    *CONSOLE_OPERATIONS,
+    *CONSOLE_ROUTES,
 ]
 
 SECURITY_SCHEMES: dict[str, Any] = {
     "SvcKey": {"type": "apiKey", "in": "header", "name": "Svc-Key"},
     "XSvcKey": {"type": "apiKey", "in": "header", "name": "X-Svc-Key"},
     "Bearer": {"type": "http", "scheme": "bearer"},
-    **operations.SECURITY_SCHEMES,
+    **routes.SECURITY_SCHEMES,
 }
 
 
@@ -159,7 +159,7 @@ def _forms(body: Any) -> tuple[Any, ...]:
     return body if isinstance(body, tuple) else () if body is None else (body,)
 
 
-def _types(table: Iterable[Operation]) -> list[Any]:
+def _types(table: Iterable[ApiRoute]) -> list[Any]:
     found: list[Any] = []
     for item in table:
         found += [param.type for param in item.params]
@@ -191,7 +191,7 @@ def _answer(answer: Answer, schema: _Schemas) -> dict[str, Any]:
     return item
 
 
-def _operation(item: Operation, schema: _Schemas) -> dict[str, Any]:
+def _operation(item: ApiRoute, schema: _Schemas) -> dict[str, Any]:
     described: dict[str, Any] = {"operationId": item.operation_id}
     if item.tags:
         described["tags"] = list(item.tags)
@@ -218,8 +218,8 @@ def _operation(item: Operation, schema: _Schemas) -> dict[str, Any]:
 
 
 def document() -> dict[str, Any]:
-    """The whole document, made afresh from :data:`OPERATIONS`."""
-    table = list(OPERATIONS)
+    """The whole document, made afresh from :data:`ROUTES`."""
+    table = list(ROUTES)
     schema = _Schemas(_types(table))
     paths: dict[str, dict[str, Any]] = {}
     for item in table:

@@ -25,7 +25,7 @@ memory:
   are computed once from the instances by the first scrape
   (``svcgw.views.metrics.rebuild_instance_counts``);
 * a scrape reads these hashes and, live, the queue depth, the number of
-  dead letters and of failing destinations (``svcgw.delivery.failingdestinations``), and renders
+  dead letters and of failing destinations (``svcgw.delivery.failingorigins``), and renders
   them with ``prometheus_client``.
 
 prometheus-client's multiprocess mode was the alternative. It was not

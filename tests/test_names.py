@@ -31,9 +31,9 @@ def test_an_operations_module_is_a_table_of_declared_routes() -> None:
         path.relative_to(ROOT).as_posix() for package in PACKAGES for path in (ROOT / package).rglob("*operations.py")
     )
     assert named == [
-        "receiver/console/destination_operations.py",
-        "receiver/console/onboarding_operations.py",
-        "receiver/console/operations.py",
+        "receiver/console/destination_routes.py",
+        "receiver/console/onboarding_routes.py",
+        "receiver/console/routes.py",
     ]
     for path in named:
         assert "Operation" in (ROOT / path).read_text(), path

@@ -3,9 +3,9 @@
 One failing destination must not take every slot of a worker: at most
 ``cap`` attempts (``SVCGW_DESTINATION_CONCURRENCY``) of one account run
 against one destination at once. The engine keys destinations by the sockets
-a URL reaches (:mod:`worker.destinations`), and an attempt takes a slot on each
-of them at once (:meth:`DestinationSlots.acquire_all`), so every spelling of a
-host shares its cap. It holds two :class:`DestinationSlots`: one keyed by
+a URL reaches (:mod:`worker.sockets`), and an attempt takes a slot on each
+of them at once (:meth:`SocketSlots.acquire_all`), so every spelling of a
+host shares its cap. It holds two :class:`SocketSlots`: one keyed by
 account and socket, each account's own cap, so that an account whose
 endpoints on a host many accounts use hang or answer slowly fills its own
 slots only; and one keyed by socket alone, the host's ceiling across accounts
@@ -15,11 +15,11 @@ the receiving host. :class:`AccountSlots` counts attempts per account
 account wants slots of the same worker.
 
 A job whose key is at its cap waits in the worker for a slot of it while the
-key answers quickly (:meth:`DestinationSlots.may_wait`): a burst of one
+key answers quickly (:meth:`SocketSlots.may_wait`): a burst of one
 destination's jobs in one claim (its retries falling due together, or its
 backlog brought forward) then costs no round trip per job. Otherwise, or when
 the key's line in the worker is long, the job is deferred for about as long as
-the key takes to free a slot (:meth:`DestinationSlots.defer_delay`), and the
+the key takes to free a slot (:meth:`SocketSlots.defer_delay`), and the
 jobs of one claim found over the cap wait in line in the retry schedule, one
 per slot the key frees at its usual pace, rather than all coming back at once.
 The counts are this worker's own, in memory; nothing here does I/O.
@@ -42,7 +42,7 @@ __all__ = [
     "LINE_ROUNDS",
     "LINE_WAIT",
     "AccountSlots",
-    "DestinationSlots",
+    "SocketSlots",
 ]
 
 DEFER_SECONDS = 0.25  # the shortest deferral of a job whose host is at its cap
@@ -68,7 +68,7 @@ class _Round:
     deferred: int = 0  # jobs in line so far
 
 
-class DestinationSlots:
+class SocketSlots:
     """Counts attempts in flight per destination host, and how long that host takes to answer."""
 
     def __init__(
@@ -219,7 +219,7 @@ class DestinationSlots:
         return self._typical.get(host, 0.0) / self.cap
 
 
-class AccountSlots(DestinationSlots):
+class AccountSlots(SocketSlots):
     """Attempts in flight per account, under a cap that exists for fairness between accounts.
 
     The cap bites only while another account wants slots of this worker:
@@ -238,7 +238,7 @@ class AccountSlots(DestinationSlots):
     """
 
     def __init__(self, cap: int, timeout: float, *, borrow: float = BORROW_SECONDS, **options: Any) -> None:
-        """``options`` are :class:`DestinationSlots`'s; ``borrow`` stands for ``BORROW_SECONDS``."""
+        """``options`` are :class:`SocketSlots`'s; ``borrow`` stands for ``BORROW_SECONDS``."""
         super().__init__(cap, timeout, **options)
         self.quick = min(borrow, timeout / 2)
         self._seen: dict[str, float] = {}  # when a job of each account was last taken up

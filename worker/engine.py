@@ -59,7 +59,7 @@ from redis.asyncio.cluster import RedisCluster as AsyncRedisCluster
 from svcgw.callbacks.outbound import Sender, sender_for
 from svcgw.config.settings import Settings
 from svcgw.counters import AttemptRecorder
-from svcgw.delivery import failingdestinations, probing, stranded
+from svcgw.delivery import breaker, failingorigins, stranded
 from svcgw.delivery.attempt import Attempt, Openings, prepare_claimed, prepared_leniently, unexpected
 from svcgw.delivery.queue import Claimed, DeliveryQueue, Finish, Finished
 from svcgw.delivery.recording import AttemptHook, Outcomes
@@ -70,10 +70,10 @@ from svcgw.shards.connections import async_client
 from svcgw.storage.keys import KeySpace
 from svcgw.vault import TokenVault
 
+from .breaker import READ_EVERY
 from .concurrencycaps import LINE_WAIT
 from .gate import Gate, Held, lane
 from .idlepace import BUSY, pace
-from .probing import READ_EVERY
 from .sending import send
 
 __all__ = ["Engine", "lane", "loop_factory"]
@@ -153,7 +153,7 @@ class Engine:
         self.on_attempt = on_attempt if on_attempt is not None else self._recorder
         # The slots its attempts take (shared by the engines of one process: worker.main).
         self.gate = Gate(settings)
-        self._probing_stale = True  # read the shard's records at the next turn
+        self._breakers_stale = True  # read the shard's records at the next turn
         # The stock Cluster client answers as one Redis does.
         self._given_redis = cast(AsyncRedis, redis) if isinstance(redis, AsyncRedis | AsyncRedisCluster) else None
         self._given_client = client
@@ -178,14 +178,14 @@ class Engine:
             self.keys,
             self.settings.queue_name,
             lease_seconds=self.settings.lease_seconds,
-            failing_argument=failingdestinations.script_argument(self.settings),
-            probing_argument=probing.script_argument(self.settings),
+            failing_argument=failingorigins.script_argument(self.settings),
+            breaker_argument=breaker.script_argument(self.settings),
             log_retention=self.settings.log_retention,
-            # Longer than any job held back for a destination being probed waits (worker.probing).
-            park_seconds=probing.PARK_SECONDS + self.settings.delivery_timeout + 60,
+            # Longer than any job held back for a destination being probed waits (worker.breaker).
+            park_seconds=breaker.PARK_SECONDS + self.settings.delivery_timeout + 60,
             disabled_recheck=self.settings.disabled_recheck_seconds,
         )
-        self.gate.probing.join(self.keys)
+        self.gate.breakers.join(self.keys)
         self.sender = sender
         self.outcomes = Outcomes(self.settings, self.queue, self.on_attempt, self._ended)
         self._slot_freed = asyncio.Event()
@@ -217,7 +217,7 @@ class Engine:
 
     # --- main loop -----------------------------------------------------------------
     async def _main(self, stop: asyncio.Event, burst: bool) -> None:
-        next_promote = next_reclaim = next_extend = next_probing = next_resolve = 0.0
+        next_promote = next_reclaim = next_extend = next_breakers = next_resolve = 0.0
         failures = 0
         # Idle on a Cluster, an engine of one of its virtual shards paces its polling out (worker.idlepace);
         # a blocking wait stays well inside the client's read timeout.
@@ -227,11 +227,11 @@ class Engine:
             try:
                 now = time.time()
                 cadence = pace(cluster=cluster, idle=idle)
-                if now >= next_probing or self._probing_stale:
-                    self._probing_stale = False
-                    records = await self.queue.probing_records(*probing.read_argument(self.settings))
-                    self.gate.probing.update(self.keys, records)
-                    next_probing = now + cadence.probing_every
+                if now >= next_breakers or self._breakers_stale:
+                    self._breakers_stale = False
+                    records = await self.queue.breaker_records(*breaker.read_argument(self.settings))
+                    self.gate.breakers.update(self.keys, records)
+                    next_breakers = now + cadence.breakers_every
                 if await self._unpark():
                     next_promote = now
                 # Idle, the promotion and the hand-back of expired leases share a turn: one wake-up a second.
@@ -274,7 +274,7 @@ class Engine:
                             # Busy again: back to the busy cadence from now on.
                             idle = False
                             next_promote = min(next_promote, now + PROMOTE_EVERY)
-                            next_probing = min(next_probing, now + READ_EVERY)
+                            next_breakers = min(next_breakers, now + READ_EVERY)
                         continue
                 failures = 0
                 if burst and not self._held and not self.outcomes.waiting and not await self.queue.pending():
@@ -285,7 +285,7 @@ class Engine:
                 if free >= self._low_water:
                     if await self.queue.wait(wait) and idle:
                         # Woken by a job after an idle stretch: claim it under fresh probing records.
-                        self._probing_stale = True
+                        self._breakers_stale = True
                 else:
                     self._slot_freed.clear()
                     try:
@@ -309,9 +309,9 @@ class Engine:
             self._started_share = max(0.25, 0.7 * self._started_share + 0.3 * started / popped)
 
     async def _unpark(self) -> int:
-        """Bring forward the held-back jobs of the destinations that answer again (svcgw.delivery.probing)."""
+        """Bring forward the held-back jobs of the destinations that answer again (svcgw.delivery.breaker)."""
         moved = 0
-        for destination in self.gate.probing.unparking(self.keys):
+        for destination in self.gate.breakers.unparking(self.keys):
             due = 0
             for _ in range(UNPARK_CALLS):
                 brought, left = await self.queue.unpark(destination)
@@ -418,11 +418,12 @@ class Engine:
                 self._release_claim(delivery_id, task)
 
     def _ended(self, delivery_id: str, finished: Finished, origin: str) -> None:
-        """A claim's end is stored (:class:`svcgw.delivery.recording.Outcomes`): what it told of probing, and its slot freed."""
+        """A claim's end is stored (:class:`svcgw.delivery.recording.Outcomes`): what it told of its origin's
+        breaker, and its slot freed."""
         if finished.probe_changed:
-            self._probing_stale = True
+            self._breakers_stale = True
         if finished.reopened:
-            self.gate.probing.reopened(origin)
+            self.gate.breakers.reopened(origin)
         claim = self._claims.get(delivery_id)
         self._release_claim(delivery_id, claim.task if claim is not None else None)
 
@@ -454,7 +455,7 @@ class Engine:
             attempt = Attempt(ok=False, at=time.time(), duration=0.0, error=unexpected(exc))
         finally:
             self.gate.free(held)
-        probe = self.gate.probing.mark(held.origin, timed_out=attempt.timed_out, started=attempt.at)
+        probe = self.gate.breakers.mark(held.origin, timed_out=attempt.timed_out, started=attempt.at)
         self.outcomes.record(prepared, attempt, probe, held.origin)
         return True
 

@@ -2,9 +2,9 @@
 
 One failing destination cannot take every slot: at most
 ``SVCGW_DESTINATION_CONCURRENCY`` attempts of one account run against one
-destination at once (:class:`worker.concurrencycaps.DestinationSlots`). A destination is the socket a
+destination at once (:class:`worker.concurrencycaps.SocketSlots`). A destination is the socket a
 URL reaches, whatever the URL's spelling of the host: its resolved addresses
-and port (:mod:`worker.destinations`). The cap is each account's own, as is the
+and port (:mod:`worker.sockets`). The cap is each account's own, as is the
 probing below: many accounts' endpoints live on one host (a chat tool's incoming
 webhooks, an automation platform), and one account whose paths there hang or
 answer slowly must not hold the slots the others' deliveries to that host need.
@@ -15,10 +15,10 @@ receiving host and that one account alone cannot fill. Nor can one account: at m
 account wants slots; alone, an account whose endpoints answer quickly may
 use every slot (:class:`worker.concurrencycaps.AccountSlots`). Nor can one
 destination whose attempts time out: it is probed, allowed fewer attempts
-in flight while they time out and more as it answers (:mod:`worker.probing`,
-:mod:`svcgw.delivery.probing`). A job over a destination's cap waits in the
+in flight while they time out and more as it answers (:mod:`worker.breaker`,
+:mod:`svcgw.delivery.breaker`). A job over a destination's cap waits in the
 worker for one of its slots while that destination answers quickly
-(:meth:`worker.concurrencycaps.DestinationSlots.may_wait`): a burst of one
+(:meth:`worker.concurrencycaps.SocketSlots.may_wait`): a burst of one
 destination's jobs costs no round trip per job. Otherwise a job whose
 destination or account is at its cap, or whose destination is at its
 probing limit, goes back to the scheduled registry without counting an
@@ -39,14 +39,14 @@ from collections import deque
 from dataclasses import dataclass
 
 from svcgw.config.settings import Settings
-from svcgw.delivery import failingdestinations, probing
+from svcgw.delivery import breaker, failingorigins
 from svcgw.delivery.attempt import Prepared
 from svcgw.delivery.claim import Hold, held_as
 from svcgw.storage.keys import KeySpace
 
-from .concurrencycaps import LINE_WAIT, AccountSlots, DestinationSlots
-from .destinations import DestinationKeys, netloc_of
-from .probing import Probing
+from .breaker import Breakers
+from .concurrencycaps import LINE_WAIT, AccountSlots, SocketSlots
+from .sockets import SocketKeys, netloc_of
 
 __all__ = ["ACCOUNT_DEFER_SECONDS", "Gate", "Held", "lane"]
 
@@ -70,7 +70,7 @@ class Held:
     host_token: int | None
     account: str
     account_token: int | None
-    # Its account's destination, as its probing counts it (svcgw.delivery.probing.name); '' for none
+    # Its account's destination, as its probing counts it (svcgw.delivery.breaker.name); '' for none
     origin: str
 
 
@@ -80,7 +80,7 @@ class _Route:
 
     keys: tuple[str, ...]  # its destination keys when these names were made
     lanes: tuple[str, ...]
-    origin: str  # svcgw.delivery.probing.name
+    origin: str  # svcgw.delivery.breaker.name
     held: str  # held_as(account, netloc)
 
 
@@ -90,17 +90,17 @@ class Gate:
 
     def __init__(self, settings: Settings) -> None:
         # Per account and destination key (lane): one account's slow or hanging endpoints on a host fill their own.
-        self.slots = DestinationSlots(settings.destination_concurrency, settings.delivery_timeout)
+        self.slots = SocketSlots(settings.destination_concurrency, settings.delivery_timeout)
         # Per destination key, every account's together: the receiving host's ceiling.
-        self.hosts = DestinationSlots(settings.host_ceiling, settings.delivery_timeout)
+        self.hosts = SocketSlots(settings.host_ceiling, settings.delivery_timeout)
         # An account at its cap is usually busy rather than stuck: its deliveries
         # free slots within milliseconds, so its waits start short.
         self.accounts = AccountSlots(
             settings.account_concurrency, settings.delivery_timeout, shortest=ACCOUNT_DEFER_SECONDS
         )
-        self.destinations = DestinationKeys(settings.allow_private_destinations, settings.destination_ports)
-        # Destinations whose attempts time out get fewer attempts in flight (svcgw.delivery.probing).
-        self.probing = Probing(settings.destination_concurrency, settings.delivery_timeout)
+        self.sockets = SocketKeys(settings.allow_private_destinations, settings.destination_ports)
+        # Destinations whose attempts time out get fewer attempts in flight (svcgw.delivery.breaker).
+        self.breakers = Breakers(settings.destination_concurrency, settings.delivery_timeout)
         # Jobs over a quick destination's cap waiting for one of its slots, per key, first first.
         self.lines: dict[str, deque[asyncio.Future[None]]] = {}
         self._routes: dict[tuple[str, str], _Route] = {}
@@ -109,7 +109,7 @@ class Gate:
         """What the claim holds jobs back by, with when to try again: an account and a URL spelling (netloc)
         seen lately that reaches its destination at that account's cap or probing limit
         (:func:`svcgw.delivery.claim.held_as`), or a netloc alone, for every account, at the host's ceiling."""
-        held = self.probing.saturated(keys)
+        held = self.breakers.saturated(keys)
 
         def hold(name: str, when: float) -> None:
             if name not in held or held[name].last < when:
@@ -117,21 +117,21 @@ class Gate:
 
         for key, when in self.slots.saturated().items():
             account, _, address = key.partition(" ")
-            for netloc in self.destinations.netlocs_of((address,)):
+            for netloc in self.sockets.netlocs_of((address,)):
                 hold(held_as(account, netloc), when)
         for key, when in self.hosts.saturated().items():
-            for netloc in self.destinations.netlocs_of((key,)):
+            for netloc in self.sockets.netlocs_of((key,)):
                 hold(netloc, when)
         return held
 
     async def _route(self, account: str, url: str) -> _Route:
         # Known for most attempts: no coroutine made to say so.
-        destinations = (self.destinations.cached(url) or await self.destinations.keys(url)) if url else ()
+        destinations = (self.sockets.cached(url) or await self.sockets.keys(url)) if url else ()
         route = self._routes.get((account, url))
         if route is None or route.keys != destinations:
             if len(self._routes) >= _ROUTES_KEPT:
                 self._routes.clear()  # rare: a worker past this many addresses names each once more
-            origin = probing.name(account, failingdestinations.destination_of(url))
+            origin = breaker.name(account, failingorigins.origin_of(url))
             lanes = tuple(lane(account, key) for key in destinations)
             route = self._routes[account, url] = _Route(destinations, lanes, origin, held_as(account, netloc_of(url)))
         return route
@@ -148,9 +148,9 @@ class Gate:
             account_token = self.accounts.acquire(account)
             if account_token is None:
                 return self.accounts.defer_delay(account)
-            if not self.probing.acquire(origin, route.held):
+            if not self.breakers.acquire(origin, route.held):
                 self.accounts.give_back(account, account_token)
-                return self.probing.defer_delay(origin)
+                return self.breakers.defer_delay(origin)
             if not destinations:
                 return Held((), None, (), None, account, account_token, origin)
             token = self.slots.acquire_all(lanes)
@@ -161,14 +161,14 @@ class Gate:
                 for key in lanes:
                     self.slots.give_back(key, token)
             self.accounts.give_back(account, account_token)
-            self.probing.release(origin)
+            self.breakers.release(origin)
             full = [(self.slots, key) for key in self.slots.full(lanes)]
             full += [(self.hosts, key) for key in self.hosts.full(destinations)]
             # A quick destination frees a slot within moments: wait for it here rather than go round Redis.
             if not (all(slots.may_wait(key) for slots, key in full) and await self._wait_in_line(*full[0], deadline)):
                 return max(slots.defer_delay(key) for slots, key in full)
 
-    async def _wait_in_line(self, slots: DestinationSlots, key: str, deadline: float) -> bool:
+    async def _wait_in_line(self, slots: SocketSlots, key: str, deadline: float) -> bool:
         """Wait until ``key`` (of ``slots``) frees a slot (True) or ``deadline`` passes (False), first come first
         served."""
         left = deadline - time.monotonic()
@@ -216,4 +216,4 @@ class Gate:
                 self._wake(held.destinations)
         if held.account_token is not None:
             self.accounts.release(held.account, held.account_token)
-        self.probing.release(held.origin)
+        self.breakers.release(held.origin)

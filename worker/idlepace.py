@@ -31,7 +31,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .probing import READ_EVERY
+from .breaker import READ_EVERY
 
 __all__ = ["BUSY", "CLUSTER_EMPTY_SCHEDULE", "CLUSTER_IDLE", "Pace", "empty_schedule_pause", "pace"]
 
@@ -42,14 +42,14 @@ class Pace:
     blocking wait on its queue."""
 
     promote_every: float
-    probing_every: float
+    breakers_every: float
     wait: float
 
 
 # The cadence of an engine on one Redis or plain shards, and of a busy one on a Cluster.
-BUSY = Pace(promote_every=0.1, probing_every=READ_EVERY, wait=0.25)
+BUSY = Pace(promote_every=0.1, breakers_every=READ_EVERY, wait=0.25)
 # An idle engine of a Cluster's virtual shard: woken by its queue, it polls the rest about once a second.
-CLUSTER_IDLE = Pace(promote_every=1.0, probing_every=2.0, wait=1.0)
+CLUSTER_IDLE = Pace(promote_every=1.0, breakers_every=2.0, wait=1.0)
 
 
 def pace(*, cluster: bool, idle: bool) -> Pace:

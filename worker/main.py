@@ -10,7 +10,7 @@ again after one (:func:`_deliver`), while the other shards' go on.
 
 The engines share one callback client and the process's caps per
 destination and per account, as one engine had them, and its probing of
-destinations whose attempts time out (:mod:`worker.probing`).
+destinations whose attempts time out (:mod:`worker.breaker`).
 
 SIGTERM and SIGINT stop them all: each engine lets attempts in flight
 finish within the delivery timeout and hands back what it still holds, and

@@ -10,8 +10,8 @@ invitations and the account page (``receiver.console.account``, with
 ``.signin``), API keys (``receiver.console.apikeys``) and further
 destinations (``receiver.console.destinations``, ``.destinationpages``) add
 their pages and API routes. Each route of the JSON API is declared once,
-with its handler, in :data:`API_OPERATIONS` (``.operations``,
-``.onboarding_operations``, ``.destination_operations``): its router is
+with its handler, in :data:`API_ROUTES` (``.operations``,
+``.onboarding_routes``, ``.destination_routes``): its router is
 made from them, as ``/openapi.json`` is (``receiver.apispec``).
 ``console_routes(services, gateway)`` returns the mount: the JSON API's and
 the pages' side by side, each with its one handler of errors
@@ -32,7 +32,7 @@ from starlette.routing import BaseRoute, Mount
 from svcgw.registry.invitations import Invitations
 
 from ..apispec import declared_routes
-from . import destination_operations, onboarding_operations, operations
+from . import destination_routes, onboarding_routes, routes
 from .account import AccountApi, AccountPages
 from .answers import api_handlers, page_handlers
 from .api import Api
@@ -51,13 +51,13 @@ if TYPE_CHECKING:
     from receiver.gateway import Gateway
     from receiver.services import Services
 
-__all__ = ["API_OPERATIONS", "console_routes", "favicon"]
+__all__ = ["API_ROUTES", "console_routes", "favicon"]
 
 # Every route of the JSON API, in the order of /openapi.json.
-API_OPERATIONS: tuple[operations.ConsoleOperation, ...] = (
-    *operations.OPERATIONS,
-    *onboarding_operations.OPERATIONS,
-    *destination_operations.OPERATIONS,
+API_ROUTES: tuple[routes.ConsoleRoute, ...] = (
+    *routes.ROUTES,
+    *onboarding_routes.ROUTES,
+    *destination_routes.ROUTES,
 )
 
 
@@ -83,7 +83,7 @@ def console_routes(services: Services, gateway: Gateway) -> list[BaseRoute]:
     api, pages, flow = Api(context), Pages(context), QrFlow(gateway, services)
     destinations = Destinations(services, service)
     owners = (api, AccountApi(api), KeyApi(api), OnboardingApi(api, flow), DestinationApi(api, destinations))
-    api_routes = declared_routes(API_OPERATIONS, owners, prefix=operations.API, endpoint=api.endpoint)
+    api_routes = declared_routes(API_ROUTES, owners, prefix=routes.API, endpoint=api.endpoint)
     page_routes = [
         *OnboardingPages(pages, flow).routes(),
         *pages.routes(),

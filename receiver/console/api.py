@@ -29,7 +29,7 @@ from .web import ConsoleHTTPError, Context, int_param, json_ok
 
 if TYPE_CHECKING:
     from ..apispec import RouteEndpoint
-    from .operations import ConsoleOperation
+    from .routes import ConsoleRoute
 
 __all__ = ["Api"]
 
@@ -45,8 +45,8 @@ class Api:
         self.service = context.service
         self.sessions = context.sessions
 
-    # --- the endpoint of each declared operation (receiver.console.operations) ----------------
-    def endpoint(self, item: ConsoleOperation, handler: Callable[..., Awaitable[Response]]) -> RouteEndpoint:
+    # --- the endpoint of each declared operation (receiver.console.routes) ----------------
+    def endpoint(self, item: ConsoleRoute, handler: Callable[..., Awaitable[Response]]) -> RouteEndpoint:
         """``handler`` for a signed-in caller, checked and counted as ``item`` says; signing in, as it is."""
         if not item.signed_in:
             return handler

@@ -46,7 +46,7 @@ from starlette.responses import Response
 
 from svcgw.callbacks.addresses import check_for_service
 from svcgw.callbacks.testpost import CallbackTestResult
-from svcgw.delivery import bydestination, failingdestinations, listing
+from svcgw.delivery import bydestination, failingorigins, listing
 from svcgw.registry.destinations import KEEP, DestinationChange, DestinationConfig, Keep
 from svcgw.registry.destinationtest import needs_test, send_destination_test
 from svcgw.registry.store import Scope
@@ -201,18 +201,18 @@ class Destinations:
 
     async def _failing(self, account: str, found: Sequence[DestinationConfig]) -> dict[str, float]:
         """Since when each failing origin of ``found``'s addresses (``account``'s destinations) fails for
-        ``account`` (``svcgw.delivery.failingdestinations``)."""
-        origins = {failingdestinations.destination_of(d.url) for d in found} - {""}
+        ``account`` (``svcgw.delivery.failingorigins``)."""
+        origins = {failingorigins.origin_of(d.url) for d in found} - {""}
         if not origins:
             return {}
-        failing = await failingdestinations.failing_anywhere(self.texts, self.settings, origins, account=account)
+        failing = await failingorigins.failing_anywhere(self.texts, self.settings, origins, account=account)
         return {name: record.first_failure for name, record in failing.items()}
 
     @staticmethod
     def _view(found: DestinationConfig, failing: dict[str, float], *, secret: bool = True) -> dict[str, Any]:
         return {
             **found.as_dict(secret=secret),
-            "failing_since": failing.get(failingdestinations.destination_of(found.url)),
+            "failing_since": failing.get(failingorigins.origin_of(found.url)),
         }
 
 

@@ -2,7 +2,7 @@
 
 The request types parse the API's bodies (``receiver.console.requests``)
 and, with the answer types, make its part of ``/openapi.json``
-(``receiver.console.operations``). A field an answer may leave out is typed
+(``receiver.console.routes``). A field an answer may leave out is typed
 ``... | UnsetType``: optional in the document.
 """
 
@@ -314,7 +314,7 @@ class DeliveryPage(msgspec.Struct):
     ) = UNSET
 
 
-class FailingDestination(msgspec.Struct):
+class FailingOrigin(msgspec.Struct):
     """A destination whose every attempt has failed for a while."""
 
     destination: Annotated[str, Meta(description="scheme://host:port")] | UnsetType = UNSET
@@ -326,7 +326,7 @@ class FailingDestination(msgspec.Struct):
 class Failing(msgspec.Struct):
     """The failing destinations."""
 
-    failing: list[FailingDestination] | UnsetType = UNSET
+    failing: list[FailingOrigin] | UnsetType = UNSET
 
 
 class ProbingDestination(msgspec.Struct):

@@ -27,7 +27,7 @@ from redis.asyncio import Redis
 
 from svcgw.callbacks.addresses import check_for_service
 from svcgw.callbacks.testpost import CallbackTestResult, send_test
-from svcgw.delivery import byid, deadletters, failingdestinations, listing, probing, retrynow
+from svcgw.delivery import breaker, byid, deadletters, failingorigins, listing, retrynow
 from svcgw.errors import Invalid, NotFound, SvcgwError
 from svcgw.intake.calllog import LogEntry, read_log
 from svcgw.registry.store import CallbackConfig, OperatorDenied, Scope, normalise_operation
@@ -301,28 +301,28 @@ class ConsoleService:
 
     # --- failing destinations, and destinations being probed ----------------------------------
     async def failing(self, account: str, appid: str | None = None) -> list[dict[str, Any]]:
-        """The account's failing destinations (``svcgw.delivery.failingdestinations``), with the instances
+        """The account's failing destinations (``svcgw.delivery.failingorigins``), with the instances
         that use each.
 
         With ``appid``, only the destination of that instance's address. The account's own records only:
         another account's failures at the same hosts are none of its business.
         """
         users = await self._destinations(account, appid)
-        found = await failingdestinations.failing_anywhere(self.texts, self.settings, users, account=account)
+        found = await failingorigins.failing_anywhere(self.texts, self.settings, users, account=account)
         return [
             {**record.as_dict(), "appids": users.get(name, [])}
             for name, record in sorted(found.items(), key=lambda item: item[1].first_failure)
         ]
 
     async def probing(self, account: str, appid: str | None = None) -> list[dict[str, Any]]:
-        """The account's destinations being probed (``svcgw.delivery.probing``: their attempts time out, so
+        """The account's destinations being probed (``svcgw.delivery.breaker``: their attempts time out, so
         they get fewer at a time), with the instances whose callback address is each and the further
         destinations (``dst_…``) whose address is. With ``appid``, as :meth:`failing`, and the further
         destinations its events go to. The account's own records only: another account's attempts to the
         same hosts are none of its business."""
         users = await self._destinations(account, appid)
         further = await self._further_destinations(account, appid)
-        found = await probing.probing_anywhere(self.texts, self.settings, {*users, *further}, account=account)
+        found = await breaker.tripped_anywhere(self.texts, self.settings, {*users, *further}, account=account)
         return [
             {**record.as_dict(), "appids": users.get(name, []), "destinations": further.get(name, [])}
             for name, record in sorted(found.items(), key=lambda item: item[1].since)
@@ -334,7 +334,7 @@ class ConsoleService:
         appids = [appid] if appid is not None else await self.store.instances_of(account)
         by_origin: dict[str, list[str]] = {}
         for config in await self.store.destinations_of(account, appids):
-            origin = failingdestinations.destination_of(config.url)
+            origin = failingorigins.origin_of(config.url)
             if origin:
                 by_origin.setdefault(origin, []).append(config.id)
         return by_origin
@@ -349,11 +349,11 @@ class ConsoleService:
             default, *own = await pipe.execute()
         users: dict[str, list[str]] = {}
         for one, url in zip(appids, own, strict=True):
-            destination = failingdestinations.destination_of(url or default)
+            destination = failingorigins.origin_of(url or default)
             if destination:
                 users.setdefault(destination, []).append(one)
         if appid is None and default:
-            users.setdefault(failingdestinations.destination_of(default), [])
+            users.setdefault(failingorigins.origin_of(default), [])
         return users
 
     # --- controlled operations ----------------------------------------------------------

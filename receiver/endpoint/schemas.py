@@ -1,6 +1,6 @@
 """The receiver endpoint's route, declared once with its handler, and its request and answer types.
 
-The app's router and ``/openapi.json`` are both made from :data:`OPERATIONS`
+The app's router and ``/openapi.json`` are both made from :data:`ROUTES`
 (``receiver.apispec``).
 
 The endpoint reads a post with ``svcgw.intake.envelope`` (raw bytes, ids kept
@@ -17,10 +17,10 @@ from msgspec import UNSET, Meta, UnsetType
 
 from svcgw.intake.receivers import RECEIVER_PREFIX
 
-from ..apispec import RETRY_AFTER, Answer, Error, Operation, Param
+from ..apispec import RETRY_AFTER, Answer, ApiRoute, Error, Param
 from .receive import Endpoint
 
-__all__ = ["OPERATIONS", "ReceiverAnswer", "ReceiverPost"]
+__all__ = ["ROUTES", "ReceiverAnswer", "ReceiverPost"]
 
 Segment = Annotated[str, Meta(min_length=1, pattern="^[A-Za-z0-9_-]+$")]
 Count = Annotated[int, Meta(ge=0)]
@@ -53,8 +53,8 @@ def _error(description: str) -> Answer:
     return Answer(description, Error)
 
 
-OPERATIONS = (
-    Operation(
+ROUTES = (
+    ApiRoute(
         "post",
         RECEIVER_PREFIX + "{appid}/{token}",
         "receiveEvents",

@@ -1,6 +1,6 @@
 """The gateway API's routes, declared once with their handlers, and their request and answer types.
 
-The app's router and ``/openapi.json`` are both made from :data:`OPERATIONS`
+The app's router and ``/openapi.json`` are both made from :data:`ROUTES`
 (``receiver.apispec``). These types describe the gateway's operations for the document only. The
 gateway is a byte-exact pass-through on the service's hot path: it never
 decodes a request with them, and keeps its own cheap checks
@@ -17,10 +17,10 @@ from msgspec import UNSET, Meta, UnsetType
 
 from receiver.gateway import codes as gateway_codes
 
-from ..apispec import RETRY_AFTER, Answer, Operation, error_type, path_param
+from ..apispec import RETRY_AFTER, Answer, ApiRoute, error_type, path_param
 from .handlers import API_PATH, SET_CALLBACK_PATH, Gateway
 
-__all__ = ["OPERATIONS"]
+__all__ = ["ROUTES"]
 
 API_KEY = ("SvcKey", "XSvcKey", "Bearer")
 Segment = Annotated[str, Meta(min_length=1)]
@@ -114,8 +114,8 @@ REFUSALS: dict[int, Answer] = {
     502: Answer("capability layer or storage unavailable; retry later", Unavailable),
 }
 
-OPERATIONS = (
-    Operation(
+ROUTES = (
+    ApiRoute(
         "post",
         API_PATH,
         "callOperation",
@@ -140,7 +140,7 @@ OPERATIONS = (
         },
         handler=Gateway.api,
     ),
-    Operation(
+    ApiRoute(
         "post",
         SET_CALLBACK_PATH,
         "setCallback",

@@ -160,7 +160,7 @@ class Settings:
     upstream_timeout: float = 30.0
     upstream_connect_timeout: float = 5.0
     # Seconds every attempt to a destination (a callback address's origin) must have failed
-    # before it is flagged as failing (svcgw.delivery.failingdestinations).
+    # before it is flagged as failing (svcgw.delivery.failingorigins).
     failing_after: int = 900
     # Seconds a delivery to a disabled further destination waits in the scheduled registry before
     # its destination is looked at again (svcgw.delivery.claim): enabling it lets them go within that time.

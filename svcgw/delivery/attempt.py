@@ -4,7 +4,7 @@
   :class:`Prepared` attempt, so a changed address, a rotated secret or a new
   token applies to every retry. A delivery to a further destination
   (docs/destinations.md) goes to that destination's address, signed with its
-  own secret, with its own token and the header ``X-Svc-Destination``; one
+  own secret, with its own token and the header ``X-Svc-Recipient``; one
   whose destination was removed fails at once, without a request, and is a
   dead letter at its first failure (a replay of it fails the same way). The signing secret and the Bearer token are
   opened with the vault here; one that cannot be opened fails the attempt
@@ -27,7 +27,7 @@ from typing import Literal
 import orjson
 
 from svcgw import deliveryid
-from svcgw.callbacks.destinations import Destination, choose_destination, open_secret
+from svcgw.callbacks.recipients import Recipient, choose_recipient, open_secret
 from svcgw.delivery.retry import next_delay
 from svcgw.vault import TokenVault, VaultError
 
@@ -60,7 +60,7 @@ class Prepared:
     attempts: int
     received_at: float
     replay: bool
-    destination: Destination | None  # its secret in clear
+    destination: Recipient | None  # its secret in clear
     token: str | None = field(default=None, repr=False)
     secret_unreadable: bool = False  # the stored signing secret cannot be opened with the configured keys
     destination_id: str = ""  # the further destination (``dst_…``) it goes to; '' for the primary address
@@ -94,7 +94,7 @@ class Attempt:
     error: str | None = None
     response: str = ""
     destination: str | None = None
-    timed_out: bool = False  # no answer within the delivery timeout (svcgw.delivery.probing)
+    timed_out: bool = False  # no answer within the delivery timeout (svcgw.delivery.breaker)
     dst: str | None = None  # the further destination's id; None for the primary address
 
     def record(self, number: int) -> bytes:
@@ -127,7 +127,7 @@ def prepare_claimed(claimed: Claimed, vault: TokenVault | Openings) -> Prepared 
 
 # A callback configuration opened: its destination with the secret in clear ('' when it cannot be opened, then
 # ``secret_unreadable``), its token in clear ('' when it cannot be opened).
-Opened = tuple[Destination | None, str | None, bool]
+Opened = tuple[Recipient | None, str | None, bool]
 
 
 class Openings:
@@ -152,7 +152,7 @@ class Openings:
         kept = self._kept.get(key)
         if kept is not None and kept[1] > now:
             return kept[0]
-        opened = _opened(choose_destination(own, default), self.vault)
+        opened = _opened(choose_recipient(own, default), self.vault)
         if opened[1] != "" and not opened[2]:
             if len(self._kept) >= self._limit:
                 self._kept.clear()  # rare: a worker past this many configurations opens each once more
@@ -160,7 +160,7 @@ class Openings:
         return opened
 
 
-def _opened(destination: Destination | None, vault: TokenVault) -> Opened:
+def _opened(destination: Recipient | None, vault: TokenVault) -> Opened:
     if destination is None:
         return None, None, False
     token = None
@@ -176,7 +176,7 @@ def _opened(destination: Destination | None, vault: TokenVault) -> Opened:
     except VaultError:
         # A signature the receiver cannot check is worse than none: fail instead (see send()).
         secret, secret_unreadable = "", True
-    return Destination(destination.url, secret, destination.sealed_token, destination.source), token, secret_unreadable
+    return Recipient(destination.url, secret, destination.sealed_token, destination.source), token, secret_unreadable
 
 
 def _prepared(

@@ -19,7 +19,7 @@ attempt fails (:mod:`worker.sending`). Jobs of the primary address read and name
 
 A job whose account, or whose destination, has no free slot in the worker goes back to the
 scheduled registry without an attempt. A destination's slots and probing are each account's own
-(:mod:`worker.concurrencycaps`, :mod:`worker.probing`), so its jobs are held back by their account
+(:mod:`worker.concurrencycaps`, :mod:`worker.breaker`), so its jobs are held back by their account
 and the netloc of their address together (:func:`held_as`); only the ceiling of a host across
 accounts (``SVCGW_HOST_CONCURRENCY``) holds back every account's jobs to it, by the netloc alone.
 The read does that for any job; the pop does it, unread, for the jobs of instances whose account
@@ -80,7 +80,7 @@ class Hold:
     ``spread``: they are lined up evenly over that many seconds after ``due`` rather than all due
     then. ``park``: the parked set (``KeySpace.parked``) of a destination whose attempts time out,
     which notes them so that they can be brought forward when it answers again
-    (:mod:`svcgw.delivery.probing`); '' for none.
+    (:mod:`svcgw.delivery.breaker`); '' for none.
     """
 
     due: float

@@ -45,7 +45,7 @@ from redis.asyncio import Redis as AsyncRedis
 
 from svcgw import deliveryid
 from svcgw.config.settings import Settings
-from svcgw.delivery import chainkeys, failingdestinations, probing
+from svcgw.delivery import breaker, chainkeys, failingorigins
 from svcgw.delivery.outcomes import OUTCOME_WINDOW, late_bucket, late_expire_at
 from svcgw.storage.keys import KeySpace
 from svcgw.storage.rqformat import SCHEDULED, STARTED, rq_now
@@ -93,16 +93,16 @@ class Finish:
     due: float | None = None  # retry and defer: when; dead: when the dead letter expires
     retention: int = 0  # seconds the delivery record is kept from now
     error: bytes = b""  # dead: RQ's exc_info (zlib)
-    # The failing record the attempt moves: its account's and destination's (svcgw.delivery.failingdestinations.name);
+    # The failing record the attempt moves: its account's and destination's (svcgw.delivery.failingorigins.name);
     # '' for none
     failing: str = ""
     # delivered: the body's event ids (svcgw.delivery.view.stored_ids), kept instead of the body,
     # which the callback log holds already; b"" keeps the body
     event_ids: bytes = b""
-    # What the attempt tells of its destination's probing (svcgw.delivery.probing): "t:<when it started>"
+    # What the attempt tells of its destination's probing (svcgw.delivery.breaker): "t:<when it started>"
     # it timed out, "a" it answered a destination held probed, "" nothing
     probe: str = ""
-    # The probing record the mark moves: the account's and the destination's (svcgw.delivery.probing.name)
+    # The probing record the mark moves: the account's and the destination's (svcgw.delivery.breaker.name)
     probing: str = ""
     # dead: what rq-dashboard shows of it (svcgw.delivery.recording.dead_letter_shown); b"" writes nothing more
     shown: bytes = b""
@@ -113,7 +113,7 @@ class Finished:
     """How storing one claim's end went: ``held`` is False when the claim had been lost meanwhile."""
 
     held: bool
-    # This attempt made its account's destination a failing one (svcgw.delivery.failingdestinations).
+    # This attempt made its account's destination a failing one (svcgw.delivery.failingorigins).
     started_failing: bool = False
     recovered: bool = False  # this attempt ended its account's destination's failing
     probe_changed: bool = False  # this attempt changed its destination's probing record
@@ -137,19 +137,19 @@ class DeliveryQueue:
         *,
         lease_seconds: float = 30.0,
         failing_argument: str | None = None,
-        probing_argument: str | None = None,
+        breaker_argument: str | None = None,
         log_retention: int = 86400,
-        park_seconds: float = 2 * probing.PARK_SECONDS,
+        park_seconds: float = 2 * breaker.PARK_SECONDS,
         disabled_recheck: float = 30.0,
     ) -> None:
         self.redis = redis
         self.keys = keys
         # How long a delivered delivery's bare outcome is kept, like its post in the callback log.
         self.log_retention = log_retention
-        # The finish script's thresholds for failing destinations (svcgw.delivery.failingdestinations.script_argument).
-        self.failing_argument = failing_argument or failingdestinations.script_argument(Settings())
-        # Its caps and probing floor (svcgw.delivery.probing.script_argument).
-        self.probing_argument = probing_argument or probing.script_argument(Settings())
+        # The finish script's thresholds for failing destinations (svcgw.delivery.failingorigins.script_argument).
+        self.failing_argument = failing_argument or failingorigins.script_argument(Settings())
+        # Its caps and probing floor (svcgw.delivery.breaker.script_argument).
+        self.breaker_argument = breaker_argument or breaker.script_argument(Settings())
         self.name = queue_name
         self.lease_seconds = lease_seconds
         self.queue_key = keys.rq.queue(queue_name)
@@ -161,7 +161,7 @@ class DeliveryQueue:
             park_seconds=park_seconds, disabled_recheck=disabled_recheck,
         )  # fmt: skip
         self._promote = register(redis, "queue_promote")
-        self._probing_read = register(redis, "probing_read")
+        self._breaker_read = register(redis, "breaker_read")
         self._unpark = register(redis, "queue_unpark")
         self._mark = register(redis, "queue_mark")
         # With chain.lua: a service event delivered or dead lets its instance's next one go.
@@ -241,14 +241,14 @@ class DeliveryQueue:
             await self._mark(keys=[self.keys.rq.job(_text(job_id)) for job_id in moved], args=[had])
         return Promotion(len(moved), float(following) if following else None)
 
-    async def probing_records(self, open_kept: float, forget: float) -> dict[str, probing.Probe]:
-        """The shard's records of destinations being probed, the lapsed ones forgotten (``probing_read.lua``)."""
-        flat = cast(list[Any], await self._probing_read(keys=[self.keys.probing_destinations],
+    async def breaker_records(self, open_kept: float, forget: float) -> dict[str, breaker.BreakerRecord]:
+        """The shard's records of destinations being probed, the lapsed ones forgotten (``breaker_read.lua``)."""
+        flat = cast(list[Any], await self._breaker_read(keys=[self.keys.breakers],
                                                          args=[time.time(), open_kept, forget]))  # fmt: skip
-        found: dict[str, probing.Probe] = {}
+        found: dict[str, breaker.BreakerRecord] = {}
         for i in range(0, len(flat) - 1, 2):
             name = _text(flat[i])
-            record = probing.parse(name, flat[i + 1])
+            record = breaker.parse(name, flat[i + 1])
             if record is not None:
                 found[name] = record
         return found
@@ -277,7 +277,7 @@ class DeliveryQueue:
             late_expire_at(bucket, self.log_retention),
             OUTCOME_WINDOW,
             len(members),
-            self.probing_argument,
+            self.breaker_argument,
             *members,
         ]
         script_keys = [
@@ -286,8 +286,8 @@ class DeliveryQueue:
             self.failed_key,
             self.queue_key,
             self.deferred_key,
-            self.keys.failing_destinations,
-            self.keys.probing_destinations,
+            self.keys.failing_origins,
+            self.keys.breakers,
         ]
         for item in items:
             named = deliveryid.parse_named(item.delivery_id)
@@ -328,10 +328,10 @@ class DeliveryQueue:
                 await chainkeys.advance(
                     self.redis, self.keys, chains[item.delivery_id], self.queue_key, self.deferred_key, ended
                 )
-        started, recovered = failingdestinations.STARTED, failingdestinations.RECOVERED
+        started, recovered = failingorigins.STARTED, failingorigins.RECOVERED
         return [
-            Finished(bool(x & 1), bool(x & started), bool(x & recovered), bool(x & probing.CHANGED),
-                     bool(x & probing.REOPENED), bool(x & probing.BEGAN), bool(x & probing.ENDED))
+            Finished(bool(x & 1), bool(x & started), bool(x & recovered), bool(x & breaker.CHANGED),
+                     bool(x & breaker.REOPENED), bool(x & breaker.BEGAN), bool(x & breaker.ENDED))
             for x in answers
         ]  # fmt: skip
 

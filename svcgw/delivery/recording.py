@@ -8,7 +8,7 @@ waiting in one call of the finish script
 Redis is away (the claims stay held meanwhile). Only once a batch is stored
 does it, for each of its attempts, write the log line and the one record of
 a destination that started failing or recovered, or whose probing began or
-ended (:mod:`svcgw.delivery.probing`), tell the ``on_attempt`` hook, and hand
+ended (:mod:`svcgw.delivery.breaker`), tell the ``on_attempt`` hook, and hand
 the end of the claim to the engine (``ended``): a finish is in Redis before
 it counts, and one batch costs one wake-up of this task, not one per attempt.
 :meth:`Outcomes.finish` queues any other end of a claim (a drop or a
@@ -31,7 +31,7 @@ import orjson
 
 from svcgw import deliveryid
 from svcgw.config.settings import Settings
-from svcgw.delivery import failingdestinations
+from svcgw.delivery import failingorigins
 from svcgw.delivery.view import stored_ids
 from svcgw.errors import STORAGE_ERRORS
 from svcgw.logs import Line
@@ -50,7 +50,7 @@ FINISH_BATCH = 500
 
 AttemptHook = Callable[[Prepared, Attempt, str], None]
 # Told, once a claim's end is stored: its delivery id, how storing went, and the origin its attempt went to
-# (svcgw.delivery.probing.name; '' for none).
+# (svcgw.delivery.breaker.name; '' for none).
 Ended = Callable[[str, Finished, str], None]
 
 
@@ -142,10 +142,10 @@ class Outcomes:
         else:
             due = time.time() + delay if delay is not None else None
             retention = self._retention
-        destination = failingdestinations.destination_of(prepared.destination.url) if prepared.destination else ""
+        destination = failingorigins.origin_of(prepared.destination.url) if prepared.destination else ""
         why = why_dead(delivery_id, number, attempt) if step == "dead" else ""
         # Its failing and probing records are named alike, as the origin its slots were taken for.
-        named = origin or failingdestinations.name(prepared.account, destination)
+        named = origin or failingorigins.name(prepared.account, destination)
         self._queue(_Pending(
             Finish(
                 delivery_id,
@@ -267,7 +267,7 @@ def _keeps_ids(prepared: Prepared) -> bool:
 
 def _log_failing(destination: str, account: str, finished: Finished, attempt: Attempt) -> None:
     """The one record of an account's destination that started failing or recovered
-    (svcgw.delivery.failingdestinations), whatever the workers."""
+    (svcgw.delivery.failingorigins), whatever the workers."""
     if finished.started_failing:
         log.warning(
             "destination failing",
@@ -279,7 +279,7 @@ def _log_failing(destination: str, account: str, finished: Finished, attempt: At
 
 
 def _log_probing(destination: str, account: str, finished: Finished, attempt: Attempt) -> None:
-    """The one record of each change of an account's destination's probing (svcgw.delivery.probing), whatever
+    """The one record of each change of an account's destination's probing (svcgw.delivery.breaker), whatever
     the workers."""
     if finished.probe_began:
         log.warning("destination probed",

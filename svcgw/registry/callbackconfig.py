@@ -4,7 +4,7 @@ Bearer tokens and signing secrets are sealed by the ``TokenVault``, and
 nothing here returns a token in clear. The signing secret is opened for its
 owner (:meth:`CallbackStore.get_callback`: the spec shows it in the console);
 one stored in clear before secrets were sealed is still read
-(``svcgw.callbacks.destinations.open_secret``).
+(``svcgw.callbacks.recipients.open_secret``).
 """
 
 from __future__ import annotations
@@ -15,8 +15,8 @@ from dataclasses import dataclass, field
 from redis.exceptions import WatchError
 
 from svcgw.callbacks.destinationrules import check_bearer_token
-from svcgw.callbacks.destinations import Destination, choose_destination, new_signing_secret, open_secret
 from svcgw.callbacks.origins import same_origin
+from svcgw.callbacks.recipients import Recipient, choose_recipient, new_signing_secret, open_secret
 from svcgw.errors import NotFound
 from svcgw.registry.accounts import AccountStore
 from svcgw.registry.instances import InstanceStore
@@ -139,7 +139,7 @@ class CallbackStore(AccountStore, InstanceStore):
         await self._copy(scope)
         return await self.get_callback(scope)
 
-    async def destination(self, appid: str) -> Destination | None:
+    async def destination(self, appid: str) -> Recipient | None:
         account = await self.owner(appid)
         if account is None:
             raise NotFound(f"no instance {appid!r}", what="instance")
@@ -147,7 +147,7 @@ class CallbackStore(AccountStore, InstanceStore):
             pipe.hgetall(self.keys.callback_instance(appid))
             pipe.hgetall(self.keys.callback_account(account))
             own, default = await pipe.execute()
-        return choose_destination(own, default)
+        return choose_recipient(own, default)
 
     async def _copy(self, scope: Scope) -> None:
         """After a change: the copy the delivery claim reads on the instance's shard(s) (svcgw.registry.copies)."""

@@ -45,8 +45,8 @@ from svcgw.callbacks.destinationrules import (
     check_rate,
     is_destination_id,
 )
-from svcgw.callbacks.destinations import new_signing_secret, open_secret, seal_secret
 from svcgw.callbacks.origins import same_origin
+from svcgw.callbacks.recipients import new_signing_secret, open_secret, seal_secret
 from svcgw.callbacks.routes import build_routes
 from svcgw.errors import NotFound
 from svcgw.registry.accounts import AccountStore

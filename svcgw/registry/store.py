@@ -19,7 +19,7 @@ Here, too: re-sealing every stored secret under the vault's first key
 
 from __future__ import annotations
 
-from svcgw.callbacks.destinations import seal_secret
+from svcgw.callbacks.recipients import seal_secret
 from svcgw.registry.accounts import Account, Denials, OperatorDenied, normalise_operation
 from svcgw.registry.apikeys import MAX_LABEL_LENGTH, ApiKey, KeyStore, check_label
 from svcgw.registry.callbackconfig import CallbackConfig, CallbackStore, Scope

@@ -32,8 +32,9 @@ class KeySpace:
 
     __slots__ = (
         "accounts",
+        "breakers",
         "demo",
-        "failing_destinations",
+        "failing_origins",
         "instances",
         "layout",
         "metrics_counters",
@@ -41,7 +42,6 @@ class KeySpace:
         "metrics_latency",
         "prefix",
         "probe_schedule",
-        "probing_destinations",
         "rq",
         "shard_instances",
         "signin_failures",
@@ -62,12 +62,12 @@ class KeySpace:
         # (receiver.console.failures).
         self.signin_failures = p + "signin-failures"
         self.instances = p + "instances"  # set of every registered appid
-        # Hash: an account's destination (a callback address's origin, svcgw.delivery.failingdestinations) whose
+        # Hash: an account's destination (a callback address's origin, svcgw.delivery.failingorigins) whose
         # attempts have all failed lately: "<account> <origin>" -> "first failure:last failure:flagged (0 or 1)".
-        self.failing_destinations = p + "failing"
+        self.failing_origins = p + "failing"
         # Hash: a destination (as above) whose attempts time out, and so gets fewer attempts in flight
-        # than its caps allow -> "limit:since:at:word" (svcgw.delivery.probing).
-        self.probing_destinations = p + "probing"
+        # than its caps allow -> "limit:since:at:word" (svcgw.delivery.breaker).
+        self.breakers = p + "probing"
         # Hash written once per shard (HSETNX): ``version``, ``since`` (unix seconds), ``dedup``
         # (``hexpire`` or ``buckets``): the layout every process reads and writes; ``tags`` (unix
         # seconds) once the per-instance keys of before carry their ``{appid}`` tag, ``one_tag``
@@ -302,7 +302,7 @@ class KeySpace:
         return f"{self.prefix}inflight:{queue_name}"
 
     def parked(self, destination: str) -> str:
-        """Sorted set: the jobs held back for a destination being probed (svcgw.delivery.probing), scored by
+        """Sorted set: the jobs held back for a destination being probed (svcgw.delivery.breaker), scored by
         when each is due in the scheduled registry; what lets them be brought forward when it answers again."""
         return f"{self.prefix}parked:{destination}"
 

@@ -20,7 +20,7 @@ Some scripts call code they share with others or keep apart: ``delivery.lua``
 (the one writer of a delivery), ``chain.lua`` (service events' order),
 ``dedup.lua`` (the de-duplication window), ``clock.lua`` (the time of a
 call in milliseconds, the caller's or Redis's), and the finish's concerns kept
-apart from it, ``probing.lua``, ``failing.lua`` and ``bare_outcome.lua``
+apart from it, ``breaker.lua``, ``failing.lua`` and ``bare_outcome.lua``
 (one script still, so that a claim's end is atomic). Those are put together here,
 once, the shared parts first (:data:`_PARTS`). The gateway's admission
 script runs a whole script of its own as a function (:data:`_FUNCTIONS`):
@@ -51,7 +51,7 @@ _PARTS: dict[str, tuple[str, ...]] = {
     # A service event delivered or dead lets its instance's next one go; an attempt that timed out, or
     # answered a destination being probed, moves what the destination is allowed; one failed or
     # delivered starts or ends its destination's failing; a delivered one keeps its bare outcome.
-    "queue_finish": ("chain", "probing", "failing", "bare_outcome", "queue_finish"),
+    "queue_finish": ("chain", "breaker", "failing", "bare_outcome", "queue_finish"),
     "chain_advance": ("chain", "chain_advance"),
     # The windows of calls: one clock.
     "rate_window": ("clock", "rate_window"),

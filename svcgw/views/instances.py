@@ -34,7 +34,7 @@ from typing import Any
 
 from redis.asyncio import Redis
 
-from svcgw.callbacks.destinations import Destination
+from svcgw.callbacks.recipients import Recipient
 from svcgw.config.settings import Settings
 from svcgw.delivery import deadletters
 from svcgw.delivery.view import field_float
@@ -78,7 +78,7 @@ class InstanceView:
     account: str
     created_at: float
     fields: Mapping[str, str] = field(repr=False)  # the instance hash, receiver token left out
-    destination: Destination | None
+    destination: Recipient | None
     dead_letters: int | None = None  # counted only when asked for
     last_event_at: float | None = None  # read only when asked for; None also when nothing was posted
 

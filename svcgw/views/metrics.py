@@ -18,7 +18,7 @@ from typing import Any
 from redis.asyncio import Redis as AsyncRedis
 
 from svcgw.config.settings import Settings
-from svcgw.delivery import failingdestinations, probing
+from svcgw.delivery import breaker, failingorigins
 from svcgw.storage.keys import KeySpace
 from svcgw.storage.scripts import register
 
@@ -93,8 +93,8 @@ async def snapshot(
         # Dead letters: the failed registry's members scored after now (svcgw.storage.rqformat.failed_live).
         pipe.zcount(keys.rq.failed(queue_name), f"({now}", "+inf")
         pipe.hgetall(keys.metrics_instances)
-        pipe.hgetall(keys.failing_destinations)
-        pipe.hgetall(keys.probing_destinations)
+        pipe.hgetall(keys.failing_origins)
+        pipe.hgetall(keys.breakers)
         counters, latency, queued, inflight, scheduled, dead, instances, destinations, probed = await pipe.execute()
     built_for = instances.get(COUNTS_SHARD.encode(), instances.get(COUNTS_SHARD))
     if built_for is None or _text(built_for) != str(shard):
@@ -123,13 +123,13 @@ async def snapshot(
 def _failing_count(destinations: dict[Any, Any], settings: Settings, now: float) -> int:
     count = 0
     for name, value in destinations.items():
-        record = failingdestinations.parse(_text(name), value)
-        if record is not None and failingdestinations.is_failing(record, settings, now):
+        record = failingorigins.parse(_text(name), value)
+        if record is not None and failingorigins.is_failing(record, settings, now):
             count += 1
     return count
 
 
 def _probing_count(destinations: dict[Any, Any], settings: Settings, now: float) -> int:
-    records = {_text(name): probing.parse(_text(name), value) for name, value in destinations.items()}
+    records = {_text(name): breaker.parse(_text(name), value) for name, value in destinations.items()}
     found = {name: [record] for name, record in records.items() if record is not None}
-    return len(probing.current(found, settings, now))
+    return len(breaker.current(found, settings, now))

@@ -16,7 +16,7 @@ per round, each on a Redis of its own), ``--pairs`` pairs; per pair:
   times out, so that is the most that arrived there within one timeout of each other;
 * how long the run lasted, from the workers' start to the last healthy delivery.
 
-A destination's probing is kept in Redis (``svcgw.delivery.probing``), so from the second pair on the
+A destination's probing is kept in Redis (``svcgw.delivery.breaker``), so from the second pair on the
 hanging destinations are known to hang when the run starts, as they would be in service; the first
 pair meets them fresh. ``--cold`` forgets that state before every run, so that each run meets them
 fresh. Medians per tree; the last line is one JSON object.
@@ -80,7 +80,7 @@ def _most_within(times: list[float], window: float) -> int:
 
 def _forget_probing(bench: TreeBench) -> None:
     client = bench.redis.client
-    client.delete(keys.probing_destinations, *client.keys(keys.parked("*")))
+    client.delete(keys.breakers, *client.keys(keys.parked("*")))
 
 
 def _run(bench: TreeBench, tenants: list[Tenant], count: int, prefix: str, hanging: set[int], cold: bool) -> Run:

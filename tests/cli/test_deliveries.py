@@ -77,7 +77,7 @@ def test_a_destination_being_probed_is_shown_beside_its_deliveries(env: dict[str
         ids = [ingest(settings, tenant, b'{"event_type":"Msg","events":[{"id":"p%d"}]}' % n) for n in range(6)]
         assert ok(env, "deliveries", "list", tenant.appid)["probing"] is None
         with Running(settings):
-            wait_for(lambda: redis.hlen(keys.probing_destinations) == 1, timeout=10, what="the destination probed")
+            wait_for(lambda: redis.hlen(keys.breakers) == 1, timeout=10, what="the destination probed")
             page = ok(env, "deliveries", "list", tenant.appid)
             destination = hanging.url.removesuffix("/hook")
             assert page["probing"]["destination"] == destination
@@ -107,7 +107,7 @@ def test_a_further_destination_being_probed_is_shown_beside_its_deliveries(
         ]
         further = [ids[0] for _, ids in posted]
         with Running(settings):
-            wait_for(lambda: redis.hlen(keys.probing_destinations) == 1, timeout=10, what="the destination probed")
+            wait_for(lambda: redis.hlen(keys.breakers) == 1, timeout=10, what="the destination probed")
             wait_for(lambda: all(is_delivered(redis, primary) for primary, _ in posted), what="the primary's")
             destination = hanging.url.removesuffix("/hook")
             page = ok(env, "deliveries", "list", tenant.appid, "--destination", stuck.id)

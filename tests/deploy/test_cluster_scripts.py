@@ -37,7 +37,7 @@ from click.testing import CliRunner
 from cli.main import cli
 from svcgw.callbacks.addresses import check_for_service
 from svcgw.config.settings import Settings
-from svcgw.delivery import chainkeys, failingdestinations
+from svcgw.delivery import chainkeys, failingorigins
 from svcgw.delivery.queue import DeliveryQueue, Finish, Finished
 from svcgw.deliveryid import new_delivery_id
 from svcgw.intake.receivers import RECEIVER_PREFIX
@@ -354,7 +354,7 @@ def test_each_accounts_failing_record_of_a_shared_host_is_kept_in_the_finish_cal
         _on_each_master(cluster, "FLUSHALL")
     assert [(f.started_failing, f.recovered) for f in finished] == [(True, False), (False, False)]
     (field, value), *others = records.items()
-    assert field == failingdestinations.name("acc_failing", SHARED_HOST).encode() and others == []
+    assert field == failingorigins.name("acc_failing", SHARED_HOST).encode() and others == []
     assert value.endswith(b":1")  # flagged
     assert any(call.name == "queue_finish" for watch in watches for call in watch.calls())
     for watch in watches:
@@ -371,18 +371,18 @@ async def _failing_at_one_host(settings: Settings) -> tuple[list[Finished], dict
     clients = role_clients(settings)
     try:
         redis, keys = clients[2]
-        mine = failingdestinations.name("acc_failing", SHARED_HOST)
-        theirs = failingdestinations.name("acc_answering", SHARED_HOST)
+        mine = failingorigins.name("acc_failing", SHARED_HOST)
+        theirs = failingorigins.name("acc_answering", SHARED_HOST)
         now = time.time()
-        await redis.hset(keys.failing_destinations, mine, f"{now - 5}:{now - 1}:0")
+        await redis.hset(keys.failing_origins, mine, f"{now - 5}:{now - 1}:0")
         queue = DeliveryQueue(redis, keys, settings.queue_name, lease_seconds=settings.lease_seconds,
-                              failing_argument=failingdestinations.script_argument(settings))  # fmt: skip
+                              failing_argument=failingorigins.script_argument(settings))  # fmt: skip
         record = b'{"attempt":1}'
         items = [
             Finish(new_delivery_id(), "we_failing", "retry", record, due=now + 600, retention=60, failing=mine),
             Finish(new_delivery_id(), "we_answering", "delivered", record, retention=60, failing=theirs),
         ]
         finished = await queue.finish_detailed(items)
-        return finished, await redis.hgetall(keys.failing_destinations)
+        return finished, await redis.hgetall(keys.failing_origins)
     finally:
         await aclose_all(clients)

@@ -35,7 +35,7 @@ import pytest
 from redis.exceptions import WatchError
 
 from svcgw.config.settings import Settings
-from svcgw.delivery import chainkeys, failingdestinations
+from svcgw.delivery import chainkeys, failingorigins
 from svcgw.delivery.attempt import Attempt
 from svcgw.delivery.queue import DeliveryQueue, Finish
 from svcgw.delivery.queueing import queue_delivery
@@ -176,7 +176,7 @@ async def _write_before(settings: Settings, sink_url: str) -> Before:
         retried, done, died = [await _post(ingest, ONE, tokens[ONE], event_id)
                                for event_id in ("u-retrying", "u-delivered", "u-dead")]  # fmt: skip
         queue = DeliveryQueue(redis, one, settings.queue_name, lease_seconds=settings.lease_seconds,
-                              failing_argument=failingdestinations.script_argument(settings),
+                              failing_argument=failingorigins.script_argument(settings),
                               log_retention=settings.log_retention)  # fmt: skip
         assert [c.delivery_id for c in await queue.claim_batch(3, "worker-before")] == [retried, done, died]
         ttl = settings.dead_letter_retention

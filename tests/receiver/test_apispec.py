@@ -9,7 +9,7 @@ from starlette.responses import PlainTextResponse, Response
 from starlette.routing import Mount
 from starlette.testclient import TestClient
 
-from receiver.apispec import Answer, Operation, RouteEndpoint, declared_routes
+from receiver.apispec import Answer, ApiRoute, RouteEndpoint, declared_routes
 
 OK = {200: Answer("ok")}
 
@@ -32,10 +32,10 @@ async def alive(request: Request) -> Response:
 
 
 TABLE = (
-    Operation("get", "/api/greet/{who}", "greet", "Greets", OK, handler=Greeter.greet),
-    Operation("post", "/api/count", "count", "Counts", OK, handler=Counter.count),
-    Operation("get", "/api/alive", "alive", "A module's function", OK, handler=alive),
-    Operation("get", "/api/elsewhere", "elsewhere", "Served by a mounted app", OK),
+    ApiRoute("get", "/api/greet/{who}", "greet", "Greets", OK, handler=Greeter.greet),
+    ApiRoute("post", "/api/count", "count", "Counts", OK, handler=Counter.count),
+    ApiRoute("get", "/api/alive", "alive", "A module's function", OK, handler=alive),
+    ApiRoute("get", "/api/elsewhere", "elsewhere", "Served by a mounted app", OK),
 )
 
 
@@ -58,7 +58,7 @@ def test_each_declared_operation_is_routed_to_its_owners_handler() -> None:
 def test_a_wrapper_sees_each_operation_it_wraps() -> None:
     seen: list[str] = []
 
-    def endpoint(item: Operation, handler: RouteEndpoint) -> RouteEndpoint:
+    def endpoint(item: ApiRoute, handler: RouteEndpoint) -> RouteEndpoint:
         async def wrapped(request: Request) -> Response:
             seen.append(item.operation_id)
             return await handler(request)

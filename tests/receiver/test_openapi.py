@@ -11,10 +11,10 @@ import httpx
 import pytest
 from starlette.routing import BaseRoute, Mount, Route
 
-from receiver.apispec import Answer, Operation
+from receiver.apispec import Answer, ApiRoute
 from receiver.app import create_app
 from receiver.gateway import codes as gateway_codes
-from receiver.openapi import OPERATIONS, document
+from receiver.openapi import ROUTES, document
 from svcgw.config.settings import Settings
 from tests.receiver.gateway.stack import Stack, start_stack
 from tests.receiver.gateway.stack import sim as sim  # the simulator fixture, shared with this module
@@ -64,12 +64,12 @@ def test_document_describes_every_route_and_error_code(fuzzed: Stack) -> None:
 
 
 def test_operations_table_is_extensible() -> None:
-    example = Operation("get", "/console/example", "example", "An example", {200: Answer("ok")})
-    OPERATIONS.append(example)
+    example = ApiRoute("get", "/console/example", "example", "An example", {200: Answer("ok")})
+    ROUTES.append(example)
     try:
         assert "/console/example" in document()["paths"]
     finally:
-        OPERATIONS.remove(example)
+        ROUTES.remove(example)
     assert "/console/example" not in document()["paths"]
 
 

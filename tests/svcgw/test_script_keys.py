@@ -18,7 +18,7 @@ from redis import Redis
 from redis.asyncio import Redis as AsyncRedis
 
 from svcgw.config.settings import Settings
-from svcgw.delivery import deadletters, failingdestinations, probing
+from svcgw.delivery import breaker, deadletters, failingorigins
 from svcgw.delivery.replay import replay
 from svcgw.delivery.retrynow import NotRetrying, retry_now
 from svcgw.liveness import transitions
@@ -146,7 +146,7 @@ def test_probing_touches_only_the_keys_its_scripts_name(env: dict[str, str], red
         for n in range(30):
             answer = ingest(settings, tenant, b'{"event_type":"Msg","events":[{"id":"p%d"}]}' % n)
             assert answer
-        destination = probing.name(tenant.account, target.url.removesuffix("/hook"))
+        destination = breaker.name(tenant.account, target.url.removesuffix("/hook"))
         with ScriptKeyWatch(redis_url) as watch:
             worker = ThreadedWorker(settings).start()
             try:
@@ -159,7 +159,7 @@ def test_probing_touches_only_the_keys_its_scripts_name(env: dict[str, str], red
     finally:
         target.stop()
     ran = Counter(call.name for call in watch.calls())
-    for script in ("queue_claim", "queue_read", "queue_finish", "probing_read", "queue_unpark"):
+    for script in ("queue_claim", "queue_read", "queue_finish", "breaker_read", "queue_unpark"):
         assert ran[script] > 0, f"{script} did not run: {dict(ran)}"
     assert watch.undeclared() == []
 
@@ -172,7 +172,7 @@ def test_failing_records_are_kept_per_account_in_the_key_the_finish_script_names
     host = Sink(rule=lambda post, earlier: ((500 if post.path.startswith("/failing/") else 200), 0.0)).start()
     base = host.url.removesuffix("/hook")
     failing, answering = provision(settings, url=f"{base}/failing/a"), provision(settings, url=f"{base}/answering/b")
-    origin = failingdestinations.destination_of(host.url)
+    origin = failingorigins.origin_of(host.url)
     try:
         with ScriptKeyWatch(redis_url) as watch:
             worker = ThreadedWorker(settings).start()
@@ -189,10 +189,10 @@ def test_failing_records_are_kept_per_account_in_the_key_the_finish_script_names
     finishes = [call for call in watch.calls() if call.name == "queue_finish"]
     assert finishes and watch.undeclared() == []
     # Every field of the failing hash the finish script read or wrote is one account's record of the host.
-    fields = {c[2] for call in finishes for c in call.inner if c[1:2] == [keys.failing_destinations.encode()]}
-    mine = failingdestinations.name(failing.account, origin)
-    assert fields == {mine.encode(), failingdestinations.name(answering.account, origin).encode()}
-    assert redis.hkeys(keys.failing_destinations) == [mine.encode()]
+    fields = {c[2] for call in finishes for c in call.inner if c[1:2] == [keys.failing_origins.encode()]}
+    mine = failingorigins.name(failing.account, origin)
+    assert fields == {mine.encode(), failingorigins.name(answering.account, origin).encode()}
+    assert redis.hkeys(keys.failing_origins) == [mine.encode()]
 
 
 def test_the_gateways_calls_touch_only_the_keys_the_admission_names(

@@ -13,7 +13,7 @@ from redis.asyncio import Redis
 from svcgw import deliveryid
 from svcgw.callbacks.addresses import check_for_service
 from svcgw.config.settings import Settings
-from svcgw.delivery import failingdestinations
+from svcgw.delivery import failingorigins
 from svcgw.delivery.queue import Claimed, DeliveryQueue, Finish
 from svcgw.deliveryid import new_delivery_id
 from svcgw.liveness import transitions
@@ -37,7 +37,7 @@ def with_queue(settings: Settings, action: Callable[[DeliveryQueue], Awaitable[T
                 keys,
                 settings.queue_name,
                 lease_seconds=settings.lease_seconds,
-                failing_argument=failingdestinations.script_argument(settings),
+                failing_argument=failingorigins.script_argument(settings),
                 log_retention=settings.log_retention,
             )
             return await action(queue)

@@ -15,13 +15,13 @@ from worker.concurrencycaps import (
     LINE_QUICK,
     LINE_ROUNDS,
     AccountSlots,
-    DestinationSlots,
+    SocketSlots,
 )
 
 
 def test_slots_cap_a_host_and_free_on_release() -> None:
     clock = Clock()
-    slots = DestinationSlots(cap=2, timeout=10, clock=clock)
+    slots = SocketSlots(cap=2, timeout=10, clock=clock)
     first, second = slots.acquire("a:1"), slots.acquire("a:1")
     assert first is not None and second is not None
     assert slots.acquire("a:1") is None
@@ -35,7 +35,7 @@ def test_slots_cap_a_host_and_free_on_release() -> None:
 
 def test_jobs_over_a_quick_hosts_cap_wait_in_the_worker_in_a_line_of_bounded_length() -> None:
     clock = Clock()
-    slots = DestinationSlots(cap=2, timeout=10, clock=clock)
+    slots = SocketSlots(cap=2, timeout=10, clock=clock)
     slots.acquire("a:1"), slots.acquire("a:1")
     # Its attempts are young: a job over its cap may wait for a slot, and the claim need not hold its jobs back.
     assert slots.may_wait("a:1") and slots.saturated() == {}
@@ -50,7 +50,7 @@ def test_jobs_over_a_quick_hosts_cap_wait_in_the_worker_in_a_line_of_bounded_len
 
 def test_the_wait_doubles_while_a_host_frees_no_slot() -> None:
     clock = Clock()
-    slots = DestinationSlots(cap=1, timeout=5, clock=clock)
+    slots = SocketSlots(cap=1, timeout=5, clock=clock)
     token = slots.acquire("hang:1")
     assert token is not None
     waits = []
@@ -66,7 +66,7 @@ def test_each_claim_that_finds_a_host_saturated_doubles_its_wait() -> None:
     # The claim script hands back every job of a saturated host it pops: a host that frees no
     # slot reaches the delivery timeout within a few claims, not a few seconds.
     clock = Clock()
-    slots = DestinationSlots(cap=1, timeout=5, clock=clock)
+    slots = SocketSlots(cap=1, timeout=5, clock=clock)
     assert slots.acquire("hang:1") is not None
     clock.now += LINE_QUICK + 0.01
     waits = [slots.saturated()["hang:1"] - time.time() for _ in range(8)]
@@ -75,7 +75,7 @@ def test_each_claim_that_finds_a_host_saturated_doubles_its_wait() -> None:
 
 def test_a_freed_slot_starts_the_waits_short_again() -> None:
     clock = Clock()
-    slots = DestinationSlots(cap=1, timeout=5, clock=clock)
+    slots = SocketSlots(cap=1, timeout=5, clock=clock)
     token = slots.acquire("a:1")
     assert token is not None
     slots.defer_delay("a:1")
@@ -93,7 +93,7 @@ def test_a_burst_over_the_cap_lines_up_at_the_hosts_pace_rather_than_doubling() 
     # A destination's retries falling due together: the jobs past its cap come back one per
     # slot it frees, not all after the delivery timeout.
     clock = Clock()
-    slots = DestinationSlots(cap=16, timeout=5, clock=clock)
+    slots = SocketSlots(cap=16, timeout=5, clock=clock)
     tokens = [slots.acquire("fast:1") for _ in range(16)]
     clock.now += 0.08
     for token in tokens[1:]:
@@ -109,7 +109,7 @@ def test_a_burst_over_the_cap_lines_up_at_the_hosts_pace_rather_than_doubling() 
 
 def test_a_long_line_is_spread_over_the_timeout() -> None:
     clock = Clock()
-    slots = DestinationSlots(cap=2, timeout=5, clock=clock)
+    slots = SocketSlots(cap=2, timeout=5, clock=clock)
     token, _ = slots.acquire("slow:1"), slots.acquire("slow:1")
     assert token is not None
     clock.now += 4

@@ -22,7 +22,7 @@ from tests.conftest import Tenant, provision, with_store
 from tests.support import Sink, attempt_records, wait_for
 from tests.svcgw.delivery.test_deadletters import ingest
 from tests.worker.support import claim_batch, with_queue
-from worker.concurrencycaps import DestinationSlots
+from worker.concurrencycaps import SocketSlots
 from worker.engine import Engine, lane, loop_factory
 
 
@@ -141,9 +141,9 @@ def test_a_socket_full_for_one_account_holds_back_its_jobs_only_and_one_at_its_c
 ) -> None:
     now = [1000.0]
     engine = Engine(settings, None, TokenVault.from_settings(settings))
-    engine.gate.slots = DestinationSlots(settings.destination_concurrency, 10.0, clock=lambda: now[0])
-    engine.gate.hosts = DestinationSlots(settings.host_ceiling, 10.0, clock=lambda: now[0])
-    engine.gate.destinations._remember("hooks.test:8080", ("10.0.0.1:8080",), time.monotonic())
+    engine.gate.slots = SocketSlots(settings.destination_concurrency, 10.0, clock=lambda: now[0])
+    engine.gate.hosts = SocketSlots(settings.host_ceiling, 10.0, clock=lambda: now[0])
+    engine.gate.sockets._remember("hooks.test:8080", ("10.0.0.1:8080",), time.monotonic())
     for _ in range(settings.destination_concurrency):
         assert engine.gate.slots.acquire(lane("acc_m", "10.0.0.1:8080")) is not None
         assert engine.gate.hosts.acquire("10.0.0.1:8080") is not None

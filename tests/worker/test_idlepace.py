@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
+from worker.breaker import READ_EVERY
 from worker.idlepace import BUSY, CLUSTER_EMPTY_SCHEDULE, CLUSTER_IDLE, empty_schedule_pause, pace
-from worker.probing import READ_EVERY
 
 
 def test_one_redis_and_plain_shards_keep_the_busy_cadence_idle_or_not() -> None:
     assert pace(cluster=False, idle=True) == pace(cluster=False, idle=False) == BUSY
-    assert BUSY.probing_every == READ_EVERY
+    assert BUSY.breakers_every == READ_EVERY
 
 
 def test_a_cluster_engine_paces_out_only_while_idle() -> None:
@@ -16,7 +16,7 @@ def test_a_cluster_engine_paces_out_only_while_idle() -> None:
     idle = pace(cluster=True, idle=True)
     assert idle == CLUSTER_IDLE
     assert idle.promote_every > BUSY.promote_every
-    assert idle.probing_every > BUSY.probing_every
+    assert idle.breakers_every > BUSY.breakers_every
     assert idle.wait > BUSY.wait
 
 

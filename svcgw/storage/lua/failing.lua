@@ -1,4 +1,4 @@
--- Failing destinations (svcgw.delivery.failingdestinations): an attempt's outcome starts or ends
+-- Failing destinations (svcgw.delivery.failingorigins): an attempt's outcome starts or ends
 -- its account's destination's failing. Prepended to queue_finish.lua.
 -- KEYS, ARGV: none of its own; failing_tracker takes the failing hash and the values from its caller.
 -- A record is one account's destination (field '<account> <origin>'): another account's attempts to the same

@@ -1,6 +1,6 @@
 -- Claims up to ARGV[1] queued jobs for a worker: pops their ids and leases them
 -- (svcgw.delivery.queue.DeliveryQueue.claim_batch).
--- KEYS: queue, inflight, scheduled, then the parked sets the holds below name (svcgw.delivery.probing)
+-- KEYS: queue, inflight, scheduled, then the parked sets the holds below name (svcgw.delivery.breaker)
 -- ARGV: count, lease until, now, seed (a number in [0, 1)), seconds a parked set is kept,
 --       then fours: an appid, when its jobs are due again, over how many seconds after that they
 --       are lined up (0: all then), and the index in KEYS of the parked set they go to (0: none)

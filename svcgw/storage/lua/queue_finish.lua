@@ -7,17 +7,17 @@
 --       member of those chains, as the worker read them (svcgw.delivery.chainkeys): job, delivery
 -- ARGV: now, rq ended_at, 'failing after:forget after' (seconds), log retention (seconds),
 --       late hash expiry (unix seconds), outcome window (seconds), number of chain members,
---       'cap:probes' (svcgw.delivery.probing.script_argument), the members' ids, then 13 per job: kind, id,
+--       'cap:probes' (svcgw.delivery.breaker.script_argument), the members' ids, then 13 per job: kind, id,
 --       attempt record, due (retry, defer) or expiry (dead), ttl of the delivery record,
 --       error text (zlib), failing record: the attempt's account's and destination's
---       (svcgw.delivery.failingdestinations.name, '<account> <origin>'; '' when the attempt had none), chain
+--       (svcgw.delivery.failingorigins.name, '<account> <origin>'; '' when the attempt had none), chain
 --       (non-empty for a service event, '' for a customer event, '?' if unknown: the
 --       delivery's own 'chain' field says; its value, a key name, may be one of before the tags),
 --       event ids (delivered: a JSON list kept instead of the body; '' keeps the body),
 --       log entry id of the post (svcgw.deliveryid, for the primary's delivery and for a further
 --       destination's named by the post, '<appid>-<ms>-<seq>_<16 hex>'; '' for a dlv_ delivery),
 --       probe mark ('t:<start>' the attempt timed out, 'a' it answered a destination being probed, ''),
---       the probing record it moves: its account's and destination's (svcgw.delivery.probing.name; '' for none)
+--       the probing record it moves: its account's and destination's (svcgw.delivery.breaker.name; '' for none)
 --       dead: what rq-dashboard shows of it, JSON {d: description, r: [field, value, ...] of RQ's failed
 --       result} (svcgw.delivery.recording.dead_letter_shown); '' for the others
 -- A delivered delivery with a log entry id keeps only its bare outcome (svcgw.delivery.outcomes): its
@@ -26,19 +26,19 @@
 -- destination id's 16 hex digits) has them too, its stream entry with 'd' those hex digits, its late
 -- field the entry id, '_' and them. A dlv_ delivery keeps its hash until its ttl, as before.
 -- Returns per job: 1 if the claim was still ours, else 0; plus 2 when this
--- attempt's account's destination started failing, 4 when it recovered (svcgw.delivery.failingdestinations); plus 8 when its
+-- attempt's account's destination started failing, 4 when it recovered (svcgw.delivery.failingorigins); plus 8 when its
 -- chain's front is now a member the worker did not name (queued since it read the chain): the
 -- worker advances that chain again (chain_advance.lua); plus 16 when the attempt changed its
--- destination's probing record, 32 when it was the first answer after timeouts (svcgw.delivery.probing).
+-- destination's probing record, 32 when it was the first answer after timeouts (svcgw.delivery.breaker).
 -- RQ's statuses and job fields: as svcgw.storage.rqformat names them (SCRIPT_STATUSES, SCRIPT_FIELDS).
 -- One script, so that a claim's end is one atomic step however many workers run: the attempt
 -- recorded, the job moved on, what it tells of its destination and its chain, all or nothing.
 -- Each concern is a part of its own, prepended (svcgw.storage.scripts):
 -- chain.lua: a service event delivered, dead or dropped lets its instance's next one go;
--- probing.lua: an attempt that timed out, or answered a destination being probed, moves the
--- attempts in flight the destination is allowed (svcgw.delivery.probing);
+-- breaker.lua: an attempt that timed out, or answered a destination being probed, moves the
+-- attempts in flight the destination is allowed (svcgw.delivery.breaker);
 -- failing.lua: a failed attempt starts its destination's failing, a delivered one ends it
--- (svcgw.delivery.failingdestinations);
+-- (svcgw.delivery.failingorigins);
 -- bare_outcome.lua: a delivered delivery named by its post keeps only its bare outcome
 -- (svcgw.delivery.outcomes).
 -- This file: the claims' leases ended, then per job, its end by kind (below), the failing and
@@ -56,7 +56,7 @@ local held = redis.call('ZMSCORE', KEYS[1], unpack(ids))
 redis.call('ZREM', KEYS[1], unpack(ids))
 local now = ARGV[1]
 local results = {}
--- --- failing destinations (failing.lua, svcgw.delivery.failingdestinations) ---
+-- --- failing destinations (failing.lua, svcgw.delivery.failingorigins) ---
 local track = failing_tracker(KEYS[6], ARGV[3], now)
 -- --- bare outcomes (bare_outcome.lua, svcgw.delivery.outcomes) ---
 local outcome = bare_outcomes(now, ARGV[4], ARGV[5], ARGV[6])
@@ -69,7 +69,7 @@ for i = 0, n - 1 do
   local record, due, ttl = ARGV[b + 2], ARGV[b + 3], ARGV[b + 4]
   local claimed = 0
   if held[i + 1] then claimed = 1 end
-  -- Its destination's failing (failing.lua) and probing (probing.lua) records.
+  -- Its destination's failing (failing.lua) and probing (breaker.lua) records.
   local failing = 0
   if kind == 'delivered' then failing = track(ARGV[b + 6], true)
   elseif kind == 'retry' or kind == 'dead' then failing = track(ARGV[b + 6], false) end

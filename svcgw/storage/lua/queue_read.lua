@@ -5,7 +5,7 @@
 --       own for a dlv_ one); its instance's callback hash and its account's callback hash, or,
 --       for a delivery to a further destination, that destination's hash and its pace record
 --       (svcgw.delivery.pacing); then the parked sets the saturated destinations name
---       (svcgw.delivery.probing)
+--       (svcgw.delivery.breaker)
 -- ARGV: rq now, worker name, number of delivery fields, delivery fields... (the last one
 --       'destination': a dlv_ delivery's; one named by its post, '<appid>-<ms>-<seq>_<16 hex>', has
 --       none and its destination is its id's), number of jobs, then per job: its id, the appid, the account and the

@@ -1,5 +1,5 @@
 -- Brings the jobs held back for a destination that answers again forward to now
--- (worker.probing; svcgw.delivery.probing): each id of its parked set still in the scheduled
+-- (worker.breaker; svcgw.delivery.breaker): each id of its parked set still in the scheduled
 -- registry with the score it was parked with is due now. One with another score was attempted
 -- or scheduled again since, and keeps it: no job is ever due earlier than its schedule says.
 -- KEYS: scheduled, the destination's parked set

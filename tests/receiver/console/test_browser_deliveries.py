@@ -55,7 +55,7 @@ def test_deliveries_page_in_a_browser(
     receiver = f"{server}/svc/receiver/{appid}/{developer.receiver_tokens[appid]}"
     httpx.post(receiver, content=b'{"event_type":"Msg","events":[{"id":"br1"}]}', timeout=10).raise_for_status()
     wait_for(lambda: len(sink.posts()) == 1, timeout=20, what="the first attempt")
-    wait_for(lambda: redis.hlen(keys.failing_destinations) == 1, timeout=10, what="the failure recorded")
+    wait_for(lambda: redis.hlen(keys.failing_origins) == 1, timeout=10, what="the failure recorded")
 
     context = browser.new_context(viewport={"width": 1280, "height": 860})
     page = context.new_page()

@@ -8,8 +8,8 @@ import httpx
 from redis import Redis
 
 from svcgw.config.settings import Settings
-from svcgw.delivery import probing
-from svcgw.delivery.failingdestinations import destination_of, name, parse
+from svcgw.delivery import breaker
+from svcgw.delivery.failingorigins import name, origin_of, parse
 from svcgw.registry.store import Scope, Store
 from svcgw.storage.keys import PLAIN as keys
 from tests.conftest import Tenant, with_store
@@ -126,7 +126,7 @@ def test_replay_since_is_per_account(
 def _failing(redis: Redis, account: str, url: str, seconds_ago: float) -> None:
     """What the finish script keeps while every attempt of ``account``'s to ``url``'s origin fails."""
     now = time.time()
-    redis.hset(keys.failing_destinations, name(account, destination_of(url)), f"{now - seconds_ago}:{now - 1}:1")
+    redis.hset(keys.failing_origins, name(account, origin_of(url)), f"{now - seconds_ago}:{now - 1}:1")
 
 
 def test_pages_list_deliveries_retry_now_and_show_the_failing_banner(
@@ -221,17 +221,17 @@ def test_a_delivered_delivery_shows_its_bare_outcome_and_says_what_is_kept(
 def test_a_destination_being_probed_has_a_banner_on_the_accounts_pages_and_in_the_api(
     server: str, console: ConsoleClient, developer: Developer, stranger: Developer, settings: Settings, redis: Redis
 ) -> None:
-    # The record as the worker's finish script writes it (svcgw.delivery.probing): timing out.
+    # The record as the worker's finish script writes it (svcgw.delivery.breaker): timing out.
     mine = tenant_of(developer)
     redis.hset(keys.callback_instance(mine.appid), "url", "https://slow.example/hook")
     # The stranger's instance goes to another path of the same host: the records are each account's.
     redis.hset(keys.callback_instance(stranger.appids[0]), "url", "https://slow.example/other-hook")
-    field = probing.name(mine.account, "https://slow.example:443")
+    field = breaker.name(mine.account, "https://slow.example:443")
     now = time.time()
     http, _ = signed_in(server, developer.key)
     try:
         assert 'id="probing-banner"' not in http.get("/console/instances").text
-        redis.hset(keys.probing_destinations, field, f"1:{now - 30}:{now - 1}:t:")
+        redis.hset(keys.breakers, field, f"1:{now - 30}:{now - 1}:t:")
         for path in ("/console/instances", "/console/dead-letters", f"/console/instances/{mine.appid}"):
             shown = http.get(path).text
             assert 'id="probing-banner"' in shown and "https://slow.example:443" in shown, path
@@ -245,16 +245,16 @@ def test_a_destination_being_probed_has_a_banner_on_the_accounts_pages_and_in_th
         assert console.get("/probing-destinations", params={"appid": mine.appid}).json()["data"]["probing"]
         assert console.get("/probing-destinations", params={"appid": stranger.appids[0]}).status_code == 404
         # Answering again, it opens up; back at its caps, no banner.
-        redis.hset(keys.probing_destinations, field, f"4:{now - 30}:{now}:a:{now}")
+        redis.hset(keys.breakers, field, f"4:{now - 30}:{now}:a:{now}")
         assert "it answers again" in http.get("/console/instances").text
-        redis.hset(keys.probing_destinations, field, f"16:{now - 30}:{now}:o:{now}")
+        redis.hset(keys.breakers, field, f"16:{now - 30}:{now}:o:{now}")
         assert 'id="probing-banner"' not in http.get("/console/instances").text
         stranger_http, _ = signed_in(server, stranger.key)
         try:
-            redis.hset(keys.probing_destinations, field, f"1:{now - 30}:{now}:t:")
+            redis.hset(keys.breakers, field, f"1:{now - 30}:{now}:t:")
             assert 'id="probing-banner"' not in stranger_http.get("/console/instances").text
             # Not even in the form of an earlier version, named by the origin alone.
-            redis.hset(keys.probing_destinations, "https://slow.example:443", f"1:{now - 30}:{now}:t:")
+            redis.hset(keys.breakers, "https://slow.example:443", f"1:{now - 30}:{now}:t:")
             assert 'id="probing-banner"' not in stranger_http.get("/console/instances").text
         finally:
             stranger_http.close()
@@ -274,7 +274,7 @@ def test_a_further_destination_being_probed_has_the_banner_and_is_in_the_api(
     try:
         assert 'id="probing-banner"' not in http.get("/console/instances").text
         # The record as the worker's finish script writes it for an attempt to that address: timing out.
-        redis.hset(keys.probing_destinations, probing.name(mine.account, origin), f"1:{now - 30}:{now - 1}:t:")
+        redis.hset(keys.breakers, breaker.name(mine.account, origin), f"1:{now - 30}:{now - 1}:t:")
         for path in ("/console/instances", f"/console/instances/{mine.appid}", f"/console/destinations/{archive.id}"):
             shown = http.get(path).text
             assert 'id="probing-banner"' in shown and origin in shown, path
@@ -312,7 +312,7 @@ def test_one_accounts_failures_at_a_shared_host_are_neither_shown_to_nor_cleared
     )
     host = Sink(rule=_by_path).start()
     base = host.url.removesuffix("/hook")
-    origin = destination_of(host.url)
+    origin = origin_of(host.url)
     failing, answering = make_developer(settings, instances=1), make_developer(settings, instances=1)
 
     async def addresses(store: Store) -> None:
@@ -328,7 +328,7 @@ def test_one_accounts_failures_at_a_shared_host_are_neither_shown_to_nor_cleared
         return list(answer.json()["data"]["failing"])
 
     def flagged() -> bool:
-        found = parse(record, redis.hget(keys.failing_destinations, record) or b"")
+        found = parse(record, redis.hget(keys.failing_origins, record) or b"")
         return found is not None and found.flagged
 
     worker = ThreadedWorker(settings).start()
@@ -345,7 +345,7 @@ def test_one_accounts_failures_at_a_shared_host_are_neither_shown_to_nor_cleared
             delivered = [post(settings, tenant_of(answering), f"a{n}") for n in range(5)]
             wait_for(lambda: all(is_delivered(redis, d) for d in delivered), timeout=20, what="the deliveries")
             assert flagged()
-            assert redis.hget(keys.failing_destinations, name(answering.account, origin)) is None
+            assert redis.hget(keys.failing_origins, name(answering.account, origin)) is None
             assert [f["destination"] for f in listed(server, failing)] == [origin]
             assert listed(server, answering) == []
             for developer, shown in ((failing, True), (answering, False)):

@@ -11,7 +11,7 @@ from redis import Redis
 
 from svcgw.callbacks.signing import verify
 from svcgw.config.settings import Settings
-from svcgw.delivery.failingdestinations import destination_of, name
+from svcgw.delivery.failingorigins import name, origin_of
 from svcgw.storage.keys import PLAIN as keys
 from tests.conftest import Tenant
 from tests.receiver.console.conftest import Developer, make_developer
@@ -179,12 +179,12 @@ def test_a_failing_destination_has_its_banner(server: str, developer: Developer,
     # What the delivery engine's finish script keeps while every attempt of an account to an origin fails:
     # a record of an earlier version (the origin alone) and another account's record there, then this one's.
     now = time.time()
-    origin = destination_of(sink.url)
-    redis.hset(keys.failing_destinations, origin, f"{now - 3600}:{now}:1")
-    redis.hset(keys.failing_destinations, name("acc_someone_else", origin), f"{now - 3600}:{now}:1")
+    origin = origin_of(sink.url)
+    redis.hset(keys.failing_origins, origin, f"{now - 3600}:{now}:1")
+    redis.hset(keys.failing_origins, name("acc_someone_else", origin), f"{now - 3600}:{now}:1")
     assert 'id="destination-failing"' not in http.get(f"/console/destinations/{ident}").text
     assert 'data-failing="' not in http.get("/console/destinations").text
-    redis.hset(keys.failing_destinations, name(developer.account, origin), f"{now - 3600}:{now - 1}:1")
+    redis.hset(keys.failing_origins, name(developer.account, origin), f"{now - 3600}:{now - 1}:1")
     page = http.get(f"/console/destinations/{ident}").text
     assert 'id="destination-failing"' in page and "Failing:" in page
     assert f'data-failing="{ident}"' in http.get("/console/destinations").text

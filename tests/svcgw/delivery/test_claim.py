@@ -271,7 +271,7 @@ def test_sightings_forget_instances_not_seen_lately() -> None:
     assert seen._by == {"a:acct": {"fresh"}, "d:one.test": {"fresh"}, "d:acct one.test": {"fresh"}}
 
 
-# --- jobs parked for a destination being probed (svcgw.delivery.probing) --------------------
+# --- jobs parked for a destination being probed (svcgw.delivery.breaker) --------------------
 def test_jobs_held_back_for_a_hanging_destination_are_lined_up_parked_and_brought_forward_unattempted(
     settings: Settings, redis: Redis
 ) -> None:

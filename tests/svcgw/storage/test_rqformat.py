@@ -34,7 +34,7 @@ from rq.worker import Worker, WorkerStatus
 from rq.worker_registration import WORKERS_BY_QUEUE_KEY
 
 from svcgw.config.settings import Settings
-from svcgw.delivery import chainkeys, failingdestinations
+from svcgw.delivery import chainkeys, failingorigins
 from svcgw.delivery.attempt import Attempt
 from svcgw.delivery.queue import DeliveryQueue, Finish
 from svcgw.delivery.queueing import queue_delivery
@@ -445,7 +445,7 @@ def test_on_a_cluster_shard_rqs_subclasses_name_exactly_the_keys_the_service_wri
     async def on_the_shard() -> None:
         client = AsyncRedis.from_url(settings.redis_url or "")
         try:
-            queue = DeliveryQueue(client, space, name, failing_argument=failingdestinations.script_argument(settings))
+            queue = DeliveryQueue(client, space, name, failing_argument=failingorigins.script_argument(settings))
             claimed = [job.delivery_id for job in await queue.claim_batch(2, "test")]
             assert claimed == [retrying, dead]
             await queue.finish_detailed([

@@ -94,7 +94,7 @@ def test_replay_of_an_expired_dead_letter_says_so(fake: fakeredis.FakeRedis) -> 
 def test_the_registry_puts_shared_code_before_the_script_that_calls_it() -> None:
     assert text("ingest") == "\n".join((source("delivery"), source("dedup"), source("ingest")))
     assert text("queue_delivery") == "\n".join((source("delivery"), source("chain"), source("queue_delivery")))
-    finish = ("chain", "probing", "failing", "bare_outcome", "queue_finish")
+    finish = ("chain", "breaker", "failing", "bare_outcome", "queue_finish")
     assert text("queue_finish") == "\n".join(source(part) for part in finish)
     assert text("replay") == source("replay")
 
@@ -132,7 +132,7 @@ def test_the_registry_names_every_script_the_service_runs_and_no_part() -> None:
 
     files = {p.name[: -len(".lua")] for p in resources.files("svcgw.storage").joinpath("lua").iterdir()
              if p.name.endswith(".lua")}  # fmt: skip
-    assert set(names()) == files - {"delivery", "chain", "dedup", "clock", "probing", "failing", "bare_outcome"}
+    assert set(names()) == files - {"delivery", "chain", "dedup", "clock", "breaker", "failing", "bare_outcome"}
     assert {"rate_window", "gateway_admit", "retag", "queue_delivery", "ingest"} <= set(names())
 
 

@@ -264,7 +264,7 @@ def test_a_scrape_counts_the_destinations_being_probed_not_those_back_at_their_c
 ) -> None:
     now = time.time()
     assert _snapshot(settings)["probing_destinations"] == 0
-    redis.hset(keys.probing_destinations, mapping={
+    redis.hset(keys.breakers, mapping={
         "acc_a http://hung.test:80": f"1:{now - 9}:{now - 1}:t:",
         "acc_a http://opening.test:80": f"4:{now - 9}:{now}:a:{now}",
         "acc_a http://open.test:80": f"16:{now - 9}:{now}:o:{now}", "acc_a http://junk.test:80": "junk",
@@ -273,5 +273,5 @@ def test_a_scrape_counts_the_destinations_being_probed_not_those_back_at_their_c
     })  # fmt: skip
     assert _snapshot(settings)["probing_destinations"] == 2
     # Each account's destination counts once: two accounts' endpoints on one hanging host are two.
-    redis.hset(keys.probing_destinations, "acc_b http://hung.test:80", f"1:{now - 9}:{now - 1}:t:")
+    redis.hset(keys.breakers, "acc_b http://hung.test:80", f"1:{now - 9}:{now - 1}:t:")
     assert _snapshot(settings)["probing_destinations"] == 3

@@ -1,4 +1,4 @@
--- A worker's read of the destinations being probed on its shard (worker.probing), forgetting
+-- A worker's read of the destinations being probed on its shard (worker.breaker), forgetting
 -- what has lapsed: an open record (back at the caps) after ARGV[2] seconds, any record that
 -- nothing changed for ARGV[3] seconds.
 -- KEYS: the probing hash

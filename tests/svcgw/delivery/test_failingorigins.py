@@ -12,9 +12,9 @@ from redis.asyncio import Redis as AsyncRedis
 
 from receiver.metrics import render
 from svcgw.config.settings import Settings, SettingsError
-from svcgw.delivery import failingdestinations, probing
+from svcgw.delivery import breaker, failingorigins
 from svcgw.delivery.attempt import Attempt
-from svcgw.delivery.failingdestinations import FailingDestination, destination_of, is_failing, parse
+from svcgw.delivery.failingorigins import FailingOrigin, is_failing, origin_of, parse
 from svcgw.delivery.queue import Finish, Finished
 from svcgw.storage.keys import PLAIN as keys
 from svcgw.views.metrics import snapshot
@@ -35,34 +35,34 @@ def test_the_setting_is_validated() -> None:
 
 
 def test_a_destination_is_the_origin_of_the_address() -> None:
-    assert destination_of("https://Hooks.Example.com/a/b?c=d") == "https://hooks.example.com:443"
-    assert destination_of("https://hooks.example.com:443/other") == "https://hooks.example.com:443"
-    assert destination_of("http://[::1]:8080/x") == "http://[::1]:8080"
-    assert destination_of("") == destination_of(None) == destination_of("not a url") == ""
+    assert origin_of("https://Hooks.Example.com/a/b?c=d") == "https://hooks.example.com:443"
+    assert origin_of("https://hooks.example.com:443/other") == "https://hooks.example.com:443"
+    assert origin_of("http://[::1]:8080/x") == "http://[::1]:8080"
+    assert origin_of("") == origin_of(None) == origin_of("not a url") == ""
 
 
 def test_failing_means_only_failures_for_long_enough_and_lately() -> None:
     settings = Settings(failing_after=900, retry_schedule=(30.0, 600.0))
     now = 10_000.0
-    record = FailingDestination("d", first_failure=now - 901, last_failure=now - 10, flagged=False)
+    record = FailingOrigin("d", first_failure=now - 901, last_failure=now - 10, flagged=False)
     assert is_failing(record, settings, now)
-    assert not is_failing(FailingDestination("d", now - 899, now - 1, False), settings, now)
+    assert not is_failing(FailingOrigin("d", now - 899, now - 1, False), settings, now)
     # Nothing tried it for longer than the threshold and the longest retry delay: forgotten.
-    assert not is_failing(FailingDestination("d", now - 5000, now - 1501, True), settings, now)
-    assert parse("acc_1 d", b"1.5:2.5:1") == FailingDestination("d", 1.5, 2.5, True, account="acc_1")
+    assert not is_failing(FailingOrigin("d", now - 5000, now - 1501, True), settings, now)
+    assert parse("acc_1 d", b"1.5:2.5:1") == FailingOrigin("d", 1.5, 2.5, True, account="acc_1")
     assert parse("acc_1 d", "garbage") is None
     # An earlier version's record, named by its origin alone: not read.
     assert parse("https://down.example:443", b"1.5:2.5:1") is None
 
 
 def test_a_record_is_named_by_its_account_and_destination() -> None:
-    name = failingdestinations.name("acc_1", "https://down.example:443")
+    name = failingorigins.name("acc_1", "https://down.example:443")
     assert name == "acc_1 https://down.example:443"
-    assert failingdestinations.split(name) == ("acc_1", "https://down.example:443")
-    assert failingdestinations.name("", "https://down.example:443") == failingdestinations.name("acc_1", "") == ""
-    assert failingdestinations.split("https://down.example:443") is None
+    assert failingorigins.split(name) == ("acc_1", "https://down.example:443")
+    assert failingorigins.name("", "https://down.example:443") == failingorigins.name("acc_1", "") == ""
+    assert failingorigins.split("https://down.example:443") is None
     # Probing's records are named alike.
-    assert probing.name("acc_1", "https://down.example:443") == name
+    assert breaker.name("acc_1", "https://down.example:443") == name
 
 
 def _attempt(settings: Settings, appid: str, delivery_id: str, ok: bool, record: str, number: int) -> Finished:
@@ -87,11 +87,11 @@ def test_the_finish_script_reports_the_start_and_the_recovery_once(settings: Set
     settings = Settings.from_env({"SVCGW_REDIS_URL": settings.redis_url or "", "SVCGW_FAILING_AFTER": "1"})
     tenant = provision(settings)
     delivery_id = ingest(settings, tenant, b'{"event_type":"Msg","events":[{"id":"f1"}]}')
-    where = failingdestinations.name(tenant.account, "https://down.example:443")
+    where = failingorigins.name(tenant.account, "https://down.example:443")
     seen = [_attempt(settings, tenant.appid, delivery_id, False, where, 1)]
-    first = parse(where, redis.hget(keys.failing_destinations, where) or b"")
+    first = parse(where, redis.hget(keys.failing_origins, where) or b"")
     assert first is not None and not first.flagged
-    redis.hset(keys.failing_destinations, where, f"{first.first_failure - 2}:{first.last_failure}:0")
+    redis.hset(keys.failing_origins, where, f"{first.first_failure - 2}:{first.last_failure}:0")
     seen += [_attempt(settings, tenant.appid, delivery_id, False, where, n) for n in (2, 3)]
     seen.append(_attempt(settings, tenant.appid, delivery_id, True, where, 4))
     assert [(f.held, f.started_failing, f.recovered) for f in seen] == [
@@ -100,7 +100,7 @@ def test_the_finish_script_reports_the_start_and_the_recovery_once(settings: Set
         (True, False, False),
         (True, False, True),  # the first success after it
     ]
-    assert redis.hget(keys.failing_destinations, where) is None  # a destination that answers is not kept
+    assert redis.hget(keys.failing_origins, where) is None  # a destination that answers is not kept
 
 
 def test_one_finish_call_reads_a_destinations_record_once_and_sets_a_streams_expiry_once(
@@ -112,9 +112,9 @@ def test_one_finish_call_reads_a_destinations_record_once_and_sets_a_streams_exp
     tenant = provision(settings)
     ids = [ingest(settings, tenant, b'{"event_type":"Msg","events":[{"id":"b%d"}]}' % n) for n in range(4)]
     assert sorted(claim(settings, 4)) == sorted(ids)
-    where = failingdestinations.name(tenant.account, "https://down.example:443")
+    where = failingorigins.name(tenant.account, "https://down.example:443")
     now = time.time()
-    redis.hset(keys.failing_destinations, where, f"{now - 5}:{now - 1}:0")  # failing 5 s, not flagged yet
+    redis.hset(keys.failing_origins, where, f"{now - 5}:{now - 1}:0")  # failing 5 s, not flagged yet
 
     def item(delivery_id: str, ok: bool) -> Finish:
         attempt = Attempt(ok=ok, at=time.time(), duration=0.01, status=200 if ok else 500, destination="x")
@@ -130,9 +130,9 @@ def test_one_finish_call_reads_a_destinations_record_once_and_sets_a_streams_exp
         (True, False, True),  # the first success after it
         (True, False, False),  # nothing left to recover from
     ]
-    assert redis.hget(keys.failing_destinations, where) is None
+    assert redis.hget(keys.failing_origins, where) is None
     (call,) = [c for c in watch.calls() if c.name == "queue_finish"]
-    failing, stream = keys.failing_destinations.encode(), keys.outcomes(tenant.appid).encode()
+    failing, stream = keys.failing_origins.encode(), keys.outcomes(tenant.appid).encode()
     assert [c[0].upper() for c in call.inner if c[1:2] == [failing]] == [b"HGET", b"HSET", b"HSET", b"HDEL"]
     assert [c[0].upper() for c in call.inner if c[1:2] == [stream]] == [b"XADD", b"EXPIRE", b"XADD"]
     assert len(redis.xrange(stream)) == 2
@@ -186,7 +186,7 @@ def gauge(settings: Settings) -> int:
 def test_failing_reads_an_accounts_named_destinations_or_every_record(settings: Settings, redis: Redis) -> None:
     now = time.time()
     redis.hset(
-        keys.failing_destinations,
+        keys.failing_origins,
         mapping={
             "acc_a https://a.example:443": f"{now - 2000}:{now - 5}:1",
             "acc_a https://b.example:443": f"{now - 10}:{now - 5}:0",  # not long enough yet
@@ -198,7 +198,7 @@ def test_failing_reads_an_accounts_named_destinations_or_every_record(settings: 
     async def read(names: list[str] | None, account: str | None = None) -> list[str]:
         client = AsyncRedis.from_url(settings.redis_url or "")
         try:
-            return sorted(await failingdestinations.failing(client, keys, settings, names, account=account))
+            return sorted(await failingorigins.failing(client, keys, settings, names, account=account))
         finally:
             await client.aclose()
 
@@ -226,15 +226,15 @@ def test_the_finish_script_keeps_each_accounts_record_of_a_shared_origin_apart(
     settings = Settings.from_env({"SVCGW_REDIS_URL": settings.redis_url or "", "SVCGW_FAILING_AFTER": "1"})
     failing, answering = provision(settings), provision(settings)
     origin = "https://shared.example:443"
-    mine = failingdestinations.name(failing.account, origin)
-    theirs = failingdestinations.name(answering.account, origin)
+    mine = failingorigins.name(failing.account, origin)
+    theirs = failingorigins.name(answering.account, origin)
     ids = {
         tenant.appid: ingest(settings, tenant, b'{"event_type":"Msg","events":[{"id":"s1"}]}')
         for tenant in (failing, answering)
     }
     assert sorted(claim(settings, 2)) == sorted(ids.values())
     now = time.time()
-    redis.hset(keys.failing_destinations, mapping={mine: f"{now - 5}:{now - 1}:0", origin: f"{now - 5}:{now - 1}:1"})
+    redis.hset(keys.failing_origins, mapping={mine: f"{now - 5}:{now - 1}:0", origin: f"{now - 5}:{now - 1}:1"})
 
     def item(tenant: Tenant, ok: bool, name: str) -> Finish:
         attempt = Attempt(ok=ok, at=time.time(), duration=0.01, status=200 if ok else 500, destination="x")
@@ -248,11 +248,11 @@ def test_the_finish_script_keeps_each_accounts_record_of_a_shared_origin_apart(
         (True, True, False),  # its own record, past the threshold
         (True, False, False),  # the other account had no failure there: nothing to recover from
     ]
-    record = parse(mine, redis.hget(keys.failing_destinations, mine) or b"")
+    record = parse(mine, redis.hget(keys.failing_origins, mine) or b"")
     assert record is not None and record.flagged and record.account == failing.account
     assert record.destination == origin
-    assert redis.hget(keys.failing_destinations, theirs) is None
-    assert redis.hget(keys.failing_destinations, origin) == f"{now - 5}:{now - 1}:1".encode()  # untouched
+    assert redis.hget(keys.failing_origins, theirs) is None
+    assert redis.hget(keys.failing_origins, origin) == f"{now - 5}:{now - 1}:1".encode()  # untouched
     (call,) = [c for c in watch.calls() if c.name == "queue_finish"]
-    fields = [c[2] for c in call.inner if c[1:2] == [keys.failing_destinations.encode()]]
+    fields = [c[2] for c in call.inner if c[1:2] == [keys.failing_origins.encode()]]
     assert fields == [mine.encode(), mine.encode(), theirs.encode()]  # HGET, HSET of one; HGET of the other

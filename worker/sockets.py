@@ -1,6 +1,6 @@
 """Destination keys: which socket a callback URL reaches, for the per-destination cap.
 
-The cap of :class:`worker.concurrencycaps.DestinationSlots` must hold however a URL
+The cap of :class:`worker.concurrencycaps.SocketSlots` must hold however a URL
 spells its host: ``127.0.0.1:9100``, ``127.0.0.1:09100``, ``127.1:9100``,
 ``localhost:9100`` and any name of a wildcard DNS zone reach one socket, so
 they must share one count. A URL's keys are therefore the addresses its host
@@ -17,7 +17,7 @@ normalised ``host:port``: the send will fail anyway, and it is still capped.
 
 The cache also answers the reverse question for the claim script, which
 can only compare URL text: which ``netloc`` spellings seen lately reach a
-saturated key (:meth:`DestinationKeys.netlocs_of`).
+saturated key (:meth:`SocketKeys.netlocs_of`).
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ from svcgw.callbacks.origins import origin
 from svcgw.callbacks.outbound import dialable
 from svcgw.config.settings import DEFAULT_DESTINATION_PORTS, PortRanges
 
-__all__ = ["TTL", "DestinationKeys", "address_key", "netloc_of"]
+__all__ = ["TTL", "SocketKeys", "address_key", "netloc_of"]
 
 TTL = 10.0  # seconds a resolution is kept
 
@@ -59,7 +59,7 @@ def address_key(address: str, port: int) -> str:
     return f"{ip}:{port}"
 
 
-class DestinationKeys:
+class SocketKeys:
     """Resolves callback URLs to the keys of their sockets, with a short cache."""
 
     def __init__(

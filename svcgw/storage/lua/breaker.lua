@@ -1,8 +1,8 @@
--- Destinations being probed (svcgw.delivery.probing): an attempt's outcome moves the attempts in
+-- Destinations being probed (svcgw.delivery.breaker): an attempt's outcome moves the attempts in
 -- flight its destination is allowed. Prepended to queue_finish.lua.
 -- KEYS, ARGV: none of its own; probe_outcome takes the probing hash and the values from its caller.
 -- A record is 'limit:since:at:word:opened' (word t: timed out, a: answered, o: open again), its field
--- one account's destination ('<account> <origin>', svcgw.delivery.probing.name): another account's
+-- one account's destination ('<account> <origin>', svcgw.delivery.breaker.name): another account's
 -- attempts to the same origin never move it.
 -- probe_outcome(hash, destination, mark, now, cap, floor): destination the record's field; mark 't:<when the attempt started>' for
 -- an attempt that timed out, 'a' for one that got an answer (sent only while the worker holds the

@@ -5,7 +5,7 @@
 console operation shares is here: who may call it (a session or an API
 key), whether it is a change (CSRF) that counts against the rate limit, and
 the errors each kind of call can answer. The further destinations' routes
-are in ``.destination_operations``, the QR login's in ``.onboarding_operations``.
+are in ``.destination_routes``, the QR login's in ``.onboarding_routes``.
 """
 
 from __future__ import annotations
@@ -17,13 +17,13 @@ from typing import Annotated, Any
 from msgspec import Meta
 from starlette.responses import Response
 
-from ..apispec import Answer, Error, Header, Ok, Operation, Param, path_param
+from ..apispec import Answer, ApiRoute, Error, Header, Ok, Param, path_param
 from . import schemas as s
 from .account import AccountApi
 from .api import Api
 from .apikeys import KeyApi
 
-__all__ = ["LIMITED", "OPERATIONS", "SECURITY_SCHEMES", "ConsoleOperation", "err", "ok", "op"]
+__all__ = ["LIMITED", "ROUTES", "SECURITY_SCHEMES", "ConsoleRoute", "err", "ok", "op"]
 
 API = "/console/api"
 SECURITY = ("ConsoleSession", "ConsoleApiKey")
@@ -43,7 +43,7 @@ RETRY_AFTER = Header(Annotated[int, Meta(ge=1)])
 
 
 @dataclass(frozen=True)
-class ConsoleOperation(Operation):
+class ConsoleRoute(ApiRoute):
     """A console operation: made by a signed-in caller (all but signing in), a change or a read, counted or not.
 
     A change needs the CSRF header with a session cookie; a counted one counts against the account's rate
@@ -87,7 +87,7 @@ def op(
     params: tuple[Param, ...] = (),
     status: int = 200,
     extra: dict[int, Answer] | None = None,
-) -> ConsoleOperation:
+) -> ConsoleRoute:
     """A console operation of a signed-in caller, answered by ``handler``.
 
     ``counted`` (a change by default): it counts against the rate limit. ``status`` is the success's;
@@ -112,7 +112,7 @@ def op(
         answers[415] = err("code -41500: a JSON body was expected")
     answers[503] = err("code -50002: storage temporarily unavailable")
     answers.update(extra or {})
-    return ConsoleOperation(
+    return ConsoleRoute(
         method,
         API + path,
         operation_id,
@@ -134,7 +134,7 @@ def ok(data: Any, description: str = "success") -> Answer:
     return Answer(description, Ok[data])
 
 
-def _callback(scope: str, params: tuple[Param, ...]) -> list[ConsoleOperation]:
+def _callback(scope: str, params: tuple[Param, ...]) -> list[ConsoleRoute]:
     path = "/instances/{appid}/callback" if params else "/callback"
     found = bool(params)
     return [
@@ -186,7 +186,7 @@ LIMITED_SIGN_IN = Answer(
     Error,
     headers={"Retry-After": RETRY_AFTER},
 )
-SIGN_IN = ConsoleOperation(
+SIGN_IN = ConsoleRoute(
     "post",
     API + "/session",
     "consoleSignIn",
@@ -208,7 +208,7 @@ SIGN_IN = ConsoleOperation(
     handler=AccountApi.sign_in,
     signed_in=False,
 )
-INVITATION = ConsoleOperation(
+INVITATION = ConsoleRoute(
     "post",
     API + "/invitation",
     "consoleAcceptInvitation",
@@ -226,7 +226,7 @@ INVITATION = ConsoleOperation(
     signed_in=False,
 )
 
-OPERATIONS: tuple[ConsoleOperation, ...] = (
+ROUTES: tuple[ConsoleRoute, ...] = (
     # Signing in, the session, the account (receiver.console.account, .api).
     SIGN_IN,
     op("get", "/session", "consoleSession", "Who is signed in, and the CSRF token", ok(s.SignedIn), handler=Api.whoami),

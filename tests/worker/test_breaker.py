@@ -1,10 +1,10 @@
-"""Probing destinations whose attempts time out: a real worker, real Redis, real HTTP sinks on loopback.
+"""Breakers destinations whose attempts time out: a real worker, real Redis, real HTTP sinks on loopback.
 
 A destination that never answers gets only its probing attempts once its first attempts timed
 out, while healthy destinations of its own account and of another keep going; its held-back
 jobs lose no attempt and wait no less than their schedule; when it answers again its backlog is
 delivered within seconds; a destination that is merely slow keeps its full caps. And the
-process's own bookkeeping (:class:`worker.probing.Probing`), alone.
+process's own bookkeeping (:class:`worker.breaker.Breakers`), alone.
 """
 
 from __future__ import annotations
@@ -18,16 +18,16 @@ from redis import Redis
 from redis.asyncio import Redis as AsyncRedis
 
 from svcgw.config.settings import Settings
-from svcgw.delivery import failingdestinations, probing
+from svcgw.delivery import breaker, failingorigins
+from svcgw.delivery.breaker import BreakerRecord
 from svcgw.delivery.claim import Hold
-from svcgw.delivery.probing import Probe
 from svcgw.intake.ingest import Ingest
 from svcgw.registry.store import Scope, Store
 from svcgw.storage import scripts
 from svcgw.storage.keys import PLAIN as keys
 from tests.conftest import Tenant, provision, with_store
 from tests.support import Sink, ThreadedWorker, attempt_records, held_at_once, most_in_flight, wait_for
-from worker.probing import Probing
+from worker.breaker import Breakers
 
 pytestmark = pytest.mark.slow
 
@@ -99,12 +99,12 @@ def _attempt_spans(attempts: list[dict[str, object]]) -> list[tuple[float, float
 
 def _name(account: str, url: str) -> str:
     """The probing record's name of ``account``'s attempts to the sink at ``url``."""
-    return probing.name(account, url.rsplit("/", 1)[0])  # the sinks' addresses are http://127.0.0.1:<port>/hook
+    return breaker.name(account, url.rsplit("/", 1)[0])  # the sinks' addresses are http://127.0.0.1:<port>/hook
 
 
-def _record(redis: Redis, account: str, url: str) -> Probe | None:
-    value = redis.hget(keys.probing_destinations, _name(account, url))
-    return None if value is None else probing.parse(_name(account, url), value)
+def _record(redis: Redis, account: str, url: str) -> BreakerRecord | None:
+    value = redis.hget(keys.breakers, _name(account, url))
+    return None if value is None else breaker.parse(_name(account, url), value)
 
 
 def _hanging_record(redis: Redis, account: str, url: str) -> bool:
@@ -116,7 +116,7 @@ def _hanging_record(redis: Redis, account: str, url: str) -> bool:
 def _probes_only(redis: Redis, account: str, url: str) -> bool:
     """Whether ``account``'s attempts to ``url``'s origin are down to their probes."""
     record = _record(redis, account, url)
-    return record is not None and record.limit == probing.PROBES
+    return record is not None and record.limit == breaker.TRIALS
 
 
 def test_a_destination_that_never_answers_gets_only_its_probes_while_the_others_keep_going(
@@ -136,7 +136,7 @@ def test_a_destination_that_never_answers_gets_only_its_probes_while_the_others_
             settled = hanging.posts()[0].at + TIMEOUT * 2
             wait_for(lambda: time.time() >= settled, timeout=5, what="the first timeouts")
             record = _record(redis, first.account, hanging.url)
-            assert record is not None and record.hanging and record.limit == probing.PROBES
+            assert record is not None and record.hanging and record.limit == breaker.TRIALS
             # The others of both accounts are delivered meanwhile: not behind its 120 held jobs, which
             # at CAP attempts a TIMEOUT would hold them for 15 s. Their pace is the benchmark's to judge.
             mine = _post_many(settings, same_account, 50, "s")
@@ -148,7 +148,7 @@ def test_a_destination_that_never_answers_gets_only_its_probes_while_the_others_
             worker.stop()
         late = [p.at for p in hanging.posts() if p.at >= settled]
         assert late, "the destination was not probed at all"
-        assert len(late) <= 6 * probing.PROBES
+        assert len(late) <= 6 * breaker.TRIALS
         assert len(mine) == len(theirs) == 50
         # No held-back job lost an attempt or had one earlier than its schedule: each job was
         # attempted at most once here (its retry is 30 s away) and the others are untouched.
@@ -156,7 +156,7 @@ def test_a_destination_that_never_answers_gets_only_its_probes_while_the_others_
         # Each probe is held until it times out, and the next begins only once one has ended: read
         # from the worker's own records, at most PROBES attempts in flight at once after the first ones.
         probes = [a for tried in attempts.values() for a in tried if float(a["at"]) >= settled]
-        assert probes and most_in_flight(_attempt_spans(probes)) <= probing.PROBES
+        assert probes and most_in_flight(_attempt_spans(probes)) <= breaker.TRIALS
         assert all(len(a) <= 1 for a in attempts.values())
         assert sum(len(a) for a in attempts.values()) == len(hanging.posts())
         assert all(a[0]["error"].startswith("timed out") for a in attempts.values() if a)
@@ -237,7 +237,7 @@ def test_a_slow_destination_that_answers_keeps_its_full_caps(env: dict[str, str]
         finally:
             with_worker.stop()
         assert held_at_once(slow.posts()) == CAP
-        assert redis.hlen(keys.probing_destinations) == 0
+        assert redis.hlen(keys.breakers) == 0
     finally:
         slow.stop()
 
@@ -253,7 +253,7 @@ def test_a_record_of_an_earlier_version_named_by_its_origin_alone_limits_nothing
     now = time.time()
     try:
         tenant = provision(settings, url=target.url)
-        redis.hset(keys.probing_destinations, origin, f"1:{now - 5}:{now}:t:")
+        redis.hset(keys.breakers, origin, f"1:{now - 5}:{now}:t:")
         redis.zadd(keys.parked(origin), {"we_gone-1-0": now + 30})
         _post_many(settings, tenant, 2 * CAP, "u")
         worker = ThreadedWorker(settings).start()
@@ -262,13 +262,13 @@ def test_a_record_of_an_earlier_version_named_by_its_origin_alone_limits_nothing
         finally:
             worker.stop()
         # Not read: the destination had its full caps at once, not one probe.
-        assert held_at_once(target.posts()) > probing.PROBES
+        assert held_at_once(target.posts()) > breaker.TRIALS
         assert _record(redis, tenant.account, target.url) is None
         # Forgotten by the workers' read once nothing changed it for as long as a failure is remembered.
-        forget = failingdestinations.forget_after(settings)
-        read = redis.register_script(scripts.text("probing_read"))
-        read(keys=[keys.probing_destinations], args=[now + forget + 1, probing.OPEN_KEPT, forget])
-        assert not redis.hexists(keys.probing_destinations, origin)
+        forget = failingorigins.forget_after(settings)
+        read = redis.register_script(scripts.text("breaker_read"))
+        read(keys=[keys.breakers], args=[now + forget + 1, breaker.OPEN_KEPT, forget])
+        assert not redis.hexists(keys.breakers, origin)
     finally:
         target.stop()
 
@@ -400,13 +400,13 @@ class Clock:
         return self.now
 
 
-def _probe(limit: int, at: float, word: str = "t", destination: str = "http://a.test:80") -> Probe:
-    return Probe(destination, limit, since=at - 5, at=at, word=word)
+def _probe(limit: int, at: float, word: str = "t", destination: str = "http://a.test:80") -> BreakerRecord:
+    return BreakerRecord(destination, limit, since=at - 5, at=at, word=word)
 
 
 def test_a_destination_at_its_limit_takes_no_new_attempt_and_its_jobs_are_parked() -> None:
     clock = Clock()
-    limits = Probing(16, 10.0, clock=clock)
+    limits = Breakers(16, 10.0, clock=clock)
     destination = "http://a.test:80"
     for _ in range(3):
         assert limits.acquire(destination, "a.test")
@@ -418,7 +418,7 @@ def test_a_destination_at_its_limit_takes_no_new_attempt_and_its_jobs_are_parked
     assert limits.acquire(destination, "a.test")
     assert not limits.acquire(destination, "a.test")
     (netloc, hold), = limits.saturated(keys).items()
-    assert netloc == "a.test" and hold.park == keys.parked(destination) and hold.spread == probing.PARK_SECONDS
+    assert netloc == "a.test" and hold.park == keys.parked(destination) and hold.spread == breaker.PARK_SECONDS
     assert clock.now < hold.due <= clock.now + 10.0
     assert limits.mark(destination, timed_out=False, started=clock.now) == "a"
     assert limits.mark(destination, timed_out=True, started=12.5) == "t:12.5"
@@ -427,7 +427,7 @@ def test_a_destination_at_its_limit_takes_no_new_attempt_and_its_jobs_are_parked
 
 def test_answering_below_its_caps_its_jobs_wait_a_moment_and_at_its_caps_nothing_holds_it() -> None:
     clock = Clock()
-    limits = Probing(16, 10.0, clock=clock)
+    limits = Breakers(16, 10.0, clock=clock)
     destination = "http://a.test:80"
     limits.update("shard", {destination: _probe(1, clock.now, "a")})
     assert limits.acquire(destination, "a.test")
@@ -439,7 +439,7 @@ def test_answering_below_its_caps_its_jobs_wait_a_moment_and_at_its_caps_nothing
 
 
 def test_the_record_changed_last_on_any_shard_wins_and_a_reopening_unparks_every_shard() -> None:
-    limits = Probing(16, 10.0)
+    limits = Breakers(16, 10.0)
     destination = "http://a.test:80"
     limits.join("s0")
     limits.join("s1")

@@ -67,13 +67,13 @@ from svcgw.storage.keys import KeySpace
 __all__ = [
     "RECOVERED",
     "STARTED",
-    "FailingDestination",
-    "destination_of",
+    "FailingOrigin",
     "failing",
     "failing_anywhere",
     "forget_after",
     "is_failing",
     "name",
+    "origin_of",
     "parse",
     "script_argument",
     "split",
@@ -88,7 +88,7 @@ def name(account: str, destination: str) -> str:
     """The record's name of ``account``'s attempts to ``destination`` (an origin); '' when either is missing.
 
     A space parts them: neither an account id nor an origin (``scheme://host:port``) holds one. Failing
-    and probing records (:mod:`svcgw.delivery.probing`) are named alike.
+    and probing records (:mod:`svcgw.delivery.breaker`) are named alike.
     """
     if not account or not destination:
         return ""
@@ -119,7 +119,7 @@ def names(destinations: Iterable[str] | None, account: str | None) -> dict[str, 
 
 
 @dataclass(frozen=True)
-class FailingDestination:
+class FailingOrigin:
     """One shard's record of one account's destination."""
 
     destination: str  # the origin
@@ -132,16 +132,16 @@ class FailingDestination:
         return {"destination": self.destination, "failing_since": self.first_failure, "last_failure": self.last_failure}
 
 
-def destination_of(url: str | None) -> str:
+def origin_of(url: str | None) -> str:
     """The destination of a callback address: ``scheme://host:port``; '' when it has none."""
     if not url:
         return ""
-    return _destination(url)
+    return _origin(url)
 
 
 # The engine asks for every attempt; a worker sees few distinct addresses.
 @functools.lru_cache(maxsize=4096)
-def _destination(url: str) -> str:
+def _origin(url: str) -> str:
     found = origin(url)
     if found is None:
         return ""
@@ -161,7 +161,7 @@ def script_argument(settings: Settings) -> str:
     return f"{settings.failing_after}:{forget_after(settings)!r}"
 
 
-def parse(record_name: str, value: str | bytes) -> FailingDestination | None:
+def parse(record_name: str, value: str | bytes) -> FailingOrigin | None:
     """One field of the hash, by its name (:func:`name`); None when it cannot be read, or names no account."""
     owner = split(record_name)
     if owner is None:
@@ -170,12 +170,12 @@ def parse(record_name: str, value: str | bytes) -> FailingDestination | None:
     first, _, rest = text.partition(":")
     last, _, flagged = rest.partition(":")
     try:
-        return FailingDestination(owner[1], float(first), float(last), flagged == "1", account=owner[0])
+        return FailingOrigin(owner[1], float(first), float(last), flagged == "1", account=owner[0])
     except ValueError:
         return None
 
 
-def is_failing(record: FailingDestination, settings: Settings, now: float) -> bool:
+def is_failing(record: FailingOrigin, settings: Settings, now: float) -> bool:
     """Failing now: failures only, the first long enough ago, the last recent enough to be current."""
     return now - record.first_failure >= settings.failing_after and now - record.last_failure <= forget_after(settings)
 
@@ -188,21 +188,21 @@ async def failing(
     *,
     account: str | None = None,
     now: float | None = None,
-) -> dict[str, FailingDestination]:
+) -> dict[str, FailingOrigin]:
     """``account``'s failing destinations among ``destinations`` (origins), by destination; with neither, every
     account's, by record name (:func:`name`)."""
     moment = time.time() if now is None else now
     wanted = names(destinations, account)
     if wanted is None:
-        raw = await redis.hgetall(keys.failing_destinations)
+        raw = await redis.hgetall(keys.failing_origins)
         triples = [(_text(field), _text(field), value) for field, value in raw.items()]
     else:
         if not wanted:
             return {}
         fields = list(wanted)
-        values = await redis.hmget(keys.failing_destinations, fields)
+        values = await redis.hmget(keys.failing_origins, fields)
         triples = [(f, wanted[f], v) for f, v in zip(fields, values, strict=True) if v is not None]
-    found: dict[str, FailingDestination] = {}
+    found: dict[str, FailingOrigin] = {}
     for field, key, value in triples:
         record = parse(field, value)
         if record is not None and is_failing(record, settings, moment):
@@ -217,7 +217,7 @@ async def failing_anywhere(
     *,
     account: str | None = None,
     now: float | None = None,
-) -> dict[str, FailingDestination]:
+) -> dict[str, FailingOrigin]:
     """:func:`failing` on every shard's hash (clients by shard index), merged: failing on any shard.
 
     Records are kept per account: ``account``'s destinations come back by destination, and another
@@ -228,7 +228,7 @@ async def failing_anywhere(
     answers = await asyncio.gather(
         *(failing(redis, keys, settings, wanted, account=account, now=now) for redis, keys in shards)
     )
-    found: dict[str, FailingDestination] = {}
+    found: dict[str, FailingOrigin] = {}
     for answer in answers:
         for name, record in answer.items():
             if name not in found or record.first_failure < found[name].first_failure:

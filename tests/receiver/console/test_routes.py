@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import httpx
 
-from receiver.console import API_OPERATIONS
+from receiver.console import API_ROUTES
 from tests.receiver.console.conftest import ConsoleClient, Developer
 
 
@@ -20,7 +20,7 @@ def test_each_operation_checks_its_caller_as_declared(
     }
     checked = 0
     with httpx.Client(base_url=server, timeout=15) as anonymous:
-        for item in API_OPERATIONS:
+        for item in API_ROUTES:
             method, path = item.method.upper(), item.path.format(**values)
             unsigned = anonymous.request(method, path)
             if not item.signed_in:  # signing in: the body is read, and there is none
@@ -33,4 +33,4 @@ def test_each_operation_checks_its_caller_as_declared(
             refused = (answer.status_code, answer.json()["code"]) == (403, -40310)
             assert refused == item.change, (item.operation_id, answer.text)
             checked += 1
-    assert checked == sum(1 for item in API_OPERATIONS if item.signed_in) > 40
+    assert checked == sum(1 for item in API_ROUTES if item.signed_in) > 40

@@ -10,9 +10,9 @@ from starlette.responses import Response
 from ..apispec import Answer, Ok, path_param
 from . import schemas as s
 from .onboarding import OnboardingApi
-from .operations import APPID, LIMITED, ConsoleOperation, err, op
+from .routes import APPID, LIMITED, ConsoleRoute, err, op
 
-__all__ = ["OPERATIONS"]
+__all__ = ["ROUTES"]
 
 ATTEMPT = path_param("attempt")
 GATEWAY_NOTE = (
@@ -39,7 +39,7 @@ def step(
     method: str = "post",
     found: bool = True,
     **extra: Any,
-) -> ConsoleOperation:
+) -> ConsoleRoute:
     """A step of a QR login or an instance action: a gateway call, refused as the gateway refuses it.
 
     Its success is ``status`` with ``data``; the capability layer's refusal is HTTP 200.
@@ -67,7 +67,7 @@ def step(
     )
 
 
-OPERATIONS: tuple[ConsoleOperation, ...] = (
+ROUTES: tuple[ConsoleRoute, ...] = (
     step(
         "/instances/new",
         "consoleNewInstance",

@@ -5,9 +5,9 @@ from __future__ import annotations
 from ..apispec import Param, path_param
 from . import schemas as s
 from .destinations import DestinationApi
-from .operations import APPID, BEFORE, ConsoleOperation, Limit, err, ok, op
+from .routes import APPID, BEFORE, ConsoleRoute, Limit, err, ok, op
 
-__all__ = ["OPERATIONS"]
+__all__ = ["ROUTES"]
 
 DESTINATION_ID = path_param("destination_id", "dst_ and 16 hex digits")
 NOT_FOUND = err("code -40404: no such destination (or appid), or another account's (the same answer)")
@@ -24,7 +24,7 @@ SAVED_NOTE = (
 )
 
 
-def _listing(scope: str, path: str, found: bool) -> list[ConsoleOperation]:
+def _listing(scope: str, path: str, found: bool) -> list[ConsoleRoute]:
     params = (APPID,) if found else ()
     target = "this instance" if found else "all the account's instances"
     whose = "the instance's own (the list also names the account's, which it takes too)" if found else "the account's"
@@ -59,7 +59,7 @@ def _listing(scope: str, path: str, found: bool) -> list[ConsoleOperation]:
     ]
 
 
-OPERATIONS: tuple[ConsoleOperation, ...] = (
+ROUTES: tuple[ConsoleRoute, ...] = (
     *_listing("Account", "/destinations", False),
     *_listing("Instance", "/instances/{appid}/destinations", True),
     op(

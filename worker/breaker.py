@@ -1,27 +1,27 @@
-"""Probing in a worker process: fewer attempts in flight to destinations whose attempts time out.
+"""Breakers in a worker process: fewer attempts in flight to destinations whose attempts time out.
 
-The rule and its record in Redis are :mod:`svcgw.delivery.probing`'s: a destination (a callback
+The rule and its record in Redis are :mod:`svcgw.delivery.breaker`'s: a destination (a callback
 address's origin) whose attempts time out is allowed fewer attempts in flight than its caps,
 down to a probing few, and more again as it answers. This is the worker's side of it, shared by
 the engines of one process as its caps are (:mod:`worker.concurrencycaps`). A destination here is
-always one account's (its record's name, :func:`svcgw.delivery.probing.name`): the attempts
+always one account's (its record's name, :func:`svcgw.delivery.breaker.name`): the attempts
 counted, the limit and the jobs held back are that account's alone, so another account's jobs to
 the same origin are never counted, limited, held back or parked for it.
 
 * each engine reads its shard's records every :data:`READ_EVERY` seconds, and at once after a
-  finish that changed one (:meth:`Probing.update`); a destination's limit is that of the record
-  that changed last on any shard (:func:`svcgw.delivery.probing.combine`);
+  finish that changed one (:meth:`Breakers.update`); a destination's limit is that of the record
+  that changed last on any shard (:func:`svcgw.delivery.breaker.combine`);
 * the attempts in flight to every destination are counted, probed or not, so that a destination
   that begins to be probed with its caps in flight starts no attempt until fewer than its limit
-  are left (:meth:`Probing.acquire`);
+  are left (:meth:`Breakers.acquire`);
 * the claim holds back the jobs of a destination at its limit, by the account and the URL
   spellings (netlocs) its attempts used (``<account> <netloc>``), as it does for a full socket
-  (:meth:`Probing.saturated`, :mod:`svcgw.delivery.claim`). While its attempts time out, those jobs are lined up over
-  :data:`svcgw.delivery.probing.PARK_SECONDS` and noted in its parked set; when it answers again
+  (:meth:`Breakers.saturated`, :mod:`svcgw.delivery.claim`). While its attempts time out, those jobs are lined up over
+  :data:`svcgw.delivery.breaker.PARK_SECONDS` and noted in its parked set; when it answers again
   (its record's last word is no longer a timeout), every engine of the process brings them
-  forward on its shard (:meth:`Probing.unparking`). While it answers below its caps, they wait a
+  forward on its shard (:meth:`Breakers.unparking`). While it answers below its caps, they wait a
   moment only;
-* an attempt tells the finish script what it says of its destination (:meth:`Probing.mark`):
+* an attempt tells the finish script what it says of its destination (:meth:`Breakers.mark`):
   a timeout always, an answer only while the destination is held probed, so an attempt to a
   healthy destination costs Redis nothing more.
 
@@ -35,11 +35,11 @@ import time
 from collections import Counter
 from collections.abc import Callable, Hashable, Mapping
 
+from svcgw.delivery.breaker import PARK_SECONDS, BreakerRecord, combine
 from svcgw.delivery.claim import Hold
-from svcgw.delivery.probing import PARK_SECONDS, Probe, combine
 from svcgw.storage.keys import KeySpace
 
-__all__ = ["ANSWERING_WAIT", "READ_EVERY", "Probing"]
+__all__ = ["ANSWERING_WAIT", "READ_EVERY", "Breakers"]
 
 READ_EVERY = 0.5  # seconds between reads of a shard's records
 ANSWERING_WAIT = 0.05  # the shortest wait of a job held back for a destination answering below its caps
@@ -47,15 +47,15 @@ ANSWERING_WAIT = 0.05  # the shortest wait of a job held back for a destination 
 _NETLOCS_KEPT = 100_000
 
 
-class Probing:
+class Breakers:
     """The destinations being probed, as the shards' records say, and this process's attempts in flight to each."""
 
     def __init__(self, cap: int, timeout: float, *, clock: Callable[[], float] = time.time) -> None:
         self.cap = cap
         self.timeout = timeout
         self.clock = clock
-        self._records: dict[Hashable, Mapping[str, Probe]] = {}
-        self._combined: dict[str, Probe] = {}
+        self._records: dict[Hashable, Mapping[str, BreakerRecord]] = {}
+        self._combined: dict[str, BreakerRecord] = {}
         self._inflight: Counter[str] = Counter()
         # destination -> the names the claim holds its jobs back by: its account and each netloc its attempts used
         self._netlocs: dict[str, set[str]] = {}
@@ -68,7 +68,7 @@ class Probing:
         self._records.setdefault(shard, {})
         self._unpark.setdefault(shard, set())
 
-    def update(self, shard: Hashable, records: Mapping[str, Probe]) -> None:
+    def update(self, shard: Hashable, records: Mapping[str, BreakerRecord]) -> None:
         """``shard``'s records as just read; a destination that stopped timing out is unparked on every shard."""
         self.join(shard)
         self._records[shard] = records
@@ -98,19 +98,19 @@ class Probing:
         pending.clear()
         return found
 
-    def record(self, destination: str) -> Probe | None:
+    def record(self, destination: str) -> BreakerRecord | None:
         """The record that counts for ``destination``, when it is probed."""
         found = self._combined.get(destination)
-        return found if found is not None and found.probed else None
+        return found if found is not None and found.tripped else None
 
     def limit(self, destination: str) -> int | None:
         """The attempts in flight ``destination`` is allowed in this process; None while it has its caps."""
         found = self.record(destination)
         return None if found is None else max(1, min(found.limit, self.cap))
 
-    def probed(self) -> dict[str, Probe]:
+    def tripped(self) -> dict[str, BreakerRecord]:
         """Every destination being probed."""
-        return {name: r for name, r in self._combined.items() if r.probed}
+        return {name: r for name, r in self._combined.items() if r.tripped}
 
     # --- attempts ------------------------------------------------------------------------
     def acquire(self, destination: str, netloc: str) -> bool:
@@ -164,7 +164,7 @@ class Probing:
         held: dict[str, Hold] = {}
         now = self.clock()
         for name, found in self._combined.items():
-            if not found.probed or self._inflight.get(name, 0) < max(1, min(found.limit, self.cap)):
+            if not found.tripped or self._inflight.get(name, 0) < max(1, min(found.limit, self.cap)):
                 continue
             if found.hanging:
                 hold = Hold(now + self.timeout / 2 * random.uniform(0.8, 1.2), PARK_SECONDS, keys.parked(name))

@@ -22,8 +22,8 @@ from svcgw.vault import TokenVault
 
 __all__ = [
     "SECRET_PREFIX",
-    "Destination",
-    "choose_destination",
+    "Recipient",
+    "choose_recipient",
     "new_signing_secret",
     "open_secret",
     "seal_secret",
@@ -36,7 +36,7 @@ Source = Literal["instance", "account"]
 
 
 @dataclass(frozen=True)
-class Destination:
+class Recipient:
     """Where to deliver; ``secret`` and ``sealed_token`` as stored (see :func:`open_secret`)."""
 
     url: str
@@ -45,10 +45,10 @@ class Destination:
     source: Source = "instance"
 
 
-def choose_destination(
+def choose_recipient(
     instance_config: Mapping[str, str],
     account_config: Mapping[str, str],
-) -> Destination | None:
+) -> Recipient | None:
     """The instance's own configuration wins; otherwise the account default; else None."""
     sources: tuple[tuple[Mapping[str, str], Source], ...] = (
         (instance_config, "instance"),
@@ -57,7 +57,7 @@ def choose_destination(
     for config, source in sources:
         url = config.get("url", "")
         if url:
-            return Destination(
+            return Recipient(
                 url=url,
                 secret=config.get("secret", ""),
                 sealed_token=config.get("token") or None,

@@ -7,12 +7,12 @@ import ipaddress
 
 import pytest
 
-from worker.destinations import DestinationKeys, address_key
+from worker.sockets import SocketKeys, address_key
 
 LOOPBACK = (ipaddress.ip_network("127.0.0.0/8"), ipaddress.ip_network("::1/128"))
 
 
-def _keys(resolver: DestinationKeys, *urls: str) -> list[tuple[str, ...]]:
+def _keys(resolver: SocketKeys, *urls: str) -> list[tuple[str, ...]]:
     async def go() -> list[tuple[str, ...]]:
         return [await resolver.keys(url) for url in urls]
 
@@ -20,7 +20,7 @@ def _keys(resolver: DestinationKeys, *urls: str) -> list[tuple[str, ...]]:
 
 
 def test_spellings_of_one_socket_share_their_keys() -> None:
-    resolver = DestinationKeys(LOOPBACK, resolve=lambda host, port: ["127.0.0.1"])
+    resolver = SocketKeys(LOOPBACK, resolve=lambda host, port: ["127.0.0.1"])
     spellings = ["http://127.0.0.1:9100/a", "http://127.0.0.1:09100/b", "http://127.1:9100", "http://2130706433:9100",
                  "http://LOCALHOST:9100/x", "http://any.wildcard.example:9100/y"]  # fmt: skip
     assert set(_keys(resolver, *spellings)) == {("127.0.0.1:9100",)}
@@ -29,7 +29,7 @@ def test_spellings_of_one_socket_share_their_keys() -> None:
 
 
 def test_refused_hosts_are_keyed_by_name_and_port() -> None:
-    resolver = DestinationKeys((), resolve=lambda host, port: ["10.0.0.1"])
+    resolver = SocketKeys((), resolve=lambda host, port: ["10.0.0.1"])
     assert _keys(resolver, "http://Internal.Example:8080/")[0] == ("internal.example:8080",)
 
 

@@ -6,7 +6,7 @@ held and failed every timeout, each costing the worker about three healthy deliv
 nothing. So its allowed attempts in flight shrink while they time out and grow back as it
 answers, the shape of TCP's congestion window (additive increase, multiplicative decrease):
 
-* **an attempt that times out** halves the destination's limit, down to :data:`PROBES` attempts
+* **an attempt that times out** halves the destination's limit, down to :data:`TRIALS` attempts
   in flight per worker process: after its first few timeouts a destination that never answers
   gets only its probing attempts;
 * **an attempt that gets any answer** within the timeout, an HTTP error included (it freed its
@@ -17,10 +17,10 @@ answers, the shape of TCP's congestion window (additive increase, multiplicative
   untouched, and it is never due earlier than its schedule says. Those held back while every
   attempt times out are lined up over :data:`PARK_SECONDS` (beyond the timeout) and brought
   forward the moment the destination answers again, so its backlog goes at full speed within a
-  few of its round trips (``worker.probing``).
+  few of its round trips (``worker.breaker``).
 
 A destination is the **origin** of a callback address, as for failing destinations
-(:mod:`svcgw.delivery.failingdestinations`), **of one account**: the record is kept per account
+(:mod:`svcgw.delivery.failingorigins`), **of one account**: the record is kept per account
 and origin (:func:`name`), so every delivery of that account to that origin shares it, whichever
 instance or further destination it comes from, and nothing another account's endpoints on the same
 host do (hang, answer slowly, fail) moves it. Many customers' endpoints live on one host (a chat
@@ -34,7 +34,7 @@ and park their jobs. The receiving host keeps a ceiling across accounts of its o
 ``limit:since:at:word:opened``: the attempts in flight allowed per worker, when its attempts began
 timing out, when the record last changed, the last word (``t`` an attempt timed out, ``a`` one
 answered, ``o`` open: back at the caps), and when the first answer after timeouts came (empty
-while they time out). The finish script (``svcgw/storage/lua/probing.lua``) writes it: one
+while they time out). The finish script (``svcgw/storage/lua/breaker.lua``) writes it: one
 ``HGET`` and ``HSET`` per attempt that timed out, and per answered attempt to a destination the
 worker holds probed; nothing for any other attempt. A timeout of an attempt started before the
 answer that reopened the destination is old news and changes nothing.
@@ -44,12 +44,12 @@ process delivers for every shard and holds one limit per destination: the record
 last on any shard wins (the freshest word about the destination). An open record is therefore
 kept :data:`OPEN_KEPT` seconds, so that a shard's reopening outweighs another shard's older
 timeouts; a record of any word is forgotten when nothing changed it for
-:func:`svcgw.delivery.failingdestinations.forget_after` (its address was probably changed).
+:func:`svcgw.delivery.failingorigins.forget_after` (its address was probably changed).
 
 **Upgrading.** Earlier versions named a record by its origin alone. Such a field is not read
 (:func:`parse` answers None: it names no account) and nothing writes it again; the workers'
-read (``probing_read.lua``) forgets it by the rule above, at the latest
-:func:`~svcgw.delivery.failingdestinations.forget_after` after it last changed. The jobs parked
+read (``breaker_read.lua``) forgets it by the rule above, at the latest
+:func:`~svcgw.delivery.failingorigins.forget_after` after it last changed. The jobs parked
 under such a destination (``KeySpace.parked``) keep their place in the retry schedule and are
 claimed when due, at most :data:`PARK_SECONDS` and a timeout later; their parked set expires.
 """
@@ -64,7 +64,7 @@ from dataclasses import dataclass
 from redis.asyncio import Redis
 
 from svcgw.config.settings import Settings
-from svcgw.delivery.failingdestinations import destination_of, forget_after, name, names, split
+from svcgw.delivery.failingorigins import forget_after, name, names, origin_of, split
 from svcgw.shards.clients import ShardRedis
 from svcgw.shards.routing import instance_shard
 from svcgw.storage.keys import KeySpace
@@ -75,30 +75,30 @@ __all__ = [
     "ENDED",
     "OPEN_KEPT",
     "PARK_SECONDS",
-    "PROBES",
     "REOPENED",
-    "Probe",
+    "TRIALS",
+    "BreakerRecord",
     "combine",
     "current",
     "name",
     "of_instance",
     "parse",
-    "probing",
-    "probing_anywhere",
     "read_argument",
     "records",
     "script_argument",
     "split",
+    "tripped",
+    "tripped_anywhere",
 ]
 
 # Attempts in flight per worker process to a destination whose attempts all time out.
-PROBES = 1
+TRIALS = 1
 # Seconds an open record (back at the caps) is kept: on several shards it outweighs older timeouts.
 OPEN_KEPT = 60.0
 # Seconds over which the jobs held back for a destination whose attempts time out are lined up.
 PARK_SECONDS = 60.0
 
-# Bits the finish script adds to a job's result (svcgw.delivery.failingdestinations has 2 and 4, chains 8).
+# Bits the finish script adds to a job's result (svcgw.delivery.failingorigins has 2 and 4, chains 8).
 CHANGED = 16  # the destination's record changed
 REOPENED = 32  # the first answer after timeouts: its held-back jobs are brought forward
 BEGAN = 64  # its first timeout at its caps: it is probed from now
@@ -106,7 +106,7 @@ ENDED = 128  # back at its caps
 
 
 @dataclass(frozen=True)
-class Probe:
+class BreakerRecord:
     """One shard's record of one account's destination."""
 
     destination: str  # the origin
@@ -123,7 +123,7 @@ class Probe:
         return name(self.account, self.destination)
 
     @property
-    def probed(self) -> bool:
+    def tripped(self) -> bool:
         """Whether the destination gets fewer attempts than its caps: timing out, or answering again below them."""
         return self.word in ("t", "a")
 
@@ -142,7 +142,7 @@ class Probe:
         }
 
 
-def parse(record_name: str, value: str | bytes) -> Probe | None:
+def parse(record_name: str, value: str | bytes) -> BreakerRecord | None:
     """One field of the hash, by its name (:func:`name`); None when it cannot be read, or names no account."""
     owner = split(record_name)
     if owner is None:
@@ -152,15 +152,15 @@ def parse(record_name: str, value: str | bytes) -> Probe | None:
     if len(parts) != 5 or parts[3] not in ("t", "a", "o"):
         return None
     try:
-        return Probe(owner[1], int(parts[0]), float(parts[1]), float(parts[2]), parts[3],
+        return BreakerRecord(owner[1], int(parts[0]), float(parts[1]), float(parts[2]), parts[3],
                      float(parts[4]) if parts[4] else None, account=owner[0])  # fmt: skip
     except ValueError:
         return None
 
 
-def combine(records: Iterable[Probe]) -> Probe | None:
+def combine(records: Iterable[BreakerRecord]) -> BreakerRecord | None:
     """The record that counts among several shards' of one destination: the one that changed last."""
-    found: Probe | None = None
+    found: BreakerRecord | None = None
     for record in records:
         if found is None or (record.at, -record.limit) > (found.at, -found.limit):
             found = record
@@ -169,30 +169,30 @@ def combine(records: Iterable[Probe]) -> Probe | None:
 
 def script_argument(settings: Settings) -> str:
     """The finish script's ``cap:probes``: the caps a destination goes back to, and its floor."""
-    return f"{settings.destination_concurrency}:{min(PROBES, settings.destination_concurrency)}"
+    return f"{settings.destination_concurrency}:{min(TRIALS, settings.destination_concurrency)}"
 
 
 def read_argument(settings: Settings) -> tuple[float, float]:
-    """``probing_read.lua``'s ``open kept`` and ``forget after`` (seconds)."""
+    """``breaker_read.lua``'s ``open kept`` and ``forget after`` (seconds)."""
     return OPEN_KEPT, forget_after(settings)
 
 
 async def records(
     redis: Redis, keys: KeySpace, destinations: Iterable[str] | None = None, *, account: str | None = None
-) -> dict[str, Probe]:
+) -> dict[str, BreakerRecord]:
     """One shard's records, open ones included: ``account``'s of ``destinations`` (origins), by destination;
     with neither, every account's, by record name (:func:`name`)."""
     wanted = names(destinations, account)
     if wanted is None:
-        raw = await redis.hgetall(keys.probing_destinations)
+        raw = await redis.hgetall(keys.breakers)
         pairs = [(_text(field), _text(field), value) for field, value in raw.items()]
     else:
         if not wanted:
             return {}
         fields = list(wanted)
-        values = await redis.hmget(keys.probing_destinations, fields)
+        values = await redis.hmget(keys.breakers, fields)
         pairs = [(f, wanted[f], v) for f, v in zip(fields, values, strict=True) if v is not None]
-    found: dict[str, Probe] = {}
+    found: dict[str, BreakerRecord] = {}
     for field, key, value in pairs:
         record = parse(field, value)
         if record is not None:
@@ -200,18 +200,18 @@ async def records(
     return found
 
 
-def current(records: Mapping[str, Sequence[Probe]], settings: Settings, now: float) -> dict[str, Probe]:
+def current(records: Mapping[str, Sequence[BreakerRecord]], settings: Settings, now: float) -> dict[str, BreakerRecord]:
     """Of each destination's records on the shards, the one that counts, where it says the destination is probed."""
     forget = forget_after(settings)
-    found: dict[str, Probe] = {}
+    found: dict[str, BreakerRecord] = {}
     for key, candidates in records.items():
         record = combine(r for r in candidates if now - r.at <= forget)
-        if record is not None and record.probed:
+        if record is not None and record.tripped:
             found[key] = record
     return found
 
 
-async def probing(
+async def tripped(
     redis: Redis,
     keys: KeySpace,
     settings: Settings,
@@ -219,22 +219,22 @@ async def probing(
     *,
     account: str | None = None,
     now: float | None = None,
-) -> dict[str, Probe]:
+) -> dict[str, BreakerRecord]:
     """``account``'s destinations being probed among ``destinations``, by destination; with neither, every
     account's, by record name (:func:`name`); as one shard's records say."""
     found = await records(redis, keys, destinations, account=account)
     return current({key: [r] for key, r in found.items()}, settings, time.time() if now is None else now)
 
 
-async def probing_anywhere(
+async def tripped_anywhere(
     shards: Sequence[ShardRedis],
     settings: Settings,
     destinations: Iterable[str] | None = None,
     *,
     account: str | None = None,
     now: float | None = None,
-) -> dict[str, Probe]:
-    """As :func:`probing`, the shards' records combined as a worker combines them (:func:`combine`).
+) -> dict[str, BreakerRecord]:
+    """As :func:`tripped`, the shards' records combined as a worker combines them (:func:`combine`).
 
     Records are kept per account: ``account``'s destinations (origins) come back by destination, and
     another account's records of the same origins are never read.
@@ -242,7 +242,7 @@ async def probing_anywhere(
     wanted = None if destinations is None else list(destinations)
     names(wanted, account)  # a call that names no account fails here, whatever the shards
     answers = await asyncio.gather(*(records(redis, keys, wanted, account=account) for redis, keys in shards))
-    by: dict[str, list[Probe]] = {}
+    by: dict[str, list[BreakerRecord]] = {}
     for answer in answers:
         for key, record in answer.items():
             by.setdefault(key, []).append(record)
@@ -251,7 +251,7 @@ async def probing_anywhere(
 
 async def of_instance(
     shards: Sequence[ShardRedis], settings: Settings, appid: str, url: str | None = None
-) -> Probe | None:
+) -> BreakerRecord | None:
     """The record of the destination ``appid``'s deliveries go to (its own address, or its account's default;
     with ``url``, that address: a further destination's), its account's, when that destination is being
     probed: what ``svcgw deliveries`` shows beside them."""
@@ -267,10 +267,10 @@ async def of_instance(
         if not url:
             default = await redis.hget(keys.callback_account(_text(account)), "url")
             url = _text(default) if default else None
-    destination = destination_of(url) if url else ""
+    destination = origin_of(url) if url else ""
     if not destination:
         return None
-    found = await probing_anywhere(shards, settings, [destination], account=_text(account))
+    found = await tripped_anywhere(shards, settings, [destination], account=_text(account))
     return found.get(destination)
 
 
