@@ -124,7 +124,9 @@ def test_the_record_changed_last_counts_and_a_tie_goes_to_the_lower_limit() -> N
     assert combine([]) is None
 
 
-def _read(settings: Settings, now: float, account: str = ACCOUNT) -> tuple[dict[str, BreakerRecord], dict[str, BreakerRecord]]:
+def _read(
+    settings: Settings, now: float, account: str = ACCOUNT
+) -> tuple[dict[str, BreakerRecord], dict[str, BreakerRecord]]:
     async def go() -> tuple[dict[str, BreakerRecord], dict[str, BreakerRecord]]:
         client = AsyncRedis.from_url(settings.redis_url or "")
         wanted = ["http://a.test:80", "http://b.test:80", "http://c.test:80"]
