@@ -1,12 +1,12 @@
-"""Failing destinations: callback addresses whose every attempt has failed for a while.
+"""Failing origins: callback addresses whose every attempt has failed for a while.
 
-A destination is the **origin** of a callback address (scheme, host and
-port, as :mod:`svcgw.callbacks.origins` normalises it), not the whole URL: the paths
+An origin is the scheme, host and port of a callback address (as
+:mod:`svcgw.callbacks.origins` normalises it), not the whole URL: the paths
 of one host usually fail together (the host is down, its certificate
 expired, its proxy answers 502), and the origin is also what a Bearer token
-belongs to. ``https://hooks.example.com:443`` is one destination.
+belongs to. ``https://hooks.example.com:443`` is one origin.
 
-A destination is kept **per account** (:func:`name`): the record counts one
+An origin is kept **per account** (:func:`name`): the record counts one
 account's attempts to that origin, whichever of its instances or further
 destinations they come from. Many customers' endpoints live on one host (a
 chat tool's incoming webhooks, an automation platform): a record per origin
@@ -16,14 +16,14 @@ and another account's successes there would end the record of one whose
 endpoints still fail.
 
 The delivery engine's finish script (``svcgw/storage/lua/queue_finish.lua``) keeps
-one field per account and destination in the hash ``svcgw:failing`` while its
+one field per account and origin in the hash ``svcgw:failing`` while its
 attempts fail: field ``<account> <origin>`` (:func:`name`, as probing's records
 are named), value ``first failure:last failure:flagged``. A successful attempt
-deletes the field, so a destination that answers is never in the hash; the cost
+deletes the field, so an origin that answers is never in the hash; the cost
 on the delivery path is one ``HGET`` per attempt, and a write only for a failed
 attempt or the first success after failures.
 
-A destination is **failing** when its attempts have all failed since the
+An origin is **failing** when its attempts have all failed since the
 first failure, at least ``SVCGW_FAILING_AFTER`` seconds ago. The console's
 banner and the ``svcgw_failing_destinations`` gauge read that from the hash
 at once; the worker's two log records (``destination failing`` and
@@ -31,12 +31,12 @@ at once; the worker's two log records (``destination failing`` and
 written when an attempt finds the change: the first failed attempt past the
 threshold sets ``flagged``, the first success after it reports the recovery.
 
-A destination with no failed attempt for longer than the threshold plus the
+An origin with no failed attempt for longer than the threshold plus the
 longest retry delay (:func:`forget_after`) is forgotten: its address was
 probably changed, and nothing tries it any more.
 
 With several shards each shard's engines keep the hash of that shard (the
-finish script runs there). A destination is failing for the service when it
+finish script runs there). An origin is failing for the service when it
 is failing on some shard (:func:`failing_anywhere`): its instances there get
 nothing through, whatever the others get; it is shown from the earliest
 first failure.
@@ -45,7 +45,7 @@ first failure.
 not read (:func:`parse` answers None: it names no account) and nothing writes it
 again: it flags nothing, counts in no gauge, and nothing a successful attempt does
 touches it. Each account's record starts afresh from its first failed attempt after
-the upgrade, so a destination failing across the upgrade is flagged again
+the upgrade, so an origin failing across the upgrade is flagged again
 ``SVCGW_FAILING_AFTER`` seconds after it.
 """
 
@@ -96,7 +96,7 @@ def name(account: str, destination: str) -> str:
 
 
 def split(record_name: str) -> tuple[str, str] | None:
-    """The account and the destination a record's name says; None for a name of another form (an origin
+    """The account and the origin a record's name says; None for a name of another form (an origin
     alone, as earlier versions named records)."""
     account, space, destination = record_name.partition(" ")
     if not space or not account or not destination:
@@ -105,9 +105,9 @@ def split(record_name: str) -> tuple[str, str] | None:
 
 
 def names(destinations: Iterable[str] | None, account: str | None) -> dict[str, str] | None:
-    """The records' names to read, each with the key the answer gives it (its destination); None for every record.
+    """The records' names to read, each with the key the answer gives it (its origin); None for every record.
 
-    Records are kept per account: destinations are read only as some account's.
+    Records are kept per account: origins are read only as some account's.
     """
     if destinations is None:
         if account is not None:
@@ -120,7 +120,7 @@ def names(destinations: Iterable[str] | None, account: str | None) -> dict[str, 
 
 @dataclass(frozen=True)
 class FailingOrigin:
-    """One shard's record of one account's destination."""
+    """One shard's record of one account's origin."""
 
     destination: str  # the origin
     first_failure: float
@@ -133,7 +133,7 @@ class FailingOrigin:
 
 
 def origin_of(url: str | None) -> str:
-    """The destination of a callback address: ``scheme://host:port``; '' when it has none."""
+    """The origin of a callback address: ``scheme://host:port``; '' when it has none."""
     if not url:
         return ""
     return _origin(url)
@@ -152,7 +152,7 @@ def _origin(url: str) -> str:
 
 
 def forget_after(settings: Settings) -> float:
-    """Seconds without a failed attempt after which a destination's failures are forgotten."""
+    """Seconds without a failed attempt after which an origin's failures are forgotten."""
     return settings.failing_after + max(settings.retry_schedule, default=0.0)
 
 
@@ -189,7 +189,7 @@ async def failing(
     account: str | None = None,
     now: float | None = None,
 ) -> dict[str, FailingOrigin]:
-    """``account``'s failing destinations among ``destinations`` (origins), by destination; with neither, every
+    """``account``'s failing origins among ``destinations`` (the origins asked of), by origin; with neither, every
     account's, by record name (:func:`name`)."""
     moment = time.time() if now is None else now
     wanted = names(destinations, account)
@@ -220,7 +220,7 @@ async def failing_anywhere(
 ) -> dict[str, FailingOrigin]:
     """:func:`failing` on every shard's hash (clients by shard index), merged: failing on any shard.
 
-    Records are kept per account: ``account``'s destinations come back by destination, and another
+    Records are kept per account: ``account``'s origins come back by origin, and another
     account's records of the same origins are never read.
     """
     wanted = None if destinations is None else list(destinations)
