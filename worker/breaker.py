@@ -1,29 +1,29 @@
-"""Breakers in a worker process: fewer attempts in flight to destinations whose attempts time out.
+"""Breakers in a worker process: fewer attempts in flight to origins whose attempts time out.
 
-The rule and its record in Redis are :mod:`svcgw.delivery.breaker`'s: a destination (a callback
+The rule and its record in Redis are :mod:`svcgw.delivery.breaker`'s: an origin (a callback
 address's origin) whose attempts time out is allowed fewer attempts in flight than its caps,
-down to a probing few, and more again as it answers. This is the worker's side of it, shared by
-the engines of one process as its caps are (:mod:`worker.concurrencycaps`). A destination here is
+down to a few trial attempts, and more again as it answers. This is the worker's side of it, shared by
+the engines of one process as its caps are (:mod:`worker.concurrencycaps`). An origin here is
 always one account's (its record's name, :func:`svcgw.delivery.breaker.name`): the attempts
 counted, the limit and the jobs held back are that account's alone, so another account's jobs to
 the same origin are never counted, limited, held back or parked for it.
 
 * each engine reads its shard's records every :data:`READ_EVERY` seconds, and at once after a
-  finish that changed one (:meth:`Breakers.update`); a destination's limit is that of the record
+  finish that changed one (:meth:`Breakers.update`); an origin's limit is that of the record
   that changed last on any shard (:func:`svcgw.delivery.breaker.combine`);
-* the attempts in flight to every destination are counted, probed or not, so that a destination
-  that begins to be probed with its caps in flight starts no attempt until fewer than its limit
+* the attempts in flight to every origin are counted, tripped or not, so that an origin
+  that begins to be tripped with its caps in flight starts no attempt until fewer than its limit
   are left (:meth:`Breakers.acquire`);
-* the claim holds back the jobs of a destination at its limit, by the account and the URL
+* the claim holds back the jobs of an origin at its limit, by the account and the URL
   spellings (netlocs) its attempts used (``<account> <netloc>``), as it does for a full socket
   (:meth:`Breakers.saturated`, :mod:`svcgw.delivery.claim`). While its attempts time out, those jobs are lined up over
   :data:`svcgw.delivery.breaker.PARK_SECONDS` and noted in its parked set; when it answers again
   (its record's last word is no longer a timeout), every engine of the process brings them
   forward on its shard (:meth:`Breakers.unparking`). While it answers below its caps, they wait a
   moment only;
-* an attempt tells the finish script what it says of its destination (:meth:`Breakers.mark`):
-  a timeout always, an answer only while the destination is held probed, so an attempt to a
-  healthy destination costs Redis nothing more.
+* an attempt tells the finish script what it says of its origin (:meth:`Breakers.mark`):
+  a timeout always, an answer only while the origin is held tripped, so an attempt to a
+  healthy origin costs Redis nothing more.
 
 Pure and in memory, but for the clock: nothing here does I/O.
 """
@@ -42,13 +42,13 @@ from svcgw.storage.keys import KeySpace
 __all__ = ["ANSWERING_WAIT", "READ_EVERY", "Breakers"]
 
 READ_EVERY = 0.5  # seconds between reads of a shard's records
-ANSWERING_WAIT = 0.05  # the shortest wait of a job held back for a destination answering below its caps
+ANSWERING_WAIT = 0.05  # the shortest wait of a job held back for an origin answering below its caps
 # Spellings remembered per process before the memory starts afresh (a few MB at most).
 _NETLOCS_KEPT = 100_000
 
 
 class Breakers:
-    """The destinations being probed, as the shards' records say, and this process's attempts in flight to each."""
+    """The origins tripped, as the shards' records say, and this process's attempts in flight to each."""
 
     def __init__(self, cap: int, timeout: float, *, clock: Callable[[], float] = time.time) -> None:
         self.cap = cap
@@ -57,10 +57,10 @@ class Breakers:
         self._records: dict[Hashable, Mapping[str, BreakerRecord]] = {}
         self._combined: dict[str, BreakerRecord] = {}
         self._inflight: Counter[str] = Counter()
-        # destination -> the names the claim holds its jobs back by: its account and each netloc its attempts used
+        # origin -> the names the claim holds its jobs back by: its account and each netloc its attempts used
         self._netlocs: dict[str, set[str]] = {}
         self._known: set[str] = set()  # every name in _netlocs
-        self._unpark: dict[Hashable, set[str]] = {}  # shard -> destinations whose held-back jobs come forward
+        self._unpark: dict[Hashable, set[str]] = {}  # shard -> origins whose held-back jobs come forward
 
     # --- the shards' records -----------------------------------------------------------
     def join(self, shard: Hashable) -> None:
@@ -69,7 +69,7 @@ class Breakers:
         self._unpark.setdefault(shard, set())
 
     def update(self, shard: Hashable, records: Mapping[str, BreakerRecord]) -> None:
-        """``shard``'s records as just read; a destination that stopped timing out is unparked on every shard."""
+        """``shard``'s records as just read; an origin that stopped timing out is unparked on every shard."""
         self.join(shard)
         self._records[shard] = records
         before = self._combined
@@ -90,7 +90,7 @@ class Breakers:
             pending.add(destination)
 
     def unparking(self, shard: Hashable) -> list[str]:
-        """The destinations whose held-back jobs ``shard``'s engine is to bring forward now (each given once)."""
+        """The origins whose held-back jobs ``shard``'s engine is to bring forward now (each given once)."""
         pending = self._unpark.get(shard)
         if not pending:
             return []
@@ -99,7 +99,7 @@ class Breakers:
         return found
 
     def record(self, destination: str) -> BreakerRecord | None:
-        """The record that counts for ``destination``, when it is probed."""
+        """The record that counts for ``destination``, when it is tripped."""
         found = self._combined.get(destination)
         return found if found is not None and found.tripped else None
 
@@ -109,13 +109,13 @@ class Breakers:
         return None if found is None else max(1, min(found.limit, self.cap))
 
     def tripped(self) -> dict[str, BreakerRecord]:
-        """Every destination being probed."""
+        """Every origin tripped."""
         return {name: r for name, r in self._combined.items() if r.tripped}
 
     # --- attempts ------------------------------------------------------------------------
     def acquire(self, destination: str, netloc: str) -> bool:
         """Count an attempt to ``destination`` (a record's name), unless it is at its limit; ``netloc`` is what
-        the claim holds the destination's jobs back by (the account and the URL's netloc,
+        the claim holds the origin's jobs back by (the account and the URL's netloc,
         ``svcgw.delivery.claim.held_as``)."""
         if not destination:
             return True
@@ -139,7 +139,7 @@ class Breakers:
             del self._inflight[destination]
 
     def mark(self, destination: str, *, timed_out: bool, started: float) -> str:
-        """What the attempt tells the finish script: ``t:<start>`` a timeout, ``a`` an answer while probed, or ''."""
+        """What the attempt tells the finish script: ``t:<start>`` a timeout, ``a`` an answer while tripped, or ''."""
         if not destination:
             return ""
         if timed_out:
@@ -150,7 +150,7 @@ class Breakers:
     def defer_delay(self, destination: str) -> float:
         """How long a job the engine finds over ``destination``'s limit waits before it is claimed again.
 
-        While its attempts time out, about as long as the probe in flight may still take (the
+        While its attempts time out, about as long as the trial attempt in flight may still take (the
         claim lines the next ones up further); while it answers below its caps, a moment.
         """
         found = self.record(destination)
@@ -159,7 +159,7 @@ class Breakers:
         return ANSWERING_WAIT * random.uniform(1.0, 3.0)
 
     def saturated(self, keys: KeySpace) -> dict[str, Hold]:
-        """The names the claim holds back by (account and netloc) of the destinations at their limit, with when
+        """The names the claim holds back by (account and netloc) of the origins at their limit, with when
         their jobs are due (their shard's ``keys``)."""
         held: dict[str, Hold] = {}
         now = self.clock()

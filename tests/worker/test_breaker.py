@@ -1,9 +1,9 @@
-"""Breakers destinations whose attempts time out: a real worker, real Redis, real HTTP sinks on loopback.
+"""Breakers of origins whose attempts time out: a real worker, real Redis, real HTTP sinks on loopback.
 
-A destination that never answers gets only its probing attempts once its first attempts timed
-out, while healthy destinations of its own account and of another keep going; its held-back
+An origin that never answers gets only its trial attempts once its first attempts timed
+out, while healthy origins of its own account and of another keep going; its held-back
 jobs lose no attempt and wait no less than their schedule; when it answers again its backlog is
-delivered within seconds; a destination that is merely slow keeps its full caps. And the
+delivered within seconds; an origin that is merely slow keeps its full caps. And the
 process's own bookkeeping (:class:`worker.breaker.Breakers`), alone.
 """
 
@@ -98,7 +98,7 @@ def _attempt_spans(attempts: list[dict[str, object]]) -> list[tuple[float, float
 
 
 def _name(account: str, url: str) -> str:
-    """The probing record's name of ``account``'s attempts to the sink at ``url``."""
+    """The breaker record's name of ``account``'s attempts to the sink at ``url``."""
     return breaker.name(account, url.rsplit("/", 1)[0])  # the sinks' addresses are http://127.0.0.1:<port>/hook
 
 
@@ -108,7 +108,7 @@ def _record(redis: Redis, account: str, url: str) -> BreakerRecord | None:
 
 
 def _hanging_record(redis: Redis, account: str, url: str) -> bool:
-    """Whether ``account``'s attempts to ``url``'s origin are probed, their last word a timeout."""
+    """Whether ``account``'s attempts to ``url``'s origin are tripped, their last word a timeout."""
     record = _record(redis, account, url)
     return record is not None and record.hanging
 
@@ -245,7 +245,7 @@ def test_a_slow_destination_that_answers_keeps_its_full_caps(env: dict[str, str]
 def test_a_record_of_an_earlier_version_named_by_its_origin_alone_limits_nothing_and_lapses(
     env: dict[str, str], redis: Redis
 ) -> None:
-    # An upgrade finds a record per origin saying the destination hangs, and jobs parked under it.
+    # An upgrade finds a record per origin saying the origin hangs, and jobs parked under it.
     settings = _settings(env, SHARED_TIMEOUT)
     target = Sink().start()
     target.set(delay=1.0)  # each request held a second, well within the timeout
@@ -261,7 +261,7 @@ def test_a_record_of_an_earlier_version_named_by_its_origin_alone_limits_nothing
             wait_for(lambda: len(target.posts()) >= 2 * CAP, timeout=30, what="every delivery")
         finally:
             worker.stop()
-        # Not read: the destination had its full caps at once, not one probe.
+        # Not read: the origin had its full caps at once, not one trial attempt.
         assert held_at_once(target.posts()) > breaker.TRIALS
         assert _record(redis, tenant.account, target.url) is None
         # Forgotten by the workers' read once nothing changed it for as long as a failure is remembered.
@@ -329,7 +329,7 @@ def _victim_beside(env: dict[str, str], redis: Redis, attacker_delay: float, bac
             # Generous for a loaded machine; the time it takes is the benchmark's (tests/bench/shared_host.py).
             wait_for(delivered, timeout=30, what="the victim's deliveries")
             if attacker_delay > SHARED_TIMEOUT:
-                # The attacker is still probed, and its jobs were parked while the victim's were
+                # The attacker is still tripped, and its jobs were parked while the victim's were
                 # delivered: the victim went beside it. (Parked jobs come back on their schedule, so on
                 # a loaded machine the set may have emptied by the time the victim is done.)
                 record = _record(redis, account, host.url)
@@ -337,7 +337,7 @@ def _victim_beside(env: dict[str, str], redis: Redis, attacker_delay: float, bac
                 assert parked_there
         finally:
             worker.stop()
-        # Nothing of the attacker's state touched the victim: it has no probing record of its own
+        # Nothing of the attacker's state touched the victim: it has no breaker record of its own
         # (its path answers), and none of its jobs was ever parked behind the attacker's.
         assert _record(redis, victim.account, host.url) is None
         assert not {i.decode() for i in parked_there} & mine
@@ -446,7 +446,7 @@ def test_the_record_changed_last_on_any_shard_wins_and_a_reopening_unparks_every
     limits.update("s0", {destination: _probe(1, 100.0, "t")})
     limits.update("s1", {destination: _probe(1, 90.0, "t")})
     assert limits.unparking("s0") == limits.unparking("s1") == []
-    # Shard 1 saw an answer after shard 0's timeouts: the destination answers, both shards unpark.
+    # Shard 1 saw an answer after shard 0's timeouts: the origin answers, both shards unpark.
     limits.update("s1", {destination: _probe(2, 101.0, "a")})
     assert limits.limit(destination) == 2
     assert limits.unparking("s0") == limits.unparking("s1") == [destination]
@@ -454,6 +454,6 @@ def test_the_record_changed_last_on_any_shard_wins_and_a_reopening_unparks_every
     # Back at its caps on shard 1 outweighs shard 0's older timeouts.
     limits.update("s1", {destination: _probe(16, 102.0, "o")})
     assert limits.limit(destination) is None
-    # A newer timeout on shard 0 makes it probed again.
+    # A newer timeout on shard 0 makes it tripped again.
     limits.update("s0", {destination: _probe(8, 103.0, "t")})
     assert limits.limit(destination) == 8

@@ -1,4 +1,4 @@
-"""Probing records: the finish script's rule (``breaker.lua``, on a real Redis), their reading and their combining."""
+"""Breaker records: the finish script's rule (``breaker.lua``, on a real Redis), their reading and their combining."""
 
 from __future__ import annotations
 
@@ -40,7 +40,7 @@ class Outcomes:
 
 
 def _probe(limit: int, since: float, at: float, word: str, opened: float | None = None) -> BreakerRecord:
-    """The test account's record of the test destination."""
+    """The test account's record of the test origin."""
     return BreakerRecord(DESTINATION, limit, since, at, word, opened, account=ACCOUNT)
 
 
@@ -70,7 +70,7 @@ def test_answers_add_one_each_and_at_the_caps_the_destination_is_open_again(redi
     assert bits[-1] == breaker.CHANGED | breaker.ENDED
     record = outcome.record()
     assert record is not None and record.word == "o" and record.limit == CAP and not record.tripped
-    # Open, an answer changes nothing: a healthy destination's attempts write nothing.
+    # Open, an answer changes nothing: a healthy origin's attempts write nothing.
     assert outcome("a", 130.0) == 0
     assert outcome.record() == record
 
@@ -82,10 +82,10 @@ def test_a_timeout_of_an_attempt_older_than_the_reopening_is_old_news(redis: Red
     # Sent before the answer that reopened it, timed out after: changes nothing.
     assert outcome("t:105.0", 112.0) == 0
     assert outcome.record() == _probe(9, 100.0, 110.0, "a", opened=110.0)
-    # Sent after it: the destination hangs again.
+    # Sent after it: the origin hangs again.
     assert outcome("t:110.5", 113.0) == breaker.CHANGED
     assert outcome.record() == _probe(4, 100.0, 113.0, "t")
-    # Open again, a new timeout begins a new probing from the caps.
+    # Open again, a new timeout begins a new breaker from the caps.
     for n in range(CAP):
         outcome("a", 114.0 + n)
     assert outcome("t:200.0", 201.0) == breaker.CHANGED | breaker.BEGAN
