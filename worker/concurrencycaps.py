@@ -1,8 +1,8 @@
-"""The concurrency caps: how many attempts run against each destination and account at once, and how long they take.
+"""The concurrency caps: how many attempts run against each socket and account at once, and how long they take.
 
-One failing destination must not take every slot of a worker: at most
+One failing socket must not take every slot of a worker: at most
 ``cap`` attempts (``SVCGW_DESTINATION_CONCURRENCY``) of one account run
-against one destination at once. The engine keys destinations by the sockets
+against one socket at once. The engine keys its slots by the sockets
 a URL reaches (:mod:`worker.sockets`), and an attempt takes a slot on each
 of them at once (:meth:`SocketSlots.acquire_all`), so every spelling of a
 host shares its cap. It holds two :class:`SocketSlots`: one keyed by
@@ -16,7 +16,7 @@ account wants slots of the same worker.
 
 A job whose key is at its cap waits in the worker for a slot of it while the
 key answers quickly (:meth:`SocketSlots.may_wait`): a burst of one
-destination's jobs in one claim (its retries falling due together, or its
+socket's jobs in one claim (its retries falling due together, or its
 backlog brought forward) then costs no round trip per job. Otherwise, or when
 the key's line in the worker is long, the job is deferred for about as long as
 the key takes to free a slot (:meth:`SocketSlots.defer_delay`), and the
@@ -69,7 +69,7 @@ class _Round:
 
 
 class SocketSlots:
-    """Counts attempts in flight per destination host, and how long that host takes to answer."""
+    """Counts attempts in flight per socket, and how long the host behind it takes to answer."""
 
     def __init__(
         self,
@@ -180,7 +180,7 @@ class SocketSlots:
         has been waiting. Each time the host is found at its cap again before
         any of its slots freed, the wait doubles (up to the delivery timeout),
         so the jobs of a host that hangs are not claimed and handed back a few
-        times a second each, at the expense of every other destination. "Again"
+        times a second each, at the expense of every other socket. "Again"
         is each claim that finds the host saturated (``claim``: the claim
         script then hands back every job of the host it pops, with this wait),
         a job found over the cap after the last wait ran out, and any job found
@@ -188,7 +188,7 @@ class SocketSlots:
         last wait (the host is slower than that wait hoped).
 
         The other jobs the engine finds over the cap (a burst, such as a
-        destination's retries falling due together in one claim, while its
+        socket's retries falling due together in one claim, while its
         attempts are young) are one round: they line up behind the first, each
         one usual answer time / cap later, as the host frees its slots, rather
         than doubling the wait a hundred times over. A line longer than the

@@ -1,4 +1,4 @@
-"""Destination keys: which socket a callback URL reaches, for the per-destination cap.
+"""Socket keys: which socket a callback URL reaches, for the per-socket cap.
 
 The cap of :class:`worker.concurrencycaps.SocketSlots` must hold however a URL
 spells its host: ``127.0.0.1:9100``, ``127.0.0.1:09100``, ``127.1:9100``,

@@ -90,7 +90,7 @@ def test_a_freed_slot_starts_the_waits_short_again() -> None:
 
 
 def test_a_burst_over_the_cap_lines_up_at_the_hosts_pace_rather_than_doubling() -> None:
-    # A destination's retries falling due together: the jobs past its cap come back one per
+    # A socket's retries falling due together: the jobs past its cap come back one per
     # slot it frees, not all after the delivery timeout.
     clock = Clock()
     slots = SocketSlots(cap=16, timeout=5, clock=clock)
@@ -180,7 +180,7 @@ def test_a_slot_given_back_without_an_attempt_says_nothing_of_the_answer_time() 
     accounts = AccountSlots(cap=2, timeout=10, clock=clock)
     first, second = accounts.acquire("a"), accounts.acquire("a")
     assert first is not None and second is not None
-    accounts.give_back("a", first)  # its destination was at its cap: no attempt
+    accounts.give_back("a", first)  # its socket was at its cap: no attempt
     assert accounts.acquire("a") is not None and accounts.acquire("a") is None  # still not known to be quick
     clock.now += 0.1
     accounts.release("a", second)

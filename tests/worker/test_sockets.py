@@ -1,4 +1,4 @@
-"""Destination keys: every spelling of one socket gives the same keys, through the connect-time rules."""
+"""Socket keys: every spelling of one socket gives the same keys, through the connect-time rules."""
 
 from __future__ import annotations
 
