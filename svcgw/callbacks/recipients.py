@@ -1,4 +1,4 @@
-"""Which address, secret and token a delivery for an instance goes to.
+"""A delivery's recipient: which address, secret and token a delivery for an instance goes to.
 
 An instance with its own address uses its own secret and token; one without
 inherits all three from the account default. This rule is pure so that the
@@ -37,7 +37,7 @@ Source = Literal["instance", "account"]
 
 @dataclass(frozen=True)
 class Recipient:
-    """Where to deliver; ``secret`` and ``sealed_token`` as stored (see :func:`open_secret`)."""
+    """Where to deliver: the recipient; ``secret`` and ``sealed_token`` as stored (see :func:`open_secret`)."""
 
     url: str
     secret: str = field(repr=False)
