@@ -1,4 +1,4 @@
-"""How a route declares itself, once: its operation, with its handler and types.
+"""How a route declares itself, once (:class:`ApiRoute`), with its handler and types.
 
 Each product of the HTTP role (``receiver.endpoint``, ``receiver.gateway``,
 ``receiver.console``) lists its routes as :class:`ApiRoute` values next to
@@ -118,7 +118,7 @@ def path_param(name: str, description: str = "", type_: Any = Segment) -> Param:
 
 @dataclass(frozen=True)
 class Answer:
-    """One status of an operation: its body's type (None: no body; a tuple: one of them) and headers."""
+    """One status of a route's answers: its body's type (None: no body; a tuple: one of them) and headers."""
 
     description: str
     body: Any = None
@@ -165,11 +165,11 @@ def declared_routes(
     prefix: str = "",
     endpoint: Callable[[Declared, Callable[..., Awaitable[Response]]], RouteEndpoint] | None = None,
 ) -> list[Route]:
-    """The routes of the operations of ``table`` that have a handler, in the table's order.
+    """The Starlette routes of the declared routes of ``table`` that have a handler, in the table's order.
 
     A method is bound to the one of ``owners`` whose class defines it. The
     routes are mounted at ``prefix``, which each path starts with; ``endpoint``
-    wraps a bound handler as its operation says (who may call it, say).
+    wraps a bound handler as its declaration says (who may call it, say).
     """
     given = tuple(owners)
     routes: list[Route] = []

@@ -11,7 +11,7 @@ part that defines it (``receiver.endpoint.schemas``,
 ``receiver.gateway.schemas``, ``receiver.console.API_ROUTES``, and
 :data:`SERVER` here), the table its router is made from too;
 :data:`ROUTES` lists them. :func:`document` turns them into the
-document on each call: msgspec makes every schema from the operations'
+document on each call: msgspec makes every schema from the routes'
 types, which are named in ``components``.
 """
 
@@ -140,7 +140,7 @@ SECURITY_SCHEMES: dict[str, Any] = {
 
 
 class _Schemas:
-    """The schema of every type the operations name, made in one pass so that shared types are named once."""
+    """The schema of every type the routes name, made in one pass so that shared types are named once."""
 
     def __init__(self, types: list[Any]) -> None:
         generated, self.components = msgspec.json.schema_components(types, ref_template=REF)

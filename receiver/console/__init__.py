@@ -10,7 +10,7 @@ invitations and the account page (``receiver.console.account``, with
 ``.signin``), API keys (``receiver.console.apikeys``) and further
 destinations (``receiver.console.destinations``, ``.destinationpages``) add
 their pages and API routes. Each route of the JSON API is declared once,
-with its handler, in :data:`API_ROUTES` (``.operations``,
+with its handler, in :data:`API_ROUTES` (``.routes``,
 ``.onboarding_routes``, ``.destination_routes``): its router is
 made from them, as ``/openapi.json`` is (``receiver.apispec``).
 ``console_routes(services, gateway)`` returns the mount: the JSON API's and

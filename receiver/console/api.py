@@ -45,7 +45,7 @@ class Api:
         self.service = context.service
         self.sessions = context.sessions
 
-    # --- the endpoint of each declared operation (receiver.console.routes) ----------------
+    # --- the endpoint of each declared route (receiver.console.routes) --------------------
     def endpoint(self, item: ConsoleRoute, handler: Callable[..., Awaitable[Response]]) -> RouteEndpoint:
         """``handler`` for a signed-in caller, checked and counted as ``item`` says; signing in, as it is."""
         if not item.signed_in:

@@ -2,7 +2,7 @@
 
 ``receiver.console`` makes the JSON API's router from them, and
 ``receiver.openapi`` the document (``receiver.apispec``). The shape every
-console operation shares is here: who may call it (a session or an API
+console route shares is here: who may call it (a session or an API
 key), whether it is a change (CSRF) that counts against the rate limit, and
 the errors each kind of call can answer. The further destinations' routes
 are in ``.destination_routes``, the QR login's in ``.onboarding_routes``.
@@ -44,7 +44,7 @@ RETRY_AFTER = Header(Annotated[int, Meta(ge=1)])
 
 @dataclass(frozen=True)
 class ConsoleRoute(ApiRoute):
-    """A console operation: made by a signed-in caller (all but signing in), a change or a read, counted or not.
+    """A console route: called by a signed-in caller (all but signing in), a change or a read, counted or not.
 
     A change needs the CSRF header with a session cookie; a counted one counts against the account's rate
     limit. ``Api.endpoint`` wraps the handler so.
@@ -88,7 +88,7 @@ def op(
     status: int = 200,
     extra: dict[int, Answer] | None = None,
 ) -> ConsoleRoute:
-    """A console operation of a signed-in caller, answered by ``handler``.
+    """A console route of a signed-in caller, answered by ``handler``.
 
     ``counted`` (a change by default): it counts against the rate limit. ``status`` is the success's;
     ``note`` ends the description; ``extra`` adds or replaces answers.
