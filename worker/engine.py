@@ -95,10 +95,11 @@ from .claim import held_as
 from .concurrencycaps import LINE_WAIT, AccountSlots, DestinationSlots
 from .delivery import Attempt, Prepared, prepare_claimed, prepared_leniently, send, unexpected
 from .destinations import DestinationKeys, netloc_of
-from .idlepace import BUSY, pace
+from .idlepace import BUSY, pace, sleep_unless
 from .outcomes import AttemptHook, Outcomes
 from .probing import READ_EVERY, Probing
 from .queue import Claimed, DeliveryQueue, Finish, Hold
+from .sharedslots import SharedSlots
 
 __all__ = ["Engine", "lane", "loop_factory"]
 
@@ -220,6 +221,7 @@ class Engine:
         # (shared by the engines of one process, as the slots are).
         self.lines: dict[str, deque[asyncio.Future[None]]] = {}
         self._low_water = max(1, min(CLAIM_BATCH, self.capacity // 8))
+        self.shared = SharedSlots(self.capacity, self._low_water)  # its claims' slots; a Cluster's worker's: main
         # The share of popped ids that claims started lately. Jobs of a busy account or a
         # saturated destination go back without taking a slot, and a claim that started only
         # three in four would need a third more round trips to fill the same slots.
@@ -312,7 +314,7 @@ class Engine:
                 if now >= next_resolve:
                     await stranded.resolve(self.queue.redis, self.keys)
                     next_resolve = now + stranded.RESOLVE_EVERY
-                free = self.capacity - len(self._held)
+                free = self.shared.room(self, self._slot_freed, self.capacity - len(self._held))
                 # Claim in batches: a slot or two freed under full load waits
                 # for a few more rather than costing a round trip each.
                 if free >= self._low_water or (free > 0 and not self._held):
@@ -352,14 +354,15 @@ class Engine:
                 failures += 1
                 delay = min(0.1 * 2**failures, 5.0)
                 self.log.warning("redis unavailable (%s); retrying in %.1fs", type(exc).__name__, delay)
-                await _sleep_unless(stop, delay)
+                await sleep_unless(stop, delay)
 
     def _claim_size(self, free: int) -> int:
-        """How many ids to pop for ``free`` slots: more when claims have been starting fewer than they popped."""
+        """How many ids to pop (reserved) for ``free`` slots: more when claims have been starting fewer than popped."""
         wanted = min(free, CLAIM_BATCH)
-        return min(free, CLAIM_MOST, round(wanted / self._started_share))
+        return self.shared.reserve(self, min(free, CLAIM_MOST, round(wanted / self._started_share)))
 
     def _started(self, started: int, popped: int) -> None:
+        self.shared.settle(self, started)
         if popped:
             # Never below a quarter: a claim never pops more than four times what it may start.
             self._started_share = max(0.25, 0.7 * self._started_share + 0.3 * started / popped)
@@ -405,6 +408,7 @@ class Engine:
         task = asyncio.create_task(self._attempt(job))
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
+        task.add_done_callback(self.shared.ended)
         attempts = job.fields.get("attempts")
         self._claims[job.delivery_id] = _Claim(time.monotonic(), int(attempts or 0), task)
 
@@ -590,11 +594,3 @@ class Engine:
         if held.account_token is not None:
             self.accounts.release(held.account, held.account_token)
         self.probing.release(held.origin)
-
-
-async def _sleep_unless(stop: asyncio.Event, seconds: float) -> None:
-    """Wait ``seconds``, or less if ``stop`` is set meanwhile."""
-    try:
-        await asyncio.wait_for(stop.wait(), seconds)
-    except TimeoutError:
-        pass
