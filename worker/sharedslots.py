@@ -14,10 +14,10 @@ at a time, so two cannot reserve the same slots), keeps those its claim started 
 rest; a started attempt frees its slot when its task ends, however it ends.
 
 No virtual shard waits for ever behind the others: an engine that finds too little room joins a
-line, and while engines wait in it an engine outside may not claim; it joins the line's end. When
-room comes back (:attr:`low` slots or more), every engine in the line is woken, the longest-waiting
-first, so the virtual shards take turns under a backlog. Any engine of the line may claim, so one
-whose master is failing over holds up no other.
+line, and while engines wait in it an engine outside may not claim the little there is; it joins
+the line's end. When room comes back (:attr:`low` slots or more), every engine in the line is
+woken, the longest-waiting first, so the virtual shards take turns under a backlog. Any engine
+may then claim, so one whose master is failing over holds up no other.
 
 A worker starting on a backlog ramps up (``ramp``): until one of its attempts has ended it holds
 :attr:`low` claims at most. Sixteen engines claiming at once would otherwise take up the whole
@@ -58,16 +58,20 @@ class SharedSlots:
         return (self.total if self._warm else self.low) - self.running - sum(self._reserved.values())
 
     def room(self, engine: object, wake: asyncio.Event, own: int) -> int:
-        """How many jobs ``engine`` may claim now, ``own`` its own free slots: none while others wait in line and
-        it is not among them. Finding less than :attr:`low`, it joins the line (keeping its place), ``wake`` to be
-        set when there is room again."""
+        """How many jobs ``engine`` may claim now, ``own`` its own free slots.
+
+        With :attr:`low` slots free or more, any engine may claim, and those of the line are woken to. With
+        fewer, an engine outside the line while others wait in it may claim none; it joins the line (one in
+        it keeps its place), ``wake`` to be set when there is room again.
+        """
+        free = max(self.free, 0)
+        if free >= self.low:
+            self._wake()  # none of the line sleeps while there is room
+            return min(own, free)
         if self._line and engine not in self._line:
             free = 0
-        else:
-            free = min(own, max(self.free, 0))
-        if free < self.low:
-            self._line[engine] = wake  # a key already there keeps its place
-        return free
+        self._line[engine] = wake  # a key already there keeps its place
+        return min(own, free)
 
     def reserve(self, engine: object, count: int) -> int:
         """``engine`` claims up to ``count`` jobs: their slots are its own until :meth:`settle`. Returns ``count``.

@@ -70,3 +70,17 @@ def test_a_private_pool_gives_one_engine_its_own_slots() -> None:
     slots.reserve(engine, 100)
     slots.settle(engine, 100)
     assert slots.room(engine, asyncio.Event(), 924) == 924
+
+
+def test_with_room_enough_any_engine_claims_and_the_line_is_woken() -> None:
+    slots = SharedSlots(10, 4)
+    a, b = object(), object()
+    wake_a = asyncio.Event()
+    slots.reserve(b, 10)
+    assert slots.room(a, wake_a, 10) == 0  # a waits in line
+    slots.settle(b, 5)  # five free again: a woken
+    assert wake_a.is_set()
+    wake_a.clear()
+    # b, outside the line, may claim while there is a batch's room: nobody in the line sleeps meanwhile.
+    assert slots.room(b, asyncio.Event(), 10) == 5
+    assert wake_a.is_set()
