@@ -73,8 +73,9 @@ from svcgw.vault import TokenVault
 from .breaker import READ_EVERY
 from .concurrencycaps import LINE_WAIT
 from .gate import Gate, Held, lane
-from .idlepace import BUSY, pace
+from .idlepace import BUSY, pace, sleep_unless
 from .sending import send
+from .sharedslots import SharedSlots
 
 __all__ = ["Engine", "lane", "loop_factory"]
 
@@ -163,6 +164,8 @@ class Engine:
         # Past this many seconds held, a claim whose outcome is not waiting on Redis is stranded.
         self.longest_hold = stranded.ceiling(settings, LINE_WAIT)
         self._low_water = max(1, min(CLAIM_BATCH, self.capacity // 8))
+        self.shared = SharedSlots(self.capacity, self._low_water)  # its claims' slots; a Cluster's worker's: main
+        self.shared = SharedSlots(self.capacity, self._low_water)  # its claims' slots; a Cluster's worker's: main
         # The share of popped ids that claims started lately. Jobs of a busy account or a
         # saturated destination go back without taking a slot, and a claim that started only
         # three in four would need a third more round trips to fill the same slots.
@@ -255,7 +258,7 @@ class Engine:
                 if now >= next_resolve:
                     await stranded.resolve(self.queue.redis, self.keys)
                     next_resolve = now + stranded.RESOLVE_EVERY
-                free = self.capacity - len(self._held)
+                free = self.shared.room(self, self._slot_freed, self.capacity - len(self._held))
                 # Claim in batches: a slot or two freed under full load waits
                 # for a few more rather than costing a round trip each.
                 if free >= self._low_water or (free > 0 and not self._held):
@@ -296,14 +299,15 @@ class Engine:
                 failures += 1
                 delay = min(0.1 * 2**failures, 5.0)
                 self.log.warning("redis unavailable (%s); retrying in %.1fs", type(exc).__name__, delay)
-                await _sleep_unless(stop, delay)
+                await sleep_unless(stop, delay)
 
     def _claim_size(self, free: int) -> int:
-        """How many ids to pop for ``free`` slots: more when claims have been starting fewer than they popped."""
+        """How many ids to pop (reserved) for ``free`` slots: more when claims have been starting fewer than popped."""
         wanted = min(free, CLAIM_BATCH)
-        return min(free, CLAIM_MOST, round(wanted / self._started_share))
+        return self.shared.reserve(self, min(free, CLAIM_MOST, round(wanted / self._started_share)))
 
     def _started(self, started: int, popped: int) -> None:
+        self.shared.settle(self, started)
         if popped:
             # Never below a quarter: a claim never pops more than four times what it may start.
             self._started_share = max(0.25, 0.7 * self._started_share + 0.3 * started / popped)
@@ -345,7 +349,7 @@ class Engine:
             return
         claims = {delivery_id: self._claims.pop(delivery_id) for delivery_id in late}
         for delivery_id, claim in claims.items():
-            self._held.discard(delivery_id)
+            self._unhold(delivery_id)
             claim.task.cancel()
         self.outcomes.forget(set(late))
         self.log.warning(
@@ -429,11 +433,16 @@ class Engine:
 
     def _release_claim(self, delivery_id: str, task: asyncio.Task[None] | None) -> None:
         """The engine no longer holds ``delivery_id`` (claimed by ``task``): its slot is free for the next claim."""
-        self._held.discard(delivery_id)
+        self._unhold(delivery_id)
         claim = self._claims.get(delivery_id)
         if claim is not None and claim.task is task:
             del self._claims[delivery_id]
         self._slot_freed.set()
+
+    def _unhold(self, delivery_id: str) -> None:
+        if delivery_id in self._held:
+            self._held.remove(delivery_id)
+            self.shared.ended()
 
     async def _run_attempt(self, job: Claimed) -> bool:
         """Whether the claim's end was queued (else it ended without one: the claim is freed at once)."""
@@ -459,10 +468,3 @@ class Engine:
         self.outcomes.record(prepared, attempt, probe, held.origin)
         return True
 
-
-async def _sleep_unless(stop: asyncio.Event, seconds: float) -> None:
-    """Wait ``seconds``, or less if ``stop`` is set meanwhile."""
-    try:
-        await asyncio.wait_for(stop.wait(), seconds)
-    except TimeoutError:
-        pass

@@ -29,11 +29,12 @@ polling costs little, and their behaviour stays as it was.
 
 from __future__ import annotations
 
+import asyncio
 from dataclasses import dataclass
 
 from .breaker import READ_EVERY
 
-__all__ = ["BUSY", "CLUSTER_EMPTY_SCHEDULE", "CLUSTER_IDLE", "Pace", "empty_schedule_pause", "pace"]
+__all__ = ["BUSY", "CLUSTER_EMPTY_SCHEDULE", "CLUSTER_IDLE", "Pace", "empty_schedule_pause", "pace", "sleep_unless"]
 
 
 @dataclass(frozen=True)
@@ -65,3 +66,11 @@ def empty_schedule_pause(*, cluster: bool, busy_pause: float) -> float:
     """How long a prober whose probe schedule is empty waits before looking again: ``busy_pause``, or on a
     Redis Cluster :data:`CLUSTER_EMPTY_SCHEDULE`."""
     return max(busy_pause, CLUSTER_EMPTY_SCHEDULE) if cluster else busy_pause
+
+
+async def sleep_unless(stop: asyncio.Event, seconds: float) -> None:
+    """Wait ``seconds`` (an engine's pause after a Redis error), or less if ``stop`` is set meanwhile."""
+    try:
+        await asyncio.wait_for(stop.wait(), seconds)
+    except TimeoutError:
+        pass

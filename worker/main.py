@@ -10,7 +10,9 @@ again after one (:func:`_deliver`), while the other shards' go on.
 
 The engines share one callback client and the process's caps per
 destination and per account, as one engine had them, and its probing of
-destinations whose attempts time out (:mod:`worker.breaker`).
+destinations whose attempts time out (:mod:`worker.breaker`). On a Redis
+Cluster they also share the worker's slots (``SVCGW_DELIVERY_CONCURRENCY``),
+as one Redis's one engine has them (:mod:`worker.sharedslots`).
 
 SIGTERM and SIGINT stop them all: each engine lets attempts in flight
 finish within the delivery timeout and hands back what it still holds, and
@@ -36,6 +38,7 @@ from svcgw.vault import TokenVault
 from . import presence, prober
 from .engine import Engine, loop_factory
 from .presence import Presence
+from .sharedslots import SharedSlots
 
 __all__ = ["run", "serve"]
 
@@ -95,6 +98,11 @@ async def serve(settings: Settings, *, burst: bool = False, stop: asyncio.Event 
     ]
     for engine in engines[1:]:
         engine.gate = first.gate
+    if settings.shard_layout.cluster:
+        # Its virtual shards are one deployment: the worker claims what one Redis's would (worker.sharedslots).
+        shared = SharedSlots(first.shared.total, first.shared.low, ramp=True)
+        for engine in engines:
+            engine.shared = shared
     registrations: list[Presence] = []
     helpers: list[asyncio.Task[None]] = []
     try:

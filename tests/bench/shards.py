@@ -166,7 +166,7 @@ def measure(count: int, workdir: Path, seconds: float, appendfsync: str = "alway
         port = free_port()
         roles.append(Role(["serve"], dict(env, SVCGW_PORT=str(port)), workdir / "serve.log").start())
         rig.base = f"http://127.0.0.1:{port}"
-        wait_until(lambda: ready(rig.base), 30, "svcgw serve")
+        wait_until(lambda: ready(rig.base), 120, "svcgw serve")  # a loaded machine starts it slowly
         wait_for_listeners(roles[-1], port, 2)
         used0, cpu0 = [_used(c) for c in redis.clients], [_cpu(c) for c in redis.clients]
         posted = saturate_with_wrk(rig, seconds, 64, prefix=f"{'c' if cluster else 'n'}{count}-")
