@@ -1,30 +1,30 @@
 """The slots an attempt takes before it is sent, and what the claim holds back by them.
 
-One failing destination cannot take every slot: at most
+One failing socket cannot take every slot: at most
 ``SVCGW_DESTINATION_CONCURRENCY`` attempts of one account run against one
-destination at once (:class:`worker.concurrencycaps.SocketSlots`). A destination is the socket a
+socket at once (:class:`worker.concurrencycaps.SocketSlots`). A socket is what a
 URL reaches, whatever the URL's spelling of the host: its resolved addresses
 and port (:mod:`worker.sockets`). The cap is each account's own, as is the
-probing below: many accounts' endpoints live on one host (a chat tool's incoming
+breaker below: many accounts' endpoints live on one host (a chat tool's incoming
 webhooks, an automation platform), and one account whose paths there hang or
 answer slowly must not hold the slots the others' deliveries to that host need.
-Every account's attempts to one destination together stay under a ceiling
+Every account's attempts to one socket together stay under a ceiling
 (``SVCGW_HOST_CONCURRENCY``, by default four accounts' caps) that protects the
 receiving host and that one account alone cannot fill. Nor can one account: at most
 ``SVCGW_ACCOUNT_CONCURRENCY`` of its attempts run at once while another
 account wants slots; alone, an account whose endpoints answer quickly may
 use every slot (:class:`worker.concurrencycaps.AccountSlots`). Nor can one
-destination whose attempts time out: it is probed, allowed fewer attempts
+origin whose attempts time out: its breaker trips, and it is allowed fewer attempts
 in flight while they time out and more as it answers (:mod:`worker.breaker`,
-:mod:`svcgw.delivery.breaker`). A job over a destination's cap waits in the
-worker for one of its slots while that destination answers quickly
+:mod:`svcgw.delivery.breaker`). A job over a socket's cap waits in the
+worker for one of its slots while that socket answers quickly
 (:meth:`worker.concurrencycaps.SocketSlots.may_wait`): a burst of one
-destination's jobs costs no round trip per job. Otherwise a job whose
-destination or account is at its cap, or whose destination is at its
-probing limit, goes back to the scheduled registry without counting an
-attempt, for longer the slower that destination has been answering
+socket's jobs costs no round trip per job. Otherwise a job whose
+socket or account is at its cap, or whose origin is at its breaker's
+limit, goes back to the scheduled registry without counting an
+attempt, for longer the slower that socket has been answering
 (:meth:`Gate.take` answers the delay). The claim does that itself for the
-destinations (as the URL spellings seen lately that reach them) and accounts
+sockets (as the URL spellings seen lately that reach them) and accounts
 :meth:`Gate.saturated` names, so such a job usually costs no round trip of its
 own.
 
