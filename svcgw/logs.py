@@ -45,8 +45,9 @@ class JsonFormatter(logging.Formatter):
             "logger": record.name,
             "message": record.getMessage(),
         }
+        values = record.__dict__  # read once: a worker formats a line per attempt
         for name in FIELDS:
-            value = record.__dict__.get(name)
+            value = values.get(name)
             if value is not None:
                 line[name] = value
         if record.exc_info:

@@ -104,14 +104,18 @@ class SocketSlots:
                 return None
         return self._take(hosts)
 
-    def _take(self, hosts: Sequence[str]) -> int:
-        self._tokens += 1
-        now = self.clock()
-        counts = self._counts
+    def _take(self, hosts: Sequence[str], now: float | None = None) -> int:
+        self._tokens = token = self._tokens + 1
+        if now is None:
+            now = self.clock()
+        counts, started = self._counts, self._started
         for host in hosts:
             counts[host] = counts.get(host, 0) + 1
-            self._started.setdefault(host, {})[self._tokens] = now
-        return self._tokens
+            of_host = started.get(host)
+            if of_host is None:
+                of_host = started[host] = {}
+            of_host[token] = now
+        return token
 
     def release_all(self, hosts: Sequence[str], token: int) -> None:
         now = self.clock()  # once for all of them: every attempt frees one to a few
@@ -128,17 +132,22 @@ class SocketSlots:
         self.release(host, token)
 
     def release(self, host: str, token: int, now: float | None = None) -> None:
-        started = self._started.get(host, {}).pop(token, None)
+        # Every attempt frees one to a few: no empty dict made for a host not started, no lookup repeated.
+        of_host = self._started.get(host)
+        started = of_host.pop(token, None) if of_host is not None else None
         if started is not None:
             took = (self.clock() if now is None else now) - started
-            before = self._typical.get(host)
-            self._typical[host] = took if before is None else 0.8 * before + 0.2 * took
-        self._deferred.pop(host, None)
-        left = self._counts.get(host, 0) - 1
+            typical = self._typical
+            before = typical.get(host)
+            typical[host] = took if before is None else 0.8 * before + 0.2 * took
+        if self._deferred:
+            self._deferred.pop(host, None)
+        counts = self._counts
+        left = counts.get(host, 0) - 1
         if left <= 0:
             self._forget(host)
         else:
-            self._counts[host] = left
+            counts[host] = left
 
     def _forget(self, host: str) -> None:
         """Forget an idle host, or a long-running worker would remember every host it ever saw."""
@@ -251,7 +260,7 @@ class AccountSlots(SocketSlots):
             self._prune(now)
         if self._counts.get(host, 0) >= self.cap and not self.may_borrow(host):
             return None
-        return self._take((host,))
+        return self._take((host,), now)
 
     def may_borrow(self, account: str) -> bool:
         """Whether ``account`` may go over its cap now: it is alone and its attempts are quick."""

@@ -124,8 +124,15 @@ class Gate:
                 hold(netloc, when)
         return held
 
+    def _known_route(self, account: str, url: str) -> _Route | None:
+        """The route of a known address whose keys have not changed: most attempts', without a coroutine."""
+        route = self._routes.get((account, url))
+        if route is None:
+            return None
+        destinations = self.sockets.cached(url) if url else ()
+        return route if destinations is not None and route.keys == destinations else None
+
     async def _route(self, account: str, url: str) -> _Route:
-        # Known for most attempts: no coroutine made to say so.
         destinations = (self.sockets.cached(url) or await self.sockets.keys(url)) if url else ()
         route = self._routes.get((account, url))
         if route is None or route.keys != destinations:
@@ -141,7 +148,7 @@ class Gate:
         probing limit; else, one being at its cap, in how many seconds the job is to be tried again."""
         url = prepared.destination.url if prepared.destination else ""
         account = prepared.account
-        route = await self._route(account, url)
+        route = self._known_route(account, url) or await self._route(account, url)
         destinations, lanes, origin = route.keys, route.lanes, route.origin
         deadline = time.monotonic() + LINE_WAIT
         while True:
