@@ -13,6 +13,7 @@ from svcgw.callbacks.signing import verify
 from svcgw.delivery.attempt import (
     ANSWER_BODY_BYTES,
     Attempt,
+    Openings,
     Prepared,
     decide,
     prepare_claimed,
@@ -87,6 +88,26 @@ def test_a_secret_no_key_opens_fails_the_attempt_and_sends_nothing() -> None:
     ok, error, client = attempt(prepared)
     assert not ok and error == "the signing secret cannot be decrypted with the configured keys"
     assert client.posts == []
+
+
+def test_openings_open_the_same_mappings_once_and_other_mappings_by_what_they_hold() -> None:
+    class Counting(TokenVault):
+        opened = 0
+
+        def open(self, token: str) -> str:
+            Counting.opened += 1
+            return super().open(token)
+
+    vault = Counting([Fernet.generate_key().decode()])
+    openings = Openings(vault)
+    own = {"url": "http://127.0.0.1:9/hook", "secret": SECRET, "token": vault.seal("t1")}
+    first = openings.of(own, {})
+    assert openings.of(own, {}) == first and Counting.opened == 1
+    # Other mappings holding the same: still opened once. Another token: opened, and that one told.
+    assert openings.of(dict(own), {}) == first and Counting.opened == 1
+    other = dict(own, token=vault.seal("t2"))
+    assert openings.of(other, {})[1] == "t2" and Counting.opened == 2
+    assert openings.of(own, {})[1] == "t1"
 
 
 def test_an_attempt_record_keeps_the_first_kilobyte_of_the_answer() -> None:
