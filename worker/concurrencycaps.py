@@ -71,6 +71,9 @@ class _Round:
 class SocketSlots:
     """Counts attempts in flight per socket, and how long the host behind it takes to answer."""
 
+    # Whether a key keeps its usual answer time once its last attempt ends (else forgotten with it).
+    keeps_typical = False
+
     def __init__(
         self,
         cap: int,
@@ -133,6 +136,13 @@ class SocketSlots:
 
     def release(self, host: str, token: int, now: float | None = None) -> None:
         # Every attempt frees one to a few: no empty dict made for a host not started, no lookup repeated.
+        if self._deferred:
+            self._deferred.pop(host, None)
+        counts = self._counts
+        left = counts.get(host, 0) - 1
+        if left <= 0 and not self.keeps_typical:
+            self._forget(host)  # its times go with it: nothing to update first
+            return
         of_host = self._started.get(host)
         started = of_host.pop(token, None) if of_host is not None else None
         if started is not None:
@@ -140,10 +150,6 @@ class SocketSlots:
             typical = self._typical
             before = typical.get(host)
             typical[host] = took if before is None else 0.8 * before + 0.2 * took
-        if self._deferred:
-            self._deferred.pop(host, None)
-        counts = self._counts
-        left = counts.get(host, 0) - 1
         if left <= 0:
             self._forget(host)
         else:
@@ -300,6 +306,8 @@ class AccountSlots(SocketSlots):
             return True
         cutoff = now - CONTENDED_SECONDS
         return any(seen >= cutoff for other, seen in self._seen.items() if other != account)
+
+    keeps_typical = True
 
     def _forget(self, host: str) -> None:
         # Its attempts all finished at once (they often do): keep how long they take, so that
