@@ -94,9 +94,9 @@ def test_openings_open_the_same_mappings_once_and_other_mappings_by_what_they_ho
     class Counting(TokenVault):
         opened = 0
 
-        def open(self, token: str) -> str:
+        def open(self, sealed: str | bytes) -> str:
             Counting.opened += 1
-            return super().open(token)
+            return super().open(sealed)
 
     vault = Counting([Fernet.generate_key().decode()])
     openings = Openings(vault)
