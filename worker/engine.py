@@ -165,7 +165,6 @@ class Engine:
         self.longest_hold = stranded.ceiling(settings, LINE_WAIT)
         self._low_water = max(1, min(CLAIM_BATCH, self.capacity // 8))
         self.shared = SharedSlots(self.capacity, self._low_water)  # its claims' slots; a Cluster's worker's: main
-        self.shared = SharedSlots(self.capacity, self._low_water)  # its claims' slots; a Cluster's worker's: main
         # The share of popped ids that claims started lately. Jobs of a busy account or a
         # saturated destination go back without taking a slot, and a claim that started only
         # three in four would need a third more round trips to fill the same slots.

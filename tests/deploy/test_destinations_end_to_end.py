@@ -265,7 +265,12 @@ def test_a_destination_limited_to_20_a_second_gets_no_more_and_loses_nothing(
     assert all(post.headers["x-svc-destination"] == paced["id"] for post in posts)
     assert sorted(i for post in delivered(primary) for i in event_ids(post)) == sorted(expected)
     times = sorted(post.at for post in posts)
-    busiest = max(sum(1 for t in times if start <= t < start + 1.0) for start in times)
+    # The pace is kept when a job is claimed (svcgw.delivery.pacing): 21 at once, then one every 1/20 s, so at
+    # most 41 claims in any second, with equality when it is kept exactly. The sink sees each a little later,
+    # by a delay that varies: 21 connections at once on two busy cores arrive spread over a fraction of a
+    # second that later ones do not wait for. Counted over 0.9 s windows, up to 0.1 s of such spread cannot
+    # make a kept pace look too fast; a pace even slightly too fast still fails the span check below.
+    busiest = max(sum(1 for t in times if start <= t < start + 0.9) for start in times)
     # A pace kept exactly meets the whole run's bound with equality: 21 at once, then one every 1/20 s, the
     # 120th 4.95 s after the first, and 120 = 20 x (4.95 + 1) + 1. Read from the sink's clock alone, the first
     # burst's arrival (21 connections at once, on two shared cores) comes a few ms after the pace's clock
@@ -274,7 +279,7 @@ def test_a_destination_limited_to_20_a_second_gets_no_more_and_loses_nothing(
     span = times[-1] - began
     print(
         f"\n{count} posts to a destination at {rate}/s: {times[-1] - times[0]:.3f}s first to last delivery, "
-        f"{span:.3f}s first post to last delivery, busiest second {busiest}"
+        f"{span:.3f}s first post to last delivery, busiest 0.9 s {busiest}"
     )
     assert busiest <= 2 * rate + 1, busiest  # 20 a second plus one second's burst, and one at the edge
     assert count <= rate * (span + 1) + 1, span

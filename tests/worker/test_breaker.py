@@ -225,7 +225,9 @@ def _bodies(target: Sink, since: float) -> set[bytes]:
 
 
 def test_a_slow_destination_that_answers_keeps_its_full_caps(env: dict[str, str], redis: Redis) -> None:
-    settings = _settings(env)
+    # Each answer takes 0.6 s, well within the 3 s timeout: on two busy cores an attempt of a 0.6 s answer
+    # under a 1 s timeout can time out for the machine's sake, and a trip would be right then.
+    settings = _settings(env, timeout=3 * TIMEOUT)
     slow = Sink().start()
     slow.set(delay=TIMEOUT * 0.6)
     try:
