@@ -14,9 +14,14 @@ places them.
 Figures per variant: posts acknowledged per second, posts answered otherwise (a 5xx, a refusal),
 deliveries per second (middle 80 % of arrivals), and per shard: its instances, its Redis CPU
 seconds over both steps, and its bytes once everything is delivered, each as a share of the
-variant's total (on the Cluster: instances per virtual shard, CPU and bytes per master). On two cores the N
-``redis-server``s share the cores with everything else, so N shards cannot be faster here; what
-is measured is what sharding costs (the issue: N = 3 keeps at least 0.85 of one shard's
+variant's total (on the Cluster: instances per virtual shard, CPU and bytes per master). For the
+drain: the two workers' CPU per delivery from the first delivery on (their start left out), the
+commands the Redis servers ran per delivery (``INFO commandstats``, scripts' own commands
+included), and the workers' open files once drained, mostly their connections to destinations.
+``--variants one,cluster`` measures only those (the targets of the others then have no figure).
+
+On two cores the N ``redis-server``s share the cores with everything else, so N shards cannot be
+faster here; what is measured is what sharding costs (the issue: N = 3 keeps at least 0.85 of one shard's
 throughput) and whether the work spreads (each shard about 1/N of the Redis CPU and bytes).
 
 The last line is one JSON object; before it, one verdict line.
@@ -172,14 +177,23 @@ def measure(count: int, workdir: Path, seconds: float, appendfsync: str = "alway
         posted = saturate_with_wrk(rig, seconds, 64, prefix=f"{'c' if cluster else 'n'}{count}-")
         queue, inflight = settings.queue_name, settings.queue_name
         stored = settled(lambda: sum(int(c.llen(n.rq.queue(queue))) for c, n in redis.queues))
+        calls0 = sum(_calls(c) for c in redis.clients)
         sink.reset()
         roles += [Role(["worker"], env, workdir / f"worker-{n}.log").start() for n in range(2)]
         deadline = time.monotonic() + 180
-        while sink.count() < stored and time.monotonic() < deadline:
+        # The workers' CPU from their first delivery on: their start (imports, connections) left out.
+        workers_cpu0 = None
+        while (arrived := sink.count()) < stored and time.monotonic() < deadline:
+            if workers_cpu0 is None and arrived:
+                workers_cpu0 = sum(role.cpu_seconds() for role in roles[1:])
             time.sleep(0.1)
         wait_until(lambda: all(c.llen(n.rq.queue(queue)) == 0 and c.zcard(n.inflight(inflight)) == 0
                                for c, n in redis.queues), 60, "every shard's queue drained")  # fmt: skip
         arrivals = sink.arrivals()
+        workers_cpu = sum(role.cpu_seconds() for role in roles[1:]) - (workers_cpu0 or 0.0)
+        # Their open files once drained: mostly the connections to the destinations they opened.
+        workers_fds = sum(_open_files(role) for role in roles[1:])
+        calls = sum(_calls(c) for c in redis.clients) - calls0
         cpu = [_cpu(c) - c0 for c, c0 in zip(redis.clients, cpu0, strict=True)]
         used = [_used(c) - u for c, u in zip(redis.clients, used0, strict=True)]
     finally:
@@ -196,6 +210,9 @@ def measure(count: int, workdir: Path, seconds: float, appendfsync: str = "alway
         "deliveries_per_s": round(rate_of([t for _, t in arrivals]), 1),
         "redis_cpu_s": [round(c, 2) for c in cpu], "redis_cpu_us_per_event": round(cpu_total / max(delivered, 1) * 1e6),
         "bytes_per_event": round(used_total / max(delivered, 1)),
+        # The drain's cost beside Redis's: the workers' CPU, and the commands the masters ran, per delivery.
+        "worker_cpu_us_per_event": round(workers_cpu / max(delivered, 1) * 1e6),
+        "drain_commands_per_event": round(calls / max(delivered, 1), 2), "workers_open_files": workers_fds,
         "redis_cpu_share": [round(c / cpu_total, 3) for c in cpu],
         "bytes_share": [round(u / used_total, 3) for u in used],
     }  # fmt: skip
@@ -204,6 +221,18 @@ def measure(count: int, workdir: Path, seconds: float, appendfsync: str = "alway
 def _cpu(client: Any) -> float:
     info = client.info("cpu")
     return float(info["used_cpu_user"]) + float(info["used_cpu_sys"])
+
+
+def _calls(client: Any) -> int:
+    """Commands the server has run since it started (INFO commandstats)."""
+    return sum(int(stat["calls"]) for stat in client.info("commandstats").values())
+
+
+def _open_files(role: Role) -> int:
+    try:
+        return len(os.listdir(f"/proc/{role.proc.pid}/fd")) if role.proc is not None else 0
+    except OSError:  # it exited
+        return 0
 
 
 def _used(client: Any) -> int:
@@ -217,9 +246,12 @@ def _shard_of(token: str) -> int:
 def summarise(rounds: list[dict[str, dict[str, Any]]], count: int) -> dict[str, Any]:
     figures: dict[str, Any] = {"rounds": rounds}
     for name in VARIANTS:
-        runs = [r[name] for r in rounds]
+        runs = [r[name] for r in rounds if name in r]
+        if not runs:
+            continue
         summary = {f: statistics.median(run[f] for run in runs) for f in
-                   ("ingest_per_s", "deliveries_per_s", "redis_cpu_us_per_event", "bytes_per_event")}  # fmt: skip
+                   ("ingest_per_s", "deliveries_per_s", "redis_cpu_us_per_event", "bytes_per_event",
+                    "worker_cpu_us_per_event", "drain_commands_per_event", "workers_open_files")}  # fmt: skip
         summary["undelivered"] = max(run["undelivered"] for run in runs)
         summary["refused"] = max(run["refused"] for run in runs)
         # The shares are per redis-server: N shards' N servers, the Cluster's N masters.
@@ -227,10 +259,13 @@ def summarise(rounds: list[dict[str, dict[str, Any]]], count: int) -> dict[str, 
         summary["bytes_share_max_vs_even"] = round(max(max(run["bytes_share"]) for run in runs) * count, 2)
         figures[name] = summary
     for name, key in (("n", "ratios"), ("cluster", "ratios_cluster")):
+        if name not in figures or "one" not in figures:
+            continue
         figures[key] = {f: verdict.ratio(figures[name][f], figures["one"][f]) for f in
                         ("ingest_per_s", "deliveries_per_s", "redis_cpu_us_per_event", "bytes_per_event")}  # fmt: skip
     # One shard's shares are 1 by definition: only N's are judged.
-    figures["one"]["redis_cpu_share_max_vs_even"] = figures["one"]["bytes_share_max_vs_even"] = 1.0
+    if "one" in figures:
+        figures["one"]["redis_cpu_share_max_vs_even"] = figures["one"]["bytes_share_max_vs_even"] = 1.0
     return figures
 
 
@@ -238,6 +273,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m tests.bench.shards", description=__doc__.splitlines()[0])
     parser.add_argument("--shards", type=int, default=3)
     parser.add_argument("--appendfsync", choices=("always", "everysec"), default="always")
+    parser.add_argument("--variants", default=",".join(VARIANTS),
+                        help="which to measure, comma-separated (one, n, cluster); the targets of those left out "
+                             "have no figure")  # fmt: skip
     args, rounds, seconds = parse_rounds(parser, argv, rounds=2)
     if without_wrk():
         return 2
@@ -246,7 +284,8 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="svcgw-bench-shards-") as tmp:
         for n in range(rounds):
             variants = [("one", 1, False), ("n", args.shards, False), ("cluster", args.shards, True)]
-            turned = variants[n % 3 :] + variants[: n % 3]  # each variant first in its turn
+            variants = [v for v in variants if v[0] in args.variants.split(",")]
+            turned = variants[n % len(variants) :] + variants[: n % len(variants)]  # each variant first in its turn
             this = {}
             for name, count, cluster in turned:
                 what = f"a Cluster of {count} masters" if cluster else f"{count} shard(s)"
@@ -261,9 +300,10 @@ def main(argv: list[str] | None = None) -> int:
                         "mode": "short" if args.short else "full",
                         "elapsed_s": round(time.monotonic() - started, 1)}  # fmt: skip
     for name in VARIANTS:
-        print(f"{name:>7}: " + ", ".join(f"{k} {v}" for k, v in figures[name].items()))
-    print(f"N/1: {figures['ratios']}")
-    print(f"Cluster/1: {figures['ratios_cluster']}")
+        if name in figures:
+            print(f"{name:>7}: " + ", ".join(f"{k} {v}" for k, v in figures[name].items()))
+    print(f"N/1: {figures.get('ratios')}")
+    print(f"Cluster/1: {figures.get('ratios_cluster')}")
     return conclude(figures, verdict.judge(figures, TARGETS), short=args.short)
 
 
