@@ -18,10 +18,11 @@ from redis.exceptions import RedisError
 
 from svcgw.config.settings import Settings
 from svcgw.registry.copies import ShardCopies
-from svcgw.registry.store import Store
+from svcgw.registry.store import Scope, Store
 from svcgw.shards.clients import aclose_all, role_clients
 from svcgw.shards.placement import place
 from svcgw.vault import TokenVault
+from tests.conftest import run
 from tests.deploy.redis_nodes import Node, require_binaries
 from tests.support import free_server_port, wait_for
 
@@ -202,3 +203,16 @@ async def register_placed(store: Store, settings: Settings, account_id: str, app
     _, counts = await store.owner_and_counts(appid, shards)
     shard = place(shards, counts).index
     return await store.register_instance(appid, account_id, shard), shard
+
+
+def one_instance_per_shard(settings: Settings, sink_url: str, name: str) -> list[tuple[str, str, int]]:
+    """An account ``name`` whose address is the sink, and as many instances as the deployment has shards, each
+    registered where ``device/create`` places it: (appid, receiver token, shard) each."""
+    async def action() -> list[tuple[str, str, int]]:
+        async with sharded_store(settings) as store:
+            account = await store.create_account(name)
+            await store.set_callback(Scope(account=account.id), sink_url)
+            appids = [f"we_{name}{n:04d}" for n in range(len(settings.shard_layout.shards))]
+            return [(appid, *await register_placed(store, settings, account.id, appid)) for appid in appids]
+
+    return run(action())

@@ -21,9 +21,7 @@ import pytest
 
 from svcgw.config.settings import Settings
 from svcgw.intake.receivers import RECEIVER_PREFIX
-from svcgw.registry.store import Scope
-from tests.conftest import run
-from tests.deploy.redis_fleet import RedisClusterFleet, register_placed, sharded_store
+from tests.deploy.redis_fleet import RedisClusterFleet, one_instance_per_shard
 from tests.support import Process, Received, Sink, start_server, wait_for
 
 pytestmark = pytest.mark.slow
@@ -69,19 +67,6 @@ def commands(cluster: RedisClusterFleet) -> int:
     return total
 
 
-def register(settings: Settings, sink_url: str) -> list[tuple[str, str, int]]:
-    """One instance on each virtual shard, placed as ``device/create`` places them, the account's address the sink."""
-
-    async def action() -> list[tuple[str, str, int]]:
-        async with sharded_store(settings) as store:
-            account = await store.create_account("idle")
-            await store.set_callback(Scope(account=account.id), sink_url)
-            return [(f"we_idle{n:04d}", *await register_placed(store, settings, account.id, f"we_idle{n:04d}"))
-                    for n in range(SHARDS)]  # fmt: skip
-
-    return run(action())
-
-
 @pytest.fixture
 def cluster(tmp_path: Path) -> Iterator[RedisClusterFleet]:
     nodes = RedisClusterFleet(tmp_path / "cluster").start()
@@ -106,7 +91,7 @@ def test_an_idle_worker_on_a_cluster_polls_little_and_still_delivers_every_shard
     sink = Sink(rule=rule).start()
     processes: list[Process] = []
     try:
-        placed = register(settings, sink.url)
+        placed = one_instance_per_shard(settings, sink.url, "idle")
         assert sorted(shard for _, _, shard in placed) == list(range(SHARDS))
         worker = Process(["worker"], service_env, "worker").start()
         processes.append(worker)

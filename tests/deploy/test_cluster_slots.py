@@ -19,10 +19,8 @@ import pytest
 
 from svcgw.config.settings import Settings
 from svcgw.intake.receivers import RECEIVER_PREFIX
-from svcgw.registry.store import Scope
-from tests.conftest import run
 from tests.deploy.load import event_ids
-from tests.deploy.redis_fleet import RedisClusterFleet, register_placed, sharded_store
+from tests.deploy.redis_fleet import RedisClusterFleet, one_instance_per_shard
 from tests.support import Process, Sink, held_at_once, start_server, wait_for
 
 pytestmark = pytest.mark.slow
@@ -31,19 +29,6 @@ SHARDS = 16
 CONCURRENCY = 8  # below the destination's cap (16), which would otherwise bound the posts at once
 EVENTS_PER_SHARD = 8
 PAUSE = 0.1  # each post held this long: the worker's attempts overlap
-
-
-def register(settings: Settings, sink_url: str) -> list[tuple[str, str, int]]:
-    """One instance on each virtual shard, placed as ``device/create`` places them, the account's address the sink."""
-
-    async def action() -> list[tuple[str, str, int]]:
-        async with sharded_store(settings) as store:
-            account = await store.create_account("slots")
-            await store.set_callback(Scope(account=account.id), sink_url)
-            return [(f"we_slot{n:04d}", *await register_placed(store, settings, account.id, f"we_slot{n:04d}"))
-                    for n in range(SHARDS)]  # fmt: skip
-
-    return run(action())
 
 
 @pytest.fixture
@@ -69,7 +54,7 @@ def test_a_clusters_worker_holds_its_delivery_concurrency_across_its_virtual_sha
     sink = Sink(delay=PAUSE).start()
     processes: list[Process] = []
     try:
-        placed = register(settings, sink.url)
+        placed = one_instance_per_shard(settings, sink.url, "slot")
         assert sorted(shard for _, _, shard in placed) == list(range(SHARDS))
         server, base = start_server(service_env)
         processes.append(server)
