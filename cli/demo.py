@@ -100,13 +100,15 @@ def demo_dashboard(env: dict[str, str], state_dir: Path) -> bool:
     return True
 
 
-def prepare_demo(settings: Settings, *, dashboard_generated: bool = False) -> None:
+def prepare_demo(
+    settings: Settings, *, dashboard_generated: bool = False, alive: Callable[[], bool] | None = None
+) -> None:
     """Wait for the HTTP server, make sure the demo data exists, and print how to use it.
 
     A failing step is reported and the service keeps running.
     """
     try:
-        wait_ready(settings)
+        wait_ready(settings, alive=alive)
         demo = ensure_demo(settings, create_instance=lambda key: _device_create(settings, key))
     except (DemoError, NotReady, httpx.HTTPError, RedisError, RedisClusterException, OSError, ValueError) as exc:
         print(f"svcgw demo: could not prepare the demo data: {_reason(exc)}", flush=True)

@@ -13,6 +13,7 @@ and the post costs it one Redis read and stores nothing.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 
 import click
 import httpx
@@ -37,10 +38,17 @@ def local_base(settings: Settings) -> str:
     return f"http://{host}:{settings.port}"
 
 
-def wait_ready(settings: Settings, timeout: float = 60.0) -> None:
+def wait_ready(settings: Settings, timeout: float = 60.0, alive: Callable[[], bool] | None = None) -> None:
+    """Until ``/readyz`` answers 200; NotReady at the deadline, or at once when ``alive()`` says the server is gone.
+
+    A server that could not bind its port exits in its first second: ``up`` then says so and stops, rather than
+    waiting out the deadline.
+    """
     url = f"{local_base(settings)}/readyz"
     deadline = time.monotonic() + timeout
     while True:
+        if alive is not None and not alive():
+            raise NotReady(f"the HTTP server exited before it answered at {url}")
         try:
             if httpx.get(url, timeout=2, trust_env=False).status_code == 200:
                 return
@@ -68,10 +76,10 @@ def check_public_url(settings: Settings, timeout: float = 5.0) -> str | None:
     return f"HTTP {answer.status_code} from something else than this service's receiver"
 
 
-def report_public_url(settings: Settings) -> bool:
+def report_public_url(settings: Settings, alive: Callable[[], bool] | None = None) -> bool:
     """Wait for the HTTP server, check the public URL, and print the outcome plainly. True when reachable."""
     try:
-        wait_ready(settings)
+        wait_ready(settings, alive=alive)
     except NotReady as exc:
         print(f"svcgw up: {exc.format_message()}", flush=True)
         return False

@@ -175,15 +175,20 @@ def run_up(settings: Settings, *, demo: bool = False, workers: int = 1) -> int:
             env.setdefault("SVCGW_UPSTREAM_URL", f"http://127.0.0.1:{sim_port}")
             env.setdefault("SVCGW_ALLOW_PRIVATE_DESTINATIONS", "127.0.0.0/8,::1/128")
             env.setdefault("SVCGW_RETRY_SCHEDULE", DEMO_RETRY_SCHEDULE)  # a dead letter within a minute
-        children.append(("serve", _spawn(["serve"], env)))
+        serve = _spawn(["serve"], env)
+        children.append(("serve", serve))
         for _ in range(workers):
             children.append(("worker", _spawn(["worker"], env)))
         from .reachable import report_public_url
 
-        report_public_url(Settings.from_env(env))  # says so plainly when events could not reach us
-        if demo:
-            prepare_demo(Settings.from_env(env), dashboard_generated=dashboard_generated)
-        print(f"svcgw is up: {settings.public_url}  (Ctrl-C stops it)", flush=True)
+        def serving() -> bool:
+            return serve.poll() is None and not stopping.is_set()
+
+        report_public_url(Settings.from_env(env), alive=serving)  # says so plainly when events could not reach us
+        if demo and serving():
+            prepare_demo(Settings.from_env(env), dashboard_generated=dashboard_generated, alive=serving)
+        if serving():
+            print(f"svcgw is up: {settings.public_url}  (Ctrl-C stops it)", flush=True)
         while not stopping.is_set():
             for name, child in children:
                 if child.poll() is not None:

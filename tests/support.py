@@ -82,20 +82,14 @@ def missing_tool(reason: str) -> NoReturn:
     pytest.skip(reason)
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-# Ports for the service's processes: below Linux's ephemeral range (32768 on), which every other free_port()
-# of this machine and every outgoing connection draw from. Between the check here and the server's own bind
-# a port from that range can be taken (a flood's connections, another test's server), and a server of
-# someone else's answering /readyz there would pass for ours.
+# Ports for servers the tests start: below Linux's ephemeral range (32768 on), which every outgoing
+# connection of this machine draws from. Between the check here and the server's own bind, a port from that
+# range can be taken (a flood's connections, another test's client), and the server then fails to start, or
+# someone else's server answering /readyz there passes for ours.
 _SERVER_PORTS = range(20000, 32768)
 
 
-def free_server_port() -> int:
+def free_port() -> int:
     """A loopback port outside the ephemeral range that nothing listens on or holds now."""
     for _ in range(200):
         port = random.choice(_SERVER_PORTS)
@@ -294,7 +288,7 @@ def start_server(env: dict[str, str], name: str = "serve") -> tuple[Process, str
     ready means answering with this process alive and its log saying it listens there.
     """
     for _ in range(3):
-        port = free_server_port()
+        port = free_port()
         process = Process(["serve"], dict(env, SVCGW_PORT=str(port)), f"{name}-{port}").start()
         base = f"http://127.0.0.1:{port}"
         try:

@@ -11,7 +11,7 @@ from starlette.responses import PlainTextResponse
 from starlette.routing import Route
 
 from tests import support
-from tests.support import ThreadedServer, free_server_port, start_server
+from tests.support import ThreadedServer, free_port, start_server
 
 pytestmark = pytest.mark.slow
 
@@ -19,7 +19,7 @@ pytestmark = pytest.mark.slow
 def test_a_server_port_is_outside_the_range_of_other_tests_and_outgoing_connections() -> None:
     with open("/proc/sys/net/ipv4/ip_local_port_range") as ranges:
         first = int(ranges.read().split()[0])
-    assert all(1024 <= free_server_port() < first for _ in range(20))
+    assert all(1024 <= free_port() < first for _ in range(20))
 
 
 def test_a_port_taken_by_another_server_that_answers_is_left_for_another(
@@ -29,9 +29,9 @@ def test_a_port_taken_by_another_server_that_answers_is_left_for_another(
         return PlainTextResponse("someone else's")
 
     # Someone else's server, answering /readyz 200, on the first port the harness picks.
-    other = ThreadedServer(Starlette(routes=[Route("/readyz", ready)]), port=free_server_port()).start()
-    ports = iter([other.port, free_server_port()])
-    monkeypatch.setattr(support, "free_server_port", lambda: next(ports))
+    other = ThreadedServer(Starlette(routes=[Route("/readyz", ready)]), port=free_port()).start()
+    ports = iter([other.port, free_port()])
+    monkeypatch.setattr(support, "free_port", lambda: next(ports))
     with contextlib.ExitStack() as stack:
         stack.callback(other.stop)
         process, base = start_server(env)

@@ -50,7 +50,10 @@ def test_svcgw_port_alone_and_every_printed_command_works_as_pasted(
         text = up.output()
         return text if "Monitoring: rq-dashboard" in text else None
 
-    output = wait_for(printed, timeout=90, interval=0.2, what="the demo's walk-through")
+    try:
+        output = wait_for(printed, timeout=90, interval=0.2, what="the demo's walk-through")
+    except AssertionError as exc:
+        raise AssertionError(f"{exc}; up printed:\n{up.output()}") from None
     base = f"http://127.0.0.1:{port}"
     # Every URL follows SVCGW_PORT (the bind address 0.0.0.0 is reached on loopback); none says 8080.
     assert f"the receiver answers at SVCGW_PUBLIC_URL {base}" in output

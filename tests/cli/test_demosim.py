@@ -142,3 +142,21 @@ def test_up_demo_takes_a_free_sim_port_and_exits_non_zero_when_a_role_dies(
     assert status == 1, up.output()
     assert "sim exited with -9; stopping everything" in up.output()
     assert not _redis_left(up_env["SVCGW_STATE_DIR"])
+
+
+@pytest.mark.slow
+def test_up_demo_stops_without_waiting_out_readiness_when_the_http_port_is_taken(
+    env: dict[str, str], taken: int
+) -> None:
+    up_env = dict(_up_env(env), SVCGW_PORT=str(taken), SVCGW_HOST="127.0.0.1")
+    up = Process(["up", "--demo"], up_env, "up-http-taken").start()
+    try:
+        assert up.proc is not None
+        status = up.proc.wait(45)  # the readiness deadline alone is 60 s
+    finally:
+        up.stop()
+    output = up.output()
+    assert status != 0, output
+    assert "the HTTP server exited before it answered" in output, output
+    assert "svcgw is up" not in output and "Monitoring: rq-dashboard" not in output
+    assert not _redis_left(up_env["SVCGW_STATE_DIR"]), "the embedded Redis was left running"

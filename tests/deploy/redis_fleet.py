@@ -24,7 +24,7 @@ from svcgw.shards.placement import place
 from svcgw.vault import TokenVault
 from tests.conftest import run
 from tests.deploy.redis_nodes import Node, require_binaries
-from tests.support import free_server_port, wait_for
+from tests.support import free_port, wait_for
 
 __all__ = ["RedisClusterFleet", "RedisFleet", "sharded_store", "stop"]
 
@@ -108,7 +108,7 @@ class RedisClusterFleet:
         for node in self.nodes:
             # The bus port defaults to the port + 10000, in the ephemeral range for the nodes' ports: give it
             # its own, below that range too.
-            node.args += ["--cluster-port", str(free_server_port())]
+            node.args += ["--cluster-port", str(free_port())]
 
     def start(self) -> RedisClusterFleet:
         try:

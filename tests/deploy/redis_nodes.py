@@ -18,7 +18,7 @@ from redis import Redis
 from redis.exceptions import RedisError
 
 from svcgw.storage import serverconfig
-from tests.support import free_server_port, missing_tool, wait_for
+from tests.support import free_port, missing_tool, wait_for
 
 MASTER = "mymaster"
 
@@ -39,7 +39,7 @@ class Node:
         self.host = host
         # Below the ephemeral range, which outgoing connections draw from: a node killed and started
         # again finds its port free.
-        self.port = free_server_port()
+        self.port = free_port()
         self.args = args
         self.proc: subprocess.Popen[bytes] | None = None
 

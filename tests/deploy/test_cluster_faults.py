@@ -46,7 +46,7 @@ from svcgw.storage.serverconfig import CLUSTER_SETTINGS
 from tests.conftest import run
 from tests.deploy.redis_fleet import RedisClusterFleet, register_placed, sharded_store
 from tests.deploy.redis_nodes import Node
-from tests.support import Process, Received, Sink, free_server_port, start_server, wait_for
+from tests.support import Process, Received, Sink, free_port, start_server, wait_for
 
 pytestmark = pytest.mark.slow
 
@@ -428,7 +428,7 @@ def test_slots_moved_to_a_new_master_under_load_deliver_every_event_once(deploym
 def add_node(cluster: RedisClusterFleet, name: str) -> Node:
     """One more node, configured as the others, started; stopped with them."""
     node = Node("redis-server", cluster.nodes[0].dir.parent / name, list(cluster.nodes[0].args))
-    node.args[node.args.index("--cluster-port") + 1] = str(free_server_port())
+    node.args[node.args.index("--cluster-port") + 1] = str(free_port())
     cluster.nodes.append(node)
     return node.start()
 
