@@ -267,6 +267,15 @@ class BufferedCounts:
         self._task: asyncio.Task[None] | None = None
         self._closing: asyncio.Event | None = None
 
+    def lend(self, redis: AsyncRedis) -> None:
+        """Write with ``redis`` from now on (not closed here), unless a client of its own is open already.
+
+        A Cluster client costs a reading of Redis's command table and connections of its own: a delivery
+        engine lends its recorder the client it claims with rather than have it open another.
+        """
+        if self._redis is None:
+            self._redis = self._given_redis = redis
+
     def add(self, commands: Iterable[Command]) -> None:
         for command, key, name, amount in commands:
             slot = (command, key, name)

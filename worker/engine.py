@@ -174,6 +174,8 @@ class Engine:
     async def serve(self, stop: asyncio.Event, *, burst: bool = False) -> None:
         """Deliver on the running event loop until ``stop`` is set (or, with ``burst``, until nothing is left)."""
         redis = self._given_redis or async_client(self.settings)
+        if self._recorder is not None:
+            self._recorder.lend(redis)
         sender = self._sender()
         self.queue = DeliveryQueue(
             redis,

@@ -41,6 +41,7 @@ from svcgw.errors import STORAGE_ERRORS, GatewayError, Refusal, Rows
 from svcgw.intake.envelope import EnvelopeError
 from svcgw.intake.ingest import Ingest, UnknownReceiver
 from svcgw.intake.receivers import receiver_shard
+from svcgw.shards.placement import MAX_SHARD_DIGITS
 from svcgw.storage.layoutversion import LayoutError
 
 from ..credentialguard import CredentialGuard, Throttled
@@ -68,8 +69,11 @@ ROWS: Rows[Refusal] = Rows(
 )
 
 
-# A path the route would take, read one way only: no encoded byte, no dot, no empty segment.
-_PLAIN_RECEIVER_PATH = re.compile(rb"/svc/receiver/([^/%.?]+)/([^/%.?]+)")
+# A path the route would take, read one way only: no encoded byte, no empty segment, and no dot but
+# the one after a token's shard (``s<i>.``, svcgw.shards.placement), so every shard's posts take it.
+_PLAIN_RECEIVER_PATH = re.compile(
+    rb"/svc/receiver/([^/%%.?]+)/((?:s[1-9][0-9]{0,%d}\.)?[^/%%.?]+)" % (MAX_SHARD_DIGITS - 1)
+)
 
 
 def direct_post(scope: Scope) -> tuple[str, str] | None:

@@ -19,6 +19,15 @@ pipeline's) call for every command. Each connection class redis-py's asyncio
 pools pick (by URL scheme, or a Sentinel's) has its packing kind declared
 here, once; the tests pin that redis-py still calls ``pack_command`` on
 every path and still offers no ``command_packer`` to the asyncio connections.
+
+redis-py's asyncio Cluster client takes no connection class either: its
+constructor fixes ``Connection`` (or ``SSLConnection``) in the keyword
+arguments every node it creates gets, which its public
+``get_connection_kwargs()`` returns and redis-py itself amends for the nodes it
+discovers later. :func:`pack_cluster` sets the packing kind there and on the
+startup nodes, once, at the client's construction; the tests pin that every
+node of a Cluster, those learnt after a failover included, then packs by
+hiredis.
 """
 
 from __future__ import annotations
@@ -26,10 +35,11 @@ from __future__ import annotations
 from typing import Any
 
 import hiredis
+from redis.asyncio.cluster import RedisCluster as AsyncRedisCluster
 from redis.asyncio.connection import AbstractConnection, Connection, SSLConnection, UnixDomainSocketConnection
 from redis.asyncio.sentinel import SentinelManagedConnection, SentinelManagedSSLConnection
 
-__all__ = ["packing"]
+__all__ = ["pack_cluster", "packing"]
 
 
 class _HiredisPacking(AbstractConnection):
@@ -83,3 +93,11 @@ _PACKING: dict[type[AbstractConnection], type[AbstractConnection]] = {
 def packing(connection_class: type[AbstractConnection]) -> type[AbstractConnection]:
     """The packing kind of ``connection_class``; a class of anyone else's keeps redis-py's packer."""
     return _PACKING.get(connection_class, connection_class)
+
+
+def pack_cluster(client: AsyncRedisCluster) -> None:
+    """Make every connection of the asyncio Cluster ``client`` pack by hiredis: its nodes' and its future nodes'."""
+    kwargs = client.get_connection_kwargs()
+    kwargs["connection_class"] = packing(kwargs.get("connection_class") or Connection)
+    for node in client.startup_nodes:
+        node.connection_class = packing(node.connection_class)  # type: ignore[assignment]

@@ -132,12 +132,21 @@ def test_only_plain_receiver_posts_skip_the_router() -> None:
         return {"type": "http", "method": method, "path": path, "raw_path": raw or path.encode()}
 
     assert direct_post(scope("/svc/receiver/we_1/0Ab-c_d")) == ("we_1", "0Ab-c_d")
+    # Another shard's token (s<i>.<secret>): its one dot is the shard's.
+    assert direct_post(scope("/svc/receiver/we_1/s3.0Ab-c_d")) == ("we_1", "s3.0Ab-c_d")
+    assert direct_post(scope("/svc/receiver/we_1/s999999.x")) == ("we_1", "s999999.x")
     for routed in (
         scope("/svc/receiver/we_1/tok", "GET"),
         scope("/svc/receiver/we_1/tok/"),
         scope("/svc/receiver/we_1/tok/more"),
         scope("/svc/receiver/we_1/./tok"),
         scope("/svc/receiver/we.1/tok"),
+        scope("/svc/receiver/we_1/s3.tok.more"),
+        scope("/svc/receiver/we_1/s03.tok"),
+        scope("/svc/receiver/we_1/s1234567.tok"),
+        scope("/svc/receiver/we_1/s3."),
+        scope("/svc/receiver/we_1/.tok"),
+        scope("/svc/receiver/we_1/x3.tok"),
         scope("/svc/receiver/we_1/tok", raw=b"/svc/receiver/we_1/%74ok"),
         scope("/svc/receiver//tok"),
         {"type": "websocket", "path": "/svc/receiver/we_1/tok"},

@@ -11,13 +11,17 @@ from pathlib import Path
 import httpx
 import pytest
 from redis import BlockingConnectionPool
+from redis.asyncio.cluster import ClusterNode as AsyncClusterNode
 from redis.asyncio.cluster import RedisCluster as AsyncRedisCluster
+from redis.asyncio.connection import Connection
+from redis.crc import key_slot
 from redis.exceptions import ConnectionError as RedisConnectionError
 
 from receiver.app import create_app
 from svcgw.config.settings import Settings, SettingsError
 from svcgw.errors import STORAGE_ERRORS
 from svcgw.shards.connections import AsyncCluster, BlockingSentinelPool, async_client, sync_client
+from svcgw.shards.packing import packing
 from svcgw.shards.pools import WaitingPool, WaitingSentinelPool
 from svcgw.storage.serverconfig import CLUSTER_SETTINGS
 from tests.conftest import provision
@@ -126,6 +130,8 @@ def test_a_pipeline_to_a_killed_master_fails_at_once_and_cuts_off_no_command_on_
         async def scenario() -> None:
             try:
                 await client.set("{s0}k", b"v")
+                # Every node the client learnt from the Cluster packs its commands by hiredis.
+                assert {node.connection_class for node in client.get_nodes()} == {packing(Connection)}
                 victim = client.get_node_from_key("{s0}k")
                 kept = next(f"{{s{i}}}k" for i in range(1, 64) if client.get_node_from_key(f"{{s{i}}}k") != victim)
                 await client.set(kept, b"v")
@@ -148,3 +154,25 @@ def test_a_pipeline_to_a_killed_master_fails_at_once_and_cuts_off_no_command_on_
         asyncio.run(scenario())
     finally:
         cluster.close()
+
+
+@pytest.mark.parametrize(
+    "key",
+    [
+        "svcgw:{s3}:queue",
+        "{s3}",
+        "svcgw:{}:empty-tag",  # an empty tag: the whole key is hashed
+        "svcgw:{a}{b}:first-tag",
+        "svcgw:}{x}:closing-first",
+        "svcgw:{open-only",
+        "no tag at all",
+        "svcgw:{ünï}:cödé",
+        b"svcgw:{s3}:bytes",
+        "",
+    ],
+)
+def test_a_cluster_clients_slot_of_a_key_is_redis_pys(key: str | bytes) -> None:
+    client = AsyncCluster(startup_nodes=[AsyncClusterNode("127.0.0.1", 7000)])
+    expected = key_slot(key.encode() if isinstance(key, str) else key)
+    assert client.keyslot(key) == expected
+    assert client.keyslot(key) == expected  # the tag's slot, once known

@@ -106,3 +106,17 @@ def test_redis_py_s_asyncio_connections_still_take_no_command_packer() -> None:
     """The blocking connections take one; were the asyncio ones to, it would replace the override of pack_command."""
     assert "command_packer" not in inspect.signature(AbstractConnection.__init__).parameters
     assert "command_packer" in inspect.signature(BlockingConnection.__init__).parameters
+
+
+def test_a_cluster_clients_nodes_and_the_nodes_it_learns_later_pack_by_hiredis() -> None:
+    from redis.asyncio.cluster import ClusterNode
+
+    from svcgw.shards.connections import AsyncCluster
+
+    client = AsyncCluster(startup_nodes=[ClusterNode("127.0.0.1", 7000), ClusterNode("127.0.0.1", 7001)])
+    assert client.get_connection_kwargs()["connection_class"] is PACKED
+    assert [node.connection_class for node in client.startup_nodes] == [PACKED, PACKED]
+    # A node learnt later (a replica promoted, a master added) is made from the same keyword arguments.
+    learnt = ClusterNode("127.0.0.1", 7002, **client.get_connection_kwargs())
+    assert learnt.connection_class is PACKED
+    assert "connection_class" in inspect.signature(ClusterNode).parameters
