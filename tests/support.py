@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import json
 import logging
 import os
 import random
@@ -264,6 +265,45 @@ class Process:
         except subprocess.TimeoutExpired:
             self.proc.kill()
             self.proc.wait()
+
+
+@dataclass
+class UpDemo:
+    """``svcgw up --demo`` as a child process on free ports of its own, and the environment it was given."""
+
+    process: Process
+    env: dict[str, str]
+    port: int
+    sim_port: int
+
+    @property
+    def sim(self) -> str:
+        return f"http://127.0.0.1:{self.sim_port}"
+
+    def wait_for_msg(self, timeout: float) -> list[dict[str, str]]:
+        """The ``Msg`` callbacks of the demo's traffic at the simulator's sink, once there is one."""
+
+        def msg_callbacks() -> list[dict[str, str]]:
+            if not self.process.alive():
+                raise AssertionError(f"up exited:\n{self.process.output()}")
+            try:
+                entries = httpx.get(f"{self.sim}/_sim/sink", timeout=2).json()
+            except (httpx.HTTPError, ValueError):
+                return []
+            return [e for e in entries if json.loads(e["body"]).get("event_type") == "Msg"]
+
+        return wait_for(msg_callbacks, timeout=timeout, interval=0.2, what="a Msg callback of the demo at the sink")
+
+
+def start_up_demo(env: dict[str, str], **settings: str) -> UpDemo:
+    """``svcgw up --demo`` with the test's ``env`` and ``settings``: its own Redis (embedded, unless ``settings``
+    name one) and its own simulator as upstream, on free ports; the caller stops it."""
+    port, sim_port = free_port(), free_port()
+    up_env = {k: v for k, v in env.items() if k not in ("SVCGW_REDIS_URL", "SVCGW_UPSTREAM_URL")}
+    up_env.update(
+        SVCGW_PORT=str(port), SVCGW_SIM_PORT=str(sim_port), SVCGW_PUBLIC_URL=f"http://127.0.0.1:{port}", **settings
+    )
+    return UpDemo(Process(["up", "--demo"], up_env, "up").start(), up_env, port, sim_port)
 
 
 def wait_answering(process: Process, url: str, what: str) -> None:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -12,7 +11,7 @@ from svcgw.config.settings import Settings
 from svcgw.storage.keys import PLAIN as keys
 from svcgw.storage.keys import KeySpace
 from tests.cli.commands import ok
-from tests.deploy.redis_fleet import RedisClusterFleet
+from tests.deploy.redis_fleet import RedisClusterFleet, cluster_fixture
 
 
 def test_demo_data_is_created_once_and_usable(env: dict[str, str], settings: Settings) -> None:
@@ -97,13 +96,7 @@ def test_the_demo_walkthrough_starts_at_an_invitation_that_signs_in(env: dict[st
     assert "/console/invitation/" not in text and "sign in as demo@example.com with your password" in text
 
 
-@pytest.fixture(scope="module")
-def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisClusterFleet]:
-    nodes = RedisClusterFleet(tmp_path_factory.mktemp("demo-cluster")).start()
-    try:
-        yield nodes
-    finally:
-        nodes.close()
+cluster = cluster_fixture("module")
 
 
 def test_the_demo_data_is_prepared_on_a_cluster_and_the_commands_see_it(

@@ -11,9 +11,11 @@ from __future__ import annotations
 import contextlib
 import signal
 import subprocess
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Iterator, Sequence
 from pathlib import Path
+from typing import Any, Literal
 
+import pytest
 from redis.exceptions import RedisError
 
 from svcgw.config.settings import Settings
@@ -26,7 +28,7 @@ from tests.conftest import run
 from tests.deploy.redis_nodes import Node, require_binaries
 from tests.support import free_port, wait_for
 
-__all__ = ["RedisClusterFleet", "RedisFleet", "sharded_store", "stop"]
+__all__ = ["RedisClusterFleet", "RedisFleet", "cluster_fixture", "sharded_store", "stop"]
 
 # Neither keeps data on disk: a test's Redis lives as long as the test.
 _EPHEMERAL = ["--save", "", "--appendonly", "no", "--protected-mode", "no"]
@@ -127,6 +129,12 @@ class RedisClusterFleet:
             raise
         return self
 
+    def __enter__(self) -> RedisClusterFleet:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
     @property
     def seeds(self) -> str:
         return ",".join(node.address for node in self.nodes[:2])
@@ -183,6 +191,22 @@ class RedisClusterFleet:
     def close(self) -> None:
         for node in self.nodes:
             stop(node)
+
+
+def cluster_fixture(scope: Literal["function", "module"] = "function", *, replicas: int = 0) -> Any:
+    """A fixture ``cluster``: a :class:`RedisClusterFleet` of its own for each test (``scope="function"``)
+    or one shared by the module's tests, closed whatever happens to them.
+
+    A test module takes it as ``cluster = cluster_fixture(...)``; the fixture's name is ``cluster`` whatever
+    the attribute's (pytest's own type for it is not public, hence ``Any``).
+    """
+
+    @pytest.fixture(scope=scope, name="cluster")
+    def fixture(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisClusterFleet]:
+        with RedisClusterFleet(tmp_path_factory.mktemp("cluster"), replicas=replicas).start() as nodes:
+            yield nodes
+
+    return fixture
 
 
 @contextlib.asynccontextmanager

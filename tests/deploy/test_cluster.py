@@ -35,7 +35,7 @@ from svcgw.storage.keys import KeySpace
 from tests.cli.commands import ok
 from tests.conftest import run
 from tests.deploy.load import Load
-from tests.deploy.redis_fleet import RedisClusterFleet, sharded_store
+from tests.deploy.redis_fleet import RedisClusterFleet, cluster_fixture, sharded_store
 from tests.receiver.gateway.stack import Stack, sim, start_stack  # noqa: F401 (sim: a fixture)
 from tests.support import Process, Received, Sink, ThreadedServer, wait_for
 from worker.prober import PROBE_READ
@@ -78,13 +78,7 @@ class Counting:
             return [e for e in self.service if e["appid"] == appid and e["type"] == kind]
 
 
-@pytest.fixture(scope="module")
-def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisClusterFleet]:
-    nodes = RedisClusterFleet(tmp_path_factory.mktemp("cluster"), replicas=1).start()
-    try:
-        yield nodes
-    finally:
-        nodes.close()
+cluster = cluster_fixture("module", replicas=1)
 
 
 @pytest.fixture

@@ -12,8 +12,6 @@ from __future__ import annotations
 import threading
 import time
 from collections import Counter
-from collections.abc import Iterator
-from pathlib import Path
 
 import httpx
 import orjson
@@ -21,7 +19,7 @@ import pytest
 
 from svcgw.config.settings import Settings
 from svcgw.intake.receivers import RECEIVER_PREFIX
-from tests.deploy.redis_fleet import RedisClusterFleet, one_instance_per_shard
+from tests.deploy.redis_fleet import RedisClusterFleet, cluster_fixture, one_instance_per_shard
 from tests.support import Process, Received, Sink, start_server, wait_for
 
 pytestmark = pytest.mark.slow
@@ -67,13 +65,7 @@ def commands(cluster: RedisClusterFleet) -> int:
     return total
 
 
-@pytest.fixture
-def cluster(tmp_path: Path) -> Iterator[RedisClusterFleet]:
-    nodes = RedisClusterFleet(tmp_path / "cluster").start()
-    try:
-        yield nodes
-    finally:
-        nodes.close()
+cluster = cluster_fixture()
 
 
 def test_an_idle_worker_on_a_cluster_polls_little_and_still_delivers_every_shards_events(

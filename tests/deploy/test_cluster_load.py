@@ -10,8 +10,6 @@ pipeline per master. Every post is acknowledged (no 503), none is counted in
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
@@ -22,7 +20,7 @@ from svcgw.registry.store import Scope
 from svcgw.shards.placement import shard_of_token
 from tests.conftest import run
 from tests.deploy.load import Load, event_ids
-from tests.deploy.redis_fleet import RedisClusterFleet, register_placed, sharded_store
+from tests.deploy.redis_fleet import RedisClusterFleet, cluster_fixture, register_placed, sharded_store
 from tests.support import Process, Sink, free_port, wait_for
 
 pytestmark = pytest.mark.slow
@@ -33,13 +31,7 @@ POSTERS = 32
 POSTS = 1600
 
 
-@pytest.fixture(scope="module")
-def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisClusterFleet]:
-    nodes = RedisClusterFleet(tmp_path_factory.mktemp("cluster-load")).start()
-    try:
-        yield nodes
-    finally:
-        nodes.close()
+cluster = cluster_fixture("module")
 
 
 def _instances(settings: Settings, sink_url: str) -> dict[str, str]:

@@ -26,7 +26,6 @@ import asyncio
 import contextlib
 import threading
 import time
-from collections.abc import Iterator
 from typing import Any
 
 import httpx
@@ -51,7 +50,7 @@ from svcgw.storage.rqformat import job_description, job_fields, rq_now
 from svcgw.upstream import Upstream
 from tests.cli.commands import ok
 from tests.conftest import run
-from tests.deploy.redis_fleet import RedisClusterFleet, sharded_store
+from tests.deploy.redis_fleet import RedisClusterFleet, cluster_fixture, sharded_store
 from tests.deploy.test_cluster import _tokens
 from tests.receiver.console.conftest import ConsoleClient
 from tests.receiver.gateway.stack import sim as sim  # the module's simulator fixture
@@ -77,13 +76,7 @@ class Answers:
         return (500 if any(i.startswith("retry-") for i in ids) and not self.healed.is_set() else 200), 0.0
 
 
-@pytest.fixture(scope="module")
-def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisClusterFleet]:
-    nodes = RedisClusterFleet(tmp_path_factory.mktemp("cluster")).start()
-    try:
-        yield nodes
-    finally:
-        nodes.close()
+cluster = cluster_fixture("module")
 
 
 def _masters(cluster: RedisClusterFleet) -> list[str]:

@@ -10,9 +10,6 @@ posts are in flight at once, as on one Redis, where each engine once had that ma
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from pathlib import Path
-
 import httpx
 import orjson
 import pytest
@@ -20,7 +17,7 @@ import pytest
 from svcgw.config.settings import Settings
 from svcgw.intake.receivers import RECEIVER_PREFIX
 from tests.deploy.load import event_ids
-from tests.deploy.redis_fleet import RedisClusterFleet, one_instance_per_shard
+from tests.deploy.redis_fleet import RedisClusterFleet, cluster_fixture, one_instance_per_shard
 from tests.support import Process, Sink, held_at_once, start_server, wait_for
 
 pytestmark = pytest.mark.slow
@@ -31,13 +28,7 @@ EVENTS_PER_SHARD = 8
 PAUSE = 0.1  # each post held this long: the worker's attempts overlap
 
 
-@pytest.fixture
-def cluster(tmp_path: Path) -> Iterator[RedisClusterFleet]:
-    nodes = RedisClusterFleet(tmp_path / "cluster").start()
-    try:
-        yield nodes
-    finally:
-        nodes.close()
+cluster = cluster_fixture()
 
 
 def test_a_clusters_worker_holds_its_delivery_concurrency_across_its_virtual_shards(

@@ -50,7 +50,7 @@ from svcgw.storage.keys import KeySpace
 from svcgw.storage.rqformat import exc_info_field
 from tests.cli.commands import ok
 from tests.conftest import run
-from tests.deploy.redis_fleet import RedisClusterFleet, sharded_store
+from tests.deploy.redis_fleet import RedisClusterFleet, cluster_fixture, sharded_store
 from tests.support import Process, Sink, start_server, wait_for
 from tests.support_twotags import TwoTags, old_marker
 
@@ -63,13 +63,7 @@ LOGIN = "a{b}c@example.com"  # braces that are data: the name keeps them
 _TWO_TAGS = re.compile(rb"^\{[^{}]*\}.*\{[^{}]*\}")
 
 
-@pytest.fixture(scope="module")
-def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisClusterFleet]:
-    nodes = RedisClusterFleet(tmp_path_factory.mktemp("cluster")).start()
-    try:
-        yield nodes
-    finally:
-        nodes.close()
+cluster = cluster_fixture("module")
 
 
 @pytest.fixture

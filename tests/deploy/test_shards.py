@@ -30,7 +30,7 @@ from svcgw.storage.keys import PLAIN
 from svcgw.storage.keys import PLAIN as keys
 from tests.cli.commands import svcgw
 from tests.conftest import run
-from tests.deploy.redis_fleet import RedisClusterFleet, RedisFleet, stop
+from tests.deploy.redis_fleet import RedisClusterFleet, RedisFleet, cluster_fixture, stop
 from tests.receiver.gateway.stack import Stack, error, start_stack
 from tests.receiver.gateway.stack import sim as sim
 from tests.support import ThreadedServer
@@ -50,13 +50,7 @@ def fleet(tmp_path: Path) -> Iterator[RedisFleet]:
         nodes.close()
 
 
-@pytest.fixture
-def cluster(tmp_path: Path) -> Iterator[RedisClusterFleet]:
-    nodes = RedisClusterFleet(tmp_path / "cluster").start()
-    try:
-        yield nodes
-    finally:
-        nodes.close()
+cluster = cluster_fixture()
 
 
 def sharded(env: dict[str, str], setting: str, **extra: str) -> dict[str, str]:

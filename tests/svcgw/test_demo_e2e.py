@@ -15,7 +15,7 @@ import redis
 import redis.exceptions
 
 from svcgw.callbacks.signing import verify
-from tests.support import Process, free_port, wait_for
+from tests.support import start_up_demo, wait_for
 
 # Real processes of the service: run by .ci/run with the rest; `-m 'not slow'` skips them.
 pytestmark = pytest.mark.slow
@@ -28,27 +28,10 @@ def _answers(port: int) -> bool:
 
 
 def test_up_demo_delivers_simulator_traffic_signed(env: dict[str, str], tmp_path: Path) -> None:
-    port, sim_port = free_port(), free_port()
-    up_env = {k: v for k, v in env.items() if k not in ("SVCGW_REDIS_URL", "SVCGW_UPSTREAM_URL")}
-    up_env.update(
-        SVCGW_PORT=str(port),
-        SVCGW_SIM_PORT=str(sim_port),
-        SVCGW_PUBLIC_URL=f"http://127.0.0.1:{port}",
-    )
-    sim = f"http://127.0.0.1:{sim_port}"
-    up = Process(["up", "--demo"], up_env, "up").start()
+    demo = start_up_demo(env)
+    up, up_env, port, sim_port, sim = demo.process, demo.env, demo.port, demo.sim_port, demo.sim
     try:
-
-        def msg_callbacks() -> list[dict[str, str]]:
-            if not up.alive():
-                raise AssertionError(f"up exited:\n{up.output()}")
-            try:
-                entries = httpx.get(f"{sim}/_sim/sink", timeout=2).json()
-            except (httpx.HTTPError, ValueError):
-                return []
-            return [e for e in entries if json.loads(e["body"]).get("event_type") == "Msg"]
-
-        received = wait_for(msg_callbacks, timeout=60, interval=0.2, what="a signed Msg callback at the sink")
+        received = demo.wait_for_msg(timeout=60)
         output = up.output()
         appid = re.search(r"appid\s+(we_\w+)", output)
         exported = re.search(r'export SVCGW_REDIS_URL="redis://:\$\(cat (\S+)\)@127\.0\.0\.1:(\d+)/0"', output)

@@ -6,7 +6,7 @@ import asyncio
 import gc
 import uuid
 import warnings
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -19,7 +19,7 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import ResponseError
 
 from svcgw.storage.scriptbatch import ScriptBatch
-from tests.deploy.redis_fleet import RedisClusterFleet
+from tests.deploy.redis_fleet import RedisClusterFleet, cluster_fixture
 from tests.support import free_port
 
 # Counts its calls per key and fails on demand: every answer says which call it was.
@@ -155,13 +155,7 @@ def test_a_batch_left_unsent_by_a_stopped_loop_does_not_hold_up_the_next_loop(re
 
 
 # --- on a Redis Cluster -----------------------------------------------------------------------
-@pytest.fixture(scope="module")
-def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisClusterFleet]:
-    nodes = RedisClusterFleet(tmp_path_factory.mktemp("batch-cluster")).start()
-    try:
-        yield nodes
-    finally:
-        nodes.close()
+cluster = cluster_fixture("module")
 
 
 def on_cluster(cluster: RedisClusterFleet, body: Callable[[AsyncRedisCluster], Awaitable[Any]]) -> Any:
