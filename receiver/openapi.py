@@ -28,7 +28,7 @@ from starlette.responses import Response
 
 from .apispec import JSON, Answer, ApiRoute
 from .console import API_ROUTES as CONSOLE_ROUTES
-from .console import routes
+from .console import consoleroute
 from .endpoint import schemas as endpoint
 from .gateway import schemas as gateway
 from .health import healthz, readyz
@@ -135,7 +135,7 @@ SECURITY_SCHEMES: dict[str, Any] = {
     "SvcKey": {"type": "apiKey", "in": "header", "name": "Svc-Key"},
     "XSvcKey": {"type": "apiKey", "in": "header", "name": "X-Svc-Key"},
     "Bearer": {"type": "http", "scheme": "bearer"},
-    **routes.SECURITY_SCHEMES,
+    **consoleroute.SECURITY_SCHEMES,
 }
 
 

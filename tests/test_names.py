@@ -34,7 +34,12 @@ def test_a_console_routes_module_is_a_table_of_declared_routes() -> None:
     assert _modules("*operations.py") == []
     named = [path for path in _modules("*routes.py") if path.startswith("receiver/console/")]
     assert named == [
+        "receiver/console/account_routes.py",
+        "receiver/console/apikey_routes.py",
+        "receiver/console/denial_routes.py",
         "receiver/console/destination_routes.py",
+        "receiver/console/history_routes.py",
+        "receiver/console/instance_routes.py",
         "receiver/console/onboarding_routes.py",
         "receiver/console/routes.py",
     ]

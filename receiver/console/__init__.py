@@ -10,9 +10,9 @@ invitations and the account page (``receiver.console.account``, with
 ``.signin``), API keys (``receiver.console.apikeys``) and further
 destinations (``receiver.console.destinations``, ``.destinationpages``) add
 their pages and API routes. Each route of the JSON API is declared once,
-with its handler, in :data:`API_ROUTES` (``.routes``,
-``.onboarding_routes``, ``.destination_routes``): its router is
-made from them, as ``/openapi.json`` is (``receiver.apispec``).
+with its handler, in its resource's ``*_routes`` module; ``.routes``
+assembles them into :data:`API_ROUTES`: its router is made from them, as
+``/openapi.json`` is (``receiver.apispec``).
 ``console_routes(services, gateway)`` returns the mount: the JSON API's and
 the pages' side by side, each with its one handler of errors
 (``receiver.console.answers``).
@@ -32,11 +32,12 @@ from starlette.routing import BaseRoute, Mount
 from svcgw.registry.invitations import Invitations
 
 from ..apispec import declared_routes
-from . import destination_routes, onboarding_routes, routes
+from . import routes
 from .account import AccountApi, AccountPages
 from .answers import api_handlers, page_handlers
 from .api import Api
 from .apikeys import KeyApi, KeyPages
+from .consoleroute import API, ConsoleRoute
 from .destinationpages import DestinationPages
 from .destinations import DestinationApi, Destinations
 from .onboarding import OnboardingApi, OnboardingPages
@@ -54,11 +55,7 @@ if TYPE_CHECKING:
 __all__ = ["API_ROUTES", "console_routes", "favicon"]
 
 # Every route of the JSON API, in the order of /openapi.json.
-API_ROUTES: tuple[routes.ConsoleRoute, ...] = (
-    *routes.ROUTES,
-    *onboarding_routes.ROUTES,
-    *destination_routes.ROUTES,
-)
+API_ROUTES: tuple[ConsoleRoute, ...] = routes.ROUTES
 
 
 _ICON = Path(__file__).parent / "static" / "favicon.svg"
@@ -83,7 +80,7 @@ def console_routes(services: Services, gateway: Gateway) -> list[BaseRoute]:
     api, pages, flow = Api(context), Pages(context), QrFlow(gateway, services)
     destinations = Destinations(services, service)
     owners = (api, AccountApi(api), KeyApi(api), OnboardingApi(api, flow), DestinationApi(api, destinations))
-    api_routes = declared_routes(API_ROUTES, owners, prefix=routes.API, endpoint=api.endpoint)
+    api_routes = declared_routes(API_ROUTES, owners, prefix=API, endpoint=api.endpoint)
     page_routes = [
         *OnboardingPages(pages, flow).routes(),
         *pages.routes(),

@@ -29,7 +29,7 @@ from .web import ConsoleHTTPError, Context, int_param, json_ok
 
 if TYPE_CHECKING:
     from ..apispec import RouteEndpoint
-    from .routes import ConsoleRoute
+    from .consoleroute import ConsoleRoute
 
 __all__ = ["Api"]
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from ..apispec import Param, path_param
 from . import schemas as s
+from .consoleroute import APPID, BEFORE, ConsoleRoute, Limit, err, ok, op
 from .destinations import DestinationApi
-from .routes import APPID, BEFORE, ConsoleRoute, Limit, err, ok, op
 
 __all__ = ["ROUTES"]
 

@@ -9,8 +9,8 @@ from starlette.responses import Response
 
 from ..apispec import Answer, Ok, path_param
 from . import schemas as s
+from .consoleroute import APPID, LIMITED, ConsoleRoute, err, op
 from .onboarding import OnboardingApi
-from .routes import APPID, LIMITED, ConsoleRoute, err, op
 
 __all__ = ["ROUTES"]
 
