@@ -64,7 +64,7 @@ from dataclasses import dataclass
 from redis.asyncio import Redis
 
 from svcgw.config.settings import Settings
-from svcgw.delivery.failingorigins import forget_after, name, names, origin_of, split
+from svcgw.delivery.failingorigins import forget_after, name, names, origin_of, read_records, split
 from svcgw.shards.clients import ShardRedis
 from svcgw.shards.routing import instance_shard
 from svcgw.storage.keys import KeySpace
@@ -182,22 +182,7 @@ async def records(
 ) -> dict[str, BreakerRecord]:
     """One shard's records, open ones included: ``account``'s of ``destinations`` (origins), by origin;
     with neither, every account's, by record name (:func:`name`)."""
-    wanted = names(destinations, account)
-    if wanted is None:
-        raw = await redis.hgetall(keys.breakers)
-        pairs = [(_text(field), _text(field), value) for field, value in raw.items()]
-    else:
-        if not wanted:
-            return {}
-        fields = list(wanted)
-        values = await redis.hmget(keys.breakers, fields)
-        pairs = [(f, wanted[f], v) for f, v in zip(fields, values, strict=True) if v is not None]
-    found: dict[str, BreakerRecord] = {}
-    for field, key, value in pairs:
-        record = parse(field, value)
-        if record is not None:
-            found[key] = record
-    return found
+    return await read_records(redis, keys.breakers, destinations, account, parse)
 
 
 def current(records: Mapping[str, Sequence[BreakerRecord]], settings: Settings, now: float) -> dict[str, BreakerRecord]:

@@ -54,8 +54,9 @@ from __future__ import annotations
 import asyncio
 import functools
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
+from typing import TypeVar
 
 from redis.asyncio import Redis
 
@@ -75,6 +76,7 @@ __all__ = [
     "name",
     "origin_of",
     "parse",
+    "read_records",
     "script_argument",
     "split",
 ]
@@ -82,6 +84,8 @@ __all__ = [
 # Bits the finish script adds to a job's result (bit 0 is "the claim was still ours").
 STARTED = 2
 RECOVERED = 4
+
+Record = TypeVar("Record")
 
 
 def name(account: str, destination: str) -> str:
@@ -116,6 +120,38 @@ def names(destinations: Iterable[str] | None, account: str | None) -> dict[str, 
     if account is None:
         raise ValueError("records are kept per account: name the account whose destinations these are")
     return {name(account, d): d for d in sorted({d for d in destinations if d})} if account else {}
+
+
+async def read_records(
+    redis: Redis,
+    hash_key: str,
+    destinations: Iterable[str] | None,
+    account: str | None,
+    parse: Callable[[str, str | bytes], Record | None],
+) -> dict[str, Record]:
+    """One shard's records in the hash ``hash_key`` (fields named by :func:`name`), each as ``parse`` reads it,
+    one it cannot read left out: ``account``'s of ``destinations`` (origins), by origin; with neither, every
+    account's, by record name. One ``HMGET`` (none when no origin is asked of) or one ``HGETALL``.
+
+    Failing records and probing records (:func:`svcgw.delivery.breaker.records`) are read alike; neither
+    is on an attempt's path, which the finish script reads in Redis.
+    """
+    wanted = names(destinations, account)
+    if wanted is None:
+        raw = await redis.hgetall(hash_key)
+        triples = [(_text(field), _text(field), value) for field, value in raw.items()]
+    else:
+        if not wanted:
+            return {}
+        fields = list(wanted)
+        values = await redis.hmget(hash_key, fields)
+        triples = [(f, wanted[f], v) for f, v in zip(fields, values, strict=True) if v is not None]
+    found: dict[str, Record] = {}
+    for field, key, value in triples:
+        record = parse(field, value)
+        if record is not None:
+            found[key] = record
+    return found
 
 
 @dataclass(frozen=True)
@@ -192,22 +228,8 @@ async def failing(
     """``account``'s failing origins among ``destinations`` (the origins asked of), by origin; with neither, every
     account's, by record name (:func:`name`)."""
     moment = time.time() if now is None else now
-    wanted = names(destinations, account)
-    if wanted is None:
-        raw = await redis.hgetall(keys.failing_origins)
-        triples = [(_text(field), _text(field), value) for field, value in raw.items()]
-    else:
-        if not wanted:
-            return {}
-        fields = list(wanted)
-        values = await redis.hmget(keys.failing_origins, fields)
-        triples = [(f, wanted[f], v) for f, v in zip(fields, values, strict=True) if v is not None]
-    found: dict[str, FailingOrigin] = {}
-    for field, key, value in triples:
-        record = parse(field, value)
-        if record is not None and is_failing(record, settings, moment):
-            found[key] = record
-    return found
+    found = await read_records(redis, keys.failing_origins, destinations, account, parse)
+    return {key: record for key, record in found.items() if is_failing(record, settings, moment)}
 
 
 async def failing_anywhere(

@@ -33,7 +33,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import orjson
 from cryptography.fernet import Fernet
 from redis.asyncio import Redis as AsyncRedis
 
@@ -212,17 +211,7 @@ def main(argv: list[str] | None = None) -> int:
         "load_average_at_end": [round(x, 2) for x in os.getloadavg()],
         "elapsed_s": round(time.monotonic() - started, 1),
     }
-    judged = verdict.judge(figures, TARGETS)
-    figures["targets"] = {j.name: j.as_json() for j in judged}
-    figures["verdict"] = verdict.summary(judged, short=args.short)
-    print(table(figures["connection_floods"]))
-    print("\n".join(verdict.rows(figures["targets"])))
-    print(verdict.line(figures["verdict"]))
-    line = orjson.dumps(figures).decode()
-    if args.out is not None:
-        args.out.write_text(line + "\n")
-    print(line, flush=True)
-    return verdict.exit_status(figures["verdict"])
+    return verdict.report(figures, TARGETS, table(figures["connection_floods"]), short=args.short, out=args.out)
 
 
 if __name__ == "__main__":

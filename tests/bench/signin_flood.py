@@ -34,7 +34,6 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-import orjson
 from cryptography.fernet import Fernet
 from redis.asyncio import Redis as AsyncRedis
 
@@ -207,17 +206,7 @@ def main(argv: list[str] | None = None) -> int:
         "load_average_at_end": [round(x, 2) for x in os.getloadavg()],
         "elapsed_s": round(time.monotonic() - started, 1),
     }
-    judged = verdict.judge(figures, TARGETS)
-    figures["targets"] = {j.name: j.as_json() for j in judged}
-    figures["verdict"] = verdict.summary(judged, short=args.short)
-    print(table(figures["signin_flood"]))
-    print("\n".join(verdict.rows(figures["targets"])))
-    print(verdict.line(figures["verdict"]))
-    line = orjson.dumps(figures).decode()
-    if args.out is not None:
-        args.out.write_text(line + "\n")
-    print(line, flush=True)
-    return verdict.exit_status(figures["verdict"])
+    return verdict.report(figures, TARGETS, table(figures["signin_flood"]), short=args.short, out=args.out)
 
 
 if __name__ == "__main__":

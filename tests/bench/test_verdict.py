@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import copy
 import re
+from pathlib import Path
 from typing import Any
 
 import orjson
@@ -12,8 +13,9 @@ import pytest
 
 from tests.bench import gateway, memory
 from tests.bench.__main__ import TARGETS, derive, finish, judge
-from tests.bench.verdict import Need, Target, exit_status, lookup, ratio, rows, summary
+from tests.bench.verdict import Need, Target, exit_status, lookup, ratio, report, rows, summary
 from tests.bench.verdict import judge as judge_targets
+from tests.bench.verdict import line as verdict_line
 
 MEMORY = {"events": 300, "logged_bytes_per_event": 100, "delivered_bytes_per_event": 100, "commands_per_event": 17}
 ALL_TARGETS = TARGETS + gateway.GATEWAY_TARGETS
@@ -297,3 +299,17 @@ def test_exit_status_of_a_summary() -> None:
     assert exit_status(summary(met, short=False)) == 0
     assert exit_status(summary(missed, short=False)) == 1
     assert exit_status(summary(missed, short=True)) == 0
+
+
+@pytest.mark.parametrize(("value", "short", "status"), [(1, False, 0), (0, False, 1), (0, True, 0)])
+def test_a_benchmark_s_report_ends_with_its_verdict_and_json(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, value: int, short: bool, status: int
+) -> None:
+    figures: dict[str, Any] = {"bench": {"a": value}}
+    out = tmp_path / "figures.json"
+    assert report(figures, [Target("t", "bench.a", ">=", 1, "a")], "the table", short=short, out=out) == status
+    lines = capsys.readouterr().out.strip().splitlines()
+    assert lines[0] == "the table" and lines[1].startswith("t ")
+    assert lines[2] == verdict_line(figures["verdict"])
+    assert orjson.loads(lines[3]) == orjson.loads(out.read_text()) == figures
+    assert set(figures) == {"bench", "targets", "verdict"} and figures["targets"]["t"]["met"] is bool(value)

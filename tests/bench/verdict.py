@@ -1,4 +1,5 @@
-"""The benchmark's verdicts: figures in, judged targets out, nothing measured or printed here.
+"""The benchmark's verdicts: figures in, judged targets out, nothing measured here; printed only by
+:func:`report`, the ending of a benchmark that runs alone (``tests.bench.connection_floods``, ...).
 
 A target is met only when three things hold:
 
@@ -16,7 +17,10 @@ from __future__ import annotations
 import operator
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
+
+import orjson
 
 COMPARE: dict[str, Callable[[Any, Any], bool]] = {
     "==": operator.eq,
@@ -158,3 +162,20 @@ def line(verdict: dict[str, Any]) -> str:
 def exit_status(verdict: dict[str, Any]) -> int:
     """1 when a judged run missed a target, else 0."""
     return 1 if verdict["judged"] and not verdict["met"] else 0
+
+
+def report(figures: dict[str, Any], targets: Iterable[Target], table: str, *, short: bool, out: Path | None) -> int:
+    """A benchmark's ending: ``figures`` judged on ``targets`` (kept under ``targets`` and ``verdict``), then
+    ``table``, a row per target, the verdict line and, last, the JSON line (also written to ``out``); the
+    exit status."""
+    judged = judge(figures, targets)
+    figures["targets"] = {j.name: j.as_json() for j in judged}
+    figures["verdict"] = summary(judged, short=short)
+    print(table)
+    print("\n".join(rows(figures["targets"])))
+    print(line(figures["verdict"]))
+    text = orjson.dumps(figures).decode()
+    if out is not None:
+        out.write_text(text + "\n")
+    print(text, flush=True)
+    return exit_status(figures["verdict"])

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from typing import cast
 
 import pytest
 from redis import Redis
@@ -216,6 +217,15 @@ def test_failing_reads_an_accounts_named_destinations_or_every_record(settings: 
     with pytest.raises(ValueError, match="by its destinations"):
         asyncio.run(read(None, "acc_a"))
     assert gauge(settings) == 2  # per account and destination; the earlier version's record counts for nothing
+
+
+def test_records_of_no_origin_are_read_without_a_call() -> None:
+    # Failing and probing records are read by one reader: asked of no origin, it asks Redis nothing
+    # (a stand-in with no commands at all would fail if it did).
+    no_redis = cast(AsyncRedis, object())
+    for hash_key, reader in ((keys.failing_origins, failingorigins.parse), (keys.breakers, breaker.parse)):
+        assert asyncio.run(failingorigins.read_records(no_redis, hash_key, ["", ""], "acc_a", reader)) == {}
+        assert asyncio.run(failingorigins.read_records(no_redis, hash_key, ["https://a.example:443"], "", reader)) == {}
 
 
 def test_the_finish_script_keeps_each_accounts_record_of_a_shared_origin_apart(
