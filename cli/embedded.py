@@ -12,7 +12,9 @@ configuration file, never on its command line, where ``ps`` would show it.
 Its port is kept in ``SVCGW_STATE_DIR/redis/port`` too, so the
 ``SVCGW_REDIS_URL`` printed for a state dir keeps working across restarts;
 when something else has taken that port meanwhile, another is chosen, kept,
-and the change is logged (``moved_from``).
+and the change is logged (``moved_from``). A port taken between that check and
+the server's bind (another process's listener, an outgoing connection's port)
+is met the same way, up to three ports; a port the caller gave is never changed.
 """
 
 from __future__ import annotations
@@ -26,6 +28,8 @@ from pathlib import Path
 from urllib.parse import quote
 
 from redis import Redis
+from redis.backoff import NoBackoff
+from redis.retry import Retry
 
 from svcgw.errors import STORAGE_ERRORS
 from svcgw.storage import serverconfig
@@ -66,6 +70,13 @@ def load_or_create_password(directory: Path) -> str:
     return password
 
 
+_PORT_TRIES = 3  # ports chosen in turn when each is taken between its check and the server's bind
+
+
+class _TakenAtStart(Exception):
+    """The server exited at start, and its port is held by someone else."""
+
+
 class EmbeddedRedis:
     def __init__(self, state_dir: Path, *, port: int | None = None, fsync: str = "always") -> None:
         self.dir = (state_dir / "redis").resolve()
@@ -80,15 +91,39 @@ class EmbeddedRedis:
     def url(self) -> str:
         return f"redis://:{quote(self.password, safe='')}@127.0.0.1:{self.port}/0"
 
-    def _client(self) -> Redis:
-        return Redis(host="127.0.0.1", port=self.port, password=self.password or None, socket_connect_timeout=0.5)
+    def _client(self, timeout: float | None = None) -> Redis:
+        return Redis(
+            host="127.0.0.1",
+            port=self.port,
+            password=self.password or None,
+            socket_connect_timeout=0.5,
+            socket_timeout=timeout,
+            # Once: the start's loop asks again itself, and looks in between whether the server exited.
+            retry=Retry(NoBackoff(), 0),
+        )
 
     def start(self, timeout: float = 15.0) -> None:
         self.dir.mkdir(parents=True, exist_ok=True)
         self.dir.chmod(0o700)
         self.password = load_or_create_password(self.dir)
-        if not self.port:
-            self.port = self._choose_port()
+        chosen = not self.port
+        for attempt in range(1, _PORT_TRIES + 1):
+            if chosen:
+                self.port = self._choose_port()
+            try:
+                self._run(timeout)
+                return
+            except _TakenAtStart:
+                # A port found free can be taken before the server binds it (another process's
+                # listener, or an outgoing connection's port): a port of our own choice is chosen again.
+                if not chosen or attempt == _PORT_TRIES:
+                    raise RuntimeError(
+                        f"embedded Redis could not listen on 127.0.0.1:{self.port}: the port is in use"
+                    ) from None
+                log.warning("embedded Redis: port %d was taken as it started; choosing another", self.port)
+
+    def _run(self, timeout: float) -> None:
+        """Start the server on :attr:`port` and wait until it answers; _TakenAtStart if that port was taken."""
         config = self.dir / "redis.conf"
         _private_file(config, f"requirepass {self.password}\n")
         command = [
@@ -108,10 +143,13 @@ class EmbeddedRedis:
         # before the workers that write to it.
         self.process = subprocess.Popen(command, stdin=subprocess.DEVNULL, start_new_session=True)
         deadline = time.monotonic() + timeout
-        client = self._client()
+        # Bounded: while the server starts, whatever else holds its port may accept and never answer.
+        client = self._client(timeout=1.0)
         try:
             while time.monotonic() < deadline:
                 if self.process.poll() is not None:
+                    if not port_is_free(self.port):
+                        raise _TakenAtStart
                     raise RuntimeError(f"embedded Redis exited at start; see {self.dir / 'server.log'}")
                 try:
                     if client.ping():

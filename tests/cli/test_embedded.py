@@ -10,6 +10,7 @@ import pytest
 import redis
 import redis.exceptions
 
+from cli import embedded as embedded_module
 from cli.embedded import EmbeddedRedis
 from svcgw.storage import serverconfig
 
@@ -86,3 +87,44 @@ def test_the_port_survives_a_restart_unless_it_was_taken(tmp_path: Path) -> None
         finally:
             moved.stop()
     assert (tmp_path / "redis" / "port").read_text().strip() == str(moved.port)
+
+
+def test_a_port_taken_between_its_check_and_the_servers_bind_is_chosen_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    first = EmbeddedRedis(tmp_path)
+    first.start()
+    first.stop()
+    checks: list[int] = []
+    real = embedded_module.port_is_free
+
+    def free_at_the_check_only(port: int) -> bool:
+        checks.append(port)
+        return True if len(checks) == 1 else real(port)  # taken right after the first check said free
+
+    monkeypatch.setattr(embedded_module, "port_is_free", free_at_the_check_only)
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as squatter:
+        squatter.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        squatter.bind(("127.0.0.1", first.port))
+        squatter.listen()
+        moved = EmbeddedRedis(tmp_path)
+        moved.start()
+        try:
+            assert checks[0] == first.port  # its kept port was chosen first, and the server could not bind it
+            assert moved.port != first.port and moved.moved_from == first.port
+            with redis.Redis.from_url(moved.url) as client:
+                assert client.ping()
+        finally:
+            moved.stop()
+    assert (tmp_path / "redis" / "port").read_text().strip() == str(moved.port)
+
+
+def test_a_port_the_caller_gave_is_not_changed_when_taken(tmp_path: Path) -> None:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as squatter:
+        squatter.bind(("127.0.0.1", 0))
+        squatter.listen()
+        taken = squatter.getsockname()[1]
+        server = EmbeddedRedis(tmp_path, port=taken)
+        with pytest.raises(RuntimeError, match=rf"could not listen on 127.0.0.1:{taken}: the port is in use"):
+            server.start()
+    assert server.process is not None and server.process.poll() is not None
