@@ -313,3 +313,18 @@ def test_a_benchmark_s_report_ends_with_its_verdict_and_json(
     assert lines[2] == verdict_line(figures["verdict"])
     assert orjson.loads(lines[3]) == orjson.loads(out.read_text()) == figures
     assert set(figures) == {"bench", "targets", "verdict"} and figures["targets"]["t"]["met"] is bool(value)
+
+
+def test_a_scenario_s_report_under_its_name_reads_and_prints_its_figures_there(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    # The gateway scenario alone: its targets name "gateway.…" as in the whole run, and its JSON line nests
+    # the same way, with its targets and verdict inside its own figures.
+    figures: dict[str, Any] = {"a": 0}
+    out = tmp_path / "figures.json"
+    target = Target("t", "bench.a", ">=", 1, "a")
+    assert report(figures, [target], "the table", short=False, out=out, under="bench") == 1
+    lines = capsys.readouterr().out.strip().splitlines()
+    assert lines[2] == "verdict: NOT met, 1 of 1 targets: t"
+    assert orjson.loads(lines[3]) == orjson.loads(out.read_text()) == {"bench": figures}
+    assert set(figures) == {"a", "targets", "verdict"} and figures["targets"]["t"]["value"] == 0
