@@ -31,8 +31,6 @@ import time
 from pathlib import Path
 from typing import Any
 
-import orjson
-
 from . import gateway, memory, scenarios, verdict
 from .scenarios import Bench, Plan
 from .verdict import Need, Target, all_of, lookup, none, ratio
@@ -236,21 +234,11 @@ def derive(figures: dict[str, Any]) -> None:
     }
 
 
-def judge(figures: dict[str, Any]) -> None:
-    """Every target judged on ``figures`` (under ``targets``) and the run's one verdict (``verdict``)."""
-    judged = verdict.judge(figures, TARGETS + gateway.GATEWAY_TARGETS)
-    figures["targets"] = {j.name: j.as_json() for j in judged}
-    figures["verdict"] = verdict.summary(judged, short=figures["setup"]["mode"] == "short")
-
-
-def finish(figures: dict[str, Any], out: Path | None = None) -> int:
-    """The last two lines of a run, the verdict then the JSON object; the exit status."""
-    print(verdict.line(figures["verdict"]))
-    line = orjson.dumps(figures).decode()
-    if out is not None:
-        out.write_text(line + "\n")
-    print(line, flush=True)
-    return verdict.exit_status(figures["verdict"])
+def finish(figures: dict[str, Any], table: str, out: Path | None = None) -> int:
+    """The run's ending (:func:`.verdict.report`): every target judged, ``table``, the targets' rows, the
+    verdict line and the JSON object; the exit status."""
+    targets = TARGETS + gateway.GATEWAY_TARGETS
+    return verdict.report(figures, targets, table, short=figures["setup"]["mode"] == "short", out=out)
 
 
 def table(figures: dict[str, Any]) -> str:
@@ -302,8 +290,8 @@ def table(figures: dict[str, Any]) -> str:
     lines += ["", gateway.gateway_table(figures["gateway"]), ""]
     setup = figures["setup"]
     steps = ", ".join(f"{name} {seconds:g} s" for name, seconds in setup.get("elapsed_by_step_s", {}).items())
+    # A blank line, then the targets' rows (printed by verdict.report).
     lines += [f"elapsed {setup['elapsed_s']:g} s: {steps}", ""]
-    lines += verdict.rows(figures["targets"])
     return "\n".join(lines)
 
 
@@ -316,9 +304,7 @@ def main(argv: list[str] | None = None) -> int:
     plan = Plan(short=args.short)
     with tempfile.TemporaryDirectory(prefix="svcgw-bench-") as workdir:
         figures = run(plan, args.appendfsync, Path(workdir))
-    judge(figures)
-    print(table(figures))
-    return finish(figures, args.out)
+    return finish(figures, table(figures), args.out)
 
 
 if __name__ == "__main__":

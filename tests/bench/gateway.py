@@ -70,7 +70,7 @@ from . import verdict
 from .fast_upstream import BODY as FAST_ANSWER
 from .redis_counter import CountingProxy
 from .services import REPO, RedisServer, Role, _tree, cpu_seconds, wait_for_listeners, wait_until, wrk_path
-from .verdict import Target, judge, none, ratio
+from .verdict import Target, none, ratio
 
 __all__ = ["GATEWAY_TARGETS", "GatewayPlan", "gateway", "gateway_table", "in_bench"]
 
@@ -612,17 +612,9 @@ def main(argv: list[str] | None = None) -> int:
         mode="short" if args.short else "full", appendfsync=args.appendfsync, before=args.before,
         cores=os.cpu_count(), elapsed_s=round(time.monotonic() - started, 1), notes=rig.log,
     )  # fmt: skip
-    judged = judge({"gateway": figures}, GATEWAY_TARGETS)
-    figures["targets"] = {j.name: j.as_json() for j in judged}
-    figures["verdict"] = verdict.summary(judged, short=args.short)
-    print(gateway_table(figures))
-    print("\n".join(verdict.rows(figures["targets"])))
-    print(verdict.line(figures["verdict"]))
-    line = orjson.dumps({"gateway": figures}).decode()
-    if args.out is not None:
-        args.out.write_text(line + "\n")
-    print(line, flush=True)
-    return verdict.exit_status(figures["verdict"])
+    return verdict.report(
+        figures, GATEWAY_TARGETS, gateway_table(figures), short=args.short, out=args.out, under="gateway"
+    )
 
 
 if __name__ == "__main__":

@@ -39,8 +39,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import orjson
-
 from svcgw.storage.keys import PLAIN as keys
 from tests.support import free_port
 
@@ -210,8 +208,8 @@ def main(argv: list[str] | None = None) -> int:
     figures["setup"] = {"before": args.before, "rounds": rounds, "seconds": seconds, "instances": args.instances,
                         "mode": "short" if args.short else "full",
                         "elapsed_s": round(time.monotonic() - started, 1)}  # fmt: skip
-    print("\n".join(table(figures)))
-    return conclude(figures, verdict.judge(figures, TARGETS) if args.before else [], short=args.short)
+    targets = TARGETS if args.before else []
+    return verdict.report(figures, targets, "\n".join(table(figures)), short=args.short, out=None)
 
 
 def alternating(
@@ -262,16 +260,6 @@ def without_wrk() -> bool:
         return False
     print("wrk is not installed (apt-get install wrk)", file=sys.stderr)
     return True
-
-
-def conclude(figures: dict[str, Any], judged: list[verdict.Judged], *, short: bool) -> int:
-    """The targets' rows, the verdict line and the JSON line last; the exit status."""
-    figures["targets"] = {j.name: j.as_json() for j in judged}
-    figures["verdict"] = verdict.summary(judged, short=short)
-    print("\n".join(verdict.rows(figures["targets"])))
-    print(verdict.line(figures["verdict"]))
-    print(orjson.dumps(figures).decode(), flush=True)
-    return verdict.exit_status(figures["verdict"])
 
 
 if __name__ == "__main__":

@@ -38,7 +38,7 @@ from svcgw.storage.keys import PLAIN as keys
 
 from . import verdict
 from .gateway import Tree, before_tree
-from .pipeline import TreeBench, conclude
+from .pipeline import TreeBench
 from .scenarios import Plan, Tenant, rate_of
 from .services import REPO
 from .verdict import Need, Target
@@ -211,9 +211,8 @@ def main(argv: list[str] | None = None) -> int:
     figures = summarise(measured, names)
     figures["setup"] = {"before": args.before, "rounds": rounds, "pairs": pairs, "cold": args.cold,
                         "elapsed_s": round(time.monotonic() - started, 1)}  # fmt: skip
-    print("\n".join(table(figures, names)))
     targets = [t for t in TARGETS if t.figure.split(".")[1] in names]
-    return conclude(figures, verdict.judge(figures, targets), short=args.short)
+    return verdict.report(figures, targets, "\n".join(table(figures, names)), short=args.short, out=None)
 
 
 if __name__ == "__main__":

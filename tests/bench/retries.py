@@ -35,7 +35,7 @@ from svcgw.storage.keys import PLAIN as keys
 
 from . import verdict
 from .gateway import Tree
-from .pipeline import TreeBench, alternating, conclude
+from .pipeline import TreeBench, alternating
 from .scenarios import _MAKE_DUE, Plan, first_attempts, percentile, rate_of
 from .services import cpu_seconds, wait_until
 from .verdict import Need, Target
@@ -166,8 +166,7 @@ def main(argv: list[str] | None = None) -> int:
     figures = summarise(measured)
     figures["setup"] = {"before": args.before, "rounds": rounds, "due": count,
                         "elapsed_s": round(time.monotonic() - started, 1)}  # fmt: skip
-    print("\n".join(table(figures)))
-    return conclude(figures, verdict.judge(figures, TARGETS), short=args.short)
+    return verdict.report(figures, TARGETS, "\n".join(table(figures)), short=args.short, out=None)
 
 
 if __name__ == "__main__":

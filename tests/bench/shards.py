@@ -53,7 +53,7 @@ from tests.deploy.redis_fleet import RedisClusterFleet, register_placed, sharded
 from tests.support import free_port
 
 from . import verdict
-from .pipeline import conclude, parse_rounds, ready, settled, without_wrk
+from .pipeline import parse_rounds, ready, settled, without_wrk
 from .scenarios import Tenant, rate_of, saturate_with_wrk
 from .services import RedisServer, Role, Sink, wait_for_listeners, wait_until
 from .verdict import Need, Target
@@ -299,12 +299,10 @@ def main(argv: list[str] | None = None) -> int:
                         "instances": INSTANCES,
                         "mode": "short" if args.short else "full",
                         "elapsed_s": round(time.monotonic() - started, 1)}  # fmt: skip
-    for name in VARIANTS:
-        if name in figures:
-            print(f"{name:>7}: " + ", ".join(f"{k} {v}" for k, v in figures[name].items()))
-    print(f"N/1: {figures.get('ratios')}")
-    print(f"Cluster/1: {figures.get('ratios_cluster')}")
-    return conclude(figures, verdict.judge(figures, TARGETS), short=args.short)
+    lines = [f"{name:>7}: " + ", ".join(f"{k} {v}" for k, v in figures[name].items()) for name in VARIANTS
+             if name in figures]  # fmt: skip
+    lines += [f"N/1: {figures.get('ratios')}", f"Cluster/1: {figures.get('ratios_cluster')}"]
+    return verdict.report(figures, TARGETS, "\n".join(lines), short=args.short, out=None)
 
 
 if __name__ == "__main__":

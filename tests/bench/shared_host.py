@@ -40,7 +40,6 @@ from svcgw.storage.keys import PLAIN as keys
 from svcgw.vault import TokenVault
 
 from . import verdict
-from .pipeline import conclude
 from .scenarios import Bench, Plan, Tenant, percentile, rate_of
 from .verdict import Need, Target
 
@@ -193,9 +192,8 @@ def main(argv: list[str] | None = None) -> int:
         figures: dict[str, Any] = {"after": measure(Path(tmp), names, pairs, count, args.short)}
     figures["setup"] = {"pairs": pairs, "victim": count, "paths": PATHS,
                         "elapsed_s": round(time.monotonic() - started, 1)}  # fmt: skip
-    print("\n".join(table(figures, names)))
     targets = [t for t in TARGETS if t.figure.split(".")[1] in names]
-    return conclude(figures, verdict.judge(figures, targets), short=args.short)
+    return verdict.report(figures, targets, "\n".join(table(figures, names)), short=args.short, out=None)
 
 
 if __name__ == "__main__":

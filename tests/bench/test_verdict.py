@@ -12,7 +12,7 @@ import orjson
 import pytest
 
 from tests.bench import gateway, memory
-from tests.bench.__main__ import TARGETS, derive, finish, judge
+from tests.bench.__main__ import TARGETS, derive, finish
 from tests.bench.verdict import Need, Target, exit_status, lookup, ratio, report, rows, summary
 from tests.bench.verdict import judge as judge_targets
 from tests.bench.verdict import line as verdict_line
@@ -54,7 +54,7 @@ def good() -> dict[str, Any]:
 
 def judged(figures: dict[str, Any]) -> dict[str, dict[str, Any]]:
     derive(figures)
-    judge(figures)
+    finish(figures, "")
     return dict(figures["targets"])
 
 
@@ -76,7 +76,7 @@ def test_all_good_is_met_and_exits_zero(capsys: pytest.CaptureFixture[str]) -> N
     assert not_met(figures) == set()
     counted = sum(1 for target in figures["targets"].values() if target["judged"])
     assert figures["verdict"] == {"judged": True, "met": True, "targets": counted, "not_met": []}
-    assert finish(figures) == 0
+    assert finish(figures, "") == 0
     lines = capsys.readouterr().out.strip().splitlines()
     assert lines[-2] == f"verdict: met, all {counted} targets"
     assert orjson.loads(lines[-1])["verdict"]["met"] is True
@@ -88,7 +88,7 @@ def test_end_to_end_against_the_aiohttp_loop_is_reported_not_judged(capsys: pyte
     assert not_met(figures) == {"e2e_vs_aiohttp"}
     assert figures["targets"]["e2e_vs_aiohttp"]["judged"] is False
     assert figures["verdict"]["met"] is True and figures["verdict"]["not_met"] == []
-    assert finish(figures) == 0
+    assert finish(figures, "") == 0
     (row,) = [r for r in rows(figures["targets"]) if r.startswith("e2e_vs_aiohttp")]
     assert row.endswith("reported, not judged: outside >= 0.55")
     # End to end against stock RQ of the same run stays judged.
@@ -272,7 +272,7 @@ def test_out_of_bound_is_not_met_and_a_bool_is_no_figure() -> None:
 def test_a_target_not_met_exits_non_zero(capsys: pytest.CaptureFixture[str]) -> None:
     figures = put(good(), "retry.attempts_per_s", 5000.0)  # 0.56 of end to end
     judged(figures)
-    assert finish(figures) == 1
+    assert finish(figures, "") == 1
     lines = capsys.readouterr().out.strip().splitlines()
     counted = sum(1 for target in figures["targets"].values() if target["judged"])
     assert lines[-2] == f"verdict: NOT met, 1 of {counted} targets: retry_vs_e2e"
@@ -289,7 +289,7 @@ def test_a_short_run_is_not_judged_and_exits_zero(capsys: pytest.CaptureFixture[
     put(figures, "e2e.delivered", 0)
     judged(figures)
     assert figures["verdict"]["judged"] is False and figures["verdict"]["met"] is False
-    assert finish(figures) == 0
+    assert finish(figures, "") == 0
     assert capsys.readouterr().out.strip().splitlines()[-2].startswith("verdict: not judged (short run")
 
 
@@ -313,3 +313,18 @@ def test_a_benchmark_s_report_ends_with_its_verdict_and_json(
     assert lines[2] == verdict_line(figures["verdict"])
     assert orjson.loads(lines[3]) == orjson.loads(out.read_text()) == figures
     assert set(figures) == {"bench", "targets", "verdict"} and figures["targets"]["t"]["met"] is bool(value)
+
+
+def test_a_scenario_s_report_under_its_name_reads_and_prints_its_figures_there(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    # The gateway scenario alone: its targets name "gateway.…" as in the whole run, and its JSON line nests
+    # the same way, with its targets and verdict inside its own figures.
+    figures: dict[str, Any] = {"a": 0}
+    out = tmp_path / "figures.json"
+    target = Target("t", "bench.a", ">=", 1, "a")
+    assert report(figures, [target], "the table", short=False, out=out, under="bench") == 1
+    lines = capsys.readouterr().out.strip().splitlines()
+    assert lines[2] == "verdict: NOT met, 1 of 1 targets: t"
+    assert orjson.loads(lines[3]) == orjson.loads(out.read_text()) == {"bench": figures}
+    assert set(figures) == {"a", "targets", "verdict"} and figures["targets"]["t"]["value"] == 0

@@ -164,17 +164,30 @@ def exit_status(verdict: dict[str, Any]) -> int:
     return 1 if verdict["judged"] and not verdict["met"] else 0
 
 
-def report(figures: dict[str, Any], targets: Iterable[Target], table: str, *, short: bool, out: Path | None) -> int:
+def report(
+    figures: dict[str, Any],
+    targets: Iterable[Target],
+    table: str,
+    *,
+    short: bool,
+    out: Path | None,
+    under: str | None = None,
+) -> int:
     """A benchmark's ending: ``figures`` judged on ``targets`` (kept under ``targets`` and ``verdict``), then
     ``table``, a row per target, the verdict line and, last, the JSON line (also written to ``out``); the
-    exit status."""
-    judged = judge(figures, targets)
+    exit status.
+
+    ``under``: the figures are one scenario's, named so as the whole benchmark names them
+    (``tests.bench.gateway``): judged and printed as ``{under: figures}``, their targets and verdict kept
+    inside them, so the same targets read the same dotted figures alone or in the whole run."""
+    whole = figures if under is None else {under: figures}
+    judged = judge(whole, targets)
     figures["targets"] = {j.name: j.as_json() for j in judged}
     figures["verdict"] = summary(judged, short=short)
     print(table)
     print("\n".join(rows(figures["targets"])))
     print(line(figures["verdict"]))
-    text = orjson.dumps(figures).decode()
+    text = orjson.dumps(whole).decode()
     if out is not None:
         out.write_text(text + "\n")
     print(text, flush=True)
