@@ -10,7 +10,7 @@ import pytest
 import redis
 import redis.exceptions
 
-from cli import embedded as embedded_module
+from cli import ports
 from cli.embedded import EmbeddedRedis
 from svcgw.storage import serverconfig
 
@@ -96,13 +96,13 @@ def test_a_port_taken_between_its_check_and_the_servers_bind_is_chosen_again(
     first.start()
     first.stop()
     checks: list[int] = []
-    real = embedded_module.port_is_free
+    real = ports.port_is_free
 
     def free_at_the_check_only(port: int) -> bool:
         checks.append(port)
         return True if len(checks) == 1 else real(port)  # taken right after the first check said free
 
-    monkeypatch.setattr(embedded_module, "port_is_free", free_at_the_check_only)
+    monkeypatch.setattr("cli.embedded.port_is_free", free_at_the_check_only)
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as squatter:
         squatter.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         squatter.bind(("127.0.0.1", first.port))
