@@ -90,16 +90,39 @@ def missing_tool(reason: str) -> NoReturn:
 _SERVER_PORTS = range(20000, 32768)
 
 
+def _own_ports() -> range:
+    """This test process's share of :data:`_SERVER_PORTS`: each xdist worker hands out ports of its own, so two
+    workers never pick the same port between one's check and its server's bind."""
+    count = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT") or 1)
+    index = int((os.environ.get("PYTEST_XDIST_WORKER") or "gw0").removeprefix("gw") or 0) % max(count, 1)
+    share = len(_SERVER_PORTS) // max(count, 1)
+    start = _SERVER_PORTS.start + index * share
+    return range(start, start + share)
+
+
+_ports_lock = threading.Lock()
+_next_port: list[int] = []  # the next port this process hands out, once known
+
+
 def free_port() -> int:
-    """A loopback port outside the ephemeral range that nothing listens on or holds now."""
-    for _ in range(200):
-        port = random.choice(_SERVER_PORTS)
-        with socket.socket() as sock:
-            try:
-                sock.bind(("127.0.0.1", port))  # without SO_REUSEADDR: held in any state is taken
-            except OSError:
-                continue
-            return port
+    """A loopback port outside the ephemeral range that nothing listens on or holds now.
+
+    Handed out in turn through this process's share, from a random start: a port given moments ago, whose
+    server may not have bound it yet, comes round again only after the whole share.
+    """
+    own = _own_ports()
+    with _ports_lock:
+        if not _next_port:
+            _next_port.append(random.randrange(len(own)))
+        for _ in range(len(own)):
+            port = own[_next_port[0] % len(own)]
+            _next_port[0] += 1
+            with socket.socket() as sock:
+                try:
+                    sock.bind(("127.0.0.1", port))  # without SO_REUSEADDR: held in any state is taken
+                except OSError:
+                    continue
+                return port
     raise AssertionError("no free loopback port for a server")
 
 

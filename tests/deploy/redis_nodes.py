@@ -62,11 +62,13 @@ class Node:
                      decode_responses=decode_responses)  # fmt: skip
 
     def answers(self) -> bool:
+        """Whether this node's own process answers on its port (another's, on a port taken meanwhile, does not)."""
         if self.proc is not None and self.proc.poll() is not None:
             raise AssertionError(f"{self.binary} exited:\n{self.log()}")
         client = self.client()
         try:
-            return bool(client.ping())
+            pid = client.info("server").get("process_id")
+            return self.proc is None or pid == self.proc.pid
         except RedisError:
             return False
         finally:
