@@ -74,19 +74,7 @@ def test_the_port_survives_a_restart_unless_it_was_taken(tmp_path: Path) -> None
             assert client.ping()
     finally:
         again.stop()
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as squatter:
-        squatter.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        squatter.bind(("127.0.0.1", first.port))
-        squatter.listen()
-        moved = EmbeddedRedis(tmp_path)
-        moved.start()
-        try:
-            assert moved.port != first.port and moved.moved_from == first.port
-            with redis.Redis.from_url(moved.url) as client:
-                assert client.ping()
-        finally:
-            moved.stop()
-    assert (tmp_path / "redis" / "port").read_text().strip() == str(moved.port)
+    _starts_elsewhere_while_taken(tmp_path, first.port)
 
 
 def test_a_port_taken_between_its_check_and_the_servers_bind_is_chosen_again(
@@ -103,20 +91,8 @@ def test_a_port_taken_between_its_check_and_the_servers_bind_is_chosen_again(
         return True if len(checks) == 1 else real(port)  # taken right after the first check said free
 
     monkeypatch.setattr("cli.embedded.port_is_free", free_at_the_check_only)
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as squatter:
-        squatter.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        squatter.bind(("127.0.0.1", first.port))
-        squatter.listen()
-        moved = EmbeddedRedis(tmp_path)
-        moved.start()
-        try:
-            assert checks[0] == first.port  # its kept port was chosen first, and the server could not bind it
-            assert moved.port != first.port and moved.moved_from == first.port
-            with redis.Redis.from_url(moved.url) as client:
-                assert client.ping()
-        finally:
-            moved.stop()
-    assert (tmp_path / "redis" / "port").read_text().strip() == str(moved.port)
+    _starts_elsewhere_while_taken(tmp_path, first.port)
+    assert checks[0] == first.port  # its kept port was chosen first, and the server could not bind it
 
 
 def test_a_port_the_caller_gave_is_not_changed_when_taken(tmp_path: Path) -> None:
@@ -128,3 +104,21 @@ def test_a_port_the_caller_gave_is_not_changed_when_taken(tmp_path: Path) -> Non
         with pytest.raises(RuntimeError, match=rf"could not listen on 127.0.0.1:{taken}: the port is in use"):
             server.start()
     assert server.process is not None and server.process.poll() is not None
+
+
+def _starts_elsewhere_while_taken(state_dir: Path, kept: int) -> None:
+    """While another socket listens on ``kept``, the state dir's port, a start moves to another port, keeps
+    it for the next start, and answers there."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as squatter:
+        squatter.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        squatter.bind(("127.0.0.1", kept))
+        squatter.listen()
+        moved = EmbeddedRedis(state_dir)
+        moved.start()
+        try:
+            assert moved.port != kept and moved.moved_from == kept
+            with redis.Redis.from_url(moved.url) as client:
+                assert client.ping()
+        finally:
+            moved.stop()
+    assert (state_dir / "redis" / "port").read_text().strip() == str(moved.port)
