@@ -240,3 +240,11 @@ def one_instance_per_shard(settings: Settings, sink_url: str, name: str) -> list
             return [(appid, *await register_placed(store, settings, account.id, appid)) for appid in appids]
 
     return run(action())
+
+
+def sharded(env: dict[str, str], setting: str, **extra: str) -> dict[str, str]:
+    """The test's ``env`` for a service on ``setting`` (``SVCGW_REDIS_SHARDS``) instead of its own Redis, plus
+    ``extra`` settings."""
+    configured = {k: v for k, v in env.items() if k != "SVCGW_REDIS_URL"}
+    configured.update(SVCGW_REDIS_SHARDS=setting, **extra)
+    return configured

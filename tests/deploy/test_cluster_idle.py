@@ -19,7 +19,7 @@ import pytest
 
 from svcgw.config.settings import Settings
 from svcgw.intake.receivers import RECEIVER_PREFIX
-from tests.deploy.redis_fleet import RedisClusterFleet, cluster_fixture, one_instance_per_shard
+from tests.deploy.redis_fleet import RedisClusterFleet, cluster_fixture, one_instance_per_shard, sharded
 from tests.support import Process, Received, Sink, start_server, wait_for
 
 pytestmark = pytest.mark.slow
@@ -71,9 +71,9 @@ cluster = cluster_fixture()
 def test_an_idle_worker_on_a_cluster_polls_little_and_still_delivers_every_shards_events(
     env: dict[str, str], cluster: RedisClusterFleet
 ) -> None:
-    service_env = {k: v for k, v in env.items() if k != "SVCGW_REDIS_URL"}
-    service_env.update(
-        SVCGW_REDIS_SHARDS=cluster.setting,
+    service_env = sharded(
+        env,
+        cluster.setting,
         SVCGW_CLUSTER_SHARDS=str(SHARDS),
         SVCGW_RETRY_SCHEDULE="0.2,0.2,0.2",
         SVCGW_RATE_LIMIT="100000/minute",

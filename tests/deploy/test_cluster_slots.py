@@ -17,7 +17,7 @@ import pytest
 from svcgw.config.settings import Settings
 from svcgw.intake.receivers import RECEIVER_PREFIX
 from tests.deploy.load import event_ids
-from tests.deploy.redis_fleet import RedisClusterFleet, cluster_fixture, one_instance_per_shard
+from tests.deploy.redis_fleet import RedisClusterFleet, cluster_fixture, one_instance_per_shard, sharded
 from tests.support import Process, Sink, held_at_once, start_server, wait_for
 
 pytestmark = pytest.mark.slow
@@ -34,9 +34,9 @@ cluster = cluster_fixture()
 def test_a_clusters_worker_holds_its_delivery_concurrency_across_its_virtual_shards(
     env: dict[str, str], cluster: RedisClusterFleet
 ) -> None:
-    service_env = {k: v for k, v in env.items() if k != "SVCGW_REDIS_URL"}
-    service_env.update(
-        SVCGW_REDIS_SHARDS=cluster.setting,
+    service_env = sharded(
+        env,
+        cluster.setting,
         SVCGW_CLUSTER_SHARDS=str(SHARDS),
         SVCGW_DELIVERY_CONCURRENCY=str(CONCURRENCY),
         SVCGW_RATE_LIMIT="100000/minute",

@@ -30,7 +30,7 @@ from svcgw.storage.keys import PLAIN
 from svcgw.storage.keys import PLAIN as keys
 from tests.cli.commands import svcgw
 from tests.conftest import run
-from tests.deploy.redis_fleet import RedisClusterFleet, RedisFleet, cluster_fixture, stop
+from tests.deploy.redis_fleet import RedisClusterFleet, RedisFleet, cluster_fixture, sharded, stop
 from tests.receiver.gateway.stack import Stack, error, start_stack
 from tests.receiver.gateway.stack import sim as sim
 from tests.support import ThreadedServer
@@ -51,12 +51,6 @@ def fleet(tmp_path: Path) -> Iterator[RedisFleet]:
 
 
 cluster = cluster_fixture()
-
-
-def sharded(env: dict[str, str], setting: str, **extra: str) -> dict[str, str]:
-    configured = {k: v for k, v in env.items() if k != "SVCGW_REDIS_URL"}
-    configured.update(SVCGW_REDIS_SHARDS=setting, **extra)
-    return configured
 
 
 def shards_json(env: dict[str, str]) -> tuple[int, list[dict[str, Any]]]:
